@@ -1,0 +1,114 @@
+# Build, test and benchmark the book's programs. `make help` lists the targets.
+# Every program is one rule; optional dependencies are detected below and each
+# announces itself with a ✓ or ✗ line.
+
+CC ?= gcc
+CFLAGS ?= -O3 -march=native -Wall -Wextra
+LDLIBS = -lm
+PYTHON ?= python3
+
+# --- optional dependencies ------------------------------------------------------
+# OpenMP: the CPU programs use both cores with it; NO_OMP=1 builds without.
+ifeq ($(NO_OMP),1)
+  $(info ✗ OpenMP off (NO_OMP=1): the CPU programs run on one core)
+else ifeq ($(shell echo 'int main(void){return 0;}' | $(CC) -fopenmp -x c - -o /dev/null 2>/dev/null && echo ok),ok)
+  CFLAGS += -fopenmp
+  $(info ✓ OpenMP found: the CPU programs use all cores (OMP_NUM_THREADS to change))
+else
+  $(info ✗ OpenMP not found: the CPU programs run on one core (Debian: apt-get install libgomp1))
+endif
+
+# CUDA toolchain and libraries, for the GPU chapters. Nothing here needs them yet;
+# they are detected so that `make` says what this machine can build.
+NVCC ?= $(shell command -v nvcc 2>/dev/null)
+CUDA_HOME ?= $(if $(NVCC),$(patsubst %/bin/nvcc,%,$(realpath $(NVCC))),/usr/local/cuda)
+ifneq ($(NVCC),)
+  $(info ✓ nvcc found: $(NVCC))
+else
+  $(info ✗ nvcc not found: the .cu programs will not build (install the CUDA toolkit))
+endif
+# cuDNN and NCCL may live in the toolkit, in the system, or inside Python wheels
+# (nvidia-cudnn-cu13, nvidia-nccl-cu13): CUDNN_HOME / NCCL_HOME point at them.
+CUDNN_HOME ?= $(firstword $(foreach d,$(CUDA_HOME) /usr /usr/local $(wildcard /usr/local/lib/python3*/dist-packages/nvidia/cudnn),$(if $(wildcard $(d)/include/cudnn.h $(d)/include/*/cudnn.h),$(d))))
+NCCL_HOME ?= $(firstword $(foreach d,$(CUDA_HOME) /usr /usr/local $(wildcard /usr/local/lib/python3*/dist-packages/nvidia/nccl),$(if $(wildcard $(d)/include/nccl.h $(d)/include/*/nccl.h),$(d))))
+ifneq ($(CUDNN_HOME),)
+  $(info ✓ cuDNN found in $(CUDNN_HOME))
+else
+  $(info ✗ cuDNN not found (optional; set CUDNN_HOME))
+endif
+ifneq ($(NCCL_HOME),)
+  $(info ✓ NCCL found in $(NCCL_HOME))
+else
+  $(info ✗ NCCL not found (optional, multi-GPU; set NCCL_HOME))
+endif
+ifneq ($(shell command -v mpicc 2>/dev/null),)
+  $(info ✓ MPI found: $(shell command -v mpicc))
+else
+  $(info ✗ MPI not found (optional, multi-GPU launch; Debian: apt-get install libopenmpi-dev))
+endif
+# PRECISION and GPU_ARCH are for the CUDA programs; checked here so a typo fails early.
+PRECISION ?= BF16
+ifeq ($(filter $(PRECISION),FP32 BF16 FP16),)
+  $(error PRECISION=$(PRECISION) is not one of FP32 BF16 FP16)
+endif
+GPU_ARCH ?= 90 120
+
+# --- programs ---------------------------------------------------------------------
+.PHONY: all data test reference bench clean help
+
+all: train_gpt2 test_gpt2 data/tokenizer test_tokenizer
+
+# the GPT-2 BPE tokenizer and data preparation (writes token shards + tokenizer.bin)
+data/tokenizer: data/tokenizer.c data/unicode_tables.h
+	$(CC) -O3 -march=native -Wall -Wextra -std=c11 $< -o $@
+
+# tinyshakespeare as token shards, and the tokenizer.bin the trainers decode with
+TINYSHAKESPEARE = data/tinyshakespeare/tiny_shakespeare_train.bin data/tinyshakespeare/tiny_shakespeare_val.bin
+$(TINYSHAKESPEARE) data/gpt2_tokenizer.bin &: data/tokenizer data/tinyshakespeare/input.txt data/gpt2/encoder.json data/gpt2/vocab.bpe
+	./data/tokenizer
+data: $(TINYSHAKESPEARE) data/gpt2_tokenizer.bin
+
+# the CPU reference trainer; building it also prepares the data its default run reads
+train_gpt2: train_gpt2.c | data
+	$(CC) $(CFLAGS) $< $(LDLIBS) -o $@
+
+# --- tests --------------------------------------------------------------------------
+test_gpt2: test_gpt2.c train_gpt2.c
+	$(CC) $(CFLAGS) $< $(LDLIBS) -o $@
+
+test_tokenizer: test_tokenizer.c data/tokenizer.c data/unicode_tables.h
+	$(CC) -O3 -march=native -Wall -Wextra -std=c11 $< -o $@
+
+TESTS = ./test_gpt2 \
+        ./test_tokenizer \
+        "bash dev/test/test_tokenizer_cli.sh ./data/tokenizer" \
+        "bash dev/test/test_train_gpt2_cli.sh ./train_gpt2" \
+        "bash dev/test/check_shared_copies.sh"
+test: train_gpt2 test_gpt2 data/tokenizer test_tokenizer
+	@bash dev/test/run_tests.sh $(TESTS)
+
+# Regenerate the committed fixtures the tests compare against. Needs Python with
+# the packages in dev/reference/requirements.txt (pip install -r ...; torch is large).
+reference: data/tokenizer
+	HF_HUB_OFFLINE=1 $(PYTHON) dev/reference/gpt2_reference.py
+	$(PYTHON) dev/reference/tokenizer_reference.py
+
+# --- benchmarks (tables, not tests) -------------------------------------------------
+dev/cpu/bench_train_gpt2: dev/cpu/bench_train_gpt2.c train_gpt2.c
+	$(CC) $(CFLAGS) $< $(LDLIBS) -o $@
+bench: dev/cpu/bench_train_gpt2 data/tokenizer
+	./dev/cpu/bench_train_gpt2
+	bash dev/bench_tokenizer.sh ./data/tokenizer
+
+clean:
+	rm -f train_gpt2 test_gpt2 test_tokenizer data/tokenizer dev/cpu/bench_train_gpt2
+	rm -f $(TINYSHAKESPEARE) data/gpt2_tokenizer.bin
+
+help:
+	@echo "make train_gpt2 && ./train_gpt2   train a small GPT-2 on tinyshakespeare (CPU)"
+	@echo "make test                         build and run every test; exits non-zero on a failure"
+	@echo "make data                         tokenize tinyshakespeare, write data/gpt2_tokenizer.bin"
+	@echo "make bench                        time a GPT-2 124M training step and the tokenizer"
+	@echo "make reference                    regenerate the test fixtures (Python, dev/reference/)"
+	@echo "make clean                        remove what make built"
+	@echo "options: NO_OMP=1  CC=clang  CFLAGS=...  PRECISION=FP32|BF16|FP16  GPU_ARCH=\"90 120\""

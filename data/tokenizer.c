@@ -1,0 +1,1055 @@
+/*
+GPT-2's byte-level BPE tokenizer in plain C: text in, token ids out, token for token the same
+as tiktoken's "gpt2" encoding. It also writes the two binary files the rest of the project
+reads: token shards for training, and tokenizer.bin for turning ids back into text.
+
+How GPT-2 tokenizes, in three steps:
+  1. Pre-tokenize: a regex cuts the text into pieces ("Hello", " world", "!", "\n"), so that a
+     token never spans a word boundary:
+         's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+     We match it by hand over UTF-8, no regex library. The Unicode classes come from
+     data/unicode_tables.h (Unicode 16.0.0, the version tiktoken's Rust regex uses; see that
+     file for how it was generated and checked).
+  2. BPE each piece: start from its single bytes, then keep merging the adjacent pair whose
+     concatenation has the lowest rank (= token id) until no adjacent pair is a token.
+  3. Special tokens: only <|endoftext|> (id 50256), and only when asked (-s); otherwise that
+     text is ordinary text, like tiktoken's encode_ordinary.
+
+What we leave out: training a BPE, other encodings (cl100k, o200k), the full JSON standard
+(we parse exactly the subset encoder.json uses plus all string escapes), and input that is
+not valid UTF-8 in tiktoken's sense. tiktoken cannot take such input at all; we treat every
+byte that does not start a valid UTF-8 character as one "other symbol" character (class
+[^\s\p{L}\p{N}]), so such files still encode and decode back to the same bytes.
+
+Modes (run with -h for every flag and default):
+  default: the llm.c Tiny Shakespeare convention. Split the text at "\n\n"; every section
+           becomes [<|endoftext|>] + encode(section + "\n\n") (the last section gets no
+           "\n\n"); the first 32768 tokens go to PREFIX_val.bin, the rest to PREFIX_train.bin.
+  -e:      encode the whole file as one string into the one shard named by -o.
+Both also write tokenizer.bin (-t) unless told not to.
+
+File formats (all integers little endian):
+  token shard:   256 x int32 header [20240520, 1, number of tokens, 0...], then uint16 ids
+  tokenizer.bin: 256 x int32 header [20240328, 2, vocab size, EOT id, 0...], then for each
+                 id 0..V-1 one uint8 byte count followed by that many raw bytes
+
+Build and run from the repository root:
+  gcc -O3 -march=native -Wall -Wextra -Werror -std=c11 data/tokenizer.c -o data/tokenizer
+  ./data/tokenizer          # data/tinyshakespeare/tiny_shakespeare_{val,train}.bin + data/gpt2_tokenizer.bin
+
+Checked against tiktoken 0.14.0 by test_tokenizer.c, which reads fixtures written by
+dev/reference/tokenizer_reference.py (regenerate: python dev/reference/tokenizer_reference.py).
+*/
+
+// fsync, fileno, access, stat, mkdtemp and clock_gettime are POSIX, not C11
+#define _POSIX_C_SOURCE 200809L
+#include <errno.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+#include "unicode_tables.h"
+
+// ----------------------------------------------------------------------------
+// utilities: check macros, errors, whole-file reading, atomic writes
+
+// --- begin shared-copy: check-macros ---
+// Every libc call that can fail goes through one of these wrappers. On failure each prints one
+// line saying what failed, the C library's own reason (strerror) and where in our source it
+// happened, then exits with status 1. They are static inline so that a program using only
+// some of them still compiles cleanly under -Wall -Wextra -Werror.
+
+static inline FILE *fopen_check(const char *path, const char *mode, const char *file, int line) {
+    FILE *fp = fopen(path, mode);
+    if (fp == NULL) {
+        fprintf(stderr, "Error: cannot open '%s' (mode \"%s\"): %s [%s:%d]\n",
+                path, mode, strerror(errno), file, line);
+        exit(EXIT_FAILURE);
+    }
+    return fp;
+}
+#define fopenCheck(path, mode) fopen_check(path, mode, __FILE__, __LINE__)
+
+static inline void fread_check(void *ptr, size_t size, size_t nmemb, FILE *stream,
+                               const char *file, int line) {
+    size_t got = fread(ptr, size, nmemb, stream);
+    if (got != nmemb) {
+        // a short read is either the file ending early or a real I/O error; say which
+        if (feof(stream)) {
+            fprintf(stderr, "Error: file ended early: read %zu of %zu items of %zu bytes [%s:%d]\n",
+                    got, nmemb, size, file, line);
+        } else {
+            fprintf(stderr, "Error: read failed after %zu of %zu items: %s [%s:%d]\n",
+                    got, nmemb, strerror(errno), file, line);
+        }
+        exit(EXIT_FAILURE);
+    }
+}
+#define freadCheck(ptr, size, nmemb, stream) fread_check(ptr, size, nmemb, stream, __FILE__, __LINE__)
+
+static inline void fwrite_check(const void *ptr, size_t size, size_t nmemb, FILE *stream,
+                                const char *file, int line) {
+    size_t put = fwrite(ptr, size, nmemb, stream);
+    if (put != nmemb) {
+        fprintf(stderr, "Error: write failed after %zu of %zu items: %s [%s:%d]\n",
+                put, nmemb, strerror(errno), file, line);
+        exit(EXIT_FAILURE);
+    }
+}
+#define fwriteCheck(ptr, size, nmemb, stream) fwrite_check(ptr, size, nmemb, stream, __FILE__, __LINE__)
+
+static inline void fclose_check(FILE *fp, const char *file, int line) {
+    // fclose flushes buffered writes, so a full disk often shows up only here
+    if (fclose(fp) != 0) {
+        fprintf(stderr, "Error: closing a file failed: %s [%s:%d]\n", strerror(errno), file, line);
+        exit(EXIT_FAILURE);
+    }
+}
+#define fcloseCheck(fp) fclose_check(fp, __FILE__, __LINE__)
+
+static inline void *malloc_check(size_t size, const char *file, int line) {
+    // malloc(0) may legally return NULL; ask for one byte so that is never mistaken for failure
+    void *ptr = malloc(size > 0 ? size : 1);
+    if (ptr == NULL) {
+        fprintf(stderr, "Error: out of memory: could not allocate %zu bytes [%s:%d]\n",
+                size, file, line);
+        exit(EXIT_FAILURE);
+    }
+    return ptr;
+}
+#define mallocCheck(size) malloc_check(size, __FILE__, __LINE__)
+// --- end shared-copy: check-macros ---
+
+#define MAX_PATH_LEN 4096
+
+// Bad input (as opposed to a failing libc call) gets one line naming the file and the
+// problem, an optional HINT line saying what to do about it, and exit status 1.
+static void die_file(const char *path, const char *hint, const char *fmt, ...) {
+    va_list args;
+    va_start(args, fmt);
+    fprintf(stderr, "Error: %s: ", path);
+    vfprintf(stderr, fmt, args);
+    fprintf(stderr, "\n");
+    va_end(args);
+    if (hint != NULL) { fprintf(stderr, "HINT: %s\n", hint); }
+    exit(EXIT_FAILURE);
+}
+
+// out = a followed by b, for building file names; a name that does not fit is an error.
+static void path_concat(char out[], const char *a, const char *b) {
+    int n = snprintf(out, MAX_PATH_LEN, "%s%s", a, b);
+    if (n < 0 || n >= MAX_PATH_LEN) { die_file(a, NULL, "path is too long (over %d bytes)", MAX_PATH_LEN - 1); }
+}
+
+// Reads a whole file into memory (plus a terminating 0 byte that parsers may rely on).
+// We look at the path with access() and stat() first only to print a HINT with the error
+// (and because fopen happily opens a folder); fopenCheck stays the real check.
+static uint8_t *read_whole_file(const char *path, size_t *len, const char *hint) {
+    struct stat st;
+    if (access(path, R_OK) != 0) { die_file(path, hint, "cannot read it: %s", strerror(errno)); }
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) { die_file(path, hint, "is a folder, not a file"); }
+    FILE *f = fopenCheck(path, "rb");
+    if (fseek(f, 0, SEEK_END) != 0) { die_file(path, NULL, "cannot seek: %s", strerror(errno)); }
+    long size = ftell(f);
+    if (size < 0) { die_file(path, NULL, "cannot tell its size: %s", strerror(errno)); }
+    if (fseek(f, 0, SEEK_SET) != 0) { die_file(path, NULL, "cannot seek: %s", strerror(errno)); }
+    uint8_t *data = (uint8_t *)mallocCheck((size_t)size + 1);
+    freadCheck(data, 1, (size_t)size, f);
+    fcloseCheck(f);
+    data[size] = 0;
+    *len = (size_t)size;
+    return data;
+}
+
+// Atomic writes. Every output goes to NAME.tmp first, which is flushed, fsync'ed and closed;
+// only when all outputs of a run are complete do we rename them to their final names. If we
+// exit early for any reason (a check macro, bad input), an atexit handler deletes the .tmp
+// files, so a failed run leaves no partial file behind and never clobbers a good old one.
+#define MAX_OUTPUTS 4
+typedef struct {
+    char path[MAX_PATH_LEN];      // final name
+    char tmp_path[MAX_PATH_LEN];  // name while being written
+    FILE *f;                      // open while writing, NULL once closed
+} PendingOutput;
+static PendingOutput pending_outputs[MAX_OUTPUTS];
+static int num_pending_outputs = 0;
+
+static void remove_pending_outputs(void) {
+    for (int i = 0; i < num_pending_outputs; i++) {
+        if (pending_outputs[i].f != NULL) { fclose(pending_outputs[i].f); }
+        remove(pending_outputs[i].tmp_path);
+    }
+    num_pending_outputs = 0;
+}
+
+static FILE *output_open(const char *path) {
+    static int cleanup_registered = 0;
+    if (!cleanup_registered) { atexit(remove_pending_outputs); cleanup_registered = 1; }
+    if (num_pending_outputs == MAX_OUTPUTS) {
+        fprintf(stderr, "Error: more than %d outputs in one run\n", MAX_OUTPUTS);
+        exit(EXIT_FAILURE);
+    }
+    PendingOutput *out = &pending_outputs[num_pending_outputs];
+    path_concat(out->tmp_path, path, ".tmp");
+    path_concat(out->path, path, "");
+    // register before opening, so even a failed open is cleaned up consistently
+    out->f = NULL;
+    num_pending_outputs++;
+    out->f = fopenCheck(out->tmp_path, "wb");
+    return out->f;
+}
+
+static void output_close(FILE *f) {
+    for (int i = 0; i < num_pending_outputs; i++) {
+        PendingOutput *out = &pending_outputs[i];
+        if (out->f != f) { continue; }
+        // fflush moves our buffer to the OS, fsync moves the OS's buffer to the disk
+        if (fflush(f) != 0) { die_file(out->tmp_path, NULL, "flush failed: %s", strerror(errno)); }
+        if (fsync(fileno(f)) != 0) { die_file(out->tmp_path, NULL, "fsync failed: %s", strerror(errno)); }
+        out->f = NULL;
+        fcloseCheck(f);
+        return;
+    }
+    fprintf(stderr, "Error: output_close on a file that output_open did not open\n");
+    exit(EXIT_FAILURE);
+}
+
+// Renames every finished NAME.tmp to NAME. rename() within one directory is atomic in POSIX.
+static void output_commit_all(void) {
+    for (int i = 0; i < num_pending_outputs; i++) {
+        PendingOutput *out = &pending_outputs[i];
+        if (out->f != NULL) { die_file(out->path, NULL, "committed before it was closed"); }
+        if (rename(out->tmp_path, out->path) != 0) {
+            die_file(out->path, NULL, "cannot rename %s to it: %s", out->tmp_path, strerror(errno));
+        }
+    }
+    num_pending_outputs = 0;
+}
+
+// We write integers byte by byte in little-endian order, so the files are the same on any host.
+static void put_le32(uint8_t *dst, uint32_t v) {
+    dst[0] = (uint8_t)v; dst[1] = (uint8_t)(v >> 8); dst[2] = (uint8_t)(v >> 16); dst[3] = (uint8_t)(v >> 24);
+}
+
+static double now_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+// ----------------------------------------------------------------------------
+// UTF-8 and the three Unicode classes of the pre-tokenizer
+
+// Every character falls in exactly one class. The pattern's alternatives map onto them:
+// ' ?\p{L}+' is a run of LETTER, ' ?\p{N}+' of NUMBER, ' ?[^\s\p{L}\p{N}]+' of OTHER, and the
+// two \s+ alternatives handle runs of SPACE.
+enum { CHAR_LETTER, CHAR_NUMBER, CHAR_SPACE, CHAR_OTHER };
+
+static int in_ranges(const uint32_t (*ranges)[2], size_t num_ranges, uint32_t cp) {
+    // binary search in sorted, non-overlapping [lo, hi] ranges
+    size_t lo = 0, hi = num_ranges;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (cp < ranges[mid][0]) { hi = mid; }
+        else if (cp > ranges[mid][1]) { lo = mid + 1; }
+        else { return 1; }
+    }
+    return 0;
+}
+#define NUM_RANGES(table) (sizeof(table) / sizeof(table[0]))
+
+static int codepoint_class(uint32_t cp) {
+    // ASCII is almost all of English text, so it skips the binary searches
+    if (cp < 128) {
+        if ((cp | 0x20) >= 'a' && (cp | 0x20) <= 'z') { return CHAR_LETTER; }
+        if (cp >= '0' && cp <= '9') { return CHAR_NUMBER; }
+        if (cp == ' ' || (cp >= '\t' && cp <= '\r')) { return CHAR_SPACE; }
+        return CHAR_OTHER;
+    }
+    if (in_ranges(unicode_letter_ranges, NUM_RANGES(unicode_letter_ranges), cp)) { return CHAR_LETTER; }
+    if (in_ranges(unicode_number_ranges, NUM_RANGES(unicode_number_ranges), cp)) { return CHAR_NUMBER; }
+    if (in_ranges(unicode_space_ranges, NUM_RANGES(unicode_space_ranges), cp)) { return CHAR_SPACE; }
+    return CHAR_OTHER;
+}
+
+// Decodes the UTF-8 character at s[0..n), n >= 1. Returns its length in bytes (1 to 4), or 0
+// if s does not start a valid character: a stray continuation byte, a truncated sequence, an
+// overlong encoding, a surrogate or a code point above U+10FFFF (what Rust's str rejects).
+static size_t utf8_decode(const uint8_t *s, size_t n, uint32_t *cp) {
+    uint8_t b = s[0];
+    size_t len;
+    uint32_t min;  // smallest code point that needs this many bytes (rejects overlong forms)
+    if (b < 0x80) { *cp = b; return 1; }
+    else if ((b & 0xE0) == 0xC0) { len = 2; *cp = b & 0x1F; min = 0x80; }
+    else if ((b & 0xF0) == 0xE0) { len = 3; *cp = b & 0x0F; min = 0x800; }
+    else if ((b & 0xF8) == 0xF0) { len = 4; *cp = b & 0x07; min = 0x10000; }
+    else { return 0; }
+    if (len > n) { return 0; }
+    for (size_t i = 1; i < len; i++) {
+        if ((s[i] & 0xC0) != 0x80) { return 0; }
+        *cp = (*cp << 6) | (s[i] & 0x3F);
+    }
+    if (*cp < min || *cp > 0x10FFFF || (*cp >= 0xD800 && *cp <= 0xDFFF)) { return 0; }
+    return len;
+}
+
+// The class and byte length of the character at s[0..n), n >= 1. A byte that does not start
+// a valid character counts as a one-byte OTHER character (see the file header).
+static size_t next_char(const uint8_t *s, size_t n, int *cls) {
+    uint32_t cp;
+    size_t len = utf8_decode(s, n, &cp);
+    if (len == 0) { *cls = CHAR_OTHER; return 1; }
+    *cls = codepoint_class(cp);
+    return len;
+}
+
+// ----------------------------------------------------------------------------
+// pre-tokenizer: GPT-2's regex, by hand
+
+// Returns where the piece that starts at text[i] ends (exclusive), i < n. tiktoken runs the
+// regex with find_iter: at each position the alternatives are tried left to right and the
+// first that matches wins, and since every character is a letter, number, space or other,
+// some alternative always matches, so the pieces tile the text with no gaps. We go through
+// the alternatives in the same order.
+static size_t pretoken_end(const uint8_t *text, size_t n, size_t i) {
+    // 's 't 're 've 'm 'll 'd: ASCII apostrophe and lower case only, exactly as GPT-2 did.
+    // They win over everything else, so "'sand" is "'s" + "and".
+    if (text[i] == '\'' && i + 1 < n) {
+        uint8_t c = text[i + 1];
+        if (c == 's' || c == 't' || c == 'm' || c == 'd') { return i + 2; }
+        if (i + 2 < n) {
+            uint8_t d = text[i + 2];
+            if ((c == 'r' && d == 'e') || (c == 'v' && d == 'e') || (c == 'l' && d == 'l')) { return i + 3; }
+        }
+    }
+    int cls;
+    size_t j = i + next_char(text + i, n - i, &cls);
+    // ' ?X+': one plain space (U+0020 only) glues onto a following run of letters, numbers or
+    // others. A space before more white space (or at the end) is left to the \s rules below.
+    if (text[i] == ' ' && j < n) {
+        int next_cls;
+        size_t next_len = next_char(text + j, n - j, &next_cls);
+        if (next_cls != CHAR_SPACE) { cls = next_cls; j += next_len; }
+    }
+    if (cls != CHAR_SPACE) {
+        // the runs are greedy: take every following character of the same class
+        while (j < n) {
+            int c;
+            size_t len = next_char(text + j, n - j, &c);
+            if (c != cls) { break; }
+            j += len;
+        }
+        return j;
+    }
+    // A run of white space. '\s+(?!\S)' takes the whole run and, if a non-space follows,
+    // backtracks one character, so that character's space can glue onto the next word
+    // (" \n  word" -> " \n " + " word"). At the end of the text it keeps the whole run.
+    // If the run is a single character followed by a non-space, the backtracking leaves
+    // nothing, and the last alternative '\s+' takes that one character.
+    size_t last_start = i;  // where the run's last character starts
+    while (j < n) {
+        int c;
+        size_t len = next_char(text + j, n - j, &c);
+        if (c != CHAR_SPACE) { break; }
+        last_start = j;
+        j += len;
+    }
+    if (j == n) { return n; }
+    if (last_start > i) { return last_start; }
+    return j;
+}
+
+// ----------------------------------------------------------------------------
+// the vocabulary: encoder.json, vocab.bpe and a hash table over token bytes
+
+// GPT-2 stores tokens as text in which every raw byte is replaced by a printable character
+// (bytes_to_unicode in GPT-2's encoder.py): the 188 bytes that are already printable and not
+// a space ('!'..'~', U+00A1..U+00AC, U+00AE..U+00FF) stand for themselves, and the other 68
+// bytes, in increasing order, become U+0100, U+0101, ... So a space is 'Ġ' (U+0120). The
+// single-byte tokens get ids in this same order: the printable bytes first, then the rest.
+#define BYTE_ALPHABET_SIZE 324  // every code point of the mapping is below U+0144
+
+typedef struct {
+    int16_t byte_of_codepoint[BYTE_ALPHABET_SIZE];  // -1 where a code point stands for no byte
+    uint8_t byte_of_rank[256];                      // the byte of single-byte token id r
+} ByteAlphabet;
+
+static int byte_is_printable(int b) {
+    return (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
+}
+
+static void byte_alphabet_init(ByteAlphabet *a) {
+    for (int cp = 0; cp < BYTE_ALPHABET_SIZE; cp++) { a->byte_of_codepoint[cp] = -1; }
+    int rank = 0;
+    for (int b = 0; b < 256; b++) {
+        if (byte_is_printable(b)) {
+            a->byte_of_codepoint[b] = (int16_t)b;
+            a->byte_of_rank[rank++] = (uint8_t)b;
+        }
+    }
+    int extra = 0;
+    for (int b = 0; b < 256; b++) {
+        if (!byte_is_printable(b)) {
+            a->byte_of_codepoint[256 + extra++] = (int16_t)b;
+            a->byte_of_rank[rank++] = (uint8_t)b;
+        }
+    }
+}
+
+#define ENCODER_JSON_HINT "encoder.json must be GPT-2's original file; -g names the folder holding it"
+
+// Limits of what we accept: GPT-2's longest token is 128 bytes and the file format stores
+// each token's length in one byte.
+#define MAX_TOKEN_BYTES 255
+#define SPECIAL_TEXT "<|endoftext|>"
+#define SPECIAL_LEN 13
+
+// Pieces we have already run through BPE, so that each distinct word is merged only once.
+// Fixed capacity: once full we stop adding (every piece still encodes, just without the
+// shortcut). Only short pieces are cached; long ones are rare and would crowd the arenas.
+#define CACHE_SLOTS (1u << 18)             // hash slots, a power of two
+#define CACHE_MAX_ENTRIES (CACHE_SLOTS / 2)  // keep the table at most half full
+#define CACHE_MAX_PIECE 64                 // bytes
+#define CACHE_KEY_ARENA (CACHE_MAX_ENTRIES * 8)
+#define CACHE_TOKEN_ARENA (CACHE_MAX_ENTRIES * 2)
+typedef struct {
+    uint32_t key_offset;    // into cache_keys
+    uint32_t token_offset;  // into cache_tokens
+    uint8_t key_len;        // 0 marks an empty slot (pieces are never empty)
+    uint8_t num_tokens;
+} CacheSlot;
+
+typedef struct {
+    int vocab_size;          // V: 256 single bytes + the merges + <|endoftext|> (50257)
+    int eot_token;           // id of <|endoftext|> (50256), the last id
+    int num_mergeable;       // ids below this are BPE tokens, the rest are special
+    uint8_t *token_bytes;    // every token's raw bytes, back to back
+    uint32_t *token_offset;  // (V+1,) token i is token_bytes[token_offset[i] .. token_offset[i+1])
+    size_t max_token_len;    // bytes of the longest mergeable token
+    int32_t *rank_table;     // open addressing: byte string -> id of a mergeable token, -1 = empty
+    size_t rank_mask;        // number of slots - 1
+    CacheSlot *cache;        // (CACHE_SLOTS,)
+    uint8_t *cache_keys;     // (CACHE_KEY_ARENA,)
+    int32_t *cache_tokens;   // (CACHE_TOKEN_ARENA,)
+    size_t cache_entries, cache_key_used, cache_token_used;
+} Tokenizer;
+
+// FNV-1a: short, good enough for the short byte strings we hash
+static uint64_t hash_bytes(const uint8_t *s, size_t n) {
+    uint64_t h = 14695981039346656037ull;
+    for (size_t i = 0; i < n; i++) { h = (h ^ s[i]) * 1099511628211ull; }
+    return h;
+}
+
+// The public API (tokenizer_init/free/token/encode/decode, and options_default/tokenize_file
+// for the program) has external linkage, so that a program or test including this file may
+// leave parts of it unused without a warning; everything else is static.
+
+// The raw bytes of token id, or NULL (and *len = 0) if id is not in the vocabulary.
+const uint8_t *tokenizer_token(const Tokenizer *t, int id, size_t *len) {
+    if (id < 0 || id >= t->vocab_size) { *len = 0; return NULL; }
+    *len = t->token_offset[id + 1] - t->token_offset[id];
+    return t->token_bytes + t->token_offset[id];
+}
+
+// The rank of a byte string: its token id if it is a mergeable token, else -1.
+// Most of the encoding time goes here.
+static int tokenizer_rank(const Tokenizer *t, const uint8_t *s, size_t n) {
+    if (n > t->max_token_len) { return -1; }
+    size_t slot = (size_t)hash_bytes(s, n) & t->rank_mask;
+    for (;;) {
+        int32_t id = t->rank_table[slot];
+        if (id < 0) { return -1; }
+        size_t len;
+        const uint8_t *tok = tokenizer_token(t, id, &len);
+        if (len == n && memcmp(tok, s, n) == 0) { return id; }
+        slot = (slot + 1) & t->rank_mask;
+    }
+}
+
+static void skip_json_space(const uint8_t *s, size_t *pos) {
+    while (s[*pos] == ' ' || s[*pos] == '\n' || s[*pos] == '\r' || s[*pos] == '\t') { (*pos)++; }
+}
+
+static int hex_value(uint8_t c) {
+    if (c >= '0' && c <= '9') { return c - '0'; }
+    if ((c | 0x20) >= 'a' && (c | 0x20) <= 'f') { return (c | 0x20) - 'a' + 10; }
+    return -1;
+}
+
+// Reads the JSON string at s[*pos] (which must be '"') and appends the bytes its characters
+// stand for in GPT-2's byte alphabet to out. Returns NULL on success, else what is wrong.
+// encoder.json writes most keys with \uXXXX escapes; we accept every JSON escape and raw UTF-8.
+static const char *read_json_token(const uint8_t *s, size_t len, size_t *pos, const ByteAlphabet *a,
+                                   uint8_t *out, size_t *out_len) {
+    if (s[*pos] != '"') { return "expected '\"' to start a key"; }
+    (*pos)++;
+    *out_len = 0;
+    while (*pos < len && s[*pos] != '"') {
+        uint32_t cp;
+        if (s[*pos] == '\\') {
+            uint8_t e = s[*pos + 1];  // safe: the buffer ends in a 0 byte
+            *pos += 2;
+            if (e == '"' || e == '\\' || e == '/') { cp = e; }
+            else if (e == 'b') { cp = '\b'; } else if (e == 'f') { cp = '\f'; }
+            else if (e == 'n') { cp = '\n'; } else if (e == 'r') { cp = '\r'; }
+            else if (e == 't') { cp = '\t'; }
+            else if (e == 'u') {
+                cp = 0;
+                for (int k = 0; k < 4; k++) {
+                    int h = hex_value(s[*pos]);  // stops at the 0 byte at the end at the latest
+                    if (h < 0) { return "bad \\u escape"; }
+                    cp = cp * 16 + (uint32_t)h;
+                    (*pos)++;
+                }
+                // surrogate pairs cannot occur in GPT-2's alphabet (all below U+0144)
+            } else { return "unknown escape in a string"; }
+        } else {
+            size_t n = utf8_decode(s + *pos, len - *pos, &cp);
+            if (n == 0) { return "invalid UTF-8 in a string"; }
+            *pos += n;
+        }
+        if (cp >= BYTE_ALPHABET_SIZE || a->byte_of_codepoint[cp] < 0) {
+            return "a key has a character outside GPT-2's byte alphabet";
+        }
+        if (*out_len == MAX_TOKEN_BYTES) { return "a key is longer than 255 bytes"; }
+        out[(*out_len)++] = (uint8_t)a->byte_of_codepoint[cp];
+    }
+    if (*pos >= len) { return "a string never ends"; }
+    (*pos)++;  // the closing quote
+    return NULL;
+}
+
+// Parses encoder.json, {"token text": id, ...}, into t->token_bytes / t->token_offset.
+// The ids must be exactly 0..V-1, each once. We do not yet know which ids are mergeable.
+static void load_encoder_json(Tokenizer *t, const char *path, const ByteAlphabet *a) {
+    const char *hint = ENCODER_JSON_HINT;
+    size_t len;
+    uint8_t *s = read_whole_file(path, &len, hint);
+    // first pass: collect (id, bytes) pairs in file order into scratch arrays. Every token
+    // takes fewer bytes than its JSON text, so the file size bounds both.
+    size_t max_entries = len / 4 + 1;  // an entry is at least '"x":0,'
+    int32_t *ids = (int32_t *)mallocCheck(max_entries * sizeof(int32_t));
+    uint32_t *offsets = (uint32_t *)mallocCheck((max_entries + 1) * sizeof(uint32_t));
+    uint8_t *bytes = (uint8_t *)mallocCheck(len + 1);
+    size_t num = 0, used = 0, pos = 0;
+    skip_json_space(s, &pos);
+    if (s[pos] != '{') { die_file(path, hint, "not a JSON object (byte %zu)", pos); }
+    pos++;
+    skip_json_space(s, &pos);
+    while (s[pos] != '}') {
+        if (num == max_entries) { die_file(path, hint, "too many entries"); }
+        size_t entry_start = pos, tok_len;
+        const char *err = read_json_token(s, len, &pos, a, bytes + used, &tok_len);
+        if (err != NULL) { die_file(path, hint, "%s (entry %zu, byte %zu)", err, num, entry_start); }
+        skip_json_space(s, &pos);
+        if (s[pos] != ':') { die_file(path, hint, "expected ':' after a key (byte %zu)", pos); }
+        pos++;
+        skip_json_space(s, &pos);
+        if (s[pos] < '0' || s[pos] > '9') { die_file(path, hint, "expected a token id (byte %zu)", pos); }
+        long id = 0;
+        while (s[pos] >= '0' && s[pos] <= '9') {
+            id = id * 10 + (s[pos++] - '0');
+            if (id > 10000000) { die_file(path, hint, "token id too large (byte %zu)", pos); }
+        }
+        ids[num] = (int32_t)id;
+        offsets[num] = (uint32_t)used;
+        used += tok_len;
+        num++;
+        skip_json_space(s, &pos);
+        if (s[pos] == ',') { pos++; skip_json_space(s, &pos); }
+        else if (s[pos] != '}') { die_file(path, hint, "expected ',' or '}' (byte %zu)", pos); }
+    }
+    offsets[num] = (uint32_t)used;
+    if (num == 0) { die_file(path, hint, "no tokens in it"); }
+
+    // second pass: place the tokens in id order, checking that the ids are 0..V-1, each once
+    t->vocab_size = (int)num;
+    t->token_bytes = (uint8_t *)mallocCheck(used);
+    t->token_offset = (uint32_t *)mallocCheck((num + 1) * sizeof(uint32_t));
+    size_t *entry_of_id = (size_t *)mallocCheck(num * sizeof(size_t));
+    for (size_t i = 0; i < num; i++) { entry_of_id[i] = SIZE_MAX; }
+    for (size_t e = 0; e < num; e++) {
+        if ((size_t)ids[e] >= num) {
+            die_file(path, hint, "token id %d is out of range for %zu tokens", ids[e], num);
+        }
+        if (entry_of_id[ids[e]] != SIZE_MAX) { die_file(path, hint, "token id %d appears twice", ids[e]); }
+        entry_of_id[ids[e]] = e;
+    }
+    size_t out = 0;
+    for (size_t id = 0; id < num; id++) {
+        size_t e = entry_of_id[id];
+        t->token_offset[id] = (uint32_t)out;
+        memcpy(t->token_bytes + out, bytes + offsets[e], offsets[e + 1] - offsets[e]);
+        out += offsets[e + 1] - offsets[e];
+    }
+    t->token_offset[num] = (uint32_t)out;
+    free(entry_of_id); free(bytes); free(offsets); free(ids); free(s);
+}
+
+// Reads one space-separated field of a vocab.bpe line as raw bytes; returns 0 if malformed.
+static int read_merge_half(const uint8_t *s, size_t end, size_t *pos, const ByteAlphabet *a,
+                           uint8_t *out, size_t *out_len) {
+    *out_len = 0;
+    while (*pos < end && s[*pos] != ' ') {
+        uint32_t cp;
+        size_t n = utf8_decode(s + *pos, end - *pos, &cp);
+        if (n == 0 || cp >= BYTE_ALPHABET_SIZE || a->byte_of_codepoint[cp] < 0) { return 0; }
+        if (*out_len == MAX_TOKEN_BYTES) { return 0; }
+        out[(*out_len)++] = (uint8_t)a->byte_of_codepoint[cp];
+        *pos += n;
+    }
+    return *out_len > 0;
+}
+
+// vocab.bpe lists the merges in priority order after a "#version" line. tiktoken never uses
+// it to encode, and neither do we: a token's rank is simply its id. But the id-as-rank rule
+// only holds if the files agree, so, like tiktoken's data_gym_to_mergeable_bpe_ranks, we check
+// that ids 0..255 are the single bytes in alphabet order (in tokenizer_init), that merge k
+// ("a b") produces token 256 + k, and that <|endoftext|> is the one id left after the merges.
+static void check_vocab_bpe(Tokenizer *t, const char *path, const ByteAlphabet *a) {
+    const char *hint = "vocab.bpe must be GPT-2's original file, matching encoder.json; "
+                       "-g names the folder holding it";
+    size_t len;
+    uint8_t *s = read_whole_file(path, &len, hint);
+    size_t pos = 0, line = 1;
+    if (strncmp((const char *)s, "#version", 8) != 0) { die_file(path, hint, "line 1 is not a #version line"); }
+    while (pos < len && s[pos] != '\n') { pos++; }
+    int next_id = 256;
+    uint8_t merged[2 * MAX_TOKEN_BYTES];
+    while (pos < len) {
+        pos++;  // past the '\n'
+        line++;
+        size_t end = pos;
+        while (end < len && s[end] != '\n') { end++; }
+        if (end == pos) { continue; }  // blank line (the file ends with one newline)
+        size_t n1, n2;
+        if (!read_merge_half(s, end, &pos, a, merged, &n1) || pos >= end || s[pos++] != ' '
+            || !read_merge_half(s, end, &pos, a, merged + n1, &n2) || pos != end) {
+            die_file(path, hint, "line %zu is not two tokens separated by one space", line);
+        }
+        if (next_id >= t->vocab_size) { die_file(path, hint, "more merges than encoder.json has tokens"); }
+        size_t tok_len;
+        const uint8_t *tok = tokenizer_token(t, next_id, &tok_len);
+        if (tok_len != n1 + n2 || memcmp(tok, merged, tok_len) != 0) {
+            die_file(path, hint, "merge on line %zu does not produce encoder.json's token %d", line, next_id);
+        }
+        next_id++;
+        pos = end;
+    }
+    free(s);
+    t->num_mergeable = next_id;
+    // the only token that is not a merge must be <|endoftext|>, right after the merges
+    size_t eot_len;
+    const uint8_t *eot = tokenizer_token(t, next_id, &eot_len);
+    if (t->vocab_size != next_id + 1 || eot_len != SPECIAL_LEN
+        || memcmp(eot, SPECIAL_TEXT, SPECIAL_LEN) != 0) {
+        die_file(path, hint, "%d merges, but encoder.json's tokens after them are not exactly <|endoftext|>",
+                 next_id - 256);
+    }
+    t->eot_token = next_id;
+}
+
+// Loads GPT-2's vocabulary from dir/encoder.json and dir/vocab.bpe. Exits with a message
+// naming the file on any problem.
+void tokenizer_init(Tokenizer *t, const char *dir) {
+    char encoder_path[MAX_PATH_LEN], vocab_path[MAX_PATH_LEN];
+    path_concat(encoder_path, dir, "/encoder.json");
+    path_concat(vocab_path, dir, "/vocab.bpe");
+    ByteAlphabet alphabet;
+    byte_alphabet_init(&alphabet);
+    memset(t, 0, sizeof(*t));
+    load_encoder_json(t, encoder_path, &alphabet);
+    const char *hint = ENCODER_JSON_HINT;
+    if (t->vocab_size < 257) {
+        die_file(encoder_path, hint, "only %d tokens, not even the 256 bytes + 1", t->vocab_size);
+    }
+    for (int id = 0; id < 256; id++) {
+        size_t len;
+        const uint8_t *tok = tokenizer_token(t, id, &len);
+        if (len != 1 || tok[0] != alphabet.byte_of_rank[id]) {
+            die_file(encoder_path, hint, "token %d is not the single byte 0x%02X that GPT-2's byte "
+                     "order puts there", id, alphabet.byte_of_rank[id]);
+        }
+    }
+    check_vocab_bpe(t, vocab_path, &alphabet);
+
+    // the rank table: a power of two at least twice the mergeable tokens keeps probes short
+    size_t slots = 1;
+    while (slots < 2 * (size_t)t->num_mergeable) { slots *= 2; }
+    t->rank_table = (int32_t *)mallocCheck(slots * sizeof(int32_t));
+    t->rank_mask = slots - 1;
+    for (size_t i = 0; i < slots; i++) { t->rank_table[i] = -1; }
+    t->max_token_len = 0;
+    for (int id = 0; id < t->num_mergeable; id++) {
+        size_t len;
+        const uint8_t *tok = tokenizer_token(t, id, &len);
+        if (tokenizer_rank(t, tok, len) >= 0) { die_file(encoder_path, hint, "token %d's bytes appear twice", id); }
+        size_t slot = (size_t)hash_bytes(tok, len) & t->rank_mask;
+        while (t->rank_table[slot] >= 0) { slot = (slot + 1) & t->rank_mask; }
+        t->rank_table[slot] = id;
+        // tokenizer_rank rejects strings longer than the longest token before hashing, so
+        // max_token_len must grow as we insert (the duplicate check above relies on it)
+        if (len > t->max_token_len) { t->max_token_len = len; }
+    }
+    t->cache = (CacheSlot *)mallocCheck(CACHE_SLOTS * sizeof(CacheSlot));
+    memset(t->cache, 0, CACHE_SLOTS * sizeof(CacheSlot));
+    t->cache_keys = (uint8_t *)mallocCheck(CACHE_KEY_ARENA);
+    t->cache_tokens = (int32_t *)mallocCheck(CACHE_TOKEN_ARENA * sizeof(int32_t));
+    t->cache_entries = t->cache_key_used = t->cache_token_used = 0;
+}
+
+void tokenizer_free(Tokenizer *t) {
+    free(t->token_bytes); free(t->token_offset); free(t->rank_table);
+    free(t->cache); free(t->cache_keys); free(t->cache_tokens);
+    memset(t, 0, sizeof(*t));
+}
+
+// ----------------------------------------------------------------------------
+// byte pair encoding of one piece
+
+// the rank of piece[from .. to)
+static int span_rank(const Tokenizer *t, const uint8_t *piece, size_t from, size_t to) {
+    return tokenizer_rank(t, piece + from, to - from);
+}
+
+// The merge loop, the same algorithm as tiktoken's _byte_pair_merge. The piece is split into
+// parts, part k being piece[start[k] .. start[k+1]); initially every byte is a part.
+// rank[k] is the rank of part k joined with part k+1 (-1: not a token). Each step merges the
+// pair with the lowest rank, the leftmost one on ties, and recomputes the ranks of the two
+// pairs that now contain the merged part. O(n^2) in the piece length, which is fine for words;
+// a piece of many kilobytes (a long run of letters with no space) is slow. TODO: a heap would
+// make that O(n log n), at the cost of the simplicity we want here.
+static size_t bpe_merge(const Tokenizer *t, const uint8_t *piece, size_t n, int32_t *out) {
+    size_t stack_start[CACHE_MAX_PIECE + 2];
+    int stack_rank[CACHE_MAX_PIECE + 2];
+    size_t *start = stack_start;
+    int *rank = stack_rank;
+    if (n > CACHE_MAX_PIECE) {  // only long pieces need the heap
+        start = (size_t *)mallocCheck((n + 1) * sizeof(size_t));
+        rank = (int *)mallocCheck((n + 1) * sizeof(int));
+    }
+    size_t parts = n;  // parts live at 0..parts-1, start[parts] == n
+    for (size_t k = 0; k <= n; k++) { start[k] = k; }
+    for (size_t k = 0; k + 1 < parts; k++) { rank[k] = span_rank(t, piece, k, k + 2); }
+    while (parts > 1) {
+        // find the lowest-ranked pair, leftmost first; most of a cache miss goes here
+        size_t best = SIZE_MAX;
+        for (size_t k = 0; k + 1 < parts; k++) {
+            if (rank[k] >= 0 && (best == SIZE_MAX || rank[k] < rank[best])) { best = k; }
+        }
+        if (best == SIZE_MAX) { break; }
+        // merge parts best and best+1: drop start[best+1] and rank[best+1]
+        // (start has parts + 1 entries, rank has parts - 1)
+        memmove(start + best + 1, start + best + 2, (parts - best - 1) * sizeof(size_t));
+        if (best + 2 < parts) { memmove(rank + best + 1, rank + best + 2, (parts - best - 3) * sizeof(int)); }
+        parts--;
+        // the merged part now pairs with its neighbours; their joins are new strings
+        if (best + 1 < parts) { rank[best] = span_rank(t, piece, start[best], start[best + 2]); }
+        if (best > 0) { rank[best - 1] = span_rank(t, piece, start[best - 1], start[best + 1]); }
+    }
+    // every remaining part is a token: a single byte, or a pair whose join had a rank
+    for (size_t k = 0; k < parts; k++) { out[k] = span_rank(t, piece, start[k], start[k + 1]); }
+    if (start != stack_start) { free(start); free(rank); }
+    return parts;
+}
+
+// Encodes one piece into out and returns the number of tokens.
+static size_t bpe_encode_piece(Tokenizer *t, const uint8_t *piece, size_t n, int32_t *out) {
+    // tiktoken first looks the whole piece up and, if it is a token, takes it without merging.
+    // For GPT-2's vocabulary merging reaches every token anyway (we checked all 50256), so
+    // here it is only a shortcut; with another vocabulary it could change the result.
+    int whole = tokenizer_rank(t, piece, n);
+    if (whole >= 0) { out[0] = whole; return 1; }
+    if (n > CACHE_MAX_PIECE) { return bpe_merge(t, piece, n, out); }
+    // look in the cache before doing the merges
+    uint64_t h = hash_bytes(piece, n);
+    size_t slot = (size_t)h & (CACHE_SLOTS - 1);
+    for (;;) {
+        CacheSlot *c = &t->cache[slot];
+        if (c->key_len == 0) { break; }
+        if (c->key_len == n && memcmp(t->cache_keys + c->key_offset, piece, n) == 0) {
+            memcpy(out, t->cache_tokens + c->token_offset, c->num_tokens * sizeof(int32_t));
+            return c->num_tokens;
+        }
+        slot = (slot + 1) & (CACHE_SLOTS - 1);
+    }
+    size_t num = bpe_merge(t, piece, n, out);
+    // a miss: remember the answer in the empty slot we stopped at, while there is room
+    if (t->cache_entries < CACHE_MAX_ENTRIES && t->cache_key_used + n <= CACHE_KEY_ARENA
+        && t->cache_token_used + num <= CACHE_TOKEN_ARENA) {
+        CacheSlot *c = &t->cache[slot];
+        c->key_offset = (uint32_t)t->cache_key_used;
+        c->token_offset = (uint32_t)t->cache_token_used;
+        c->key_len = (uint8_t)n;
+        c->num_tokens = (uint8_t)num;
+        memcpy(t->cache_keys + t->cache_key_used, piece, n);
+        memcpy(t->cache_tokens + t->cache_token_used, out, num * sizeof(int32_t));
+        t->cache_key_used += n;
+        t->cache_token_used += num;
+        t->cache_entries++;
+    }
+    return num;
+}
+
+// ----------------------------------------------------------------------------
+// encode and decode
+
+// Encodes text with no special tokens: pre-tokenize, then BPE every piece.
+static size_t encode_ordinary(Tokenizer *t, const uint8_t *text, size_t len, int32_t *out) {
+    size_t num = 0;
+    for (size_t i = 0; i < len;) {
+        size_t end = pretoken_end(text, len, i);
+        num += bpe_encode_piece(t, text + i, end - i, out + num);
+        i = end;
+    }
+    return num;
+}
+
+// Encodes text[0..len) into out and returns the number of ids. out needs room for len ids:
+// every token covers at least one byte of the text. With allow_special, each occurrence of
+// "<|endoftext|>" becomes the EOT id and the text between occurrences is encoded on its own
+// (like tiktoken's encode with allowed_special: the regex never sees across a special token);
+// without it that text is ordinary text, like tiktoken's encode_ordinary.
+size_t tokenizer_encode(Tokenizer *t, const uint8_t *text, size_t len, int allow_special, int32_t *out) {
+    if (!allow_special) { return encode_ordinary(t, text, len, out); }
+    size_t num = 0, segment = 0;
+    for (size_t i = 0; i + SPECIAL_LEN <= len; i++) {
+        if (text[i] == '<' && memcmp(text + i, SPECIAL_TEXT, SPECIAL_LEN) == 0) {
+            num += encode_ordinary(t, text + segment, i - segment, out + num);
+            out[num++] = t->eot_token;
+            segment = i + SPECIAL_LEN;
+            i = segment - 1;  // the loop's i++ moves on to segment
+        }
+    }
+    num += encode_ordinary(t, text + segment, len - segment, out + num);
+    return num;
+}
+
+// Writes the bytes of ids[0..n) to out (room for cap bytes) and returns how many it wrote,
+// or SIZE_MAX if an id is not in the vocabulary or out is too small.
+size_t tokenizer_decode(const Tokenizer *t, const int32_t *ids, size_t n, uint8_t *out, size_t cap) {
+    size_t used = 0;
+    for (size_t i = 0; i < n; i++) {
+        size_t len;
+        const uint8_t *tok = tokenizer_token(t, ids[i], &len);
+        if (tok == NULL || len > cap - used) { return SIZE_MAX; }
+        memcpy(out + used, tok, len);
+        used += len;
+    }
+    return used;
+}
+
+// The llm.c Tiny Shakespeare convention: cut the text at every "\n\n" (as Python's
+// str.split: left to right, not overlapping), then emit [EOT] + encode(section + "\n\n") for
+// every section but the last, which gets no "\n\n". out needs room for len + len / 2 + 1 ids:
+// at most one EOT per section, and a section ends at most every 2 bytes.
+static size_t encode_sections(Tokenizer *t, const uint8_t *text, size_t len, int allow_special, int32_t *out) {
+    size_t num = 0, section = 0;
+    for (size_t i = 0; i + 1 < len; i++) {
+        if (text[i] == '\n' && text[i + 1] == '\n') {
+            out[num++] = t->eot_token;
+            // section + "\n\n" is exactly the text up to and including this separator
+            num += tokenizer_encode(t, text + section, i + 2 - section, allow_special, out + num);
+            section = i + 2;
+            i++;  // do not let the separator's second '\n' start another one
+        }
+    }
+    out[num++] = t->eot_token;
+    num += tokenizer_encode(t, text + section, len - section, allow_special, out + num);
+    return num;
+}
+
+// ----------------------------------------------------------------------------
+// output files: token shards and tokenizer.bin
+
+#define SHARD_MAGIC 20240520
+#define SHARD_VERSION 1
+#define TOKENIZER_MAGIC 20240328
+#define TOKENIZER_VERSION 2
+#define HEADER_INTS 256
+
+// Writes ids as a token shard at path.tmp (see output_commit_all for the rename).
+static void write_shard(const char *path, const int32_t *ids, size_t n) {
+    if (n > INT32_MAX) { die_file(path, NULL, "%zu tokens do not fit the int32 count in the header", n); }
+    uint8_t header[HEADER_INTS * 4] = {0};
+    put_le32(header + 0, SHARD_MAGIC);
+    put_le32(header + 4, SHARD_VERSION);
+    put_le32(header + 8, (uint32_t)n);
+    uint8_t *body = (uint8_t *)mallocCheck(2 * n);
+    for (size_t i = 0; i < n; i++) {
+        // uint16 is enough for GPT-2's 50257 ids; a larger vocabulary would need another format
+        if (ids[i] < 0 || ids[i] > 0xFFFF) { die_file(path, NULL, "token id %d does not fit uint16", ids[i]); }
+        body[2 * i] = (uint8_t)ids[i];
+        body[2 * i + 1] = (uint8_t)(ids[i] >> 8);
+    }
+    FILE *f = output_open(path);
+    fwriteCheck(header, 1, sizeof(header), f);
+    fwriteCheck(body, 1, 2 * n, f);
+    output_close(f);
+    free(body);
+}
+
+// Writes the decoding table at path.tmp: for each id its raw bytes, length-prefixed.
+static void write_tokenizer_bin(const Tokenizer *t, const char *path) {
+    uint8_t header[HEADER_INTS * 4] = {0};
+    put_le32(header + 0, TOKENIZER_MAGIC);
+    put_le32(header + 4, TOKENIZER_VERSION);
+    put_le32(header + 8, (uint32_t)t->vocab_size);
+    put_le32(header + 12, (uint32_t)t->eot_token);
+    FILE *f = output_open(path);
+    fwriteCheck(header, 1, sizeof(header), f);
+    for (int id = 0; id < t->vocab_size; id++) {
+        size_t len;
+        const uint8_t *tok = tokenizer_token(t, id, &len);
+        uint8_t len8 = (uint8_t)len;  // fits: the loader rejects tokens over 255 bytes
+        fwriteCheck(&len8, 1, 1, f);
+        fwriteCheck(tok, 1, len, f);
+    }
+    output_close(f);
+}
+
+// ----------------------------------------------------------------------------
+// the program: options and the two modes
+
+typedef struct {
+    const char *input_path;      // -i
+    const char *output;          // -o: prefix, or the exact file with -e
+    long val_tokens;             // -v
+    const char *tokenizer_bin;   // -t: "" to skip
+    const char *gpt2_dir;        // -g
+    int encode_mode;             // -e
+    int allow_special;           // -s
+} Options;
+
+void options_default(Options *o) {
+    o->input_path = "data/tinyshakespeare/input.txt";
+    o->output = "data/tinyshakespeare/tiny_shakespeare";
+    o->val_tokens = 32768;
+    o->tokenizer_bin = "data/gpt2_tokenizer.bin";
+    o->gpt2_dir = "data/gpt2";
+    o->encode_mode = 0;
+    o->allow_special = 0;
+}
+
+// Does one whole run: load, encode, check, write everything as .tmp, then rename it all.
+// Every problem with the input is found before the first output file is opened.
+void tokenize_file(const Options *o) {
+    Tokenizer t;
+    tokenizer_init(&t, o->gpt2_dir);
+    printf("tokenizer: %d tokens from %s: 256 bytes + %d merges + <|endoftext|> = %d; Unicode %s tables\n",
+           t.vocab_size, o->gpt2_dir, t.num_mergeable - 256, t.eot_token, UNICODE_TABLES_VERSION);
+    size_t len;
+    uint8_t *text = read_whole_file(o->input_path, &len, "-i names the text file to tokenize");
+    if (len == 0) { die_file(o->input_path, "-i names the text file to tokenize", "the file is empty"); }
+
+    double t0 = now_seconds();
+    int32_t *ids = (int32_t *)mallocCheck((len + len / 2 + 1) * sizeof(int32_t));
+    size_t num = o->encode_mode ? tokenizer_encode(&t, text, len, o->allow_special, ids)
+                                : encode_sections(&t, text, len, o->allow_special, ids);
+    double seconds = now_seconds() - t0;
+    printf("encoded %s: %zu bytes -> %zu tokens in %.4f s (%.1f MB/s)%s\n", o->input_path, len, num,
+           seconds, (double)len / 1e6 / (seconds > 0 ? seconds : 1e-9),
+           o->allow_special ? ", <|endoftext|> as special token" : "");
+
+    char val_path[MAX_PATH_LEN], train_path[MAX_PATH_LEN];
+    if (o->encode_mode) {
+        write_shard(o->output, ids, num);
+    } else {
+        if (num <= (size_t)o->val_tokens) {
+            die_file(o->input_path, "lower the validation split with -v, or use -e for one shard",
+                     "gives %zu tokens, but the validation split alone takes %ld and training needs at least 1",
+                     num, o->val_tokens);
+        }
+        path_concat(val_path, o->output, "_val.bin");
+        path_concat(train_path, o->output, "_train.bin");
+        write_shard(val_path, ids, (size_t)o->val_tokens);
+        write_shard(train_path, ids + o->val_tokens, num - (size_t)o->val_tokens);
+    }
+    if (o->tokenizer_bin[0] != '\0') { write_tokenizer_bin(&t, o->tokenizer_bin); }
+    output_commit_all();
+
+    if (o->encode_mode) {
+        printf("wrote %s (%zu tokens)\n", o->output, num);
+    } else {
+        printf("wrote %s (%ld tokens)\n", val_path, o->val_tokens);
+        printf("wrote %s (%zu tokens)\n", train_path, num - (size_t)o->val_tokens);
+    }
+    if (o->tokenizer_bin[0] != '\0') { printf("wrote %s (%d tokens)\n", o->tokenizer_bin, t.vocab_size); }
+    free(ids);
+    free(text);
+    tokenizer_free(&t);
+}
+
+#ifndef TESTING
+
+static void usage(FILE *stream) {
+    Options d;
+    options_default(&d);
+    fprintf(stream,
+        "Usage: ./data/tokenizer [options]\n"
+        "GPT-2 BPE tokenizer (identical to tiktoken's gpt2 encoding), writing llm.c token shards.\n"
+        "Default mode: split the text at \"\\n\\n\" into sections, write [EOT] + tokens of each section\n"
+        "(with its \"\\n\\n\"), the first -v tokens to PREFIX_val.bin and the rest to PREFIX_train.bin.\n"
+        "Options:\n"
+        "  -i <path>  input text file (default %s)\n"
+        "  -o <path>  output prefix; with -e the exact output file (default %s)\n"
+        "  -v <int>   number of validation tokens, at least 1; unused with -e (default %ld)\n"
+        "  -t <path>  also write the decoding table tokenizer.bin here; -t '' skips it (default %s)\n"
+        "  -g <dir>   folder with GPT-2's encoder.json and vocab.bpe (default %s)\n"
+        "  -e         encode mode: the whole file as one string (no sections, no EOT) into one shard\n"
+        "             at -o (default off)\n"
+        "  -s         the text <|endoftext|> in the input becomes the special token %d; otherwise it is\n"
+        "             ordinary text (default off)\n"
+        "  -h         print this help and exit\n",
+        d.input_path, d.output, d.val_tokens, d.tokenizer_bin, d.gpt2_dir, 50256);
+}
+
+static void bad_usage(const char *fmt, const char *arg) {
+    fprintf(stderr, "Error: ");
+    fprintf(stderr, fmt, arg);
+    fprintf(stderr, "\nHINT: ./data/tokenizer -h lists every option\n");
+    exit(EXIT_FAILURE);
+}
+
+int main(int argc, char **argv) {
+    Options o;
+    options_default(&o);
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (a[0] != '-' || a[1] == '\0' || a[2] != '\0') { bad_usage("unknown argument '%s'", a); }
+        char flag = a[1];
+        // the flags without a value
+        if (flag == 'h') { usage(stdout); return 0; }
+        if (flag == 'e') { o.encode_mode = 1; continue; }
+        if (flag == 's') { o.allow_special = 1; continue; }
+        // every other flag takes the next argument as its value
+        if (!strchr("iovtg", flag)) { bad_usage("unknown option '%s'", a); }
+        if (i + 1 >= argc) { bad_usage("option '%s' needs a value", a); }
+        const char *value = argv[++i];
+        if (flag == 'i') { o.input_path = value; }
+        else if (flag == 'o') { o.output = value; }
+        else if (flag == 't') { o.tokenizer_bin = value; }
+        else if (flag == 'g') { o.gpt2_dir = value; }
+        else {  // -v: a whole number >= 1; strtol alone would accept "12abc" or ""
+            char *end;
+            errno = 0;
+            long v = strtol(value, &end, 10);
+            if (errno != 0 || end == value || *end != '\0' || v < 1 || v > INT32_MAX) {
+                bad_usage("-v needs a whole number of tokens, at least 1, got '%s'", value);
+            }
+            o.val_tokens = v;
+        }
+    }
+    if (o.input_path[0] == '\0' || o.output[0] == '\0' || o.gpt2_dir[0] == '\0') {
+        bad_usage("%s", "-i, -o and -g need a non-empty value");
+    }
+    tokenize_file(&o);
+    return 0;
+}
+
+#endif // TESTING

@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# Tests the error handling of the tokenizer program (data/tokenizer.c) through its command line:
+# the loader exits on a bad file, so these cannot be tested from inside test_tokenizer.c.
+# For each bad input we check: exit status 1, a message that names the offending file, and
+# that no output file (final or .tmp) was left behind or overwritten.
+#
+# Run from the repository root, after building the program:
+#   gcc -O3 -march=native -Wall -Wextra -Werror -std=c11 data/tokenizer.c -o data/tokenizer
+#   bash dev/test/test_tokenizer_cli.sh ./data/tokenizer
+set -u
+
+BIN=${1:-./data/tokenizer}
+if [ ! -x "$BIN" ]; then
+    echo "Error: $BIN is not an executable; build it first (see the top of this script)"
+    exit 1
+fi
+TMP=$(mktemp -d /tmp/test_tokenizer_cli.XXXXXX)
+trap 'rm -rf "$TMP"' EXIT
+OUT="$TMP/out"      # every run writes here; after a failed run it must stay empty
+mkdir "$OUT"
+passed=0
+failed=0
+
+report() {  # report NAME OK(0/1) [detail]
+    if [ "$2" = 1 ]; then
+        printf '%-70s OK\n' "$1"; passed=$((passed + 1))
+    else
+        printf '%-70s NOT OK\n' "$1"; failed=$((failed + 1))
+        [ -n "${3:-}" ] && printf '  %s\n' "$3"
+    fi
+}
+
+# expect_error NAME NEEDLE ARGS...: the run must exit 1, print NEEDLE (usually the file's
+# name) in its error message, and leave $OUT empty
+expect_error() {
+    local name=$1 needle=$2
+    shift 2
+    "$BIN" "$@" > "$TMP/stdout" 2> "$TMP/stderr"
+    local status=$? ok=1 why=""
+    if [ $status -ne 1 ]; then ok=0; why="exit status $status, wanted 1"; fi
+    if ! grep -qF -- "$needle" "$TMP/stderr"; then ok=0; why="$why; stderr does not mention '$needle': $(head -c 300 "$TMP/stderr")"; fi
+    if [ -n "$(ls -A "$OUT")" ]; then ok=0; why="$why; left files behind: $(ls -A "$OUT" | tr '\n' ' ')"; rm -f "$OUT"/*; fi
+    report "$name" $ok "${why#; }"
+}
+
+GOOD="$TMP/gpt2"      # a copy of the vocabulary files that we break one way at a time
+mkdir "$GOOD"
+cp data/gpt2/encoder.json data/gpt2/vocab.bpe "$GOOD/"
+SMALL="$TMP/small.txt"
+printf 'Hello world' > "$SMALL"
+
+# --- the command line itself
+"$BIN" -h > "$TMP/help" 2>&1
+status=$?
+all_listed=1
+for flag in -i -o -v -t -g -e -s -h; do grep -qF -- "  $flag " "$TMP/help" || all_listed=0; done
+report "-h exits 0 and lists -i -o -v -t -g -e -s -h" $([ $status -eq 0 ] && [ $all_listed = 1 ] && echo 1 || echo 0)
+report "-h shows the defaults" $(grep -qF "default data/gpt2)" "$TMP/help" && grep -qF "default 32768)" "$TMP/help" && echo 1 || echo 0)
+expect_error "unknown flag -x is rejected" "'-x'" -x
+expect_error "a stray argument is rejected" "'input.txt'" input.txt
+expect_error "-i without a value is rejected" "'-i' needs a value" -i
+expect_error "-v abc is rejected" "'abc'" -v abc -o "$OUT/ts"
+expect_error "-v 0 is rejected" "'0'" -v 0 -o "$OUT/ts"
+
+# --- missing and malformed vocabulary files
+expect_error "missing -g folder names encoder.json" "$TMP/nowhere/encoder.json" -g "$TMP/nowhere" -o "$OUT/ts" -t ""
+mkdir "$TMP/no_vocab" && cp "$GOOD/encoder.json" "$TMP/no_vocab/"
+expect_error "missing vocab.bpe is named" "$TMP/no_vocab/vocab.bpe" -g "$TMP/no_vocab" -o "$OUT/ts" -t ""
+mkdir "$TMP/truncated" && head -c 500000 "$GOOD/encoder.json" > "$TMP/truncated/encoder.json" && cp "$GOOD/vocab.bpe" "$TMP/truncated/"
+expect_error "truncated encoder.json is named" "$TMP/truncated/encoder.json" -g "$TMP/truncated" -o "$OUT/ts" -t ""
+mkdir "$TMP/dup_id" && sed 's/"!": 0,/"!": 1,/' "$GOOD/encoder.json" > "$TMP/dup_id/encoder.json" && cp "$GOOD/vocab.bpe" "$TMP/dup_id/"
+expect_error "encoder.json with a repeated id is named" "$TMP/dup_id/encoder.json" -g "$TMP/dup_id" -o "$OUT/ts" -t ""
+mkdir "$TMP/not_json" && echo "[1, 2, 3]" > "$TMP/not_json/encoder.json" && cp "$GOOD/vocab.bpe" "$TMP/not_json/"
+expect_error "encoder.json that is not an object is named" "$TMP/not_json/encoder.json" -g "$TMP/not_json" -o "$OUT/ts" -t ""
+mkdir "$TMP/swapped" && cp "$GOOD/encoder.json" "$TMP/swapped/" && sed '2{h;d};3{G}' "$GOOD/vocab.bpe" > "$TMP/swapped/vocab.bpe"
+expect_error "vocab.bpe with two merges swapped is named" "$TMP/swapped/vocab.bpe" -g "$TMP/swapped" -o "$OUT/ts" -t ""
+mkdir "$TMP/short_bpe" && cp "$GOOD/encoder.json" "$TMP/short_bpe/" && head -n 40000 "$GOOD/vocab.bpe" > "$TMP/short_bpe/vocab.bpe"
+expect_error "vocab.bpe missing merges is named" "$TMP/short_bpe/vocab.bpe" -g "$TMP/short_bpe" -o "$OUT/ts" -t ""
+mkdir "$TMP/no_version" && cp "$GOOD/encoder.json" "$TMP/no_version/" && tail -n +2 "$GOOD/vocab.bpe" > "$TMP/no_version/vocab.bpe"
+expect_error "vocab.bpe without its #version line is named" "$TMP/no_version/vocab.bpe" -g "$TMP/no_version" -o "$OUT/ts" -t ""
+
+# --- bad input text and outputs that cannot be written
+expect_error "an input that is a folder is named" "$TMP/gpt2" -i "$TMP/gpt2" -o "$OUT/ts" -t "$OUT/tok.bin"
+expect_error "missing input is named" "$TMP/missing.txt" -i "$TMP/missing.txt" -o "$OUT/ts" -t "$OUT/tok.bin"
+: > "$TMP/empty.txt"
+expect_error "empty input is named" "$TMP/empty.txt" -i "$TMP/empty.txt" -o "$OUT/ts" -t "$OUT/tok.bin"
+expect_error "fewer tokens than the val split names the input" "$SMALL" -i "$SMALL" -o "$OUT/ts" -t "$OUT/tok.bin"
+report "  ... and prints a HINT" $(grep -q "^HINT: .*-v" "$TMP/stderr" && echo 1 || echo 0)
+expect_error "an output folder that does not exist is named" "$TMP/no_dir/ts_val.bin.tmp" -i "$SMALL" -v 1 -o "$TMP/no_dir/ts" -t ""
+# the val shard is written, then the tokenizer.bin into a missing folder fails: both must go
+expect_error "a failure after the first output removes it too" "$TMP/no_dir/tok.bin.tmp" -i "$SMALL" -v 1 -o "$OUT/ts" -t "$TMP/no_dir/tok.bin"
+
+# --- successful runs
+"$BIN" -i "$SMALL" -v 1 -o "$OUT/ts" -t "" > /dev/null 2>&1
+report "-v 1 on 'Hello world' writes val and train, -t '' skips tokenizer.bin" \
+    $([ $? -eq 0 ] && [ "$(ls "$OUT" | tr '\n' ' ')" = "ts_train.bin ts_val.bin " ] && echo 1 || echo 0)
+# llm.c convention: [EOT] + "Hello world" = [50256, 15496, 995]; 1 val token, 2 train tokens
+report "  ... shard headers count 1 and 2 tokens" \
+    $([ "$(od -An -tu4 -j8 -N4 "$OUT/ts_val.bin" | tr -d ' ')" = 1 ] && [ "$(od -An -tu4 -j8 -N4 "$OUT/ts_train.bin" | tr -d ' ')" = 2 ] && echo 1 || echo 0)
+cp "$OUT/ts_val.bin" "$TMP/val_before.bin"
+"$BIN" -i "$TMP/empty.txt" -v 1 -o "$OUT/ts" -t "" > /dev/null 2>&1
+report "a failed run leaves the earlier good output untouched" \
+    $(cmp -s "$OUT/ts_val.bin" "$TMP/val_before.bin" && [ "$(ls "$OUT" | wc -l)" = 2 ] && echo 1 || echo 0)
+rm -f "$OUT"/*
+"$BIN" -e -s -i "$SMALL" -o "$OUT/hello.bin" -t "$OUT/tok.bin" > /dev/null 2>&1
+report "-e writes exactly the -o file (plus -t), tokens [15496, 995]" \
+    $([ $? -eq 0 ] && [ "$(ls "$OUT" | tr '\n' ' ')" = "hello.bin tok.bin " ] \
+      && [ "$(od -An -tu2 -j1024 "$OUT/hello.bin" | tr -s ' ')" = " 15496 995" ] && echo 1 || echo 0)
+
+echo "$passed passed, $failed failed"
+[ $failed -eq 0 ]

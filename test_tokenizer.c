@@ -1,0 +1,431 @@
+/*
+Tests data/tokenizer.c against tiktoken 0.14.0's GPT-2 encoding.
+
+tiktoken is not run here (CI has no Python): dev/reference/tokenizer_reference.py wrote its
+answers into dev/reference/fixtures/, and we compare against those files. The checks:
+  - pre-tokenizer: hand-checked splits, including the \s+(?!\S) backtracking and bad UTF-8
+  - encode: Tiny Shakespeare and a UTF-8 stress text, token for token (both with and without
+    <|endoftext|> as a special token); on a mismatch we print where, the text around it and
+    both token lists
+  - decode(encode(x)) == x byte for byte, also for random bytes that are not UTF-8
+  - the shards the program writes for Tiny Shakespeare equal tiktoken's llm.c-style split
+  - the tokenizer.bin it writes: the hash of the file tiktoken implies, and every id against
+    encoder.json decoded here independently, through GPT-2's bytes_to_unicode
+  - errors the API reports by return value (loader errors exit, so
+    dev/test/test_tokenizer_cli.sh tests those through the program)
+
+Build and run from the repository root:
+  gcc -O3 -march=native -Wall -Wextra -Werror -std=c11 test_tokenizer.c -o test_tokenizer
+  ./test_tokenizer
+Regenerate the fixtures: python dev/reference/tokenizer_reference.py
+*/
+
+#define TESTING
+#include "data/tokenizer.c"
+
+#define FIXTURES "dev/reference/fixtures/"
+#define GPT2_DIR "data/gpt2"
+#define SHAKESPEARE "data/tinyshakespeare/input.txt"
+
+static int num_passed = 0, num_failed = 0;
+
+static void report(const char *name, int ok) {
+    printf("%-70s %s\n", name, ok ? "OK" : "NOT OK");
+    if (ok) { num_passed++; } else { num_failed++; }
+}
+
+// Prints bytes as a C string literal, so spaces, newlines and bad UTF-8 are visible: valid
+// UTF-8 characters go out as they are, every other byte as \xNN (a token may hold part of a
+// character, so this happens even for good text).
+static void print_escaped(const uint8_t *s, size_t n) {
+    putchar('"');
+    for (size_t i = 0; i < n;) {
+        uint32_t cp;
+        size_t len = utf8_decode(s + i, n - i, &cp);
+        if (s[i] == '"' || s[i] == '\\') { printf("\\%c", s[i]); }
+        else if (s[i] == '\n') { printf("\\n"); }
+        else if (s[i] == '\r') { printf("\\r"); }
+        else if (s[i] == '\t') { printf("\\t"); }
+        else if (len == 0 || s[i] < 0x20 || s[i] == 0x7F) { printf("\\x%02X", s[i]); }
+        else { fwrite(s + i, 1, len, stdout); i += len; continue; }
+        i++;
+    }
+    putchar('"');
+}
+
+// ----------------------------------------------------------------------------
+// reading the fixtures
+
+static uint8_t *read_fixture(const char *path, size_t *len) {
+    return read_whole_file(path, len, "run from the repository root; to regenerate the fixtures: "
+                                      "python dev/reference/tokenizer_reference.py");
+}
+
+static uint32_t get_le32(const uint8_t *p) {
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+// Reads a token shard written by the reference script (or by us) into int32 ids.
+static int32_t *read_shard(const char *path, size_t *num) {
+    size_t len;
+    uint8_t *data = read_fixture(path, &len);
+    if (len < HEADER_INTS * 4 || get_le32(data) != SHARD_MAGIC || get_le32(data + 4) != SHARD_VERSION) {
+        die_file(path, "regenerate: python dev/reference/tokenizer_reference.py",
+                 "not a token shard (expected magic %d, version %d)", SHARD_MAGIC, SHARD_VERSION);
+    }
+    *num = get_le32(data + 8);
+    if (len != HEADER_INTS * 4 + 2 * *num) {
+        die_file(path, NULL, "header says %zu tokens, the file has room for %zu", *num, (len - HEADER_INTS * 4) / 2);
+    }
+    int32_t *ids = (int32_t *)mallocCheck((*num + 1) * sizeof(int32_t));
+    for (size_t i = 0; i < *num; i++) {
+        const uint8_t *p = data + HEADER_INTS * 4 + 2 * i;
+        ids[i] = p[0] | p[1] << 8;
+    }
+    free(data);
+    return ids;
+}
+
+// ----------------------------------------------------------------------------
+// the pre-tokenizer on hand-checked cases
+
+// The expected pieces were checked with Python's re (same leftmost-first, backtracking
+// semantics as fancy-regex) using ASCII stand-ins for \p{L} and \p{N}, and by hand for the
+// non-ASCII and invalid UTF-8 cases.
+typedef struct {
+    const char *text;
+    const char *pieces[8];  // NULL-terminated
+} PretokenCase;
+
+static const PretokenCase pretoken_cases[] = {
+    {"Hello world", {"Hello", " world", NULL}},
+    {"   a", {"  ", " a", NULL}},                    // the run gives its last space to the word
+    {"a\n\nb", {"a", "\n", "\n", "b", NULL}},          // ... and its last newline stands alone
+    {"x  \n", {"x", "  \n", NULL}},                    // at the end the whole run stays together
+    {"it's 'sand", {"it", "'s", " '", "sand", NULL}},
+    {"I'M we'LL", {"I", "'", "M", " we", "'", "LL", NULL}},  // contractions are lower case only
+    {"?'s", {"?'", "s", NULL}},                        // a symbol run swallows the apostrophe
+    {"'ll'", {"'ll", "'", NULL}},
+    {"a  1   !", {"a", " ", " 1", "  ", " !", NULL}},
+    {"a \n b", {"a", " \n", " b", NULL}},
+    {"x\r\n\r\ny", {"x", "\r\n\r", "\n", "y", NULL}},
+    {"$5.00!!", {"$", "5", ".", "00", "!!", NULL}},
+    {"caf\xC3\xA9 \xE4\xB8\xAD\xE6\x96\x87", {"caf\xC3\xA9", " \xE4\xB8\xAD\xE6\x96\x87", NULL}},
+    {"a\xC2\xA0 b", {"a", "\xC2\xA0", " b", NULL}},    // NBSP is white space but never glues
+    {"\xE2\x85\xAB\xC2\xBD!", {"\xE2\x85\xAB\xC2\xBD", "!", NULL}},  // Nl and No are numbers
+    // bytes that are not UTF-8 are one-byte 'other' characters
+    {"a\xFF\xFE" "b", {"a", "\xFF\xFE", "b", NULL}},
+    {" \x80x", {" \x80", "x", NULL}},
+    {"\xC0\xAFz", {"\xC0\xAF", "z", NULL}},            // overlong '/'
+    {"\xED\xA0\x80!", {"\xED\xA0\x80!", NULL}},        // a surrogate
+    {"ab\xE6\x97", {"ab", "\xE6\x97", NULL}},          // truncated at the end
+};
+
+static void test_pretokenizer(void) {
+    int all_ok = 1;
+    for (size_t c = 0; c < sizeof(pretoken_cases) / sizeof(pretoken_cases[0]); c++) {
+        const PretokenCase *pc = &pretoken_cases[c];
+        const uint8_t *text = (const uint8_t *)pc->text;
+        size_t n = strlen(pc->text), i = 0, k = 0;
+        int ok = 1;
+        while (i < n && ok) {
+            size_t end = pretoken_end(text, n, i);
+            const char *want = pc->pieces[k++];
+            ok = want != NULL && strlen(want) == end - i && memcmp(want, text + i, end - i) == 0;
+            i = end;
+        }
+        ok = ok && pc->pieces[k] == NULL;
+        if (!ok) {
+            printf("  pre-tokenizer case "); print_escaped(text, n); printf(" gives:");
+            for (size_t j = 0; j < n;) {
+                size_t end = pretoken_end(text, n, j);
+                putchar(' '); print_escaped(text + j, end - j);
+                j = end;
+            }
+            printf("\n");
+            all_ok = 0;
+        }
+    }
+    report("pre-tokenizer: hand-checked splits", all_ok);
+}
+
+// ----------------------------------------------------------------------------
+// encoding against the fixtures
+
+static void print_tokens_around(const Tokenizer *t, const char *label, const int32_t *ids, size_t n, size_t at) {
+    size_t from = at >= 5 ? at - 5 : 0, to = at + 6 < n ? at + 6 : n;
+    printf("  %s tokens %zu..%zu:", label, from, to);
+    for (size_t i = from; i < to; i++) {
+        size_t len;
+        const uint8_t *tok = tokenizer_token(t, ids[i], &len);
+        printf(" %s%d=", i == at ? ">" : "", ids[i]);
+        print_escaped(tok != NULL ? tok : (const uint8_t *)"?", tok != NULL ? len : 1);
+    }
+    printf("\n");
+}
+
+// Compares our ids with the expected ones; on a mismatch shows the first difference in context.
+static int compare_tokens(const Tokenizer *t, const int32_t *got, size_t num_got,
+                          const int32_t *want, size_t num_want) {
+    size_t i = 0;
+    while (i < num_got && i < num_want && got[i] == want[i]) { i++; }
+    if (i == num_got && i == num_want) { return 1; }
+    printf("  first difference at token %zu (we have %zu tokens, tiktoken %zu)\n", i, num_got, num_want);
+    // the text there: the bytes of tiktoken's tokens just before and after the difference
+    size_t from = i >= 5 ? i - 5 : 0, to = i + 6 < num_want ? i + 6 : num_want;
+    uint8_t context[16 * MAX_TOKEN_BYTES];
+    size_t len = tokenizer_decode(t, want + from, to - from, context, sizeof(context));
+    if (len != SIZE_MAX) { printf("  text around it: "); print_escaped(context, len); printf("\n"); }
+    print_tokens_around(t, "ours:    ", got, num_got, i);
+    print_tokens_around(t, "tiktoken:", want, num_want, i);
+    return 0;
+}
+
+static void check_encoding(Tokenizer *t, const char *name, const uint8_t *text, size_t len,
+                           int allow_special, const char *fixture) {
+    size_t num_want;
+    int32_t *want = read_shard(fixture, &num_want);
+    int32_t *got = (int32_t *)mallocCheck((len + 1) * sizeof(int32_t));
+    size_t num_got = tokenizer_encode(t, text, len, allow_special, got);
+    report(name, compare_tokens(t, got, num_got, want, num_want));
+    free(got);
+    free(want);
+}
+
+// decode(encode(text)) must give back text exactly
+static void check_roundtrip(Tokenizer *t, const char *name, const uint8_t *text, size_t len, int allow_special) {
+    int32_t *ids = (int32_t *)mallocCheck((len + 1) * sizeof(int32_t));
+    uint8_t *back = (uint8_t *)mallocCheck(len + 1);
+    size_t num = tokenizer_encode(t, text, len, allow_special, ids);
+    size_t back_len = tokenizer_decode(t, ids, num, back, len);
+    int ok = back_len == len && memcmp(back, text, len) == 0;
+    if (!ok && back_len != SIZE_MAX) {
+        size_t i = 0;
+        while (i < len && i < back_len && back[i] == text[i]) { i++; }
+        printf("  decoded text differs at byte %zu (%zu bytes in, %zu out)\n", i, len, back_len);
+    } else if (!ok) {
+        printf("  decode failed: an invalid id or more bytes than went in\n");
+    }
+    report(name, ok);
+    free(back);
+    free(ids);
+}
+
+static void test_small_cases(Tokenizer *t) {
+    int32_t ids[16];
+    size_t n = tokenizer_encode(t, (const uint8_t *)"Hello world", 11, 0, ids);
+    report("encode \"Hello world\" -> [15496, 995]", n == 2 && ids[0] == 15496 && ids[1] == 995);
+    n = tokenizer_encode(t, (const uint8_t *)SPECIAL_TEXT, SPECIAL_LEN, 1, ids);
+    report("encode <|endoftext|> with special tokens -> [50256]", n == 1 && ids[0] == 50256);
+    // tiktoken's encode_ordinary("<|endoftext|>")
+    const int32_t plain[7] = {27, 91, 437, 1659, 5239, 91, 29};
+    n = tokenizer_encode(t, (const uint8_t *)SPECIAL_TEXT, SPECIAL_LEN, 0, ids);
+    report("encode <|endoftext|> as ordinary text -> 7 tokens", n == 7 && memcmp(ids, plain, sizeof(plain)) == 0);
+    n = tokenizer_encode(t, (const uint8_t *)"", 0, 1, ids);
+    report("encode empty text -> no tokens", n == 0);
+}
+
+// Random bytes are mostly invalid UTF-8, which tiktoken cannot take, so there is no fixture;
+// but they must still encode to valid ids and decode back exactly. xorshift32, fixed seed.
+static void test_random_bytes(Tokenizer *t) {
+    size_t len = 1 << 16;
+    uint8_t *text = (uint8_t *)mallocCheck(len);
+    uint32_t state = 1337;
+    for (size_t i = 0; i < len; i++) {
+        state ^= state << 13; state ^= state >> 17; state ^= state << 5;
+        text[i] = (uint8_t)state;
+    }
+    check_roundtrip(t, "roundtrip: 64 KiB of random bytes (invalid UTF-8)", text, len, 0);
+    free(text);
+}
+
+// ----------------------------------------------------------------------------
+// the files the program writes
+
+// GPT-2's bytes_to_unicode, written here independently of the tokenizer's ByteAlphabet: the
+// printable bytes map to themselves, the others to 256, 257, ... in increasing byte order.
+static void build_byte_decoder(int byte_of[BYTE_ALPHABET_SIZE]) {
+    for (int c = 0; c < BYTE_ALPHABET_SIZE; c++) { byte_of[c] = -1; }
+    int n = 0;
+    for (int b = 0; b < 256; b++) {
+        int printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255);
+        if (printable) { byte_of[b] = b; } else { byte_of[256 + n] = b; n++; }
+    }
+}
+
+// Decodes every key of encoder.json into raw bytes, placing token id's bytes at
+// bytes[id * 256 ..] with length lens[id]. Returns the number of entries.
+static int decode_encoder_json(const char *path, uint8_t *bytes, int *lens, int max_ids) {
+    int byte_of[BYTE_ALPHABET_SIZE];
+    build_byte_decoder(byte_of);
+    size_t len;
+    uint8_t *s = read_fixture(path, &len);
+    int entries = 0;
+    size_t i = 0;
+    while (i < len) {
+        // find the next key: a '"' after '{' or ','
+        while (i < len && s[i] != '"') { i++; }
+        if (i >= len) { break; }
+        i++;
+        uint8_t key[256];
+        int key_len = 0;
+        while (i < len && s[i] != '"' && key_len < 256) {
+            uint32_t c;
+            if (s[i] == '\\' && s[i + 1] == 'u') {
+                char hex[5] = {0};
+                memcpy(hex, s + i + 2, 4);  // the file ends in a 0 byte, so this stays inside
+                c = (uint32_t)strtoul(hex, NULL, 16);
+                i += 6;
+            } else if (s[i] == '\\') {
+                c = s[i + 1];  // \" and \\ are the only other escapes encoder.json uses
+                i += 2;
+            } else if (s[i] < 0x80) {
+                c = s[i++];
+            } else {
+                return -1;  // GPT-2's encoder.json is pure ASCII
+            }
+            if (c >= BYTE_ALPHABET_SIZE || byte_of[c] < 0) { return -1; }
+            key[key_len++] = (uint8_t)byte_of[c];
+        }
+        i++;  // closing quote
+        while (i < len && (s[i] == ':' || s[i] == ' ')) { i++; }
+        int id = (int)strtol((const char *)s + i, NULL, 10);
+        if (id < 0 || id >= max_ids) { return -1; }
+        memcpy(bytes + (size_t)id * 256, key, (size_t)key_len);
+        lens[id] = key_len;
+        entries++;
+        while (i < len && s[i] != ',' && s[i] != '}') { i++; }
+    }
+    free(s);
+    return entries;
+}
+
+static uint64_t fnv1a64(const uint8_t *s, size_t n) {
+    uint64_t h = 14695981039346656037ull;
+    for (size_t i = 0; i < n; i++) { h = (h ^ s[i]) * 1099511628211ull; }
+    return h;
+}
+
+static void check_tokenizer_bin(const char *path) {
+    size_t len;
+    uint8_t *data = read_fixture(path, &len);
+    report("tokenizer.bin: header [20240328, 2, 50257, 50256]",
+           len > HEADER_INTS * 4 && get_le32(data) == TOKENIZER_MAGIC && get_le32(data + 4) == TOKENIZER_VERSION
+           && get_le32(data + 8) == 50257 && get_le32(data + 12) == 50256);
+
+    // the whole file against the hash of what tiktoken's decode_single_token_bytes implies
+    size_t digest_len;
+    uint8_t *digest = read_fixture(FIXTURES "gpt2_tokenizer.fnv1a64", &digest_len);
+    char ours[32];
+    snprintf(ours, sizeof(ours), "%016llx", (unsigned long long)fnv1a64(data, len));
+    int same = digest_len >= 16 && memcmp(ours, digest, 16) == 0;
+    if (!same) { printf("  FNV-1a 64 of %s is %s, tiktoken's is %.16s\n", path, ours, (const char *)digest); }
+    report("tokenizer.bin: file hash equals tiktoken's", same);
+    free(digest);
+
+    // every id against encoder.json, decoded above with our own little bytes_to_unicode
+    int max_ids = 50257;
+    uint8_t *want = (uint8_t *)mallocCheck((size_t)max_ids * 256);
+    int *want_len = (int *)mallocCheck((size_t)max_ids * sizeof(int));
+    for (int id = 0; id < max_ids; id++) { want_len[id] = -1; }
+    int entries = decode_encoder_json(GPT2_DIR "/encoder.json", want, want_len, max_ids);
+    int ok = entries == max_ids, bad_id = -1;
+    size_t pos = HEADER_INTS * 4;
+    for (int id = 0; ok && id < max_ids; id++) {
+        int n = pos < len ? data[pos] : -1;
+        ok = n == want_len[id] && pos + 1 + (size_t)n <= len && memcmp(data + pos + 1, want + (size_t)id * 256, (size_t)n) == 0;
+        if (!ok) { bad_id = id; }
+        pos += 1 + (size_t)n;
+    }
+    ok = ok && pos == len;
+    if (bad_id >= 0) { printf("  token %d differs from encoder.json (%d entries read)\n", bad_id, entries); }
+    report("tokenizer.bin: ids 0..50256 equal encoder.json via bytes_to_unicode", ok);
+
+    // "Hello world" back through the file's own table
+    const int32_t hello[2] = {15496, 995};
+    char text[64];
+    size_t used = 0;
+    for (int k = 0; k < 2; k++) {
+        size_t p = HEADER_INTS * 4;
+        for (int id = 0; id < hello[k] && p < len; id++) { p += 1 + data[p]; }
+        if (p < len && used + data[p] < sizeof(text)) { memcpy(text + used, data + p + 1, data[p]); used += data[p]; }
+    }
+    report("tokenizer.bin: [15496, 995] decodes to \"Hello world\"", used == 11 && memcmp(text, "Hello world", 11) == 0);
+    free(want_len);
+    free(want);
+    free(data);
+}
+
+static int files_equal(const char *a, const char *b) {
+    size_t la, lb;
+    uint8_t *da = read_fixture(a, &la), *db = read_fixture(b, &lb);
+    int same = la == lb && memcmp(da, db, la) == 0;
+    if (!same) { printf("  %s (%zu bytes) differs from %s (%zu bytes)\n", a, la, b, lb); }
+    free(da);
+    free(db);
+    return same;
+}
+
+// Runs the program's own code path (default mode) into a temporary folder and compares the
+// shards byte for byte with tiktoken's split; then checks the tokenizer.bin it wrote.
+static void test_written_files(void) {
+    char dir[] = "/tmp/test_tokenizer_XXXXXX";
+    if (mkdtemp(dir) == NULL) { fprintf(stderr, "Error: mkdtemp failed: %s\n", strerror(errno)); exit(EXIT_FAILURE); }
+    char prefix[256], val[256], train[256], tok[256];
+    snprintf(prefix, sizeof(prefix), "%s/ts", dir);
+    snprintf(val, sizeof(val), "%s/ts_val.bin", dir);
+    snprintf(train, sizeof(train), "%s/ts_train.bin", dir);
+    snprintf(tok, sizeof(tok), "%s/tokenizer.bin", dir);
+    Options o;
+    options_default(&o);
+    o.input_path = SHAKESPEARE;
+    o.output = prefix;
+    o.tokenizer_bin = tok;
+    o.gpt2_dir = GPT2_DIR;
+    tokenize_file(&o);
+    report("shards: val equals tiktoken's llm.c split", files_equal(val, FIXTURES "tiny_shakespeare_val.bin"));
+    report("shards: train equals tiktoken's llm.c split", files_equal(train, FIXTURES "tiny_shakespeare_train.bin"));
+    check_tokenizer_bin(tok);
+    remove(val); remove(train); remove(tok);
+    rmdir(dir);
+}
+
+// The API reports these by return value; errors in the files are tested through the program.
+static void test_api_errors(Tokenizer *t) {
+    uint8_t out[64];
+    const int32_t too_big[1] = {50257}, negative[1] = {-1}, fine[2] = {15496, 995};
+    report("decode: id 50257 is an error", tokenizer_decode(t, too_big, 1, out, sizeof(out)) == SIZE_MAX);
+    report("decode: id -1 is an error", tokenizer_decode(t, negative, 1, out, sizeof(out)) == SIZE_MAX);
+    report("decode: output buffer too small is an error", tokenizer_decode(t, fine, 2, out, 10) == SIZE_MAX);
+    size_t len;
+    report("token: id 50257 gives NULL", tokenizer_token(t, 50257, &len) == NULL && len == 0);
+}
+
+int main(void) {
+    Tokenizer t;
+    tokenizer_init(&t, GPT2_DIR);
+    test_pretokenizer();
+    test_small_cases(&t);
+
+    size_t shakespeare_len, stress_len;
+    uint8_t *shakespeare = read_fixture(SHAKESPEARE, &shakespeare_len);
+    uint8_t *stress = read_fixture(FIXTURES "utf8_stress.txt", &stress_len);
+    check_encoding(&t, "encode: Tiny Shakespeare, ordinary", shakespeare, shakespeare_len, 0,
+                   FIXTURES "tiny_shakespeare_ordinary.bin");
+    check_encoding(&t, "encode: UTF-8 stress text, ordinary", stress, stress_len, 0,
+                   FIXTURES "utf8_stress_ordinary.bin");
+    check_encoding(&t, "encode: UTF-8 stress text, <|endoftext|> special", stress, stress_len, 1,
+                   FIXTURES "utf8_stress_special.bin");
+    check_roundtrip(&t, "roundtrip: Tiny Shakespeare", shakespeare, shakespeare_len, 0);
+    check_roundtrip(&t, "roundtrip: UTF-8 stress text, ordinary", stress, stress_len, 0);
+    check_roundtrip(&t, "roundtrip: UTF-8 stress text, special", stress, stress_len, 1);
+    test_random_bytes(&t);
+    test_api_errors(&t);
+    test_written_files();
+
+    free(stress);
+    free(shakespeare);
+    tokenizer_free(&t);
+    printf("%d passed, %d failed\n", num_passed, num_failed);
+    return num_failed > 0 ? 1 : 0;
+}

@@ -1,0 +1,1762 @@
+/*
+train_gpt2.c: GPT-2 training on the CPU, in plain C, fp32.
+
+This is the reference trainer of the book: every layer has a hand-written forward
+and backward pass, the model and its optimizer live in a handful of flat arrays,
+and the training loop (data, AdamW, learning-rate schedule, validation, sampling,
+checkpoints, resume) is spelled out at the bottom of the file. The GPU trainer
+train_gpt2.cu is checked against this file, and this file is checked against an
+independent PyTorch GPT-2 (dev/reference/gpt2_reference.py, autograd, float64):
+test_gpt2.c compares logits, loss, every parameter gradient and ten AdamW steps.
+
+What it is: GPT-2 exactly as released (learned position embeddings, pre-LayerNorm,
+tanh-GELU, input and output embeddings tied, vocabulary padded to a multiple of
+128 so that the matmuls stay aligned; the padded rows stay zero).
+What it leaves out on purpose: dropout (GPT-2 fine-tunes and small runs don't need
+it), mixed precision (that is train_gpt2.cu's job), flash attention (at the
+sequence lengths a CPU can train, the T x T attention matrix is small).
+
+Build and run (see the README):
+    make train_gpt2 && ./train_gpt2          # trains a small GPT-2 on tinyshakespeare
+    ./train_gpt2 -h                          # every flag with its default
+Regenerate the reference this file is tested against: make reference
+
+Sizes (one capital letter each, used throughout):
+    B batch size, T sequence length, C channels, NH heads, HS = C/NH head size,
+    V vocabulary size, Vp padded vocabulary, L layers, maxT longest sequence.
+Conventions: a layer's backward ACCUMULATES (+=) into parameter gradients
+(dweight, dbias) and into dinp of layernorm_backward and encoder_backward (the
+residual stream is one running gradient, see gpt2_backward); the other
+activation gradients are WRITTEN (=): matmul dinp, gelu, attention dqkv and the
+cross-entropy's dlogits.
+*/
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <stdint.h>
+#include <string.h>
+#include <math.h>
+#include <time.h>
+#include <errno.h>
+#include <glob.h>
+#include <unistd.h>
+#include <sys/stat.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+// ----------------------------------------------------------------------------
+// utilities: checked calls, random numbers, timer
+
+// --- begin shared-copy: check-macros ---
+// Every libc call that can fail goes through one of these wrappers. On failure each prints one
+// line saying what failed, the C library's own reason (strerror) and where in our source it
+// happened, then exits with status 1. They are static inline so that a program using only
+// some of them still compiles cleanly under -Wall -Wextra -Werror.
+
+static inline FILE *fopen_check(const char *path, const char *mode, const char *file, int line) {
+    FILE *fp = fopen(path, mode);
+    if (fp == NULL) {
+        fprintf(stderr, "Error: cannot open '%s' (mode \"%s\"): %s [%s:%d]\n",
+                path, mode, strerror(errno), file, line);
+        exit(EXIT_FAILURE);
+    }
+    return fp;
+}
+#define fopenCheck(path, mode) fopen_check(path, mode, __FILE__, __LINE__)
+
+static inline void fread_check(void *ptr, size_t size, size_t nmemb, FILE *stream,
+                               const char *file, int line) {
+    size_t got = fread(ptr, size, nmemb, stream);
+    if (got != nmemb) {
+        // a short read is either the file ending early or a real I/O error; say which
+        if (feof(stream)) {
+            fprintf(stderr, "Error: file ended early: read %zu of %zu items of %zu bytes [%s:%d]\n",
+                    got, nmemb, size, file, line);
+        } else {
+            fprintf(stderr, "Error: read failed after %zu of %zu items: %s [%s:%d]\n",
+                    got, nmemb, strerror(errno), file, line);
+        }
+        exit(EXIT_FAILURE);
+    }
+}
+#define freadCheck(ptr, size, nmemb, stream) fread_check(ptr, size, nmemb, stream, __FILE__, __LINE__)
+
+static inline void fwrite_check(const void *ptr, size_t size, size_t nmemb, FILE *stream,
+                                const char *file, int line) {
+    size_t put = fwrite(ptr, size, nmemb, stream);
+    if (put != nmemb) {
+        fprintf(stderr, "Error: write failed after %zu of %zu items: %s [%s:%d]\n",
+                put, nmemb, strerror(errno), file, line);
+        exit(EXIT_FAILURE);
+    }
+}
+#define fwriteCheck(ptr, size, nmemb, stream) fwrite_check(ptr, size, nmemb, stream, __FILE__, __LINE__)
+
+static inline void fclose_check(FILE *fp, const char *file, int line) {
+    // fclose flushes buffered writes, so a full disk often shows up only here
+    if (fclose(fp) != 0) {
+        fprintf(stderr, "Error: closing a file failed: %s [%s:%d]\n", strerror(errno), file, line);
+        exit(EXIT_FAILURE);
+    }
+}
+#define fcloseCheck(fp) fclose_check(fp, __FILE__, __LINE__)
+
+static inline void *malloc_check(size_t size, const char *file, int line) {
+    // malloc(0) may legally return NULL; ask for one byte so that is never mistaken for failure
+    void *ptr = malloc(size > 0 ? size : 1);
+    if (ptr == NULL) {
+        fprintf(stderr, "Error: out of memory: could not allocate %zu bytes [%s:%d]\n",
+                size, file, line);
+        exit(EXIT_FAILURE);
+    }
+    return ptr;
+}
+#define mallocCheck(size) malloc_check(size, __FILE__, __LINE__)
+// --- end shared-copy: check-macros ---
+
+// One small generator for everything random: SplitMix64 (Steele, Lea, Flood 2014).
+// Used two ways. As a hash of a counter it gives random numbers that depend only
+// on (seed, stream, index): weight init can run in any order, in parallel, and
+// numpy can reproduce it vectorised (dev/reference/gpt2_reference.py does). As a
+// sequential generator (state += golden ratio) it shuffles and samples.
+static uint64_t splitmix64(uint64_t z) {
+    z += 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+// the key of one random stream, e.g. one parameter tensor or one epoch's shuffle
+static uint64_t rng_key(uint64_t seed, uint64_t stream) { return splitmix64((seed << 32) ^ stream); }
+// uniform in [0, 1) with 24 random bits, so the value is exact in a float
+static double rng_uniform_at(uint64_t key, uint64_t i) { return (double)(splitmix64(key + i) >> 40) * 0x1p-24; }
+// standard normal by Box-Muller, from the uniforms at 2i and 2i+1
+static double rng_normal_at(uint64_t key, uint64_t i) {
+    double u1 = rng_uniform_at(key, 2 * i), u2 = rng_uniform_at(key, 2 * i + 1);
+    return sqrt(-2.0 * log(1.0 - u1)) * cos(2.0 * M_PI * u2);
+}
+// sequential use: *state is the counter
+static uint64_t rng_next(uint64_t *state) { return splitmix64((*state)++); }
+static float rng_float(uint64_t *state) { return (float)((rng_next(state) >> 40) * 0x1p-24); }
+
+static inline double wall_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + 1e-9 * ts.tv_nsec;
+}
+
+// ----------------------------------------------------------------------------
+// matmul: the one hot spot (about 90% of a training step is spent here)
+
+// C(M,N) (+)= A(M,K) B(K,N), where every operand is addressed through a row
+// and a column stride (element (i,j) of C is C[i*c_rs + j*c_cs]), so that the
+// transposes a linear layer needs cost nothing. With accumulate = 0, C is
+// overwritten instead of added to.
+//
+// This is the blocked GEMM of Goto & van de Geijn ("Anatomy of High-Performance
+// Matrix Multiplication", 2008), cut down to what our shapes need. One of the two
+// sizes N or K is always small here (B*T or C), so:
+//   - a KC x NC block of B is copied ("packed") into panels of 16 columns, so the
+//     micro-kernel reads it contiguously and it stays in the L2 cache;
+//   - A is read in place, 6 rows at a time; the callers arrange for A to be the
+//     big operand (a weight matrix, or dlogits) so that it streams through once;
+//   - the micro-kernel keeps a 6 x 16 tile of C in 12 AVX registers and does 12
+//     fused multiply-adds per step of k: all the FLOPs happen there.
+// Each element of C is summed in the same order whatever the number of threads,
+// so results are deterministic and a run reproduces exactly.
+#define GEMM_MR 6   // rows of the register tile
+#define GEMM_NR 16  // columns of the register tile: two 8-float vectors
+#define GEMM_KC 256 // depth of a packed block
+#define GEMM_NC 256 // columns of a packed block: KC x NC x 4 bytes = 256 KiB, half an L2
+
+// GCC's auto-vectoriser keeps a plain float acc[6][16] in memory and spills; a
+// vector type (a GCC/Clang extension: no intrinsics, compiles to AVX, NEON or
+// SSE) makes the register tile explicit. This is the only place we use one.
+typedef float vec8 __attribute__((vector_size(32)));
+
+static void gemm_micro_kernel(float *c, size_t c_rs, size_t c_cs, const float *a, size_t a_rs, size_t a_cs,
+                              const float *bp, int kc, int mr, int nr, int accumulate) {
+    // rows past the edge of A repeat row 0: computed, never stored
+    const float *arow[GEMM_MR];
+    for (int i = 0; i < GEMM_MR; i++) { arow[i] = a + (size_t)(i < mr ? i : 0) * a_rs; }
+    vec8 acc[GEMM_MR][2];
+    memset(acc, 0, sizeof(acc));
+    for (int k = 0; k < kc; k++) { // most of the training time is spent in this loop
+        vec8 b0, b1;
+        memcpy(&b0, bp + (size_t)k * GEMM_NR, sizeof(vec8));
+        memcpy(&b1, bp + (size_t)k * GEMM_NR + 8, sizeof(vec8));
+        size_t ak = (size_t)k * a_cs;
+        for (int i = 0; i < GEMM_MR; i++) {
+            float ai = arow[i][ak];
+            acc[i][0] += ai * b0;
+            acc[i][1] += ai * b1;
+        }
+    }
+    for (int i = 0; i < mr; i++) {
+        for (int j = 0; j < nr; j++) {
+            float *cij = c + i * c_rs + j * c_cs;
+            float v = acc[i][j / 8][j % 8];
+            *cij = accumulate ? *cij + v : v;
+        }
+    }
+}
+
+static void gemm(float *C, size_t c_rs, size_t c_cs, const float *A, size_t a_rs, size_t a_cs,
+                 const float *B, size_t b_rs, size_t b_cs, int M, int N, int K, int accumulate) {
+    int max_panels = ((N < GEMM_NC ? N : GEMM_NC) + GEMM_NR - 1) / GEMM_NR;
+    float *bp = (float *)mallocCheck(sizeof(float) * GEMM_KC * GEMM_NR * max_panels); // shared by the threads
+    int strips = (M + GEMM_MR - 1) / GEMM_MR;
+    #pragma omp parallel
+    for (int jc = 0; jc < N; jc += GEMM_NC) {
+        int panels = ((N - jc < GEMM_NC ? N - jc : GEMM_NC) + GEMM_NR - 1) / GEMM_NR;
+        for (int pc = 0; pc < K; pc += GEMM_KC) {
+            int kc = K - pc < GEMM_KC ? K - pc : GEMM_KC;
+            // pack B[pc:pc+kc, jc:jc+NC] as panels of NR columns, zero-padded
+            #pragma omp for schedule(static)
+            for (int p = 0; p < panels; p++) {
+                int j0 = jc + p * GEMM_NR, nr = N - j0 < GEMM_NR ? N - j0 : GEMM_NR;
+                float *dst = bp + (size_t)p * kc * GEMM_NR;
+                for (int k = 0; k < kc; k++) {
+                    const float *src = B + (size_t)(pc + k) * b_rs + (size_t)j0 * b_cs;
+                    for (int j = 0; j < GEMM_NR; j++) { dst[k * GEMM_NR + j] = j < nr ? src[j * b_cs] : 0.0f; }
+                }
+            }
+            // (the implicit barrier: the block is packed) then 6-row strips of A against every panel
+            #pragma omp for schedule(static)
+            for (int s = 0; s < strips; s++) {
+                int i0 = s * GEMM_MR, mr = M - i0 < GEMM_MR ? M - i0 : GEMM_MR;
+                const float *a = A + (size_t)i0 * a_rs + (size_t)pc * a_cs;
+                size_t strip_rs = a_rs, strip_cs = a_cs;
+                float ap[GEMM_KC * GEMM_MR];
+                if (a_cs != 1) {
+                    // A is a transpose (dout^T for dweight): its 6 rows at one k sit
+                    // in one row of memory, and successive k are a whole row apart,
+                    // a stride that lands every k in the same few L1 sets. Copying
+                    // the strip to a contiguous buffer once is cheaper than the misses.
+                    for (int k = 0; k < kc; k++) {
+                        for (int i = 0; i < GEMM_MR; i++) { ap[k * GEMM_MR + i] = a[(size_t)(i < mr ? i : 0) * a_rs + (size_t)k * a_cs]; }
+                    }
+                    a = ap;
+                    strip_rs = 1;
+                    strip_cs = GEMM_MR;
+                }
+                for (int p = 0; p < panels; p++) {
+                    int j0 = jc + p * GEMM_NR, nr = N - j0 < GEMM_NR ? N - j0 : GEMM_NR;
+                    gemm_micro_kernel(C + (size_t)i0 * c_rs + (size_t)j0 * c_cs, c_rs, c_cs, a, strip_rs, strip_cs,
+                                      bp + (size_t)p * kc * GEMM_NR, kc, mr, nr, accumulate || pc > 0);
+                }
+            }
+        }
+    }
+    free(bp);
+}
+
+// ----------------------------------------------------------------------------
+// the layers, forward and backward, in the order data flows through GPT-2
+
+void encoder_forward(float *out, const int *inp, const float *wte, const float *wpe, size_t B, size_t T, size_t C) {
+    // out[b,t,:] = wte[token] + wpe[t]: token embedding plus learned position embedding
+    #pragma omp parallel for collapse(2)
+    for (size_t b = 0; b < B; b++) {
+        for (size_t t = 0; t < T; t++) {
+            float *out_bt = out + (b * T + t) * C;
+            const float *wte_ix = wte + (size_t)inp[b * T + t] * C;
+            const float *wpe_t = wpe + t * C;
+            for (size_t i = 0; i < C; i++) { out_bt[i] = wte_ix[i] + wpe_t[i]; }
+        }
+    }
+}
+
+void encoder_backward(float *dwte, float *dwpe, const float *dout, const int *inp, size_t B, size_t T, size_t C) {
+    // serial on purpose: two positions may hold the same token, and a parallel
+    // loop would race on its wte row (and change the summation order)
+    for (size_t b = 0; b < B; b++) {
+        for (size_t t = 0; t < T; t++) {
+            const float *dout_bt = dout + (b * T + t) * C;
+            float *dwte_ix = dwte + (size_t)inp[b * T + t] * C;
+            float *dwpe_t = dwpe + t * C;
+            for (size_t i = 0; i < C; i++) {
+                dwte_ix[i] += dout_bt[i];
+                dwpe_t[i] += dout_bt[i];
+            }
+        }
+    }
+}
+
+void layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *weight,
+                       const float *bias, size_t B, size_t T, size_t C) {
+    // y = (x - mean) / sqrt(var + eps) * weight + bias over the C channels of each
+    // position; var is the biased variance, eps = 1e-5 as in GPT-2 and PyTorch.
+    // mean and rstd are saved for the backward pass.
+    const float eps = 1e-5f;
+    #pragma omp parallel for
+    for (size_t bt = 0; bt < B * T; bt++) {
+        const float *x = inp + bt * C;
+        float m = 0.0f;
+        for (size_t i = 0; i < C; i++) { m += x[i]; }
+        m /= C;
+        float v = 0.0f; // two passes: the one-pass E[x^2] - m^2 cancels badly
+        for (size_t i = 0; i < C; i++) { float d = x[i] - m; v += d * d; }
+        v /= C;
+        float s = 1.0f / sqrtf(v + eps);
+        float *out_bt = out + bt * C;
+        for (size_t i = 0; i < C; i++) { out_bt[i] = (x[i] - m) * s * weight[i] + bias[i]; }
+        mean[bt] = m;
+        rstd[bt] = s;
+    }
+}
+
+void layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
+                        const float *weight, const float *mean, const float *rstd, size_t B, size_t T, size_t C) {
+    // With xhat = (x - mean) * rstd and g = dout * weight:
+    //   dx = rstd * (g - mean(g) - xhat * mean(g * xhat))
+    // Pass 1 (parallel over positions) writes dinp; pass 2 (parallel over
+    // channels) sums dweight and dbias over positions, so no two threads add
+    // into the same parameter and the order of the sums is fixed.
+    #pragma omp parallel for
+    for (size_t bt = 0; bt < B * T; bt++) {
+        const float *dout_bt = dout + bt * C, *x = inp + bt * C;
+        float m = mean[bt], s = rstd[bt];
+        float g_mean = 0.0f, gx_mean = 0.0f;
+        for (size_t i = 0; i < C; i++) {
+            float g = dout_bt[i] * weight[i];
+            g_mean += g;
+            gx_mean += g * (x[i] - m) * s;
+        }
+        g_mean /= C;
+        gx_mean /= C;
+        float *dinp_bt = dinp + bt * C;
+        for (size_t i = 0; i < C; i++) {
+            float xhat = (x[i] - m) * s;
+            dinp_bt[i] += s * (dout_bt[i] * weight[i] - g_mean - xhat * gx_mean);
+        }
+    }
+    #pragma omp parallel for
+    for (size_t i = 0; i < C; i++) {
+        float dw = 0.0f, db = 0.0f;
+        for (size_t bt = 0; bt < B * T; bt++) {
+            float d = dout[bt * C + i];
+            dw += d * (inp[bt * C + i] - mean[bt]) * rstd[bt];
+            db += d;
+        }
+        dweight[i] += dw;
+        dbias[i] += db;
+    }
+}
+
+void matmul_forward(float *out, const float *inp, const float *weight, const float *bias,
+                    size_t B, size_t T, size_t C, size_t OC) {
+    // out (B,T,OC) = inp (B,T,C) @ weight^T + bias, weight is (OC,C) as in
+    // PyTorch's nn.Linear: start from the bias, then accumulate the product
+    #pragma omp parallel for
+    for (size_t bt = 0; bt < B * T; bt++) {
+        for (size_t o = 0; o < OC; o++) { out[bt * OC + o] = bias != NULL ? bias[o] : 0.0f; }
+    }
+    if ((OC * sizeof(float)) % 4096 != 0) {
+        // computed transposed, out^T (OC, B*T) = weight (OC,C) @ inp^T (C, B*T), so
+        // that the big operand (the weight) is read in place and only the small
+        // input is packed
+        gemm(out, 1, OC, weight, C, 1, inp, 1, C, (int)OC, (int)(B * T), (int)C, 1);
+    } else {
+        // ...except when a row of out is a multiple of 4 KiB (OC = 1024, 3072, ...):
+        // then the transposed tile's 16 rows all map to the same cache sets and the
+        // stores thrash (measured: half the speed), so we pack the weight instead
+        gemm(out, OC, 1, inp, C, 1, weight, 1, C, (int)(B * T), (int)OC, (int)C, 1);
+    }
+}
+
+void matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
+                     const float *weight, size_t B, size_t T, size_t C, size_t OC) {
+    // dinp (B,T,C) = dout (B,T,OC) @ weight (OC,C)     (written)
+    gemm(dinp, C, 1, dout, OC, 1, weight, C, 1, (int)(B * T), (int)C, (int)OC, 0);
+    // dweight (OC,C) += dout^T (OC,B*T) @ inp (B*T,C)  (accumulated)
+    gemm(dweight, C, 1, dout, 1, OC, inp, C, 1, (int)OC, (int)C, (int)(B * T), 1);
+    if (dbias != NULL) {
+        #pragma omp parallel for
+        for (size_t o = 0; o < OC; o++) {
+            float sum = 0.0f;
+            for (size_t bt = 0; bt < B * T; bt++) { sum += dout[bt * OC + o]; }
+            dbias[o] += sum;
+        }
+    }
+}
+
+void attention_forward(float *out, float *att, const float *qkv, size_t B, size_t T, size_t C, size_t NH) {
+    // qkv (B,T,3C) holds query, key, value side by side; head h uses channels
+    // h*HS .. h*HS+HS-1 of each. att (B,NH,T,T) keeps the softmaxed scores for the
+    // backward pass (zero above the diagonal: causal). out (B,T,C) = att @ v.
+    size_t HS = C / NH;
+    float scale = 1.0f / sqrtf((float)HS);
+    #pragma omp parallel for collapse(3)
+    for (size_t b = 0; b < B; b++) {
+        for (size_t h = 0; h < NH; h++) {
+            for (size_t t = 0; t < T; t++) {
+                const float *q = qkv + (b * T + t) * 3 * C + h * HS;
+                float *att_bth = att + ((b * NH + h) * T + t) * T;
+                float maxval = -INFINITY;
+                for (size_t t2 = 0; t2 <= t; t2++) {
+                    const float *k = qkv + (b * T + t2) * 3 * C + C + h * HS;
+                    float dot = 0.0f;
+                    for (size_t i = 0; i < HS; i++) { dot += q[i] * k[i]; }
+                    att_bth[t2] = dot * scale;
+                    if (att_bth[t2] > maxval) { maxval = att_bth[t2]; }
+                }
+                // softmax, shifted by the max for stability
+                float sum = 0.0f;
+                for (size_t t2 = 0; t2 <= t; t2++) {
+                    att_bth[t2] = expf(att_bth[t2] - maxval);
+                    sum += att_bth[t2];
+                }
+                for (size_t t2 = 0; t2 <= t; t2++) { att_bth[t2] /= sum; }
+                for (size_t t2 = t + 1; t2 < T; t2++) { att_bth[t2] = 0.0f; }
+                float *out_bth = out + (b * T + t) * C + h * HS;
+                for (size_t i = 0; i < HS; i++) { out_bth[i] = 0.0f; }
+                for (size_t t2 = 0; t2 <= t; t2++) {
+                    const float *v = qkv + (b * T + t2) * 3 * C + 2 * C + h * HS;
+                    for (size_t i = 0; i < HS; i++) { out_bth[i] += att_bth[t2] * v[i]; }
+                }
+            }
+        }
+    }
+}
+
+void attention_backward(float *dqkv, float *datt, const float *dout, const float *qkv, const float *att,
+                        size_t B, size_t T, size_t C, size_t NH) {
+    // Per (b, h): out_t = sum_t2 att[t,t2] v_t2 and att[t,:] = softmax(q_t . k_t2 * scale).
+    //   datt[t,t2] = dout_t . v_t2           dv_t2 += att[t,t2] dout_t
+    //   dscore[t,t2] = att[t,t2] (datt[t,t2] - sum_t3 att[t,t3] datt[t,t3])
+    //   dq_t += scale dscore[t,t2] k_t2      dk_t2 += scale dscore[t,t2] q_t
+    // Keys and values of one (b, h) collect contributions from every t, so we
+    // parallelise over (b, h) only: no races, fixed summation order.
+    // dqkv is written: we clear this (b, h)'s slice first. datt (B,NH,T,T) is scratch.
+    size_t HS = C / NH;
+    float scale = 1.0f / sqrtf((float)HS);
+    #pragma omp parallel for collapse(2)
+    for (size_t b = 0; b < B; b++) {
+        for (size_t h = 0; h < NH; h++) {
+            for (size_t t = 0; t < T; t++) {
+                float *dqkv_bt = dqkv + (b * T + t) * 3 * C + h * HS;
+                for (size_t i = 0; i < HS; i++) { dqkv_bt[i] = dqkv_bt[C + i] = dqkv_bt[2 * C + i] = 0.0f; }
+            }
+            for (size_t t = 0; t < T; t++) {
+                const float *att_bth = att + ((b * NH + h) * T + t) * T;
+                float *datt_bth = datt + ((b * NH + h) * T + t) * T;
+                const float *dout_bth = dout + (b * T + t) * C + h * HS;
+                const float *q = qkv + (b * T + t) * 3 * C + h * HS;
+                float *dq = dqkv + (b * T + t) * 3 * C + h * HS;
+                // through out = att @ v
+                for (size_t t2 = 0; t2 <= t; t2++) {
+                    const float *v = qkv + (b * T + t2) * 3 * C + 2 * C + h * HS;
+                    float *dv = dqkv + (b * T + t2) * 3 * C + 2 * C + h * HS;
+                    float d = 0.0f;
+                    for (size_t i = 0; i < HS; i++) {
+                        d += dout_bth[i] * v[i];
+                        dv[i] += att_bth[t2] * dout_bth[i];
+                    }
+                    datt_bth[t2] = d;
+                }
+                // through the softmax
+                float dot = 0.0f;
+                for (size_t t2 = 0; t2 <= t; t2++) { dot += att_bth[t2] * datt_bth[t2]; }
+                // through the scores q . k * scale
+                for (size_t t2 = 0; t2 <= t; t2++) {
+                    float dscore = att_bth[t2] * (datt_bth[t2] - dot) * scale;
+                    const float *k = qkv + (b * T + t2) * 3 * C + C + h * HS;
+                    float *dk = dqkv + (b * T + t2) * 3 * C + C + h * HS;
+                    for (size_t i = 0; i < HS; i++) {
+                        dq[i] += dscore * k[i];
+                        dk[i] += dscore * q[i];
+                    }
+                }
+            }
+        }
+    }
+}
+
+// GELU, tanh approximation (Hendrycks & Gimpel 2016; PyTorch gelu(approximate='tanh')):
+// gelu(x) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+#define GELU_SCALE 0.7978845608028654f // sqrt(2/pi)
+
+// tanh(u) = 1 - 2 / (exp(2u) + 1): libm's tanhf is three times slower than expf,
+// and GELU runs on every hidden unit twice per step. The absolute error stays
+// below 1e-7 (exp overflowing to inf gives exactly 1, underflowing to 0 gives -1).
+static inline float tanh_via_exp(float u) { return 1.0f - 2.0f / (expf(2.0f * u) + 1.0f); }
+
+void gelu_forward(float *out, const float *inp, size_t N) {
+    #pragma omp parallel for
+    for (size_t i = 0; i < N; i++) {
+        float x = inp[i];
+        out[i] = 0.5f * x * (1.0f + tanh_via_exp(GELU_SCALE * (x + 0.044715f * x * x * x)));
+    }
+}
+
+void gelu_backward(float *dinp, const float *inp, const float *dout, size_t N) {
+    // d/dx = 0.5 (1 + tanh(u)) + 0.5 x (1 - tanh(u)^2) du/dx, u = sqrt(2/pi)(x + 0.044715 x^3).
+    // dinp may be the same buffer as dout (we use it in place).
+    #pragma omp parallel for
+    for (size_t i = 0; i < N; i++) {
+        float x = inp[i];
+        float th = tanh_via_exp(GELU_SCALE * (x + 0.044715f * x * x * x));
+        float du = GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
+        dinp[i] = dout[i] * (0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * du);
+    }
+}
+
+void residual_forward(float *out, const float *inp1, const float *inp2, size_t N) {
+    #pragma omp parallel for
+    for (size_t i = 0; i < N; i++) { out[i] = inp1[i] + inp2[i]; }
+}
+
+void softmax_forward(float *probs, const float *logits, size_t B, size_t T, size_t V, size_t Vp) {
+    // probabilities over the real vocabulary only; the padded columns V..Vp-1 get 0
+    #pragma omp parallel for
+    for (size_t bt = 0; bt < B * T; bt++) {
+        const float *logits_bt = logits + bt * Vp;
+        float *probs_bt = probs + bt * Vp;
+        float maxval = -INFINITY;
+        for (size_t i = 0; i < V; i++) { if (logits_bt[i] > maxval) { maxval = logits_bt[i]; } }
+        float sum = 0.0f;
+        for (size_t i = 0; i < V; i++) {
+            probs_bt[i] = expf(logits_bt[i] - maxval);
+            sum += probs_bt[i];
+        }
+        for (size_t i = 0; i < V; i++) { probs_bt[i] /= sum; }
+        for (size_t i = V; i < Vp; i++) { probs_bt[i] = 0.0f; }
+    }
+}
+
+void crossentropy_forward(float *losses, const float *probs, const int *targets, size_t B, size_t T, size_t Vp) {
+    for (size_t bt = 0; bt < B * T; bt++) { losses[bt] = -logf(probs[bt * Vp + targets[bt]]); }
+}
+
+void crossentropy_softmax_backward(float *dlogits, const float *probs, const int *targets, float dloss,
+                                   size_t B, size_t T, size_t V, size_t Vp) {
+    // softmax and cross-entropy together have the simple gradient p - onehot(target),
+    // times dloss = d(mean loss)/d(one loss). The padded columns get no gradient.
+    #pragma omp parallel for
+    for (size_t bt = 0; bt < B * T; bt++) {
+        const float *probs_bt = probs + bt * Vp;
+        float *dlogits_bt = dlogits + bt * Vp;
+        for (size_t i = 0; i < V; i++) { dlogits_bt[i] = probs_bt[i] * dloss; }
+        for (size_t i = V; i < Vp; i++) { dlogits_bt[i] = 0.0f; }
+        dlogits_bt[targets[bt]] -= dloss;
+    }
+}
+
+// ----------------------------------------------------------------------------
+// the model: configuration, parameter and activation tables
+
+typedef struct {
+    int max_seq_len;       // maxT, e.g. 1024
+    int vocab_size;        // V, e.g. 50257
+    int padded_vocab_size; // Vp, V rounded up to a multiple of 128, e.g. 50304
+    int num_layers;        // L
+    int num_heads;         // NH
+    int channels;          // C
+} GPT2Config;
+
+// The parameters, in the order of llm.c's checkpoint files (which we read and write).
+#define NUM_PARAMETER_TENSORS 16
+typedef struct {
+    float *wte;      // (Vp, C) token embeddings, tied with the output layer
+    float *wpe;      // (maxT, C) position embeddings
+    float *ln1w;     // (L, C)
+    float *ln1b;     // (L, C)
+    float *qkvw;     // (L, 3*C, C)
+    float *qkvb;     // (L, 3*C)
+    float *attprojw; // (L, C, C)
+    float *attprojb; // (L, C)
+    float *ln2w;     // (L, C)
+    float *ln2b;     // (L, C)
+    float *fcw;      // (L, 4*C, C)
+    float *fcb;      // (L, 4*C)
+    float *fcprojw;  // (L, C, 4*C)
+    float *fcprojb;  // (L, C)
+    float *lnfw;     // (C)
+    float *lnfb;     // (C)
+} ParameterTensors;
+const char *const PARAMETER_NAMES[NUM_PARAMETER_TENSORS] = {
+    "wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",
+    "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb", "lnfw", "lnfb"};
+
+void fill_in_parameter_sizes(size_t *sizes, GPT2Config config) {
+    size_t Vp = config.padded_vocab_size, C = config.channels, maxT = config.max_seq_len, L = config.num_layers;
+    size_t shapes[NUM_PARAMETER_TENSORS] = {
+        Vp * C, maxT * C, L * C, L * C, L * 3 * C * C, L * 3 * C, L * C * C, L * C,
+        L * C, L * C, L * 4 * C * C, L * 4 * C, L * C * 4 * C, L * C, C, C};
+    memcpy(sizes, shapes, sizeof(shapes));
+}
+
+// One allocation for a whole table; the struct's pointers are slices of it.
+// (The struct is a run of float pointers, so we can fill it as an array.)
+float *malloc_and_point(float **slices, const size_t *sizes, int n) {
+    size_t total = 0;
+    for (int i = 0; i < n; i++) { total += sizes[i]; }
+    float *memory = (float *)mallocCheck(total * sizeof(float));
+    float *p = memory;
+    for (int i = 0; i < n; i++) {
+        slices[i] = p;
+        p += sizes[i];
+    }
+    return memory;
+}
+
+#define NUM_ACTIVATION_TENSORS 22
+typedef struct {
+    float *encoded;   // (B, T, C) token + position embeddings
+    float *ln1;       // (L, B, T, C)
+    float *ln1_mean;  // (L, B, T)
+    float *ln1_rstd;  // (L, B, T)
+    float *qkv;       // (L, B, T, 3*C)
+    float *atty;      // (L, B, T, C) attention output, before the projection
+    float *att;       // (L, B, NH, T, T) softmaxed attention scores
+    float *attproj;   // (L, B, T, C)
+    float *residual2; // (L, B, T, C) residual stream after attention
+    float *ln2;       // (L, B, T, C)
+    float *ln2_mean;  // (L, B, T)
+    float *ln2_rstd;  // (L, B, T)
+    float *fch;       // (L, B, T, 4*C) MLP hidden layer, before GELU
+    float *fch_gelu;  // (L, B, T, 4*C)
+    float *fcproj;    // (L, B, T, C)
+    float *residual3; // (L, B, T, C) residual stream after the MLP = the block's output
+    float *lnf;       // (B, T, C)
+    float *lnf_mean;  // (B, T)
+    float *lnf_rstd;  // (B, T)
+    float *logits;    // (B, T, Vp); the backward pass overwrites them with dlogits
+    float *probs;     // (B, T, Vp)
+    float *losses;    // (B, T)
+} ActivationTensors;
+
+void fill_in_activation_sizes(size_t *sizes, GPT2Config config, size_t B, size_t T) {
+    size_t C = config.channels, NH = config.num_heads, L = config.num_layers, Vp = config.padded_vocab_size;
+    size_t shapes[NUM_ACTIVATION_TENSORS] = {
+        B * T * C, L * B * T * C, L * B * T, L * B * T, L * B * T * 3 * C, L * B * T * C,
+        L * B * NH * T * T, L * B * T * C, L * B * T * C, L * B * T * C, L * B * T, L * B * T,
+        L * B * T * 4 * C, L * B * T * 4 * C, L * B * T * C, L * B * T * C, B * T * C, B * T, B * T,
+        B * T * Vp, B * T * Vp, B * T};
+    memcpy(sizes, shapes, sizeof(shapes));
+}
+
+// Gradients of the activations. Thanks to the (=) conventions above we need one
+// buffer of each shape for the whole network, not one per layer.
+#define NUM_GRAD_ACT_TENSORS 6
+typedef struct {
+    float *dresidual; // (B, T, C) the running gradient of the residual stream
+    float *dln;       // (B, T, C) gradient at a LayerNorm output (ln1, ln2 and lnf in turn)
+    float *datty;     // (B, T, C)
+    float *dqkv;      // (B, T, 3*C)
+    float *datt;      // (B, NH, T, T)
+    float *dfch;      // (B, T, 4*C) gradient at fch_gelu, then (in place) at fch
+} GradActTensors;
+
+void fill_in_grad_act_sizes(size_t *sizes, GPT2Config config, size_t B, size_t T) {
+    size_t C = config.channels, NH = config.num_heads;
+    size_t shapes[NUM_GRAD_ACT_TENSORS] = {B * T * C, B * T * C, B * T * C, B * T * 3 * C, B * NH * T * T, B * T * 4 * C};
+    memcpy(sizes, shapes, sizeof(shapes));
+}
+
+typedef struct {
+    GPT2Config config;
+    ParameterTensors params;
+    size_t param_sizes[NUM_PARAMETER_TENSORS];
+    float *params_memory;
+    size_t num_parameters;
+    ParameterTensors grads;
+    float *grads_memory;
+    float *m_memory; // AdamW first moments, allocated on the first update
+    float *v_memory; // AdamW second moments
+    ActivationTensors acts;
+    size_t act_sizes[NUM_ACTIVATION_TENSORS];
+    float *acts_memory;
+    size_t num_activations;
+    GradActTensors grads_acts;
+    float *grads_acts_memory;
+    size_t num_grad_acts;
+    int batch_size; // the B and T the activations were allocated for; 0 until the first forward
+    int seq_len;
+    int *inputs;    // (B, T) the current batch, kept for the backward pass
+    int *targets;   // (B, T)
+    float mean_loss; // of the last forward with targets, -1 without
+} GPT2;
+
+// set up sizes and one block of parameters (contents left for the caller)
+static void gpt2_allocate_parameters(GPT2 *model) {
+    fill_in_parameter_sizes(model->param_sizes, model->config);
+    model->num_parameters = 0;
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) { model->num_parameters += model->param_sizes[i]; }
+    model->params_memory = malloc_and_point((float **)&model->params, model->param_sizes, NUM_PARAMETER_TENSORS);
+    model->grads_memory = NULL;
+    model->m_memory = NULL;
+    model->v_memory = NULL;
+    model->acts_memory = NULL;
+    model->grads_acts_memory = NULL;
+    model->inputs = NULL;
+    model->targets = NULL;
+    model->batch_size = 0;
+    model->seq_len = 0;
+    model->mean_loss = -1.0f;
+}
+
+// Check a configuration for sizes that cannot work; `source` names where it came from.
+static void gpt2_validate_config(GPT2Config c, const char *source) {
+    if (c.max_seq_len <= 0 || c.vocab_size <= 0 || c.num_layers <= 0 || c.num_heads <= 0 || c.channels <= 0 ||
+        c.padded_vocab_size < c.vocab_size || c.channels % c.num_heads != 0 || c.vocab_size > 65536 * 16) {
+        fprintf(stderr, "Error: %s: impossible model shape maxT=%d V=%d Vp=%d L=%d NH=%d C=%d"
+                " (need all > 0, Vp >= V, C divisible by NH)\n", source, c.max_seq_len, c.vocab_size,
+                c.padded_vocab_size, c.num_layers, c.num_heads, c.channels);
+        exit(EXIT_FAILURE);
+    }
+}
+
+// Model checkpoints use llm.c's format, so its GPT-2 files load here unchanged:
+// a header of 256 int32 (magic 20240326, version 3 = fp32, maxT, V, L, NH, C, Vp),
+// then the 16 parameter tensors in table order, float32.
+#define MODEL_MAGIC 20240326
+#define MODEL_VERSION_FP32 3
+#define MODEL_VERSION_BF16 5
+
+void gpt2_build_from_checkpoint(GPT2 *model, const char *checkpoint_path) {
+    FILE *fp = fopenCheck(checkpoint_path, "rb");
+    int header[256];
+    if (fread(header, sizeof(int), 256, fp) != 256) {
+        fprintf(stderr, "Error: %s: file too short for a model header (256 x int32)\n", checkpoint_path);
+        fprintf(stderr, "HINT: is this a model checkpoint? train_gpt2 writes them as model_<step>.bin\n");
+        exit(EXIT_FAILURE);
+    }
+    if (header[0] != MODEL_MAGIC) {
+        fprintf(stderr, "Error: %s: bad magic number: expected %d (llm.c GPT-2 model), found %d\n",
+                checkpoint_path, MODEL_MAGIC, header[0]);
+        fprintf(stderr, "HINT: pass a model file (model_<step>.bin, or llm.c's gpt2_124M.bin), or -e d<N> for a new model\n");
+        exit(EXIT_FAILURE);
+    }
+    if (header[1] != MODEL_VERSION_FP32) {
+        fprintf(stderr, "Error: %s: model file version %d, this trainer reads version %d (fp32)%s\n",
+                checkpoint_path, header[1], MODEL_VERSION_FP32,
+                header[1] == MODEL_VERSION_BF16 ? "; version 5 is bf16, made for the GPU trainer" : "");
+        fprintf(stderr, "HINT: write an fp32 checkpoint (llm.c: train_gpt2.py writes gpt2_124M.bin)\n");
+        exit(EXIT_FAILURE);
+    }
+    model->config.max_seq_len = header[2];
+    model->config.vocab_size = header[3];
+    model->config.num_layers = header[4];
+    model->config.num_heads = header[5];
+    model->config.channels = header[6];
+    model->config.padded_vocab_size = header[7];
+    gpt2_validate_config(model->config, checkpoint_path);
+    gpt2_allocate_parameters(model);
+    // the file must hold exactly the parameters the header promises
+    size_t expected = 256 * sizeof(int) + model->num_parameters * sizeof(float);
+    if (fseek(fp, 0, SEEK_END) != 0) { perror(checkpoint_path); exit(EXIT_FAILURE); }
+    long actual = ftell(fp);
+    if (actual < 0 || (size_t)actual != expected) {
+        fprintf(stderr, "Error: %s: file has %ld bytes, its header (L=%d C=%d Vp=%d maxT=%d) needs %zu: truncated or corrupt\n",
+                checkpoint_path, actual, header[4], header[6], header[7], header[2], expected);
+        exit(EXIT_FAILURE);
+    }
+    fseek(fp, 256 * sizeof(int), SEEK_SET);
+    freadCheck(model->params_memory, sizeof(float), model->num_parameters, fp);
+    fcloseCheck(fp);
+}
+
+// Write `bytes` from each of n buffers to `path` atomically: path.tmp, flush,
+// fsync, rename. A crash leaves either the old file or the new one, never half.
+static void write_file_atomic(const char *path, const void **bufs, const size_t *sizes, int n) {
+    char tmp[4096];
+    if (snprintf(tmp, sizeof(tmp), "%s.tmp", path) >= (int)sizeof(tmp)) {
+        fprintf(stderr, "Error: path too long: %s\n", path);
+        exit(EXIT_FAILURE);
+    }
+    FILE *fp = fopenCheck(tmp, "wb");
+    for (int i = 0; i < n; i++) { fwriteCheck(bufs[i], 1, sizes[i], fp); }
+    if (fflush(fp) != 0 || fsync(fileno(fp)) != 0) {
+        fprintf(stderr, "Error: could not flush %s to disk: %s\n", tmp, strerror(errno));
+        exit(EXIT_FAILURE);
+    }
+    fcloseCheck(fp);
+    if (rename(tmp, path) != 0) {
+        fprintf(stderr, "Error: could not rename %s to %s: %s\n", tmp, path, strerror(errno));
+        exit(EXIT_FAILURE);
+    }
+}
+
+void gpt2_save_checkpoint(const GPT2 *model, const char *path) {
+    int header[256] = {0};
+    header[0] = MODEL_MAGIC;
+    header[1] = MODEL_VERSION_FP32;
+    header[2] = model->config.max_seq_len;
+    header[3] = model->config.vocab_size;
+    header[4] = model->config.num_layers;
+    header[5] = model->config.num_heads;
+    header[6] = model->config.channels;
+    header[7] = model->config.padded_vocab_size;
+    const void *bufs[2] = {header, model->params_memory};
+    size_t sizes[2] = {sizeof(header), model->num_parameters * sizeof(float)};
+    write_file_atomic(path, bufs, sizes, 2);
+}
+
+// Fill the parameters with random numbers: tensor k gets mean_k + std_k * N(0,1)
+// from random stream k of `seed`, then the vocabulary padding rows are zeroed.
+// GPT-2's scheme (Radford et al. 2019, and its released code): weights N(0, 0.02),
+// the two projections that feed the residual stream scaled by 1/sqrt(2L) so the
+// stream's variance does not grow with depth, biases 0, LayerNorms 1 and 0.
+// With noisy = 1, biases and LayerNorms get noise too: the tests use that, so a
+// bias or a LayerNorm weight that is ignored somewhere cannot go unnoticed.
+void gpt2_init_random(GPT2 *model, uint64_t seed, int noisy) {
+    double std_w = 0.02, std_proj = 0.02 / sqrt(2.0 * model->config.num_layers);
+    double std_b = noisy ? 0.02 : 0.0, std_ln = noisy ? 0.1 : 0.0;
+    //                                   wte    wpe    ln1w   ln1b   qkvw   qkvb   attprojw  attprojb
+    double means[NUM_PARAMETER_TENSORS] = {0,     0,     1,     0,     0,     0,     0,        0,
+    //                                   ln2w   ln2b   fcw    fcb    fcprojw   fcprojb lnfw lnfb
+                                         1,     0,     0,     0,     0,        0,      1,   0};
+    double stds[NUM_PARAMETER_TENSORS] = {std_w, std_w, std_ln, std_ln, std_w, std_b, std_proj, std_b,
+                                          std_ln, std_ln, std_w, std_b, std_proj, std_b, std_ln, std_ln};
+    float **tensors = (float **)&model->params;
+    for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {
+        uint64_t key = rng_key(seed, (uint64_t)k);
+        float *p = tensors[k];
+        double mean = means[k], std = stds[k];
+        #pragma omp parallel for
+        for (size_t i = 0; i < model->param_sizes[k]; i++) {
+            // the product is rounded before the add, as numpy does it: GCC would
+            // otherwise fuse the two into an FMA, which can differ in the last bit
+            volatile double scaled = std * rng_normal_at(key, i);
+            p[i] = (float)(mean + scaled);
+        }
+    }
+    size_t V = model->config.vocab_size, Vp = model->config.padded_vocab_size, C = model->config.channels;
+    memset(model->params.wte + V * C, 0, (Vp - V) * C * sizeof(float));
+}
+
+// A new model from a short descriptor "d<N>": depth L = N, channels C = 64 N,
+// heads NH = N (so the head size is always 64, as in every GPT-2), maxT = 1024,
+// GPT-2's vocabulary. d12 is GPT-2 small (124M parameters), d2 the smallest.
+void gpt2_build_from_descriptor(GPT2 *model, const char *descriptor, uint64_t seed) {
+    char *end = NULL;
+    long depth = descriptor[0] == 'd' ? strtol(descriptor + 1, &end, 10) : 0;
+    if (end == NULL || *end != '\0' || depth < 1 || depth > 64) {
+        fprintf(stderr, "Error: model '%s' is neither an existing file nor a descriptor d<N> (1 <= N <= 64)\n", descriptor);
+        fprintf(stderr, "HINT: -e d4 makes a new 4-layer model; -e path/model.bin loads a checkpoint\n");
+        exit(EXIT_FAILURE);
+    }
+    model->config.max_seq_len = 1024;
+    model->config.vocab_size = 50257;
+    model->config.padded_vocab_size = 50304;
+    model->config.num_layers = (int)depth;
+    model->config.num_heads = (int)depth;
+    model->config.channels = 64 * (int)depth;
+    gpt2_allocate_parameters(model);
+    gpt2_init_random(model, seed, 0);
+}
+
+// ----------------------------------------------------------------------------
+// the model: forward, backward, update
+
+// Activations for batches of up to B x T tokens. gpt2_forward calls this on its
+// first call; a trainer calls it first, so that sampling (B=1) can come before
+// the first training step.
+void gpt2_allocate_activations(GPT2 *model, size_t B, size_t T) {
+    model->batch_size = (int)B;
+    model->seq_len = (int)T;
+    fill_in_activation_sizes(model->act_sizes, model->config, B, T);
+    model->num_activations = 0;
+    for (int i = 0; i < NUM_ACTIVATION_TENSORS; i++) { model->num_activations += model->act_sizes[i]; }
+    model->acts_memory = malloc_and_point((float **)&model->acts, model->act_sizes, NUM_ACTIVATION_TENSORS);
+    model->inputs = (int *)mallocCheck(B * T * sizeof(int));
+    model->targets = (int *)mallocCheck(B * T * sizeof(int));
+}
+
+// Forward pass over inputs (B,T). With targets (B,T) it also computes the mean
+// loss; with targets == NULL (sampling) it stops at the probabilities. B and T
+// may be smaller than at the first call (sampling runs with B=1); the activation
+// tables are simply read with the smaller sizes.
+void gpt2_forward(GPT2 *model, const int *inputs, const int *targets, size_t B, size_t T) {
+    GPT2Config c = model->config;
+    size_t V = c.vocab_size, Vp = c.padded_vocab_size, L = c.num_layers, NH = c.num_heads, C = c.channels;
+    if (T > (size_t)c.max_seq_len) {
+        fprintf(stderr, "Error: sequence length T=%zu exceeds the model's maximum maxT=%d\n", T, c.max_seq_len);
+        exit(EXIT_FAILURE);
+    }
+    for (size_t i = 0; i < B * T; i++) {
+        if (inputs[i] < 0 || (size_t)inputs[i] >= V || (targets != NULL && (targets[i] < 0 || (size_t)targets[i] >= V))) {
+            fprintf(stderr, "Error: token id %d at position %zu is outside the vocabulary [0, %zu)\n",
+                    targets != NULL && (inputs[i] >= 0 && (size_t)inputs[i] < V) ? targets[i] : inputs[i], i, V);
+            exit(EXIT_FAILURE);
+        }
+    }
+    if (model->acts_memory == NULL) {
+        gpt2_allocate_activations(model, B, T);
+    } else if (B > (size_t)model->batch_size || T > (size_t)model->seq_len) {
+        fprintf(stderr, "Error: forward with B=%zu T=%zu, but activations were allocated for B=%d T=%d\n",
+                B, T, model->batch_size, model->seq_len);
+        exit(EXIT_FAILURE);
+    }
+    memcpy(model->inputs, inputs, B * T * sizeof(int));
+    if (targets != NULL) { memcpy(model->targets, targets, B * T * sizeof(int)); }
+
+    ParameterTensors p = model->params;
+    ActivationTensors a = model->acts;
+    encoder_forward(a.encoded, inputs, p.wte, p.wpe, B, T, C);
+    for (size_t l = 0; l < L; l++) {
+        // this layer's slices of the parameters and activations
+        const float *residual = l == 0 ? a.encoded : a.residual3 + (l - 1) * B * T * C;
+        const float *l_ln1w = p.ln1w + l * C, *l_ln1b = p.ln1b + l * C;
+        const float *l_qkvw = p.qkvw + l * 3 * C * C, *l_qkvb = p.qkvb + l * 3 * C;
+        const float *l_attprojw = p.attprojw + l * C * C, *l_attprojb = p.attprojb + l * C;
+        const float *l_ln2w = p.ln2w + l * C, *l_ln2b = p.ln2b + l * C;
+        const float *l_fcw = p.fcw + l * 4 * C * C, *l_fcb = p.fcb + l * 4 * C;
+        const float *l_fcprojw = p.fcprojw + l * C * 4 * C, *l_fcprojb = p.fcprojb + l * C;
+        float *l_ln1 = a.ln1 + l * B * T * C, *l_ln1_mean = a.ln1_mean + l * B * T, *l_ln1_rstd = a.ln1_rstd + l * B * T;
+        float *l_qkv = a.qkv + l * B * T * 3 * C, *l_atty = a.atty + l * B * T * C;
+        float *l_att = a.att + l * B * NH * T * T, *l_attproj = a.attproj + l * B * T * C;
+        float *l_residual2 = a.residual2 + l * B * T * C;
+        float *l_ln2 = a.ln2 + l * B * T * C, *l_ln2_mean = a.ln2_mean + l * B * T, *l_ln2_rstd = a.ln2_rstd + l * B * T;
+        float *l_fch = a.fch + l * B * T * 4 * C, *l_fch_gelu = a.fch_gelu + l * B * T * 4 * C;
+        float *l_fcproj = a.fcproj + l * B * T * C, *l_residual3 = a.residual3 + l * B * T * C;
+
+        // attention block: x + attproj(attention(ln1(x)))
+        layernorm_forward(l_ln1, l_ln1_mean, l_ln1_rstd, residual, l_ln1w, l_ln1b, B, T, C);
+        matmul_forward(l_qkv, l_ln1, l_qkvw, l_qkvb, B, T, C, 3 * C);
+        attention_forward(l_atty, l_att, l_qkv, B, T, C, NH);
+        matmul_forward(l_attproj, l_atty, l_attprojw, l_attprojb, B, T, C, C);
+        residual_forward(l_residual2, residual, l_attproj, B * T * C);
+        // MLP block: x + fcproj(gelu(fc(ln2(x))))
+        layernorm_forward(l_ln2, l_ln2_mean, l_ln2_rstd, l_residual2, l_ln2w, l_ln2b, B, T, C);
+        matmul_forward(l_fch, l_ln2, l_fcw, l_fcb, B, T, C, 4 * C);
+        gelu_forward(l_fch_gelu, l_fch, B * T * 4 * C);
+        matmul_forward(l_fcproj, l_fch_gelu, l_fcprojw, l_fcprojb, B, T, 4 * C, C);
+        residual_forward(l_residual3, l_residual2, l_fcproj, B * T * C);
+    }
+    const float *residual = a.residual3 + (L - 1) * B * T * C;
+    layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, residual, p.lnfw, p.lnfb, B, T, C);
+    // the output layer reuses the token embeddings (weight tying); this matmul
+    // alone is a third of GPT-2 small's compute at this vocabulary size
+    matmul_forward(a.logits, a.lnf, p.wte, NULL, B, T, C, Vp);
+    softmax_forward(a.probs, a.logits, B, T, V, Vp);
+
+    if (targets != NULL) {
+        crossentropy_forward(a.losses, a.probs, targets, B, T, Vp);
+        double sum = 0.0;
+        for (size_t i = 0; i < B * T; i++) { sum += a.losses[i]; }
+        model->mean_loss = (float)(sum / (B * T));
+    } else {
+        model->mean_loss = -1.0f;
+    }
+}
+
+void gpt2_zero_grad(GPT2 *model) {
+    if (model->grads_memory == NULL) { return; }
+    // in parallel chunks: one core alone cannot saturate the memory bus
+    size_t n = model->num_parameters, chunk = 1 << 20;
+    #pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i += chunk) { memset(model->grads_memory + i, 0, (n - i < chunk ? n - i : chunk) * sizeof(float)); }
+}
+
+// Backward pass of the last forward (which must have had targets). Parameter
+// gradients ACCUMULATE, so that several micro-batches can add up before one
+// update; loss_scale is d(total loss)/d(this batch's mean loss): 1 without
+// gradient accumulation, 1/steps with it.
+void gpt2_backward(GPT2 *model, float loss_scale) {
+    if (model->mean_loss == -1.0f) {
+        fprintf(stderr, "Error: gpt2_backward called without a forward pass with targets\n");
+        exit(EXIT_FAILURE);
+    }
+    GPT2Config c = model->config;
+    size_t B = model->batch_size, T = model->seq_len;
+    size_t V = c.vocab_size, Vp = c.padded_vocab_size, L = c.num_layers, NH = c.num_heads, C = c.channels;
+    if (model->grads_memory == NULL) {
+        // first call: parameter gradients (zeroed) and the activation gradients
+        model->grads_memory = malloc_and_point((float **)&model->grads, model->param_sizes, NUM_PARAMETER_TENSORS);
+        memset(model->grads_memory, 0, model->num_parameters * sizeof(float));
+        size_t sizes[NUM_GRAD_ACT_TENSORS];
+        fill_in_grad_act_sizes(sizes, c, B, T);
+        model->num_grad_acts = 0;
+        for (int i = 0; i < NUM_GRAD_ACT_TENSORS; i++) { model->num_grad_acts += sizes[i]; }
+        model->grads_acts_memory = malloc_and_point((float **)&model->grads_acts, sizes, NUM_GRAD_ACT_TENSORS);
+    }
+    ParameterTensors p = model->params, g = model->grads;
+    ActivationTensors a = model->acts;
+    GradActTensors ga = model->grads_acts;
+
+    // the loss is the mean over B*T positions; dlogits overwrite the logits
+    float dloss = loss_scale / (float)(B * T);
+    float *dlogits = a.logits;
+    crossentropy_softmax_backward(dlogits, a.probs, model->targets, dloss, B, T, V, Vp);
+    matmul_backward(ga.dln, g.wte, NULL, dlogits, a.lnf, p.wte, B, T, C, Vp);
+    // dresidual starts as the gradient at the last block's output...
+    const float *residual = a.residual3 + (L - 1) * B * T * C;
+    memset(ga.dresidual, 0, B * T * C * sizeof(float));
+    layernorm_backward(ga.dresidual, g.lnfw, g.lnfb, ga.dln, residual, p.lnfw, a.lnf_mean, a.lnf_rstd, B, T, C);
+
+    // ...and flows down the residual stream: each LayerNorm backward adds its
+    // branch's gradient into it, which turns "gradient at a block's output" into
+    // "gradient at its input" without a separate residual_backward
+    for (int li = (int)L - 1; li >= 0; li--) {
+        size_t l = (size_t)li;
+        residual = l == 0 ? a.encoded : a.residual3 + (l - 1) * B * T * C;
+        const float *l_ln1w = p.ln1w + l * C, *l_qkvw = p.qkvw + l * 3 * C * C, *l_attprojw = p.attprojw + l * C * C;
+        const float *l_ln2w = p.ln2w + l * C, *l_fcw = p.fcw + l * 4 * C * C, *l_fcprojw = p.fcprojw + l * C * 4 * C;
+        float *dl_ln1w = g.ln1w + l * C, *dl_ln1b = g.ln1b + l * C;
+        float *dl_qkvw = g.qkvw + l * 3 * C * C, *dl_qkvb = g.qkvb + l * 3 * C;
+        float *dl_attprojw = g.attprojw + l * C * C, *dl_attprojb = g.attprojb + l * C;
+        float *dl_ln2w = g.ln2w + l * C, *dl_ln2b = g.ln2b + l * C;
+        float *dl_fcw = g.fcw + l * 4 * C * C, *dl_fcb = g.fcb + l * 4 * C;
+        float *dl_fcprojw = g.fcprojw + l * C * 4 * C, *dl_fcprojb = g.fcprojb + l * C;
+        const float *l_ln1 = a.ln1 + l * B * T * C, *l_ln1_mean = a.ln1_mean + l * B * T, *l_ln1_rstd = a.ln1_rstd + l * B * T;
+        const float *l_qkv = a.qkv + l * B * T * 3 * C, *l_atty = a.atty + l * B * T * C, *l_att = a.att + l * B * NH * T * T;
+        const float *l_residual2 = a.residual2 + l * B * T * C;
+        const float *l_ln2 = a.ln2 + l * B * T * C, *l_ln2_mean = a.ln2_mean + l * B * T, *l_ln2_rstd = a.ln2_rstd + l * B * T;
+        const float *l_fch = a.fch + l * B * T * 4 * C, *l_fch_gelu = a.fch_gelu + l * B * T * 4 * C;
+
+        // MLP block, in reverse; dresidual is the gradient at fcproj's output
+        matmul_backward(ga.dfch, dl_fcprojw, dl_fcprojb, ga.dresidual, l_fch_gelu, l_fcprojw, B, T, 4 * C, C);
+        gelu_backward(ga.dfch, l_fch, ga.dfch, B * T * 4 * C);
+        matmul_backward(ga.dln, dl_fcw, dl_fcb, ga.dfch, l_ln2, l_fcw, B, T, C, 4 * C);
+        layernorm_backward(ga.dresidual, dl_ln2w, dl_ln2b, ga.dln, l_residual2, l_ln2w, l_ln2_mean, l_ln2_rstd, B, T, C);
+        // attention block, in reverse; dresidual is now the gradient at residual2
+        matmul_backward(ga.datty, dl_attprojw, dl_attprojb, ga.dresidual, l_atty, l_attprojw, B, T, C, C);
+        attention_backward(ga.dqkv, ga.datt, ga.datty, l_qkv, l_att, B, T, C, NH);
+        matmul_backward(ga.dln, dl_qkvw, dl_qkvb, ga.dqkv, l_ln1, l_qkvw, B, T, C, 3 * C);
+        layernorm_backward(ga.dresidual, dl_ln1w, dl_ln1b, ga.dln, residual, l_ln1w, l_ln1_mean, l_ln1_rstd, B, T, C);
+    }
+    encoder_backward(g.wte, g.wpe, ga.dresidual, model->inputs, B, T, C);
+}
+
+// The L2 norm of all parameter gradients together, accumulated in double.
+float gpt2_grad_norm(const GPT2 *model) {
+    double sumsq = 0.0;
+    #pragma omp parallel for reduction(+ : sumsq)
+    for (size_t i = 0; i < model->num_parameters; i++) { sumsq += (double)model->grads_memory[i] * model->grads_memory[i]; }
+    return (float)sqrt(sumsq);
+}
+
+// Which tensors get weight decay: the matrices (embeddings and linear weights),
+// not the biases and LayerNorm parameters (as in nanoGPT and most GPT training).
+static const int WEIGHT_DECAYED[NUM_PARAMETER_TENSORS] = {1, 1, 0, 0, 1, 0, 1, 0, 0, 0, 1, 0, 1, 0, 0, 0};
+
+// AdamW (Loshchilov & Hutter 2019) exactly as torch.optim.AdamW computes it:
+//   p -= lr * wd * p
+//   m = b1 m + (1-b1) g,  v = b2 v + (1-b2) g^2
+//   p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)
+// with g the gradient times grad_scale (the clipping factor, 1 when not clipping).
+// t counts from 1.
+void gpt2_update(GPT2 *model, float learning_rate, float beta1, float beta2, float eps, float weight_decay,
+                 float grad_scale, int t) {
+    if (model->m_memory == NULL) {
+        // lazily, so that inference and evaluation never pay for the optimizer
+        model->m_memory = (float *)mallocCheck(model->num_parameters * sizeof(float));
+        model->v_memory = (float *)mallocCheck(model->num_parameters * sizeof(float));
+        memset(model->m_memory, 0, model->num_parameters * sizeof(float));
+        memset(model->v_memory, 0, model->num_parameters * sizeof(float));
+    }
+    float bias_correction1 = 1.0f - powf(beta1, (float)t);
+    float sqrt_bias_correction2 = sqrtf(1.0f - powf(beta2, (float)t));
+    float step_size = learning_rate / bias_correction1;
+    size_t offset = 0;
+    for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {
+        float decay = WEIGHT_DECAYED[k] ? 1.0f - learning_rate * weight_decay : 1.0f;
+        float *param = model->params_memory + offset, *grad = model->grads_memory + offset;
+        float *m = model->m_memory + offset, *v = model->v_memory + offset;
+        #pragma omp parallel for
+        for (size_t i = 0; i < model->param_sizes[k]; i++) {
+            float gi = grad[i] * grad_scale;
+            m[i] = beta1 * m[i] + (1.0f - beta1) * gi;
+            v[i] = beta2 * v[i] + (1.0f - beta2) * gi * gi;
+            float denom = sqrtf(v[i]) / sqrt_bias_correction2 + eps;
+            param[i] = param[i] * decay - step_size * m[i] / denom;
+        }
+        offset += model->param_sizes[k];
+    }
+}
+
+void gpt2_free(GPT2 *model) {
+    free(model->params_memory);
+    free(model->grads_memory);
+    free(model->m_memory);
+    free(model->v_memory);
+    free(model->acts_memory);
+    free(model->grads_acts_memory);
+    free(model->inputs);
+    free(model->targets);
+}
+
+// ----------------------------------------------------------------------------
+// data: token shards in llm.c's format, read in shuffled order
+
+// A shard: a header of 256 int32 (magic 20240520, version 1, number of tokens),
+// then the tokens as uint16. data/tokenizer writes them.
+#define SHARD_MAGIC 20240520
+#define SHARD_VERSION 1
+#define SHARD_HINT "HINT: make data (or data/tokenizer -i your.txt -o prefix) writes token shards"
+
+// Read one shard's header, check it against the file's size, return the token count.
+static size_t shard_read_header(FILE *fp, const char *path) {
+    int header[256];
+    if (fread(header, sizeof(int), 256, fp) != 256) {
+        fprintf(stderr, "Error: %s: too short for a token shard header (256 x int32)\n%s\n", path, SHARD_HINT);
+        exit(EXIT_FAILURE);
+    }
+    if (header[0] != SHARD_MAGIC || header[1] != SHARD_VERSION) {
+        fprintf(stderr, "Error: %s: not a token shard: expected magic %d version %d, found magic %d version %d\n%s\n",
+                path, SHARD_MAGIC, SHARD_VERSION, header[0], header[1], SHARD_HINT);
+        exit(EXIT_FAILURE);
+    }
+    if (fseek(fp, 0, SEEK_END) != 0) { perror(path); exit(EXIT_FAILURE); }
+    long bytes = ftell(fp);
+    size_t ntok = header[2] < 0 ? 0 : (size_t)header[2];
+    if (header[2] < 0 || bytes < 0 || (size_t)bytes != 256 * sizeof(int) + ntok * sizeof(uint16_t)) {
+        fprintf(stderr, "Error: %s: header says %d tokens (%zu bytes), the file has %ld bytes: truncated or corrupt\n%s\n",
+                path, header[2], 256 * sizeof(int) + ntok * sizeof(uint16_t), bytes, SHARD_HINT);
+        exit(EXIT_FAILURE);
+    }
+    fseek(fp, 256 * sizeof(int), SEEK_SET);
+    return ntok;
+}
+
+typedef struct {
+    size_t B, T;
+    int vocab_size;          // every token must be below this
+    glob_t glob_result;      // the shard paths
+    size_t num_shards;
+    int shuffle;             // train: 1, validation: 0
+    uint64_t seed;
+    // position: epoch, index into shard_order, index into sample_order
+    size_t epoch, shard_pos, sample_pos;
+    size_t *shard_order;     // (num_shards) the order we visit shards in this epoch
+    uint16_t *tokens;        // the current shard
+    size_t num_tokens;
+    size_t num_samples;      // sequences of T+1 tokens that start at multiples of T
+    size_t *sample_order;    // (num_samples)
+    size_t tokens_capacity, samples_capacity;
+    int *inputs;             // (B, T) the batch
+    int *targets;            // (B, T) the inputs shifted by one
+} DataLoader;
+
+// a random permutation of 0..n-1 (Fisher-Yates) from its own random stream
+static void random_permutation(size_t *order, size_t n, uint64_t key) {
+    for (size_t i = 0; i < n; i++) { order[i] = i; }
+    uint64_t state = key;
+    for (size_t i = n; i > 1; i--) {
+        size_t j = (size_t)(rng_next(&state) % i);
+        size_t tmp = order[i - 1];
+        order[i - 1] = order[j];
+        order[j] = tmp;
+    }
+}
+
+// Random streams of the data loader. The shuffles are functions of (seed, epoch,
+// shard), so resuming needs only the position, not a generator's state.
+#define STREAM_SHARD_ORDER (1ull << 40)
+#define STREAM_SAMPLE_ORDER (2ull << 40)
+#define STREAM_SAMPLING (3ull << 40)
+
+static void dataloader_load_shard(DataLoader *loader) {
+    const char *path = loader->glob_result.gl_pathv[loader->shard_order[loader->shard_pos]];
+    FILE *fp = fopenCheck(path, "rb");
+    size_t ntok = shard_read_header(fp, path);
+    if (ntok < loader->B * loader->T + 1) {
+        fprintf(stderr, "Error: %s: has %zu tokens, fewer than the B*T+1 = %zu one batch needs (-b %zu -t %zu)\n"
+                "HINT: lower -b or -t, or use a bigger data file\n", path, ntok, loader->B * loader->T + 1, loader->B, loader->T);
+        exit(EXIT_FAILURE);
+    }
+    if (ntok > loader->tokens_capacity) {
+        free(loader->tokens);
+        loader->tokens = (uint16_t *)mallocCheck(ntok * sizeof(uint16_t));
+        loader->tokens_capacity = ntok;
+    }
+    freadCheck(loader->tokens, sizeof(uint16_t), ntok, fp);
+    fcloseCheck(fp);
+    for (size_t i = 0; i < ntok; i++) {
+        if (loader->tokens[i] >= loader->vocab_size) {
+            fprintf(stderr, "Error: %s: token %zu has id %d, outside the model's vocabulary of %d\n"
+                    "HINT: the shard was made with another tokenizer than the model's\n",
+                    path, i, loader->tokens[i], loader->vocab_size);
+            exit(EXIT_FAILURE);
+        }
+    }
+    loader->num_tokens = ntok;
+    loader->num_samples = (ntok - 1) / loader->T;
+    if (loader->num_samples > loader->samples_capacity) {
+        free(loader->sample_order);
+        loader->sample_order = (size_t *)mallocCheck(loader->num_samples * sizeof(size_t));
+        loader->samples_capacity = loader->num_samples;
+    }
+    if (loader->shuffle) {
+        uint64_t stream = STREAM_SAMPLE_ORDER + (loader->epoch << 20) + loader->shard_pos;
+        random_permutation(loader->sample_order, loader->num_samples, rng_key(loader->seed, stream));
+    } else {
+        for (size_t i = 0; i < loader->num_samples; i++) { loader->sample_order[i] = i; }
+    }
+}
+
+static void dataloader_start_epoch(DataLoader *loader) {
+    if (loader->shuffle) {
+        random_permutation(loader->shard_order, loader->num_shards, rng_key(loader->seed, STREAM_SHARD_ORDER + loader->epoch));
+    } else {
+        for (size_t i = 0; i < loader->num_shards; i++) { loader->shard_order[i] = i; }
+    }
+}
+
+// Go to a position (epoch, shard, sample): at the start, on reset, on resume.
+void dataloader_seek(DataLoader *loader, size_t epoch, size_t shard_pos, size_t sample_pos) {
+    loader->epoch = epoch;
+    loader->shard_pos = shard_pos < loader->num_shards ? shard_pos : 0;
+    dataloader_start_epoch(loader);
+    dataloader_load_shard(loader);
+    loader->sample_pos = sample_pos < loader->num_samples ? sample_pos : 0;
+}
+
+void dataloader_init(DataLoader *loader, const char *pattern, size_t B, size_t T, int vocab_size, int shuffle, uint64_t seed) {
+    memset(loader, 0, sizeof(*loader));
+    loader->B = B;
+    loader->T = T;
+    loader->vocab_size = vocab_size;
+    loader->shuffle = shuffle;
+    loader->seed = seed;
+    int status = glob(pattern, 0, NULL, &loader->glob_result);
+    if (status != 0 || loader->glob_result.gl_pathc == 0) {
+        fprintf(stderr, "Error: no data file matches '%s'\n%s\n", pattern, SHARD_HINT);
+        exit(EXIT_FAILURE);
+    }
+    loader->num_shards = loader->glob_result.gl_pathc;
+    // check every shard's header now, rather than fail hours into a run
+    for (size_t i = 0; i < loader->num_shards; i++) {
+        FILE *fp = fopenCheck(loader->glob_result.gl_pathv[i], "rb");
+        shard_read_header(fp, loader->glob_result.gl_pathv[i]);
+        fcloseCheck(fp);
+    }
+    loader->shard_order = (size_t *)mallocCheck(loader->num_shards * sizeof(size_t));
+    loader->inputs = (int *)mallocCheck(B * T * sizeof(int));
+    loader->targets = (int *)mallocCheck(B * T * sizeof(int));
+    dataloader_seek(loader, 0, 0, 0);
+}
+
+// Fill inputs and targets with the next B sequences; move to the next shard
+// (and the next epoch, reshuffled) when this one runs out.
+void dataloader_next_batch(DataLoader *loader) {
+    size_t T = loader->T;
+    for (size_t b = 0; b < loader->B; b++) {
+        if (loader->sample_pos >= loader->num_samples) {
+            loader->shard_pos++;
+            if (loader->shard_pos >= loader->num_shards) {
+                loader->epoch++;
+                loader->shard_pos = 0;
+                dataloader_start_epoch(loader);
+            }
+            dataloader_load_shard(loader); // reshuffles its samples for the new epoch
+            loader->sample_pos = 0;
+        }
+        const uint16_t *seq = loader->tokens + loader->sample_order[loader->sample_pos] * T;
+        for (size_t t = 0; t < T; t++) {
+            loader->inputs[b * T + t] = seq[t];
+            loader->targets[b * T + t] = seq[t + 1];
+        }
+        loader->sample_pos++;
+    }
+}
+
+void dataloader_free(DataLoader *loader) {
+    globfree(&loader->glob_result);
+    free(loader->shard_order);
+    free(loader->tokens);
+    free(loader->sample_order);
+    free(loader->inputs);
+    free(loader->targets);
+}
+
+// ----------------------------------------------------------------------------
+// decoding tokens to text, for the samples
+
+// llm.c's tokenizer.bin: a header of 256 int32 (magic 20240328, version 2, vocab
+// size, end-of-text id), then per token a uint8 length and that many bytes.
+#define TOKENIZER_MAGIC 20240328
+typedef struct {
+    int vocab_size;
+    int eot_token;
+    char **token_table; // NULL when no tokenizer could be loaded: we print ids instead
+} Tokenizer;
+
+void tokenizer_init(Tokenizer *tok, const char *path) {
+    tok->token_table = NULL;
+    tok->vocab_size = 0;
+    tok->eot_token = 50256;
+    FILE *fp = fopen(path, "rb");
+    if (fp == NULL) {
+        // not fatal: training works without it, the samples are then token ids
+        fprintf(stderr, "Warning: could not open tokenizer '%s' (%s); samples will be printed as token ids\n"
+                "HINT: make data writes data/gpt2_tokenizer.bin\n", path, strerror(errno));
+        return;
+    }
+    int header[256];
+    freadCheck(header, sizeof(int), 256, fp);
+    if (header[0] != TOKENIZER_MAGIC || header[1] != 2) {
+        fprintf(stderr, "Error: %s: not a tokenizer file: expected magic %d version 2, found magic %d version %d\n"
+                "HINT: make data writes data/gpt2_tokenizer.bin\n", path, TOKENIZER_MAGIC, header[0], header[1]);
+        exit(EXIT_FAILURE);
+    }
+    tok->vocab_size = header[2];
+    tok->eot_token = header[3];
+    tok->token_table = (char **)mallocCheck((size_t)tok->vocab_size * sizeof(char *));
+    for (int i = 0; i < tok->vocab_size; i++) {
+        unsigned char length;
+        freadCheck(&length, 1, 1, fp);
+        tok->token_table[i] = (char *)mallocCheck(length + 1);
+        if (length > 0) { freadCheck(tok->token_table[i], 1, length, fp); }
+        tok->token_table[i][length] = '\0';
+    }
+    fcloseCheck(fp);
+}
+
+// Print a token's bytes, but only if they are printable or whitespace: a single
+// token can be part of a multi-byte UTF-8 character, which alone is garbage.
+void tokenizer_print(const Tokenizer *tok, int token) {
+    if (tok->token_table == NULL || token < 0 || token >= tok->vocab_size) {
+        printf("<%d>", token);
+        return;
+    }
+    const char *s = tok->token_table[token];
+    if (s[0] != '\0' && s[1] == '\0' && !((unsigned char)s[0] >= 32 && (unsigned char)s[0] < 127) &&
+        s[0] != '\n' && s[0] != '\t') {
+        return; // a lone non-printable byte
+    }
+    fputs(s, stdout);
+}
+
+void tokenizer_free(Tokenizer *tok) {
+    if (tok->token_table != NULL) {
+        for (int i = 0; i < tok->vocab_size; i++) { free(tok->token_table[i]); }
+        free(tok->token_table);
+    }
+}
+
+// ----------------------------------------------------------------------------
+// sampling
+
+// Draw an index from a probability vector with the uniform coin in [0, 1).
+int sample_mult(const float *probs, int n, float coin) {
+    float cdf = 0.0f;
+    for (int i = 0; i < n; i++) {
+        cdf += probs[i];
+        if (coin < cdf) { return i; }
+    }
+    return n - 1; // rounding left the cdf a hair below 1
+}
+
+// Generate up to gen_tokens tokens after <|endoftext|> and print them. Each new
+// token re-runs the forward pass over the whole prefix with B = 1: wasteful
+// (infer.c keeps a KV cache), but simple and cheap next to a training step.
+void gpt2_sample(GPT2 *model, const Tokenizer *tok, size_t gen_tokens, uint64_t seed, int step) {
+    size_t T = gen_tokens + 1 < (size_t)model->seq_len ? gen_tokens + 1 : (size_t)model->seq_len;
+    int *tokens = (int *)mallocCheck(T * sizeof(int));
+    uint64_t rng = rng_key(seed, STREAM_SAMPLING + (uint64_t)step);
+    size_t Vp = model->config.padded_vocab_size;
+    tokens[0] = tok->eot_token;
+    printf("generating:\n---\n");
+    for (size_t t = 1; t < T; t++) {
+        gpt2_forward(model, tokens, NULL, 1, t);
+        const float *probs = model->acts.probs + (t - 1) * Vp;
+        tokens[t] = sample_mult(probs, model->config.vocab_size, rng_float(&rng));
+        tokenizer_print(tok, tokens[t]);
+        fflush(stdout);
+    }
+    printf("\n---\n");
+    free(tokens);
+}
+
+// ----------------------------------------------------------------------------
+// training state: everything a resumed run needs to continue bit for bit
+
+// A checkpoint is two files in the output directory, written atomically:
+//   model_<step>.bin  the parameters, in llm.c's model format (usable on its own)
+//   state_<step>.bin  a header of 256 int32, then AdamW's m and v (fp32)
+// The state is renamed into place last, so a state file implies its model file
+// is complete. The random streams are functions of the seed and the position,
+// so (seed, step, data position) is the whole random state.
+#define STATE_MAGIC 20261129
+#define STATE_VERSION 1
+#define STATE_HINT "HINT: checkpoints are written by train_gpt2 -n <every> into its -o directory"
+
+typedef struct {
+    int step;                 // steps completed
+    uint64_t seed;
+    size_t B, T, total_batch_size;
+    size_t num_parameters;
+    size_t epoch, shard_pos, sample_pos; // training data loader position
+} TrainState;
+
+static void put64(int *header, int at, uint64_t value) {
+    header[at] = (int)(uint32_t)(value & 0xffffffffu);
+    header[at + 1] = (int)(uint32_t)(value >> 32);
+}
+static uint64_t get64(const int *header, int at) {
+    return (uint64_t)(uint32_t)header[at] | ((uint64_t)(uint32_t)header[at + 1] << 32);
+}
+
+void save_checkpoint(const char *out_dir, const GPT2 *model, const TrainState *st) {
+    char model_path[4096], state_path[4096];
+    snprintf(model_path, sizeof(model_path), "%s/model_%08d.bin", out_dir, st->step);
+    snprintf(state_path, sizeof(state_path), "%s/state_%08d.bin", out_dir, st->step);
+    gpt2_save_checkpoint(model, model_path);
+    int header[256] = {0};
+    header[0] = STATE_MAGIC;
+    header[1] = STATE_VERSION;
+    header[2] = st->step;
+    put64(header, 4, st->seed);
+    put64(header, 6, st->B);
+    put64(header, 8, st->T);
+    put64(header, 10, st->total_batch_size);
+    put64(header, 12, st->num_parameters);
+    put64(header, 14, st->epoch);
+    put64(header, 16, st->shard_pos);
+    put64(header, 18, st->sample_pos);
+    header[20] = model->m_memory != NULL; // no moments before the first update
+    size_t moment_bytes = model->m_memory != NULL ? model->num_parameters * sizeof(float) : 0;
+    const void *bufs[3] = {header, model->m_memory, model->v_memory};
+    size_t sizes[3] = {sizeof(header), moment_bytes, moment_bytes};
+    write_file_atomic(state_path, bufs, sizes, 3);
+    printf("wrote checkpoint %s + %s\n", model_path, state_path);
+}
+
+// Read a state file written by save_checkpoint into st and the model's moments.
+void load_state(const char *path, GPT2 *model, TrainState *st) {
+    FILE *fp = fopenCheck(path, "rb");
+    int header[256];
+    if (fread(header, sizeof(int), 256, fp) != 256) {
+        fprintf(stderr, "Error: %s: too short for a training state header (256 x int32)\n%s\n", path, STATE_HINT);
+        exit(EXIT_FAILURE);
+    }
+    if (header[0] != STATE_MAGIC || header[1] != STATE_VERSION) {
+        fprintf(stderr, "Error: %s: not a training state: expected magic %d version %d, found magic %d version %d\n%s\n",
+                path, STATE_MAGIC, STATE_VERSION, header[0], header[1], STATE_HINT);
+        exit(EXIT_FAILURE);
+    }
+    st->step = header[2];
+    st->seed = get64(header, 4);
+    st->B = get64(header, 6);
+    st->T = get64(header, 8);
+    st->total_batch_size = get64(header, 10);
+    st->num_parameters = get64(header, 12);
+    st->epoch = get64(header, 14);
+    st->shard_pos = get64(header, 16);
+    st->sample_pos = get64(header, 18);
+    if (st->num_parameters != model->num_parameters) {
+        fprintf(stderr, "Error: %s: holds optimizer state for %zu parameters, the model has %zu\n%s\n",
+                path, st->num_parameters, model->num_parameters, STATE_HINT);
+        exit(EXIT_FAILURE);
+    }
+    size_t n = header[20] ? model->num_parameters : 0;
+    if (fseek(fp, 0, SEEK_END) != 0) { perror(path); exit(EXIT_FAILURE); }
+    long bytes = ftell(fp);
+    if (bytes < 0 || (size_t)bytes != 256 * sizeof(int) + 2 * n * sizeof(float)) {
+        fprintf(stderr, "Error: %s: has %ld bytes, expected %zu: truncated or corrupt\n%s\n",
+                path, bytes, 256 * sizeof(int) + 2 * n * sizeof(float), STATE_HINT);
+        exit(EXIT_FAILURE);
+    }
+    fseek(fp, 256 * sizeof(int), SEEK_SET);
+    if (n > 0) {
+        model->m_memory = (float *)mallocCheck(n * sizeof(float));
+        model->v_memory = (float *)mallocCheck(n * sizeof(float));
+        freadCheck(model->m_memory, sizeof(float), n, fp);
+        freadCheck(model->v_memory, sizeof(float), n, fp);
+    }
+    fcloseCheck(fp);
+}
+
+// The step of the newest complete checkpoint in out_dir, or -1 if none.
+int find_latest_checkpoint(const char *out_dir) {
+    char pattern[4096];
+    snprintf(pattern, sizeof(pattern), "%s/state_*.bin", out_dir);
+    glob_t g;
+    int latest = -1;
+    if (glob(pattern, 0, NULL, &g) == 0) {
+        for (size_t i = 0; i < g.gl_pathc; i++) {
+            const char *name = strrchr(g.gl_pathv[i], '/') + 1;
+            int step;
+            char model_path[4096];
+            if (sscanf(name, "state_%d.bin", &step) != 1) { continue; }
+            snprintf(model_path, sizeof(model_path), "%s/model_%08d.bin", out_dir, step);
+            if (access(model_path, R_OK) == 0 && step > latest) { latest = step; }
+        }
+        globfree(&g);
+    }
+    return latest;
+}
+
+// ----------------------------------------------------------------------------
+// learning rate schedule: linear warm-up, then cosine decay to a floor
+
+float get_learning_rate(int step, float max_lr, int warmup_steps, int max_steps, float final_frac) {
+    if (step < warmup_steps) { return max_lr * (step + 1) / warmup_steps; }
+    if (max_steps <= warmup_steps) { return max_lr; }
+    float progress = (float)(step - warmup_steps) / (float)(max_steps - warmup_steps);
+    float cosine = 0.5f * (1.0f + cosf((float)M_PI * progress)); // 1 -> 0
+    float min_lr = max_lr * final_frac;
+    return min_lr + (max_lr - min_lr) * cosine;
+}
+
+// ----------------------------------------------------------------------------
+// main: argument parsing and the training loop
+
+#ifndef TESTING
+
+// Defaults: the embedded default run trains a 4-layer GPT-2 (d4, 16M parameters,
+// most of them the embeddings) on tinyshakespeare in a few minutes on 2 cores.
+typedef struct {
+    const char *train_pattern, *val_pattern, *tokenizer_path, *model, *out_dir;
+    int B, T, total_batch_size;
+    float lr, final_lr_frac, weight_decay, grad_clip, beta1, beta2, eps;
+    int warmup, max_steps, val_every, val_batches, sample_every, gen_tokens, checkpoint_every, resume;
+    uint64_t seed;
+} Options;
+
+static void print_usage(const Options *d) {
+    printf("Usage: ./train_gpt2 [options]\n");
+    printf("Options (default in brackets):\n");
+    printf("  -i <pattern>  training token shards, a glob [%s]\n", d->train_pattern);
+    printf("  -j <pattern>  validation token shards [%s]\n", d->val_pattern);
+    printf("  -k <path>     tokenizer for printing samples [%s]\n", d->tokenizer_path);
+    printf("  -e <model>    checkpoint file, or d<N> for a new random model (L=N, C=64N, NH=N) [%s]\n", d->model);
+    printf("  -o <dir>      output directory for the log and checkpoints, \"\" for none [%s]\n", d->out_dir);
+    printf("  -b <int>      batch size B [%d]\n", d->B);
+    printf("  -t <int>      sequence length T [%d]\n", d->T);
+    printf("  -d <int>      total batch size in tokens; a multiple of B*T accumulates gradients, 0 = B*T [%d]\n", d->total_batch_size);
+    printf("  -l <float>    peak learning rate [%g]\n", d->lr);
+    printf("  -u <int>      warm-up steps [%d]\n", d->warmup);
+    printf("  -q <float>    final learning rate as a fraction of the peak (cosine decay) [%g]\n", d->final_lr_frac);
+    printf("  -c <float>    AdamW weight decay (on matrices only) [%g]\n", d->weight_decay);
+    printf("  -z <float>    clip the global gradient norm to this, 0 = off [%g]\n", d->grad_clip);
+    printf("  -x <int>      number of training steps [%d]\n", d->max_steps);
+    printf("  -v <int>      validation loss every this many steps, 0 = off [%d]\n", d->val_every);
+    printf("  -m <int>      validation batches [%d]\n", d->val_batches);
+    printf("  -s <int>      print a sample every this many steps, 0 = off [%d]\n", d->sample_every);
+    printf("  -g <int>      tokens per sample [%d]\n", d->gen_tokens);
+    printf("  -n <int>      checkpoint every this many steps and at the end, 0 = off [%d]\n", d->checkpoint_every);
+    printf("  -y <0|1>      resume from the newest checkpoint in -o [%d]\n", d->resume);
+    printf("  -r <int>      random seed (model init, data order, samples) [%llu]\n", (unsigned long long)d->seed);
+    printf("  -h            this help\n");
+}
+
+static void usage_error(const Options *d, const char *fmt, const char *arg) {
+    fprintf(stderr, "Error: ");
+    fprintf(stderr, fmt, arg);
+    fprintf(stderr, "\n");
+    fprintf(stderr, "HINT: ./train_gpt2 -h lists every flag\n");
+    (void)d;
+    exit(EXIT_FAILURE);
+}
+
+// parse a whole-string integer / float, or fail naming the flag
+static long parse_int(const Options *d, const char *flag, const char *s, long lo) {
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno != 0 || end == s || *end != '\0' || v < lo || v > 2147483647L) {
+        char msg[256];
+        snprintf(msg, sizeof(msg), "flag %s needs an integer >= %ld, got '%%s'", flag, lo);
+        usage_error(d, msg, s);
+    }
+    return v;
+}
+static float parse_float(const Options *d, const char *flag, const char *s) {
+    char *end;
+    errno = 0;
+    float v = strtof(s, &end);
+    if (errno != 0 || end == s || *end != '\0' || !(v >= 0.0f) || isinf(v)) {
+        char msg[256];
+        snprintf(msg, sizeof(msg), "flag %s needs a non-negative number, got '%%s'", flag);
+        usage_error(d, msg, s);
+    }
+    return v;
+}
+
+int main(int argc, char **argv) {
+    Options o = {
+        .train_pattern = "data/tinyshakespeare/tiny_shakespeare_train.bin",
+        .val_pattern = "data/tinyshakespeare/tiny_shakespeare_val.bin",
+        .tokenizer_path = "data/gpt2_tokenizer.bin",
+        .model = "d4", .out_dir = "log_gpt2",
+        .B = 8, .T = 64, .total_batch_size = 0,
+        .lr = 1e-3f, .final_lr_frac = 0.1f, .weight_decay = 0.1f, .grad_clip = 1.0f,
+        .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
+        .warmup = 20, .max_steps = 300, .val_every = 50, .val_batches = 16, .sample_every = 100,
+        .gen_tokens = 64, .checkpoint_every = 0, .resume = 0, .seed = 1337};
+    const Options defaults = o;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) { print_usage(&defaults); return 0; }
+        if (a[0] != '-' || a[1] == '\0' || a[2] != '\0') { usage_error(&o, "unknown argument '%s'", a); }
+        if (i + 1 >= argc) { usage_error(&o, "flag %s needs a value", a); }
+        const char *v = argv[++i];
+        switch (a[1]) {
+        case 'i': o.train_pattern = v; break;
+        case 'j': o.val_pattern = v; break;
+        case 'k': o.tokenizer_path = v; break;
+        case 'e': o.model = v; break;
+        case 'o': o.out_dir = v; break;
+        case 'b': o.B = (int)parse_int(&o, a, v, 1); break;
+        case 't': o.T = (int)parse_int(&o, a, v, 1); break;
+        case 'd': o.total_batch_size = (int)parse_int(&o, a, v, 0); break;
+        case 'l': o.lr = parse_float(&o, a, v); break;
+        case 'u': o.warmup = (int)parse_int(&o, a, v, 0); break;
+        case 'q': o.final_lr_frac = parse_float(&o, a, v); break;
+        case 'c': o.weight_decay = parse_float(&o, a, v); break;
+        case 'z': o.grad_clip = parse_float(&o, a, v); break;
+        case 'x': o.max_steps = (int)parse_int(&o, a, v, 1); break;
+        case 'v': o.val_every = (int)parse_int(&o, a, v, 0); break;
+        case 'm': o.val_batches = (int)parse_int(&o, a, v, 1); break;
+        case 's': o.sample_every = (int)parse_int(&o, a, v, 0); break;
+        case 'g': o.gen_tokens = (int)parse_int(&o, a, v, 1); break;
+        case 'n': o.checkpoint_every = (int)parse_int(&o, a, v, 0); break;
+        case 'y': o.resume = (int)parse_int(&o, a, v, 0); break;
+        case 'r': o.seed = (uint64_t)parse_int(&o, a, v, 0); break;
+        default: usage_error(&o, "unknown flag '%s'", a);
+        }
+    }
+    size_t tokens_per_batch = (size_t)o.B * o.T;
+    if (o.total_batch_size == 0) { o.total_batch_size = (int)tokens_per_batch; }
+    if (o.total_batch_size % tokens_per_batch != 0) {
+        fprintf(stderr, "Error: total batch size -d %d is not a multiple of B*T = %zu\n", o.total_batch_size, tokens_per_batch);
+        return EXIT_FAILURE;
+    }
+    int accum_steps = (int)(o.total_batch_size / tokens_per_batch);
+    int have_out = o.out_dir[0] != '\0';
+    if ((o.resume || o.checkpoint_every > 0) && !have_out) {
+        fprintf(stderr, "Error: -n and -y need an output directory (-o)\n");
+        return EXIT_FAILURE;
+    }
+    if (have_out && mkdir(o.out_dir, 0755) != 0 && errno != EEXIST) {
+        fprintf(stderr, "Error: could not create output directory %s: %s\n", o.out_dir, strerror(errno));
+        return EXIT_FAILURE;
+    }
+
+    // the model: resumed, loaded, or new
+    GPT2 model;
+    TrainState st = {0};
+    int resume_step = o.resume ? find_latest_checkpoint(o.out_dir) : -1;
+    if (o.resume && resume_step < 0) {
+        fprintf(stderr, "Error: -y 1 but no checkpoint (state_*.bin with its model_*.bin) in %s\n%s\n", o.out_dir, STATE_HINT);
+        return EXIT_FAILURE;
+    }
+    if (!o.resume && have_out && find_latest_checkpoint(o.out_dir) >= 0) {
+        // a new run would write its checkpoints over these, step by step
+        fprintf(stderr, "Error: %s already holds checkpoints (newest: step %d); not overwriting them\n"
+                "HINT: resume them with -y 1, or pick another -o\n", o.out_dir, find_latest_checkpoint(o.out_dir));
+        return EXIT_FAILURE;
+    }
+    if (resume_step >= 0) {
+        char path[4096];
+        snprintf(path, sizeof(path), "%s/model_%08d.bin", o.out_dir, resume_step);
+        gpt2_build_from_checkpoint(&model, path);
+        snprintf(path, sizeof(path), "%s/state_%08d.bin", o.out_dir, resume_step);
+        load_state(path, &model, &st);
+        if (st.B != (size_t)o.B || st.T != (size_t)o.T || st.total_batch_size != (size_t)o.total_batch_size || st.seed != o.seed) {
+            fprintf(stderr, "Error: %s was written with -b %zu -t %zu -d %zu -r %llu; resume with the same flags\n",
+                    path, st.B, st.T, st.total_batch_size, (unsigned long long)st.seed);
+            return EXIT_FAILURE;
+        }
+        printf("resuming from %s at step %d\n", path, st.step);
+    } else if (access(o.model, F_OK) == 0) {
+        gpt2_build_from_checkpoint(&model, o.model);
+    } else {
+        gpt2_build_from_descriptor(&model, o.model, o.seed);
+    }
+    GPT2Config c = model.config;
+    if (o.T > c.max_seq_len) {
+        fprintf(stderr, "Error: -t %d is longer than the model's maximum sequence length %d\n", o.T, c.max_seq_len);
+        return EXIT_FAILURE;
+    }
+
+    DataLoader train_loader, val_loader;
+    dataloader_init(&train_loader, o.train_pattern, o.B, o.T, c.vocab_size, 1, o.seed);
+    dataloader_init(&val_loader, o.val_pattern, o.B, o.T, c.vocab_size, 0, o.seed);
+    if (resume_step >= 0) { dataloader_seek(&train_loader, st.epoch, st.shard_pos, st.sample_pos); }
+    Tokenizer tokenizer;
+    tokenizer_init(&tokenizer, o.tokenizer_path);
+
+    // the run, and its memory: parameters, gradients, AdamW moments, activations
+    gpt2_allocate_activations(&model, o.B, o.T);
+    size_t grad_act_sizes[NUM_GRAD_ACT_TENSORS], n_acts = model.num_activations, n_grad_acts = 0;
+    fill_in_grad_act_sizes(grad_act_sizes, c, o.B, o.T);
+    for (int i = 0; i < NUM_GRAD_ACT_TENSORS; i++) { n_grad_acts += grad_act_sizes[i]; }
+    int threads = 1;
+#ifdef _OPENMP
+    threads = omp_get_max_threads();
+#endif
+    printf("model: %s | maxT %d | V %d (padded %d) | L %d | NH %d | C %d | seed %llu\n", o.model,
+           c.max_seq_len, c.vocab_size, c.padded_vocab_size, c.num_layers, c.num_heads, c.channels,
+           (unsigned long long)o.seed);
+    printf("data: %s (%zu shards) | val %s\n", o.train_pattern, train_loader.num_shards, o.val_pattern);
+    printf("batch: B %d x T %d x %d accumulation steps = %d tokens | steps %d | lr %g warm-up %d | %d threads\n",
+           o.B, o.T, accum_steps, o.total_batch_size, o.max_steps, o.lr, o.warmup, threads);
+    double MiB = 1024.0 * 1024.0;
+    printf("memory: parameters %.1f MiB (%zu) | gradients %.1f MiB | AdamW moments %.1f MiB | activations %.1f MiB"
+           " + gradients %.1f MiB\n", model.num_parameters * 4 / MiB, model.num_parameters,
+           model.num_parameters * 4 / MiB, 2 * model.num_parameters * 4 / MiB, n_acts * 4 / MiB, n_grad_acts * 4 / MiB);
+
+    FILE *logfile = NULL;
+    if (have_out) {
+        char path[4096];
+        snprintf(path, sizeof(path), "%s/main.log", o.out_dir);
+        logfile = fopenCheck(path, resume_step >= 0 ? "a" : "w");
+    }
+
+    for (int step = st.step; step <= o.max_steps; step++) {
+        int last_step = step == o.max_steps;
+        // validation loss, over the first val_batches batches of the validation data
+        if (o.val_every > 0 && (step % o.val_every == 0 || last_step)) {
+            dataloader_seek(&val_loader, 0, 0, 0);
+            double val_loss = 0.0;
+            for (int i = 0; i < o.val_batches; i++) {
+                dataloader_next_batch(&val_loader);
+                gpt2_forward(&model, val_loader.inputs, val_loader.targets, o.B, o.T);
+                val_loss += model.mean_loss;
+            }
+            val_loss /= o.val_batches;
+            printf("step %d | val loss %.6f\n", step, val_loss);
+            if (logfile != NULL) { fprintf(logfile, "s:%d tel:%.9g\n", step, val_loss); fflush(logfile); }
+        }
+        if (o.sample_every > 0 && (step % o.sample_every == 0 || last_step)) {
+            gpt2_sample(&model, &tokenizer, (size_t)o.gen_tokens, o.seed, step);
+        }
+        // a checkpoint after `step` steps (not at the step we resumed from: it exists)
+        if (o.checkpoint_every > 0 && step > st.step && (step % o.checkpoint_every == 0 || last_step)) {
+            TrainState now = {step, o.seed, (size_t)o.B, (size_t)o.T, (size_t)o.total_batch_size,
+                              model.num_parameters, train_loader.epoch, train_loader.shard_pos, train_loader.sample_pos};
+            save_checkpoint(o.out_dir, &model, &now);
+        }
+        if (last_step) { break; }
+
+        // one optimizer step: accumulate gradients over accum_steps micro-batches
+        double t0 = wall_seconds();
+        gpt2_zero_grad(&model);
+        double loss = 0.0;
+        for (int micro = 0; micro < accum_steps; micro++) {
+            dataloader_next_batch(&train_loader);
+            gpt2_forward(&model, train_loader.inputs, train_loader.targets, o.B, o.T);
+            gpt2_backward(&model, 1.0f / accum_steps);
+            loss += model.mean_loss;
+        }
+        loss /= accum_steps;
+        float norm = gpt2_grad_norm(&model);
+        // clip as torch.nn.utils.clip_grad_norm_: scale by max_norm / (norm + 1e-6) when above 1
+        float grad_scale = 1.0f;
+        if (o.grad_clip > 0.0f && o.grad_clip / (norm + 1e-6f) < 1.0f) { grad_scale = o.grad_clip / (norm + 1e-6f); }
+        float lr = get_learning_rate(step, o.lr, o.warmup, o.max_steps, o.final_lr_frac);
+        gpt2_update(&model, lr, o.beta1, o.beta2, o.eps, o.weight_decay, grad_scale, step + 1);
+        double ms = (wall_seconds() - t0) * 1000.0;
+        printf("step %4d/%d | loss %.6f | lr %.2e | norm %.4f | %.1f ms | %.0f tok/s\n", step + 1, o.max_steps,
+               loss, lr, norm, ms, o.total_batch_size / (ms / 1000.0));
+        if (logfile != NULL) {
+            // %.9g prints a float so that it reads back exactly: logs can be compared bit for bit
+            fprintf(logfile, "s:%d trl:%.9g lr:%.9g norm:%.9g ms:%.1f\n", step + 1, (float)loss, lr, norm, ms);
+            fflush(logfile);
+        }
+    }
+
+    if (logfile != NULL) { fcloseCheck(logfile); }
+    dataloader_free(&train_loader);
+    dataloader_free(&val_loader);
+    tokenizer_free(&tokenizer);
+    gpt2_free(&model);
+    return 0;
+}
+#endif
