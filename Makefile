@@ -10,6 +10,7 @@ PYTHON ?= python3
 # --- optional dependencies ------------------------------------------------------
 # OpenMP: the CPU programs use both cores with it; NO_OMP=1 builds without.
 ifeq ($(NO_OMP),1)
+  CFLAGS += -Wno-unknown-pragmas
   $(info ✗ OpenMP off (NO_OMP=1): the CPU programs run on one core)
 else ifeq ($(shell echo 'int main(void){return 0;}' | $(CC) -fopenmp -x c - -o /dev/null 2>/dev/null && echo ok),ok)
   CFLAGS += -fopenmp

@@ -194,9 +194,15 @@ static void test_config(const char *name, const char *fixture_path, const char *
     GPT2Config c = model.config;
     int config_ok = c.max_seq_len == h[2] && c.vocab_size == h[3] && c.num_layers == h[4] && c.num_heads == h[5] &&
                     c.channels == h[6] && c.padded_vocab_size == h[7];
-    printf("config maxT %d V %d Vp %d L %d NH %d C %d, batch B %d T %d: %s\n", c.max_seq_len, c.vocab_size,
-           c.padded_vocab_size, c.num_layers, c.num_heads, c.channels, h[8], h[9], config_ok ? "OK" : "NOT OK (model file and fixture disagree)");
-    record(config_ok);
+    printf("config maxT %d V %d Vp %d L %d NH %d C %d, batch B %d T %d", c.max_seq_len, c.vocab_size,
+           c.padded_vocab_size, c.num_layers, c.num_heads, c.channels, h[8], h[9]);
+    if (h[10] == 0) {
+        // the model file's header, read by our loader, against the fixture's
+        printf(": checkpoint header %s\n", config_ok ? "OK" : "NOT OK (model file and fixture disagree)");
+        record(config_ok);
+    } else {
+        printf("\n");
+    }
     if (!config_ok) { fixture_free(&f); gpt2_free(&model); return; }
     size_t B = h[8], T = h[9];
 
@@ -243,8 +249,74 @@ static void test_config(const char *name, const char *fixture_path, const char *
     gpt2_free(&model);
 }
 
+// Gradient accumulation: the tiny batch as two micro-batches of B/2, each backward
+// scaled by 1/2, must give the fixture's gradients of the whole batch.
+static void test_accumulation(const char *fixture_path, const char *model_path) {
+    printf("\n== gradient accumulation: tiny as 2 micro-batches of B/2 ==\n");
+    Fixture f;
+    fixture_read(&f, fixture_path);
+    GPT2 model;
+    gpt2_build_from_checkpoint(&model, model_path);
+    size_t B = f.header[8], T = f.header[9];
+    gpt2_allocate_activations(&model, B / 2, T);
+    gpt2_zero_grad(&model);
+    for (size_t half = 0; half < 2; half++) {
+        gpt2_forward(&model, f.inputs + half * (B / 2) * T, f.targets + half * (B / 2) * T, B / 2, T);
+        gpt2_backward(&model, 0.5f);
+    }
+    float **grads = (float **)&model.grads;
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+        check_tensor(PARAMETER_NAMES[i], grads[i], &f.grads[i], TOL[TOL_GRADS], NULL, NULL);
+    }
+    fixture_free(&f);
+    gpt2_free(&model);
+}
+
 // ----------------------------------------------------------------------------
 // smaller checks that need no fixture
+
+// gemm, the one routine everything goes through, at awkward sizes (edges of the
+// 6 x 16 register tile and of the 256 x 256 blocks) in all the stride patterns
+// the layers use, against a plain double-precision triple loop.
+static void test_gemm_shapes(void) {
+    printf("\n== gemm at awkward shapes, against a double-precision loop ==\n");
+    const int shapes[][3] = {{1, 1, 1}, {5, 17, 3}, {7, 15, 257}, {13, 33, 300}, {6, 16, 256}, {61, 47, 515}, {300, 270, 70}};
+    int all_ok = 1;
+    uint64_t rng = 123;
+    for (size_t si = 0; si < sizeof(shapes) / sizeof(shapes[0]); si++) {
+        int M = shapes[si][0], N = shapes[si][1], K = shapes[si][2];
+        float *A = (float *)mallocCheck((size_t)M * K * sizeof(float)), *B = (float *)mallocCheck((size_t)K * N * sizeof(float));
+        float *C = (float *)mallocCheck((size_t)M * N * sizeof(float));
+        for (int i = 0; i < M * K; i++) { A[i] = rng_float(&rng) - 0.5f; }
+        for (int i = 0; i < K * N; i++) { B[i] = rng_float(&rng) - 0.5f; }
+        // mode: bit 0 = A stored transposed, bit 1 = B stored transposed, bit 2 = C stored transposed
+        for (int mode = 0; mode < 8; mode++) {
+            size_t a_rs = mode & 1 ? 1 : K, a_cs = mode & 1 ? M : 1;
+            size_t b_rs = mode & 2 ? 1 : N, b_cs = mode & 2 ? K : 1;
+            size_t c_rs = mode & 4 ? 1 : N, c_cs = mode & 4 ? M : 1;
+            for (int i = 0; i < M * N; i++) { C[i] = 1.0f; } // accumulate onto ones
+            gemm(C, c_rs, c_cs, A, a_rs, a_cs, B, b_rs, b_cs, M, N, K, 1);
+            double max_err = 0.0;
+            for (int i = 0; i < M; i++) {
+                for (int j = 0; j < N; j++) {
+                    double ref = 1.0;
+                    for (int k = 0; k < K; k++) { ref += (double)A[i * a_rs + k * a_cs] * B[k * b_rs + j * b_cs]; }
+                    max_err = fmax(max_err, fabs(ref - C[i * c_rs + j * c_cs]));
+                }
+            }
+            // K products of size <= 1/4, summed in fp32: error well below 1e-6 * K
+            int ok = max_err <= 1e-6 * K;
+            if (!ok) { printf("M %d N %d K %d mode %d: max abs err %.2e NOT OK\n", M, N, K, mode, max_err); }
+            all_ok &= ok;
+        }
+        free(A);
+        free(B);
+        free(C);
+    }
+    printf("%zu shapes x 8 stride patterns: %s\n", sizeof(shapes) / sizeof(shapes[0]), all_ok ? "OK" : "NOT OK");
+    record(all_ok);
+}
+
 
 // The counter-based generator must give exactly the values the reference's numpy
 // port printed (dev/reference/README.md lists them), or the "small" weights differ.
@@ -293,10 +365,12 @@ static void test_checkpoint_roundtrip(void) {
 }
 
 int main(void) {
+    test_gemm_shapes();
     test_generator();
     test_checkpoint_roundtrip();
     test_config("tiny", "dev/reference/fixtures/gpt2_tiny_state.bin", "dev/reference/fixtures/gpt2_tiny_model.bin");
     test_config("small", "dev/reference/fixtures/gpt2_small_state.bin", NULL);
+    test_accumulation("dev/reference/fixtures/gpt2_tiny_state.bin", "dev/reference/fixtures/gpt2_tiny_model.bin");
     printf("\n%d passed, %d failed\n", num_passed, num_failed);
     return num_failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }

@@ -31,6 +31,8 @@ activation gradients are WRITTEN (=): matmul dinp, gelu, attention dqkv and the
 cross-entropy's dlogits.
 */
 
+// fsync, glob, access, mkdir and M_PI are POSIX / X/Open, not ISO C
+#define _XOPEN_SOURCE 700
 #include <stdio.h>
 #include <stdlib.h>
 #include <stdint.h>
@@ -38,6 +40,8 @@ cross-entropy's dlogits.
 #include <math.h>
 #include <time.h>
 #include <errno.h>
+#include <stdarg.h>
+#include <fcntl.h>
 #include <glob.h>
 #include <unistd.h>
 #include <sys/stat.h>
@@ -126,8 +130,11 @@ static uint64_t splitmix64(uint64_t z) {
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
     return z ^ (z >> 31);
 }
-// the key of one random stream, e.g. one parameter tensor or one epoch's shuffle
+// The key of one random stream: streams 0..15 are the parameter tensors (the
+// reference reproduces these), 16.. the data order and the samples. A stream
+// can be split further by an index (an epoch, a step) with rng_subkey.
 static uint64_t rng_key(uint64_t seed, uint64_t stream) { return splitmix64((seed << 32) ^ stream); }
+static uint64_t rng_subkey(uint64_t seed, uint64_t stream, uint64_t index) { return splitmix64(rng_key(seed, stream) ^ index); }
 // uniform in [0, 1) with 24 random bits, so the value is exact in a float
 static double rng_uniform_at(uint64_t key, uint64_t i) { return (double)(splitmix64(key + i) >> 40) * 0x1p-24; }
 // standard normal by Box-Muller, from the uniforms at 2i and 2i+1
@@ -674,6 +681,7 @@ typedef struct {
     size_t num_grad_acts;
     int batch_size; // the B and T the activations were allocated for; 0 until the first forward
     int seq_len;
+    int B, T;       // the batch of the last forward pass, which gpt2_backward works on
     int *inputs;    // (B, T) the current batch, kept for the backward pass
     int *targets;   // (B, T)
     float mean_loss; // of the last forward with targets, -1 without
@@ -697,15 +705,53 @@ static void gpt2_allocate_parameters(GPT2 *model) {
     model->mean_loss = -1.0f;
 }
 
-// Check a configuration for sizes that cannot work; `source` names where it came from.
+// Check a configuration for sizes that cannot work; `source` names where it came
+// from. The caps are far above any GPT-2 (V 50257, L 48, C 1600, maxT 1024) and
+// keep every size product far from overflowing: a corrupt header is then reported
+// as such, not as an attempt to allocate petabytes.
 static void gpt2_validate_config(GPT2Config c, const char *source) {
-    if (c.max_seq_len <= 0 || c.vocab_size <= 0 || c.num_layers <= 0 || c.num_heads <= 0 || c.channels <= 0 ||
-        c.padded_vocab_size < c.vocab_size || c.channels % c.num_heads != 0 || c.vocab_size > 65536 * 16) {
-        fprintf(stderr, "Error: %s: impossible model shape maxT=%d V=%d Vp=%d L=%d NH=%d C=%d"
-                " (need all > 0, Vp >= V, C divisible by NH)\n", source, c.max_seq_len, c.vocab_size,
-                c.padded_vocab_size, c.num_layers, c.num_heads, c.channels);
+    if (c.max_seq_len <= 0 || c.max_seq_len > (1 << 20) || c.vocab_size <= 0 || c.vocab_size > (1 << 24) ||
+        c.padded_vocab_size < c.vocab_size || c.padded_vocab_size > (1 << 24) || c.num_layers <= 0 ||
+        c.num_layers > 1024 || c.num_heads <= 0 || c.channels <= 0 || c.channels > (1 << 16) ||
+        c.channels % c.num_heads != 0) {
+        fprintf(stderr, "Error: %s: impossible model shape maxT=%d V=%d Vp=%d L=%d NH=%d C=%d (need all > 0,"
+                " Vp >= V, C divisible by NH, maxT <= 2^20, V and Vp <= 2^24, L <= 1024, C <= 2^16): corrupt header?\n",
+                source, c.max_seq_len, c.vocab_size, c.padded_vocab_size, c.num_layers, c.num_heads, c.channels);
         exit(EXIT_FAILURE);
     }
+}
+
+static size_t gpt2_count_parameters(GPT2Config config) {
+    size_t sizes[NUM_PARAMETER_TENSORS], n = 0;
+    fill_in_parameter_sizes(sizes, config);
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) { n += sizes[i]; }
+    return n;
+}
+
+// snprintf into a path buffer, or exit if the path does not fit (a silently
+// truncated path would read or write the wrong file)
+static void format_path(char *out, size_t size, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void format_path(char *out, size_t size, const char *fmt, ...) {
+    va_list args;
+    va_start(args, fmt);
+    int n = vsnprintf(out, size, fmt, args);
+    va_end(args);
+    if (n < 0 || (size_t)n >= size) {
+        fprintf(stderr, "Error: a path is longer than %zu bytes: %.60s...\n", size - 1, out);
+        exit(EXIT_FAILURE);
+    }
+}
+
+// The size of an open file in bytes; the position is left just after the 256 x
+// int32 header that all our binary files start with.
+static long file_size(FILE *fp, const char *path) {
+    long bytes = -1;
+    if (fseek(fp, 0, SEEK_END) == 0) { bytes = ftell(fp); }
+    if (bytes < 0 || fseek(fp, 256 * sizeof(int), SEEK_SET) != 0) {
+        fprintf(stderr, "Error: %s: cannot seek: %s\n", path, strerror(errno));
+        exit(EXIT_FAILURE);
+    }
+    return bytes;
 }
 
 // Model checkpoints use llm.c's format, so its GPT-2 files load here unchanged:
@@ -743,39 +789,44 @@ void gpt2_build_from_checkpoint(GPT2 *model, const char *checkpoint_path) {
     model->config.channels = header[6];
     model->config.padded_vocab_size = header[7];
     gpt2_validate_config(model->config, checkpoint_path);
-    gpt2_allocate_parameters(model);
-    // the file must hold exactly the parameters the header promises
-    size_t expected = 256 * sizeof(int) + model->num_parameters * sizeof(float);
-    if (fseek(fp, 0, SEEK_END) != 0) { perror(checkpoint_path); exit(EXIT_FAILURE); }
-    long actual = ftell(fp);
-    if (actual < 0 || (size_t)actual != expected) {
+    // the file must hold exactly the parameters the header promises: check before allocating
+    size_t expected = 256 * sizeof(int) + gpt2_count_parameters(model->config) * sizeof(float);
+    long actual = file_size(fp, checkpoint_path);
+    if ((size_t)actual != expected) {
         fprintf(stderr, "Error: %s: file has %ld bytes, its header (L=%d C=%d Vp=%d maxT=%d) needs %zu: truncated or corrupt\n",
                 checkpoint_path, actual, header[4], header[6], header[7], header[2], expected);
         exit(EXIT_FAILURE);
     }
-    fseek(fp, 256 * sizeof(int), SEEK_SET);
+    gpt2_allocate_parameters(model);
     freadCheck(model->params_memory, sizeof(float), model->num_parameters, fp);
     fcloseCheck(fp);
 }
 
-// Write `bytes` from each of n buffers to `path` atomically: path.tmp, flush,
-// fsync, rename. A crash leaves either the old file or the new one, never half.
+// Write each of n buffers, in order, to `path` atomically: write path.tmp, flush,
+// fsync, rename over path, fsync the directory (so that the rename itself is on
+// disk before we write the next file). A crash or a full disk leaves either the
+// old file or the new one, never half of one; on failure the .tmp is removed.
 static void write_file_atomic(const char *path, const void **bufs, const size_t *sizes, int n) {
-    char tmp[4096];
-    if (snprintf(tmp, sizeof(tmp), "%s.tmp", path) >= (int)sizeof(tmp)) {
-        fprintf(stderr, "Error: path too long: %s\n", path);
-        exit(EXIT_FAILURE);
-    }
+    char tmp[4096], dir[4096];
+    format_path(tmp, sizeof(tmp), "%s.tmp", path);
     FILE *fp = fopenCheck(tmp, "wb");
-    for (int i = 0; i < n; i++) { fwriteCheck(bufs[i], 1, sizes[i], fp); }
-    if (fflush(fp) != 0 || fsync(fileno(fp)) != 0) {
-        fprintf(stderr, "Error: could not flush %s to disk: %s\n", tmp, strerror(errno));
+    int ok = 1;
+    for (int i = 0; i < n && ok; i++) { ok = sizes[i] == 0 || fwrite(bufs[i], 1, sizes[i], fp) == sizes[i]; }
+    ok = ok && fflush(fp) == 0 && fsync(fileno(fp)) == 0;
+    ok = (fclose(fp) == 0) && ok;
+    if (!ok || rename(tmp, path) != 0) {
+        fprintf(stderr, "Error: could not write %s: %s (the previous file, if any, is untouched)\n", path, strerror(errno));
+        remove(tmp);
         exit(EXIT_FAILURE);
     }
-    fcloseCheck(fp);
-    if (rename(tmp, path) != 0) {
-        fprintf(stderr, "Error: could not rename %s to %s: %s\n", tmp, path, strerror(errno));
-        exit(EXIT_FAILURE);
+    // the directory entry: fsync the folder the file is in
+    format_path(dir, sizeof(dir), "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (slash != NULL) { *slash = '\0'; } else { strcpy(dir, "."); }
+    int dfd = open(dir, O_RDONLY);
+    if (dfd >= 0) {
+        fsync(dfd); // best effort: some file systems refuse fsync on a directory
+        close(dfd);
     }
 }
 
@@ -892,6 +943,8 @@ void gpt2_forward(GPT2 *model, const int *inputs, const int *targets, size_t B, 
     }
     memcpy(model->inputs, inputs, B * T * sizeof(int));
     if (targets != NULL) { memcpy(model->targets, targets, B * T * sizeof(int)); }
+    model->B = (int)B;
+    model->T = (int)T;
 
     ParameterTensors p = model->params;
     ActivationTensors a = model->acts;
@@ -961,14 +1014,14 @@ void gpt2_backward(GPT2 *model, float loss_scale) {
         exit(EXIT_FAILURE);
     }
     GPT2Config c = model->config;
-    size_t B = model->batch_size, T = model->seq_len;
+    size_t B = model->B, T = model->T; // may be less than allocated: the layout follows the forward's
     size_t V = c.vocab_size, Vp = c.padded_vocab_size, L = c.num_layers, NH = c.num_heads, C = c.channels;
     if (model->grads_memory == NULL) {
         // first call: parameter gradients (zeroed) and the activation gradients
         model->grads_memory = malloc_and_point((float **)&model->grads, model->param_sizes, NUM_PARAMETER_TENSORS);
         memset(model->grads_memory, 0, model->num_parameters * sizeof(float));
         size_t sizes[NUM_GRAD_ACT_TENSORS];
-        fill_in_grad_act_sizes(sizes, c, B, T);
+        fill_in_grad_act_sizes(sizes, c, model->batch_size, model->seq_len);
         model->num_grad_acts = 0;
         for (int i = 0; i < NUM_GRAD_ACT_TENSORS; i++) { model->num_grad_acts += sizes[i]; }
         model->grads_acts_memory = malloc_and_point((float **)&model->grads_acts, sizes, NUM_GRAD_ACT_TENSORS);
@@ -1021,11 +1074,29 @@ void gpt2_backward(GPT2 *model, float loss_scale) {
     encoder_backward(g.wte, g.wpe, ga.dresidual, model->inputs, B, T, C);
 }
 
-// The L2 norm of all parameter gradients together, accumulated in double.
+// The L2 norm of all parameter gradients together, accumulated in double. Each
+// chunk of 4096 is summed in 8 independent lanes (so the compiler can vectorise
+// without reordering a single addition), then the chunks are added in order:
+// the result does not depend on the number of threads.
+#define NORM_CHUNK 4096
 float gpt2_grad_norm(const GPT2 *model) {
+    size_t n = model->num_parameters, num_chunks = (n + NORM_CHUNK - 1) / NORM_CHUNK;
+    double *chunk_sums = (double *)mallocCheck(num_chunks * sizeof(double));
+    const float *g = model->grads_memory;
+    #pragma omp parallel for
+    for (size_t c = 0; c < num_chunks; c++) {
+        size_t start = c * NORM_CHUNK, end = start + NORM_CHUNK < n ? start + NORM_CHUNK : n;
+        double lanes[8] = {0};
+        size_t i = start;
+        for (; i + 8 <= end; i += 8) {
+            for (int j = 0; j < 8; j++) { lanes[j] += (double)g[i + j] * g[i + j]; }
+        }
+        for (; i < end; i++) { lanes[0] += (double)g[i] * g[i]; }
+        chunk_sums[c] = ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
+    }
     double sumsq = 0.0;
-    #pragma omp parallel for reduction(+ : sumsq)
-    for (size_t i = 0; i < model->num_parameters; i++) { sumsq += (double)model->grads_memory[i] * model->grads_memory[i]; }
+    for (size_t c = 0; c < num_chunks; c++) { sumsq += chunk_sums[c]; }
+    free(chunk_sums);
     return (float)sqrt(sumsq);
 }
 
@@ -1100,15 +1171,13 @@ static size_t shard_read_header(FILE *fp, const char *path) {
                 path, SHARD_MAGIC, SHARD_VERSION, header[0], header[1], SHARD_HINT);
         exit(EXIT_FAILURE);
     }
-    if (fseek(fp, 0, SEEK_END) != 0) { perror(path); exit(EXIT_FAILURE); }
-    long bytes = ftell(fp);
+    long bytes = file_size(fp, path);
     size_t ntok = header[2] < 0 ? 0 : (size_t)header[2];
-    if (header[2] < 0 || bytes < 0 || (size_t)bytes != 256 * sizeof(int) + ntok * sizeof(uint16_t)) {
+    if (header[2] < 0 || (size_t)bytes != 256 * sizeof(int) + ntok * sizeof(uint16_t)) {
         fprintf(stderr, "Error: %s: header says %d tokens (%zu bytes), the file has %ld bytes: truncated or corrupt\n%s\n",
                 path, header[2], 256 * sizeof(int) + ntok * sizeof(uint16_t), bytes, SHARD_HINT);
         exit(EXIT_FAILURE);
     }
-    fseek(fp, 256 * sizeof(int), SEEK_SET);
     return ntok;
 }
 
@@ -1125,6 +1194,7 @@ typedef struct {
     uint16_t *tokens;        // the current shard
     size_t num_tokens;
     size_t num_samples;      // sequences of T+1 tokens that start at multiples of T
+    size_t num_samples_total; // over all shards
     size_t *sample_order;    // (num_samples)
     size_t tokens_capacity, samples_capacity;
     int *inputs;             // (B, T) the batch
@@ -1143,21 +1213,16 @@ static void random_permutation(size_t *order, size_t n, uint64_t key) {
     }
 }
 
-// Random streams of the data loader. The shuffles are functions of (seed, epoch,
-// shard), so resuming needs only the position, not a generator's state.
-#define STREAM_SHARD_ORDER (1ull << 40)
-#define STREAM_SAMPLE_ORDER (2ull << 40)
-#define STREAM_SAMPLING (3ull << 40)
+// Random streams of the data loader and the sampler. The shuffles are functions
+// of (seed, epoch, shard), so resuming needs only the position, not a state.
+#define STREAM_SHARD_ORDER 16  // index: epoch
+#define STREAM_SAMPLE_ORDER 17 // index: epoch << 32 | shard position
+#define STREAM_SAMPLING 18     // index: step
 
 static void dataloader_load_shard(DataLoader *loader) {
     const char *path = loader->glob_result.gl_pathv[loader->shard_order[loader->shard_pos]];
     FILE *fp = fopenCheck(path, "rb");
-    size_t ntok = shard_read_header(fp, path);
-    if (ntok < loader->B * loader->T + 1) {
-        fprintf(stderr, "Error: %s: has %zu tokens, fewer than the B*T+1 = %zu one batch needs (-b %zu -t %zu)\n"
-                "HINT: lower -b or -t, or use a bigger data file\n", path, ntok, loader->B * loader->T + 1, loader->B, loader->T);
-        exit(EXIT_FAILURE);
-    }
+    size_t ntok = shard_read_header(fp, path); // at least T+1: dataloader_init checked
     if (ntok > loader->tokens_capacity) {
         free(loader->tokens);
         loader->tokens = (uint16_t *)mallocCheck(ntok * sizeof(uint16_t));
@@ -1181,8 +1246,8 @@ static void dataloader_load_shard(DataLoader *loader) {
         loader->samples_capacity = loader->num_samples;
     }
     if (loader->shuffle) {
-        uint64_t stream = STREAM_SAMPLE_ORDER + (loader->epoch << 20) + loader->shard_pos;
-        random_permutation(loader->sample_order, loader->num_samples, rng_key(loader->seed, stream));
+        uint64_t index = ((uint64_t)loader->epoch << 32) | loader->shard_pos;
+        random_permutation(loader->sample_order, loader->num_samples, rng_subkey(loader->seed, STREAM_SAMPLE_ORDER, index));
     } else {
         for (size_t i = 0; i < loader->num_samples; i++) { loader->sample_order[i] = i; }
     }
@@ -1190,19 +1255,25 @@ static void dataloader_load_shard(DataLoader *loader) {
 
 static void dataloader_start_epoch(DataLoader *loader) {
     if (loader->shuffle) {
-        random_permutation(loader->shard_order, loader->num_shards, rng_key(loader->seed, STREAM_SHARD_ORDER + loader->epoch));
+        random_permutation(loader->shard_order, loader->num_shards, rng_subkey(loader->seed, STREAM_SHARD_ORDER, loader->epoch));
     } else {
         for (size_t i = 0; i < loader->num_shards; i++) { loader->shard_order[i] = i; }
     }
 }
 
 // Go to a position (epoch, shard, sample): at the start, on reset, on resume.
-void dataloader_seek(DataLoader *loader, size_t epoch, size_t shard_pos, size_t sample_pos) {
+// sample_pos may equal the shard's sample count: the shard is used up, and the
+// next batch moves on to the next shard (that is where a checkpoint taken right
+// at a shard's end stands). Returns 0 if the position does not exist in this data.
+int dataloader_seek(DataLoader *loader, size_t epoch, size_t shard_pos, size_t sample_pos) {
+    if (shard_pos >= loader->num_shards) { return 0; }
     loader->epoch = epoch;
-    loader->shard_pos = shard_pos < loader->num_shards ? shard_pos : 0;
+    loader->shard_pos = shard_pos;
     dataloader_start_epoch(loader);
     dataloader_load_shard(loader);
-    loader->sample_pos = sample_pos < loader->num_samples ? sample_pos : 0;
+    if (sample_pos > loader->num_samples) { return 0; }
+    loader->sample_pos = sample_pos;
+    return 1;
 }
 
 void dataloader_init(DataLoader *loader, const char *pattern, size_t B, size_t T, int vocab_size, int shuffle, uint64_t seed) {
@@ -1218,12 +1289,29 @@ void dataloader_init(DataLoader *loader, const char *pattern, size_t B, size_t T
         exit(EXIT_FAILURE);
     }
     loader->num_shards = loader->glob_result.gl_pathc;
-    // check every shard's header now, rather than fail hours into a run
+    // Check every shard's header and size now, rather than fail hours into a run
+    // (the token ids are checked as each shard is loaded). A batch may span
+    // shards, so each shard needs one sequence (T+1 tokens) and all of them
+    // together one batch.
+    size_t total_samples = 0;
     for (size_t i = 0; i < loader->num_shards; i++) {
-        FILE *fp = fopenCheck(loader->glob_result.gl_pathv[i], "rb");
-        shard_read_header(fp, loader->glob_result.gl_pathv[i]);
+        const char *path = loader->glob_result.gl_pathv[i];
+        FILE *fp = fopenCheck(path, "rb");
+        size_t ntok = shard_read_header(fp, path);
         fcloseCheck(fp);
+        if (ntok < T + 1) {
+            fprintf(stderr, "Error: %s: has %zu tokens, fewer than the T+1 = %zu of one sequence (-t %zu)\n"
+                    "HINT: lower -t, or leave this file out of the pattern\n", path, ntok, T + 1, T);
+            exit(EXIT_FAILURE);
+        }
+        total_samples += (ntok - 1) / T;
     }
+    if (total_samples < B) {
+        fprintf(stderr, "Error: %s: the data holds %zu sequences of T+1 = %zu tokens, fewer than the B = %zu of one batch\n"
+                "HINT: lower -b or -t, or use more data\n", pattern, total_samples, T + 1, B);
+        exit(EXIT_FAILURE);
+    }
+    loader->num_samples_total = total_samples;
     loader->shard_order = (size_t *)mallocCheck(loader->num_shards * sizeof(size_t));
     loader->inputs = (int *)mallocCheck(B * T * sizeof(int));
     loader->targets = (int *)mallocCheck(B * T * sizeof(int));
@@ -1275,32 +1363,45 @@ typedef struct {
     char **token_table; // NULL when no tokenizer could be loaded: we print ids instead
 } Tokenizer;
 
-void tokenizer_init(Tokenizer *tok, const char *path) {
+// Load tokenizer.bin for a model with vocabulary size model_vocab. A missing
+// file is not fatal (training works without it; samples are then printed as
+// token ids), a broken one is.
+void tokenizer_init(Tokenizer *tok, const char *path, int model_vocab) {
     tok->token_table = NULL;
     tok->vocab_size = 0;
-    tok->eot_token = 50256;
+    tok->eot_token = 50256 < model_vocab ? 50256 : model_vocab - 1;
     FILE *fp = fopen(path, "rb");
     if (fp == NULL) {
-        // not fatal: training works without it, the samples are then token ids
         fprintf(stderr, "Warning: could not open tokenizer '%s' (%s); samples will be printed as token ids\n"
                 "HINT: make data writes data/gpt2_tokenizer.bin\n", path, strerror(errno));
         return;
     }
+    const char *hint = "HINT: make data writes data/gpt2_tokenizer.bin";
     int header[256];
-    freadCheck(header, sizeof(int), 256, fp);
+    if (fread(header, sizeof(int), 256, fp) != 256) {
+        fprintf(stderr, "Error: %s: too short for a tokenizer header (256 x int32)\n%s\n", path, hint);
+        exit(EXIT_FAILURE);
+    }
     if (header[0] != TOKENIZER_MAGIC || header[1] != 2) {
-        fprintf(stderr, "Error: %s: not a tokenizer file: expected magic %d version 2, found magic %d version %d\n"
-                "HINT: make data writes data/gpt2_tokenizer.bin\n", path, TOKENIZER_MAGIC, header[0], header[1]);
+        fprintf(stderr, "Error: %s: not a tokenizer file: expected magic %d version 2, found magic %d version %d\n%s\n",
+                path, TOKENIZER_MAGIC, header[0], header[1], hint);
+        exit(EXIT_FAILURE);
+    }
+    if (header[2] <= 0 || header[2] > (1 << 24) || header[3] < 0 || header[3] >= header[2] || header[3] >= model_vocab) {
+        fprintf(stderr, "Error: %s: vocabulary size %d and end-of-text id %d do not fit a model with %d tokens\n%s\n",
+                path, header[2], header[3], model_vocab, hint);
         exit(EXIT_FAILURE);
     }
     tok->vocab_size = header[2];
     tok->eot_token = header[3];
     tok->token_table = (char **)mallocCheck((size_t)tok->vocab_size * sizeof(char *));
     for (int i = 0; i < tok->vocab_size; i++) {
-        unsigned char length;
-        freadCheck(&length, 1, 1, fp);
-        tok->token_table[i] = (char *)mallocCheck(length + 1);
-        if (length > 0) { freadCheck(tok->token_table[i], 1, length, fp); }
+        unsigned char length = 0;
+        tok->token_table[i] = (char *)mallocCheck(256);
+        if (fread(&length, 1, 1, fp) != 1 || fread(tok->token_table[i], 1, length, fp) != length) {
+            fprintf(stderr, "Error: %s: ends inside token %d of %d: truncated\n%s\n", path, i, tok->vocab_size, hint);
+            exit(EXIT_FAILURE);
+        }
         tok->token_table[i][length] = '\0';
     }
     fcloseCheck(fp);
@@ -1347,7 +1448,7 @@ int sample_mult(const float *probs, int n, float coin) {
 void gpt2_sample(GPT2 *model, const Tokenizer *tok, size_t gen_tokens, uint64_t seed, int step) {
     size_t T = gen_tokens + 1 < (size_t)model->seq_len ? gen_tokens + 1 : (size_t)model->seq_len;
     int *tokens = (int *)mallocCheck(T * sizeof(int));
-    uint64_t rng = rng_key(seed, STREAM_SAMPLING + (uint64_t)step);
+    uint64_t rng = rng_subkey(seed, STREAM_SAMPLING, (uint64_t)step);
     size_t Vp = model->config.padded_vocab_size;
     tokens[0] = tok->eot_token;
     printf("generating:\n---\n");
@@ -1393,8 +1494,8 @@ static uint64_t get64(const int *header, int at) {
 
 void save_checkpoint(const char *out_dir, const GPT2 *model, const TrainState *st) {
     char model_path[4096], state_path[4096];
-    snprintf(model_path, sizeof(model_path), "%s/model_%08d.bin", out_dir, st->step);
-    snprintf(state_path, sizeof(state_path), "%s/state_%08d.bin", out_dir, st->step);
+    format_path(model_path, sizeof(model_path), "%s/model_%08d.bin", out_dir, st->step);
+    format_path(state_path, sizeof(state_path), "%s/state_%08d.bin", out_dir, st->step);
     gpt2_save_checkpoint(model, model_path);
     int header[256] = {0};
     header[0] = STATE_MAGIC;
@@ -1443,15 +1544,18 @@ void load_state(const char *path, GPT2 *model, TrainState *st) {
                 path, st->num_parameters, model->num_parameters, STATE_HINT);
         exit(EXIT_FAILURE);
     }
+    if (st->step < 0 || (st->step > 0) != (header[20] != 0)) {
+        fprintf(stderr, "Error: %s: corrupt header (step %d, moments %s)\n%s\n", path, st->step,
+                header[20] ? "present" : "absent", STATE_HINT);
+        exit(EXIT_FAILURE);
+    }
     size_t n = header[20] ? model->num_parameters : 0;
-    if (fseek(fp, 0, SEEK_END) != 0) { perror(path); exit(EXIT_FAILURE); }
-    long bytes = ftell(fp);
-    if (bytes < 0 || (size_t)bytes != 256 * sizeof(int) + 2 * n * sizeof(float)) {
+    long bytes = file_size(fp, path);
+    if ((size_t)bytes != 256 * sizeof(int) + 2 * n * sizeof(float)) {
         fprintf(stderr, "Error: %s: has %ld bytes, expected %zu: truncated or corrupt\n%s\n",
                 path, bytes, 256 * sizeof(int) + 2 * n * sizeof(float), STATE_HINT);
         exit(EXIT_FAILURE);
     }
-    fseek(fp, 256 * sizeof(int), SEEK_SET);
     if (n > 0) {
         model->m_memory = (float *)mallocCheck(n * sizeof(float));
         model->v_memory = (float *)mallocCheck(n * sizeof(float));
@@ -1464,7 +1568,7 @@ void load_state(const char *path, GPT2 *model, TrainState *st) {
 // The step of the newest complete checkpoint in out_dir, or -1 if none.
 int find_latest_checkpoint(const char *out_dir) {
     char pattern[4096];
-    snprintf(pattern, sizeof(pattern), "%s/state_*.bin", out_dir);
+    format_path(pattern, sizeof(pattern), "%s/state_*.bin", out_dir);
     glob_t g;
     int latest = -1;
     if (glob(pattern, 0, NULL, &g) == 0) {
@@ -1473,7 +1577,7 @@ int find_latest_checkpoint(const char *out_dir) {
             int step;
             char model_path[4096];
             if (sscanf(name, "state_%d.bin", &step) != 1) { continue; }
-            snprintf(model_path, sizeof(model_path), "%s/model_%08d.bin", out_dir, step);
+            format_path(model_path, sizeof(model_path), "%s/model_%08d.bin", out_dir, step);
             if (access(model_path, R_OK) == 0 && step > latest) { latest = step; }
         }
         globfree(&g);
@@ -1481,9 +1585,40 @@ int find_latest_checkpoint(const char *out_dir) {
     return latest;
 }
 
+// On resume, the log of the first run may go on past the checkpoint (it ran a
+// while longer before it stopped). Keep only the lines of steps up to `step`,
+// and write the result atomically, so that the resumed run's lines follow on.
+void log_truncate_after(const char *path, int step) {
+    FILE *fp = fopen(path, "rb");
+    if (fp == NULL) { return; } // no log yet: nothing to keep
+    size_t cap = 1 << 16, len = 0;
+    char *kept = (char *)mallocCheck(cap), line[1024];
+    while (fgets(line, sizeof(line), fp) != NULL) {
+        int s;
+        if (sscanf(line, "s:%d", &s) != 1 || s > step) { continue; }
+        size_t n = strlen(line);
+        if (len + n > cap) {
+            cap = 2 * (len + n);
+            char *bigger = (char *)realloc(kept, cap);
+            if (bigger == NULL) { fprintf(stderr, "Error: out of memory reading %s\n", path); exit(EXIT_FAILURE); }
+            kept = bigger;
+        }
+        memcpy(kept + len, line, n);
+        len += n;
+    }
+    fcloseCheck(fp);
+    const void *bufs[1] = {kept};
+    write_file_atomic(path, bufs, &len, 1);
+    free(kept);
+}
+
 // ----------------------------------------------------------------------------
 // learning rate schedule: linear warm-up, then cosine decay to a floor
 
+// Step s (counting from 0) uses lr(s): warm-up from max_lr/warmup up to max_lr
+// at s = warmup-1, then a cosine from max_lr (at s = warmup) towards
+// max_lr*final_frac, which the curve would reach at s = max_steps, one past the
+// last step. (llm.c's schedule; the peak is used twice, at warmup-1 and warmup.)
 float get_learning_rate(int step, float max_lr, int warmup_steps, int max_steps, float final_frac) {
     if (step < warmup_steps) { return max_lr * (step + 1) / warmup_steps; }
     if (max_steps <= warmup_steps) { return max_lr; }
@@ -1535,35 +1670,33 @@ static void print_usage(const Options *d) {
     printf("  -h            this help\n");
 }
 
-static void usage_error(const Options *d, const char *fmt, const char *arg) {
+static void usage_error(const char *fmt, const char *arg) {
     fprintf(stderr, "Error: ");
     fprintf(stderr, fmt, arg);
-    fprintf(stderr, "\n");
-    fprintf(stderr, "HINT: ./train_gpt2 -h lists every flag\n");
-    (void)d;
+    fprintf(stderr, "\nHINT: ./train_gpt2 -h lists every flag\n");
     exit(EXIT_FAILURE);
 }
 
 // parse a whole-string integer / float, or fail naming the flag
-static long parse_int(const Options *d, const char *flag, const char *s, long lo) {
+static long parse_int(const char *flag, const char *s, long lo) {
     char *end;
     errno = 0;
     long v = strtol(s, &end, 10);
     if (errno != 0 || end == s || *end != '\0' || v < lo || v > 2147483647L) {
         char msg[256];
         snprintf(msg, sizeof(msg), "flag %s needs an integer >= %ld, got '%%s'", flag, lo);
-        usage_error(d, msg, s);
+        usage_error(msg, s);
     }
     return v;
 }
-static float parse_float(const Options *d, const char *flag, const char *s) {
+static float parse_float(const char *flag, const char *s) {
     char *end;
     errno = 0;
     float v = strtof(s, &end);
     if (errno != 0 || end == s || *end != '\0' || !(v >= 0.0f) || isinf(v)) {
         char msg[256];
         snprintf(msg, sizeof(msg), "flag %s needs a non-negative number, got '%%s'", flag);
-        usage_error(d, msg, s);
+        usage_error(msg, s);
     }
     return v;
 }
@@ -1583,8 +1716,8 @@ int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) { print_usage(&defaults); return 0; }
-        if (a[0] != '-' || a[1] == '\0' || a[2] != '\0') { usage_error(&o, "unknown argument '%s'", a); }
-        if (i + 1 >= argc) { usage_error(&o, "flag %s needs a value", a); }
+        if (a[0] != '-' || a[1] == '\0' || a[2] != '\0') { usage_error("unknown argument '%s'", a); }
+        if (i + 1 >= argc) { usage_error("flag %s needs a value", a); }
         const char *v = argv[++i];
         switch (a[1]) {
         case 'i': o.train_pattern = v; break;
@@ -1592,26 +1725,32 @@ int main(int argc, char **argv) {
         case 'k': o.tokenizer_path = v; break;
         case 'e': o.model = v; break;
         case 'o': o.out_dir = v; break;
-        case 'b': o.B = (int)parse_int(&o, a, v, 1); break;
-        case 't': o.T = (int)parse_int(&o, a, v, 1); break;
-        case 'd': o.total_batch_size = (int)parse_int(&o, a, v, 0); break;
-        case 'l': o.lr = parse_float(&o, a, v); break;
-        case 'u': o.warmup = (int)parse_int(&o, a, v, 0); break;
-        case 'q': o.final_lr_frac = parse_float(&o, a, v); break;
-        case 'c': o.weight_decay = parse_float(&o, a, v); break;
-        case 'z': o.grad_clip = parse_float(&o, a, v); break;
-        case 'x': o.max_steps = (int)parse_int(&o, a, v, 1); break;
-        case 'v': o.val_every = (int)parse_int(&o, a, v, 0); break;
-        case 'm': o.val_batches = (int)parse_int(&o, a, v, 1); break;
-        case 's': o.sample_every = (int)parse_int(&o, a, v, 0); break;
-        case 'g': o.gen_tokens = (int)parse_int(&o, a, v, 1); break;
-        case 'n': o.checkpoint_every = (int)parse_int(&o, a, v, 0); break;
-        case 'y': o.resume = (int)parse_int(&o, a, v, 0); break;
-        case 'r': o.seed = (uint64_t)parse_int(&o, a, v, 0); break;
-        default: usage_error(&o, "unknown flag '%s'", a);
+        case 'b': o.B = (int)parse_int(a, v, 1); break;
+        case 't': o.T = (int)parse_int(a, v, 1); break;
+        case 'd': o.total_batch_size = (int)parse_int(a, v, 0); break;
+        case 'l': o.lr = parse_float(a, v); break;
+        case 'u': o.warmup = (int)parse_int(a, v, 0); break;
+        case 'q': o.final_lr_frac = parse_float(a, v); break;
+        case 'c': o.weight_decay = parse_float(a, v); break;
+        case 'z': o.grad_clip = parse_float(a, v); break;
+        case 'x': o.max_steps = (int)parse_int(a, v, 1); break;
+        case 'v': o.val_every = (int)parse_int(a, v, 0); break;
+        case 'm': o.val_batches = (int)parse_int(a, v, 1); break;
+        case 's': o.sample_every = (int)parse_int(a, v, 0); break;
+        case 'g': o.gen_tokens = (int)parse_int(a, v, 1); break;
+        case 'n': o.checkpoint_every = (int)parse_int(a, v, 0); break;
+        case 'y': o.resume = (int)parse_int(a, v, 0); break;
+        case 'r': o.seed = (uint64_t)parse_int(a, v, 0); break;
+        default: usage_error("unknown flag '%s'", a);
         }
     }
+    // sizes that fit: B*T*Vp floats of logits must be addressable, and gemm takes ints
     size_t tokens_per_batch = (size_t)o.B * o.T;
+    if (o.B > (1 << 16) || o.T > (1 << 20) || tokens_per_batch > (1 << 24)) {
+        fprintf(stderr, "Error: -b %d x -t %d = %zu tokens per batch is more than this trainer handles (2^24)\n",
+                o.B, o.T, tokens_per_batch);
+        return EXIT_FAILURE;
+    }
     if (o.total_batch_size == 0) { o.total_batch_size = (int)tokens_per_batch; }
     if (o.total_batch_size % tokens_per_batch != 0) {
         fprintf(stderr, "Error: total batch size -d %d is not a multiple of B*T = %zu\n", o.total_batch_size, tokens_per_batch);
@@ -1636,24 +1775,34 @@ int main(int argc, char **argv) {
         fprintf(stderr, "Error: -y 1 but no checkpoint (state_*.bin with its model_*.bin) in %s\n%s\n", o.out_dir, STATE_HINT);
         return EXIT_FAILURE;
     }
-    if (!o.resume && have_out && find_latest_checkpoint(o.out_dir) >= 0) {
+    if (!o.resume && o.checkpoint_every > 0 && find_latest_checkpoint(o.out_dir) >= 0) {
         // a new run would write its checkpoints over these, step by step
         fprintf(stderr, "Error: %s already holds checkpoints (newest: step %d); not overwriting them\n"
                 "HINT: resume them with -y 1, or pick another -o\n", o.out_dir, find_latest_checkpoint(o.out_dir));
         return EXIT_FAILURE;
     }
+    char state_path[4096] = "";
     if (resume_step >= 0) {
-        char path[4096];
-        snprintf(path, sizeof(path), "%s/model_%08d.bin", o.out_dir, resume_step);
-        gpt2_build_from_checkpoint(&model, path);
-        snprintf(path, sizeof(path), "%s/state_%08d.bin", o.out_dir, resume_step);
-        load_state(path, &model, &st);
+        // The model comes from the checkpoint (-e is not used). The flags that
+        // decide what the next batch is must be the same as before; the others
+        // (-x to train longer, -l, -v, ...) may change, at the cost of exactness.
+        char model_path[4096];
+        format_path(model_path, sizeof(model_path), "%s/model_%08d.bin", o.out_dir, resume_step);
+        format_path(state_path, sizeof(state_path), "%s/state_%08d.bin", o.out_dir, resume_step);
+        gpt2_build_from_checkpoint(&model, model_path);
+        load_state(state_path, &model, &st);
         if (st.B != (size_t)o.B || st.T != (size_t)o.T || st.total_batch_size != (size_t)o.total_batch_size || st.seed != o.seed) {
             fprintf(stderr, "Error: %s was written with -b %zu -t %zu -d %zu -r %llu; resume with the same flags\n",
-                    path, st.B, st.T, st.total_batch_size, (unsigned long long)st.seed);
+                    state_path, st.B, st.T, st.total_batch_size, (unsigned long long)st.seed);
             return EXIT_FAILURE;
         }
-        printf("resuming from %s at step %d\n", path, st.step);
+        if (st.step != resume_step || st.step >= o.max_steps) {
+            fprintf(stderr, "Error: %s is the state after step %d%s\n", state_path, st.step,
+                    st.step != resume_step ? ", not the step in its name: corrupt" : "; nothing left to do (raise -x to train longer)");
+            return EXIT_FAILURE;
+        }
+        printf("resuming from %s at step %d\n", state_path, st.step);
+        o.model = model_path;
     } else if (access(o.model, F_OK) == 0) {
         gpt2_build_from_checkpoint(&model, o.model);
     } else {
@@ -1668,9 +1817,24 @@ int main(int argc, char **argv) {
     DataLoader train_loader, val_loader;
     dataloader_init(&train_loader, o.train_pattern, o.B, o.T, c.vocab_size, 1, o.seed);
     dataloader_init(&val_loader, o.val_pattern, o.B, o.T, c.vocab_size, 0, o.seed);
-    if (resume_step >= 0) { dataloader_seek(&train_loader, st.epoch, st.shard_pos, st.sample_pos); }
+    if (resume_step >= 0 && !dataloader_seek(&train_loader, st.epoch, st.shard_pos, st.sample_pos)) {
+        fprintf(stderr, "Error: %s: its data position (shard %zu, sequence %zu) does not exist in '%s'\n"
+                "HINT: resume with the same -i data the run started with\n", state_path, st.shard_pos, st.sample_pos,
+                o.train_pattern);
+        return EXIT_FAILURE;
+    }
+    if ((size_t)o.val_batches * o.B > val_loader.num_samples_total) {
+        fprintf(stderr, "Error: -m %d validation batches of -b %d need %zu sequences, '%s' holds %zu\n"
+                "HINT: lower -m\n", o.val_batches, o.B, (size_t)o.val_batches * o.B, o.val_pattern, val_loader.num_samples_total);
+        return EXIT_FAILURE;
+    }
+    if (o.sample_every > 0 && o.gen_tokens >= o.T) {
+        fprintf(stderr, "Error: -g %d tokens per sample do not fit after the prompt token in -t %d\n"
+                "HINT: -g at most %d\n", o.gen_tokens, o.T, o.T - 1);
+        return EXIT_FAILURE;
+    }
     Tokenizer tokenizer;
-    tokenizer_init(&tokenizer, o.tokenizer_path);
+    tokenizer_init(&tokenizer, o.tokenizer_path, c.vocab_size);
 
     // the run, and its memory: parameters, gradients, AdamW moments, activations
     gpt2_allocate_activations(&model, o.B, o.T);
@@ -1695,14 +1859,18 @@ int main(int argc, char **argv) {
     FILE *logfile = NULL;
     if (have_out) {
         char path[4096];
-        snprintf(path, sizeof(path), "%s/main.log", o.out_dir);
+        format_path(path, sizeof(path), "%s/main.log", o.out_dir);
+        if (resume_step >= 0) { log_truncate_after(path, resume_step); }
         logfile = fopenCheck(path, resume_step >= 0 ? "a" : "w");
     }
 
     for (int step = st.step; step <= o.max_steps; step++) {
         int last_step = step == o.max_steps;
+        // A resumed run starts where the checkpoint was taken: after that step's
+        // validation and sample, which the first run already did and logged.
+        int resumed_here = resume_step >= 0 && step == st.step;
         // validation loss, over the first val_batches batches of the validation data
-        if (o.val_every > 0 && (step % o.val_every == 0 || last_step)) {
+        if (o.val_every > 0 && (step % o.val_every == 0 || last_step) && !resumed_here) {
             dataloader_seek(&val_loader, 0, 0, 0);
             double val_loss = 0.0;
             for (int i = 0; i < o.val_batches; i++) {
@@ -1714,7 +1882,7 @@ int main(int argc, char **argv) {
             printf("step %d | val loss %.6f\n", step, val_loss);
             if (logfile != NULL) { fprintf(logfile, "s:%d tel:%.9g\n", step, val_loss); fflush(logfile); }
         }
-        if (o.sample_every > 0 && (step % o.sample_every == 0 || last_step)) {
+        if (o.sample_every > 0 && (step % o.sample_every == 0 || last_step) && !resumed_here) {
             gpt2_sample(&model, &tokenizer, (size_t)o.gen_tokens, o.seed, step);
         }
         // a checkpoint after `step` steps (not at the step we resumed from: it exists)
@@ -1737,6 +1905,12 @@ int main(int argc, char **argv) {
         }
         loss /= accum_steps;
         float norm = gpt2_grad_norm(&model);
+        if (!isfinite(loss) || !isfinite(norm)) {
+            // nothing good can come of the next step: stop while the checkpoints are sound
+            fprintf(stderr, "Error: step %d: loss %g, gradient norm %g: training diverged\n"
+                    "HINT: lower the learning rate (-l), or keep gradient clipping on (-z)\n", step + 1, loss, norm);
+            return EXIT_FAILURE;
+        }
         // clip as torch.nn.utils.clip_grad_norm_: scale by max_norm / (norm + 1e-6) when above 1
         float grad_scale = 1.0f;
         if (o.grad_clip > 0.0f && o.grad_clip / (norm + 1e-6f) < 1.0f) { grad_scale = o.grad_clip / (norm + 1e-6f); }

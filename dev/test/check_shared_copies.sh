@@ -7,7 +7,7 @@
 #     // --- end shared-copy: NAME ---
 # This script finds every such block in the project's C and CUDA sources and
 # checks that all copies of a block are byte-identical. It also fails on an
-# unbalanced marker. Run from the repository root: bash dev/test/check_shared_copies.sh
+# unbalanced marker and on a block found in one file only (a mistyped name). Run from the repository root: bash dev/test/check_shared_copies.sh
 set -u
 cd "$(dirname "$0")/../.." || exit 1
 tmp=$(mktemp -d)
@@ -42,6 +42,11 @@ for dir in "$tmp"/*/; do
             diff "$dir/$first" "$dir/$c" | head -10
         fi
     done
+    if [ "$copies" -lt 2 ]; then
+        # one copy means a marker name was mistyped somewhere, or a copy was lost
+        ok=0
+        echo "NOT OK  shared-copy '$name' appears only in $(echo "$first" | tr '%' '/'): a shared copy needs two or more"
+    fi
     if [ $ok = 1 ]; then
         echo "OK      shared-copy '$name': $copies identical copies"
         passed=$((passed + 1))

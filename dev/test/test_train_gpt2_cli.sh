@@ -25,37 +25,55 @@ head -c 20000 data/tinyshakespeare/input.txt > "$TMP/small.txt"
 COMMON=(-e d1 -b 4 -t 32 -i "$TMP/small.bin" -j "$TMP/small.bin" -k data/gpt2_tokenizer.bin -l 3e-3 -u 3 -m 2 -g 8)
 
 # --- 1. a run that stops and resumes reproduces an uninterrupted run bit for bit
-# 60 steps of 4 x 32 tokens cross the shard's end (about 47 batches): the resumed
-# run must also reshuffle the next epoch exactly as the uninterrupted one did.
-"$BIN" "${COMMON[@]}" -x 60 -n 25 -v 10 -s 30 -o "$TMP/full" > "$TMP/full.out" 2>&1
-rc=$?
-[ $rc = 0 ] && ok "uninterrupted run of 60 steps" || { not_ok "uninterrupted run exited $rc"; tail -5 "$TMP/full.out"; }
-# the "interrupted" run: the same run, as it stood after its checkpoint at step 25
-mkdir -p "$TMP/resumed"
-cp "$TMP/full/model_00000025.bin" "$TMP/full/state_00000025.bin" "$TMP/resumed/"
-awk -F'[: ]' '{ if ($2 <= 25) print }' "$TMP/full/main.log" > "$TMP/resumed/main.log"
-"$BIN" "${COMMON[@]}" -x 60 -n 25 -v 10 -s 30 -o "$TMP/resumed" -y 1 > "$TMP/resumed.out" 2>&1
-rc=$?
-grep -q "resuming from .*state_00000025.bin at step 25" "$TMP/resumed.out" && ok "resume finds the checkpoint of step 25" || not_ok "resume did not report step 25"
-# compare every logged number except the timing
+# resume_case NAME EVERY OPTIONS...: an uninterrupted run of 60 steps with a
+# checkpoint every EVERY steps; then the run "as it stood" after its first
+# checkpoint (its log still holding the lines written after it, as when a run
+# dies) is resumed with -y 1. The two must agree on every logged number but the
+# timing, on every sample, and on the final model and optimizer state, byte for byte.
 strip_ms() { sed -E 's/ ms:[0-9.]+//' "$1"; }
-if [ $rc = 0 ] && diff <(strip_ms "$TMP/full/main.log") <(strip_ms "$TMP/resumed/main.log") > "$TMP/diff"; then
-    ok "resumed run: train losses, lr, grad norms, val losses identical to the uninterrupted run (steps 26..60)"
-else
-    not_ok "resumed run differs from the uninterrupted one (exit $rc):"; head -5 "$TMP/diff"
-fi
-if cmp -s "$TMP/full/model_00000060.bin" "$TMP/resumed/model_00000060.bin" && cmp -s "$TMP/full/state_00000060.bin" "$TMP/resumed/state_00000060.bin"; then
-    ok "final model and optimizer state identical byte for byte"
-else
-    not_ok "final checkpoints differ"
-fi
-# the samples at step 30 and 60 are the same text too
-if diff <(sed -n '/^step 30 | val/,$p' "$TMP/full.out" | grep -v ' ms |' | grep -v '^wrote') <(sed -n '/^step 30 | val/,$p' "$TMP/resumed.out" | grep -v ' ms |' | grep -v '^wrote') > /dev/null; then
-    ok "samples after resume identical"
-else
-    not_ok "samples after resume differ"
-fi
-ls "$TMP/full"/*.tmp > /dev/null 2>&1 && not_ok "a .tmp file was left behind" || ok "no .tmp files left behind"
+resume_case() {
+    local name=$1 every=$2
+    shift 2
+    local full="$TMP/full_$every" part="$TMP/resumed_$every" first
+    first=$(printf '%08d' "$every")
+    "$BIN" "${COMMON[@]}" -x 60 -n "$every" "$@" -o "$full" > "$full.out" 2>&1 || { not_ok "$name: uninterrupted run failed"; tail -3 "$full.out"; return; }
+    mkdir -p "$part"
+    cp "$full/model_$first.bin" "$full/state_$first.bin" "$full/main.log" "$part/"
+    "$BIN" "${COMMON[@]}" -x 60 -n "$every" "$@" -o "$part" -y 1 > "$part.out" 2>&1
+    local rc=$?
+    if [ $rc = 0 ] && grep -q "resuming from .*state_$first.bin at step $every" "$part.out" &&
+       diff <(strip_ms "$full/main.log") <(strip_ms "$part/main.log") > "$TMP/diff" &&
+       cmp -s "$full/model_00000060.bin" "$part/model_00000060.bin" && cmp -s "$full/state_00000060.bin" "$part/state_00000060.bin" &&
+       diff <(sed -n "/^wrote checkpoint .*model_$first.bin/,\$p" "$full.out" | grep -v -e ' ms |' -e '^wrote') \
+            <(grep -v -e ' ms |' -e '^wrote' -e '^resuming' -e '^model:' -e '^data:' -e '^batch:' -e '^memory:' "$part.out") > "$TMP/diff_out"; then
+        ok "$name: resumed at step $every, identical log, samples, model and optimizer state at step 60"
+    else
+        not_ok "$name: resumed run differs (exit $rc)"; head -5 "$TMP/diff" "$TMP/diff_out"
+    fi
+}
+# 60 steps of 4 x 32 tokens cross the shard's end (188 sequences = 47 batches):
+# the runs must also reshuffle the next epoch alike
+resume_case "checkpoint mid-epoch" 25 -v 10 -s 30
+resume_case "checkpoint on a validation and sample step" 20 -v 10 -s 20
+resume_case "checkpoint at the end of the data (sequence 188 of 188)" 47 -v 10 -s 0
+ls "$TMP"/full_*/*.tmp > /dev/null 2>&1 && not_ok "a .tmp file was left behind" || ok "no .tmp files left behind"
+
+# two shards of 9 and 6 sequences, in a shuffled order that changes every epoch:
+# batches of 4 straddle shards and epochs; resuming from every one of 19
+# checkpoints must end in the same model
+mkdir -p "$TMP/two"
+head -c 1100 data/tinyshakespeare/input.txt > "$TMP/a.txt"
+tail -c 700 data/tinyshakespeare/input.txt > "$TMP/b.txt"
+"$TOK" -e -i "$TMP/a.txt" -o "$TMP/two/shard_a.bin" -t "" > /dev/null && "$TOK" -e -i "$TMP/b.txt" -o "$TMP/two/shard_b.bin" -t "" > /dev/null
+TWO=(-e d1 -b 4 -t 32 -i "$TMP/two/shard_*.bin" -j "$TMP/small.bin" -v 0 -s 0 -x 20 -n 1)
+"$BIN" "${TWO[@]}" -o "$TMP/two_full" > /dev/null 2>&1 || not_ok "two-shard run failed"
+bad_steps=""
+for k in $(seq 1 19); do
+    rm -rf "$TMP/two_part"; mkdir -p "$TMP/two_part"
+    cp "$TMP/two_full/model_$(printf '%08d' $k).bin" "$TMP/two_full/state_$(printf '%08d' $k).bin" "$TMP/two_part/"
+    "$BIN" "${TWO[@]}" -o "$TMP/two_part" -y 1 > /dev/null 2>&1 && cmp -s "$TMP/two_full/model_00000020.bin" "$TMP/two_part/model_00000020.bin" || bad_steps="$bad_steps $k"
+done
+[ -z "$bad_steps" ] && ok "two shards: resuming from each of steps 1..19 ends in the same model" || not_ok "two shards: resuming from step(s)$bad_steps differs"
 
 # --- 2. bad input: one clear message naming the file, a non-zero exit
 # expect_error NAME PATTERN -- ARGS...: run, want exit != 0 and stderr matching PATTERN
@@ -70,7 +88,7 @@ expect_error() {
         not_ok "$name: exit $rc, stderr: $(head -3 "$TMP/err")"
     fi
 }
-cp "$TMP/full/model_00000060.bin" "$TMP/good_model.bin"
+cp "$TMP/full_25/model_00000060.bin" "$TMP/good_model.bin"
 head -c 100000 "$TMP/good_model.bin" > "$TMP/truncated_model.bin"
 head -c 500 "$TMP/good_model.bin" > "$TMP/short_model.bin"
 { printf 'this is not a model file'; head -c 2000 /dev/zero; } > "$TMP/wrong_magic.bin"
@@ -86,7 +104,7 @@ expect_error "wrong magic checkpoint" "wrong_magic.bin.*bad magic" -- "${COMMON[
 expect_error "wrong magic shard" "bad_magic_shard.bin.*not a token shard" -- "${COMMON[@]}" -i "$TMP/bad_magic_shard.bin" -o ""
 expect_error "truncated shard" "truncated_shard.bin.*truncated" -- "${COMMON[@]}" -i "$TMP/truncated_shard.bin" -o ""
 expect_error "token id >= vocab size" "big_token.bin: token 100 has id 60000" -- "${COMMON[@]}" -i "$TMP/big_token.bin" -o ""
-expect_error "batch x seq longer than the data" "small.bin: has [0-9]+ tokens, fewer than the B\*T\+1" -- "${COMMON[@]}" -b 64 -t 128 -o ""
+expect_error "batch x seq longer than the data" "small.bin: the data holds 47 sequences of T\+1 = 129 tokens, fewer than the B = 64" -- "${COMMON[@]}" -b 64 -t 128 -o ""
 expect_error "sequence longer than the model's" "-t 2048 is longer" -- "${COMMON[@]}" -t 2048 -o ""
 expect_error "flag that is not a number" "flag -b needs an integer" -- "${COMMON[@]}" -b abc -o ""
 expect_error "negative learning rate" "flag -l needs a non-negative number" -- "${COMMON[@]}" -l -1 -o ""
@@ -95,18 +113,32 @@ expect_error "flag without a value" "flag -x needs a value" -- "${COMMON[@]}" -o
 expect_error "stray argument" "unknown argument 'foo'" -- "${COMMON[@]}" foo -o ""
 expect_error "bad model descriptor" "d0.*neither an existing file nor a descriptor" -- "${COMMON[@]}" -e d0 -o ""
 expect_error "total batch not a multiple of B*T" "not a multiple of B\*T" -- "${COMMON[@]}" -d 1000 -o ""
+# a checkpoint whose header claims 100000 layers
+cp "$TMP/good_model.bin" "$TMP/huge_header.bin"; printf '\xa0\x86\x01\x00' | dd of="$TMP/huge_header.bin" bs=1 seek=16 conv=notrunc status=none
+expect_error "checkpoint header with absurd sizes" "huge_header.bin: impossible model shape" -- "${COMMON[@]}" -e "$TMP/huge_header.bin" -o ""
+head -c 3000 data/gpt2_tokenizer.bin > "$TMP/short_tokenizer.bin"
+expect_error "truncated tokenizer" "short_tokenizer.bin: ends inside token" -- "${COMMON[@]}" -k "$TMP/short_tokenizer.bin" -o ""
+cp data/gpt2_tokenizer.bin "$TMP/eot_tokenizer.bin"; printf '\x9f\x86\x01\x00' | dd of="$TMP/eot_tokenizer.bin" bs=1 seek=12 conv=notrunc status=none
+expect_error "tokenizer end-of-text id beyond the vocabulary" "eot_tokenizer.bin: .*end-of-text id 99999" -- "${COMMON[@]}" -k "$TMP/eot_tokenizer.bin" -o ""
+head -c 1100 "$TMP/small.bin" > "$TMP/tiny_shard.bin"; printf '\x26\x00\x00\x00' | dd of="$TMP/tiny_shard.bin" bs=1 seek=8 conv=notrunc status=none
+expect_error "a shard shorter than one sequence" "tiny_shard.bin: has 38 tokens, fewer than the T\+1" -- "${COMMON[@]}" -i "$TMP/tiny_shard.bin" -t 64 -o ""
+expect_error "more validation batches than the data" "-m 100 validation batches" -- "${COMMON[@]}" -m 100 -o ""
+expect_error "samples longer than the sequence" "-g 40 tokens per sample" -- "${COMMON[@]}" -g 40 -s 10 -o ""
+expect_error "diverging training stops" "training diverged" -- "${COMMON[@]}" -l 1e30 -z 0 -x 5 -v 0 -s 0 -o ""
 expect_error "resume without a checkpoint" "no checkpoint .* in $TMP/empty" -- "${COMMON[@]}" -y 1 -o "$TMP/empty"
 
 # --- 3. a failed run never touches an existing checkpoint
-sums_before=$(cd "$TMP/full" && sha256sum model_* state_* main.log)
-expect_error "resume with other flags than the checkpoint's" "written with -b 4 -t 32" -- "${COMMON[@]}" -b 2 -x 60 -o "$TMP/full" -y 1
-expect_error "resume with a corrupt validation file" "bad_magic_shard.bin" -- "${COMMON[@]}" -x 60 -j "$TMP/bad_magic_shard.bin" -o "$TMP/full" -y 1
-expect_error "a new run into a directory with checkpoints" "$TMP/full already holds checkpoints" -- "${COMMON[@]}" -x 60 -o "$TMP/full"
-cp "$TMP/full/state_00000060.bin" "$TMP/state_backup.bin"
-head -c 3000 "$TMP/state_backup.bin" > "$TMP/full/state_00000060.bin"
-expect_error "resume from a truncated state file" "state_00000060.bin: has 3000 bytes" -- "${COMMON[@]}" -x 60 -o "$TMP/full" -y 1
-cp "$TMP/state_backup.bin" "$TMP/full/state_00000060.bin"
-sums_after=$(cd "$TMP/full" && sha256sum model_* state_* main.log)
+FULL="$TMP/full_25"
+sums_before=$(cd "$FULL" && sha256sum model_* state_* main.log)
+expect_error "resume with other flags than the checkpoint's" "written with -b 4 -t 32" -- "${COMMON[@]}" -b 2 -x 60 -o "$FULL" -y 1
+expect_error "resume with a corrupt validation file" "bad_magic_shard.bin" -- "${COMMON[@]}" -x 70 -j "$TMP/bad_magic_shard.bin" -o "$FULL" -y 1
+expect_error "a new run into a directory with checkpoints" "$FULL already holds checkpoints" -- "${COMMON[@]}" -x 60 -n 10 -o "$FULL"
+cp "$FULL/state_00000060.bin" "$TMP/state_backup.bin"
+head -c 3000 "$TMP/state_backup.bin" > "$FULL/state_00000060.bin"
+expect_error "resume from a truncated state file" "state_00000060.bin: has 3000 bytes" -- "${COMMON[@]}" -x 60 -o "$FULL" -y 1
+cp "$TMP/state_backup.bin" "$FULL/state_00000060.bin"
+expect_error "resume when -x is already reached" "state after step 60; nothing left to do" -- "${COMMON[@]}" -x 60 -o "$FULL" -y 1
+sums_after=$(cd "$FULL" && sha256sum model_* state_* main.log)
 [ "$sums_before" = "$sums_after" ] && ok "checkpoints and log unchanged by the failed runs" || not_ok "a failed run changed the checkpoint directory"
 
 # --- 4. the help lists every flag with its default
