@@ -173,8 +173,12 @@ static inline double wall_seconds(void) {
 // so results are deterministic and a run reproduces exactly.
 #define GEMM_MR 6   // rows of the register tile
 #define GEMM_NR 16  // columns of the register tile: two 8-float vectors
+#ifndef GEMM_KC
 #define GEMM_KC 256 // depth of a packed block
+#endif
+#ifndef GEMM_NC
 #define GEMM_NC 256 // columns of a packed block: KC x NC x 4 bytes = 256 KiB, half an L2
+#endif
 
 // GCC's auto-vectoriser keeps a plain float acc[6][16] in memory and spills; a
 // vector type (a GCC/Clang extension: no intrinsics, compiles to AVX, NEON or
@@ -199,6 +203,23 @@ static void gemm_micro_kernel(float *c, size_t c_rs, size_t c_cs, const float *a
             acc[i][1] += ai * b1;
         }
     }
+    if (c_cs == 1 && nr == GEMM_NR) {
+        // rows of C are contiguous: two vector loads and stores per row
+        for (int i = 0; i < mr; i++) {
+            float *ci = c + i * c_rs;
+            vec8 c0 = acc[i][0], c1 = acc[i][1];
+            if (accumulate) {
+                vec8 old0, old1;
+                memcpy(&old0, ci, sizeof(vec8));
+                memcpy(&old1, ci + 8, sizeof(vec8));
+                c0 += old0;
+                c1 += old1;
+            }
+            memcpy(ci, &c0, sizeof(vec8));
+            memcpy(ci + 8, &c1, sizeof(vec8));
+        }
+        return;
+    }
     for (int i = 0; i < mr; i++) {
         for (int j = 0; j < nr; j++) {
             float *cij = c + i * c_rs + j * c_cs;
@@ -210,8 +231,11 @@ static void gemm_micro_kernel(float *c, size_t c_rs, size_t c_cs, const float *a
 
 static void gemm(float *C, size_t c_rs, size_t c_cs, const float *A, size_t a_rs, size_t a_cs,
                  const float *B, size_t b_rs, size_t b_cs, int M, int N, int K, int accumulate) {
-    int max_panels = ((N < GEMM_NC ? N : GEMM_NC) + GEMM_NR - 1) / GEMM_NR;
-    float *bp = (float *)mallocCheck(sizeof(float) * GEMM_KC * GEMM_NR * max_panels); // shared by the threads
+    // The packed block, shared by the threads. It lives as long as the program:
+    // a fresh 256 KiB malloc per call is an mmap, and the kernel would zero its
+    // pages again on every one of the ~100 calls per step (measured: 5% of a step).
+    static float *bp = NULL;
+    if (bp == NULL) { bp = (float *)mallocCheck(sizeof(float) * GEMM_KC * GEMM_NC); }
     int strips = (M + GEMM_MR - 1) / GEMM_MR;
     #pragma omp parallel
     for (int jc = 0; jc < N; jc += GEMM_NC) {
@@ -255,7 +279,27 @@ static void gemm(float *C, size_t c_rs, size_t c_cs, const float *A, size_t a_rs
             }
         }
     }
-    free(bp);
+}
+
+// e^x in a form the compiler can vectorise (libm's expf is a function call per
+// element, and the softmaxes and GELUs call it ~50 million times a step).
+// e^x = 2^n e^r with n = round(x / ln 2) and |r| <= ln(2)/2; e^r from its Taylor
+// series to degree 6; 2^n built directly in the float's exponent bits. ln 2 is
+// split in two (Cody & Waite) so that r = x - n ln2 stays exact. Max relative
+// error 2.3e-7 (4 ulp) over the clamped range; below -87 the result is 1e-38
+// rather than a denormal or 0, which no sum of probabilities can tell apart.
+// (GCC vectorises the clamp's comparisons only with -fno-trapping-math, which
+// the Makefile sets; without it this is still correct, just scalar.)
+static inline float exp_fast(float x) {
+    x = x < -87.0f ? -87.0f : x;
+    x = x > 88.0f ? 88.0f : x;
+    float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f; // round to nearest via 1.5 * 2^23
+    float r = x - n * 0.693145751953125f - n * 1.42860682030941723e-6f; // ln 2 = hi + lo
+    float p = 1.0f + r * (1.0f + r * (0.5f + r * (1.0f / 6 + r * (1.0f / 24 + r * (1.0f / 120 + r * (1.0f / 720))))));
+    int32_t bits = ((int32_t)n + 127) << 23; // 2^n as a float: n in the exponent field
+    float two_n;
+    memcpy(&two_n, &bits, sizeof(two_n));
+    return p * two_n;
 }
 
 // ----------------------------------------------------------------------------
@@ -339,15 +383,20 @@ void layernorm_backward(float *dinp, float *dweight, float *dbias, const float *
         }
     }
     #pragma omp parallel for
-    for (size_t i = 0; i < C; i++) {
-        float dw = 0.0f, db = 0.0f;
+    for (size_t i0 = 0; i0 < C; i0 += 64) { // 64 channels per thread, read along rows
+        size_t width = C - i0 < 64 ? C - i0 : 64;
+        float dw[64] = {0}, db[64] = {0};
         for (size_t bt = 0; bt < B * T; bt++) {
-            float d = dout[bt * C + i];
-            dw += d * (inp[bt * C + i] - mean[bt]) * rstd[bt];
-            db += d;
+            const float *dout_bt = dout + bt * C + i0, *x = inp + bt * C + i0;
+            for (size_t i = 0; i < width; i++) {
+                dw[i] += dout_bt[i] * (x[i] - mean[bt]) * rstd[bt];
+                db[i] += dout_bt[i];
+            }
         }
-        dweight[i] += dw;
-        dbias[i] += db;
+        for (size_t i = 0; i < width; i++) {
+            dweight[i0 + i] += dw[i];
+            dbias[i0 + i] += db[i];
+        }
     }
 }
 
@@ -379,13 +428,30 @@ void matmul_backward(float *dinp, float *dweight, float *dbias, const float *dou
     // dweight (OC,C) += dout^T (OC,B*T) @ inp (B*T,C)  (accumulated)
     gemm(dweight, C, 1, dout, 1, OC, inp, C, 1, (int)OC, (int)C, (int)(B * T), 1);
     if (dbias != NULL) {
+        // dbias (OC) += column sums of dout: each thread takes 64 columns and
+        // walks down the rows, so memory is read along rows, not down columns
         #pragma omp parallel for
-        for (size_t o = 0; o < OC; o++) {
-            float sum = 0.0f;
-            for (size_t bt = 0; bt < B * T; bt++) { sum += dout[bt * OC + o]; }
-            dbias[o] += sum;
+        for (size_t o0 = 0; o0 < OC; o0 += 64) {
+            size_t width = OC - o0 < 64 ? OC - o0 : 64;
+            float sum[64] = {0};
+            for (size_t bt = 0; bt < B * T; bt++) {
+                for (size_t o = 0; o < width; o++) { sum[o] += dout[bt * OC + o0 + o]; }
+            }
+            for (size_t o = 0; o < width; o++) { dbias[o0 + o] += sum[o]; }
         }
     }
+}
+
+// Dot product in 8 interleaved partial sums: the compiler may not reorder a
+// single running sum, but it can turn 8 independent ones into one vector.
+static inline float dot8(const float *a, const float *b, size_t n) {
+    float lanes[8] = {0};
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        for (int j = 0; j < 8; j++) { lanes[j] += a[i + j] * b[i + j]; }
+    }
+    for (; i < n; i++) { lanes[0] += a[i] * b[i]; }
+    return ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
 }
 
 void attention_forward(float *out, float *att, const float *qkv, size_t B, size_t T, size_t C, size_t NH) {
@@ -403,15 +469,13 @@ void attention_forward(float *out, float *att, const float *qkv, size_t B, size_
                 float maxval = -INFINITY;
                 for (size_t t2 = 0; t2 <= t; t2++) {
                     const float *k = qkv + (b * T + t2) * 3 * C + C + h * HS;
-                    float dot = 0.0f;
-                    for (size_t i = 0; i < HS; i++) { dot += q[i] * k[i]; }
-                    att_bth[t2] = dot * scale;
+                    att_bth[t2] = dot8(q, k, HS) * scale;
                     if (att_bth[t2] > maxval) { maxval = att_bth[t2]; }
                 }
                 // softmax, shifted by the max for stability
                 float sum = 0.0f;
                 for (size_t t2 = 0; t2 <= t; t2++) {
-                    att_bth[t2] = expf(att_bth[t2] - maxval);
+                    att_bth[t2] = exp_fast(att_bth[t2] - maxval);
                     sum += att_bth[t2];
                 }
                 for (size_t t2 = 0; t2 <= t; t2++) { att_bth[t2] /= sum; }
@@ -455,12 +519,8 @@ void attention_backward(float *dqkv, float *datt, const float *dout, const float
                 for (size_t t2 = 0; t2 <= t; t2++) {
                     const float *v = qkv + (b * T + t2) * 3 * C + 2 * C + h * HS;
                     float *dv = dqkv + (b * T + t2) * 3 * C + 2 * C + h * HS;
-                    float d = 0.0f;
-                    for (size_t i = 0; i < HS; i++) {
-                        d += dout_bth[i] * v[i];
-                        dv[i] += att_bth[t2] * dout_bth[i];
-                    }
-                    datt_bth[t2] = d;
+                    for (size_t i = 0; i < HS; i++) { dv[i] += att_bth[t2] * dout_bth[i]; }
+                    datt_bth[t2] = dot8(dout_bth, v, HS);
                 }
                 // through the softmax
                 float dot = 0.0f;
@@ -484,10 +544,10 @@ void attention_backward(float *dqkv, float *datt, const float *dout, const float
 // gelu(x) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
 #define GELU_SCALE 0.7978845608028654f // sqrt(2/pi)
 
-// tanh(u) = 1 - 2 / (exp(2u) + 1): libm's tanhf is three times slower than expf,
-// and GELU runs on every hidden unit twice per step. The absolute error stays
-// below 1e-7 (exp overflowing to inf gives exactly 1, underflowing to 0 gives -1).
-static inline float tanh_via_exp(float u) { return 1.0f - 2.0f / (expf(2.0f * u) + 1.0f); }
+// tanh(u) = 1 - 2 / (exp(2u) + 1): libm's tanhf is a slow function call, and
+// GELU runs on every hidden unit twice per step. The absolute error stays below
+// 3e-7 (exp_fast's clamp gives exactly 1 for large u, -1 for very negative u).
+static inline float tanh_via_exp(float u) { return 1.0f - 2.0f / (exp_fast(2.0f * u) + 1.0f); }
 
 void gelu_forward(float *out, const float *inp, size_t N) {
     #pragma omp parallel for
@@ -523,11 +583,12 @@ void softmax_forward(float *probs, const float *logits, size_t B, size_t T, size
         float maxval = -INFINITY;
         for (size_t i = 0; i < V; i++) { if (logits_bt[i] > maxval) { maxval = logits_bt[i]; } }
         float sum = 0.0f;
-        for (size_t i = 0; i < V; i++) {
-            probs_bt[i] = expf(logits_bt[i] - maxval);
-            sum += probs_bt[i];
-        }
-        for (size_t i = 0; i < V; i++) { probs_bt[i] /= sum; }
+        // exponentials first, in a loop of their own so that it vectorises; the sum
+        // is a separate, sequential loop (a vectorised sum would reorder it)
+        for (size_t i = 0; i < V; i++) { probs_bt[i] = exp_fast(logits_bt[i] - maxval); }
+        for (size_t i = 0; i < V; i++) { sum += probs_bt[i]; }
+        float inv_sum = 1.0f / sum;
+        for (size_t i = 0; i < V; i++) { probs_bt[i] *= inv_sum; }
         for (size_t i = V; i < Vp; i++) { probs_bt[i] = 0.0f; }
     }
 }
@@ -662,6 +723,8 @@ void fill_in_grad_act_sizes(size_t *sizes, GPT2Config config, size_t B, size_t T
     memcpy(sizes, shapes, sizeof(shapes));
 }
 
+#define NORM_CHUNK 4096 // gradients per partial sum in gpt2_grad_norm
+
 typedef struct {
     GPT2Config config;
     ParameterTensors params;
@@ -670,6 +733,7 @@ typedef struct {
     size_t num_parameters;
     ParameterTensors grads;
     float *grads_memory;
+    double *norm_scratch; // partial sums of gpt2_grad_norm, one per NORM_CHUNK gradients
     float *m_memory; // AdamW first moments, allocated on the first update
     float *v_memory; // AdamW second moments
     ActivationTensors acts;
@@ -694,6 +758,7 @@ static void gpt2_allocate_parameters(GPT2 *model) {
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) { model->num_parameters += model->param_sizes[i]; }
     model->params_memory = malloc_and_point((float **)&model->params, model->param_sizes, NUM_PARAMETER_TENSORS);
     model->grads_memory = NULL;
+    model->norm_scratch = NULL;
     model->m_memory = NULL;
     model->v_memory = NULL;
     model->acts_memory = NULL;
@@ -1020,6 +1085,7 @@ void gpt2_backward(GPT2 *model, float loss_scale) {
         // first call: parameter gradients (zeroed) and the activation gradients
         model->grads_memory = malloc_and_point((float **)&model->grads, model->param_sizes, NUM_PARAMETER_TENSORS);
         memset(model->grads_memory, 0, model->num_parameters * sizeof(float));
+        model->norm_scratch = (double *)mallocCheck((model->num_parameters / NORM_CHUNK + 1) * sizeof(double));
         size_t sizes[NUM_GRAD_ACT_TENSORS];
         fill_in_grad_act_sizes(sizes, c, model->batch_size, model->seq_len);
         model->num_grad_acts = 0;
@@ -1078,10 +1144,9 @@ void gpt2_backward(GPT2 *model, float loss_scale) {
 // chunk of 4096 is summed in 8 independent lanes (so the compiler can vectorise
 // without reordering a single addition), then the chunks are added in order:
 // the result does not depend on the number of threads.
-#define NORM_CHUNK 4096
 float gpt2_grad_norm(const GPT2 *model) {
     size_t n = model->num_parameters, num_chunks = (n + NORM_CHUNK - 1) / NORM_CHUNK;
-    double *chunk_sums = (double *)mallocCheck(num_chunks * sizeof(double));
+    double *chunk_sums = model->norm_scratch; // (num_chunks), allocated with the gradients
     const float *g = model->grads_memory;
     #pragma omp parallel for
     for (size_t c = 0; c < num_chunks; c++) {
@@ -1096,7 +1161,6 @@ float gpt2_grad_norm(const GPT2 *model) {
     }
     double sumsq = 0.0;
     for (size_t c = 0; c < num_chunks; c++) { sumsq += chunk_sums[c]; }
-    free(chunk_sums);
     return (float)sqrt(sumsq);
 }
 
@@ -1142,6 +1206,7 @@ void gpt2_update(GPT2 *model, float learning_rate, float beta1, float beta2, flo
 void gpt2_free(GPT2 *model) {
     free(model->params_memory);
     free(model->grads_memory);
+    free(model->norm_scratch);
     free(model->m_memory);
     free(model->v_memory);
     free(model->acts_memory);
