@@ -11,11 +11,13 @@ PYTHON ?= python3
 
 # --- optional dependencies ------------------------------------------------------
 # OpenMP: the CPU programs use both cores with it; NO_OMP=1 builds without.
+# (in OMP_FLAGS, not CFLAGS, so that `make CFLAGS=...` keeps them)
+OMP_FLAGS =
 ifeq ($(NO_OMP),1)
-  CFLAGS += -Wno-unknown-pragmas
+  OMP_FLAGS = -Wno-unknown-pragmas
   $(info ✗ OpenMP off (NO_OMP=1): the CPU programs run on one core)
 else ifeq ($(shell echo 'int main(void){return 0;}' | $(CC) -fopenmp -x c - -o /dev/null 2>/dev/null && echo ok),ok)
-  CFLAGS += -fopenmp
+  OMP_FLAGS = -fopenmp
   $(info ✓ OpenMP found: the CPU programs use all cores (OMP_NUM_THREADS to change))
 else
   $(info ✗ OpenMP not found: the CPU programs run on one core (Debian: apt-get install libgomp1))
@@ -55,6 +57,9 @@ ifeq ($(filter $(PRECISION),FP32 BF16 FP16),)
   $(error PRECISION=$(PRECISION) is not one of FP32 BF16 FP16)
 endif
 GPU_ARCH ?= 90 120
+ifneq ($(NVCC),)
+  $(info · CUDA targets: GPU_ARCH="$(GPU_ARCH)" (sm_90 = H100/H200, sm_120 = RTX 50xx), PRECISION=$(PRECISION))
+endif
 
 # --- programs ---------------------------------------------------------------------
 .PHONY: all data test reference bench clean help
@@ -73,11 +78,11 @@ data: $(TINYSHAKESPEARE) data/gpt2_tokenizer.bin
 
 # the CPU reference trainer; building it also prepares the data its default run reads
 train_gpt2: train_gpt2.c | data
-	$(CC) $(CFLAGS) $< $(LDLIBS) -o $@
+	$(CC) $(CFLAGS) $(OMP_FLAGS) $< $(LDLIBS) -o $@
 
 # --- tests --------------------------------------------------------------------------
 test_gpt2: test_gpt2.c train_gpt2.c
-	$(CC) $(CFLAGS) $< $(LDLIBS) -o $@
+	$(CC) $(CFLAGS) $(OMP_FLAGS) $< $(LDLIBS) -o $@
 
 test_tokenizer: test_tokenizer.c data/tokenizer.c data/unicode_tables.h
 	$(CC) -O3 -march=native -Wall -Wextra -std=c11 $< -o $@
@@ -98,7 +103,7 @@ reference: data/tokenizer
 
 # --- benchmarks (tables, not tests) -------------------------------------------------
 dev/cpu/bench_train_gpt2: dev/cpu/bench_train_gpt2.c train_gpt2.c
-	$(CC) $(CFLAGS) $< $(LDLIBS) -o $@
+	$(CC) $(CFLAGS) $(OMP_FLAGS) $< $(LDLIBS) -o $@
 bench: dev/cpu/bench_train_gpt2 data/tokenizer
 	./dev/cpu/bench_train_gpt2
 	bash dev/bench_tokenizer.sh ./data/tokenizer

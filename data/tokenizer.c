@@ -44,6 +44,7 @@ dev/reference/tokenizer_reference.py (regenerate: python dev/reference/tokenizer
 // fsync, fileno, access, stat, mkdtemp and clock_gettime are POSIX, not C11
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -226,6 +227,14 @@ static void output_commit_all(void) {
         if (rename(out->tmp_path, out->path) != 0) {
             die_file(out->path, NULL, "cannot rename %s to it: %s", out->tmp_path, strerror(errno));
         }
+        // the rename is a change to the directory: fsync it too, so the new name is on disk
+        // (best effort: some file systems refuse fsync on a directory)
+        char dir[MAX_PATH_LEN];
+        path_concat(dir, out->path, "");
+        char *slash = strrchr(dir, '/');
+        if (slash != NULL) { *slash = '\0'; } else { strcpy(dir, "."); }
+        int dfd = open(dir, O_RDONLY);
+        if (dfd >= 0) { fsync(dfd); close(dfd); }
     }
     num_pending_outputs = 0;
 }

@@ -141,7 +141,15 @@ expect_error "resume when -x is already reached" "state after step 60; nothing l
 sums_after=$(cd "$FULL" && sha256sum model_* state_* main.log)
 [ "$sums_before" = "$sums_after" ] && ok "checkpoints and log unchanged by the failed runs" || not_ok "a failed run changed the checkpoint directory"
 
-# --- 4. the help lists every flag with its default
+# --- 4. the embedded default run: the defaults fit together (2 steps of it)
+if "$BIN" -x 2 -v 1 -s 2 -o "$TMP/default" > "$TMP/default.out" 2>&1 && grep -q "step 2 | val loss" "$TMP/default.out" &&
+   grep -q "^generating" "$TMP/default.out" && [ "$(grep -c '^s:' "$TMP/default/main.log")" -ge 2 ]; then
+    ok "the default run (data/tinyshakespeare, d4) trains, validates, samples and logs"
+else
+    not_ok "the default run failed:"; tail -3 "$TMP/default.out"
+fi
+
+# --- 5. the help lists every flag with its default
 "$BIN" -h > "$TMP/help" 2>&1
 missing=""
 for f in i j k e o b t d l u q c z x v m s g n y r h; do grep -q -- "^  -$f " "$TMP/help" || missing="$missing -$f"; done
