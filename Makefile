@@ -23,6 +23,15 @@ else
   $(info ✗ OpenMP not found: the CPU programs run on one core (Debian: apt-get install libgomp1))
 endif
 
+# zlib: train_mlp reads Fashion-MNIST's .gz files with it
+ifeq ($(shell echo '\#include <zlib.h>' | $(CC) -E -x c - >/dev/null 2>&1 && echo ok),ok)
+  HAVE_ZLIB = 1
+  $(info ✓ zlib found: train_mlp can read Fashion-MNIST's .gz files)
+else
+  HAVE_ZLIB = 0
+  $(info ✗ zlib not found: train_mlp will not build (Debian: apt-get install zlib1g-dev))
+endif
+
 # CUDA toolchain and libraries, for the GPU chapters. Nothing here needs them yet;
 # they are detected so that `make` says what this machine can build.
 NVCC ?= $(shell command -v nvcc 2>/dev/null)
@@ -64,7 +73,7 @@ endif
 # --- programs ---------------------------------------------------------------------
 .PHONY: all data test reference bench clean help
 
-all: train_gpt2 test_gpt2 data/tokenizer test_tokenizer
+all: train_gpt2 test_gpt2 data/tokenizer test_tokenizer train_mlp test_mlp
 
 # the GPT-2 BPE tokenizer and data preparation (writes token shards + tokenizer.bin)
 data/tokenizer: data/tokenizer.c data/unicode_tables.h
@@ -76,6 +85,14 @@ $(TINYSHAKESPEARE) data/gpt2_tokenizer.bin &: data/tokenizer data/tinyshakespear
 	./data/tokenizer
 data: $(TINYSHAKESPEARE) data/gpt2_tokenizer.bin
 
+# chapter 1: an MLP by hand on Fashion-MNIST (apt-get install dataset-fashion-mnist for the data)
+train_mlp: train_mlp.c
+ifeq ($(HAVE_ZLIB),1)
+	$(CC) $(CFLAGS) $(OMP_FLAGS) $< $(LDLIBS) -lz -o $@
+else
+	@echo "Error: train_mlp needs zlib's header: apt-get install zlib1g-dev (Debian/Ubuntu)" && exit 1
+endif
+
 # the CPU reference trainer; building it also prepares the data its default run reads
 train_gpt2: train_gpt2.c | data
 	$(CC) $(CFLAGS) $(OMP_FLAGS) $< $(LDLIBS) -o $@
@@ -84,15 +101,24 @@ train_gpt2: train_gpt2.c | data
 test_gpt2: test_gpt2.c train_gpt2.c
 	$(CC) $(CFLAGS) $(OMP_FLAGS) $< $(LDLIBS) -o $@
 
+test_mlp: test_mlp.c train_mlp.c
+ifeq ($(HAVE_ZLIB),1)
+	$(CC) $(CFLAGS) $(OMP_FLAGS) $< $(LDLIBS) -lz -o $@
+else
+	@echo "Error: test_mlp needs zlib's header: apt-get install zlib1g-dev (Debian/Ubuntu)" && exit 1
+endif
+
 test_tokenizer: test_tokenizer.c data/tokenizer.c data/unicode_tables.h
 	$(CC) -O3 -march=native -Wall -Wextra -std=c11 $< -o $@
 
 TESTS = ./test_gpt2 \
+        ./test_mlp \
         ./test_tokenizer \
         "bash dev/test/test_tokenizer_cli.sh ./data/tokenizer" \
         "bash dev/test/test_train_gpt2_cli.sh ./train_gpt2" \
+        "bash dev/test/test_train_mlp_cli.sh ./train_mlp" \
         "bash dev/test/check_shared_copies.sh"
-test: train_gpt2 test_gpt2 data/tokenizer test_tokenizer
+test: train_gpt2 test_gpt2 data/tokenizer test_tokenizer train_mlp test_mlp
 	@bash dev/test/run_tests.sh $(TESTS)
 
 # Regenerate the committed fixtures the tests compare against. Needs Python with
@@ -100,6 +126,7 @@ test: train_gpt2 test_gpt2 data/tokenizer test_tokenizer
 reference: data/tokenizer
 	HF_HUB_OFFLINE=1 $(PYTHON) dev/reference/gpt2_reference.py
 	$(PYTHON) dev/reference/tokenizer_reference.py
+	$(PYTHON) dev/reference/mlp_reference.py   # reads Fashion-MNIST (apt-get install dataset-fashion-mnist)
 
 # --- benchmarks (tables, not tests) -------------------------------------------------
 dev/cpu/bench_train_gpt2: dev/cpu/bench_train_gpt2.c train_gpt2.c
@@ -109,11 +136,12 @@ bench: dev/cpu/bench_train_gpt2 data/tokenizer
 	bash dev/bench_tokenizer.sh ./data/tokenizer
 
 clean:
-	rm -f train_gpt2 test_gpt2 test_tokenizer data/tokenizer dev/cpu/bench_train_gpt2
+	rm -f train_gpt2 test_gpt2 test_tokenizer data/tokenizer dev/cpu/bench_train_gpt2 train_mlp test_mlp
 	rm -f $(TINYSHAKESPEARE) data/gpt2_tokenizer.bin
 
 help:
 	@echo "make train_gpt2 && ./train_gpt2   train a small GPT-2 on tinyshakespeare (CPU)"
+	@echo "make train_mlp && ./train_mlp     an MLP by hand on Fashion-MNIST (apt-get install dataset-fashion-mnist)"
 	@echo "make test                         build and run every test; exits non-zero on a failure"
 	@echo "make data                         tokenize tinyshakespeare, write data/gpt2_tokenizer.bin"
 	@echo "make bench                        time a GPT-2 124M training step and the tokenizer"

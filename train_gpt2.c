@@ -119,32 +119,34 @@ static inline void *malloc_check(size_t size, const char *file, int line) {
 #define mallocCheck(size) malloc_check(size, __FILE__, __LINE__)
 // --- end shared-copy: check-macros ---
 
+// --- begin shared-copy: splitmix-rng ---
 // One small generator for everything random: SplitMix64 (Steele, Lea, Flood 2014).
 // Used two ways. As a hash of a counter it gives random numbers that depend only
 // on (seed, stream, index): weight init can run in any order, in parallel, and
 // numpy can reproduce it vectorised (dev/reference/gpt2_reference.py does). As a
 // sequential generator (state += golden ratio) it shuffles and samples.
-static uint64_t splitmix64(uint64_t z) {
+static inline uint64_t splitmix64(uint64_t z) {
     z += 0x9E3779B97F4A7C15ull;
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
     return z ^ (z >> 31);
 }
-// The key of one random stream: streams 0..15 are the parameter tensors (the
-// reference reproduces these), 16.. the data order and the samples. A stream
-// can be split further by an index (an epoch, a step) with rng_subkey.
-static uint64_t rng_key(uint64_t seed, uint64_t stream) { return splitmix64((seed << 32) ^ stream); }
-static uint64_t rng_subkey(uint64_t seed, uint64_t stream, uint64_t index) { return splitmix64(rng_key(seed, stream) ^ index); }
+// The key of one random stream (each program lists its streams; in train_gpt2.c
+// 0..15 are the parameter tensors, which the reference reproduces). A stream can
+// be split further by an index (an epoch, a step) with rng_subkey.
+static inline uint64_t rng_key(uint64_t seed, uint64_t stream) { return splitmix64((seed << 32) ^ stream); }
+static inline uint64_t rng_subkey(uint64_t seed, uint64_t stream, uint64_t index) { return splitmix64(rng_key(seed, stream) ^ index); }
 // uniform in [0, 1) with 24 random bits, so the value is exact in a float
-static double rng_uniform_at(uint64_t key, uint64_t i) { return (double)(splitmix64(key + i) >> 40) * 0x1p-24; }
+static inline double rng_uniform_at(uint64_t key, uint64_t i) { return (double)(splitmix64(key + i) >> 40) * 0x1p-24; }
 // standard normal by Box-Muller, from the uniforms at 2i and 2i+1
-static double rng_normal_at(uint64_t key, uint64_t i) {
+static inline double rng_normal_at(uint64_t key, uint64_t i) {
     double u1 = rng_uniform_at(key, 2 * i), u2 = rng_uniform_at(key, 2 * i + 1);
     return sqrt(-2.0 * log(1.0 - u1)) * cos(2.0 * M_PI * u2);
 }
 // sequential use: *state is the counter
-static uint64_t rng_next(uint64_t *state) { return splitmix64((*state)++); }
-static float rng_float(uint64_t *state) { return (float)((rng_next(state) >> 40) * 0x1p-24); }
+static inline uint64_t rng_next(uint64_t *state) { return splitmix64((*state)++); }
+static inline float rng_float(uint64_t *state) { return (float)((rng_next(state) >> 40) * 0x1p-24); }
+// --- end shared-copy: splitmix-rng ---
 
 static inline double wall_seconds(void) {
     struct timespec ts;
@@ -155,6 +157,7 @@ static inline double wall_seconds(void) {
 // ----------------------------------------------------------------------------
 // matmul: the one hot spot (about 90% of a training step is spent here)
 
+// --- begin shared-copy: gemm ---
 // C(M,N) (+)= A(M,K) B(K,N), where every operand is addressed through a row
 // and a column stride (element (i,j) of C is C[i*c_rs + j*c_cs]), so that the
 // transposes a linear layer needs cost nothing. With accumulate = 0, C is
@@ -237,7 +240,9 @@ static void gemm(float *C, size_t c_rs, size_t c_cs, const float *A, size_t a_rs
     static float *bp = NULL;
     if (bp == NULL) { bp = (float *)mallocCheck(sizeof(float) * GEMM_KC * GEMM_NC); }
     int strips = (M + GEMM_MR - 1) / GEMM_MR;
-    #pragma omp parallel
+    // threads only for products big enough to pay for waking them (each barrier
+    // costs microseconds, and much more when another program holds a core)
+    #pragma omp parallel if ((double)M * N * K > 1e7)
     for (int jc = 0; jc < N; jc += GEMM_NC) {
         int panels = ((N - jc < GEMM_NC ? N - jc : GEMM_NC) + GEMM_NR - 1) / GEMM_NR;
         for (int pc = 0; pc < K; pc += GEMM_KC) {
@@ -280,6 +285,7 @@ static void gemm(float *C, size_t c_rs, size_t c_cs, const float *A, size_t a_rs
         }
     }
 }
+// --- end shared-copy: gemm ---
 
 // e^x in a form the compiler can vectorise (libm's expf is a function call per
 // element, and the softmaxes and GELUs call it ~50 million times a step).

@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# train_mlp as a user runs it: the gradient check passes, resume is bit-exact,
+# bad idx files and bad flags get one clear error, the learning-rate sweep
+# reports divergence instead of crashing.
+#
+#     make train_mlp && bash dev/test/test_train_mlp_cli.sh ./train_mlp
+#
+# It needs no download: it writes a small fake Fashion-MNIST (idx.gz files made
+# of tinyshakespeare's bytes as pixels, labels from a formula) into a temp folder.
+set -u
+BIN=${1:-./train_mlp}
+[ -x "$BIN" ] || { echo "Error: $BIN is not built (make train_mlp)"; echo "0 passed, 1 failed"; exit 1; }
+TMP=$(mktemp -d /tmp/test_train_mlp.XXXXXX)
+trap 'rm -rf "$TMP"' EXIT
+passed=0
+failed=0
+ok() { echo "OK      $1"; passed=$((passed + 1)); }
+not_ok() { echo "NOT OK  $1"; failed=$((failed + 1)); }
+
+# --- a fake dataset: N images of 28x28 bytes and N labels, as gzip'd idx files
+be32() { printf "\\x$(printf %02x $(($1 >> 24 & 255)))\\x$(printf %02x $(($1 >> 16 & 255)))\\x$(printf %02x $(($1 >> 8 & 255)))\\x$(printf %02x $(($1 & 255)))"; }
+make_split() { # DIR NAME N OFFSET
+    local dir=$1 name=$2 n=$3 off=$4
+    { be32 2051; be32 "$n"; be32 28; be32 28; tail -c +"$off" data/tinyshakespeare/input.txt | head -c $((n * 784)); } | gzip -n > "$dir/$name-images-idx3-ubyte.gz"
+    # label i = (i * 7 + pixel 0 of image i) mod 10: learnable-ish, deterministic
+    { be32 2049; be32 "$n"; tail -c +"$off" data/tinyshakespeare/input.txt | head -c $((n * 784)) | od -An -v -tu1 -w784 |
+        awk '{ printf "%c", (NR * 7 + $1) % 10 + 1 }' | tr '\001-\012' '\000-\011'; } | gzip -n > "$dir/$name-labels-idx1-ubyte.gz"
+}
+mkdir -p "$TMP/data"
+make_split "$TMP/data" train 1200 1 && make_split "$TMP/data" t10k 300 800001
+COMMON=(-d "$TMP/data" -l 784,32,10 -b 50 -v 200 -e 4 -r 3e-3 -p 0.2)
+
+# --- 1. the gradient check
+"$BIN" --gradcheck > "$TMP/gc.out" 2>&1 && grep -q "^18 passed, 0 failed" "$TMP/gc.out" &&
+    ok "--gradcheck: all 18 tensors of 3 networks within tolerance" || { not_ok "--gradcheck failed"; tail -5 "$TMP/gc.out"; }
+
+# --- 2. a run that stops after epoch 2 and resumes equals an uninterrupted one
+for opt in adamw momentum; do
+    rm -rf "$TMP/full" "$TMP/part"
+    "$BIN" "${COMMON[@]}" -O "$opt" -o "$TMP/full" > "$TMP/full.out" 2>&1 || { not_ok "$opt: uninterrupted run failed"; tail -3 "$TMP/full.out"; continue; }
+    mkdir -p "$TMP/part" && cp "$TMP/full/mlp_2.bin" "$TMP/full/metrics.log" "$TMP/part/"
+    "$BIN" "${COMMON[@]}" -O "$opt" -o "$TMP/part" -y 1 > "$TMP/part.out" 2>&1
+    rc=$?
+    strip() { sed -E 's/ s:[0-9.]+//' "$1"; }
+    if [ $rc = 0 ] && cmp -s "$TMP/full/mlp_4.bin" "$TMP/part/mlp_4.bin" && diff <(strip "$TMP/full/metrics.log") <(strip "$TMP/part/metrics.log") > /dev/null &&
+       diff <(sed -n '/^test:/,$p' "$TMP/full.out") <(sed -n '/^test:/,$p' "$TMP/part.out") > /dev/null; then
+        ok "$opt with dropout: resumed after epoch 2, identical weights, optimizer state, metrics and test report at epoch 4"
+    else
+        not_ok "$opt: resumed run differs (exit $rc)"
+    fi
+done
+grep -q "^test: loss .* accuracy" "$TMP/full.out" && grep -q "^most confused" "$TMP/full.out" && grep -q "^Ankle boot" "$TMP/full.out" &&
+    ok "the final report has test accuracy, confusion matrix and most confused pairs" || not_ok "final report incomplete"
+
+# --- 3. bad input: one clear message naming the file, non-zero exit
+expect_error() {
+    local name=$1 pattern=$2
+    shift 3
+    "$BIN" "$@" > "$TMP/out" 2> "$TMP/err"
+    local rc=$?
+    if [ $rc != 0 ] && grep -qE -- "$pattern" "$TMP/err" && [ "$(grep -c '^Error' "$TMP/err")" = 1 ]; then
+        ok "$name: exit $rc, $(grep '^Error' "$TMP/err" | cut -c1-100)"
+    else
+        not_ok "$name: exit $rc, stderr: $(head -3 "$TMP/err")"
+    fi
+}
+bad() { rm -rf "$TMP/bad"; cp -r "$TMP/data" "$TMP/bad"; }
+expect_error "missing data folder" "cannot open .$TMP/nope/train-images-idx3-ubyte.gz" -- "${COMMON[@]}" -d "$TMP/nope"
+grep -q "HINT: apt-get install dataset-fashion-mnist" "$TMP/err" && ok "missing data gives the install hint" || not_ok "no install hint"
+bad; { be32 2049; be32 1200; be32 28; be32 28; } | gzip -n > "$TMP/bad/train-images-idx3-ubyte.gz"
+expect_error "images file with a labels magic" "train-images-idx3-ubyte.gz: bad idx magic number: expected 2051" -- "${COMMON[@]}" -d "$TMP/bad"
+bad; gzip -dc "$TMP/data/train-images-idx3-ubyte.gz" | head -c 50000 | gzip -n > "$TMP/bad/train-images-idx3-ubyte.gz"
+expect_error "truncated images" "train-images-idx3-ubyte.gz: file ends after" -- "${COMMON[@]}" -d "$TMP/bad"
+bad; head -c 3000 "$TMP/data/train-images-idx3-ubyte.gz" > "$TMP/bad/train-images-idx3-ubyte.gz"
+expect_error "cut-off gzip stream" "train-images-idx3-ubyte.gz: (file ends|cannot decompress)" -- "${COMMON[@]}" -d "$TMP/bad"
+bad; { be32 2049; be32 1100; gzip -dc "$TMP/data/train-labels-idx1-ubyte.gz" | tail -c +9 | head -c 1100; } | gzip -n > "$TMP/bad/train-labels-idx1-ubyte.gz"
+expect_error "fewer labels than images" "has 1200 images but .*train-labels-idx1-ubyte.gz has 1100 labels" -- "${COMMON[@]}" -d "$TMP/bad"
+bad; { be32 2049; be32 1200; printf '\x0c'; gzip -dc "$TMP/data/train-labels-idx1-ubyte.gz" | tail -c +10; } | gzip -n > "$TMP/bad/train-labels-idx1-ubyte.gz"
+expect_error "a label that is not a class" "train-labels-idx1-ubyte.gz: label 0 is 12" -- "${COMMON[@]}" -d "$TMP/bad"
+bad; { gzip -dc "$TMP/data/t10k-labels-idx1-ubyte.gz"; printf 'xx'; } | gzip -n > "$TMP/bad/t10k-labels-idx1-ubyte.gz"
+expect_error "trailing bytes" "t10k-labels-idx1-ubyte.gz: more data than its header says" -- "${COMMON[@]}" -d "$TMP/bad"
+expect_error "layers not ending in 10" "-l must start with 784" -- "${COMMON[@]}" -l 784,32,5
+expect_error "unknown activation" "-a is relu or tanh, not 'sigmoid'" -- "${COMMON[@]}" -a sigmoid
+expect_error "unknown optimizer" "-O is sgd, momentum or adamw" -- "${COMMON[@]}" -O rmsprop
+expect_error "dropout out of range" "flag -p needs a number in \[0, 0.95\]" -- "${COMMON[@]}" -p 1.5
+expect_error "unknown flag" "unknown flag '-Z'" -- "${COMMON[@]}" -Z 1
+expect_error "a new run into a folder with checkpoints" "already holds checkpoints" -- "${COMMON[@]}" -O momentum -o "$TMP/full"
+cp "$TMP/full/mlp_4.bin" "$TMP/keep.bin"; head -c 5000 "$TMP/keep.bin" > "$TMP/full/mlp_4.bin"
+expect_error "resume from a truncated checkpoint" "mlp_4.bin: has 5000 bytes" -- "${COMMON[@]}" -O momentum -e 6 -o "$TMP/full" -y 1
+cp "$TMP/keep.bin" "$TMP/full/mlp_4.bin"
+expect_error "resume with other layer sizes" "written with other -l" -- "${COMMON[@]}" -l 784,64,10 -O momentum -e 6 -o "$TMP/full" -y 1
+
+# --- 4. the learning-rate sweep reports divergence instead of crashing
+if "$BIN" "${COMMON[@]}" -O sgd -k 40 --sweep 0.01,0.5,1000 > "$TMP/sweep.out" 2>&1 && grep -qE "^\| 1000 \|.*diverges" "$TMP/sweep.out" &&
+   grep -qE "^\| 0.01 \|.*(converges|too slow)" "$TMP/sweep.out"; then
+    ok "--sweep: a table with one row per rate; 1000 diverges, 0.01 does not"
+else
+    not_ok "--sweep output unexpected:"; cat "$TMP/sweep.out" | tail -5
+fi
+
+echo "$passed passed, $failed failed"
+[ $failed = 0 ]
