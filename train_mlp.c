@@ -435,11 +435,15 @@ void linear_backward(float *dinp, float *dweight, float *dbias, const float *dou
                      const float *weight, size_t B, size_t IN, size_t OUT) {
     if (dinp != NULL) { gemm(dinp, IN, 1, dout, OUT, 1, weight, IN, 1, (int)B, (int)IN, (int)OUT, 0); }
     gemm(dweight, IN, 1, dout, 1, OUT, inp, IN, 1, (int)OUT, (int)IN, (int)B, 1);
+    // column sums, walking along rows (64 columns at a time) rather than down columns
     #pragma omp parallel for if (B * OUT > 65536)
-    for (size_t o = 0; o < OUT; o++) {
-        float sum = 0.0f;
-        for (size_t b = 0; b < B; b++) { sum += dout[b * OUT + o]; }
-        dbias[o] += sum;
+    for (size_t o0 = 0; o0 < OUT; o0 += 64) {
+        size_t width = OUT - o0 < 64 ? OUT - o0 : 64;
+        float sum[64] = {0};
+        for (size_t b = 0; b < B; b++) {
+            for (size_t o = 0; o < width; o++) { sum[o] += dout[b * OUT + o0 + o]; }
+        }
+        for (size_t o = 0; o < width; o++) { dbias[o0 + o] += sum[o]; }
     }
 }
 
@@ -654,6 +658,8 @@ void mlp_update(MLP *m, const Optimizer *opt, float lr, int t) {
         memset(m->opt_v, 0, m->num_params * sizeof(float));
     }
     float bc1 = 1.0f - powf(opt->beta1, (float)t), sqrt_bc2 = sqrtf(1.0f - powf(opt->beta2, (float)t));
+    // in locals: the compiler cannot prove that writing p[i] leaves *opt unchanged
+    const float b1 = opt->beta1, b2 = opt->beta2, eps = opt->eps, mu = opt->momentum;
     for (int l = 0; l < m->num_layers; l++) {
         for (int is_bias = 0; is_bias < 2; is_bias++) {
             float *p = is_bias ? m->b[l] : m->W[l];
@@ -662,20 +668,25 @@ void mlp_update(MLP *m, const Optimizer *opt, float lr, int t) {
             float *buf = m->opt_m != NULL ? m->opt_m + offset : NULL, *v = m->opt_v != NULL ? m->opt_v + offset : NULL;
             size_t n = is_bias ? (size_t)m->sizes[l + 1] : (size_t)m->sizes[l + 1] * m->sizes[l];
             float wd = is_bias ? 0.0f : opt->weight_decay;
-            #pragma omp parallel for if (n > 65536)
-            for (size_t i = 0; i < n; i++) {
-                if (opt->kind == OPT_ADAMW) {
-                    buf[i] = opt->beta1 * buf[i] + (1.0f - opt->beta1) * g[i];
-                    v[i] = opt->beta2 * v[i] + (1.0f - opt->beta2) * g[i] * g[i];
-                    p[i] = p[i] * (1.0f - lr * wd) - (lr / bc1) * buf[i] / (sqrtf(v[i]) / sqrt_bc2 + opt->eps);
-                } else {
-                    float gi = g[i] + wd * p[i];
-                    if (opt->kind == OPT_MOMENTUM) {
-                        buf[i] = t == 1 ? gi : opt->momentum * buf[i] + gi;
-                        gi = buf[i];
-                    }
-                    p[i] -= lr * gi;
+            // one loop per optimizer, each simple enough for the compiler to vectorise
+            if (opt->kind == OPT_ADAMW) {
+                float decay = 1.0f - lr * wd, step_size = lr / bc1;
+                #pragma omp parallel for if (n > 65536)
+                for (size_t i = 0; i < n; i++) {
+                    buf[i] = b1 * buf[i] + (1.0f - b1) * g[i];
+                    v[i] = b2 * v[i] + (1.0f - b2) * g[i] * g[i];
+                    p[i] = p[i] * decay - step_size * buf[i] / (sqrtf(v[i]) / sqrt_bc2 + eps);
                 }
+            } else if (opt->kind == OPT_MOMENTUM) {
+                #pragma omp parallel for if (n > 65536)
+                for (size_t i = 0; i < n; i++) {
+                    float gi = g[i] + wd * p[i];
+                    buf[i] = t == 1 ? gi : mu * buf[i] + gi;
+                    p[i] -= lr * buf[i];
+                }
+            } else {
+                #pragma omp parallel for if (n > 65536)
+                for (size_t i = 0; i < n; i++) { p[i] -= lr * (g[i] + wd * p[i]); }
             }
         }
     }

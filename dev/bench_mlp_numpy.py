@@ -252,9 +252,10 @@ def main():
         if step >= args.warmup:
             step_times.append(t1 - t0)
     median, mean = statistics.median(step_times), statistics.fmean(step_times)
+    last = losses[-10:]  # one batch's loss is noisy; the mean of a few shows the trend
     log(f"# step time: median {median * 1e3:.3f} ms, mean {mean * 1e3:.3f} ms, fastest "
-        f"{min(step_times) * 1e3:.3f} ms; loss {losses[0]:.4f} -> {statistics.fmean(losses[-10:]):.4f} "
-        f"(mean of the last 10)")
+        f"{min(step_times) * 1e3:.3f} ms; loss {losses[0]:.4f} -> {statistics.fmean(last):.4f} "
+        f"(mean of the last {len(last)})")
     print(f"| numpy | {args.sizes} | {args.batch} | {args.batch / median:.0f} |", flush=True)
 
 
