@@ -66,12 +66,14 @@ ifeq ($(filter $(PRECISION),FP32 BF16 FP16),)
   $(error PRECISION=$(PRECISION) is not one of FP32 BF16 FP16)
 endif
 GPU_ARCH ?= 90 120
+# every .cu builds with warnings as errors, for every architecture in GPU_ARCH
+NVCC_FLAGS = -O3 -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror $(foreach a,$(GPU_ARCH),-gencode arch=compute_$(a),code=sm_$(a))
 ifneq ($(NVCC),)
   $(info · CUDA targets: GPU_ARCH="$(GPU_ARCH)" (sm_90 = H100/H200, sm_120 = RTX 50xx), PRECISION=$(PRECISION))
 endif
 
 # --- programs ---------------------------------------------------------------------
-.PHONY: all data test reference bench clean help
+.PHONY: all data test reference bench clean help cuda gpu-check
 
 all: train_gpt2 test_gpt2 data/tokenizer test_tokenizer train_mlp test_mlp
 
@@ -97,6 +99,18 @@ endif
 train_gpt2: train_gpt2.c | data
 	$(CC) $(CFLAGS) $(OMP_FLAGS) $< $(LDLIBS) -o $@
 
+# --- CUDA: the first GPU programs (dev/) -------------------------------------------
+CUDA_PROGRAMS = dev/check_env dev/cuda/vector_add
+dev/check_env: dev/check_env.cu
+	$(NVCC) $(NVCC_FLAGS) $< -o $@
+dev/cuda/vector_add: dev/cuda/vector_add.cu
+	$(NVCC) $(NVCC_FLAGS) $< -o $@
+cuda: $(CUDA_PROGRAMS)
+
+# On a machine with a GPU: build everything for it, run every GPU program, one summary.
+gpu-check: $(CUDA_PROGRAMS)
+	@bash dev/test/run_tests.sh "./dev/check_env && echo '1 passed, 0 failed'" "./dev/cuda/vector_add && echo '1 passed, 0 failed'"
+
 # --- tests --------------------------------------------------------------------------
 test_gpt2: test_gpt2.c train_gpt2.c
 	$(CC) $(CFLAGS) $(OMP_FLAGS) $< $(LDLIBS) -o $@
@@ -117,7 +131,8 @@ TESTS = ./test_gpt2 \
         "bash dev/test/test_tokenizer_cli.sh ./data/tokenizer" \
         "bash dev/test/test_train_gpt2_cli.sh ./train_gpt2" \
         "bash dev/test/test_train_mlp_cli.sh ./train_mlp" \
-        "bash dev/test/check_shared_copies.sh"
+        "bash dev/test/check_shared_copies.sh" \
+        "bash dev/test/check_cuda_builds.sh"
 test: train_gpt2 test_gpt2 data/tokenizer test_tokenizer train_mlp test_mlp
 	@bash dev/test/run_tests.sh $(TESTS)
 
@@ -136,7 +151,7 @@ bench: dev/cpu/bench_train_gpt2 data/tokenizer
 	bash dev/bench_tokenizer.sh ./data/tokenizer
 
 clean:
-	rm -f train_gpt2 test_gpt2 test_tokenizer data/tokenizer dev/cpu/bench_train_gpt2 train_mlp test_mlp
+	rm -f train_gpt2 test_gpt2 test_tokenizer data/tokenizer dev/cpu/bench_train_gpt2 train_mlp test_mlp $(CUDA_PROGRAMS)
 	rm -f $(TINYSHAKESPEARE) data/gpt2_tokenizer.bin
 
 help:
@@ -146,5 +161,7 @@ help:
 	@echo "make data                         tokenize tinyshakespeare, write data/gpt2_tokenizer.bin"
 	@echo "make bench                        time a GPT-2 124M training step and the tokenizer"
 	@echo "make reference                    regenerate the test fixtures (Python, dev/reference/)"
+	@echo "make cuda                         build the GPU programs (needs nvcc; GPU_ARCH=\"90 120\")"
+	@echo "make gpu-check                    on a GPU machine: build and run every GPU program, one summary"
 	@echo "make clean                        remove what make built"
 	@echo "options: NO_OMP=1  CC=clang  CFLAGS=...  PRECISION=FP32|BF16|FP16  GPU_ARCH=\"90 120\""
