@@ -344,17 +344,22 @@ static uint8_t *load_idx_gz(const char *path, int magic, int ndims, uint32_t *di
     for (int d = 0; d < ndims; d++) {
         const uint8_t *h = header + 4 + 4 * d;
         dims[d] = (uint32_t)h[0] << 24 | (uint32_t)h[1] << 16 | (uint32_t)h[2] << 8 | h[3];
-        total *= dims[d];
+        total *= dims[d] < (1u << 24) ? dims[d] : 0; // each dimension below 2^24: no product can overflow
     }
-    if (total == 0 || total > ((size_t)1 << 32)) {
-        fprintf(stderr, "Error: %s: implausible idx dimensions\n%s\n", path, DATA_HINT);
+    // checked before allocating anything: a corrupt header must not ask for gigabytes
+    if (total == 0 || dims[0] > 10000000u || (ndims == 3 && (dims[1] != 28 || dims[2] != 28))) {
+        fprintf(stderr, "Error: %s: idx dimensions", path);
+        for (int d = 0; d < ndims; d++) { fprintf(stderr, " %u", dims[d]); }
+        fprintf(stderr, " do not fit Fashion-MNIST (up to 10^7 %s)\n%s\n", ndims == 3 ? "28x28 images" : "labels", DATA_HINT);
         exit(EXIT_FAILURE);
     }
     uint8_t *data = (uint8_t *)mallocCheck(total);
     gz_read_exact(gz, data, total, path, "data");
     char extra;
-    if (gzread(gz, &extra, 1) != 0) {
-        fprintf(stderr, "Error: %s: more data than its header says (%zu bytes): corrupt\n%s\n", path, total, DATA_HINT);
+    int r = gzread(gz, &extra, 1);
+    if (r != 0) {
+        int err;
+        fprintf(stderr, "Error: %s: %s\n%s\n", path, r > 0 ? "more data than its header says: corrupt" : gzerror(gz, &err), DATA_HINT);
         exit(EXIT_FAILURE);
     }
     gzclose(gz);
@@ -651,13 +656,16 @@ typedef struct {
 //   adamw     p *= 1 - lr wd;  m, v moving averages of g, g^2;
 //             p -= lr / (1-b1^t) * m / (sqrt(v) / sqrt(1-b2^t) + eps)  (torch.optim.AdamW)
 void mlp_update(MLP *m, const Optimizer *opt, float lr, int t) {
-    if (opt->kind != OPT_SGD && m->opt_m == NULL) {
+    if (opt->kind != OPT_SGD && m->opt_m == NULL) { // lazily: evaluation never pays for it
         m->opt_m = (float *)mallocCheck(m->num_params * sizeof(float));
-        m->opt_v = (float *)mallocCheck(m->num_params * sizeof(float));
         memset(m->opt_m, 0, m->num_params * sizeof(float));
+    }
+    if (opt->kind == OPT_ADAMW && m->opt_v == NULL) {
+        m->opt_v = (float *)mallocCheck(m->num_params * sizeof(float));
         memset(m->opt_v, 0, m->num_params * sizeof(float));
     }
-    float bc1 = 1.0f - powf(opt->beta1, (float)t), sqrt_bc2 = sqrtf(1.0f - powf(opt->beta2, (float)t));
+    // bias corrections in double, as torch computes them (in Python floats)
+    float bc1 = (float)(1.0 - pow(opt->beta1, t)), sqrt_bc2 = (float)sqrt(1.0 - pow(opt->beta2, t));
     // in locals: the compiler cannot prove that writing p[i] leaves *opt unchanged
     const float b1 = opt->beta1, b2 = opt->beta2, eps = opt->eps, mu = opt->momentum;
     for (int l = 0; l < m->num_layers; l++) {
@@ -728,11 +736,26 @@ static void write_file_atomic(const char *path, const void **bufs, const size_t 
         remove(tmp);
         exit(EXIT_FAILURE);
     }
+    // the rename is a change to the folder: fsync it too (best effort)
+    char dir[4200];
+    snprintf(dir, sizeof(dir), "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (slash != NULL) { *slash = '\0'; } else { strcpy(dir, "."); }
+    int dfd = open(dir, O_RDONLY);
+    if (dfd >= 0) { fsync(dfd); close(dfd); }
 }
 
 static int optimizer_buffers(int kind) { return kind == OPT_ADAMW ? 2 : kind == OPT_MOMENTUM ? 1 : 0; }
 
-void mlp_save(const MLP *m, const Optimizer *opt, Position pos, uint64_t seed, const char *path) {
+// Everything besides the network and the optimizer kind that a resumed run must
+// share with the first one to continue it exactly (stored in the header).
+typedef struct {
+    float lr, weight_decay, momentum, dropout;
+    int batch, epochs, warmup, cosine, subset, val_size;
+} CheckpointSettings;
+
+void mlp_save(const MLP *m, const Optimizer *opt, Position pos, uint64_t seed, const CheckpointSettings *settings,
+              const char *path) {
     int header[256] = {0};
     header[0] = CKPT_MAGIC;
     header[1] = CKPT_VERSION;
@@ -747,13 +770,17 @@ void mlp_save(const MLP *m, const Optimizer *opt, Position pos, uint64_t seed, c
     int nbuf = m->opt_m != NULL ? optimizer_buffers(opt->kind) : 0;
     header[26] = nbuf;
     size_t bytes = m->num_params * sizeof(float);
+    // the settings that decide what the next update is: a resume must use the same
+    memcpy(&header[30], settings, sizeof(CheckpointSettings));
     const void *bufs[4] = {header, m->params, m->opt_m, m->opt_v};
     size_t sizes[4] = {sizeof(header), bytes, nbuf >= 1 ? bytes : 0, nbuf >= 2 ? bytes : 0};
     write_file_atomic(path, bufs, sizes, 4);
 }
 
-// Load a checkpoint into m (built with the same sizes) and check it matches the flags.
-Position mlp_load(MLP *m, const Optimizer *opt, uint64_t seed, const char *path) {
+// Load a checkpoint into m (built with the same sizes) and check it matches the
+// flags; steps_per_epoch tells which update count the epoch count implies.
+Position mlp_load(MLP *m, const Optimizer *opt, uint64_t seed, const CheckpointSettings *settings, int steps_per_epoch,
+                  const char *path) {
     FILE *fp = fopenCheck(path, "rb");
     int header[256];
     if (fread(header, sizeof(int), 256, fp) != 256 || header[0] != CKPT_MAGIC || header[1] != CKPT_VERSION) {
@@ -765,10 +792,28 @@ Position mlp_load(MLP *m, const Optimizer *opt, uint64_t seed, const char *path)
                header[24] == (int)(uint32_t)seed && header[25] == (int)(uint32_t)(seed >> 32);
     for (int l = 0; same && l <= m->num_layers; l++) { same = header[3 + l] == m->sizes[l]; }
     if (!same) {
-        fprintf(stderr, "Error: %s was written with other -l/-a/-O/-s flags than this run's; resume with the same ones\n", path);
+        fprintf(stderr, "Error: %s was written with other -l/-a/-O/-s flags than this run's\nHINT: resume with the same flags\n", path);
+        exit(EXIT_FAILURE);
+    }
+    CheckpointSettings stored;
+    memcpy(&stored, &header[30], sizeof(stored));
+    if (memcmp(&stored, settings, sizeof(stored)) != 0) {
+        fprintf(stderr, "Error: %s was written with -r %g -w %g -m %g -p %g -b %d -e %d -u %d -c %s -N %d -v %d;"
+                " this run has -r %g -w %g -m %g -p %g -b %d -e %d -u %d -c %s -N %d -v %d\n"
+                "HINT: resume with the same flags (to train longer, start a new run from scratch)\n", path, stored.lr,
+                stored.weight_decay, stored.momentum, stored.dropout, stored.batch, stored.epochs, stored.warmup,
+                stored.cosine ? "cosine" : "const", stored.subset, stored.val_size, settings->lr, settings->weight_decay,
+                settings->momentum, settings->dropout, settings->batch, settings->epochs, settings->warmup,
+                settings->cosine ? "cosine" : "const", settings->subset, settings->val_size);
         exit(EXIT_FAILURE);
     }
     int nbuf = header[26];
+    if (nbuf != optimizer_buffers(opt->kind) || header[22] < 1 || header[23] != header[22] * steps_per_epoch) {
+        fprintf(stderr, "Error: %s: corrupt header (%d optimizer buffers for %s, epoch %d, step %d; expected %d buffers"
+                " and %d steps per epoch)\n%s\n", path, nbuf, OPT_NAMES[opt->kind], header[22], header[23],
+                optimizer_buffers(opt->kind), steps_per_epoch, CKPT_HINT);
+        exit(EXIT_FAILURE);
+    }
     size_t bytes = m->num_params * sizeof(float);
     long expected = (long)(sizeof(header) + (1 + (size_t)nbuf) * bytes), actual = -1;
     if (fseek(fp, 0, SEEK_END) == 0) { actual = ftell(fp); }
@@ -779,10 +824,11 @@ Position mlp_load(MLP *m, const Optimizer *opt, uint64_t seed, const char *path)
     freadCheck(m->params, 1, bytes, fp);
     if (nbuf >= 1) {
         m->opt_m = (float *)mallocCheck(bytes);
-        m->opt_v = (float *)mallocCheck(bytes);
-        memset(m->opt_v, 0, bytes);
         freadCheck(m->opt_m, 1, bytes, fp);
-        if (nbuf == 2) { freadCheck(m->opt_v, 1, bytes, fp); }
+    }
+    if (nbuf == 2) {
+        m->opt_v = (float *)mallocCheck(bytes);
+        freadCheck(m->opt_v, 1, bytes, fp);
     }
     fcloseCheck(fp);
     return (Position){header[22], header[23]};
@@ -864,8 +910,8 @@ typedef struct {
 // Train from `pos` to o->epochs epochs over the images train_idx; validation
 // loss and accuracy after every epoch; a checkpoint and a metrics line per epoch
 // when there is an output directory.
-void train(MLP *m, const Optimizer *opt, const Options *o, const Dataset *ds, const size_t *train_idx, size_t n_train,
-           const size_t *val_idx, size_t n_val, Position pos, FILE *metrics) {
+void train(MLP *m, const Optimizer *opt, const Options *o, const CheckpointSettings *settings, const Dataset *ds,
+           const size_t *train_idx, size_t n_train, const size_t *val_idx, size_t n_val, Position pos, FILE *metrics) {
     size_t B = (size_t)o->batch, steps_per_epoch = (n_train + B - 1) / B;
     int total_steps = (int)(steps_per_epoch * o->epochs);
     size_t *order = (size_t *)mallocCheck(n_train * sizeof(size_t)), *batch_idx = (size_t *)mallocCheck(B * sizeof(size_t));
@@ -899,8 +945,10 @@ void train(MLP *m, const Optimizer *opt, const Options *o, const Dataset *ds, co
         float val_loss = 0.0f, val_acc = 0.0f;
         if (n_val > 0) { evaluate(m, ds, val_idx, n_val, &val_loss, &val_acc, NULL); }
         float train_loss = (float)(loss_sum / n_train), train_acc = (float)right / n_train;
-        printf("epoch %3d/%d | train loss %.4f acc %.4f | val loss %.4f acc %.4f | %.2f s | %.0f samples/s\n", pos.epoch,
-               o->epochs, train_loss, train_acc, val_loss, val_acc, seconds, n_train / seconds);
+        // (train loss and accuracy are running averages over the epoch, with dropout on)
+        printf("epoch %3d/%d | train loss %.4f acc %.4f | ", pos.epoch, o->epochs, train_loss, train_acc);
+        if (n_val > 0) { printf("val loss %.4f acc %.4f", val_loss, val_acc); } else { printf("no validation"); }
+        printf(" | %.2f s | %.0f samples/s\n", seconds, n_train / seconds);
         if (metrics != NULL) {
             // %.9g reads back exactly: two runs' metrics can be compared bit for bit
             fprintf(metrics, "epoch:%d train_loss:%.9g train_acc:%.9g val_loss:%.9g val_acc:%.9g s:%.3f\n", pos.epoch,
@@ -910,7 +958,7 @@ void train(MLP *m, const Optimizer *opt, const Options *o, const Dataset *ds, co
         if (o->out_dir[0] != '\0') {
             char path[4200];
             snprintf(path, sizeof(path), "%s/mlp_%d.bin", o->out_dir, pos.epoch);
-            mlp_save(m, opt, pos, o->seed, path);
+            mlp_save(m, opt, pos, o->seed, settings, path);
         }
     }
     free(order);
@@ -1091,6 +1139,7 @@ void lr_sweep(const Options *o, const Dataset *ds, const size_t *train_idx, size
             for (size_t b = 0; b < B; b++) { batch_idx[b] = train_idx[order[start + b]]; }
             gather_batch(m.h[0], labels, ds, batch_idx, B);
             losses[steps] = mlp_forward(&m, labels, B, 1, o->seed, (uint64_t)steps, NULL);
+            // diverged: not finite, or well above where it started (1.5x, plus 1 for small losses)
             if (!isfinite(losses[steps]) || losses[steps] > 1.5f * losses[0] + 1.0f) { diverged = 1; steps++; break; }
             mlp_zero_grad(&m);
             mlp_backward(&m, B);
@@ -1276,8 +1325,19 @@ int main(int argc, char **argv) {
     if (o.subset > 0 && (size_t)o.subset < n_train) { n_train = (size_t)o.subset; }
     printf("data: %s: %zu training, %zu validation, %zu test images\n", o.data_dir, n_train, n_val, test_set.n);
 
+    if ((size_t)o.batch > n_train) {
+        fprintf(stderr, "Error: batch size -b %d is larger than the %zu training images\nHINT: lower -b, or raise -N\n", o.batch, n_train);
+        return EXIT_FAILURE;
+    }
+    if ((double)n_train * o.epochs / o.batch > 2e9) {
+        fprintf(stderr, "Error: -e %d epochs of batch %d make more than 2^31 updates\n", o.epochs, o.batch);
+        return EXIT_FAILURE;
+    }
     if (o.sweep != NULL) {
         lr_sweep(&o, &train_set, train_idx, n_train, sizes, L);
+        free(split);
+        dataset_free(&train_set);
+        dataset_free(&test_set);
         return EXIT_SUCCESS;
     }
 
@@ -1286,6 +1346,9 @@ int main(int argc, char **argv) {
     mlp_init(&m, o.seed);
     mlp_allocate_activations(&m, (size_t)o.batch > 1000 ? (size_t)o.batch : 1000);
     Optimizer opt = {o.opt, o.lr, o.weight_decay, o.momentum, 0.9f, 0.999f, 1e-8f};
+    CheckpointSettings settings = {o.lr, o.weight_decay, o.momentum, o.dropout, o.batch, o.epochs, o.warmup, o.cosine,
+                                   o.subset, o.val_size};
+    int steps_per_epoch = (int)((n_train + o.batch - 1) / o.batch);
     Position pos = {0, 0};
     if (!o.resume && o.out_dir[0] != '\0' && find_latest_checkpoint(o.out_dir) >= 0) {
         fprintf(stderr, "Error: %s already holds checkpoints; not overwriting them\nHINT: resume with -y 1, or pick another -o\n",
@@ -1300,7 +1363,7 @@ int main(int argc, char **argv) {
         }
         char path[4200];
         snprintf(path, sizeof(path), "%s/mlp_%d.bin", o.out_dir, epoch);
-        pos = mlp_load(&m, &opt, o.seed, path);
+        pos = mlp_load(&m, &opt, o.seed, &settings, steps_per_epoch, path);
         if (pos.epoch >= o.epochs) {
             fprintf(stderr, "Error: %s is after epoch %d: nothing left to do (raise -e to train longer)\n", path, pos.epoch);
             return EXIT_FAILURE;
@@ -1324,7 +1387,7 @@ int main(int argc, char **argv) {
         metrics = fopenCheck(path, o.resume ? "a" : "w");
     }
     double t0 = wall_seconds();
-    train(&m, &opt, &o, &train_set, train_idx, n_train, val_idx, n_val, pos, metrics);
+    train(&m, &opt, &o, &settings, &train_set, train_idx, n_train, val_idx, n_val, pos, metrics);
     printf("training took %.1f s\n", wall_seconds() - t0);
     report(&m, &test_set);
     if (metrics != NULL) { fcloseCheck(metrics); }
