@@ -100,16 +100,22 @@ train_gpt2: train_gpt2.c | data
 	$(CC) $(CFLAGS) $(OMP_FLAGS) $< $(LDLIBS) -o $@
 
 # --- CUDA: the first GPU programs (dev/) -------------------------------------------
-CUDA_PROGRAMS = dev/check_env dev/cuda/vector_add
+CUDA_PROGRAMS = dev/check_env dev/cuda/vector_add dev/emu/test_emu
 dev/check_env: dev/check_env.cu
 	$(NVCC) $(NVCC_FLAGS) $< -o $@
 dev/cuda/vector_add: dev/cuda/vector_add.cu
 	$(NVCC) $(NVCC_FLAGS) $< -o $@
+dev/emu/test_emu: dev/emu/test_emu.cu
+	$(NVCC) $(NVCC_FLAGS) $< -o $@
+# the same kernels on the CPU, through the emulator (g++ and OpenMP, no CUDA needed)
+dev/emu/test_emu_cpu: dev/emu/test_emu.cu dev/emu/cuda_emu.h dev/emu/emu_build.sh
+	bash dev/emu/emu_build.sh $< $@
 cuda: $(CUDA_PROGRAMS)
 
 # On a machine with a GPU: build everything for it, run every GPU program, one summary.
 gpu-check: $(CUDA_PROGRAMS)
-	@bash dev/test/run_tests.sh "./dev/check_env && echo '1 passed, 0 failed'" "./dev/cuda/vector_add && echo '1 passed, 0 failed'"
+	@bash dev/test/run_tests.sh "./dev/check_env && echo '1 passed, 0 failed'" "./dev/cuda/vector_add && echo '1 passed, 0 failed'" \
+	    ./dev/emu/test_emu
 
 # --- tests --------------------------------------------------------------------------
 test_gpt2: test_gpt2.c train_gpt2.c
@@ -126,6 +132,7 @@ test_tokenizer: test_tokenizer.c data/tokenizer.c data/unicode_tables.h
 	$(CC) -O3 -march=native -Wall -Wextra -std=c11 $< -o $@
 
 TESTS = ./test_gpt2 \
+        ./dev/emu/test_emu_cpu \
         ./test_mlp \
         ./test_tokenizer \
         "bash dev/test/test_tokenizer_cli.sh ./data/tokenizer" \
@@ -133,7 +140,7 @@ TESTS = ./test_gpt2 \
         "bash dev/test/test_train_mlp_cli.sh ./train_mlp" \
         "bash dev/test/check_shared_copies.sh" \
         "bash dev/test/check_cuda_builds.sh"
-test: train_gpt2 test_gpt2 data/tokenizer test_tokenizer train_mlp test_mlp
+test: train_gpt2 test_gpt2 data/tokenizer test_tokenizer train_mlp test_mlp dev/emu/test_emu_cpu
 	@bash dev/test/run_tests.sh $(TESTS)
 
 # Regenerate the committed fixtures the tests compare against. Needs Python with
@@ -151,7 +158,7 @@ bench: dev/cpu/bench_train_gpt2 data/tokenizer
 	bash dev/bench_tokenizer.sh ./data/tokenizer
 
 clean:
-	rm -f train_gpt2 test_gpt2 test_tokenizer data/tokenizer dev/cpu/bench_train_gpt2 train_mlp test_mlp $(CUDA_PROGRAMS)
+	rm -f train_gpt2 test_gpt2 test_tokenizer data/tokenizer dev/cpu/bench_train_gpt2 train_mlp test_mlp $(CUDA_PROGRAMS) dev/emu/test_emu_cpu
 	rm -f $(TINYSHAKESPEARE) data/gpt2_tokenizer.bin
 
 help:
