@@ -799,6 +799,7 @@ static size_t gpt2_count_parameters(GPT2Config config) {
     return n;
 }
 
+// --- begin shared-copy: atomic-write ---
 // snprintf into a path buffer, or exit if the path does not fit (a silently
 // truncated path would read or write the wrong file)
 static void format_path(char *out, size_t size, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -812,6 +813,35 @@ static void format_path(char *out, size_t size, const char *fmt, ...) {
         exit(EXIT_FAILURE);
     }
 }
+
+// Write each of n buffers, in order, to `path` atomically: write path.tmp, flush,
+// fsync, rename over path, fsync the directory (so that the rename itself is on
+// disk before we write the next file). A crash or a full disk leaves either the
+// old file or the new one, never half of one; on failure the .tmp is removed.
+static void write_file_atomic(const char *path, const void **bufs, const size_t *sizes, int n) {
+    char tmp[4096], dir[4096];
+    format_path(tmp, sizeof(tmp), "%s.tmp", path);
+    FILE *fp = fopenCheck(tmp, "wb");
+    int ok = 1;
+    for (int i = 0; i < n && ok; i++) { ok = sizes[i] == 0 || fwrite(bufs[i], 1, sizes[i], fp) == sizes[i]; }
+    ok = ok && fflush(fp) == 0 && fsync(fileno(fp)) == 0;
+    ok = (fclose(fp) == 0) && ok;
+    if (!ok || rename(tmp, path) != 0) {
+        fprintf(stderr, "Error: could not write %s: %s (the previous file, if any, is untouched)\n", path, strerror(errno));
+        remove(tmp);
+        exit(EXIT_FAILURE);
+    }
+    // the directory entry: fsync the folder the file is in
+    format_path(dir, sizeof(dir), "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (slash != NULL) { *slash = '\0'; } else { strcpy(dir, "."); }
+    int dfd = open(dir, O_RDONLY);
+    if (dfd >= 0) {
+        fsync(dfd); // best effort: some file systems refuse fsync on a directory
+        close(dfd);
+    }
+}
+// --- end shared-copy: atomic-write ---
 
 // The size of an open file in bytes; the position is left just after the 256 x
 // int32 header that all our binary files start with.
@@ -871,34 +901,6 @@ void gpt2_build_from_checkpoint(GPT2 *model, const char *checkpoint_path) {
     gpt2_allocate_parameters(model);
     freadCheck(model->params_memory, sizeof(float), model->num_parameters, fp);
     fcloseCheck(fp);
-}
-
-// Write each of n buffers, in order, to `path` atomically: write path.tmp, flush,
-// fsync, rename over path, fsync the directory (so that the rename itself is on
-// disk before we write the next file). A crash or a full disk leaves either the
-// old file or the new one, never half of one; on failure the .tmp is removed.
-static void write_file_atomic(const char *path, const void **bufs, const size_t *sizes, int n) {
-    char tmp[4096], dir[4096];
-    format_path(tmp, sizeof(tmp), "%s.tmp", path);
-    FILE *fp = fopenCheck(tmp, "wb");
-    int ok = 1;
-    for (int i = 0; i < n && ok; i++) { ok = sizes[i] == 0 || fwrite(bufs[i], 1, sizes[i], fp) == sizes[i]; }
-    ok = ok && fflush(fp) == 0 && fsync(fileno(fp)) == 0;
-    ok = (fclose(fp) == 0) && ok;
-    if (!ok || rename(tmp, path) != 0) {
-        fprintf(stderr, "Error: could not write %s: %s (the previous file, if any, is untouched)\n", path, strerror(errno));
-        remove(tmp);
-        exit(EXIT_FAILURE);
-    }
-    // the directory entry: fsync the folder the file is in
-    format_path(dir, sizeof(dir), "%s", path);
-    char *slash = strrchr(dir, '/');
-    if (slash != NULL) { *slash = '\0'; } else { strcpy(dir, "."); }
-    int dfd = open(dir, O_RDONLY);
-    if (dfd >= 0) {
-        fsync(dfd); // best effort: some file systems refuse fsync on a directory
-        close(dfd);
-    }
 }
 
 void gpt2_save_checkpoint(const GPT2 *model, const char *path) {
@@ -1272,6 +1274,7 @@ typedef struct {
     int *targets;            // (B, T) the inputs shifted by one
 } DataLoader;
 
+// --- begin shared-copy: permutation ---
 // a random permutation of 0..n-1 (Fisher-Yates) from its own random stream
 static void random_permutation(size_t *order, size_t n, uint64_t key) {
     for (size_t i = 0; i < n; i++) { order[i] = i; }
@@ -1283,6 +1286,7 @@ static void random_permutation(size_t *order, size_t n, uint64_t key) {
         order[j] = tmp;
     }
 }
+// --- end shared-copy: permutation ---
 
 // Random streams of the data loader and the sampler. The shuffles are functions
 // of (seed, epoch, shard), so resuming needs only the position, not a state.

@@ -43,6 +43,7 @@ ACCUMULATES (+=) into its parameter gradients.
 #include <math.h>
 #include <time.h>
 #include <errno.h>
+#include <stdarg.h>
 #include <fcntl.h>
 #include <glob.h>
 #include <unistd.h>
@@ -410,6 +411,7 @@ static void gather_batch(float *x, int *y, const Dataset *ds, const size_t *indi
     }
 }
 
+// --- begin shared-copy: permutation ---
 // a random permutation of 0..n-1 (Fisher-Yates) from its own random stream
 static void random_permutation(size_t *order, size_t n, uint64_t key) {
     for (size_t i = 0; i < n; i++) { order[i] = i; }
@@ -421,6 +423,7 @@ static void random_permutation(size_t *order, size_t n, uint64_t key) {
         order[j] = tmp;
     }
 }
+// --- end shared-copy: permutation ---
 
 // ----------------------------------------------------------------------------
 // the layers, forward and backward
@@ -723,9 +726,28 @@ typedef struct {
     int step;  // updates completed
 } Position;
 
+// --- begin shared-copy: atomic-write ---
+// snprintf into a path buffer, or exit if the path does not fit (a silently
+// truncated path would read or write the wrong file)
+static void format_path(char *out, size_t size, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void format_path(char *out, size_t size, const char *fmt, ...) {
+    va_list args;
+    va_start(args, fmt);
+    int n = vsnprintf(out, size, fmt, args);
+    va_end(args);
+    if (n < 0 || (size_t)n >= size) {
+        fprintf(stderr, "Error: a path is longer than %zu bytes: %.60s...\n", size - 1, out);
+        exit(EXIT_FAILURE);
+    }
+}
+
+// Write each of n buffers, in order, to `path` atomically: write path.tmp, flush,
+// fsync, rename over path, fsync the directory (so that the rename itself is on
+// disk before we write the next file). A crash or a full disk leaves either the
+// old file or the new one, never half of one; on failure the .tmp is removed.
 static void write_file_atomic(const char *path, const void **bufs, const size_t *sizes, int n) {
-    char tmp[4200];
-    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+    char tmp[4096], dir[4096];
+    format_path(tmp, sizeof(tmp), "%s.tmp", path);
     FILE *fp = fopenCheck(tmp, "wb");
     int ok = 1;
     for (int i = 0; i < n && ok; i++) { ok = sizes[i] == 0 || fwrite(bufs[i], 1, sizes[i], fp) == sizes[i]; }
@@ -736,14 +758,17 @@ static void write_file_atomic(const char *path, const void **bufs, const size_t 
         remove(tmp);
         exit(EXIT_FAILURE);
     }
-    // the rename is a change to the folder: fsync it too (best effort)
-    char dir[4200];
-    snprintf(dir, sizeof(dir), "%s", path);
+    // the directory entry: fsync the folder the file is in
+    format_path(dir, sizeof(dir), "%s", path);
     char *slash = strrchr(dir, '/');
     if (slash != NULL) { *slash = '\0'; } else { strcpy(dir, "."); }
     int dfd = open(dir, O_RDONLY);
-    if (dfd >= 0) { fsync(dfd); close(dfd); }
+    if (dfd >= 0) {
+        fsync(dfd); // best effort: some file systems refuse fsync on a directory
+        close(dfd);
+    }
 }
+// --- end shared-copy: atomic-write ---
 
 static int optimizer_buffers(int kind) { return kind == OPT_ADAMW ? 2 : kind == OPT_MOMENTUM ? 1 : 0; }
 
