@@ -870,7 +870,12 @@ void metrics_truncate_after(const char *path, int epoch) {
         int e;
         if (sscanf(line, "epoch:%d", &e) != 1 || e > epoch) { continue; }
         size_t n = strlen(line);
-        if (len + n > cap) { break; } // 64 KiB of metrics is over 400 epochs: enough
+        if (len + n > cap) {
+            cap = 2 * (len + n);
+            char *bigger = (char *)realloc(kept, cap);
+            if (bigger == NULL) { fprintf(stderr, "Error: out of memory reading %s\n", path); exit(EXIT_FAILURE); }
+            kept = bigger;
+        }
         memcpy(kept + len, line, n);
         len += n;
     }
@@ -1265,6 +1270,7 @@ static int parse_layers(const char *s, int *sizes) {
             usage_error("-l needs 2 to 9 comma-separated widths, e.g. 784,512,256,10; got '%s'", s);
         }
         sizes[n++] = (int)v;
+        if (*end == ',' && end[1] == '\0') { usage_error("-l ends with a comma: '%s'", s); }
         p = *end == ',' ? end + 1 : end;
     }
     if (n < 2 || sizes[0] != 784 || sizes[n - 1] != NUM_CLASSES) {
@@ -1401,9 +1407,19 @@ int main(int argc, char **argv) {
 #endif
     printf("network:");
     for (int l = 0; l <= L; l++) { printf(" %d", sizes[l]); }
-    printf(" | %s | %zu parameters (%.1f MiB) | %s lr %g wd %g | dropout %g | batch %d | %d epochs | seed %llu | %d threads\n",
-           o.act == ACT_RELU ? "relu" : "tanh", m.num_params, m.num_params * 4 / 1048576.0, OPT_NAMES[o.opt], o.lr,
-           o.weight_decay, o.dropout, o.batch, o.epochs, (unsigned long long)o.seed, threads);
+    printf(" | %s | %zu parameters | %s lr %g wd %g | dropout %g | batch %d | %d epochs | seed %llu | %d threads\n",
+           o.act == ACT_RELU ? "relu" : "tanh", m.num_params, OPT_NAMES[o.opt], o.lr, o.weight_decay, o.dropout, o.batch,
+           o.epochs, (unsigned long long)o.seed, threads);
+    // the memory, group by group (activations for the larger of a batch and an evaluation batch)
+    double MiB = 1048576.0, param_mib = m.num_params * sizeof(float) / MiB;
+    size_t act_floats = m.max_batch * (size_t)sizes[0] + m.max_batch * (size_t)sizes[L];
+    size_t widest = 0;
+    for (int l = 0; l <= L; l++) { widest = (size_t)sizes[l] > widest ? (size_t)sizes[l] : widest; }
+    for (int l = 0; l < L; l++) { act_floats += 4 * m.max_batch * (size_t)sizes[l + 1]; }
+    act_floats += 2 * m.max_batch * widest; // the two gradient scratch buffers
+    printf("memory: parameters %.2f MiB | gradients %.2f MiB | optimizer state %.2f MiB | activations %.2f MiB | data %.1f MiB\n",
+           param_mib, param_mib, optimizer_buffers(o.opt) * param_mib, act_floats * sizeof(float) / MiB,
+           (train_set.n + test_set.n) * (train_set.dim + 1) / MiB);
     FILE *metrics = NULL;
     if (o.out_dir[0] != '\0') {
         char path[4200];
