@@ -1660,17 +1660,19 @@ int find_latest_checkpoint(const char *out_dir) {
     return latest;
 }
 
+// --- begin shared-copy: log-truncate ---
 // On resume, the log of the first run may go on past the checkpoint (it ran a
-// while longer before it stopped). Keep only the lines of steps up to `step`,
-// and write the result atomically, so that the resumed run's lines follow on.
-void log_truncate_after(const char *path, int step) {
+// while longer before it stopped). Keep only the lines whose first number, read
+// with key_format (e.g. "s:%d"), is at most `last`, and write the result back
+// atomically, so that the resumed run's lines follow on.
+void log_truncate_after(const char *path, const char *key_format, int last) {
     FILE *fp = fopen(path, "rb");
     if (fp == NULL) { return; } // no log yet: nothing to keep
     size_t cap = 1 << 16, len = 0;
     char *kept = (char *)mallocCheck(cap), line[1024];
     while (fgets(line, sizeof(line), fp) != NULL) {
-        int s;
-        if (sscanf(line, "s:%d", &s) != 1 || s > step) { continue; }
+        int key;
+        if (sscanf(line, key_format, &key) != 1 || key > last) { continue; }
         size_t n = strlen(line);
         if (len + n > cap) {
             cap = 2 * (len + n);
@@ -1686,6 +1688,7 @@ void log_truncate_after(const char *path, int step) {
     write_file_atomic(path, bufs, &len, 1);
     free(kept);
 }
+// --- end shared-copy: log-truncate ---
 
 // ----------------------------------------------------------------------------
 // learning rate schedule: linear warm-up, then cosine decay to a floor
@@ -1752,7 +1755,8 @@ static void usage_error(const char *fmt, const char *arg) {
     exit(EXIT_FAILURE);
 }
 
-// parse a whole-string integer / float, or fail naming the flag
+// --- begin shared-copy: parse-int ---
+// a whole-string integer in [lo, 2^31), or a usage error naming the flag
 static long parse_int(const char *flag, const char *s, long lo) {
     char *end;
     errno = 0;
@@ -1764,6 +1768,8 @@ static long parse_int(const char *flag, const char *s, long lo) {
     }
     return v;
 }
+// --- end shared-copy: parse-int ---
+// a whole-string non-negative float, or a usage error naming the flag
 static float parse_float(const char *flag, const char *s) {
     char *end;
     errno = 0;
@@ -1943,7 +1949,7 @@ int main(int argc, char **argv) {
     if (have_out) {
         char path[4096];
         format_path(path, sizeof(path), "%s/main.log", o.out_dir);
-        if (resume_step >= 0) { log_truncate_after(path, resume_step); }
+        if (resume_step >= 0) { log_truncate_after(path, "s:%d", resume_step); }
         logfile = fopenCheck(path, resume_step >= 0 ? "a" : "w");
     }
 

@@ -859,16 +859,19 @@ Position mlp_load(MLP *m, const Optimizer *opt, uint64_t seed, const CheckpointS
     return (Position){header[22], header[23]};
 }
 
-// On resume, keep only the metrics lines of epochs up to `epoch` (the first run
-// may have gone on past its last checkpoint), written back atomically.
-void metrics_truncate_after(const char *path, int epoch) {
+// --- begin shared-copy: log-truncate ---
+// On resume, the log of the first run may go on past the checkpoint (it ran a
+// while longer before it stopped). Keep only the lines whose first number, read
+// with key_format (e.g. "s:%d"), is at most `last`, and write the result back
+// atomically, so that the resumed run's lines follow on.
+void log_truncate_after(const char *path, const char *key_format, int last) {
     FILE *fp = fopen(path, "rb");
-    if (fp == NULL) { return; }
+    if (fp == NULL) { return; } // no log yet: nothing to keep
     size_t cap = 1 << 16, len = 0;
-    char *kept = (char *)mallocCheck(cap), line[512];
+    char *kept = (char *)mallocCheck(cap), line[1024];
     while (fgets(line, sizeof(line), fp) != NULL) {
-        int e;
-        if (sscanf(line, "epoch:%d", &e) != 1 || e > epoch) { continue; }
+        int key;
+        if (sscanf(line, key_format, &key) != 1 || key > last) { continue; }
         size_t n = strlen(line);
         if (len + n > cap) {
             cap = 2 * (len + n);
@@ -884,6 +887,7 @@ void metrics_truncate_after(const char *path, int epoch) {
     write_file_atomic(path, bufs, &len, 1);
     free(kept);
 }
+// --- end shared-copy: log-truncate ---
 
 // the newest checkpoint mlp_<epoch>.bin in dir, or -1
 int find_latest_checkpoint(const char *dir) {
@@ -1235,6 +1239,8 @@ static void usage_error(const char *fmt, const char *arg) {
     exit(EXIT_FAILURE);
 }
 
+// --- begin shared-copy: parse-int ---
+// a whole-string integer in [lo, 2^31), or a usage error naming the flag
 static long parse_int(const char *flag, const char *s, long lo) {
     char *end;
     errno = 0;
@@ -1246,6 +1252,7 @@ static long parse_int(const char *flag, const char *s, long lo) {
     }
     return v;
 }
+// --- end shared-copy: parse-int ---
 
 static float parse_float(const char *flag, const char *s, float hi) {
     char *end;
@@ -1424,7 +1431,7 @@ int main(int argc, char **argv) {
     if (o.out_dir[0] != '\0') {
         char path[4200];
         snprintf(path, sizeof(path), "%s/metrics.log", o.out_dir);
-        if (o.resume) { metrics_truncate_after(path, pos.epoch); }
+        if (o.resume) { log_truncate_after(path, "epoch:%d", pos.epoch); }
         metrics = fopenCheck(path, o.resume ? "a" : "w");
     }
     double t0 = wall_seconds();
