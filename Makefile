@@ -23,8 +23,11 @@ else
   $(info ✗ OpenMP not found: the CPU programs run on one core (Debian: apt-get install libgomp1))
 endif
 
-# zlib: train_mlp reads Fashion-MNIST's .gz files with it
-ifeq ($(shell echo '\#include <zlib.h>' | $(CC) -E -x c - >/dev/null 2>&1 && echo ok),ok)
+# zlib: train_mlp reads Fashion-MNIST's .gz files with it (ZLIB_CFLAGS / ZLIB_LIBS
+# point at a zlib outside the system's paths)
+ZLIB_CFLAGS ?=
+ZLIB_LIBS ?= -lz
+ifeq ($(shell echo '\#include <zlib.h>' | $(CC) $(ZLIB_CFLAGS) -E -x c - >/dev/null 2>&1 && echo ok),ok)
   HAVE_ZLIB = 1
   $(info ✓ zlib found: train_mlp can read Fashion-MNIST's .gz files)
 else
@@ -90,7 +93,7 @@ data: $(TINYSHAKESPEARE) data/gpt2_tokenizer.bin
 # chapter 1: an MLP by hand on Fashion-MNIST (apt-get install dataset-fashion-mnist for the data)
 train_mlp: train_mlp.c
 ifeq ($(HAVE_ZLIB),1)
-	$(CC) $(CFLAGS) $(OMP_FLAGS) $< $(LDLIBS) -lz -o $@
+	$(CC) $(CFLAGS) $(ZLIB_CFLAGS) $(OMP_FLAGS) $< $(LDLIBS) $(ZLIB_LIBS) -o $@
 else
 	@echo "Error: train_mlp needs zlib's header: apt-get install zlib1g-dev (Debian/Ubuntu)" && exit 1
 endif
@@ -100,22 +103,34 @@ train_gpt2: train_gpt2.c | data
 	$(CC) $(CFLAGS) $(OMP_FLAGS) $< $(LDLIBS) -o $@
 
 # --- CUDA: the first GPU programs (dev/) -------------------------------------------
-CUDA_PROGRAMS = dev/check_env dev/cuda/vector_add dev/emu/test_emu
+CUDA_PROGRAMS = train_mlpcu dev/check_env dev/cuda/vector_add dev/cuda/matmul dev/emu/test_emu
+# the MLP of train_mlp.c on the GPU (same flags, data and checkpoints)
+train_mlpcu: train_mlp.cu
+	$(NVCC) $(NVCC_FLAGS) $(ZLIB_CFLAGS) $< -lcublas $(ZLIB_LIBS) -o $@
 dev/check_env: dev/check_env.cu
 	$(NVCC) $(NVCC_FLAGS) $< -o $@
 dev/cuda/vector_add: dev/cuda/vector_add.cu
 	$(NVCC) $(NVCC_FLAGS) $< -o $@
+dev/cuda/matmul: dev/cuda/matmul.cu
+	$(NVCC) $(NVCC_FLAGS) $< -lcublas -o $@
 dev/emu/test_emu: dev/emu/test_emu.cu
 	$(NVCC) $(NVCC_FLAGS) $< -o $@
-# the same kernels on the CPU, through the emulator (g++ and OpenMP, no CUDA needed)
-dev/emu/test_emu_cpu: dev/emu/test_emu.cu dev/emu/cuda_emu.h dev/emu/emu_build.sh
-	bash dev/emu/emu_build.sh $< $@
 cuda: $(CUDA_PROGRAMS)
 
-# On a machine with a GPU: build everything for it, run every GPU program, one summary.
-gpu-check: $(CUDA_PROGRAMS)
-	@bash dev/test/run_tests.sh "./dev/check_env && echo '1 passed, 0 failed'" "./dev/cuda/vector_add && echo '1 passed, 0 failed'" \
-	    ./dev/emu/test_emu
+# The same kernels on the CPU, through the emulator (g++ and OpenMP, no CUDA
+# needed): how CI runs GPU code (dev/emu/cuda_emu.h says what it can and cannot do).
+EMU = dev/emu/cuda_emu.h dev/emu/include/cuda_runtime.h dev/emu/include/cublas_v2.h dev/emu/emu_build.sh
+dev/emu/test_emu_cpu: dev/emu/test_emu.cu $(EMU)
+	bash dev/emu/emu_build.sh $< $@
+dev/emu/train_mlpcu_cpu: train_mlp.cu $(EMU)
+	bash dev/emu/emu_build.sh $< $@ $(ZLIB_CFLAGS) $(ZLIB_LIBS)
+dev/emu/matmul_cpu: dev/cuda/matmul.cu $(EMU)
+	bash dev/emu/emu_build.sh $< $@
+
+# On a machine with a GPU: build every CUDA program for it, run every GPU test and
+# the benchmarks, one summary table; logs in gpu-check-logs/ (dev/test/gpu_check.sh)
+gpu-check:
+	@bash dev/test/gpu_check.sh
 
 # --- tests --------------------------------------------------------------------------
 test_gpt2: test_gpt2.c train_gpt2.c
@@ -123,7 +138,7 @@ test_gpt2: test_gpt2.c train_gpt2.c
 
 test_mlp: test_mlp.c train_mlp.c
 ifeq ($(HAVE_ZLIB),1)
-	$(CC) $(CFLAGS) $(OMP_FLAGS) $< $(LDLIBS) -lz -o $@
+	$(CC) $(CFLAGS) $(ZLIB_CFLAGS) $(OMP_FLAGS) $< $(LDLIBS) $(ZLIB_LIBS) -o $@
 else
 	@echo "Error: test_mlp needs zlib's header: apt-get install zlib1g-dev (Debian/Ubuntu)" && exit 1
 endif
@@ -133,6 +148,8 @@ test_tokenizer: test_tokenizer.c data/tokenizer.c data/unicode_tables.h
 
 TESTS = ./test_gpt2 \
         ./dev/emu/test_emu_cpu \
+        "./dev/emu/matmul_cpu -c" \
+        "bash dev/test/test_train_mlp_cuda.sh ./dev/emu/train_mlpcu_cpu ./train_mlp" \
         ./test_mlp \
         ./test_tokenizer \
         "bash dev/test/test_tokenizer_cli.sh ./data/tokenizer" \
@@ -140,7 +157,7 @@ TESTS = ./test_gpt2 \
         "bash dev/test/test_train_mlp_cli.sh ./train_mlp" \
         "bash dev/test/check_shared_copies.sh" \
         "bash dev/test/check_cuda_builds.sh"
-test: train_gpt2 test_gpt2 data/tokenizer test_tokenizer train_mlp test_mlp dev/emu/test_emu_cpu
+test: train_gpt2 test_gpt2 data/tokenizer test_tokenizer train_mlp test_mlp dev/emu/test_emu_cpu dev/emu/matmul_cpu dev/emu/train_mlpcu_cpu
 	@bash dev/test/run_tests.sh $(TESTS)
 
 # Regenerate the committed fixtures the tests compare against. Needs Python with
@@ -158,7 +175,7 @@ bench: dev/cpu/bench_train_gpt2 data/tokenizer
 	bash dev/bench_tokenizer.sh ./data/tokenizer
 
 clean:
-	rm -f train_gpt2 test_gpt2 test_tokenizer data/tokenizer dev/cpu/bench_train_gpt2 train_mlp test_mlp $(CUDA_PROGRAMS) dev/emu/test_emu_cpu
+	rm -f train_gpt2 test_gpt2 test_tokenizer data/tokenizer dev/cpu/bench_train_gpt2 train_mlp test_mlp $(CUDA_PROGRAMS) dev/emu/test_emu_cpu dev/emu/matmul_cpu dev/emu/train_mlpcu_cpu
 	rm -f $(TINYSHAKESPEARE) data/gpt2_tokenizer.bin
 
 help:
@@ -168,6 +185,7 @@ help:
 	@echo "make data                         tokenize tinyshakespeare, write data/gpt2_tokenizer.bin"
 	@echo "make bench                        time a GPT-2 124M training step and the tokenizer"
 	@echo "make reference                    regenerate the test fixtures (Python, dev/reference/)"
+	@echo "make train_mlpcu && ./train_mlpcu the same MLP on the GPU (--check: against the CPU, --time: step times)"
 	@echo "make cuda                         build the GPU programs (needs nvcc; GPU_ARCH=\"90 120\")"
 	@echo "make gpu-check                    on a GPU machine: build and run every GPU program, one summary"
 	@echo "make clean                        remove what make built"

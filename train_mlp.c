@@ -52,6 +52,7 @@ ACCUMULATES (+=) into its parameter gradients.
 #ifdef _OPENMP
 #include <omp.h>
 #endif
+#define PROGRAM "./train_mlp" // in messages: how the user runs this program
 
 // ----------------------------------------------------------------------------
 // utilities: checked calls, random numbers, timer, the matrix multiply
@@ -299,6 +300,7 @@ static void gemm(float *C, size_t c_rs, size_t c_cs, const float *A, size_t a_rs
 // ----------------------------------------------------------------------------
 // data: Fashion-MNIST's gzip'd idx files
 
+// --- begin shared-copy: mlp-data ---
 // idx: a big-endian header (magic, then one uint32 per dimension), then the
 // data as unsigned bytes. 2051 = images (n, rows, cols), 2049 = labels (n).
 #define IDX_IMAGES 2051
@@ -410,6 +412,7 @@ static void gather_batch(float *x, int *y, const Dataset *ds, const size_t *indi
         y[b] = ds->labels[indices[b]];
     }
 }
+// --- end shared-copy: mlp-data ---
 
 // --- begin shared-copy: permutation ---
 // a random permutation of 0..n-1 (Fisher-Yates) from its own random stream
@@ -571,14 +574,19 @@ void mlp_init(MLP *m, uint64_t seed) {
     }
 }
 
+// how many floats the activations of batch B take
+size_t mlp_activation_floats(const int *sizes, int L, size_t B) {
+    size_t widest = 0, total = B * sizes[0];
+    for (int l = 0; l <= L; l++) { widest = (size_t)sizes[l] > widest ? (size_t)sizes[l] : widest; }
+    for (int l = 0; l < L; l++) { total += 4 * B * sizes[l + 1]; } // z, a, mask, h[l+1]
+    return total + B * sizes[L] + 2 * B * widest;                 // probs, dz, dh
+}
+
 static void mlp_allocate_activations(MLP *m, size_t B) {
-    size_t widest = 0, total = 0;
+    size_t widest = 0;
     for (int l = 0; l <= m->num_layers; l++) { widest = (size_t)m->sizes[l] > widest ? (size_t)m->sizes[l] : widest; }
-    total += B * m->sizes[0];
-    for (int l = 0; l < m->num_layers; l++) { total += 4 * B * m->sizes[l + 1]; } // z, a, mask, h[l+1]
-    total += B * m->sizes[m->num_layers] + 2 * B * widest;                     // probs, dz, dh
     free(m->acts);
-    m->acts = (float *)mallocCheck(total * sizeof(float));
+    m->acts = (float *)mallocCheck(mlp_activation_floats(m->sizes, m->num_layers, B) * sizeof(float));
     float *p = m->acts;
     m->h[0] = p;
     p += B * m->sizes[0];
@@ -633,6 +641,24 @@ void mlp_backward(MLP *m, size_t B) {
 
 void mlp_zero_grad(MLP *m) { memset(m->grads, 0, m->num_params * sizeof(float)); }
 
+// The next batch: images `indices` of ds into the input h[0], their labels into
+// labels. (train_mlp.cu gathers on the GPU instead; the training loop is the same.)
+void mlp_set_batch(MLP *m, int *labels, const Dataset *ds, const size_t *indices, size_t B) {
+    gather_batch(m->h[0], labels, ds, indices, B);
+}
+
+// the logits (B, 10) of the last forward pass, in host memory
+const float *mlp_logits(MLP *m, size_t B) {
+    (void)B;
+    return m->z[m->num_layers - 1];
+}
+
+// Nothing to copy: on the CPU the parameters and optimizer state already live in
+// host memory, where checkpoints are written from and read into. (train_mlp.cu
+// copies them between the GPU and the host here.)
+void mlp_to_host(MLP *m) { (void)m; }
+void mlp_to_device(MLP *m) { (void)m; }
+
 void mlp_free(MLP *m) {
     free(m->params);
     free(m->grads);
@@ -644,6 +670,7 @@ void mlp_free(MLP *m) {
 // ----------------------------------------------------------------------------
 // optimizers and the learning-rate schedule
 
+// --- begin shared-copy: mlp-optimizer ---
 enum { OPT_SGD, OPT_MOMENTUM, OPT_ADAMW };
 static const char *OPT_NAMES[] = {"sgd", "momentum", "adamw"};
 
@@ -651,6 +678,15 @@ typedef struct {
     int kind;
     float lr, weight_decay, momentum, beta1, beta2, eps;
 } Optimizer;
+
+// constant, or linear warm-up then a cosine from lr to 0 over total steps
+float get_lr(int schedule_cosine, float lr, int step, int warmup, int total) {
+    if (step < warmup) { return lr * (step + 1) / warmup; }
+    if (!schedule_cosine || total <= warmup) { return lr; }
+    float progress = (float)(step - warmup) / (float)(total - warmup);
+    return 0.5f * lr * (1.0f + cosf((float)M_PI * progress));
+}
+// --- end shared-copy: mlp-optimizer ---
 
 // One update of every parameter, t = number of this update (from 1). Weight
 // decay applies to the weights W only, never to biases. Each follows PyTorch:
@@ -703,17 +739,10 @@ void mlp_update(MLP *m, const Optimizer *opt, float lr, int t) {
     }
 }
 
-// constant, or linear warm-up then a cosine from lr to 0 over total steps
-float get_lr(int schedule_cosine, float lr, int step, int warmup, int total) {
-    if (step < warmup) { return lr * (step + 1) / warmup; }
-    if (!schedule_cosine || total <= warmup) { return lr; }
-    float progress = (float)(step - warmup) / (float)(total - warmup);
-    return 0.5f * lr * (1.0f + cosf((float)M_PI * progress));
-}
-
 // ----------------------------------------------------------------------------
 // checkpoints: weights, optimizer state, position, written atomically
 
+// --- begin shared-copy: mlp-checkpoint-format ---
 // A header of 256 int32 (magic, version, layer sizes, activation, optimizer,
 // epochs done, updates done, seed), then the parameters, then the optimizer's
 // buffers (momentum: m; AdamW: m and v), all float32.
@@ -725,6 +754,7 @@ typedef struct {
     int epoch; // epochs completed
     int step;  // updates completed
 } Position;
+// --- end shared-copy: mlp-checkpoint-format ---
 
 // --- begin shared-copy: atomic-write ---
 // snprintf into a path buffer, or exit if the path does not fit (a silently
@@ -770,6 +800,7 @@ static void write_file_atomic(const char *path, const void **bufs, const size_t 
 }
 // --- end shared-copy: atomic-write ---
 
+// --- begin shared-copy: mlp-checkpoint ---
 static int optimizer_buffers(int kind) { return kind == OPT_ADAMW ? 2 : kind == OPT_MOMENTUM ? 1 : 0; }
 
 // Everything besides the network and the optimizer kind that a resumed run must
@@ -779,8 +810,9 @@ typedef struct {
     int batch, epochs, warmup, cosine, subset, val_size;
 } CheckpointSettings;
 
-void mlp_save(const MLP *m, const Optimizer *opt, Position pos, uint64_t seed, const CheckpointSettings *settings,
+void mlp_save(MLP *m, const Optimizer *opt, Position pos, uint64_t seed, const CheckpointSettings *settings,
               const char *path) {
+    mlp_to_host(m);
     int header[256] = {0};
     header[0] = CKPT_MAGIC;
     header[1] = CKPT_VERSION;
@@ -856,8 +888,11 @@ Position mlp_load(MLP *m, const Optimizer *opt, uint64_t seed, const CheckpointS
         freadCheck(m->opt_v, 1, bytes, fp);
     }
     fcloseCheck(fp);
-    return (Position){header[22], header[23]};
+    mlp_to_device(m);
+    Position pos = {header[22], header[23]};
+    return pos;
 }
+// --- end shared-copy: mlp-checkpoint ---
 
 // --- begin shared-copy: log-truncate ---
 // On resume, the log of the first run may go on past the checkpoint (it ran a
@@ -889,6 +924,7 @@ void log_truncate_after(const char *path, const char *key_format, int last) {
 }
 // --- end shared-copy: log-truncate ---
 
+// --- begin shared-copy: mlp-training ---
 // the newest checkpoint mlp_<epoch>.bin in dir, or -1
 int find_latest_checkpoint(const char *dir) {
     char pattern[4200];
@@ -917,11 +953,11 @@ void evaluate(MLP *m, const Dataset *ds, const size_t *indices, size_t n, float 
     for (size_t start = 0; start < n; start += m->max_batch) {
         size_t B = n - start < m->max_batch ? n - start : m->max_batch;
         int correct;
-        gather_batch(m->h[0], labels, ds, indices + start, B);
+        mlp_set_batch(m, labels, ds, indices + start, B);
         total_loss += mlp_forward(m, labels, B, 0, 0, 0, &correct) * (double)B;
         right += (size_t)correct;
         if (confusion != NULL) {
-            const float *logits = m->z[m->num_layers - 1];
+            const float *logits = mlp_logits(m, B);
             for (size_t b = 0; b < B; b++) {
                 int best = 0;
                 for (int k = 1; k < NUM_CLASSES; k++) { if (logits[b * NUM_CLASSES + k] > logits[b * NUM_CLASSES + best]) { best = k; } }
@@ -936,7 +972,7 @@ void evaluate(MLP *m, const Dataset *ds, const size_t *indices, size_t n, float 
 
 typedef struct {
     const char *data_dir, *layers, *out_dir, *sweep;
-    int act, opt, batch, epochs, warmup, cosine, subset, val_size, resume, sweep_steps, gradcheck;
+    int act, opt, batch, epochs, warmup, cosine, subset, val_size, resume, sweep_steps;
     float lr, weight_decay, momentum, dropout;
     uint64_t seed;
 } Options;
@@ -958,7 +994,7 @@ void train(MLP *m, const Optimizer *opt, const Options *o, const CheckpointSetti
         for (size_t start = 0; start < n_train; start += B) {
             size_t nb = n_train - start < B ? n_train - start : B; // the last batch may be smaller
             for (size_t b = 0; b < nb; b++) { batch_idx[b] = train_idx[order[start + b]]; }
-            gather_batch(m->h[0], labels, ds, batch_idx, nb);
+            mlp_set_batch(m, labels, ds, batch_idx, nb);
             int correct;
             float loss = mlp_forward(m, labels, nb, 1, o->seed, (uint64_t)pos.step, &correct);
             mlp_zero_grad(m);
@@ -970,7 +1006,7 @@ void train(MLP *m, const Optimizer *opt, const Options *o, const CheckpointSetti
             right += (size_t)correct;
             if (!isfinite(loss)) {
                 fprintf(stderr, "Error: epoch %d step %d: loss %g: training diverged\nHINT: lower the learning rate (-r); "
-                        "./train_mlp --sweep ... shows which rates work\n", epoch + 1, pos.step, loss);
+                        "%s --sweep ... shows which rates work\n", epoch + 1, pos.step, loss, PROGRAM);
                 exit(EXIT_FAILURE);
             }
         }
@@ -1029,6 +1065,70 @@ void report(MLP *m, const Dataset *test) {
     }
     free(idx);
 }
+
+// ----------------------------------------------------------------------------
+// the learning-rate sweep
+
+// Train a fresh network (same seed) for `steps` updates at each rate and say
+// what happened: the loss went down (converges), went down but bounces around a
+// lot (oscillates), or blew up (diverges: non-finite, or above 1.5x the start).
+void lr_sweep(const Options *o, const Dataset *ds, const size_t *train_idx, size_t n_train, const int *sizes, int L) {
+    printf("learning-rate sweep: %s, %d steps of batch %d each, from the same initial weights\n", OPT_NAMES[o->opt],
+           o->sweep_steps, o->batch);
+    printf("| lr | loss at start | mean of last 20 | min | spread of last 20 | verdict |\n|---|---|---|---|---|---|\n");
+    char *list = strdup(o->sweep);
+    if (list == NULL) { fprintf(stderr, "Error: out of memory\n"); exit(EXIT_FAILURE); }
+    size_t B = (size_t)o->batch;
+    int *labels = (int *)mallocCheck(B * sizeof(int));
+    size_t *batch_idx = (size_t *)mallocCheck(B * sizeof(size_t)), *order = (size_t *)mallocCheck(n_train * sizeof(size_t));
+    float *losses = (float *)mallocCheck((size_t)o->sweep_steps * sizeof(float));
+    random_permutation(order, n_train, rng_subkey(o->seed, STREAM_EPOCH, 0));
+    for (char *tok = strtok(list, ","); tok != NULL; tok = strtok(NULL, ",")) {
+        char *end;
+        float lr = strtof(tok, &end);
+        if (end == tok || *end != '\0' || !(lr > 0.0f)) {
+            fprintf(stderr, "Error: --sweep: '%s' is not a positive learning rate\n", tok);
+            exit(EXIT_FAILURE);
+        }
+        MLP m;
+        mlp_build(&m, sizes, L, o->act, o->dropout);
+        mlp_init(&m, o->seed);
+        mlp_allocate_activations(&m, B);
+        Optimizer opt = {o->opt, lr, o->weight_decay, o->momentum, 0.9f, 0.999f, 1e-8f};
+        int steps = 0, diverged = 0;
+        for (; steps < o->sweep_steps; steps++) {
+            size_t start = (steps * B) % (n_train - B + 1);
+            for (size_t b = 0; b < B; b++) { batch_idx[b] = train_idx[order[start + b]]; }
+            mlp_set_batch(&m, labels, ds, batch_idx, B);
+            losses[steps] = mlp_forward(&m, labels, B, 1, o->seed, (uint64_t)steps, NULL);
+            // diverged: not finite, or well above where it started (1.5x, plus 1 for small losses)
+            if (!isfinite(losses[steps]) || losses[steps] > 1.5f * losses[0] + 1.0f) { diverged = 1; steps++; break; }
+            mlp_zero_grad(&m);
+            mlp_backward(&m, B);
+            mlp_update(&m, &opt, lr, steps + 1);
+        }
+        int tail = steps < 20 ? steps : 20;
+        double mean = 0, lo = losses[0], sq = 0;
+        for (int i = steps - tail; i < steps; i++) { mean += losses[i]; }
+        mean /= tail;
+        for (int i = 0; i < steps; i++) { lo = fmin(lo, losses[i]); }
+        for (int i = steps - tail; i < steps; i++) { sq += (losses[i] - mean) * (losses[i] - mean); }
+        double spread = sqrt(sq / tail);
+        const char *verdict = diverged ? "diverges" : spread > 0.25 * mean ? "oscillates" : mean < 0.8 * losses[0] ? "converges" : "too slow";
+        if (diverged) {
+            printf("| %g | %.4f | - | %.4f | - | diverges (loss %g at step %d) |\n", lr, losses[0], lo, losses[steps - 1], steps);
+        } else {
+            printf("| %g | %.4f | %.4f | %.4f | %.4f | %s |\n", lr, losses[0], mean, lo, spread, verdict);
+        }
+        mlp_free(&m);
+    }
+    free(list);
+    free(labels);
+    free(batch_idx);
+    free(order);
+    free(losses);
+}
+// --- end shared-copy: mlp-training ---
 
 // ----------------------------------------------------------------------------
 // the gradient check: every parameter gradient against finite differences
@@ -1139,76 +1239,41 @@ int gradcheck(void) {
 }
 
 // ----------------------------------------------------------------------------
-// the learning-rate sweep
+// main: arguments, data, training, report
 
-// Train a fresh network (same seed) for `steps` updates at each rate and say
-// what happened: the loss went down (converges), went down but bounces around a
-// lot (oscillates), or blew up (diverges: non-finite, or above 1.5x the start).
-void lr_sweep(const Options *o, const Dataset *ds, const size_t *train_idx, size_t n_train, const int *sizes, int L) {
-    printf("learning-rate sweep: %s, %d steps of batch %d each, from the same initial weights\n", OPT_NAMES[o->opt],
-           o->sweep_steps, o->batch);
-    printf("| lr | loss at start | mean of last 20 | min | spread of last 20 | verdict |\n|---|---|---|---|---|---|\n");
-    char *list = strdup(o->sweep);
-    if (list == NULL) { fprintf(stderr, "Error: out of memory\n"); exit(EXIT_FAILURE); }
-    size_t B = (size_t)o->batch;
-    int *labels = (int *)mallocCheck(B * sizeof(int));
-    size_t *batch_idx = (size_t *)mallocCheck(B * sizeof(size_t)), *order = (size_t *)mallocCheck(n_train * sizeof(size_t));
-    float *losses = (float *)mallocCheck((size_t)o->sweep_steps * sizeof(float));
-    random_permutation(order, n_train, rng_subkey(o->seed, STREAM_EPOCH, 0));
-    for (char *tok = strtok(list, ","); tok != NULL; tok = strtok(NULL, ",")) {
-        char *end;
-        float lr = strtof(tok, &end);
-        if (end == tok || *end != '\0' || !(lr > 0.0f)) {
-            fprintf(stderr, "Error: --sweep: '%s' is not a positive learning rate\n", tok);
-            exit(EXIT_FAILURE);
-        }
-        MLP m;
-        mlp_build(&m, sizes, L, o->act, o->dropout);
-        mlp_init(&m, o->seed);
-        mlp_allocate_activations(&m, B);
-        Optimizer opt = {o->opt, lr, o->weight_decay, o->momentum, 0.9f, 0.999f, 1e-8f};
-        int steps = 0, diverged = 0;
-        for (; steps < o->sweep_steps; steps++) {
-            size_t start = (steps * B) % (n_train - B + 1);
-            for (size_t b = 0; b < B; b++) { batch_idx[b] = train_idx[order[start + b]]; }
-            gather_batch(m.h[0], labels, ds, batch_idx, B);
-            losses[steps] = mlp_forward(&m, labels, B, 1, o->seed, (uint64_t)steps, NULL);
-            // diverged: not finite, or well above where it started (1.5x, plus 1 for small losses)
-            if (!isfinite(losses[steps]) || losses[steps] > 1.5f * losses[0] + 1.0f) { diverged = 1; steps++; break; }
-            mlp_zero_grad(&m);
-            mlp_backward(&m, B);
-            mlp_update(&m, &opt, lr, steps + 1);
-        }
-        int tail = steps < 20 ? steps : 20;
-        double mean = 0, lo = losses[0], sq = 0;
-        for (int i = steps - tail; i < steps; i++) { mean += losses[i]; }
-        mean /= tail;
-        for (int i = 0; i < steps; i++) { lo = fmin(lo, losses[i]); }
-        for (int i = steps - tail; i < steps; i++) { sq += (losses[i] - mean) * (losses[i] - mean); }
-        double spread = sqrt(sq / tail);
-        const char *verdict = diverged ? "diverges" : spread > 0.25 * mean ? "oscillates" : mean < 0.8 * losses[0] ? "converges" : "too slow";
-        if (diverged) {
-            printf("| %g | %.4f | - | %.4f | - | diverges (loss %g at step %d) |\n", lr, losses[0], lo, losses[steps - 1], steps);
-        } else {
-            printf("| %g | %.4f | %.4f | %.4f | %.4f | %s |\n", lr, losses[0], mean, lo, spread, verdict);
-        }
-        mlp_free(&m);
-    }
-    free(list);
-    free(labels);
-    free(batch_idx);
-    free(order);
-    free(losses);
+// the hardware line at start-up
+void print_hardware(void) {
+    int threads = 1;
+#ifdef _OPENMP
+    threads = omp_get_max_threads();
+#endif
+    printf("hardware: CPU, %d OpenMP threads\n", threads);
 }
 
-// ----------------------------------------------------------------------------
-// main: arguments, data, training, report
+// the memory, group by group (activations for the larger of a batch and an
+// evaluation batch); data_bytes: the images and labels, in host memory
+void mlp_print_memory(const MLP *m, int opt_kind, size_t data_bytes) {
+    double MiB = 1048576.0, param_mib = m->num_params * sizeof(float) / MiB;
+    printf("memory: parameters %.2f MiB | gradients %.2f MiB | optimizer state %.2f MiB | activations %.2f MiB | data %.1f MiB\n",
+           param_mib, param_mib, optimizer_buffers(opt_kind) * param_mib, mlp_activation_floats(m->sizes, m->num_layers,
+           m->max_batch) * sizeof(float) / MiB, data_bytes / MiB);
+}
 
 #ifndef TESTING
 
-static void print_usage(const Options *d) {
-    printf("Usage: ./train_mlp [options]\n");
-    printf("Options (default in brackets):\n");
+// --- begin shared-copy: mlp-cli ---
+// Defaults: the chapter's main run. Two hidden layers and AdamW reach ~0.89-0.90
+// test accuracy on Fashion-MNIST within a few epochs; the cosine schedule
+// squeezes out the last few tenths of a percent.
+static const Options DEFAULTS = {.data_dir = "/usr/share/datasets/fashion-mnist", .layers = "784,512,256,10",
+                                 .out_dir = "", .sweep = NULL, .act = ACT_RELU, .opt = OPT_ADAMW, .batch = 128,
+                                 .epochs = 15, .warmup = 100, .cosine = 1, .subset = 0, .val_size = 5000, .resume = 0,
+                                 .sweep_steps = 200, .lr = 1e-3f, .weight_decay = 0.0f, .momentum = 0.9f,
+                                 .dropout = 0.0f, .seed = 1337};
+
+// the flags both programs share, with their defaults
+static void print_common_flags(void) {
+    const Options *d = &DEFAULTS;
     printf("  -d <dir>      folder with Fashion-MNIST's four *-ubyte.gz files [%s]\n", d->data_dir);
     printf("  -l <sizes>    layer widths, input first, 10 classes last [%s]\n", d->layers);
     printf("  -a <act>      relu or tanh between layers [%s]\n", d->act == ACT_RELU ? "relu" : "tanh");
@@ -1226,7 +1291,6 @@ static void print_usage(const Options *d) {
     printf("  -o <dir>      write metrics.log and a checkpoint per epoch here, \"\" = none [%s]\n", d->out_dir);
     printf("  -y <0|1>      resume from the newest checkpoint in -o [%d]\n", d->resume);
     printf("  -s <int>      random seed [%llu]\n", (unsigned long long)d->seed);
-    printf("  --gradcheck   check every gradient against finite differences, then exit\n");
     printf("  --sweep <lrs> learning-rate sweep over a comma-separated list, then exit\n");
     printf("  -k <int>      steps per rate in the sweep [%d]\n", d->sweep_steps);
     printf("  -h            this help\n");
@@ -1235,9 +1299,10 @@ static void print_usage(const Options *d) {
 static void usage_error(const char *fmt, const char *arg) {
     fprintf(stderr, "Error: ");
     fprintf(stderr, fmt, arg);
-    fprintf(stderr, "\nHINT: ./train_mlp -h lists every flag\n");
+    fprintf(stderr, "\nHINT: %s -h lists every flag\n", PROGRAM);
     exit(EXIT_FAILURE);
 }
+// --- end shared-copy: mlp-cli ---
 
 // --- begin shared-copy: parse-int ---
 // a whole-string integer in [lo, 2^31), or a usage error naming the flag
@@ -1254,6 +1319,7 @@ static long parse_int(const char *flag, const char *s, long lo) {
 }
 // --- end shared-copy: parse-int ---
 
+// --- begin shared-copy: mlp-main ---
 static float parse_float(const char *flag, const char *s, float hi) {
     char *end;
     errno = 0;
@@ -1286,56 +1352,51 @@ static int parse_layers(const char *s, int *sizes) {
     return n - 1; // number of weight layers
 }
 
-int main(int argc, char **argv) {
-    // Defaults: the chapter's main run. Two hidden layers and AdamW reach ~0.89-0.90
-    // test accuracy on Fashion-MNIST within a few epochs; the cosine schedule
-    // squeezes out the last few tenths of a percent.
-    Options o = {.data_dir = "/usr/share/datasets/fashion-mnist", .layers = "784,512,256,10", .out_dir = "",
-                 .sweep = NULL, .act = ACT_RELU, .opt = OPT_ADAMW, .batch = 128, .epochs = 15, .warmup = 100,
-                 .cosine = 1, .subset = 0, .val_size = 5000, .resume = 0, .sweep_steps = 200, .gradcheck = 0,
-                 .lr = 1e-3f, .weight_decay = 0.0f, .momentum = 0.9f, .dropout = 0.0f, .seed = 1337};
-    const Options defaults = o;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) { print_usage(&defaults); return 0; }
-        if (strcmp(a, "--gradcheck") == 0) { o.gradcheck = 1; continue; }
-        if (strcmp(a, "--sweep") != 0 && (a[0] != '-' || a[1] == '\0' || a[2] != '\0')) { usage_error("unknown argument '%s'", a); }
-        if (i + 1 >= argc) { usage_error("flag %s needs a value", a); }
-        const char *v = argv[++i];
-        if (strcmp(a, "--sweep") == 0) { o.sweep = v; continue; }
-        switch (a[1]) {
-        case 'd': o.data_dir = v; break;
-        case 'l': o.layers = v; break;
-        case 'a':
-            if (strcmp(v, "relu") != 0 && strcmp(v, "tanh") != 0) { usage_error("-a is relu or tanh, not '%s'", v); }
-            o.act = strcmp(v, "relu") == 0 ? ACT_RELU : ACT_TANH;
-            break;
-        case 'O':
-            o.opt = -1;
-            for (int k = 0; k < 3; k++) { if (strcmp(v, OPT_NAMES[k]) == 0) { o.opt = k; } }
-            if (o.opt < 0) { usage_error("-O is sgd, momentum or adamw, not '%s'", v); }
-            break;
-        case 'r': o.lr = parse_float(a, v, 1e3f); break;
-        case 'w': o.weight_decay = parse_float(a, v, 1e3f); break;
-        case 'm': o.momentum = parse_float(a, v, 1.0f); break;
-        case 'p': o.dropout = parse_float(a, v, 0.95f); break;
-        case 'b': o.batch = (int)parse_int(a, v, 1); break;
-        case 'e': o.epochs = (int)parse_int(a, v, 1); break;
-        case 'u': o.warmup = (int)parse_int(a, v, 0); break;
-        case 'c':
-            if (strcmp(v, "const") != 0 && strcmp(v, "cosine") != 0) { usage_error("-c is const or cosine, not '%s'", v); }
-            o.cosine = strcmp(v, "cosine") == 0;
-            break;
-        case 'N': o.subset = (int)parse_int(a, v, 0); break;
-        case 'v': o.val_size = (int)parse_int(a, v, 0); break;
-        case 'o': o.out_dir = v; break;
-        case 'y': o.resume = (int)parse_int(a, v, 0); break;
-        case 's': o.seed = (uint64_t)parse_int(a, v, 0); break;
-        case 'k': o.sweep_steps = (int)parse_int(a, v, 1); break;
-        default: usage_error("unknown flag '%s'", a);
-        }
+// One of the flags both programs share: argv[*i] with its value argv[*i + 1]
+// (*i moves past the value). Anything else is a usage error.
+static void parse_common_flag(Options *o, int argc, char **argv, int *i) {
+    const char *a = argv[*i];
+    if (strcmp(a, "--sweep") != 0 && (a[0] != '-' || a[1] == '\0' || a[2] != '\0')) { usage_error("unknown argument '%s'", a); }
+    if (*i + 1 >= argc) { usage_error("flag %s needs a value", a); }
+    const char *v = argv[++*i];
+    if (strcmp(a, "--sweep") == 0) { o->sweep = v; return; }
+    switch (a[1]) {
+    case 'd': o->data_dir = v; break;
+    case 'l': o->layers = v; break;
+    case 'a':
+        if (strcmp(v, "relu") != 0 && strcmp(v, "tanh") != 0) { usage_error("-a is relu or tanh, not '%s'", v); }
+        o->act = strcmp(v, "relu") == 0 ? ACT_RELU : ACT_TANH;
+        break;
+    case 'O':
+        o->opt = -1;
+        for (int k = 0; k < 3; k++) { if (strcmp(v, OPT_NAMES[k]) == 0) { o->opt = k; } }
+        if (o->opt < 0) { usage_error("-O is sgd, momentum or adamw, not '%s'", v); }
+        break;
+    case 'r': o->lr = parse_float(a, v, 1e3f); break;
+    case 'w': o->weight_decay = parse_float(a, v, 1e3f); break;
+    case 'm': o->momentum = parse_float(a, v, 1.0f); break;
+    case 'p': o->dropout = parse_float(a, v, 0.95f); break;
+    case 'b': o->batch = (int)parse_int(a, v, 1); break;
+    case 'e': o->epochs = (int)parse_int(a, v, 1); break;
+    case 'u': o->warmup = (int)parse_int(a, v, 0); break;
+    case 'c':
+        if (strcmp(v, "const") != 0 && strcmp(v, "cosine") != 0) { usage_error("-c is const or cosine, not '%s'", v); }
+        o->cosine = strcmp(v, "cosine") == 0;
+        break;
+    case 'N': o->subset = (int)parse_int(a, v, 0); break;
+    case 'v': o->val_size = (int)parse_int(a, v, 0); break;
+    case 'o': o->out_dir = v; break;
+    case 'y': o->resume = (int)parse_int(a, v, 0); break;
+    case 's': o->seed = (uint64_t)parse_int(a, v, 0); break;
+    case 'k': o->sweep_steps = (int)parse_int(a, v, 1); break;
+    default: usage_error("unknown flag '%s'", a);
     }
-    if (o.gradcheck) { return gradcheck() == 0 ? EXIT_SUCCESS : EXIT_FAILURE; }
+}
+
+// Everything after the flags: the data, then a sweep, or training (from scratch
+// or resumed) and the final report.
+static int run(const Options *opts) {
+    Options o = *opts;
     int sizes[MAX_LAYERS + 1];
     int L = parse_layers(o.layers, sizes);
     if (o.resume && o.out_dir[0] == '\0') { usage_error("-y needs an output directory (-o)%s", ""); }
@@ -1371,6 +1432,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "Error: -e %d epochs of batch %d make more than 2^31 updates\n", o.epochs, o.batch);
         return EXIT_FAILURE;
     }
+    print_hardware();
     if (o.sweep != NULL) {
         lr_sweep(&o, &train_set, train_idx, n_train, sizes, L);
         free(split);
@@ -1408,25 +1470,12 @@ int main(int argc, char **argv) {
         }
         printf("resuming from %s: %d epochs, %d updates done\n", path, pos.epoch, pos.step);
     }
-    int threads = 1;
-#ifdef _OPENMP
-    threads = omp_get_max_threads();
-#endif
     printf("network:");
     for (int l = 0; l <= L; l++) { printf(" %d", sizes[l]); }
-    printf(" | %s | %zu parameters | %s lr %g wd %g | dropout %g | batch %d | %d epochs | seed %llu | %d threads\n",
+    printf(" | %s | %zu parameters | %s lr %g wd %g | dropout %g | batch %d | %d epochs | seed %llu\n",
            o.act == ACT_RELU ? "relu" : "tanh", m.num_params, OPT_NAMES[o.opt], o.lr, o.weight_decay, o.dropout, o.batch,
-           o.epochs, (unsigned long long)o.seed, threads);
-    // the memory, group by group (activations for the larger of a batch and an evaluation batch)
-    double MiB = 1048576.0, param_mib = m.num_params * sizeof(float) / MiB;
-    size_t act_floats = m.max_batch * (size_t)sizes[0] + m.max_batch * (size_t)sizes[L];
-    size_t widest = 0;
-    for (int l = 0; l <= L; l++) { widest = (size_t)sizes[l] > widest ? (size_t)sizes[l] : widest; }
-    for (int l = 0; l < L; l++) { act_floats += 4 * m.max_batch * (size_t)sizes[l + 1]; }
-    act_floats += 2 * m.max_batch * widest; // the two gradient scratch buffers
-    printf("memory: parameters %.2f MiB | gradients %.2f MiB | optimizer state %.2f MiB | activations %.2f MiB | data %.1f MiB\n",
-           param_mib, param_mib, optimizer_buffers(o.opt) * param_mib, act_floats * sizeof(float) / MiB,
-           (train_set.n + test_set.n) * (train_set.dim + 1) / MiB);
+           o.epochs, (unsigned long long)o.seed);
+    mlp_print_memory(&m, o.opt, (train_set.n + test_set.n) * (train_set.dim + 1));
     FILE *metrics = NULL;
     if (o.out_dir[0] != '\0') {
         char path[4200];
@@ -1444,5 +1493,21 @@ int main(int argc, char **argv) {
     dataset_free(&train_set);
     dataset_free(&test_set);
     return 0;
+}
+// --- end shared-copy: mlp-main ---
+
+int main(int argc, char **argv) {
+    Options o = DEFAULTS;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
+            printf("Usage: %s [options]\nOptions (default in brackets):\n", PROGRAM);
+            print_common_flags();
+            printf("  --gradcheck   check every gradient against finite differences, then exit\n");
+            return 0;
+        }
+        if (strcmp(argv[i], "--gradcheck") == 0) { return gradcheck() == 0 ? EXIT_SUCCESS : EXIT_FAILURE; }
+        parse_common_flag(&o, argc, argv, &i);
+    }
+    return run(&o);
 }
 #endif

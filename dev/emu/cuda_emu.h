@@ -33,6 +33,7 @@ performance one.
 #include <ctime>
 #include <atomic>
 #include <sched.h>
+#include <unistd.h>
 #include <omp.h>
 
 // ----------------------------------------------------------------------------
@@ -144,20 +145,26 @@ struct Launch {
         grid_dim = grid;
         block_dim = block;
         int threads = (int)(block.x * block.y * block.z);
-        for (unsigned bz = 0; bz < grid.z; bz++) {
-            for (unsigned by = 0; by < grid.y; by++) {
-                for (unsigned bx = 0; bx < grid.x; bx++) {
-                    #pragma omp parallel num_threads(threads)
-                    {
-                        if (omp_get_num_threads() != threads) {
-                            fprintf(stderr, "Error: emulation: got %d OpenMP threads for a block of %d (raise OMP_THREAD_LIMIT)\n",
-                                    omp_get_num_threads(), threads);
-                            exit(EXIT_FAILURE);
-                        }
-                        int t = omp_get_thread_num();
-                        thread_idx = {(unsigned)t % block.x, ((unsigned)t / block.x) % block.y, (unsigned)t / (block.x * block.y)};
+        // one OpenMP team for the whole grid (starting a team per block costs
+        // far more than the barrier between blocks)
+        #pragma omp parallel num_threads(threads)
+        {
+            if (omp_get_num_threads() != threads) {
+                #pragma omp single
+                fprintf(stderr, "Error: emulation: got %d OpenMP threads for a block of %d (raise OMP_THREAD_LIMIT)\n",
+                        omp_get_num_threads(), threads);
+                exit(EXIT_FAILURE);
+            }
+            int t = omp_get_thread_num();
+            thread_idx = {(unsigned)t % block.x, ((unsigned)t / block.x) % block.y, (unsigned)t / (block.x * block.y)};
+            for (unsigned bz = 0; bz < grid.z; bz++) {
+                for (unsigned by = 0; by < grid.y; by++) {
+                    for (unsigned bx = 0; bx < grid.x; bx++) {
                         block_idx = {bx, by, bz};
                         kernel(args...);
+                        // the block is done (its shared memory free) before the next starts;
+                        // a thread that returned early waits here too
+                        #pragma omp barrier
                     }
                 }
             }
@@ -184,6 +191,29 @@ inline cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, cudaMemc
 inline cudaError_t cudaMemset(void *dst, int value, size_t bytes) { memset(dst, value, bytes); return cudaSuccess; }
 inline cudaError_t cudaGetDeviceCount(int *n) { *n = 1; return cudaSuccess; }
 inline cudaError_t cudaSetDevice(int) { return cudaSuccess; }
+inline cudaError_t cudaGetDevice(int *d) { *d = 0; return cudaSuccess; }
+// the emulated device: the CPU, with the host's memory
+struct cudaDeviceProp {
+    char name[256];
+    int major, minor, multiProcessorCount, warpSize, maxThreadsPerBlock;
+    size_t totalGlobalMem, sharedMemPerBlock;
+};
+inline size_t emu_host_memory() { return (size_t)sysconf(_SC_PHYS_PAGES) * (size_t)sysconf(_SC_PAGE_SIZE); }
+inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int) {
+    *p = cudaDeviceProp{};
+    snprintf(p->name, sizeof(p->name), "CPU emulation (dev/emu)");
+    p->multiProcessorCount = omp_get_num_procs();
+    p->warpSize = 32;
+    p->maxThreadsPerBlock = 1024;
+    p->totalGlobalMem = emu_host_memory();
+    p->sharedMemPerBlock = 48 * 1024;
+    return cudaSuccess;
+}
+inline cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes) {
+    *total_bytes = emu_host_memory();
+    *free_bytes = (size_t)sysconf(_SC_AVPHYS_PAGES) * (size_t)sysconf(_SC_PAGE_SIZE);
+    return cudaSuccess;
+}
 inline cudaError_t cudaRuntimeGetVersion(int *v) { *v = 0; return cudaSuccess; }
 inline cudaError_t cudaDriverGetVersion(int *v) { *v = 0; return cudaSuccess; }
 typedef double *cudaEvent_t; // an event is the CPU time at which it was recorded

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Build a .cu file as a CPU program with the emulator (dev/emu/cuda_emu.h):
-#     bash dev/emu/emu_build.sh dev/emu/test_emu.cu /tmp/test_emu_cpu
+#     bash dev/emu/emu_build.sh dev/emu/test_emu.cu /tmp/test_emu_cpu [more g++ arguments, e.g. -lz]
 # Kernel launches  k<<<grid, block>>>(args)  become  emu::Launch{grid, block}.run(k, args).
 set -eu
 src=$1
 out=$2
+shift 2
 here=$(cd "$(dirname "$0")" && pwd)
 tmp=$(mktemp /tmp/emu_XXXXXX.cpp)
 trap 'rm -f "$tmp"' EXIT
 sed -E -e 's/([A-Za-z_][A-Za-z0-9_]*)<<<(.*)>>>\(/emu::Launch{\2}.run(\1, /' -e 's/\.run\(([A-Za-z_][A-Za-z0-9_]*), \)/.run(\1)/' "$src" > "$tmp"
-g++ -std=c++17 -O2 -fopenmp -Wall -Wextra -Wno-unknown-pragmas -I "$here/include" -I "$(dirname "$src")" -x c++ "$tmp" -o "$out" -lm
+g++ -std=c++17 -O2 -fopenmp -Wall -Wextra -Wno-unknown-pragmas -I "$here/include" -I "$(dirname "$src")" -x c++ "$tmp" -o "$out" -lm "$@"

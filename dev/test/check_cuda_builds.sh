@@ -14,10 +14,10 @@ passed=0
 failed=0
 for prog in $(make -s -p -n 2> /dev/null | sed -n 's/^CUDA_PROGRAMS = //p' | head -1); do
     if make -s -B "$prog" > /tmp/cuda_build.$$ 2>&1; then
-        echo "OK      $prog.cu builds for GPU_ARCH=\"${GPU_ARCH:-90 120}\" with warnings as errors"
+        echo "OK      $prog builds for GPU_ARCH=\"${GPU_ARCH:-90 120}\" with warnings as errors"
         passed=$((passed + 1))
     else
-        echo "NOT OK  $prog.cu:"; grep -v "^[✓✗·]" /tmp/cuda_build.$$ | head -20
+        echo "NOT OK  $prog:"; grep -v "^[✓✗·]" /tmp/cuda_build.$$ | head -20
         failed=$((failed + 1))
     fi
 done

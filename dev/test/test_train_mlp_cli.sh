@@ -7,6 +7,7 @@
 #
 # It needs no download: it writes a small fake Fashion-MNIST (idx.gz files made
 # of tinyshakespeare's bytes as pixels, labels from a formula) into a temp folder.
+# Run it from the repository root.
 set -u
 BIN=${1:-./train_mlp}
 [ -x "$BIN" ] || { echo "Error: $BIN is not built (make train_mlp)"; echo "0 passed, 1 failed"; exit 1; }
@@ -17,15 +18,8 @@ failed=0
 ok() { echo "OK      $1"; passed=$((passed + 1)); }
 not_ok() { echo "NOT OK  $1"; failed=$((failed + 1)); }
 
-# --- a fake dataset: N images of 28x28 bytes and N labels, as gzip'd idx files
-be32() { printf "\\x$(printf %02x $(($1 >> 24 & 255)))\\x$(printf %02x $(($1 >> 16 & 255)))\\x$(printf %02x $(($1 >> 8 & 255)))\\x$(printf %02x $(($1 & 255)))"; }
-make_split() { # DIR NAME N OFFSET
-    local dir=$1 name=$2 n=$3 off=$4
-    { be32 2051; be32 "$n"; be32 28; be32 28; tail -c +"$off" data/tinyshakespeare/input.txt | head -c $((n * 784)); } | gzip -n > "$dir/$name-images-idx3-ubyte.gz"
-    # label i = (i * 7 + pixel 0 of image i) mod 10: learnable-ish, deterministic
-    { be32 2049; be32 "$n"; tail -c +"$off" data/tinyshakespeare/input.txt | head -c $((n * 784)) | od -An -v -tu1 -w784 |
-        awk '{ printf "%c", (NR * 7 + $1) % 10 + 1 }' | tr '\001-\012' '\000-\011'; } | gzip -n > "$dir/$name-labels-idx1-ubyte.gz"
-}
+# --- a fake dataset (dev/test/fake_fashion_mnist.sh)
+source "$(dirname "$0")/fake_fashion_mnist.sh"
 mkdir -p "$TMP/data"
 make_split "$TMP/data" train 1200 1 && make_split "$TMP/data" t10k 300 800001
 # batches of 64 over 1,000 images: the last batch of every epoch is partial (40);

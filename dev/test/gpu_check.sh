@@ -1,0 +1,158 @@
+#!/usr/bin/env bash
+# make gpu-check: on a machine with an NVIDIA GPU, build every CUDA program for
+# that GPU, run every GPU test and the benchmarks, and end with one summary table.
+# Full logs go to gpu-check-logs/ (GPU_CHECK_LOGS to change); copy the table into
+# docs/gpu-results.md with the date, GPU, driver and commit it prints.
+#
+#     make gpu-check                       # or: bash dev/test/gpu_check.sh
+#
+# Fashion-MNIST is read from FASHION_MNIST (default /usr/share/datasets/fashion-mnist,
+# then .gpu/fashion-mnist); without it the MLP rows that need real data are skipped.
+# If the machine has no zlib header, a copy in .gpu/zlib is used (zlib.h, zconf.h).
+# Takes about 3 minutes on an H200 (most of it compiling).
+set -u
+cd "$(dirname "$0")/../.." || exit 1
+LOGS=${GPU_CHECK_LOGS:-gpu-check-logs}
+rm -rf "$LOGS" && mkdir -p "$LOGS"
+t0=$(date +%s)
+
+if ! command -v nvidia-smi > /dev/null 2>&1 || ! nvidia-smi > "$LOGS/nvidia-smi.log" 2>&1; then
+    echo "Error: no usable NVIDIA GPU here (nvidia-smi failed): make gpu-check needs one"
+    echo "HINT: without a GPU, make test checks the CUDA programs through the CPU emulator (dev/emu)"
+    exit 1
+fi
+arch=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d ' .')
+gpu=$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | head -1)
+commit=$(git rev-parse --short HEAD 2> /dev/null || echo unknown)
+[ -n "$(git status --porcelain 2> /dev/null)" ] && commit="$commit + uncommitted changes"
+echo "gpu-check: $(date -u '+%Y-%m-%d %H:%M UTC') | GPU: $gpu | sm_$arch | nvcc $(nvcc --version | sed -n 's/.*release \([0-9.]*\).*/\1/p') | commit $commit"
+
+DATA=${FASHION_MNIST:-/usr/share/datasets/fashion-mnist}
+[ -f "$DATA/train-images-idx3-ubyte.gz" ] || DATA=.gpu/fashion-mnist
+[ -f "$DATA/train-images-idx3-ubyte.gz" ] || DATA=""
+if ! echo '#include <zlib.h>' | cc -E -x c - > /dev/null 2>&1 && [ -f .gpu/zlib/zlib.h ]; then
+    export ZLIB_CFLAGS="-I$PWD/.gpu/zlib" ZLIB_LIBS="-l:libz.so.1"
+fi
+
+# --- build, for this GPU only
+PROGRAMS="train_mlpcu dev/check_env dev/cuda/vector_add dev/cuda/matmul dev/emu/test_emu train_mlp"
+echo "building for sm_$arch: $PROGRAMS"
+build() {
+    if command -v make > /dev/null 2>&1; then
+        make -B -j8 GPU_ARCH="$arch" $PROGRAMS
+    else # no make on this machine: the Makefile's rules, by hand
+        local f="-O3 -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror -gencode arch=compute_$arch,code=sm_$arch"
+        nvcc $f ${ZLIB_CFLAGS:-} train_mlp.cu -lcublas ${ZLIB_LIBS:--lz} -o train_mlpcu &&
+        nvcc $f dev/check_env.cu -o dev/check_env && nvcc $f dev/cuda/vector_add.cu -o dev/cuda/vector_add &&
+        nvcc $f dev/cuda/matmul.cu -lcublas -o dev/cuda/matmul && nvcc $f dev/emu/test_emu.cu -o dev/emu/test_emu &&
+        cc -O3 -march=native -fno-trapping-math -Wall -Wextra ${ZLIB_CFLAGS:-} -fopenmp train_mlp.c -lm ${ZLIB_LIBS:--lz} -o train_mlp
+    fi
+}
+if ! build > "$LOGS/build.log" 2>&1; then
+    echo "Error: the build failed; the end of $LOGS/build.log:"
+    tail -30 "$LOGS/build.log"
+    exit 1
+fi
+echo "built in $(($(date +%s) - t0)) s"
+
+# --- the steps: each logs to $LOGS/NAME.log; a row of the table each
+rows=()
+total_passed=0
+total_failed=0
+step() { # NAME DESCRIPTION COMMAND...: run it, count its "N passed, M failed" (or its exit code)
+    local name=$1 what=$2
+    shift 2
+    local s=$(date +%s.%N)
+    "$@" > "$LOGS/$name.log" 2>&1
+    local rc=$? secs=$(awk -v a="$s" -v b="$(date +%s.%N)" 'BEGIN { print b - a }')
+    local line=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$LOGS/$name.log" | tail -1)
+    [ -z "$line" ] && line=$([ $rc = 0 ] && echo "1 passed, 0 failed" || echo "0 passed, 1 failed")
+    local p=${line%% passed*} f=$(echo "$line" | sed -E 's/.*passed, ([0-9]+) failed.*/\1/')
+    [ $rc != 0 ] && [ "$f" = 0 ] && f=1
+    total_passed=$((total_passed + p))
+    total_failed=$((total_failed + f))
+    local verdict=$([ "$f" = 0 ] && echo OK || echo "NOT OK")
+    rows+=("| $what | $p passed, $f failed | $verdict | $(printf %.1f "$secs") |")
+    echo "$verdict  $what ($p passed, $f failed, $(printf %.1f "$secs") s)"
+}
+# The twin runs: train_mlp.c and train_mlpcu from the same seed (weights,
+# batches, dropout masks), for 1, 10, 100 and 430 AdamW steps (-N images, one
+# epoch), then the largest weight difference relative to the largest weight.
+# Only the order of fp32 sums differs, so after 1 and 10 steps the weights must
+# agree to rounding (checked: < 1e-5). Over hundreds of steps such differences
+# grow (AdamW divides by sqrt(v), so near-zero gradients turn rounding noise
+# into steps of size lr; ReLU kinks and argmaxes flip): those rows are reported
+# to show the growth, not checked.
+twin_runs() { # DATA DIR
+    local data=$1 dir=$2 failed=0 passed=0
+    printf "| steps | max |w_cpu - w_gpu| / max |w_cpu| | train loss CPU | train loss GPU |\n|---|---|---|---|\n"
+    for steps in 1 10 100 430; do
+        rm -rf "$dir" && mkdir -p "$dir"
+        ./train_mlp -d "$data" -e 1 -p 0.2 -N $((steps * 128)) -o "$dir/cpu" > "$dir/cpu.out" 2>&1 &&
+            ./train_mlpcu -d "$data" -e 1 -p 0.2 -N $((steps * 128)) -o "$dir/gpu" > "$dir/gpu.out" 2>&1 || { echo "a run failed"; failed=$((failed + 1)); continue; }
+        local P=$(($(stat -c %s "$dir/cpu/mlp_1.bin") / 12 - 85)) # (1024 + 3 P 4) bytes: header, weights, m, v
+        local rel=$(paste <(od -An -v -f -w4 -j1024 -N$((P * 4)) "$dir/cpu/mlp_1.bin") <(od -An -v -f -w4 -j1024 -N$((P * 4)) "$dir/gpu/mlp_1.bin") |
+            awk '{ d = $1 - $2; if (d < 0) d = -d; if (d > m) m = d; a = $1 < 0 ? -$1 : $1; if (a > s) s = a } END { printf "%.2g", m / s }')
+        local lc=$(sed -E 's/.*train_loss:([0-9.]+).*/\1/' "$dir/cpu/metrics.log") lg=$(sed -E 's/.*train_loss:([0-9.]+).*/\1/' "$dir/gpu/metrics.log")
+        echo "| $steps | $rel | $lc | $lg |"
+        if [ "$steps" -le 10 ]; then
+            awk -v r="$rel" 'BEGIN { exit !(r < 1e-5) }' && passed=$((passed + 1)) || failed=$((failed + 1))
+        fi
+    done
+    echo "$passed passed, $failed failed"
+    [ $failed = 0 ]
+}
+
+step check_env "dev/check_env: versions, device, 4096^3 matmul vs CPU" ./dev/check_env
+step vector_add "dev/cuda/vector_add: indexing, launch overhead" ./dev/cuda/vector_add
+step test_emu "dev/emu/test_emu.cu on the GPU (the emulator's own test kernels)" ./dev/emu/test_emu
+step matmul "dev/cuda/matmul: 5 kernels + cuBLAS checked, then timed" ./dev/cuda/matmul
+if [ -n "$DATA" ]; then
+    for M in naive tiled cublas; do
+        step "check_$M" "train_mlpcu --check -M $M (relu, adamw, dropout, wd) vs CPU reference" \
+            ./train_mlpcu --check -d "$DATA" -M "$M" -p 0.2 -w 0.1
+    done
+    step check_tanh "train_mlpcu --check -M tiled -a tanh -O momentum" ./train_mlpcu --check -d "$DATA" -M tiled -a tanh -O momentum -w 0.01
+    if command -v compute-sanitizer > /dev/null 2>&1; then
+        step memcheck "compute-sanitizer memcheck: train_mlpcu --check, each matmul" bash -c \
+            "for M in naive tiled cublas; do compute-sanitizer --tool memcheck --error-exitcode 1 ./train_mlpcu --check -d '$DATA' -M \$M -l 784,64,10 -b 32 -p 0.2 > /dev/null || exit 1; done"
+        step racecheck "compute-sanitizer racecheck: the tiled matmul" \
+            compute-sanitizer --tool racecheck --error-exitcode 1 ./train_mlpcu --check -d "$DATA" -M tiled -l 784,64,10 -b 32
+    fi
+    step time "train_mlpcu --time: step time per matmul path" ./train_mlpcu --time -d "$DATA"
+    step train "train_mlpcu: the default run (15 epochs, cuBLAS)" ./train_mlpcu -d "$DATA"
+    step train_tiled "train_mlpcu -M tiled: the default run on our own kernels" ./train_mlpcu -d "$DATA" -M tiled
+    step time_b2048 "train_mlpcu --time -b 2048: where the matmul kernels differ" ./train_mlpcu --time -d "$DATA" -b 2048
+    step twin "train_mlp.c vs train_mlpcu: same weights, batches, masks; 1..430 steps" twin_runs "$DATA" "$LOGS/twin"
+else
+    rows+=("| train_mlpcu rows | skipped: no Fashion-MNIST (FASHION_MNIST=dir) | - | - |")
+fi
+
+# --- the summary table
+echo
+echo "## gpu-check $(date -u '+%Y-%m-%d') | $gpu | sm_$arch | commit $commit"
+echo
+echo "| step | checks | result | seconds |"
+echo "|---|---|---|---|"
+for r in "${rows[@]}"; do echo "$r"; done
+echo
+if [ -n "$DATA" ]; then
+    echo "train_mlpcu --time (784-512-256-10, batch 128, AdamW):"
+    grep '^|' "$LOGS/time.log"
+    echo
+    for run in train train_tiled; do
+        echo "$run: $(grep -E '^epoch +15/' "$LOGS/$run.log" | sed 's/  */ /g') | $(grep '^training took' "$LOGS/$run.log") | $(grep '^test:' "$LOGS/$run.log")"
+    done
+    echo "train_mlpcu --time -b 2048:"
+    grep '^|' "$LOGS/time_b2048.log"
+    echo
+    echo "twin runs, train_mlp.c vs train_mlpcu (AdamW, dropout 0.2; rows up to 10 steps checked < 1e-5):"
+    grep '^|' "$LOGS/twin.log"
+    echo
+fi
+echo "matmul ladder (dev/cuda/matmul):"
+sed -n '/^variant/,$p' "$LOGS/matmul.log" | grep -v 'passed,'
+echo
+echo "total: $(($(date +%s) - t0)) s; logs in $LOGS/"
+echo "$total_passed passed, $total_failed failed"
+[ $total_failed = 0 ]

@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# train_mlp.cu's kernels on the CPU, through the emulator (dev/emu), against
+# train_mlp.c: how CI checks the GPU program without a GPU.
+#
+#     make dev/emu/train_mlpcu_cpu train_mlp
+#     bash dev/test/test_train_mlp_cuda.sh ./dev/emu/train_mlpcu_cpu ./train_mlp
+#
+# 1. --check, for each matmul path (naive, tiled, cuBLAS's stand-in) and each
+#    optimizer: every tensor of 3 steps against the double-precision reference.
+# 2. The twin run: train_mlp.c and the emulated train_mlp.cu train the same small
+#    network for 2 epochs on a fake dataset; the logged losses and accuracies,
+#    the checkpoint (header, weights and AdamW state) and the test report must
+#    agree within fp32 rounding (tolerances below).
+# 3. Same checkpoint format: the GPU program resumes the CPU's epoch-1 checkpoint
+#    and reaches the CPU's epoch 2.
+# Run it from the repository root. The emulated program runs each block's
+# threads as OS threads, so it is slow: the networks and data here are tiny.
+set -u
+GPU=${1:-./dev/emu/train_mlpcu_cpu}
+CPU=${2:-./train_mlp}
+for b in "$GPU" "$CPU"; do
+    [ -x "$b" ] || { echo "Error: $b is not built (make dev/emu/train_mlpcu_cpu train_mlp)"; echo "0 passed, 1 failed"; exit 1; }
+done
+# hundreds of emulated threads share two cores: waiting threads must sleep, not spin
+export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
+TMP=$(mktemp -d /tmp/test_train_mlp_cuda.XXXXXX)
+trap 'rm -rf "$TMP"' EXIT
+passed=0
+failed=0
+ok() { echo "OK      $1"; passed=$((passed + 1)); }
+not_ok() { echo "NOT OK  $1"; failed=$((failed + 1)); }
+
+source "$(dirname "$0")/fake_fashion_mnist.sh"
+mkdir -p "$TMP/data"
+make_split "$TMP/data" train 400 1 && make_split "$TMP/data" t10k 100 800001
+
+# --- 1. --check: each kernel path and optimizer, 3 steps, tensor by tensor
+check() { # NAME ARGS...
+    local name=$1
+    shift
+    if "$GPU" --check -d "$TMP/data" "$@" > "$TMP/check.out" 2>&1 && grep -q "^[0-9]* passed, 0 failed" "$TMP/check.out"; then
+        ok "--check $name: $(tail -1 "$TMP/check.out"), worst relative difference $(awk '/relative/ { if ($(NF-1) > m) m = $(NF-1) } END { print m }' "$TMP/check.out")"
+    else
+        not_ok "--check $name:"; grep -v " OK$" "$TMP/check.out" | head -8
+    fi
+}
+check "naive matmul, relu, adamw, dropout, weight decay" -M naive -l 784,32,16,10 -b 16 -p 0.2 -w 0.1
+check "tiled matmul, relu, adamw, dropout, weight decay" -M tiled -l 784,32,16,10 -b 16 -p 0.2 -w 0.1
+check "cublas (stand-in), relu, adamw, dropout" -M cublas -l 784,32,16,10 -b 16 -p 0.2 -w 0.1
+check "tiled matmul, tanh, momentum, weight decay" -M tiled -l 784,24,10 -b 12 -a tanh -O momentum -w 0.01 -r 0.05
+check "naive matmul, relu, sgd, ragged widths" -M naive -l 784,19,13,10 -b 7 -O sgd -r 0.1
+
+# --- 2. the twin run: the same 2 epochs on the CPU and (emulated) GPU
+# Both draw the same weights, batches and dropout masks and log the same numbers;
+# only the order of fp32 sums differs (~1e-7 relative per operation). AdamW
+# divides by sqrt(v), so for weights whose gradients are tiny that rounding
+# becomes up to ~1e-3 of a step (lr): after these 26 steps we measured 4e-6 of
+# the largest weight (1e-7 at most for the optimizer state) and metrics equal
+# to all 9 printed digits. Tolerances: 1e-4 for the checkpoint, 1e-5 for the
+# metrics. A real difference (another dropout mask, a skipped step, a wrong
+# term) moves weights by about lr = 1e-2 of their scale.
+TWIN=(-d "$TMP/data" -l 784,32,10 -b 32 -v 80 -e 2 -r 3e-3 -u 4 -p 0.2 -w 0.01)
+max_rel_diff() { # FILE1 FILE2: max |a-b| / max |a| over the floats after the 1 KiB header
+    paste <(od -An -v -f -w4 -j1024 "$1") <(od -An -v -f -w4 -j1024 "$2") |
+        awk '{ d = $1 - $2; if (d < 0) d = -d; if (d > m) m = d; a = $1 < 0 ? -$1 : $1; if (a > s) s = a; n++ }
+             END { if (n == 0 || s == 0) print "nan"; else printf "%.3g\n", m / s }'
+}
+metrics_close() { # FILE1 FILE2: every logged number within 1e-5 relative (times excluded)
+    paste -d' ' <(sed -E 's/ s:[0-9.]+//; s/[a-z_]+://g' "$1") <(sed -E 's/ s:[0-9.]+//; s/[a-z_]+://g' "$2") |
+        awk '{ h = NF / 2; if (h != 5) bad = 1; for (i = 1; i <= h; i++) { d = $i - $(i + h); if (d < 0) d = -d;
+               if (d > 1e-5 * ($i < 0 ? -$i : $i) + 1e-7) bad = 1 } } END { exit bad }'
+}
+for M in tiled cublas; do
+    rm -rf "$TMP/cpu" "$TMP/gpu"
+    "$CPU" "${TWIN[@]}" -o "$TMP/cpu" > "$TMP/cpu.out" 2>&1 || { not_ok "train_mlp failed"; tail -3 "$TMP/cpu.out"; continue; }
+    "$GPU" "${TWIN[@]}" -M "$M" -o "$TMP/gpu" > "$TMP/gpu.out" 2>&1 || { not_ok "emulated train_mlp.cu (-M $M) failed"; tail -3 "$TMP/gpu.out"; continue; }
+    rel=$(max_rel_diff "$TMP/cpu/mlp_2.bin" "$TMP/gpu/mlp_2.bin")
+    if cmp -s <(head -c 1024 "$TMP/cpu/mlp_2.bin") <(head -c 1024 "$TMP/gpu/mlp_2.bin") &&
+       [ "$(stat -c %s "$TMP/cpu/mlp_2.bin")" = "$(stat -c %s "$TMP/gpu/mlp_2.bin")" ] &&
+       awk -v r="$rel" 'BEGIN { exit !(r <= 1e-4) }'; then
+        ok "twin run (-M $M): epoch-2 checkpoints agree: same header and size, weights and AdamW state within $rel of their scale"
+    else
+        not_ok "twin run (-M $M): checkpoints differ (relative $rel)"
+    fi
+    metrics_close "$TMP/cpu/metrics.log" "$TMP/gpu/metrics.log" &&
+        ok "twin run (-M $M): per-epoch train/validation loss and accuracy agree within 1e-5" ||
+        { not_ok "twin run (-M $M): metrics differ"; paste "$TMP/cpu/metrics.log" "$TMP/gpu/metrics.log"; }
+    # the test report: accuracy and confusion matrix identical (argmax of nearly equal logits)
+    diff <(sed -n '/^test:/,$p' "$TMP/cpu.out" | sed -E 's/loss [0-9.]+ //') <(sed -n '/^test:/,$p' "$TMP/gpu.out" | sed -E 's/loss [0-9.]+ //') > /dev/null &&
+        ok "twin run (-M $M): identical test accuracy, confusion matrix and most-confused pairs" ||
+        not_ok "twin run (-M $M): test reports differ"
+done
+
+# --- 3. one checkpoint format: the GPU program resumes the CPU's checkpoint
+rm -rf "$TMP/resume" && mkdir -p "$TMP/resume" && cp "$TMP/cpu/mlp_1.bin" "$TMP/cpu/metrics.log" "$TMP/resume/"
+if "$GPU" "${TWIN[@]}" -M tiled -o "$TMP/resume" -y 1 > "$TMP/resume.out" 2>&1 && grep -q "resuming from .*mlp_1.bin" "$TMP/resume.out"; then
+    rel=$(max_rel_diff "$TMP/cpu/mlp_2.bin" "$TMP/resume/mlp_2.bin")
+    awk -v r="$rel" 'BEGIN { exit !(r <= 1e-4) }' &&
+        ok "the GPU program resumed train_mlp.c's epoch-1 checkpoint; its epoch 2 matches the CPU's within $rel" ||
+        not_ok "resumed from the CPU checkpoint, but epoch 2 differs ($rel)"
+else
+    not_ok "the GPU program could not resume train_mlp.c's checkpoint"; tail -3 "$TMP/resume.out"
+fi
+
+# --- 4. bad flags of its own
+out=$("$GPU" -M fast 2>&1); rc=$?
+[ $rc != 0 ] && echo "$out" | grep -q "^Error: -M is naive, tiled or cublas, not 'fast'" && ok "-M with an unknown matmul: exit $rc, one clear error" || not_ok "-M fast: exit $rc: $out"
+
+echo "$passed passed, $failed failed"
+[ $failed = 0 ]
