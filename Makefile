@@ -147,8 +147,8 @@ test_tokenizer: test_tokenizer.c data/tokenizer.c data/unicode_tables.h
 	$(CC) -O3 -march=native -Wall -Wextra -std=c11 $< -o $@
 
 TESTS = ./test_gpt2 \
-        ./dev/emu/test_emu_cpu \
-        "./dev/emu/matmul_cpu -c" \
+        "OMP_WAIT_POLICY=passive ./dev/emu/test_emu_cpu" \
+        "OMP_WAIT_POLICY=passive ./dev/emu/matmul_cpu -c" \
         "bash dev/test/test_train_mlp_cuda.sh ./dev/emu/train_mlpcu_cpu ./train_mlp" \
         ./test_mlp \
         ./test_tokenizer \

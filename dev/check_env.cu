@@ -47,9 +47,12 @@ int main() {
     int driver = 0, runtime = 0, count = 0;
     cudaCheck(cudaRuntimeGetVersion(&runtime));
     cudaError_t derr = cudaDriverGetVersion(&driver);
-    printf("CUDA runtime %d.%d, driver %s\n", runtime / 1000, (runtime % 1000) / 10,
-           derr == cudaSuccess && driver > 0 ? "" : "not installed");
-    if (derr == cudaSuccess && driver > 0) { printf("CUDA driver supports up to %d.%d\n", driver / 1000, (driver % 1000) / 10); }
+    printf("CUDA runtime %d.%d, ", runtime / 1000, (runtime % 1000) / 10);
+    if (derr == cudaSuccess && driver > 0) {
+        printf("driver supports CUDA up to %d.%d\n", driver / 1000, (driver % 1000) / 10);
+    } else {
+        printf("driver not installed\n");
+    }
     cudaError_t err = cudaGetDeviceCount(&count);
     if (err != cudaSuccess || count == 0) {
         fprintf(stderr, "Error: no usable CUDA GPU: %s\n", err != cudaSuccess ? cudaGetErrorString(err) : "0 devices");

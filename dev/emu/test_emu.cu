@@ -7,6 +7,9 @@ it checks the emulator against the real thing as well as against the CPU.
     shared memory and __syncthreads (a tiled matmul with ragged edges)
     warp shuffles (a block-wide sum: __shfl_down_sync within warps, shared memory across)
     atomics (a histogram with atomicAdd)
+    a missing __syncthreads is caught: under the emulator, a kernel that reads its
+    neighbour's shared-memory slot without the barrier must get wrong values (on a
+    GPU the outcome of the race is only reported, not checked)
 */
 #include <cstdint>
 #include <cstdio>
@@ -72,6 +75,21 @@ __global__ void row_sum(float *out, const float *x, int n) {
 __global__ void histogram(int *bins, const int *values, int n) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) { atomicAdd(&bins[values[i]], 1); }
+}
+
+// Each thread writes its slot of shared memory, then reads its neighbour's. The
+// uneven busy loop makes thread t + 1 write well after thread t reads, unless the
+// barrier between them holds every thread back until all have written.
+__global__ void neighbour_read(int *out, int use_barrier) {
+    __shared__ int slots[64];
+    int t = threadIdx.x;
+    slots[t] = -1;
+    __syncthreads();
+    volatile int spin = 0;
+    for (int i = 0; i < t * 20000; i++) { spin = spin + 1; }
+    slots[t] = t;
+    if (use_barrier) { __syncthreads(); } // the same for the whole block: legal
+    out[t] = slots[(t + 1) % blockDim.x];
 }
 
 int main() {
@@ -162,6 +180,29 @@ int main() {
         report("histogram with atomicAdd, 3000 values, 10 bins", err, 0);
         cudaFree(dv);
         cudaFree(dbins);
+    }
+    // the barrier test: with __syncthreads every thread sees its neighbour's value;
+    // without it, the emulator must expose the race (stale -1s)
+    {
+        int n = 64, *dout;
+        std::vector<int> out(n);
+        cudaCheck(cudaMalloc(&dout, n * sizeof(int)));
+        int wrong[2];
+        for (int use_barrier = 1; use_barrier >= 0; use_barrier--) {
+            neighbour_read<<<1, n>>>(dout, use_barrier);
+            cudaCheck(cudaMemcpy(out.data(), dout, n * sizeof(int), cudaMemcpyDeviceToHost));
+            wrong[use_barrier] = 0;
+            for (int t = 0; t < n; t++) { wrong[use_barrier] += out[t] != (t + 1) % n; }
+        }
+        report("neighbour reads after __syncthreads", wrong[1], 0);
+#ifdef CUDA_EMU_H
+        int caught = wrong[0] > 0;
+        printf("%-48s %d of %d reads stale %s\n", "missing __syncthreads caught by the emulator", wrong[0], n, caught ? "OK" : "NOT OK");
+        if (caught) { num_passed++; } else { num_failed++; }
+#else
+        printf("without the barrier, on this GPU: %d of %d reads stale (a race: either outcome is possible)\n", wrong[0], n);
+#endif
+        cudaFree(dout);
     }
     printf("%d passed, %d failed\n", num_passed, num_failed);
     return num_failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
