@@ -35,8 +35,8 @@ else
   $(info ✗ zlib not found: train_mlp will not build (Debian: apt-get install zlib1g-dev))
 endif
 
-# CUDA toolchain and libraries, for the GPU chapters. Nothing here needs them yet;
-# they are detected so that `make` says what this machine can build.
+# CUDA toolchain and libraries, for the GPU chapters (the CUDA programs need nvcc
+# and cuBLAS); detected so that `make` says what this machine can build.
 NVCC ?= $(shell command -v nvcc 2>/dev/null)
 CUDA_HOME ?= $(if $(NVCC),$(patsubst %/bin/nvcc,%,$(realpath $(NVCC))),/usr/local/cuda)
 ifneq ($(NVCC),)
@@ -103,10 +103,19 @@ train_gpt2: train_gpt2.c | data
 	$(CC) $(CFLAGS) $(OMP_FLAGS) $< $(LDLIBS) -o $@
 
 # --- CUDA: the first GPU programs (dev/) -------------------------------------------
-CUDA_PROGRAMS = train_mlpcu dev/check_env dev/cuda/vector_add dev/cuda/matmul dev/emu/test_emu
+CUDA_PROGRAMS = train_gpt2cu train_gpt2cu_fp32 train_mlpcu dev/check_env dev/cuda/vector_add dev/cuda/matmul dev/emu/test_emu
+# the GPU trainer, in the precision PRECISION chooses (FP16 is not written yet), and in FP32
+train_gpt2cu: train_gpt2.cu
+	$(NVCC) $(NVCC_FLAGS) -DENABLE_$(PRECISION) -Xcompiler "$(OMP_FLAGS)" $< -lcublas $(if $(filter -fopenmp,$(OMP_FLAGS)),-lgomp) -o $@
+train_gpt2cu_fp32: train_gpt2.cu
+	$(NVCC) $(NVCC_FLAGS) -DENABLE_FP32 -Xcompiler "$(OMP_FLAGS)" $< -lcublas $(if $(filter -fopenmp,$(OMP_FLAGS)),-lgomp) -o $@
 # the MLP of train_mlp.c on the GPU (same flags, data and checkpoints)
 train_mlpcu: train_mlp.cu
+ifeq ($(HAVE_ZLIB),1)
 	$(NVCC) $(NVCC_FLAGS) $(ZLIB_CFLAGS) $< -lcublas $(ZLIB_LIBS) -o $@
+else
+	@echo "Error: train_mlpcu needs zlib's header: apt-get install zlib1g-dev (Debian/Ubuntu)" && exit 1
+endif
 dev/check_env: dev/check_env.cu
 	$(NVCC) $(NVCC_FLAGS) $< -o $@
 dev/cuda/vector_add: dev/cuda/vector_add.cu
@@ -123,9 +132,17 @@ EMU = dev/emu/cuda_emu.h dev/emu/include/cuda_runtime.h dev/emu/include/cublas_v
 dev/emu/test_emu_cpu: dev/emu/test_emu.cu $(EMU)
 	bash dev/emu/emu_build.sh $< $@
 dev/emu/train_mlpcu_cpu: train_mlp.cu $(EMU)
+ifeq ($(HAVE_ZLIB),1)
 	bash dev/emu/emu_build.sh $< $@ $(ZLIB_CFLAGS) $(ZLIB_LIBS)
+else
+	@echo "Error: train_mlp.cu needs zlib's header: apt-get install zlib1g-dev (Debian/Ubuntu)" && exit 1
+endif
 dev/emu/matmul_cpu: dev/cuda/matmul.cu $(EMU)
 	bash dev/emu/emu_build.sh $< $@
+dev/emu/train_gpt2cu_fp32_cpu: train_gpt2.cu $(EMU)
+	bash dev/emu/emu_build.sh $< $@ -DENABLE_FP32
+dev/emu/train_gpt2cu_bf16_cpu: train_gpt2.cu $(EMU)
+	bash dev/emu/emu_build.sh $< $@ -DENABLE_BF16
 
 # On a machine with a GPU: build every CUDA program for it, run every GPU test and
 # the benchmarks, one summary table; logs in gpu-check-logs/ (dev/test/gpu_check.sh)
@@ -147,9 +164,10 @@ test_tokenizer: test_tokenizer.c data/tokenizer.c data/unicode_tables.h
 	$(CC) -O3 -march=native -Wall -Wextra -std=c11 $< -o $@
 
 TESTS = ./test_gpt2 \
-        "OMP_WAIT_POLICY=passive ./dev/emu/test_emu_cpu" \
-        "OMP_WAIT_POLICY=passive ./dev/emu/matmul_cpu -c" \
+        ./dev/emu/test_emu_cpu \
+        "./dev/emu/matmul_cpu -c" \
         "bash dev/test/test_train_mlp_cuda.sh ./dev/emu/train_mlpcu_cpu ./train_mlp" \
+        "bash dev/test/test_train_gpt2_cuda.sh ./train_gpt2 ./dev/emu/train_gpt2cu_fp32_cpu ./dev/emu/train_gpt2cu_bf16_cpu" \
         ./test_mlp \
         ./test_tokenizer \
         "bash dev/test/test_tokenizer_cli.sh ./data/tokenizer" \
@@ -157,7 +175,7 @@ TESTS = ./test_gpt2 \
         "bash dev/test/test_train_mlp_cli.sh ./train_mlp" \
         "bash dev/test/check_shared_copies.sh" \
         "bash dev/test/check_cuda_builds.sh"
-test: train_gpt2 test_gpt2 data/tokenizer test_tokenizer train_mlp test_mlp dev/emu/test_emu_cpu dev/emu/matmul_cpu dev/emu/train_mlpcu_cpu
+test: train_gpt2 test_gpt2 data/tokenizer test_tokenizer train_mlp test_mlp dev/emu/test_emu_cpu dev/emu/matmul_cpu dev/emu/train_mlpcu_cpu dev/emu/train_gpt2cu_fp32_cpu dev/emu/train_gpt2cu_bf16_cpu
 	@bash dev/test/run_tests.sh $(TESTS)
 
 # Regenerate the committed fixtures the tests compare against. Needs Python with
@@ -175,7 +193,7 @@ bench: dev/cpu/bench_train_gpt2 data/tokenizer
 	bash dev/bench_tokenizer.sh ./data/tokenizer
 
 clean:
-	rm -f train_gpt2 test_gpt2 test_tokenizer data/tokenizer dev/cpu/bench_train_gpt2 train_mlp test_mlp $(CUDA_PROGRAMS) dev/emu/test_emu_cpu dev/emu/matmul_cpu dev/emu/train_mlpcu_cpu
+	rm -f train_gpt2 test_gpt2 test_tokenizer data/tokenizer dev/cpu/bench_train_gpt2 train_mlp test_mlp $(CUDA_PROGRAMS) dev/emu/test_emu_cpu dev/emu/matmul_cpu dev/emu/train_mlpcu_cpu dev/emu/train_gpt2cu_fp32_cpu dev/emu/train_gpt2cu_bf16_cpu
 	rm -f $(TINYSHAKESPEARE) data/gpt2_tokenizer.bin
 
 help:
@@ -186,6 +204,7 @@ help:
 	@echo "make bench                        time a GPT-2 124M training step and the tokenizer"
 	@echo "make reference                    regenerate the test fixtures (Python, dev/reference/)"
 	@echo "make train_mlpcu && ./train_mlpcu the same MLP on the GPU (--check: against the CPU, --time: step times)"
+	@echo "make train_gpt2cu && ./train_gpt2cu   the GPT-2 trainer on the GPU (PRECISION=BF16 or FP32)"
 	@echo "make cuda                         build the GPU programs (needs nvcc; GPU_ARCH=\"90 120\")"
 	@echo "make gpu-check                    on a GPU machine: build and run every GPU program, one summary"
 	@echo "make clean                        remove what make built"

@@ -48,6 +48,7 @@ cross-entropy's dlogits.
 #ifdef _OPENMP
 #include <omp.h>
 #endif
+#define PROGRAM "./train_gpt2" // in messages: how the user runs this program
 
 // ----------------------------------------------------------------------------
 // utilities: checked calls, random numbers, timer
@@ -620,6 +621,7 @@ void crossentropy_softmax_backward(float *dlogits, const float *probs, const int
 // ----------------------------------------------------------------------------
 // the model: configuration, parameter and activation tables
 
+// --- begin shared-copy: gpt2-config ---
 typedef struct {
     int max_seq_len;       // maxT, e.g. 1024
     int vocab_size;        // V, e.g. 50257
@@ -631,6 +633,7 @@ typedef struct {
 
 // The parameters, in the order of llm.c's checkpoint files (which we read and write).
 #define NUM_PARAMETER_TENSORS 16
+// --- end shared-copy: gpt2-config ---
 typedef struct {
     float *wte;      // (Vp, C) token embeddings, tied with the output layer
     float *wpe;      // (maxT, C) position embeddings
@@ -649,6 +652,7 @@ typedef struct {
     float *lnfw;     // (C)
     float *lnfb;     // (C)
 } ParameterTensors;
+// --- begin shared-copy: gpt2-shapes ---
 const char *const PARAMETER_NAMES[NUM_PARAMETER_TENSORS] = {
     "wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",
     "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb", "lnfw", "lnfb"};
@@ -660,6 +664,34 @@ void fill_in_parameter_sizes(size_t *sizes, GPT2Config config) {
         L * C, L * C, L * 4 * C * C, L * 4 * C, L * C * 4 * C, L * C, C, C};
     memcpy(sizes, shapes, sizeof(shapes));
 }
+
+// Check a configuration for sizes that cannot work; `source` names where it came
+// from. The caps are far above any GPT-2 (V 50257, L 48, C 1600, maxT 1024) and
+// keep every size product far from overflowing: a corrupt header is then reported
+// as such, not as an attempt to allocate petabytes.
+static void gpt2_validate_config(GPT2Config c, const char *source) {
+    if (c.max_seq_len <= 0 || c.max_seq_len > (1 << 20) || c.vocab_size <= 0 || c.vocab_size > (1 << 24) ||
+        c.padded_vocab_size < c.vocab_size || c.padded_vocab_size > (1 << 24) || c.num_layers <= 0 ||
+        c.num_layers > 1024 || c.num_heads <= 0 || c.channels <= 0 || c.channels > (1 << 16) ||
+        c.channels % c.num_heads != 0) {
+        fprintf(stderr, "Error: %s: impossible model shape maxT=%d V=%d Vp=%d L=%d NH=%d C=%d (need all > 0,"
+                " Vp >= V, C divisible by NH, maxT <= 2^20, V and Vp <= 2^24, L <= 1024, C <= 2^16): corrupt header?\n",
+                source, c.max_seq_len, c.vocab_size, c.padded_vocab_size, c.num_layers, c.num_heads, c.channels);
+        exit(EXIT_FAILURE);
+    }
+}
+
+static size_t gpt2_count_parameters(GPT2Config config) {
+    size_t sizes[NUM_PARAMETER_TENSORS], n = 0;
+    fill_in_parameter_sizes(sizes, config);
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) { n += sizes[i]; }
+    return n;
+}
+
+// Which tensors get weight decay: the matrices (embeddings and linear weights),
+// not the biases and LayerNorm parameters (as in nanoGPT and most GPT training).
+static const int WEIGHT_DECAYED[NUM_PARAMETER_TENSORS] = {1, 1, 0, 0, 1, 0, 1, 0, 0, 0, 1, 0, 1, 0, 0, 0};
+// --- end shared-copy: gpt2-shapes ---
 
 // One allocation for a whole table; the struct's pointers are slices of it.
 // (The struct is a run of float pointers, so we can fill it as an array.)
@@ -776,29 +808,6 @@ static void gpt2_allocate_parameters(GPT2 *model) {
     model->mean_loss = -1.0f;
 }
 
-// Check a configuration for sizes that cannot work; `source` names where it came
-// from. The caps are far above any GPT-2 (V 50257, L 48, C 1600, maxT 1024) and
-// keep every size product far from overflowing: a corrupt header is then reported
-// as such, not as an attempt to allocate petabytes.
-static void gpt2_validate_config(GPT2Config c, const char *source) {
-    if (c.max_seq_len <= 0 || c.max_seq_len > (1 << 20) || c.vocab_size <= 0 || c.vocab_size > (1 << 24) ||
-        c.padded_vocab_size < c.vocab_size || c.padded_vocab_size > (1 << 24) || c.num_layers <= 0 ||
-        c.num_layers > 1024 || c.num_heads <= 0 || c.channels <= 0 || c.channels > (1 << 16) ||
-        c.channels % c.num_heads != 0) {
-        fprintf(stderr, "Error: %s: impossible model shape maxT=%d V=%d Vp=%d L=%d NH=%d C=%d (need all > 0,"
-                " Vp >= V, C divisible by NH, maxT <= 2^20, V and Vp <= 2^24, L <= 1024, C <= 2^16): corrupt header?\n",
-                source, c.max_seq_len, c.vocab_size, c.padded_vocab_size, c.num_layers, c.num_heads, c.channels);
-        exit(EXIT_FAILURE);
-    }
-}
-
-static size_t gpt2_count_parameters(GPT2Config config) {
-    size_t sizes[NUM_PARAMETER_TENSORS], n = 0;
-    fill_in_parameter_sizes(sizes, config);
-    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) { n += sizes[i]; }
-    return n;
-}
-
 // --- begin shared-copy: atomic-write ---
 // snprintf into a path buffer, or exit if the path does not fit (a silently
 // truncated path would read or write the wrong file)
@@ -843,6 +852,7 @@ static void write_file_atomic(const char *path, const void **bufs, const size_t 
 }
 // --- end shared-copy: atomic-write ---
 
+// --- begin shared-copy: gpt2-model-file ---
 // The size of an open file in bytes; the position is left just after the 256 x
 // int32 header that all our binary files start with.
 static long file_size(FILE *fp, const char *path) {
@@ -861,6 +871,7 @@ static long file_size(FILE *fp, const char *path) {
 #define MODEL_MAGIC 20240326
 #define MODEL_VERSION_FP32 3
 #define MODEL_VERSION_BF16 5
+// --- end shared-copy: gpt2-model-file ---
 
 void gpt2_build_from_checkpoint(GPT2 *model, const char *checkpoint_path) {
     FILE *fp = fopenCheck(checkpoint_path, "rb");
@@ -918,6 +929,7 @@ void gpt2_save_checkpoint(const GPT2 *model, const char *path) {
     write_file_atomic(path, bufs, sizes, 2);
 }
 
+// --- begin shared-copy: gpt2-init ---
 // Fill the parameters with random numbers: tensor k gets mean_k + std_k * N(0,1)
 // from random stream k of `seed`, then the vocabulary padding rows are zeroed.
 // GPT-2's scheme (Radford et al. 2019, and its released code): weights N(0, 0.02),
@@ -925,8 +937,9 @@ void gpt2_save_checkpoint(const GPT2 *model, const char *path) {
 // stream's variance does not grow with depth, biases 0, LayerNorms 1 and 0.
 // With noisy = 1, biases and LayerNorms get noise too: the tests use that, so a
 // bias or a LayerNorm weight that is ignored somewhere cannot go unnoticed.
-void gpt2_init_random(GPT2 *model, uint64_t seed, int noisy) {
-    double std_w = 0.02, std_proj = 0.02 / sqrt(2.0 * model->config.num_layers);
+// params: all of them, fp32, in table order (sizes: param_sizes).
+void init_parameters(float *params, const size_t *param_sizes, GPT2Config config, uint64_t seed, int noisy) {
+    double std_w = 0.02, std_proj = 0.02 / sqrt(2.0 * config.num_layers);
     double std_b = noisy ? 0.02 : 0.0, std_ln = noisy ? 0.1 : 0.0;
     //                                   wte    wpe    ln1w   ln1b   qkvw   qkvb   attprojw  attprojb
     double means[NUM_PARAMETER_TENSORS] = {0,     0,     1,     0,     0,     0,     0,        0,
@@ -934,27 +947,28 @@ void gpt2_init_random(GPT2 *model, uint64_t seed, int noisy) {
                                          1,     0,     0,     0,     0,        0,      1,   0};
     double stds[NUM_PARAMETER_TENSORS] = {std_w, std_w, std_ln, std_ln, std_w, std_b, std_proj, std_b,
                                           std_ln, std_ln, std_w, std_b, std_proj, std_b, std_ln, std_ln};
-    float **tensors = (float **)&model->params;
+    float *p = params;
     for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {
         uint64_t key = rng_key(seed, (uint64_t)k);
-        float *p = tensors[k];
         double mean = means[k], std = stds[k];
         #pragma omp parallel for
-        for (size_t i = 0; i < model->param_sizes[k]; i++) {
+        for (size_t i = 0; i < param_sizes[k]; i++) {
             // the product is rounded before the add, as numpy does it: GCC would
             // otherwise fuse the two into an FMA, which can differ in the last bit
             volatile double scaled = std * rng_normal_at(key, i);
             p[i] = (float)(mean + scaled);
         }
+        p += param_sizes[k];
     }
-    size_t V = model->config.vocab_size, Vp = model->config.padded_vocab_size, C = model->config.channels;
-    memset(model->params.wte + V * C, 0, (Vp - V) * C * sizeof(float));
+    // wte is the first tensor: its rows V..Vp-1 are the padding
+    size_t V = config.vocab_size, Vp = config.padded_vocab_size, C = config.channels;
+    memset(params + V * C, 0, (Vp - V) * C * sizeof(float));
 }
 
-// A new model from a short descriptor "d<N>": depth L = N, channels C = 64 N,
-// heads NH = N (so the head size is always 64, as in every GPT-2), maxT = 1024,
-// GPT-2's vocabulary. d12 is GPT-2 small (124M parameters), d2 the smallest.
-void gpt2_build_from_descriptor(GPT2 *model, const char *descriptor, uint64_t seed) {
+// The configuration of a new model from a short descriptor "d<N>": depth L = N,
+// channels C = 64 N, heads NH = N (so the head size is always 64, as in every
+// GPT-2), maxT = 1024, GPT-2's vocabulary. d12 is GPT-2 small (124M parameters).
+GPT2Config gpt2_config_from_descriptor(const char *descriptor) {
     char *end = NULL;
     long depth = descriptor[0] == 'd' ? strtol(descriptor + 1, &end, 10) : 0;
     if (end == NULL || *end != '\0' || depth < 1 || depth > 64) {
@@ -962,12 +976,18 @@ void gpt2_build_from_descriptor(GPT2 *model, const char *descriptor, uint64_t se
         fprintf(stderr, "HINT: -e d4 makes a new 4-layer model; -e path/model.bin loads a checkpoint\n");
         exit(EXIT_FAILURE);
     }
-    model->config.max_seq_len = 1024;
-    model->config.vocab_size = 50257;
-    model->config.padded_vocab_size = 50304;
-    model->config.num_layers = (int)depth;
-    model->config.num_heads = (int)depth;
-    model->config.channels = 64 * (int)depth;
+    GPT2Config c = {1024, 50257, 50304, (int)depth, (int)depth, 64 * (int)depth};
+    return c;
+}
+// --- end shared-copy: gpt2-init ---
+
+void gpt2_init_random(GPT2 *model, uint64_t seed, int noisy) {
+    init_parameters(model->params_memory, model->param_sizes, model->config, seed, noisy);
+}
+
+// a new model with random weights, from a descriptor d<N>
+void gpt2_build_from_descriptor(GPT2 *model, const char *descriptor, uint64_t seed) {
+    model->config = gpt2_config_from_descriptor(descriptor);
     gpt2_allocate_parameters(model);
     gpt2_init_random(model, seed, 0);
 }
@@ -1172,10 +1192,6 @@ float gpt2_grad_norm(const GPT2 *model) {
     return (float)sqrt(sumsq);
 }
 
-// Which tensors get weight decay: the matrices (embeddings and linear weights),
-// not the biases and LayerNorm parameters (as in nanoGPT and most GPT training).
-static const int WEIGHT_DECAYED[NUM_PARAMETER_TENSORS] = {1, 1, 0, 0, 1, 0, 1, 0, 0, 0, 1, 0, 1, 0, 0, 0};
-
 // AdamW (Loshchilov & Hutter 2019) exactly as torch.optim.AdamW computes it:
 //   p -= lr * wd * p
 //   m = b1 m + (1-b1) g,  v = b2 v + (1-b2) g^2
@@ -1226,6 +1242,7 @@ void gpt2_free(GPT2 *model) {
 // ----------------------------------------------------------------------------
 // data: token shards in llm.c's format, read in shuffled order
 
+// --- begin shared-copy: gpt2-data-shards ---
 // A shard: a header of 256 int32 (magic 20240520, version 1, number of tokens),
 // then the tokens as uint16. data/tokenizer writes them.
 #define SHARD_MAGIC 20240520
@@ -1274,6 +1291,8 @@ typedef struct {
     int *targets;            // (B, T) the inputs shifted by one
 } DataLoader;
 
+// --- end shared-copy: gpt2-data-shards ---
+
 // --- begin shared-copy: permutation ---
 // a random permutation of 0..n-1 (Fisher-Yates) from its own random stream
 static void random_permutation(size_t *order, size_t n, uint64_t key) {
@@ -1288,6 +1307,7 @@ static void random_permutation(size_t *order, size_t n, uint64_t key) {
 }
 // --- end shared-copy: permutation ---
 
+// --- begin shared-copy: gpt2-data-loader ---
 // Random streams of the data loader and the sampler. The shuffles are functions
 // of (seed, epoch, shard), so resuming needs only the position, not a state.
 #define STREAM_SHARD_ORDER 16  // index: epoch
@@ -1426,8 +1446,12 @@ void dataloader_free(DataLoader *loader) {
     free(loader->targets);
 }
 
+// --- end shared-copy: gpt2-data-loader ---
+
 // ----------------------------------------------------------------------------
 // decoding tokens to text, for the samples
+
+// --- begin shared-copy: gpt2-tokenizer ---
 
 // llm.c's tokenizer.bin: a header of 256 int32 (magic 20240328, version 2, vocab
 // size, end-of-text id), then per token a uint8 length and that many bytes.
@@ -1504,9 +1528,12 @@ void tokenizer_free(Tokenizer *tok) {
     }
 }
 
+// --- end shared-copy: gpt2-tokenizer ---
+
 // ----------------------------------------------------------------------------
 // sampling
 
+// --- begin shared-copy: gpt2-sample-mult ---
 // Draw an index from a probability vector with the uniform coin in [0, 1).
 int sample_mult(const float *probs, int n, float coin) {
     float cdf = 0.0f;
@@ -1516,6 +1543,7 @@ int sample_mult(const float *probs, int n, float coin) {
     }
     return n - 1; // rounding left the cdf a hair below 1
 }
+// --- end shared-copy: gpt2-sample-mult ---
 
 // Generate up to gen_tokens tokens after <|endoftext|> and print them. Each new
 // token re-runs the forward pass over the whole prefix with B = 1: wasteful
@@ -1541,6 +1569,7 @@ void gpt2_sample(GPT2 *model, const Tokenizer *tok, size_t gen_tokens, uint64_t 
 // ----------------------------------------------------------------------------
 // training state: everything a resumed run needs to continue bit for bit
 
+// --- begin shared-copy: gpt2-train-state ---
 // A checkpoint is two files in the output directory, written atomically:
 //   model_<step>.bin  the parameters, in llm.c's model format (usable on its own)
 //   state_<step>.bin  a header of 256 int32, then AdamW's m and v (fp32)
@@ -1566,6 +1595,7 @@ static void put64(int *header, int at, uint64_t value) {
 static uint64_t get64(const int *header, int at) {
     return (uint64_t)(uint32_t)header[at] | ((uint64_t)(uint32_t)header[at + 1] << 32);
 }
+// --- end shared-copy: gpt2-train-state ---
 
 void save_checkpoint(const char *out_dir, const GPT2 *model, const TrainState *st) {
     char model_path[4096], state_path[4096];
@@ -1640,6 +1670,7 @@ void load_state(const char *path, GPT2 *model, TrainState *st) {
     fcloseCheck(fp);
 }
 
+// --- begin shared-copy: gpt2-find-checkpoint ---
 // The step of the newest complete checkpoint in out_dir, or -1 if none.
 int find_latest_checkpoint(const char *out_dir) {
     char pattern[4096];
@@ -1659,6 +1690,8 @@ int find_latest_checkpoint(const char *out_dir) {
     }
     return latest;
 }
+
+// --- end shared-copy: gpt2-find-checkpoint ---
 
 // --- begin shared-copy: log-truncate ---
 // On resume, the log of the first run may go on past the checkpoint (it ran a
@@ -1693,6 +1726,7 @@ void log_truncate_after(const char *path, const char *key_format, int last) {
 // ----------------------------------------------------------------------------
 // learning rate schedule: linear warm-up, then cosine decay to a floor
 
+// --- begin shared-copy: gpt2-lr-schedule ---
 // Step s (counting from 0) uses lr(s): warm-up from max_lr/warmup up to max_lr
 // at s = warmup-1, then a cosine from max_lr (at s = warmup) towards
 // max_lr*final_frac, which the curve would reach at s = max_steps, one past the
@@ -1706,11 +1740,39 @@ float get_learning_rate(int step, float max_lr, int warmup_steps, int max_steps,
     return min_lr + (max_lr - min_lr) * cosine;
 }
 
+// --- end shared-copy: gpt2-lr-schedule ---
+
 // ----------------------------------------------------------------------------
 // main: argument parsing and the training loop
 
+// Nothing to set up on the CPU (train_gpt2.cu finds the GPU and starts cuBLAS here).
+void setup_hardware(void) {}
+
+// the hardware line at start-up
+void print_hardware(void) {
+    int threads = 1;
+#ifdef _OPENMP
+    threads = omp_get_max_threads();
+#endif
+    printf("hardware: CPU, %d OpenMP threads, fp32\n", threads);
+}
+
+// the memory of a run with batches of B x T: parameters, gradients, AdamW
+// moments, activations and their gradients
+void gpt2_print_memory(const GPT2 *model, size_t B, size_t T) {
+    size_t grad_act_sizes[NUM_GRAD_ACT_TENSORS], n_grad_acts = 0;
+    fill_in_grad_act_sizes(grad_act_sizes, model->config, B, T);
+    for (int i = 0; i < NUM_GRAD_ACT_TENSORS; i++) { n_grad_acts += grad_act_sizes[i]; }
+    double MiB = 1024.0 * 1024.0;
+    printf("memory: parameters %.1f MiB (%zu) | gradients %.1f MiB | AdamW moments %.1f MiB | activations %.1f MiB"
+           " + gradients %.1f MiB\n", model->num_parameters * 4 / MiB, model->num_parameters,
+           model->num_parameters * 4 / MiB, 2 * model->num_parameters * 4 / MiB, model->num_activations * 4 / MiB,
+           n_grad_acts * 4 / MiB);
+}
+
 #ifndef TESTING
 
+// --- begin shared-copy: gpt2-options ---
 // Defaults: the embedded default run trains a 4-layer GPT-2 (d4, 16M parameters,
 // most of them the embeddings) on tinyshakespeare in a few minutes on 2 cores.
 typedef struct {
@@ -1722,7 +1784,7 @@ typedef struct {
 } Options;
 
 static void print_usage(const Options *d) {
-    printf("Usage: ./train_gpt2 [options]\n");
+    printf("Usage: %s [options]\n", PROGRAM);
     printf("Options (default in brackets):\n");
     printf("  -i <pattern>  training token shards, a glob [%s]\n", d->train_pattern);
     printf("  -j <pattern>  validation token shards [%s]\n", d->val_pattern);
@@ -1751,9 +1813,10 @@ static void print_usage(const Options *d) {
 static void usage_error(const char *fmt, const char *arg) {
     fprintf(stderr, "Error: ");
     fprintf(stderr, fmt, arg);
-    fprintf(stderr, "\nHINT: ./train_gpt2 -h lists every flag\n");
+    fprintf(stderr, "\nHINT: %s -h lists every flag\n", PROGRAM);
     exit(EXIT_FAILURE);
 }
+// --- end shared-copy: gpt2-options ---
 
 // --- begin shared-copy: parse-int ---
 // a whole-string integer in [lo, 2^31), or a usage error naming the flag
@@ -1769,6 +1832,8 @@ static long parse_int(const char *flag, const char *s, long lo) {
     return v;
 }
 // --- end shared-copy: parse-int ---
+
+// --- begin shared-copy: gpt2-main ---
 // a whole-string non-negative float, or a usage error naming the flag
 static float parse_float(const char *flag, const char *s) {
     char *end;
@@ -1830,6 +1895,7 @@ int main(int argc, char **argv) {
         default: usage_error("unknown flag '%s'", a);
         }
     }
+    setup_hardware();
     // sizes that fit: B*T*Vp floats of logits must be addressable, and gemm takes ints
     size_t tokens_per_batch = (size_t)o.B * o.T;
     if (o.B > (1 << 16) || o.T > (1 << 20) || tokens_per_batch > (1 << 24)) {
@@ -1856,7 +1922,8 @@ int main(int argc, char **argv) {
 
     // the model: resumed, loaded, or new
     GPT2 model;
-    TrainState st = {0};
+    TrainState st;
+    memset(&st, 0, sizeof(st));
     int resume_step = o.resume ? find_latest_checkpoint(o.out_dir) : -1;
     if (o.resume && resume_step < 0) {
         fprintf(stderr, "Error: -y 1 but no checkpoint (state_*.bin with its model_*.bin) in %s\n%s\n", o.out_dir, STATE_HINT);
@@ -1903,16 +1970,17 @@ int main(int argc, char **argv) {
 
     // the data: training batches shuffled, validation always the same first batches
     // (so validation losses of different steps and runs compare like with like)
+    // (without validation, -v 0, the validation data is not read at all)
     DataLoader train_loader, val_loader;
     dataloader_init(&train_loader, o.train_pattern, o.B, o.T, c.vocab_size, 1, o.seed);
-    dataloader_init(&val_loader, o.val_pattern, o.B, o.T, c.vocab_size, 0, o.seed);
+    if (o.val_every > 0) { dataloader_init(&val_loader, o.val_pattern, o.B, o.T, c.vocab_size, 0, o.seed); }
     if (resume_step >= 0 && !dataloader_seek(&train_loader, st.epoch, st.shard_pos, st.sample_pos)) {
         fprintf(stderr, "Error: %s: its data position (shard %zu, sequence %zu) does not exist in '%s'\n"
                 "HINT: resume with the same -i data the run started with\n", state_path, st.shard_pos, st.sample_pos,
                 o.train_pattern);
         return EXIT_FAILURE;
     }
-    if ((size_t)o.val_batches * o.B > val_loader.num_samples_total) {
+    if (o.val_every > 0 && (size_t)o.val_batches * o.B > val_loader.num_samples_total) {
         fprintf(stderr, "Error: -m %d validation batches of -b %d need %zu sequences, '%s' holds %zu\n"
                 "HINT: lower -m\n", o.val_batches, o.B, (size_t)o.val_batches * o.B, o.val_pattern, val_loader.num_samples_total);
         return EXIT_FAILURE;
@@ -1927,23 +1995,14 @@ int main(int argc, char **argv) {
 
     // the run, and its memory: parameters, gradients, AdamW moments, activations
     gpt2_allocate_activations(&model, o.B, o.T);
-    size_t grad_act_sizes[NUM_GRAD_ACT_TENSORS], n_acts = model.num_activations, n_grad_acts = 0;
-    fill_in_grad_act_sizes(grad_act_sizes, c, o.B, o.T);
-    for (int i = 0; i < NUM_GRAD_ACT_TENSORS; i++) { n_grad_acts += grad_act_sizes[i]; }
-    int threads = 1;
-#ifdef _OPENMP
-    threads = omp_get_max_threads();
-#endif
     printf("model: %s | maxT %d | V %d (padded %d) | L %d | NH %d | C %d | seed %llu\n", o.model,
            c.max_seq_len, c.vocab_size, c.padded_vocab_size, c.num_layers, c.num_heads, c.channels,
            (unsigned long long)o.seed);
-    printf("data: %s (%zu shards) | val %s\n", o.train_pattern, train_loader.num_shards, o.val_pattern);
-    printf("batch: B %d x T %d x %d accumulation steps = %d tokens | steps %d | lr %g warm-up %d | %d threads\n",
-           o.B, o.T, accum_steps, o.total_batch_size, o.max_steps, o.lr, o.warmup, threads);
-    double MiB = 1024.0 * 1024.0;
-    printf("memory: parameters %.1f MiB (%zu) | gradients %.1f MiB | AdamW moments %.1f MiB | activations %.1f MiB"
-           " + gradients %.1f MiB\n", model.num_parameters * 4 / MiB, model.num_parameters,
-           model.num_parameters * 4 / MiB, 2 * model.num_parameters * 4 / MiB, n_acts * 4 / MiB, n_grad_acts * 4 / MiB);
+    printf("data: %s (%zu shards) | val %s\n", o.train_pattern, train_loader.num_shards, o.val_every > 0 ? o.val_pattern : "none (-v 0)");
+    printf("batch: B %d x T %d x %d accumulation steps = %d tokens | steps %d | lr %g warm-up %d\n",
+           o.B, o.T, accum_steps, o.total_batch_size, o.max_steps, o.lr, o.warmup);
+    print_hardware();
+    gpt2_print_memory(&model, o.B, o.T);
 
     FILE *logfile = NULL;
     if (have_out) {
@@ -2018,9 +2077,10 @@ int main(int argc, char **argv) {
 
     if (logfile != NULL) { fcloseCheck(logfile); }
     dataloader_free(&train_loader);
-    dataloader_free(&val_loader);
+    if (o.val_every > 0) { dataloader_free(&val_loader); }
     tokenizer_free(&tokenizer);
     gpt2_free(&model);
     return 0;
 }
+// --- end shared-copy: gpt2-main ---
 #endif

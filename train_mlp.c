@@ -1498,6 +1498,7 @@ static int run(const Options *opts) {
 
 int main(int argc, char **argv) {
     Options o = DEFAULTS;
+    int check_gradients = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
             printf("Usage: %s [options]\nOptions (default in brackets):\n", PROGRAM);
@@ -1505,9 +1506,10 @@ int main(int argc, char **argv) {
             printf("  --gradcheck   check every gradient against finite differences, then exit\n");
             return 0;
         }
-        if (strcmp(argv[i], "--gradcheck") == 0) { return gradcheck() == 0 ? EXIT_SUCCESS : EXIT_FAILURE; }
+        if (strcmp(argv[i], "--gradcheck") == 0) { check_gradients = 1; continue; }
         parse_common_flag(&o, argc, argv, &i);
     }
+    if (check_gradients) { return gradcheck() == 0 ? EXIT_SUCCESS : EXIT_FAILURE; }
     return run(&o);
 }
 #endif

@@ -40,8 +40,9 @@ arbitrary, so rows need not be aligned), split-K, autotuning.
 #include <vector>
 #include <cuda_runtime.h>
 #ifndef CUDA_EMU_H
-// the CPU emulator (dev/emu) has no tensor cores and no cuBLAS: under it, variant 5
-// and the timing are left out (each such place is marked with #ifndef CUDA_EMU_H)
+// the CPU emulator (dev/emu) has no tensor cores, and its cuBLAS stand-in is no
+// yardstick: under it, variant 5, cuBLAS and the timing are left out (each such
+// place is marked with #ifndef CUDA_EMU_H)
 #include <cuda_bf16.h>
 #include <mma.h>
 #include <cublas_v2.h>
@@ -503,9 +504,9 @@ int main(int argc, char **argv) {
     rng_state = seed;
     int first = only ? only : 1, last = only ? only : 5;
 #ifdef CUDA_EMU_H
-    // On the CPU every block is an OpenMP team of up to 256 threads: small sizes only,
-    // and no variant 5 (no tensor cores) and no timing (no GPU to time).
-    const int sizes[][3] = {{64, 48, 40}, {33, 65, 17}};
+    // On the CPU every thread of a block is a fiber: small sizes only, and no
+    // variant 5 (no tensor cores) and no timing (no GPU to time).
+    const int sizes[][3] = {{64, 48, 40}, {33, 65, 17}, {136, 140, 24}}; // the last one past a 128 x 128 tile
     printf("CPU emulation (dev/emu): checks of variants 1-4 only, at small sizes; no timing; seed %llu\n", seed);
     if (only == 5) { printf("variant 5 needs tensor cores, which the emulator does not have: nothing to check\n"); }
     last = last < 4 ? last : 4;

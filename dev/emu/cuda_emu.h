@@ -8,24 +8,28 @@ How a .cu file becomes a CPU program (dev/emu/emu_build.sh does both steps):
      (-include dev/emu/cuda_emu.h), and without the CUDA headers.
 What the emulation does:
   - the blocks of a grid run one after another; the threads of a block run as
-    the threads of one OpenMP team (so a block of 256 threads is 256 OS threads);
-  - threadIdx / blockIdx are thread-local, blockDim / gridDim global;
-  - __shared__ variables are function statics: one copy, seen by the whole team;
-  - __syncthreads() is an OpenMP barrier; so, like on a GPU, every thread of the
-    block must reach it;
-  - warp shuffles go through an exchange buffer between two barriers of the
-    warp's 32 threads (so all threads of a warp must call them together, as the
-    full-mask shuffles of the usual reductions do); atomics are OpenMP atomics;
+    fibers (coroutines) on the calling OS thread, each with its own stack: a
+    thread runs until it reaches a barrier or returns, then the next one runs;
+  - threadIdx / blockIdx are set for each fiber as it resumes, blockDim / gridDim
+    are global;
+  - __shared__ variables are function statics: one copy, seen by the whole block;
+  - __syncthreads() parks the thread until every thread of the block that has
+    not returned is parked there too, as on a GPU; threads waiting at different
+    barriers that can never meet are reported as a deadlock;
+  - warp shuffles go through an exchange buffer between two warp barriers (all
+    live threads of the warp must call them together, as the full-mask shuffles
+    of the usual reductions do); atomics are plain read-modify-writes;
+  - so the interleaving is fixed: thread 0 runs first up to its barrier, then
+    thread 1, and so on. A missing __syncthreads is therefore caught every time:
+    the threads after the first read what the others have not written yet;
   - the runtime API the project uses (cudaMalloc, cudaMemcpy, events, device
     properties, errors) has plain C stand-ins: device memory is host memory;
-    include/cublas_v2.h does the same for the cuBLAS calls (loops in double).
-Run emulated programs with OMP_WAIT_POLICY=passive: a block of 256 threads on a
-2-core machine spends most of its time in barriers, and sleeping there instead
-of spinning makes the whole run about 5x faster.
+    include/cublas_v2.h does the same for the cuBLAS calls (loops in double),
+    include/cuda_bf16.h for the bfloat16 type.
 What it cannot do: tensor cores (mma, wmma), inline PTX, streams running in
 parallel, timing (events measure CPU time), and anything that relies on warps
-running in lock-step without __syncwarp. It is a correctness tool, not a
-performance one.
+running in lock-step without __syncwarp, and blocks running at the same time.
+It is a correctness tool, not a performance one.
 */
 #ifndef CUDA_EMU_H
 #define CUDA_EMU_H
@@ -36,7 +40,10 @@ performance one.
 #include <cmath>
 #include <ctime>
 #include <atomic>
-#include <sched.h>
+#include <tuple>
+#include <functional>
+#include <vector>
+#include <ucontext.h>
 #include <unistd.h>
 #include <omp.h>
 
@@ -49,7 +56,7 @@ struct dim3 {
     dim3(unsigned x_ = 1, unsigned y_ = 1, unsigned z_ = 1) : x(x_), y(y_), z(z_) {}
 };
 namespace emu {
-inline thread_local uint3 thread_idx, block_idx;
+inline uint3 thread_idx, block_idx;
 inline dim3 block_dim, grid_dim;
 inline int team_size() { return (int)(block_dim.x * block_dim.y * block_dim.z); }
 inline int linear_tid() { return (int)(thread_idx.x + block_dim.x * (thread_idx.y + block_dim.y * thread_idx.z)); }
@@ -68,35 +75,135 @@ inline int linear_tid() { return (int)(thread_idx.x + block_dim.x * (thread_idx.
 // functions, so that they work anywhere a statement or expression does
 #define __syncthreads() emu::barrier()
 #define __syncwarp(...) emu::warp_barrier()
+
+// ----------------------------------------------------------------------------
+// the threads of a block as fibers
+
 namespace emu {
-inline void barrier() {
-    #pragma omp barrier
+enum FiberState { RUNNABLE, AT_BLOCK_BARRIER, AT_WARP_BARRIER, DONE };
+const size_t FIBER_STACK = 256 * 1024;
+inline std::function<void()> kernel_body; // the kernel call of the current launch
+inline int current_fiber;
+void fiber_entry();
+
+#if defined(__x86_64__)
+// Switching fibers is on the hot path (a block of 256 threads is 256 switches
+// even without a barrier), and glibc's swapcontext makes two system calls per
+// switch to save the signal mask. So on x86-64 we switch ourselves: push the
+// callee-saved registers, swap stack pointers, pop them (System V ABI).
+extern "C" void emu_switch(void **save_sp, void *load_sp);
+asm(".text\n.globl emu_switch\n.type emu_switch,@function\nemu_switch:\n"
+    "pushq %rbp\npushq %rbx\npushq %r12\npushq %r13\npushq %r14\npushq %r15\n"
+    "movq %rsp, (%rdi)\nmovq %rsi, %rsp\n"
+    "popq %r15\npopq %r14\npopq %r13\npopq %r12\npopq %rbx\npopq %rbp\nret\n");
+struct Fiber {
+    void *sp;
+    FiberState state;
+    char *stack;
+};
+inline void *scheduler_sp;
+inline std::vector<Fiber> fibers; // one per thread of the block
+// a new fiber's stack as emu_switch expects it: six registers, then the address
+// it "returns" to (fiber_entry), then a dummy return address for fiber_entry
+inline void fiber_start(Fiber &f) {
+    uintptr_t top = ((uintptr_t)(f.stack + FIBER_STACK)) & ~(uintptr_t)15;
+    void **sp = (void **)top;
+    *--sp = nullptr;
+    *--sp = (void *)fiber_entry;
+    for (int r = 0; r < 6; r++) { *--sp = nullptr; }
+    f.sp = sp;
+}
+inline void switch_to_fiber(int t) { emu_switch(&scheduler_sp, fibers[t].sp); }
+inline void switch_to_scheduler() { emu_switch(&fibers[current_fiber].sp, scheduler_sp); }
+#else
+// elsewhere: ucontext (correct everywhere, slower)
+struct Fiber {
+    ucontext_t context;
+    FiberState state;
+    char *stack;
+};
+inline ucontext_t scheduler_context;
+inline std::vector<Fiber> fibers;
+inline void fiber_start(Fiber &f) {
+    getcontext(&f.context);
+    f.context.uc_stack.ss_sp = f.stack;
+    f.context.uc_stack.ss_size = FIBER_STACK;
+    f.context.uc_link = nullptr;
+    makecontext(&f.context, fiber_entry, 0);
+}
+inline void switch_to_fiber(int t) { swapcontext(&scheduler_context, &fibers[t].context); }
+inline void switch_to_scheduler() { swapcontext(&fibers[current_fiber].context, &scheduler_context); }
+#endif
+
+// a fiber runs the kernel once, then hands back to the scheduler for good
+inline void fiber_entry() {
+    kernel_body();
+    fibers[current_fiber].state = DONE;
+    switch_to_scheduler();
+}
+inline void park(FiberState why) {
+    fibers[current_fiber].state = why;
+    switch_to_scheduler();
+}
+inline void barrier() { park(AT_BLOCK_BARRIER); }
+inline void warp_barrier() { park(AT_WARP_BARRIER); }
+
+// Run one block: every runnable fiber until it parks or returns; then open the
+// warp barriers whose live threads have all arrived, or else the block barrier
+// once every live thread waits there; repeat until all have returned.
+inline void run_block(int threads) {
+    for (int t = 0; t < threads; t++) {
+        Fiber &f = fibers[t];
+        if (f.stack == nullptr) { f.stack = (char *)malloc(FIBER_STACK); }
+        fiber_start(f);
+        f.state = RUNNABLE;
+    }
+    for (;;) {
+        for (int t = 0; t < threads; t++) {
+            if (fibers[t].state != RUNNABLE) { continue; }
+            current_fiber = t;
+            thread_idx = {(unsigned)t % block_dim.x, ((unsigned)t / block_dim.x) % block_dim.y, (unsigned)t / (block_dim.x * block_dim.y)};
+            switch_to_fiber(t);
+        }
+        int live = 0, at_block = 0, released = 0;
+        for (int w = 0; w * 32 < threads; w++) {
+            int members = 0, waiting = 0;
+            for (int t = 32 * w; t < threads && t < 32 * w + 32; t++) {
+                members += fibers[t].state != DONE;
+                waiting += fibers[t].state == AT_WARP_BARRIER;
+            }
+            if (waiting > 0 && waiting == members) {
+                for (int t = 32 * w; t < threads && t < 32 * w + 32; t++) { fibers[t].state = RUNNABLE; }
+                released = 1;
+            }
+        }
+        if (released) { continue; }
+        for (int t = 0; t < threads; t++) {
+            live += fibers[t].state != DONE;
+            at_block += fibers[t].state == AT_BLOCK_BARRIER;
+        }
+        if (live == 0) { return; }
+        if (at_block != live) {
+            fprintf(stderr, "Error: emulation: deadlock in block (%u,%u,%u): %d threads wait at __syncthreads, %d at a warp"
+                    " barrier (shuffle or __syncwarp) that not all of their warp reach\n", block_idx.x, block_idx.y,
+                    block_idx.z, at_block, live - at_block);
+            exit(EXIT_FAILURE);
+        }
+        for (int t = 0; t < threads; t++) {
+            if (fibers[t].state == AT_BLOCK_BARRIER) { fibers[t].state = RUNNABLE; }
+        }
+    }
 }
 }
+
+// CUDA's integer min and max device functions
+inline int min(int a, int b) { return a < b ? a : b; }
+inline int max(int a, int b) { return a > b ? a : b; }
 
 // ----------------------------------------------------------------------------
 // warp shuffles and atomics
 
 namespace emu {
-// A barrier for the threads of one warp only (shuffles are often called by one
-// warp inside an if): the last of the warp's threads to arrive opens it. Waiting
-// threads yield their core: a block has far more threads than the CPU has cores.
-struct WarpBarrier {
-    std::atomic<int> count{0}, generation{0};
-};
-inline WarpBarrier warp_barriers[32];
-inline void warp_barrier() {
-    int tid = linear_tid(), w = tid / 32;
-    int members = team_size() - 32 * w < 32 ? team_size() - 32 * w : 32;
-    WarpBarrier &b = warp_barriers[w];
-    int gen = b.generation.load();
-    if (b.count.fetch_add(1) + 1 == members) {
-        b.count.store(0);
-        b.generation.fetch_add(1);
-    } else {
-        while (b.generation.load() == gen) { sched_yield(); }
-    }
-}
 // every thread of the warp posts its value, waits, reads its partner's, waits again
 template <typename T> inline T exchange(T v, int partner_tid) {
     static T slots[1024];
@@ -124,16 +231,15 @@ template <typename T> inline T __shfl_sync(unsigned, T v, int src, int width = 3
     int tid = emu::linear_tid(), lane = tid % width;
     return emu::exchange(v, tid - lane + (src % width));
 }
+// one fiber runs at a time: a read-modify-write is atomic as it stands
 template <typename T> inline T atomicAdd(T *address, T val) {
-    T old;
-    #pragma omp atomic capture
-    { old = *address; *address += val; }
+    T old = *address;
+    *address += val;
     return old;
 }
 template <typename T> inline T atomicMax(T *address, T val) {
-    T old;
-    #pragma omp critical(emu_atomic)
-    { old = *address; if (val > old) { *address = val; } }
+    T old = *address;
+    if (val > old) { *address = val; }
     return old;
 }
 
@@ -146,30 +252,22 @@ struct Launch {
     size_t shared_bytes = 0;
     void *stream = nullptr;
     template <typename... P, typename... A> void run(void (*kernel)(P...), A &&...args) const {
+        int threads = (int)(block.x * block.y * block.z);
+        if (threads < 1 || threads > 1024) {
+            fprintf(stderr, "Error: emulation: a block of %d threads (CUDA allows 1 to 1024)\n", threads);
+            exit(EXIT_FAILURE);
+        }
         grid_dim = grid;
         block_dim = block;
-        int threads = (int)(block.x * block.y * block.z);
-        // one OpenMP team for the whole grid (starting a team per block costs
-        // far more than the barrier between blocks)
-        #pragma omp parallel num_threads(threads)
-        {
-            if (omp_get_num_threads() != threads) {
-                #pragma omp single
-                fprintf(stderr, "Error: emulation: got %d OpenMP threads for a block of %d (raise OMP_THREAD_LIMIT)\n",
-                        omp_get_num_threads(), threads);
-                exit(EXIT_FAILURE);
-            }
-            int t = omp_get_thread_num();
-            thread_idx = {(unsigned)t % block.x, ((unsigned)t / block.x) % block.y, (unsigned)t / (block.x * block.y)};
-            for (unsigned bz = 0; bz < grid.z; bz++) {
-                for (unsigned by = 0; by < grid.y; by++) {
-                    for (unsigned bx = 0; bx < grid.x; bx++) {
-                        block_idx = {bx, by, bz};
-                        kernel(args...);
-                        // the block is done (its shared memory free) before the next starts;
-                        // a thread that returned early waits here too
-                        #pragma omp barrier
-                    }
+        if ((int)fibers.size() < threads) { fibers.resize(threads, Fiber{}); }
+        // the arguments converted to the kernel's parameter types once, as a launch does
+        std::function<void()> body = [kernel, params = std::tuple<P...>(args...)]() { std::apply(kernel, params); };
+        kernel_body = body;
+        for (unsigned bz = 0; bz < grid.z; bz++) {
+            for (unsigned by = 0; by < grid.y; by++) {
+                for (unsigned bx = 0; bx < grid.x; bx++) {
+                    block_idx = {bx, by, bz};
+                    run_block(threads);
                 }
             }
         }

@@ -9,7 +9,7 @@
 # Fashion-MNIST is read from FASHION_MNIST (default /usr/share/datasets/fashion-mnist,
 # then .gpu/fashion-mnist); without it the MLP rows that need real data are skipped.
 # If the machine has no zlib header, a copy in .gpu/zlib is used (zlib.h, zconf.h).
-# Takes about 3 minutes on an H200 (most of it compiling).
+# Takes about a minute on an H200.
 set -u
 cd "$(dirname "$0")/../.." || exit 1
 LOGS=${GPU_CHECK_LOGS:-gpu-check-logs}
@@ -35,7 +35,7 @@ if ! echo '#include <zlib.h>' | cc -E -x c - > /dev/null 2>&1 && [ -f .gpu/zlib/
 fi
 
 # --- build, for this GPU only
-PROGRAMS="train_mlpcu dev/check_env dev/cuda/vector_add dev/cuda/matmul dev/emu/test_emu train_mlp"
+PROGRAMS="train_gpt2cu train_gpt2cu_fp32 train_gpt2 train_mlpcu dev/check_env dev/cuda/vector_add dev/cuda/matmul dev/emu/test_emu train_mlp"
 echo "building for sm_$arch: $PROGRAMS"
 build() {
     if command -v make > /dev/null 2>&1; then
@@ -43,6 +43,8 @@ build() {
     else # no make on this machine: the Makefile's rules, by hand
         local f="-O3 -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror -gencode arch=compute_$arch,code=sm_$arch"
         nvcc $f ${ZLIB_CFLAGS:-} train_mlp.cu -lcublas ${ZLIB_LIBS:--lz} -o train_mlpcu &&
+        nvcc $f -DENABLE_BF16 -Xcompiler -fopenmp train_gpt2.cu -lcublas -lgomp -o train_gpt2cu &&
+        nvcc $f -DENABLE_FP32 -Xcompiler -fopenmp train_gpt2.cu -lcublas -lgomp -o train_gpt2cu_fp32 &&
         nvcc $f dev/check_env.cu -o dev/check_env && nvcc $f dev/cuda/vector_add.cu -o dev/cuda/vector_add &&
         nvcc $f dev/cuda/matmul.cu -lcublas -o dev/cuda/matmul && nvcc $f dev/emu/test_emu.cu -o dev/emu/test_emu &&
         cc -O3 -march=native -fno-trapping-math -Wall -Wextra ${ZLIB_CFLAGS:-} -fopenmp train_mlp.c -lm ${ZLIB_LIBS:--lz} -o train_mlp
@@ -107,12 +109,18 @@ step check_env "dev/check_env: versions, device, 4096^3 matmul vs CPU" ./dev/che
 step vector_add "dev/cuda/vector_add: indexing, launch overhead" ./dev/cuda/vector_add
 step test_emu "dev/emu/test_emu.cu on the GPU (the emulator's own test kernels)" ./dev/emu/test_emu
 step matmul "dev/cuda/matmul: 5 kernels + cuBLAS checked, then timed" ./dev/cuda/matmul
+# GPT-2: train_gpt2.cu in FP32 and BF16 against train_gpt2.c (the emulated test, on the GPU)
+step gpt2_twin "train_gpt2cu (FP32, BF16) vs train_gpt2.c: 4 steps, logs, checkpoints, resume" \
+    bash dev/test/test_train_gpt2_cuda.sh ./train_gpt2 ./train_gpt2cu_fp32 ./train_gpt2cu
+# GPT-2 124M, bf16, B=64, T=1024 on tinyshakespeare (repeated): 12 steps, no validation or samples
+step gpt2_bench "train_gpt2cu: GPT-2 124M (d12), bf16, B=64, T=1024, 12 steps" \
+    ./train_gpt2cu -e d12 -b 64 -t 1024 -x 12 -v 0 -s 0 -o ""
 if [ -n "$DATA" ]; then
     for M in naive tiled cublas; do
         step "check_$M" "train_mlpcu --check -M $M (relu, adamw, dropout, wd) vs CPU reference" \
-            ./train_mlpcu --check -d "$DATA" -M "$M" -p 0.2 -w 0.1
+            ./train_mlpcu --check -d "$DATA" -M "$M" -p 0.2 -w 0.1 -u 0 -r 1e-2
     done
-    step check_tanh "train_mlpcu --check -M tiled -a tanh -O momentum" ./train_mlpcu --check -d "$DATA" -M tiled -a tanh -O momentum -w 0.01
+    step check_tanh "train_mlpcu --check -M tiled -a tanh -O momentum" ./train_mlpcu --check -d "$DATA" -M tiled -a tanh -O momentum -w 0.01 -u 0 -r 0.05
     if command -v compute-sanitizer > /dev/null 2>&1; then
         step memcheck "compute-sanitizer memcheck: train_mlpcu --check, each matmul" bash -c \
             "for M in naive tiled cublas; do compute-sanitizer --tool memcheck --error-exitcode 1 ./train_mlpcu --check -d '$DATA' -M \$M -l 784,64,10 -b 32 -p 0.2 > /dev/null || exit 1; done"
@@ -150,6 +158,11 @@ if [ -n "$DATA" ]; then
     grep '^|' "$LOGS/twin.log"
     echo
 fi
+echo "train_gpt2cu, GPT-2 124M, bf16, B=64, T=1024 (steps 2-12):"
+grep -E '^(GPU memory|step +[0-9]+/)' "$LOGS/gpt2_bench.log" | tail -12
+awk '/^step +([2-9]|1[0-2])\/12/ { for (i = 1; i <= NF; i++) if ($i == "tok/s") { s += $(i - 1); n++ } }
+     END { if (n) printf "mean of steps 2-12: %.0f tokens/s\n", s / n }' "$LOGS/gpt2_bench.log"
+echo
 echo "matmul ladder (dev/cuda/matmul):"
 sed -n '/^variant/,$p' "$LOGS/matmul.log" | grep -v 'passed,'
 echo

@@ -9,6 +9,7 @@
 #ifndef CUBLAS_EMU_H
 #define CUBLAS_EMU_H
 #include "../cuda_emu.h"
+#include "cuda_bf16.h"
 
 typedef enum {
     CUBLAS_STATUS_SUCCESS = 0,
@@ -58,6 +59,67 @@ inline cublasStatus_t gemm_f32(cublasOperation_t ta, cublasOperation_t tb, int m
     }
     return CUBLAS_STATUS_SUCCESS;
 }
+}
+
+// the element types and compute types of the *Ex calls
+typedef enum { CUDA_R_32F = 0, CUDA_R_16F = 2, CUDA_R_16BF = 14 } cudaDataType_t;
+typedef cudaDataType_t cudaDataType;
+typedef enum { CUBLAS_COMPUTE_32F = 68, CUBLAS_COMPUTE_32F_FAST_TF32 = 77 } cublasComputeType_t;
+typedef enum { CUBLAS_GEMM_DEFAULT = -1, CUBLAS_GEMM_DEFAULT_TENSOR_OP = 99 } cublasGemmAlgo_t;
+
+namespace emu {
+inline double load_as_double(const void *p, cudaDataType_t t, size_t i) {
+    return t == CUDA_R_32F ? (double)((const float *)p)[i] : (double)(float)((const __nv_bfloat16 *)p)[i];
+}
+inline void store_from_double(void *p, cudaDataType_t t, size_t i, double v) {
+    if (t == CUDA_R_32F) { ((float *)p)[i] = (float)v; } else { ((__nv_bfloat16 *)p)[i] = __nv_bfloat16((float)v); }
+}
+// the *Ex gemms, for fp32 and bf16 data (alpha and beta are floats: compute type 32F)
+inline cublasStatus_t gemm_ex(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, float alpha,
+                              const void *A, cudaDataType_t at, int lda, long long sa, const void *B, cudaDataType_t bt,
+                              int ldb, long long sb, float beta, void *C, cudaDataType_t ct, int ldc, long long sc,
+                              int batch) {
+    if (m < 0 || n < 0 || k < 0 || (at != CUDA_R_32F && at != CUDA_R_16BF) || (bt != CUDA_R_32F && bt != CUDA_R_16BF) ||
+        (ct != CUDA_R_32F && ct != CUDA_R_16BF)) {
+        return CUBLAS_STATUS_INVALID_VALUE;
+    }
+    for (int p = 0; p < batch; p++) {
+        #pragma omp parallel for collapse(2)
+        for (int j = 0; j < n; j++) {
+            for (int i = 0; i < m; i++) {
+                double sum = 0.0;
+                for (int l = 0; l < k; l++) {
+                    double x = load_as_double(A, at, p * sa + (ta == CUBLAS_OP_N ? i + (size_t)l * lda : l + (size_t)i * lda));
+                    double y = load_as_double(B, bt, p * sb + (tb == CUBLAS_OP_N ? l + (size_t)j * ldb : j + (size_t)l * ldb));
+                    sum += x * y;
+                }
+                size_t ci = p * sc + i + (size_t)j * ldc;
+                double old = beta != 0.0f ? load_as_double(C, ct, ci) : 0.0;
+                store_from_double(C, ct, ci, alpha * sum + (double)beta * old);
+            }
+        }
+    }
+    return CUBLAS_STATUS_SUCCESS;
+}
+}
+
+inline cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                                   const void *alpha, const void *A, cudaDataType_t at, int lda, const void *B,
+                                   cudaDataType_t bt, int ldb, const void *beta, void *C, cudaDataType_t ct, int ldc,
+                                   cublasComputeType_t, cublasGemmAlgo_t) {
+    if (h == nullptr) { return CUBLAS_STATUS_NOT_INITIALIZED; }
+    return emu::gemm_ex(ta, tb, m, n, k, *(const float *)alpha, A, at, lda, 0, B, bt, ldb, 0, *(const float *)beta, C, ct,
+                        ldc, 0, 1);
+}
+
+inline cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
+                                                 int k, const void *alpha, const void *A, cudaDataType_t at, int lda,
+                                                 long long sa, const void *B, cudaDataType_t bt, int ldb, long long sb,
+                                                 const void *beta, void *C, cudaDataType_t ct, int ldc, long long sc,
+                                                 int batch, cublasComputeType_t, cublasGemmAlgo_t) {
+    if (h == nullptr) { return CUBLAS_STATUS_NOT_INITIALIZED; }
+    return emu::gemm_ex(ta, tb, m, n, k, *(const float *)alpha, A, at, lda, sa, B, bt, ldb, sb, *(const float *)beta, C,
+                        ct, ldc, sc, batch);
 }
 
 inline cublasStatus_t cublasSgemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,

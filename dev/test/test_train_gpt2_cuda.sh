@@ -1,0 +1,129 @@
+#!/usr/bin/env bash
+# train_gpt2.cu's kernels on the CPU, through the emulator (dev/emu), against
+# train_gpt2.c: how CI checks the GPU trainer without a GPU.
+#
+#     make train_gpt2 dev/emu/train_gpt2cu_fp32_cpu dev/emu/train_gpt2cu_bf16_cpu
+#     bash dev/test/test_train_gpt2_cuda.sh ./train_gpt2 ./dev/emu/train_gpt2cu_fp32_cpu ./dev/emu/train_gpt2cu_bf16_cpu
+#
+# Both programs train the same new d1 model (1 layer, C 64, GPT-2's vocabulary)
+# on tinyshakespeare for 4 steps of B=2 x T=8, with validation, then compare:
+#   1. FP32: every logged number (train loss, gradient norm, validation loss)
+#      and the step-4 checkpoint (weights, AdamW m and v) with train_gpt2.c's;
+#   2. the same with gradient accumulation (two micro-batches per step);
+#   3. BF16: losses and norms within bf16's precision;
+#   4. resume: a GPU run resumed from its step-2 checkpoint ends bit-identical to
+#      an uninterrupted one (FP32 and BF16: the bf16 master weights are saved);
+#      and the GPU resumes train_gpt2.c's checkpoint (one file format).
+# Run it from the repository root, after make data.
+set -u
+CPU=${1:-./train_gpt2}
+FP32=${2:-./dev/emu/train_gpt2cu_fp32_cpu}
+BF16=${3:-./dev/emu/train_gpt2cu_bf16_cpu}
+for b in "$CPU" "$FP32" "$BF16"; do
+    [ -x "$b" ] || { echo "Error: $b is not built (make train_gpt2 dev/emu/train_gpt2cu_fp32_cpu dev/emu/train_gpt2cu_bf16_cpu)"; echo "0 passed, 1 failed"; exit 1; }
+done
+TMP=$(mktemp -d /tmp/test_train_gpt2_cuda.XXXXXX)
+trap 'rm -rf "$TMP"' EXIT
+passed=0
+failed=0
+ok() { echo "OK      $1"; passed=$((passed + 1)); }
+not_ok() { echo "NOT OK  $1"; failed=$((failed + 1)); }
+
+RUN=(-e d1 -b 2 -t 8 -x 4 -u 2 -v 2 -m 1 -s 0 -n 2)
+run() { # BINARY DIR ARGS...: a run into DIR; its output in DIR.out
+    local bin=$1 dir=$2
+    shift 2
+    rm -rf "$dir"
+    "$bin" "${RUN[@]}" -o "$dir" "$@" > "$dir.out" 2>&1 || { echo "run failed: $bin $*"; tail -3 "$dir.out"; return 1; }
+}
+# every number in two main.logs within a relative tolerance (the ms: fields excluded)
+logs_close() { # LOG1 LOG2 TOL
+    paste -d' ' <(sed -E 's/ ms:[0-9.]+//; s/[a-z]+://g' "$1") <(sed -E 's/ ms:[0-9.]+//; s/[a-z]+://g' "$2") |
+        awk -v tol="$3" '{ h = NF / 2; if (NF % 2) bad = 1; for (i = 1; i <= h; i++) { d = $i - $(i + h); if (d < 0) d = -d;
+               a = $i < 0 ? -$i : $i; if (d > tol * a + 1e-12) { bad = 1; print "  differs: " $i " vs " $(i + h) } } }
+             END { exit bad }'
+}
+# the largest difference of two float32 arrays (file, byte offset, count) relative to the first one's largest value
+rel_diff() { # FILE1 FILE2 OFFSET COUNT
+    paste <(od -An -v -f -w4 -j"$3" -N$(($4 * 4)) "$1") <(od -An -v -f -w4 -j"$3" -N$(($4 * 4)) "$2") |
+        awk '{ d = $1 - $2; if (d < 0) d = -d; if (d > m) m = d; a = $1 < 0 ? -$1 : $1; if (a > s) s = a }
+             END { printf "%.3g\n", (s > 0 ? m / s : 0) }'
+}
+under() { awk -v r="$1" -v t="$2" 'BEGIN { exit !(r != "" && r + 0 <= t + 0) }'; } # (empty: fails)
+
+# --- 1. FP32 against train_gpt2.c. fp32 on both sides; only the order of sums
+# differs (cuBLAS stand-in in double, warp reductions, chunked column sums), so
+# losses and norms agree to ~1e-7 relative (measured: 1e-7); tolerance 1e-5.
+# The weights after 4 AdamW steps: measured 4e-6 of the largest weight, 2e-6 for
+# m and 8e-7 for v (AdamW turns rounding in tiny gradients into steps of up to
+# lr); tolerance 1e-4.
+if run "$CPU" "$TMP/cpu" && run "$FP32" "$TMP/fp32"; then
+    logs_close "$TMP/cpu/main.log" "$TMP/fp32/main.log" 1e-5 &&
+        ok "FP32: train loss, gradient norm and validation loss of 4 steps within 1e-5 of train_gpt2.c" ||
+        not_ok "FP32: logs differ from train_gpt2.c"
+    P=$((($(stat -c %s "$TMP/cpu/model_00000004.bin") - 1024) / 4))
+    if cmp -s <(head -c 1024 "$TMP/cpu/model_00000004.bin") <(head -c 1024 "$TMP/fp32/model_00000004.bin"); then
+        w=$(rel_diff "$TMP/cpu/model_00000004.bin" "$TMP/fp32/model_00000004.bin" 1024 "$P")
+        m=$(rel_diff "$TMP/cpu/state_00000004.bin" "$TMP/fp32/state_00000004.bin" 1024 "$P")
+        v=$(rel_diff "$TMP/cpu/state_00000004.bin" "$TMP/fp32/state_00000004.bin" $((1024 + 4 * P)) "$P")
+        under "$w" 1e-4 && under "$m" 1e-4 && under "$v" 1e-4 &&
+            ok "FP32: step-4 checkpoint (llm.c fp32 format) matches: weights $w, AdamW m $m, v $v of their scale" ||
+            not_ok "FP32: step-4 checkpoint differs: weights $w, m $m, v $v"
+    else
+        not_ok "FP32: the model file headers differ"
+    fi
+    grep -q "val loss" "$TMP/fp32.out" && grep -q "^hardware: GPU 0: " "$TMP/fp32.out" &&
+        ok "FP32: validation ran, hardware line printed" || not_ok "FP32: output incomplete"
+fi
+
+# --- 2. gradient accumulation: two micro-batches of 16 tokens per step
+if run "$CPU" "$TMP/cpu_acc" -d 32 && run "$FP32" "$TMP/fp32_acc" -d 32; then
+    logs_close "$TMP/cpu_acc/main.log" "$TMP/fp32_acc/main.log" 1e-5 &&
+        ok "FP32 with gradient accumulation (-d 32 = 2 x 16 tokens): logs within 1e-5 of train_gpt2.c" ||
+        not_ok "FP32 with gradient accumulation: logs differ"
+fi
+
+# --- 3. BF16: every stored value is rounded to 8 bits of mantissa (relative
+# error up to 2^-9 = 2e-3 each); the loss, an average over many, moved by 2e-5
+# and the norm by 7e-5 (measured). Tolerances: 1e-3 (losses), 1e-2 (norms).
+if run "$BF16" "$TMP/bf16"; then
+    paste -d' ' <(sed -E 's/ ms:[0-9.]+//; s/[a-z]+://g' "$TMP/cpu/main.log") <(sed -E 's/ ms:[0-9.]+//; s/[a-z]+://g' "$TMP/bf16/main.log") |
+        awk 'NF == 4 { d = $2 - $4; if (d < 0) d = -d; if (d > 1e-3 * $2) bad = 1 }
+             NF == 8 { for (i = 2; i <= 4; i += 2) { d = $i - $(i + 4); if (d < 0) d = -d; if (d > (i == 2 ? 1e-3 : 1e-2) * $i) bad = 1 } }
+             NF != 4 && NF != 8 { bad = 1 } END { exit bad }' &&
+        ok "BF16: losses within 1e-3 and gradient norms within 1e-2 of train_gpt2.c's fp32" ||
+        { not_ok "BF16: logs too far from train_gpt2.c"; paste "$TMP/cpu/main.log" "$TMP/bf16/main.log"; }
+    [ "$(od -An -t d4 -j4 -N4 "$TMP/bf16/model_00000004.bin" | tr -d ' ')" = 5 ] &&
+        [ "$(stat -c %s "$TMP/bf16/model_00000004.bin")" = $((1024 + 2 * P)) ] &&
+        ok "BF16: writes llm.c's bf16 model file (version 5, 2 bytes a parameter)" || not_ok "BF16: model file is not version 5"
+fi
+
+# --- 4. resume: from the GPU's own step-2 checkpoint, bit for bit; and from the CPU's
+for prec in fp32 bf16; do
+    bin=$FP32 && [ $prec = bf16 ] && bin=$BF16
+    dir=$TMP/$prec
+    [ -f "$dir/state_00000002.bin" ] || { not_ok "$prec: no step-2 checkpoint to resume"; continue; }
+    rm -rf "$TMP/resume" && mkdir -p "$TMP/resume" && cp "$dir/model_00000002.bin" "$dir/state_00000002.bin" "$dir/main.log" "$TMP/resume/"
+    "$bin" "${RUN[@]}" -o "$TMP/resume" -y 1 > "$TMP/resume.out" 2>&1
+    rc=$?
+    if [ $rc = 0 ] && cmp -s "$dir/model_00000004.bin" "$TMP/resume/model_00000004.bin" &&
+       cmp -s "$dir/state_00000004.bin" "$TMP/resume/state_00000004.bin" &&
+       diff <(sed -E 's/ ms:[0-9.]+//' "$dir/main.log") <(sed -E 's/ ms:[0-9.]+//' "$TMP/resume/main.log") > /dev/null; then
+        ok "$prec: resumed from its step-2 checkpoint, identical model, optimizer state$([ $prec = bf16 ] && echo ' (with master weights)') and log at step 4"
+    else
+        not_ok "$prec: the resumed run differs (exit $rc)"; tail -3 "$TMP/resume.out"
+    fi
+done
+if [ -f "$TMP/cpu/state_00000002.bin" ]; then
+    rm -rf "$TMP/cross" && mkdir -p "$TMP/cross" && cp "$TMP/cpu/model_00000002.bin" "$TMP/cpu/state_00000002.bin" "$TMP/cpu/main.log" "$TMP/cross/"
+    if "$FP32" "${RUN[@]}" -o "$TMP/cross" -y 1 > "$TMP/cross.out" 2>&1; then
+        w=$(rel_diff "$TMP/cpu/model_00000004.bin" "$TMP/cross/model_00000004.bin" 1024 "$P")
+        under "$w" 1e-4 && ok "FP32 GPU resumed train_gpt2.c's step-2 checkpoint; its step-4 weights match the CPU's within $w" ||
+            not_ok "FP32 GPU resumed the CPU checkpoint but ends $w away"
+    else
+        not_ok "FP32 GPU could not resume train_gpt2.c's checkpoint"; tail -3 "$TMP/cross.out"
+    fi
+fi
+
+echo "$passed passed, $failed failed"
+[ $failed = 0 ]

@@ -1,0 +1,2263 @@
+/*
+train_gpt2.cu: GPT-2 training on one GPU, checked against train_gpt2.c.
+
+The same model, flags, data loader, random numbers, log and checkpoint files as
+train_gpt2.c (a CPU checkpoint resumes here and the other way round in fp32);
+the arithmetic moves to the GPU. Each layer of train_gpt2.c has a launcher here
+with the same name, so the two files read side by side. This first version:
+  - precision chosen at build time: PRECISION=FP32 or BF16 (the default): the
+    parameters, gradients and activations are floatX; AdamW keeps fp32 moments
+    and, in BF16, an fp32 master copy of the weights (rounded to bf16 after
+    every update), so small updates are not lost to bf16's 8-bit mantissa;
+  - matmuls through cuBLAS (cublasGemmEx, fp32 accumulation), the bias added by
+    a kernel of ours; attention as two batched GEMMs around a causal softmax
+    kernel (the (B, NH, T, T) scores are kept for the backward pass);
+  - our kernels for the embedding, LayerNorm (a warp per row), GELU, the
+    residual adds, a fused classifier (softmax, loss and the gradient of the
+    logits written in one kernel, over the logits in place), AdamW, and the
+    global gradient norm;
+  - every kernel deterministic: sums over rows go through per-chunk partial
+    sums added in a fixed order, the embedding gradient through tokens sorted
+    on the host, never through atomics. Two runs are bit-identical.
+Left for later (see the issue): cuBLASLt epilogues, cuDNN attention, FP16 with
+loss scaling, activation recomputation, multi-GPU.
+
+Build and run:
+    make train_gpt2cu && ./train_gpt2cu             # the default run of train_gpt2.c, on the GPU
+    make train_gpt2cu PRECISION=FP32                # fp32 everywhere
+Without a GPU, make test runs this file's kernels through the CPU emulator
+(dev/emu) and compares them with train_gpt2.c (dev/test/test_train_gpt2_cuda.sh).
+
+Sizes: B batch, T time, C channels, NH heads, HS = C/NH, V vocabulary, Vp padded
+vocabulary, L layers, maxT longest sequence. As in train_gpt2.c, parameter
+gradients ACCUMULATE (+=), and so do LayerNorm's and the encoder's dinp (the
+residual stream's one running gradient); other activation gradients are WRITTEN.
+*/
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <stdint.h>
+#include <string.h>
+#include <math.h>
+#include <time.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <fcntl.h>
+#include <glob.h>
+#include <unistd.h>
+#include <sys/stat.h>
+#include <cuda_runtime.h>
+#include <cuda_bf16.h>
+#include <cublas_v2.h>
+#define PROGRAM "./train_gpt2cu" // in messages: how the user runs this program
+
+// ----------------------------------------------------------------------------
+// utilities: checked calls, random numbers, timer
+
+// The shared copies of the check macros and the generator bring small helpers
+// this program does not call; nvcc's front end would warn about each unused one.
+#pragma nv_diag_suppress 177
+// --- begin shared-copy: check-macros ---
+// Every libc call that can fail goes through one of these wrappers. On failure each prints one
+// line saying what failed, the C library's own reason (strerror) and where in our source it
+// happened, then exits with status 1. They are static inline so that a program using only
+// some of them still compiles cleanly under -Wall -Wextra -Werror.
+
+static inline FILE *fopen_check(const char *path, const char *mode, const char *file, int line) {
+    FILE *fp = fopen(path, mode);
+    if (fp == NULL) {
+        fprintf(stderr, "Error: cannot open '%s' (mode \"%s\"): %s [%s:%d]\n",
+                path, mode, strerror(errno), file, line);
+        exit(EXIT_FAILURE);
+    }
+    return fp;
+}
+#define fopenCheck(path, mode) fopen_check(path, mode, __FILE__, __LINE__)
+
+static inline void fread_check(void *ptr, size_t size, size_t nmemb, FILE *stream,
+                               const char *file, int line) {
+    size_t got = fread(ptr, size, nmemb, stream);
+    if (got != nmemb) {
+        // a short read is either the file ending early or a real I/O error; say which
+        if (feof(stream)) {
+            fprintf(stderr, "Error: file ended early: read %zu of %zu items of %zu bytes [%s:%d]\n",
+                    got, nmemb, size, file, line);
+        } else {
+            fprintf(stderr, "Error: read failed after %zu of %zu items: %s [%s:%d]\n",
+                    got, nmemb, strerror(errno), file, line);
+        }
+        exit(EXIT_FAILURE);
+    }
+}
+#define freadCheck(ptr, size, nmemb, stream) fread_check(ptr, size, nmemb, stream, __FILE__, __LINE__)
+
+static inline void fwrite_check(const void *ptr, size_t size, size_t nmemb, FILE *stream,
+                                const char *file, int line) {
+    size_t put = fwrite(ptr, size, nmemb, stream);
+    if (put != nmemb) {
+        fprintf(stderr, "Error: write failed after %zu of %zu items: %s [%s:%d]\n",
+                put, nmemb, strerror(errno), file, line);
+        exit(EXIT_FAILURE);
+    }
+}
+#define fwriteCheck(ptr, size, nmemb, stream) fwrite_check(ptr, size, nmemb, stream, __FILE__, __LINE__)
+
+static inline void fclose_check(FILE *fp, const char *file, int line) {
+    // fclose flushes buffered writes, so a full disk often shows up only here
+    if (fclose(fp) != 0) {
+        fprintf(stderr, "Error: closing a file failed: %s [%s:%d]\n", strerror(errno), file, line);
+        exit(EXIT_FAILURE);
+    }
+}
+#define fcloseCheck(fp) fclose_check(fp, __FILE__, __LINE__)
+
+static inline void *malloc_check(size_t size, const char *file, int line) {
+    // malloc(0) may legally return NULL; ask for one byte so that is never mistaken for failure
+    void *ptr = malloc(size > 0 ? size : 1);
+    if (ptr == NULL) {
+        fprintf(stderr, "Error: out of memory: could not allocate %zu bytes [%s:%d]\n",
+                size, file, line);
+        exit(EXIT_FAILURE);
+    }
+    return ptr;
+}
+#define mallocCheck(size) malloc_check(size, __FILE__, __LINE__)
+// --- end shared-copy: check-macros ---
+
+// exit with the file, line and the library's own message on any CUDA error
+static void cuda_check(cudaError_t err, const char *file, int line) {
+    if (err != cudaSuccess) {
+        fprintf(stderr, "Error: CUDA: %s [%s:%d]\n", cudaGetErrorString(err), file, line);
+        exit(EXIT_FAILURE);
+    }
+}
+#define cudaCheck(err) cuda_check(err, __FILE__, __LINE__)
+static void cublas_check(cublasStatus_t status, const char *file, int line) {
+    if (status != CUBLAS_STATUS_SUCCESS) {
+        fprintf(stderr, "Error: cuBLAS: %s [%s:%d]\n", cublasGetStatusString(status), file, line);
+        exit(EXIT_FAILURE);
+    }
+}
+#define cublasCheck(status) cublas_check(status, __FILE__, __LINE__)
+
+// Device memory for one group of tensors (`what`), or a message that says which
+// group did not fit, by how much, and what to change.
+static void *cuda_malloc_check(size_t bytes, const char *what) {
+    void *p = NULL;
+    cudaError_t err = cudaMalloc(&p, bytes > 0 ? bytes : 1);
+    if (err != cudaSuccess) {
+        size_t free_bytes = 0, total_bytes = 0;
+        cudaGetLastError(); // clear the error, so that the query below works
+        cudaMemGetInfo(&free_bytes, &total_bytes);
+        fprintf(stderr, "Error: out of GPU memory: %s need %.1f MiB, %.1f MiB of %.1f MiB are free (%s)\n"
+                "HINT: lower the batch size (-b) or the sequence length (-t), and raise -d to keep the total batch\n",
+                what, bytes / 1048576.0, free_bytes / 1048576.0, total_bytes / 1048576.0, cudaGetErrorString(err));
+        exit(EXIT_FAILURE);
+    }
+    return p;
+}
+
+// --- begin shared-copy: splitmix-rng ---
+// One small generator for everything random: SplitMix64 (Steele, Lea, Flood 2014).
+// Used two ways. As a hash of a counter it gives random numbers that depend only
+// on (seed, stream, index): weight init can run in any order, in parallel, and
+// numpy can reproduce it vectorised (dev/reference/gpt2_reference.py does). As a
+// sequential generator (state += golden ratio) it shuffles and samples.
+static inline uint64_t splitmix64(uint64_t z) {
+    z += 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+// The key of one random stream (each program lists its streams; in train_gpt2.c
+// 0..15 are the parameter tensors, which the reference reproduces). A stream can
+// be split further by an index (an epoch, a step) with rng_subkey.
+static inline uint64_t rng_key(uint64_t seed, uint64_t stream) { return splitmix64((seed << 32) ^ stream); }
+static inline uint64_t rng_subkey(uint64_t seed, uint64_t stream, uint64_t index) { return splitmix64(rng_key(seed, stream) ^ index); }
+// uniform in [0, 1) with 24 random bits, so the value is exact in a float
+static inline double rng_uniform_at(uint64_t key, uint64_t i) { return (double)(splitmix64(key + i) >> 40) * 0x1p-24; }
+// standard normal by Box-Muller, from the uniforms at 2i and 2i+1
+static inline double rng_normal_at(uint64_t key, uint64_t i) {
+    double u1 = rng_uniform_at(key, 2 * i), u2 = rng_uniform_at(key, 2 * i + 1);
+    return sqrt(-2.0 * log(1.0 - u1)) * cos(2.0 * M_PI * u2);
+}
+// sequential use: *state is the counter
+static inline uint64_t rng_next(uint64_t *state) { return splitmix64((*state)++); }
+static inline float rng_float(uint64_t *state) { return (float)((rng_next(state) >> 40) * 0x1p-24); }
+// --- end shared-copy: splitmix-rng ---
+#pragma nv_diag_default 177
+
+static inline double wall_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + 1e-9 * ts.tv_nsec;
+}
+
+// ----------------------------------------------------------------------------
+// precision: floatX is what parameters, gradients and activations are stored in
+
+#if defined(ENABLE_FP32)
+typedef float floatX;
+#define CUBLAS_FLOATX CUDA_R_32F
+#define PRECISION_NAME "fp32"
+#define MODEL_VERSION_OURS MODEL_VERSION_FP32
+#elif defined(ENABLE_BF16)
+typedef __nv_bfloat16 floatX;
+#define CUBLAS_FLOATX CUDA_R_16BF
+#define PRECISION_NAME "bf16"
+#define MODEL_VERSION_OURS MODEL_VERSION_BF16
+#else
+#error "build with -DENABLE_FP32 or -DENABLE_BF16 (make train_gpt2cu PRECISION=FP32|BF16)"
+#endif
+// all arithmetic is in fp32: values are converted on load and rounded on store
+__device__ __host__ inline float to_float(floatX x) { return (float)x; }
+__device__ __host__ inline floatX from_float(float x) { return (floatX)x; }
+
+// ----------------------------------------------------------------------------
+// the kernels
+
+// sums and maxima across the 32 threads of a warp, every thread gets the result
+__device__ inline float warp_sum(float v) {
+    for (int offset = 16; offset > 0; offset /= 2) { v += __shfl_xor_sync(0xffffffffu, v, offset); }
+    return v;
+}
+__device__ inline float warp_max(float v) {
+    for (int offset = 16; offset > 0; offset /= 2) { v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset)); }
+    return v;
+}
+// ... and across a block (a whole number of warps, at most 1024 threads)
+__device__ inline float block_sum(float v) {
+    __shared__ float partial[32];
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    v = warp_sum(v);
+    __syncthreads(); // partial may still be read by an earlier call
+    if (lane == 0) { partial[warp] = v; }
+    __syncthreads();
+    return warp_sum(lane < (int)(blockDim.x / 32) ? partial[lane] : 0.0f);
+}
+__device__ inline float block_max(float v) {
+    __shared__ float partial[32];
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    v = warp_max(v);
+    __syncthreads();
+    if (lane == 0) { partial[warp] = v; }
+    __syncthreads();
+    return warp_max(lane < (int)(blockDim.x / 32) ? partial[lane] : -INFINITY);
+}
+
+// out[b,t,:] = wte[token] + wpe[t]; one thread per element
+__global__ void encoder_forward_kernel(floatX *out, const int *inp, const floatX *wte, const floatX *wpe, int B, int T,
+                                       int C) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (size_t)B * T * C) { return; }
+    size_t bt = i / C, c = i % C, t = bt % T;
+    out[i] = from_float(to_float(wte[(size_t)inp[bt] * C + c]) + to_float(wpe[t * C + c]));
+}
+
+// dwte: the positions of one token were sorted together on the host (order,
+// seg_start); a block per distinct token, a thread per channel, adds them up in
+// position order: no two threads write the same element, and the sums' order is
+// fixed. (Atomics would be simpler and not reproducible.)
+__global__ void encoder_backward_wte_kernel(floatX *dwte, const floatX *dout, const int *order, const int *seg_start,
+                                            const int *seg_token, int C) {
+    int s = blockIdx.x;
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+        float sum = 0.0f;
+        for (int i = seg_start[s]; i < seg_start[s + 1]; i++) { sum += to_float(dout[(size_t)order[i] * C + c]); }
+        floatX *d = dwte + (size_t)seg_token[s] * C + c;
+        *d = from_float(to_float(*d) + sum);
+    }
+}
+
+// dwpe[t, c] += sum over the batch of dout[b, t, c]
+__global__ void encoder_backward_wpe_kernel(floatX *dwpe, const floatX *dout, int B, int T, int C) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (size_t)T * C) { return; }
+    float sum = 0.0f;
+    for (int b = 0; b < B; b++) { sum += to_float(dout[(size_t)b * T * C + i]); }
+    dwpe[i] = from_float(to_float(dwpe[i]) + sum);
+}
+
+// One warp per position: mean and variance over its C channels (two passes, as
+// train_gpt2.c), then the normalised, scaled and shifted output.
+__global__ void layernorm_forward_kernel(floatX *out, float *mean, float *rstd, const floatX *inp, const floatX *weight,
+                                         const floatX *bias, int N, int C) {
+    int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (row >= N) { return; } // a whole warp leaves together
+    const floatX *x = inp + (size_t)row * C;
+    float m = 0.0f;
+    for (int i = lane; i < C; i += 32) { m += to_float(x[i]); }
+    m = warp_sum(m) / C;
+    float v = 0.0f;
+    for (int i = lane; i < C; i += 32) { float d = to_float(x[i]) - m; v += d * d; }
+    float s = 1.0f / sqrtf(warp_sum(v) / C + 1e-5f);
+    floatX *o = out + (size_t)row * C;
+    for (int i = lane; i < C; i += 32) { o[i] = from_float((to_float(x[i]) - m) * s * to_float(weight[i]) + to_float(bias[i])); }
+    if (lane == 0) {
+        mean[row] = m;
+        rstd[row] = s;
+    }
+}
+
+// dinp += rstd (g - mean(g) - xhat mean(g xhat)), g = dout * weight; a warp per position
+__global__ void layernorm_backward_kernel(floatX *dinp, const floatX *dout, const floatX *inp, const floatX *weight,
+                                          const float *mean, const float *rstd, int N, int C) {
+    int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (row >= N) { return; }
+    const floatX *dy = dout + (size_t)row * C, *x = inp + (size_t)row * C;
+    float m = mean[row], s = rstd[row], g_mean = 0.0f, gx_mean = 0.0f;
+    for (int i = lane; i < C; i += 32) {
+        float g = to_float(dy[i]) * to_float(weight[i]);
+        g_mean += g;
+        gx_mean += g * (to_float(x[i]) - m) * s;
+    }
+    g_mean = warp_sum(g_mean) / C;
+    gx_mean = warp_sum(gx_mean) / C;
+    floatX *dx = dinp + (size_t)row * C;
+    for (int i = lane; i < C; i += 32) {
+        float xhat = (to_float(x[i]) - m) * s;
+        float d = s * (to_float(dy[i]) * to_float(weight[i]) - g_mean - xhat * gx_mean);
+        dx[i] = from_float(to_float(dx[i]) + d);
+    }
+}
+
+// Sums down the rows of a (rows, cols) matrix in two steps, without atomics:
+// each block sums a chunk of ROWS_PER_CHUNK rows for its columns into partial
+// (chunk, cols); then reduce_partials adds the chunks in order. LayerNorm's
+// parameter gradients need two such sums at once (of dout * xhat and of dout),
+// the bias gradients one (of dout).
+#define ROWS_PER_CHUNK 128
+__global__ void layernorm_param_partials_kernel(float *partial, const floatX *dout, const floatX *inp, const float *mean,
+                                                const float *rstd, int N, int C) {
+    int c = blockIdx.x * blockDim.x + threadIdx.x, chunk = blockIdx.y;
+    if (c >= C) { return; }
+    float dw = 0.0f, db = 0.0f;
+    int end = min(N, (chunk + 1) * ROWS_PER_CHUNK);
+    for (int r = chunk * ROWS_PER_CHUNK; r < end; r++) {
+        float dy = to_float(dout[(size_t)r * C + c]);
+        dw += dy * (to_float(inp[(size_t)r * C + c]) - mean[r]) * rstd[r];
+        db += dy;
+    }
+    partial[(size_t)chunk * 2 * C + c] = dw;
+    partial[(size_t)chunk * 2 * C + C + c] = db;
+}
+
+__global__ void column_partials_kernel(float *partial, const floatX *x, int rows, int cols) {
+    int c = blockIdx.x * blockDim.x + threadIdx.x, chunk = blockIdx.y;
+    if (c >= cols) { return; }
+    float sum = 0.0f;
+    int end = min(rows, (chunk + 1) * ROWS_PER_CHUNK);
+    for (int r = chunk * ROWS_PER_CHUNK; r < end; r++) { sum += to_float(x[(size_t)r * cols + c]); }
+    partial[(size_t)chunk * cols + c] = sum;
+}
+
+// out[c] += sum over chunks of partial[chunk * stride + c], in chunk order
+__global__ void reduce_partials_kernel(floatX *out, const float *partial, int chunks, int cols, int stride) {
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= cols) { return; }
+    float sum = 0.0f;
+    for (int k = 0; k < chunks; k++) { sum += partial[(size_t)k * stride + c]; }
+    out[c] = from_float(to_float(out[c]) + sum);
+}
+
+// out (B*T, OC) += bias, broadcast over the rows
+__global__ void add_bias_kernel(floatX *out, const floatX *bias, size_t N, int OC) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < N) { out[i] = from_float(to_float(out[i]) + to_float(bias[i % OC])); }
+}
+
+// Attention works per head on (T, HS) matrices, so q, k and v are first copied
+// out of qkv (B, T, 3, NH, HS) into qkvr (3, B, NH, T, HS); the inverse copies
+// the gradient back.
+__global__ void permute_qkv_kernel(floatX *qkvr, const floatX *qkv, int B, int T, int NH, int HS, int inverse) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x, C = (size_t)NH * HS;
+    if (i >= (size_t)B * T * 3 * C) { return; }
+    // i indexes qkv: (b, t, which, h, d)
+    size_t d = i % HS, h = (i / HS) % NH, which = (i / C) % 3, t = (i / (3 * C)) % T, b = i / (3 * C * T);
+    size_t r = (((which * B + b) * NH + h) * T + t) * HS + d;
+    if (inverse) { ((floatX *)qkv)[i] = qkvr[r]; } else { qkvr[r] = qkv[i]; }
+}
+
+// y (B, T, C) <-> yr (B, NH, T, HS): the heads' outputs side by side again
+__global__ void permute_heads_kernel(floatX *yr, floatX *y, int B, int T, int NH, int HS, int to_heads) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x, C = (size_t)NH * HS;
+    if (i >= (size_t)B * T * C) { return; }
+    size_t d = i % HS, h = (i / HS) % NH, t = (i / C) % T, b = i / (C * T);
+    size_t r = ((b * NH + h) * T + t) * HS + d;
+    if (to_heads) { yr[r] = y[i]; } else { y[i] = yr[r]; }
+}
+
+// Causal softmax over each row t of the (already scaled) scores, in place: the
+// entries t2 <= t become probabilities, those above the diagonal 0. A warp per row.
+__global__ void causal_softmax_kernel(floatX *att, int rows, int T) {
+    int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (row >= rows) { return; }
+    int t = row % T;
+    floatX *a = att + (size_t)row * T;
+    float m = -INFINITY;
+    for (int i = lane; i <= t; i += 32) { m = fmaxf(m, to_float(a[i])); }
+    m = warp_max(m);
+    float sum = 0.0f;
+    for (int i = lane; i <= t; i += 32) { sum += expf(to_float(a[i]) - m); }
+    float inv = 1.0f / warp_sum(sum);
+    for (int i = lane; i < T; i += 32) { a[i] = from_float(i <= t ? expf(to_float(a[i]) - m) * inv : 0.0f); }
+}
+
+// Through the softmax, in place: datt becomes the gradient of the scores,
+// att (datt - sum(att datt)) times the scale the scores were multiplied by.
+__global__ void causal_softmax_backward_kernel(floatX *datt, const floatX *att, int rows, int T, float scale) {
+    int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (row >= rows) { return; }
+    int t = row % T;
+    const floatX *a = att + (size_t)row * T;
+    floatX *d = datt + (size_t)row * T;
+    float dot = 0.0f;
+    for (int i = lane; i <= t; i += 32) { dot += to_float(a[i]) * to_float(d[i]); }
+    dot = warp_sum(dot);
+    for (int i = lane; i < T; i += 32) { d[i] = from_float(i <= t ? to_float(a[i]) * (to_float(d[i]) - dot) * scale : 0.0f); }
+}
+
+// GELU, tanh approximation, as train_gpt2.c
+#define GELU_SCALE 0.7978845608028654f // sqrt(2/pi)
+__global__ void gelu_forward_kernel(floatX *out, const floatX *inp, size_t N) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= N) { return; }
+    float x = to_float(inp[i]);
+    out[i] = from_float(0.5f * x * (1.0f + tanhf(GELU_SCALE * (x + 0.044715f * x * x * x))));
+}
+
+__global__ void gelu_backward_kernel(floatX *dinp, const floatX *inp, const floatX *dout, size_t N) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= N) { return; }
+    float x = to_float(inp[i]);
+    float th = tanhf(GELU_SCALE * (x + 0.044715f * x * x * x));
+    float du = GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
+    dinp[i] = from_float(to_float(dout[i]) * (0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * du));
+}
+
+__global__ void residual_forward_kernel(floatX *out, const floatX *inp1, const floatX *inp2, size_t N) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < N) { out[i] = from_float(to_float(inp1[i]) + to_float(inp2[i])); }
+}
+
+// The fused classifier, a block per position. One pass over the V logits finds
+// the max and the sum of exponentials together (the running sum is rescaled
+// whenever the max grows: the "online softmax" of Milakov & Gimelshein 2018);
+// the loss is logsumexp - logit[target]. With dloss > 0 a second pass writes the
+// gradient (softmax - onehot) * dloss over the logits, in place; the padded
+// columns V..Vp-1 get 0. The probabilities are never stored.
+__global__ void fused_classifier_kernel(floatX *logits, float *losses, const int *targets, float dloss, int V, int Vp) {
+    size_t bt = blockIdx.x;
+    floatX *z = logits + bt * Vp;
+    float m = -INFINITY, s = 0.0f;
+    for (int i = threadIdx.x; i < V; i += blockDim.x) {
+        float x = to_float(z[i]);
+        if (x > m) {
+            s = s * expf(m - x) + 1.0f;
+            m = x;
+        } else {
+            s += expf(x - m);
+        }
+    }
+    float block_m = block_max(m);
+    s = block_sum(m == -INFINITY ? 0.0f : s * expf(m - block_m));
+    float lse = block_m + logf(s);
+    int target = targets[bt];
+    float target_logit = to_float(z[target]);
+    __syncthreads(); // everyone has read z[target] before it is overwritten
+    if (threadIdx.x == 0) { losses[bt] = lse - target_logit; }
+    if (dloss > 0.0f) {
+        for (int i = threadIdx.x; i < Vp; i += blockDim.x) {
+            float g = i < V ? (expf(to_float(z[i]) - lse) - (i == target ? 1.0f : 0.0f)) * dloss : 0.0f;
+            z[i] = from_float(g);
+        }
+    }
+}
+
+// AdamW on one tensor, as gpt2_update in train_gpt2.c. With master weights (bf16)
+// the update is made to the fp32 copy and the parameter is its rounding.
+__global__ void adamw_kernel(floatX *param, float *master, const floatX *grad, float *m, float *v, size_t n, float beta1,
+                             float beta2, float step_size, float sqrt_bc2, float eps, float decay, float grad_scale) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) { return; }
+    float p = master != NULL ? master[i] : to_float(param[i]);
+    float g = to_float(grad[i]) * grad_scale;
+    m[i] = beta1 * m[i] + (1.0f - beta1) * g;
+    v[i] = beta2 * v[i] + (1.0f - beta2) * g * g;
+    p = p * decay - step_size * m[i] / (sqrtf(v[i]) / sqrt_bc2 + eps);
+    param[i] = from_float(p);
+    if (master != NULL) { master[i] = p; }
+}
+
+// The squared gradient norm in NORM_BLOCKS partial sums: block k sums a fixed
+// stride of the gradients (fixed order); the host adds the partials in double.
+#define NORM_BLOCKS 1024
+__global__ void norm_partials_kernel(float *partial, const floatX *g, size_t n) {
+    float s = 0.0f;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        float x = to_float(g[i]);
+        s += x * x;
+    }
+    s = block_sum(s);
+    if (threadIdx.x == 0) { partial[blockIdx.x] = s; }
+}
+
+// float -> floatX (loading fp32 checkpoints) and back (writing them)
+__global__ void convert_kernel(floatX *out, const float *inp, size_t n) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) { out[i] = from_float(inp[i]); }
+}
+
+// ----------------------------------------------------------------------------
+// the layers: launchers with train_gpt2.c's names, in the order data flows
+
+#define BLOCK 256 // threads per block of the elementwise kernels
+static inline unsigned ceil_div(size_t n, size_t d) { return (unsigned)((n + d - 1) / d); }
+static cublasHandle_t cublas_handle;
+static float *reduce_scratch; // partial sums of the row reductions: (chunks, up to 4C); set up with the activations
+
+// C = alpha op(A) @ op(B) + beta C, all row-major, `batch` times with the given
+// strides. op(A) = A stored (M, K), or with ta = 1 A^T of an A stored (K, M);
+// likewise op(B) = B stored (K, N), or with tb = 1 B^T of a B stored (N, K).
+// cuBLAS is column-major: a row-major (R, S) matrix is, as it lies in memory, the
+// column-major (S, R) matrix of its transpose, so we ask for C^T = op(B)^T op(A)^T.
+// Inputs and outputs are floatX, the products are summed in fp32 (in BF16 on the
+// tensor cores).
+static void matmul_strided(floatX *C, const floatX *A, const floatX *B, int M, int N, int K, int ta, int tb, float alpha,
+                           float beta, int batch, size_t stride_a, size_t stride_b, size_t stride_c) {
+    cublasCheck(cublasGemmStridedBatchedEx(cublas_handle, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, N,
+                                           M, K, &alpha, B, CUBLAS_FLOATX, tb ? K : N, (long long)stride_b, A, CUBLAS_FLOATX,
+                                           ta ? M : K, (long long)stride_a, &beta, C, CUBLAS_FLOATX, N, (long long)stride_c,
+                                           batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+static void matmul(floatX *C, const floatX *A, const floatX *B, int M, int N, int K, int ta, int tb, float alpha, float beta) {
+    matmul_strided(C, A, B, M, N, K, ta, tb, alpha, beta, 1, 0, 0, 0);
+}
+
+void encoder_forward(floatX *out, const int *inp, const floatX *wte, const floatX *wpe, size_t B, size_t T, size_t C) {
+    encoder_forward_kernel<<<ceil_div(B * T * C, BLOCK), BLOCK>>>(out, inp, wte, wpe, (int)B, (int)T, (int)C);
+    cudaCheck(cudaGetLastError());
+}
+
+// inp: the tokens in host memory. Their positions are sorted by token here (a
+// counting sort, stable: positions of a token stay in order), so that the kernel
+// can sum each token's rows without atomics.
+void encoder_backward(floatX *dwte, floatX *dwpe, const floatX *dout, const int *inp, size_t B, size_t T, size_t C) {
+    static int *order, *seg_start, *seg_token, *count, *dev; // host buffers, and one device block for all three
+    static size_t capacity, count_capacity;
+    size_t N = B * T;
+    int max_token = 0;
+    for (size_t i = 0; i < N; i++) { max_token = inp[i] > max_token ? inp[i] : max_token; }
+    if (N > capacity) {
+        free(order); free(seg_start); free(seg_token);
+        if (dev != NULL) { cudaCheck(cudaFree(dev)); }
+        order = (int *)mallocCheck(N * sizeof(int));
+        seg_start = (int *)mallocCheck((N + 1) * sizeof(int));
+        seg_token = (int *)mallocCheck(N * sizeof(int));
+        dev = (int *)cuda_malloc_check((3 * N + 1) * sizeof(int), "the embedding gradient's token buckets");
+        capacity = N;
+    }
+    if ((size_t)max_token + 2 > count_capacity) {
+        free(count);
+        count_capacity = (size_t)max_token + 2;
+        count = (int *)mallocCheck(count_capacity * sizeof(int));
+    }
+    memset(count, 0, count_capacity * sizeof(int));
+    for (size_t i = 0; i < N; i++) { count[inp[i] + 1]++; }
+    int segments = 0;
+    for (int tok = 0; tok <= max_token; tok++) {
+        if (count[tok + 1] > 0) {
+            seg_token[segments] = tok;
+            seg_start[segments++] = count[tok];
+        }
+        count[tok + 1] += count[tok]; // count[tok] is now where token tok's positions start
+    }
+    seg_start[segments] = (int)N;
+    for (size_t i = 0; i < N; i++) { order[count[inp[i]]++] = (int)i; }
+    cudaCheck(cudaMemcpy(dev, order, N * sizeof(int), cudaMemcpyHostToDevice));
+    cudaCheck(cudaMemcpy(dev + N, seg_start, (segments + 1) * sizeof(int), cudaMemcpyHostToDevice));
+    cudaCheck(cudaMemcpy(dev + 2 * N + 1, seg_token, segments * sizeof(int), cudaMemcpyHostToDevice));
+    encoder_backward_wte_kernel<<<segments, BLOCK>>>(dwte, dout, dev, dev + N, dev + 2 * N + 1, (int)C);
+    cudaCheck(cudaGetLastError());
+    encoder_backward_wpe_kernel<<<ceil_div(T * C, BLOCK), BLOCK>>>(dwpe, dout, (int)B, (int)T, (int)C);
+    cudaCheck(cudaGetLastError());
+}
+
+void layernorm_forward(floatX *out, float *mean, float *rstd, const floatX *inp, const floatX *weight,
+                       const floatX *bias, size_t B, size_t T, size_t C) {
+    layernorm_forward_kernel<<<ceil_div(B * T, BLOCK / 32), BLOCK>>>(out, mean, rstd, inp, weight, bias, (int)(B * T), (int)C);
+    cudaCheck(cudaGetLastError());
+}
+
+void layernorm_backward(floatX *dinp, floatX *dweight, floatX *dbias, const floatX *dout, const floatX *inp,
+                        const floatX *weight, const float *mean, const float *rstd, size_t B, size_t T, size_t C) {
+    int N = (int)(B * T), chunks = (int)ceil_div(N, ROWS_PER_CHUNK);
+    layernorm_backward_kernel<<<ceil_div(N, BLOCK / 32), BLOCK>>>(dinp, dout, inp, weight, mean, rstd, N, (int)C);
+    cudaCheck(cudaGetLastError());
+    layernorm_param_partials_kernel<<<dim3(ceil_div(C, BLOCK), chunks), BLOCK>>>(reduce_scratch, dout, inp, mean, rstd, N, (int)C);
+    cudaCheck(cudaGetLastError());
+    reduce_partials_kernel<<<ceil_div(C, BLOCK), BLOCK>>>(dweight, reduce_scratch, chunks, (int)C, 2 * (int)C);
+    cudaCheck(cudaGetLastError());
+    reduce_partials_kernel<<<ceil_div(C, BLOCK), BLOCK>>>(dbias, reduce_scratch + C, chunks, (int)C, 2 * (int)C);
+    cudaCheck(cudaGetLastError());
+}
+
+// out (B,T,OC) = inp (B,T,C) @ weight^T + bias, weight (OC,C) as in nn.Linear
+void matmul_forward(floatX *out, const floatX *inp, const floatX *weight, const floatX *bias,
+                    size_t B, size_t T, size_t C, size_t OC) {
+    matmul(out, inp, weight, (int)(B * T), (int)OC, (int)C, 0, 1, 1.0f, 0.0f);
+    if (bias != NULL) {
+        add_bias_kernel<<<ceil_div(B * T * OC, BLOCK), BLOCK>>>(out, bias, B * T * OC, (int)OC);
+        cudaCheck(cudaGetLastError());
+    }
+}
+
+// dinp (B,T,C) = scale dout @ weight (written); dweight (OC,C) += scale dout^T @ inp;
+// dbias (OC) += scale * column sums of dout. scale is 1 except for the classifier,
+// whose dlogits were written before the loss scale was known.
+void matmul_backward_scaled(floatX *dinp, floatX *dweight, floatX *dbias, const floatX *dout, const floatX *inp,
+                            const floatX *weight, size_t B, size_t T, size_t C, size_t OC, float scale) {
+    matmul(dinp, dout, weight, (int)(B * T), (int)C, (int)OC, 0, 0, scale, 0.0f);
+    matmul(dweight, dout, inp, (int)OC, (int)C, (int)(B * T), 1, 0, scale, 1.0f);
+    if (dbias != NULL) { // (no layer with a bias is scaled)
+        int chunks = (int)ceil_div(B * T, ROWS_PER_CHUNK);
+        column_partials_kernel<<<dim3(ceil_div(OC, BLOCK), chunks), BLOCK>>>(reduce_scratch, dout, (int)(B * T), (int)OC);
+        cudaCheck(cudaGetLastError());
+        reduce_partials_kernel<<<ceil_div(OC, BLOCK), BLOCK>>>(dbias, reduce_scratch, chunks, (int)OC, (int)OC);
+        cudaCheck(cudaGetLastError());
+    }
+}
+void matmul_backward(floatX *dinp, floatX *dweight, floatX *dbias, const floatX *dout, const floatX *inp,
+                     const floatX *weight, size_t B, size_t T, size_t C, size_t OC) {
+    matmul_backward_scaled(dinp, dweight, dbias, dout, inp, weight, B, T, C, OC, 1.0f);
+}
+
+// out (B,T,C) = softmax(q k^T * scale, causal) v per head. qkvr (3,B,NH,T,HS)
+// keeps the per-head q, k, v and att (B,NH,T,T) the probabilities, both for the
+// backward pass; yr (B,NH,T,HS) is scratch.
+void attention_forward(floatX *out, floatX *qkvr, floatX *att, floatX *yr, const floatX *qkv, size_t B, size_t T, size_t C,
+                       size_t NH) {
+    size_t HS = C / NH, BTC = B * T * C;
+    float scale = 1.0f / sqrtf((float)HS);
+    permute_qkv_kernel<<<ceil_div(3 * BTC, BLOCK), BLOCK>>>(qkvr, (floatX *)qkv, (int)B, (int)T, (int)NH, (int)HS, 0);
+    cudaCheck(cudaGetLastError());
+    const floatX *q = qkvr, *k = qkvr + BTC, *v = qkvr + 2 * BTC;
+    // scores (T, T) = q (T, HS) @ k^T * scale, for each of the B*NH heads
+    matmul_strided(att, q, k, (int)T, (int)T, (int)HS, 0, 1, scale, 0.0f, (int)(B * NH), T * HS, T * HS, T * T);
+    causal_softmax_kernel<<<ceil_div(B * NH * T, BLOCK / 32), BLOCK>>>(att, (int)(B * NH * T), (int)T);
+    cudaCheck(cudaGetLastError());
+    // y (T, HS) = att (T, T) @ v (T, HS)
+    matmul_strided(yr, att, v, (int)T, (int)HS, (int)T, 0, 0, 1.0f, 0.0f, (int)(B * NH), T * T, T * HS, T * HS);
+    permute_heads_kernel<<<ceil_div(BTC, BLOCK), BLOCK>>>(yr, out, (int)B, (int)T, (int)NH, (int)HS, 0);
+    cudaCheck(cudaGetLastError());
+}
+
+// dqkv (B,T,3C) written; datt (B,NH,T,T), dqkvr (3,B,NH,T,HS) and dyr (B,NH,T,HS) are scratch
+void attention_backward(floatX *dqkv, floatX *dqkvr, floatX *datt, floatX *dyr, const floatX *dout, const floatX *qkvr,
+                        const floatX *att, size_t B, size_t T, size_t C, size_t NH) {
+    size_t HS = C / NH, BTC = B * T * C;
+    float scale = 1.0f / sqrtf((float)HS);
+    const floatX *q = qkvr, *k = qkvr + BTC, *v = qkvr + 2 * BTC;
+    floatX *dq = dqkvr, *dk = dqkvr + BTC, *dv = dqkvr + 2 * BTC;
+    permute_heads_kernel<<<ceil_div(BTC, BLOCK), BLOCK>>>(dyr, (floatX *)dout, (int)B, (int)T, (int)NH, (int)HS, 1);
+    cudaCheck(cudaGetLastError());
+    int heads = (int)(B * NH);
+    // through y = att @ v: dv = att^T @ dy, datt = dy @ v^T
+    matmul_strided(dv, att, dyr, (int)T, (int)HS, (int)T, 1, 0, 1.0f, 0.0f, heads, T * T, T * HS, T * HS);
+    matmul_strided(datt, dyr, v, (int)T, (int)T, (int)HS, 0, 1, 1.0f, 0.0f, heads, T * HS, T * HS, T * T);
+    // through the softmax (and the scale), in place
+    causal_softmax_backward_kernel<<<ceil_div(B * NH * T, BLOCK / 32), BLOCK>>>(datt, att, (int)(B * NH * T), (int)T, scale);
+    cudaCheck(cudaGetLastError());
+    // through the scores q @ k^T: dq = dscores @ k, dk = dscores^T @ q
+    matmul_strided(dq, datt, k, (int)T, (int)HS, (int)T, 0, 0, 1.0f, 0.0f, heads, T * T, T * HS, T * HS);
+    matmul_strided(dk, datt, q, (int)T, (int)HS, (int)T, 1, 0, 1.0f, 0.0f, heads, T * T, T * HS, T * HS);
+    permute_qkv_kernel<<<ceil_div(3 * BTC, BLOCK), BLOCK>>>(dqkvr, dqkv, (int)B, (int)T, (int)NH, (int)HS, 1);
+    cudaCheck(cudaGetLastError());
+}
+
+void gelu_forward(floatX *out, const floatX *inp, size_t N) {
+    gelu_forward_kernel<<<ceil_div(N, BLOCK), BLOCK>>>(out, inp, N);
+    cudaCheck(cudaGetLastError());
+}
+
+void gelu_backward(floatX *dinp, const floatX *inp, const floatX *dout, size_t N) {
+    gelu_backward_kernel<<<ceil_div(N, BLOCK), BLOCK>>>(dinp, inp, dout, N);
+    cudaCheck(cudaGetLastError());
+}
+
+void residual_forward(floatX *out, const floatX *inp1, const floatX *inp2, size_t N) {
+    residual_forward_kernel<<<ceil_div(N, BLOCK), BLOCK>>>(out, inp1, inp2, N);
+    cudaCheck(cudaGetLastError());
+}
+
+// losses (B,T) and, with dloss > 0, the gradient of the logits written over them
+void fused_classifier(floatX *logits, float *losses, const int *targets, float dloss, size_t B, size_t T, size_t V,
+                      size_t Vp) {
+    fused_classifier_kernel<<<(unsigned)(B * T), 1024>>>(logits, losses, targets, dloss, (int)V, (int)Vp);
+    cudaCheck(cudaGetLastError());
+}
+
+// ----------------------------------------------------------------------------
+// the model: configuration, parameter and activation tables
+
+// --- begin shared-copy: gpt2-config ---
+typedef struct {
+    int max_seq_len;       // maxT, e.g. 1024
+    int vocab_size;        // V, e.g. 50257
+    int padded_vocab_size; // Vp, V rounded up to a multiple of 128, e.g. 50304
+    int num_layers;        // L
+    int num_heads;         // NH
+    int channels;          // C
+} GPT2Config;
+
+// The parameters, in the order of llm.c's checkpoint files (which we read and write).
+#define NUM_PARAMETER_TENSORS 16
+// --- end shared-copy: gpt2-config ---
+
+// (PARAMETER_NAMES is for the tests)
+#pragma nv_diag_suppress 177
+// --- begin shared-copy: gpt2-shapes ---
+const char *const PARAMETER_NAMES[NUM_PARAMETER_TENSORS] = {
+    "wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",
+    "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb", "lnfw", "lnfb"};
+
+void fill_in_parameter_sizes(size_t *sizes, GPT2Config config) {
+    size_t Vp = config.padded_vocab_size, C = config.channels, maxT = config.max_seq_len, L = config.num_layers;
+    size_t shapes[NUM_PARAMETER_TENSORS] = {
+        Vp * C, maxT * C, L * C, L * C, L * 3 * C * C, L * 3 * C, L * C * C, L * C,
+        L * C, L * C, L * 4 * C * C, L * 4 * C, L * C * 4 * C, L * C, C, C};
+    memcpy(sizes, shapes, sizeof(shapes));
+}
+
+// Check a configuration for sizes that cannot work; `source` names where it came
+// from. The caps are far above any GPT-2 (V 50257, L 48, C 1600, maxT 1024) and
+// keep every size product far from overflowing: a corrupt header is then reported
+// as such, not as an attempt to allocate petabytes.
+static void gpt2_validate_config(GPT2Config c, const char *source) {
+    if (c.max_seq_len <= 0 || c.max_seq_len > (1 << 20) || c.vocab_size <= 0 || c.vocab_size > (1 << 24) ||
+        c.padded_vocab_size < c.vocab_size || c.padded_vocab_size > (1 << 24) || c.num_layers <= 0 ||
+        c.num_layers > 1024 || c.num_heads <= 0 || c.channels <= 0 || c.channels > (1 << 16) ||
+        c.channels % c.num_heads != 0) {
+        fprintf(stderr, "Error: %s: impossible model shape maxT=%d V=%d Vp=%d L=%d NH=%d C=%d (need all > 0,"
+                " Vp >= V, C divisible by NH, maxT <= 2^20, V and Vp <= 2^24, L <= 1024, C <= 2^16): corrupt header?\n",
+                source, c.max_seq_len, c.vocab_size, c.padded_vocab_size, c.num_layers, c.num_heads, c.channels);
+        exit(EXIT_FAILURE);
+    }
+}
+
+static size_t gpt2_count_parameters(GPT2Config config) {
+    size_t sizes[NUM_PARAMETER_TENSORS], n = 0;
+    fill_in_parameter_sizes(sizes, config);
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) { n += sizes[i]; }
+    return n;
+}
+
+// Which tensors get weight decay: the matrices (embeddings and linear weights),
+// not the biases and LayerNorm parameters (as in nanoGPT and most GPT training).
+static const int WEIGHT_DECAYED[NUM_PARAMETER_TENSORS] = {1, 1, 0, 0, 1, 0, 1, 0, 0, 0, 1, 0, 1, 0, 0, 0};
+// --- end shared-copy: gpt2-shapes ---
+#pragma nv_diag_default 177
+
+// The parameters, in the order of llm.c's checkpoint files, as floatX on the GPU.
+typedef struct {
+    floatX *wte;      // (Vp, C) token embeddings, tied with the output layer
+    floatX *wpe;      // (maxT, C) position embeddings
+    floatX *ln1w;     // (L, C)
+    floatX *ln1b;     // (L, C)
+    floatX *qkvw;     // (L, 3*C, C)
+    floatX *qkvb;     // (L, 3*C)
+    floatX *attprojw; // (L, C, C)
+    floatX *attprojb; // (L, C)
+    floatX *ln2w;     // (L, C)
+    floatX *ln2b;     // (L, C)
+    floatX *fcw;      // (L, 4*C, C)
+    floatX *fcb;      // (L, 4*C)
+    floatX *fcprojw;  // (L, C, 4*C)
+    floatX *fcprojb;  // (L, C)
+    floatX *lnfw;     // (C)
+    floatX *lnfb;     // (C)
+} ParameterTensors;
+
+// The activations of one forward pass, kept for the backward pass. Most are
+// floatX; the LayerNorm statistics and the losses stay fp32 (ACT_FP32 below).
+#define NUM_ACTIVATION_TENSORS 23
+typedef struct {
+    floatX *encoded;   // (B, T, C) token + position embeddings
+    floatX *ln1;       // (L, B, T, C)
+    float *ln1_mean;   // (L, B, T)
+    float *ln1_rstd;   // (L, B, T)
+    floatX *qkv;       // (L, B, T, 3*C)
+    floatX *qkvr;      // (L, 3, B, NH, T, HS) q, k, v per head
+    floatX *atty;      // (L, B, T, C) attention output, before the projection
+    floatX *att;       // (L, B, NH, T, T) softmaxed attention scores
+    floatX *attproj;   // (L, B, T, C)
+    floatX *residual2; // (L, B, T, C) residual stream after attention
+    floatX *ln2;       // (L, B, T, C)
+    float *ln2_mean;   // (L, B, T)
+    float *ln2_rstd;   // (L, B, T)
+    floatX *fch;       // (L, B, T, 4*C) MLP hidden layer, before GELU
+    floatX *fch_gelu;  // (L, B, T, 4*C)
+    floatX *fcproj;    // (L, B, T, C)
+    floatX *residual3; // (L, B, T, C) residual stream after the MLP = the block's output
+    floatX *lnf;       // (B, T, C)
+    float *lnf_mean;   // (B, T)
+    float *lnf_rstd;   // (B, T)
+    floatX *logits;    // (B, T, Vp); with targets, overwritten by dlogits (the fused classifier)
+    float *losses;     // (B, T)
+    floatX *yr;        // (B, NH, T, HS) scratch of attention_forward
+} ActivationTensors;
+static const int ACT_FP32[NUM_ACTIVATION_TENSORS] = {0, 0, 1, 1, 0, 0, 0, 0, 0, 0, 0, 1, 1, 0, 0, 0, 0, 0, 1, 1, 0, 1, 0};
+
+void fill_in_activation_sizes(size_t *sizes, GPT2Config config, size_t B, size_t T) {
+    size_t C = config.channels, NH = config.num_heads, L = config.num_layers, Vp = config.padded_vocab_size;
+    size_t shapes[NUM_ACTIVATION_TENSORS] = {
+        B * T * C, L * B * T * C, L * B * T, L * B * T, L * B * T * 3 * C, L * B * T * 3 * C, L * B * T * C,
+        L * B * NH * T * T, L * B * T * C, L * B * T * C, L * B * T * C, L * B * T, L * B * T,
+        L * B * T * 4 * C, L * B * T * 4 * C, L * B * T * C, L * B * T * C, B * T * C, B * T, B * T,
+        B * T * Vp, B * T, B * T * C};
+    memcpy(sizes, shapes, sizeof(shapes));
+}
+
+// Gradients of the activations: one buffer of each shape for the whole network.
+#define NUM_GRAD_ACT_TENSORS 8
+typedef struct {
+    floatX *dresidual; // (B, T, C) the running gradient of the residual stream
+    floatX *dln;       // (B, T, C) gradient at a LayerNorm output (ln1, ln2 and lnf in turn)
+    floatX *datty;     // (B, T, C)
+    floatX *dqkv;      // (B, T, 3*C)
+    floatX *datt;      // (B, NH, T, T)
+    floatX *dfch;      // (B, T, 4*C) gradient at fch_gelu, then (in place) at fch
+    floatX *dqkvr;     // (3, B, NH, T, HS) scratch of attention_backward
+    floatX *dyr;       // (B, NH, T, HS) scratch of attention_backward
+} GradActTensors;
+
+void fill_in_grad_act_sizes(size_t *sizes, GPT2Config config, size_t B, size_t T) {
+    size_t C = config.channels, NH = config.num_heads;
+    size_t shapes[NUM_GRAD_ACT_TENSORS] = {B * T * C, B * T * C, B * T * C, B * T * 3 * C, B * NH * T * T, B * T * 4 * C,
+                                           B * T * 3 * C, B * T * C};
+    memcpy(sizes, shapes, sizeof(shapes));
+}
+
+// One device allocation for a whole table (what: its name in an out-of-memory
+// message); each slice starts on a 256-byte boundary. elem_bytes gives each
+// tensor's element size (NULL: all floatX). Returns the bytes allocated.
+static size_t cuda_malloc_and_point(void **slices, const size_t *sizes, const int *is_fp32, int n, const char *what,
+                                    void **memory) {
+    size_t total = 0;
+    for (int i = 0; i < n; i++) {
+        size_t bytes = sizes[i] * (is_fp32 != NULL && is_fp32[i] ? sizeof(float) : sizeof(floatX));
+        total += (bytes + 255) / 256 * 256;
+    }
+    char *p = (char *)cuda_malloc_check(total, what);
+    *memory = p;
+    for (int i = 0; i < n; i++) {
+        slices[i] = p;
+        size_t bytes = sizes[i] * (is_fp32 != NULL && is_fp32[i] ? sizeof(float) : sizeof(floatX));
+        p += (bytes + 255) / 256 * 256;
+    }
+    return total;
+}
+
+typedef struct {
+    GPT2Config config;
+    ParameterTensors params;       // on the GPU, floatX
+    size_t param_sizes[NUM_PARAMETER_TENSORS];
+    floatX *params_memory;
+    size_t num_parameters;
+    float *master_memory;          // BF16: the fp32 master weights AdamW updates; NULL in FP32
+    ParameterTensors grads;
+    floatX *grads_memory;
+    size_t grad_bytes;
+    float *m_memory;               // AdamW first moments, allocated on the first update
+    float *v_memory;               // AdamW second moments
+    float *norm_partials;          // (NORM_BLOCKS) on the GPU, and its host copy
+    float *norm_partials_host;
+    ActivationTensors acts;
+    size_t act_sizes[NUM_ACTIVATION_TENSORS];
+    void *acts_memory;
+    size_t num_activations, act_bytes;
+    GradActTensors grads_acts;
+    void *grads_acts_memory;
+    size_t grad_act_bytes;
+    int batch_size;                // the B and T the activations were allocated for; 0 until the first forward
+    int seq_len;
+    int B, T;                      // the batch of the last forward pass, which gpt2_backward works on
+    int *inputs, *targets;         // (B, T) the current batch, in host memory
+    int *inputs_dev, *targets_dev; // and on the GPU
+    float *losses_host;            // (B, T) host copy of the losses
+    float mean_loss;               // of the last forward with targets, -1 without
+} GPT2;
+
+// Set up sizes and the parameter block; host_params (num_parameters fp32
+// values, in table order) are copied in (rounded to floatX), and to the master
+// copy in BF16.
+static void gpt2_allocate_parameters(GPT2 *model, const float *host_params) {
+    fill_in_parameter_sizes(model->param_sizes, model->config);
+    model->num_parameters = 0;
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) { model->num_parameters += model->param_sizes[i]; }
+    void *memory;
+    cuda_malloc_and_point((void **)&model->params, model->param_sizes, NULL, NUM_PARAMETER_TENSORS, "the parameters", &memory);
+    model->params_memory = (floatX *)memory;
+    // slices are padded to 256 bytes: copy tensor by tensor
+    float *staging = (float *)cuda_malloc_check(model->num_parameters * sizeof(float), "the parameters (fp32 staging)");
+    cudaCheck(cudaMemcpy(staging, host_params, model->num_parameters * sizeof(float), cudaMemcpyHostToDevice));
+    floatX **tensors = (floatX **)&model->params;
+    size_t offset = 0;
+    for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {
+        convert_kernel<<<ceil_div(model->param_sizes[k], BLOCK), BLOCK>>>(tensors[k], staging + offset, model->param_sizes[k]);
+        cudaCheck(cudaGetLastError());
+        offset += model->param_sizes[k];
+    }
+#if defined(ENABLE_BF16)
+    model->master_memory = staging; // the staging copy becomes the master weights
+#else
+    cudaCheck(cudaFree(staging));
+    model->master_memory = NULL;
+#endif
+    model->grads_memory = NULL;
+    model->m_memory = NULL;
+    model->v_memory = NULL;
+    model->norm_partials = NULL;
+    model->norm_partials_host = NULL;
+    model->acts_memory = NULL;
+    model->grads_acts_memory = NULL;
+    model->inputs = NULL;
+    model->targets = NULL;
+    model->batch_size = 0;
+    model->seq_len = 0;
+    model->mean_loss = -1.0f;
+}
+
+// --- begin shared-copy: atomic-write ---
+// snprintf into a path buffer, or exit if the path does not fit (a silently
+// truncated path would read or write the wrong file)
+static void format_path(char *out, size_t size, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void format_path(char *out, size_t size, const char *fmt, ...) {
+    va_list args;
+    va_start(args, fmt);
+    int n = vsnprintf(out, size, fmt, args);
+    va_end(args);
+    if (n < 0 || (size_t)n >= size) {
+        fprintf(stderr, "Error: a path is longer than %zu bytes: %.60s...\n", size - 1, out);
+        exit(EXIT_FAILURE);
+    }
+}
+
+// Write each of n buffers, in order, to `path` atomically: write path.tmp, flush,
+// fsync, rename over path, fsync the directory (so that the rename itself is on
+// disk before we write the next file). A crash or a full disk leaves either the
+// old file or the new one, never half of one; on failure the .tmp is removed.
+static void write_file_atomic(const char *path, const void **bufs, const size_t *sizes, int n) {
+    char tmp[4096], dir[4096];
+    format_path(tmp, sizeof(tmp), "%s.tmp", path);
+    FILE *fp = fopenCheck(tmp, "wb");
+    int ok = 1;
+    for (int i = 0; i < n && ok; i++) { ok = sizes[i] == 0 || fwrite(bufs[i], 1, sizes[i], fp) == sizes[i]; }
+    ok = ok && fflush(fp) == 0 && fsync(fileno(fp)) == 0;
+    ok = (fclose(fp) == 0) && ok;
+    if (!ok || rename(tmp, path) != 0) {
+        fprintf(stderr, "Error: could not write %s: %s (the previous file, if any, is untouched)\n", path, strerror(errno));
+        remove(tmp);
+        exit(EXIT_FAILURE);
+    }
+    // the directory entry: fsync the folder the file is in
+    format_path(dir, sizeof(dir), "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (slash != NULL) { *slash = '\0'; } else { strcpy(dir, "."); }
+    int dfd = open(dir, O_RDONLY);
+    if (dfd >= 0) {
+        fsync(dfd); // best effort: some file systems refuse fsync on a directory
+        close(dfd);
+    }
+}
+// --- end shared-copy: atomic-write ---
+
+// --- begin shared-copy: gpt2-model-file ---
+// The size of an open file in bytes; the position is left just after the 256 x
+// int32 header that all our binary files start with.
+static long file_size(FILE *fp, const char *path) {
+    long bytes = -1;
+    if (fseek(fp, 0, SEEK_END) == 0) { bytes = ftell(fp); }
+    if (bytes < 0 || fseek(fp, 256 * sizeof(int), SEEK_SET) != 0) {
+        fprintf(stderr, "Error: %s: cannot seek: %s\n", path, strerror(errno));
+        exit(EXIT_FAILURE);
+    }
+    return bytes;
+}
+
+// Model checkpoints use llm.c's format, so its GPT-2 files load here unchanged:
+// a header of 256 int32 (magic 20240326, version 3 = fp32, maxT, V, L, NH, C, Vp),
+// then the 16 parameter tensors in table order, float32.
+#define MODEL_MAGIC 20240326
+#define MODEL_VERSION_FP32 3
+#define MODEL_VERSION_BF16 5
+// --- end shared-copy: gpt2-model-file ---
+
+// --- begin shared-copy: gpt2-init ---
+// Fill the parameters with random numbers: tensor k gets mean_k + std_k * N(0,1)
+// from random stream k of `seed`, then the vocabulary padding rows are zeroed.
+// GPT-2's scheme (Radford et al. 2019, and its released code): weights N(0, 0.02),
+// the two projections that feed the residual stream scaled by 1/sqrt(2L) so the
+// stream's variance does not grow with depth, biases 0, LayerNorms 1 and 0.
+// With noisy = 1, biases and LayerNorms get noise too: the tests use that, so a
+// bias or a LayerNorm weight that is ignored somewhere cannot go unnoticed.
+// params: all of them, fp32, in table order (sizes: param_sizes).
+void init_parameters(float *params, const size_t *param_sizes, GPT2Config config, uint64_t seed, int noisy) {
+    double std_w = 0.02, std_proj = 0.02 / sqrt(2.0 * config.num_layers);
+    double std_b = noisy ? 0.02 : 0.0, std_ln = noisy ? 0.1 : 0.0;
+    //                                   wte    wpe    ln1w   ln1b   qkvw   qkvb   attprojw  attprojb
+    double means[NUM_PARAMETER_TENSORS] = {0,     0,     1,     0,     0,     0,     0,        0,
+    //                                   ln2w   ln2b   fcw    fcb    fcprojw   fcprojb lnfw lnfb
+                                         1,     0,     0,     0,     0,        0,      1,   0};
+    double stds[NUM_PARAMETER_TENSORS] = {std_w, std_w, std_ln, std_ln, std_w, std_b, std_proj, std_b,
+                                          std_ln, std_ln, std_w, std_b, std_proj, std_b, std_ln, std_ln};
+    float *p = params;
+    for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {
+        uint64_t key = rng_key(seed, (uint64_t)k);
+        double mean = means[k], std = stds[k];
+        #pragma omp parallel for
+        for (size_t i = 0; i < param_sizes[k]; i++) {
+            // the product is rounded before the add, as numpy does it: GCC would
+            // otherwise fuse the two into an FMA, which can differ in the last bit
+            volatile double scaled = std * rng_normal_at(key, i);
+            p[i] = (float)(mean + scaled);
+        }
+        p += param_sizes[k];
+    }
+    // wte is the first tensor: its rows V..Vp-1 are the padding
+    size_t V = config.vocab_size, Vp = config.padded_vocab_size, C = config.channels;
+    memset(params + V * C, 0, (Vp - V) * C * sizeof(float));
+}
+
+// The configuration of a new model from a short descriptor "d<N>": depth L = N,
+// channels C = 64 N, heads NH = N (so the head size is always 64, as in every
+// GPT-2), maxT = 1024, GPT-2's vocabulary. d12 is GPT-2 small (124M parameters).
+GPT2Config gpt2_config_from_descriptor(const char *descriptor) {
+    char *end = NULL;
+    long depth = descriptor[0] == 'd' ? strtol(descriptor + 1, &end, 10) : 0;
+    if (end == NULL || *end != '\0' || depth < 1 || depth > 64) {
+        fprintf(stderr, "Error: model '%s' is neither an existing file nor a descriptor d<N> (1 <= N <= 64)\n", descriptor);
+        fprintf(stderr, "HINT: -e d4 makes a new 4-layer model; -e path/model.bin loads a checkpoint\n");
+        exit(EXIT_FAILURE);
+    }
+    GPT2Config c = {1024, 50257, 50304, (int)depth, (int)depth, 64 * (int)depth};
+    return c;
+}
+// --- end shared-copy: gpt2-init ---
+
+// the parameters exactly as stored on the GPU (floatX), in table order, into host memory
+static void gpt2_download_params(const GPT2 *model, floatX *out) {
+    const floatX *const *tensors = (const floatX *const *)&model->params;
+    size_t offset = 0;
+    for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {
+        cudaCheck(cudaMemcpy(out + offset, tensors[k], model->param_sizes[k] * sizeof(floatX), cudaMemcpyDeviceToHost));
+        offset += model->param_sizes[k];
+    }
+}
+
+// A model file of llm.c's format: version 3 (fp32) or 5 (bf16) parameters; either
+// loads in either precision (converted on the way in).
+void gpt2_build_from_checkpoint(GPT2 *model, const char *checkpoint_path) {
+    FILE *fp = fopenCheck(checkpoint_path, "rb");
+    int header[256];
+    if (fread(header, sizeof(int), 256, fp) != 256) {
+        fprintf(stderr, "Error: %s: file too short for a model header (256 x int32)\n", checkpoint_path);
+        fprintf(stderr, "HINT: is this a model checkpoint? train_gpt2 writes them as model_<step>.bin\n");
+        exit(EXIT_FAILURE);
+    }
+    if (header[0] != MODEL_MAGIC) {
+        fprintf(stderr, "Error: %s: bad magic number: expected %d (llm.c GPT-2 model), found %d\n",
+                checkpoint_path, MODEL_MAGIC, header[0]);
+        fprintf(stderr, "HINT: pass a model file (model_<step>.bin, or llm.c's gpt2_124M.bin), or -e d<N> for a new model\n");
+        exit(EXIT_FAILURE);
+    }
+    if (header[1] != MODEL_VERSION_FP32 && header[1] != MODEL_VERSION_BF16) {
+        fprintf(stderr, "Error: %s: model file version %d; this trainer reads versions %d (fp32) and %d (bf16)\n",
+                checkpoint_path, header[1], MODEL_VERSION_FP32, MODEL_VERSION_BF16);
+        exit(EXIT_FAILURE);
+    }
+    model->config.max_seq_len = header[2];
+    model->config.vocab_size = header[3];
+    model->config.num_layers = header[4];
+    model->config.num_heads = header[5];
+    model->config.channels = header[6];
+    model->config.padded_vocab_size = header[7];
+    gpt2_validate_config(model->config, checkpoint_path);
+    size_t n = gpt2_count_parameters(model->config), elem = header[1] == MODEL_VERSION_FP32 ? 4 : 2;
+    size_t expected = 256 * sizeof(int) + n * elem;
+    long actual = file_size(fp, checkpoint_path);
+    if ((size_t)actual != expected) {
+        fprintf(stderr, "Error: %s: file has %ld bytes, its header (L=%d C=%d Vp=%d maxT=%d, %s) needs %zu: truncated or corrupt\n",
+                checkpoint_path, actual, header[4], header[6], header[7], header[2], elem == 4 ? "fp32" : "bf16", expected);
+        exit(EXIT_FAILURE);
+    }
+    float *host = (float *)mallocCheck(n * sizeof(float));
+    if (elem == 4) {
+        freadCheck(host, sizeof(float), n, fp);
+    } else { // bf16: the top half of an fp32, so widening is exact
+        uint16_t *raw = (uint16_t *)mallocCheck(n * sizeof(uint16_t));
+        freadCheck(raw, sizeof(uint16_t), n, fp);
+        for (size_t i = 0; i < n; i++) {
+            uint32_t u = (uint32_t)raw[i] << 16;
+            memcpy(&host[i], &u, sizeof(float));
+        }
+        free(raw);
+    }
+    fcloseCheck(fp);
+    gpt2_allocate_parameters(model, host);
+    free(host);
+}
+
+// llm.c's model file in this build's precision: version 3 (fp32) or 5 (bf16)
+void gpt2_save_checkpoint(const GPT2 *model, const char *path) {
+    int header[256] = {0};
+    header[0] = MODEL_MAGIC;
+    header[1] = MODEL_VERSION_OURS;
+    header[2] = model->config.max_seq_len;
+    header[3] = model->config.vocab_size;
+    header[4] = model->config.num_layers;
+    header[5] = model->config.num_heads;
+    header[6] = model->config.channels;
+    header[7] = model->config.padded_vocab_size;
+    floatX *host = (floatX *)mallocCheck(model->num_parameters * sizeof(floatX));
+    gpt2_download_params(model, host);
+    const void *bufs[2] = {header, host};
+    size_t sizes[2] = {sizeof(header), model->num_parameters * sizeof(floatX)};
+    write_file_atomic(path, bufs, sizes, 2);
+    free(host);
+}
+
+// a new model with random weights, from a descriptor d<N>, drawn on the host
+// exactly as train_gpt2.c draws them
+void gpt2_build_from_descriptor(GPT2 *model, const char *descriptor, uint64_t seed) {
+    model->config = gpt2_config_from_descriptor(descriptor);
+    size_t sizes[NUM_PARAMETER_TENSORS];
+    fill_in_parameter_sizes(sizes, model->config);
+    float *host = (float *)mallocCheck(gpt2_count_parameters(model->config) * sizeof(float));
+    init_parameters(host, sizes, model->config, seed, 0);
+    gpt2_allocate_parameters(model, host);
+    free(host);
+}
+
+// ----------------------------------------------------------------------------
+// the model: forward, backward, update
+
+// Activations for batches of up to B x T tokens, and the scratch of the row
+// reductions (the widest: 4C columns for the MLP's bias).
+void gpt2_allocate_activations(GPT2 *model, size_t B, size_t T) {
+    model->batch_size = (int)B;
+    model->seq_len = (int)T;
+    fill_in_activation_sizes(model->act_sizes, model->config, B, T);
+    model->num_activations = 0;
+    for (int i = 0; i < NUM_ACTIVATION_TENSORS; i++) { model->num_activations += model->act_sizes[i]; }
+    model->act_bytes = cuda_malloc_and_point((void **)&model->acts, model->act_sizes, ACT_FP32, NUM_ACTIVATION_TENSORS,
+                                             "the activations", &model->acts_memory);
+    size_t chunks = ceil_div(B * T, ROWS_PER_CHUNK);
+    reduce_scratch = (float *)cuda_malloc_check(chunks * 4 * model->config.channels * sizeof(float), "the reduction scratch");
+    model->inputs = (int *)mallocCheck(B * T * sizeof(int));
+    model->targets = (int *)mallocCheck(B * T * sizeof(int));
+    model->losses_host = (float *)mallocCheck(B * T * sizeof(float));
+    model->inputs_dev = (int *)cuda_malloc_check(2 * B * T * sizeof(int), "the batch");
+    model->targets_dev = model->inputs_dev + B * T;
+}
+
+// Forward pass over inputs (B,T), host arrays. With targets it also computes the
+// mean loss, and the fused classifier leaves d(mean loss)/d(logits) where the
+// logits were (the backward pass comes next; validation simply ignores it);
+// without targets (sampling) it stops at the logits.
+void gpt2_forward(GPT2 *model, const int *inputs, const int *targets, size_t B, size_t T) {
+    GPT2Config c = model->config;
+    size_t V = c.vocab_size, Vp = c.padded_vocab_size, L = c.num_layers, NH = c.num_heads, C = c.channels;
+    if (T > (size_t)c.max_seq_len) {
+        fprintf(stderr, "Error: sequence length T=%zu exceeds the model's maximum maxT=%d\n", T, c.max_seq_len);
+        exit(EXIT_FAILURE);
+    }
+    for (size_t i = 0; i < B * T; i++) {
+        if (inputs[i] < 0 || (size_t)inputs[i] >= V || (targets != NULL && (targets[i] < 0 || (size_t)targets[i] >= V))) {
+            fprintf(stderr, "Error: token id %d at position %zu is outside the vocabulary [0, %zu)\n",
+                    targets != NULL && (inputs[i] >= 0 && (size_t)inputs[i] < V) ? targets[i] : inputs[i], i, V);
+            exit(EXIT_FAILURE);
+        }
+    }
+    if (model->acts_memory == NULL) {
+        gpt2_allocate_activations(model, B, T);
+    } else if (B > (size_t)model->batch_size || T > (size_t)model->seq_len) {
+        fprintf(stderr, "Error: forward with B=%zu T=%zu, but activations were allocated for B=%d T=%d\n",
+                B, T, model->batch_size, model->seq_len);
+        exit(EXIT_FAILURE);
+    }
+    memcpy(model->inputs, inputs, B * T * sizeof(int));
+    cudaCheck(cudaMemcpy(model->inputs_dev, inputs, B * T * sizeof(int), cudaMemcpyHostToDevice));
+    if (targets != NULL) {
+        memcpy(model->targets, targets, B * T * sizeof(int));
+        cudaCheck(cudaMemcpy(model->targets_dev, targets, B * T * sizeof(int), cudaMemcpyHostToDevice));
+    }
+    model->B = (int)B;
+    model->T = (int)T;
+
+    ParameterTensors p = model->params;
+    ActivationTensors a = model->acts;
+    encoder_forward(a.encoded, model->inputs_dev, p.wte, p.wpe, B, T, C);
+    for (size_t l = 0; l < L; l++) {
+        // this layer's slices of the parameters and activations
+        const floatX *residual = l == 0 ? a.encoded : a.residual3 + (l - 1) * B * T * C;
+        const floatX *l_ln1w = p.ln1w + l * C, *l_ln1b = p.ln1b + l * C;
+        const floatX *l_qkvw = p.qkvw + l * 3 * C * C, *l_qkvb = p.qkvb + l * 3 * C;
+        const floatX *l_attprojw = p.attprojw + l * C * C, *l_attprojb = p.attprojb + l * C;
+        const floatX *l_ln2w = p.ln2w + l * C, *l_ln2b = p.ln2b + l * C;
+        const floatX *l_fcw = p.fcw + l * 4 * C * C, *l_fcb = p.fcb + l * 4 * C;
+        const floatX *l_fcprojw = p.fcprojw + l * C * 4 * C, *l_fcprojb = p.fcprojb + l * C;
+        floatX *l_ln1 = a.ln1 + l * B * T * C;
+        float *l_ln1_mean = a.ln1_mean + l * B * T, *l_ln1_rstd = a.ln1_rstd + l * B * T;
+        floatX *l_qkv = a.qkv + l * B * T * 3 * C, *l_qkvr = a.qkvr + l * B * T * 3 * C, *l_atty = a.atty + l * B * T * C;
+        floatX *l_att = a.att + l * B * NH * T * T, *l_attproj = a.attproj + l * B * T * C;
+        floatX *l_residual2 = a.residual2 + l * B * T * C, *l_ln2 = a.ln2 + l * B * T * C;
+        float *l_ln2_mean = a.ln2_mean + l * B * T, *l_ln2_rstd = a.ln2_rstd + l * B * T;
+        floatX *l_fch = a.fch + l * B * T * 4 * C, *l_fch_gelu = a.fch_gelu + l * B * T * 4 * C;
+        floatX *l_fcproj = a.fcproj + l * B * T * C, *l_residual3 = a.residual3 + l * B * T * C;
+
+        // attention block: x + attproj(attention(ln1(x)))
+        layernorm_forward(l_ln1, l_ln1_mean, l_ln1_rstd, residual, l_ln1w, l_ln1b, B, T, C);
+        matmul_forward(l_qkv, l_ln1, l_qkvw, l_qkvb, B, T, C, 3 * C);
+        attention_forward(l_atty, l_qkvr, l_att, a.yr, l_qkv, B, T, C, NH);
+        matmul_forward(l_attproj, l_atty, l_attprojw, l_attprojb, B, T, C, C);
+        residual_forward(l_residual2, residual, l_attproj, B * T * C);
+        // MLP block: x + fcproj(gelu(fc(ln2(x))))
+        layernorm_forward(l_ln2, l_ln2_mean, l_ln2_rstd, l_residual2, l_ln2w, l_ln2b, B, T, C);
+        matmul_forward(l_fch, l_ln2, l_fcw, l_fcb, B, T, C, 4 * C);
+        gelu_forward(l_fch_gelu, l_fch, B * T * 4 * C);
+        matmul_forward(l_fcproj, l_fch_gelu, l_fcprojw, l_fcprojb, B, T, 4 * C, C);
+        residual_forward(l_residual3, l_residual2, l_fcproj, B * T * C);
+    }
+    const floatX *residual = a.residual3 + (L - 1) * B * T * C;
+    layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, residual, p.lnfw, p.lnfb, B, T, C);
+    matmul_forward(a.logits, a.lnf, p.wte, NULL, B, T, C, Vp);
+
+    if (targets != NULL) {
+        // the gradient of the mean loss, d/dlogits = (softmax - onehot) / (B*T)
+        fused_classifier(a.logits, a.losses, model->targets_dev, 1.0f / (float)(B * T), B, T, V, Vp);
+        cudaCheck(cudaMemcpy(model->losses_host, a.losses, B * T * sizeof(float), cudaMemcpyDeviceToHost));
+        double sum = 0.0;
+        for (size_t i = 0; i < B * T; i++) { sum += model->losses_host[i]; }
+        model->mean_loss = (float)(sum / (B * T));
+    } else {
+        model->mean_loss = -1.0f;
+    }
+}
+
+void gpt2_zero_grad(GPT2 *model) {
+    if (model->grads_memory == NULL) { return; }
+    cudaCheck(cudaMemset(model->grads_memory, 0, model->grad_bytes));
+}
+
+// Backward pass of the last forward (which must have had targets). Parameter
+// gradients ACCUMULATE over micro-batches; loss_scale is d(total loss)/d(this
+// batch's mean loss), applied to the classifier's gradient as it is used.
+void gpt2_backward(GPT2 *model, float loss_scale) {
+    if (model->mean_loss == -1.0f) {
+        fprintf(stderr, "Error: gpt2_backward called without a forward pass with targets\n");
+        exit(EXIT_FAILURE);
+    }
+    GPT2Config c = model->config;
+    size_t B = model->B, T = model->T;
+    size_t Vp = c.padded_vocab_size, L = c.num_layers, NH = c.num_heads, C = c.channels;
+    if (model->grads_memory == NULL) {
+        // first call: parameter gradients (zeroed) and the activation gradients
+        void *memory;
+        model->grad_bytes = cuda_malloc_and_point((void **)&model->grads, model->param_sizes, NULL, NUM_PARAMETER_TENSORS,
+                                                  "the gradients", &memory);
+        model->grads_memory = (floatX *)memory;
+        cudaCheck(cudaMemset(model->grads_memory, 0, model->grad_bytes));
+        size_t sizes[NUM_GRAD_ACT_TENSORS];
+        fill_in_grad_act_sizes(sizes, c, model->batch_size, model->seq_len);
+        model->grad_act_bytes = cuda_malloc_and_point((void **)&model->grads_acts, sizes, NULL, NUM_GRAD_ACT_TENSORS,
+                                                      "the activation gradients", &model->grads_acts_memory);
+        model->norm_partials = (float *)cuda_malloc_check(NORM_BLOCKS * sizeof(float), "the norm's partial sums");
+        model->norm_partials_host = (float *)mallocCheck(NORM_BLOCKS * sizeof(float));
+    }
+    ParameterTensors p = model->params, g = model->grads;
+    ActivationTensors a = model->acts;
+    GradActTensors ga = model->grads_acts;
+
+    // the logits hold d(mean loss)/d(logits) already (fused classifier); loss_scale is applied here
+    const floatX *dlogits = a.logits;
+    matmul_backward_scaled(ga.dln, g.wte, NULL, dlogits, a.lnf, p.wte, B, T, C, Vp, loss_scale);
+    // dresidual starts as the gradient at the last block's output...
+    const floatX *residual = a.residual3 + (L - 1) * B * T * C;
+    cudaCheck(cudaMemset(ga.dresidual, 0, B * T * C * sizeof(floatX)));
+    layernorm_backward(ga.dresidual, g.lnfw, g.lnfb, ga.dln, residual, p.lnfw, a.lnf_mean, a.lnf_rstd, B, T, C);
+
+    // ...and flows down the residual stream, as in train_gpt2.c
+    for (int li = (int)L - 1; li >= 0; li--) {
+        size_t l = (size_t)li;
+        residual = l == 0 ? a.encoded : a.residual3 + (l - 1) * B * T * C;
+        const floatX *l_ln1w = p.ln1w + l * C, *l_qkvw = p.qkvw + l * 3 * C * C, *l_attprojw = p.attprojw + l * C * C;
+        const floatX *l_ln2w = p.ln2w + l * C, *l_fcw = p.fcw + l * 4 * C * C, *l_fcprojw = p.fcprojw + l * C * 4 * C;
+        floatX *dl_ln1w = g.ln1w + l * C, *dl_ln1b = g.ln1b + l * C;
+        floatX *dl_qkvw = g.qkvw + l * 3 * C * C, *dl_qkvb = g.qkvb + l * 3 * C;
+        floatX *dl_attprojw = g.attprojw + l * C * C, *dl_attprojb = g.attprojb + l * C;
+        floatX *dl_ln2w = g.ln2w + l * C, *dl_ln2b = g.ln2b + l * C;
+        floatX *dl_fcw = g.fcw + l * 4 * C * C, *dl_fcb = g.fcb + l * 4 * C;
+        floatX *dl_fcprojw = g.fcprojw + l * C * 4 * C, *dl_fcprojb = g.fcprojb + l * C;
+        const floatX *l_ln1 = a.ln1 + l * B * T * C;
+        const float *l_ln1_mean = a.ln1_mean + l * B * T, *l_ln1_rstd = a.ln1_rstd + l * B * T;
+        const floatX *l_qkvr = a.qkvr + l * B * T * 3 * C, *l_atty = a.atty + l * B * T * C, *l_att = a.att + l * B * NH * T * T;
+        const floatX *l_residual2 = a.residual2 + l * B * T * C, *l_ln2 = a.ln2 + l * B * T * C;
+        const float *l_ln2_mean = a.ln2_mean + l * B * T, *l_ln2_rstd = a.ln2_rstd + l * B * T;
+        const floatX *l_fch = a.fch + l * B * T * 4 * C, *l_fch_gelu = a.fch_gelu + l * B * T * 4 * C;
+
+        // MLP block, in reverse; dresidual is the gradient at fcproj's output
+        matmul_backward(ga.dfch, dl_fcprojw, dl_fcprojb, ga.dresidual, l_fch_gelu, l_fcprojw, B, T, 4 * C, C);
+        gelu_backward(ga.dfch, l_fch, ga.dfch, B * T * 4 * C);
+        matmul_backward(ga.dln, dl_fcw, dl_fcb, ga.dfch, l_ln2, l_fcw, B, T, C, 4 * C);
+        layernorm_backward(ga.dresidual, dl_ln2w, dl_ln2b, ga.dln, l_residual2, l_ln2w, l_ln2_mean, l_ln2_rstd, B, T, C);
+        // attention block, in reverse; dresidual is now the gradient at residual2
+        matmul_backward(ga.datty, dl_attprojw, dl_attprojb, ga.dresidual, l_atty, l_attprojw, B, T, C, C);
+        attention_backward(ga.dqkv, ga.dqkvr, ga.datt, ga.dyr, ga.datty, l_qkvr, l_att, B, T, C, NH);
+        matmul_backward(ga.dln, dl_qkvw, dl_qkvb, ga.dqkv, l_ln1, l_qkvw, B, T, C, 3 * C);
+        layernorm_backward(ga.dresidual, dl_ln1w, dl_ln1b, ga.dln, residual, l_ln1w, l_ln1_mean, l_ln1_rstd, B, T, C);
+    }
+    encoder_backward(g.wte, g.wpe, ga.dresidual, model->inputs, B, T, C);
+}
+
+// The L2 norm of all parameter gradients: NORM_BLOCKS partial sums of squares
+// on the GPU (fixed order), added on the host in double.
+float gpt2_grad_norm(const GPT2 *model) {
+    const floatX *const *grads = (const floatX *const *)&model->grads;
+    double sumsq = 0.0;
+    for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) { // tensor by tensor: the slices are padded
+        norm_partials_kernel<<<NORM_BLOCKS, BLOCK>>>(model->norm_partials, grads[k], model->param_sizes[k]);
+        cudaCheck(cudaGetLastError());
+        cudaCheck(cudaMemcpy(model->norm_partials_host, model->norm_partials, NORM_BLOCKS * sizeof(float), cudaMemcpyDeviceToHost));
+        for (int i = 0; i < NORM_BLOCKS; i++) { sumsq += model->norm_partials_host[i]; }
+    }
+    return (float)sqrt(sumsq);
+}
+
+// AdamW exactly as train_gpt2.c's gpt2_update (torch.optim.AdamW), one kernel per tensor
+void gpt2_update(GPT2 *model, float learning_rate, float beta1, float beta2, float eps, float weight_decay,
+                 float grad_scale, int t) {
+    if (model->m_memory == NULL) {
+        // lazily, so that inference and evaluation never pay for the optimizer
+        model->m_memory = (float *)cuda_malloc_check(2 * model->num_parameters * sizeof(float), "the AdamW moments");
+        model->v_memory = model->m_memory + model->num_parameters;
+        cudaCheck(cudaMemset(model->m_memory, 0, 2 * model->num_parameters * sizeof(float)));
+    }
+    float bias_correction1 = 1.0f - powf(beta1, (float)t);
+    float sqrt_bias_correction2 = sqrtf(1.0f - powf(beta2, (float)t));
+    float step_size = learning_rate / bias_correction1;
+    floatX **params = (floatX **)&model->params, **grads = (floatX **)&model->grads;
+    size_t offset = 0;
+    for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {
+        float decay = WEIGHT_DECAYED[k] ? 1.0f - learning_rate * weight_decay : 1.0f;
+        size_t n = model->param_sizes[k];
+        adamw_kernel<<<ceil_div(n, BLOCK), BLOCK>>>(params[k], model->master_memory != NULL ? model->master_memory + offset : NULL,
+                                                   grads[k], model->m_memory + offset, model->v_memory + offset, n, beta1,
+                                                   beta2, step_size, sqrt_bias_correction2, eps, decay, grad_scale);
+        cudaCheck(cudaGetLastError());
+        offset += n;
+    }
+}
+
+void gpt2_free(GPT2 *model) {
+    cudaCheck(cudaFree(model->params_memory));
+    cudaCheck(cudaFree(model->master_memory));
+    cudaCheck(cudaFree(model->grads_memory));
+    cudaCheck(cudaFree(model->m_memory));
+    cudaCheck(cudaFree(model->norm_partials));
+    cudaCheck(cudaFree(model->acts_memory));
+    cudaCheck(cudaFree(model->grads_acts_memory));
+    cudaCheck(cudaFree(model->inputs_dev));
+    cudaCheck(cudaFree(reduce_scratch));
+    reduce_scratch = NULL;
+    free(model->norm_partials_host);
+    free(model->inputs);
+    free(model->targets);
+    free(model->losses_host);
+}
+
+// ----------------------------------------------------------------------------
+// data: token shards in llm.c's format, read in shuffled order
+
+// --- begin shared-copy: gpt2-data-shards ---
+// A shard: a header of 256 int32 (magic 20240520, version 1, number of tokens),
+// then the tokens as uint16. data/tokenizer writes them.
+#define SHARD_MAGIC 20240520
+#define SHARD_VERSION 1
+#define SHARD_HINT "HINT: make data (or data/tokenizer -i your.txt -o prefix) writes token shards"
+
+// Read one shard's header, check it against the file's size, return the token count.
+static size_t shard_read_header(FILE *fp, const char *path) {
+    int header[256];
+    if (fread(header, sizeof(int), 256, fp) != 256) {
+        fprintf(stderr, "Error: %s: too short for a token shard header (256 x int32)\n%s\n", path, SHARD_HINT);
+        exit(EXIT_FAILURE);
+    }
+    if (header[0] != SHARD_MAGIC || header[1] != SHARD_VERSION) {
+        fprintf(stderr, "Error: %s: not a token shard: expected magic %d version %d, found magic %d version %d\n%s\n",
+                path, SHARD_MAGIC, SHARD_VERSION, header[0], header[1], SHARD_HINT);
+        exit(EXIT_FAILURE);
+    }
+    long bytes = file_size(fp, path);
+    size_t ntok = header[2] < 0 ? 0 : (size_t)header[2];
+    if (header[2] < 0 || (size_t)bytes != 256 * sizeof(int) + ntok * sizeof(uint16_t)) {
+        fprintf(stderr, "Error: %s: header says %d tokens (%zu bytes), the file has %ld bytes: truncated or corrupt\n%s\n",
+                path, header[2], 256 * sizeof(int) + ntok * sizeof(uint16_t), bytes, SHARD_HINT);
+        exit(EXIT_FAILURE);
+    }
+    return ntok;
+}
+
+typedef struct {
+    size_t B, T;
+    int vocab_size;          // every token must be below this
+    glob_t glob_result;      // the shard paths
+    size_t num_shards;
+    int shuffle;             // train: 1, validation: 0
+    uint64_t seed;
+    // position: epoch, index into shard_order, index into sample_order
+    size_t epoch, shard_pos, sample_pos;
+    size_t *shard_order;     // (num_shards) the order we visit shards in this epoch
+    uint16_t *tokens;        // the current shard
+    size_t num_tokens;
+    size_t num_samples;      // sequences of T+1 tokens that start at multiples of T
+    size_t num_samples_total; // over all shards
+    size_t *sample_order;    // (num_samples)
+    size_t tokens_capacity, samples_capacity;
+    int *inputs;             // (B, T) the batch
+    int *targets;            // (B, T) the inputs shifted by one
+} DataLoader;
+
+// --- end shared-copy: gpt2-data-shards ---
+
+// --- begin shared-copy: permutation ---
+// a random permutation of 0..n-1 (Fisher-Yates) from its own random stream
+static void random_permutation(size_t *order, size_t n, uint64_t key) {
+    for (size_t i = 0; i < n; i++) { order[i] = i; }
+    uint64_t state = key;
+    for (size_t i = n; i > 1; i--) {
+        size_t j = (size_t)(rng_next(&state) % i);
+        size_t tmp = order[i - 1];
+        order[i - 1] = order[j];
+        order[j] = tmp;
+    }
+}
+// --- end shared-copy: permutation ---
+
+// --- begin shared-copy: gpt2-data-loader ---
+// Random streams of the data loader and the sampler. The shuffles are functions
+// of (seed, epoch, shard), so resuming needs only the position, not a state.
+#define STREAM_SHARD_ORDER 16  // index: epoch
+#define STREAM_SAMPLE_ORDER 17 // index: epoch << 32 | shard position
+#define STREAM_SAMPLING 18     // index: step
+
+static void dataloader_load_shard(DataLoader *loader) {
+    const char *path = loader->glob_result.gl_pathv[loader->shard_order[loader->shard_pos]];
+    FILE *fp = fopenCheck(path, "rb");
+    size_t ntok = shard_read_header(fp, path); // at least T+1: dataloader_init checked
+    if (ntok > loader->tokens_capacity) {
+        free(loader->tokens);
+        loader->tokens = (uint16_t *)mallocCheck(ntok * sizeof(uint16_t));
+        loader->tokens_capacity = ntok;
+    }
+    freadCheck(loader->tokens, sizeof(uint16_t), ntok, fp);
+    fcloseCheck(fp);
+    for (size_t i = 0; i < ntok; i++) {
+        if (loader->tokens[i] >= loader->vocab_size) {
+            fprintf(stderr, "Error: %s: token %zu has id %d, outside the model's vocabulary of %d\n"
+                    "HINT: the shard was made with another tokenizer than the model's\n",
+                    path, i, loader->tokens[i], loader->vocab_size);
+            exit(EXIT_FAILURE);
+        }
+    }
+    loader->num_tokens = ntok;
+    loader->num_samples = (ntok - 1) / loader->T;
+    if (loader->num_samples > loader->samples_capacity) {
+        free(loader->sample_order);
+        loader->sample_order = (size_t *)mallocCheck(loader->num_samples * sizeof(size_t));
+        loader->samples_capacity = loader->num_samples;
+    }
+    if (loader->shuffle) {
+        uint64_t index = ((uint64_t)loader->epoch << 32) | loader->shard_pos;
+        random_permutation(loader->sample_order, loader->num_samples, rng_subkey(loader->seed, STREAM_SAMPLE_ORDER, index));
+    } else {
+        for (size_t i = 0; i < loader->num_samples; i++) { loader->sample_order[i] = i; }
+    }
+}
+
+static void dataloader_start_epoch(DataLoader *loader) {
+    if (loader->shuffle) {
+        random_permutation(loader->shard_order, loader->num_shards, rng_subkey(loader->seed, STREAM_SHARD_ORDER, loader->epoch));
+    } else {
+        for (size_t i = 0; i < loader->num_shards; i++) { loader->shard_order[i] = i; }
+    }
+}
+
+// Go to a position (epoch, shard, sample): at the start, on reset, on resume.
+// sample_pos may equal the shard's sample count: the shard is used up, and the
+// next batch moves on to the next shard (that is where a checkpoint taken right
+// at a shard's end stands). Returns 0 if the position does not exist in this data.
+int dataloader_seek(DataLoader *loader, size_t epoch, size_t shard_pos, size_t sample_pos) {
+    if (shard_pos >= loader->num_shards) { return 0; }
+    loader->epoch = epoch;
+    loader->shard_pos = shard_pos;
+    dataloader_start_epoch(loader);
+    dataloader_load_shard(loader);
+    if (sample_pos > loader->num_samples) { return 0; }
+    loader->sample_pos = sample_pos;
+    return 1;
+}
+
+void dataloader_init(DataLoader *loader, const char *pattern, size_t B, size_t T, int vocab_size, int shuffle, uint64_t seed) {
+    memset(loader, 0, sizeof(*loader));
+    loader->B = B;
+    loader->T = T;
+    loader->vocab_size = vocab_size;
+    loader->shuffle = shuffle;
+    loader->seed = seed;
+    int status = glob(pattern, 0, NULL, &loader->glob_result);
+    if (status != 0 || loader->glob_result.gl_pathc == 0) {
+        fprintf(stderr, "Error: no data file matches '%s'\n%s\n", pattern, SHARD_HINT);
+        exit(EXIT_FAILURE);
+    }
+    loader->num_shards = loader->glob_result.gl_pathc;
+    // Check every shard's header and size now, rather than fail hours into a run
+    // (the token ids are checked as each shard is loaded). A batch may span
+    // shards, so each shard needs one sequence (T+1 tokens) and all of them
+    // together one batch.
+    size_t total_samples = 0;
+    for (size_t i = 0; i < loader->num_shards; i++) {
+        const char *path = loader->glob_result.gl_pathv[i];
+        FILE *fp = fopenCheck(path, "rb");
+        size_t ntok = shard_read_header(fp, path);
+        fcloseCheck(fp);
+        if (ntok < T + 1) {
+            fprintf(stderr, "Error: %s: has %zu tokens, fewer than the T+1 = %zu of one sequence (-t %zu)\n"
+                    "HINT: lower -t, or leave this file out of the pattern\n", path, ntok, T + 1, T);
+            exit(EXIT_FAILURE);
+        }
+        total_samples += (ntok - 1) / T;
+    }
+    if (total_samples < B) {
+        fprintf(stderr, "Error: %s: the data holds %zu sequences of T+1 = %zu tokens, fewer than the B = %zu of one batch\n"
+                "HINT: lower -b or -t, or use more data\n", pattern, total_samples, T + 1, B);
+        exit(EXIT_FAILURE);
+    }
+    loader->num_samples_total = total_samples;
+    loader->shard_order = (size_t *)mallocCheck(loader->num_shards * sizeof(size_t));
+    loader->inputs = (int *)mallocCheck(B * T * sizeof(int));
+    loader->targets = (int *)mallocCheck(B * T * sizeof(int));
+    dataloader_seek(loader, 0, 0, 0);
+}
+
+// Fill inputs and targets with the next B sequences; move to the next shard
+// (and the next epoch, reshuffled) when this one runs out.
+void dataloader_next_batch(DataLoader *loader) {
+    size_t T = loader->T;
+    for (size_t b = 0; b < loader->B; b++) {
+        if (loader->sample_pos >= loader->num_samples) {
+            loader->shard_pos++;
+            if (loader->shard_pos >= loader->num_shards) {
+                loader->epoch++;
+                loader->shard_pos = 0;
+                dataloader_start_epoch(loader);
+            }
+            dataloader_load_shard(loader); // reshuffles its samples for the new epoch
+            loader->sample_pos = 0;
+        }
+        const uint16_t *seq = loader->tokens + loader->sample_order[loader->sample_pos] * T;
+        for (size_t t = 0; t < T; t++) {
+            loader->inputs[b * T + t] = seq[t];
+            loader->targets[b * T + t] = seq[t + 1];
+        }
+        loader->sample_pos++;
+    }
+}
+
+void dataloader_free(DataLoader *loader) {
+    globfree(&loader->glob_result);
+    free(loader->shard_order);
+    free(loader->tokens);
+    free(loader->sample_order);
+    free(loader->inputs);
+    free(loader->targets);
+}
+
+// --- end shared-copy: gpt2-data-loader ---
+
+// ----------------------------------------------------------------------------
+// decoding tokens to text, for the samples
+
+// --- begin shared-copy: gpt2-tokenizer ---
+
+// llm.c's tokenizer.bin: a header of 256 int32 (magic 20240328, version 2, vocab
+// size, end-of-text id), then per token a uint8 length and that many bytes.
+#define TOKENIZER_MAGIC 20240328
+typedef struct {
+    int vocab_size;
+    int eot_token;
+    char **token_table; // NULL when no tokenizer could be loaded: we print ids instead
+} Tokenizer;
+
+// Load tokenizer.bin for a model with vocabulary size model_vocab. A missing
+// file is not fatal (training works without it; samples are then printed as
+// token ids), a broken one is.
+void tokenizer_init(Tokenizer *tok, const char *path, int model_vocab) {
+    tok->token_table = NULL;
+    tok->vocab_size = 0;
+    tok->eot_token = 50256 < model_vocab ? 50256 : model_vocab - 1;
+    FILE *fp = fopen(path, "rb");
+    if (fp == NULL) {
+        fprintf(stderr, "Warning: could not open tokenizer '%s' (%s); samples will be printed as token ids\n"
+                "HINT: make data writes data/gpt2_tokenizer.bin\n", path, strerror(errno));
+        return;
+    }
+    const char *hint = "HINT: make data writes data/gpt2_tokenizer.bin";
+    int header[256];
+    if (fread(header, sizeof(int), 256, fp) != 256) {
+        fprintf(stderr, "Error: %s: too short for a tokenizer header (256 x int32)\n%s\n", path, hint);
+        exit(EXIT_FAILURE);
+    }
+    if (header[0] != TOKENIZER_MAGIC || header[1] != 2) {
+        fprintf(stderr, "Error: %s: not a tokenizer file: expected magic %d version 2, found magic %d version %d\n%s\n",
+                path, TOKENIZER_MAGIC, header[0], header[1], hint);
+        exit(EXIT_FAILURE);
+    }
+    if (header[2] <= 0 || header[2] > (1 << 24) || header[3] < 0 || header[3] >= header[2] || header[3] >= model_vocab) {
+        fprintf(stderr, "Error: %s: vocabulary size %d and end-of-text id %d do not fit a model with %d tokens\n%s\n",
+                path, header[2], header[3], model_vocab, hint);
+        exit(EXIT_FAILURE);
+    }
+    tok->vocab_size = header[2];
+    tok->eot_token = header[3];
+    tok->token_table = (char **)mallocCheck((size_t)tok->vocab_size * sizeof(char *));
+    for (int i = 0; i < tok->vocab_size; i++) {
+        unsigned char length = 0;
+        tok->token_table[i] = (char *)mallocCheck(256);
+        if (fread(&length, 1, 1, fp) != 1 || fread(tok->token_table[i], 1, length, fp) != length) {
+            fprintf(stderr, "Error: %s: ends inside token %d of %d: truncated\n%s\n", path, i, tok->vocab_size, hint);
+            exit(EXIT_FAILURE);
+        }
+        tok->token_table[i][length] = '\0';
+    }
+    fcloseCheck(fp);
+}
+
+// Print a token's bytes, but only if they are printable or whitespace: a single
+// token can be part of a multi-byte UTF-8 character, which alone is garbage.
+void tokenizer_print(const Tokenizer *tok, int token) {
+    if (tok->token_table == NULL || token < 0 || token >= tok->vocab_size) {
+        printf("<%d>", token);
+        return;
+    }
+    const char *s = tok->token_table[token];
+    if (s[0] != '\0' && s[1] == '\0' && !((unsigned char)s[0] >= 32 && (unsigned char)s[0] < 127) &&
+        s[0] != '\n' && s[0] != '\t') {
+        return; // a lone non-printable byte
+    }
+    fputs(s, stdout);
+}
+
+void tokenizer_free(Tokenizer *tok) {
+    if (tok->token_table != NULL) {
+        for (int i = 0; i < tok->vocab_size; i++) { free(tok->token_table[i]); }
+        free(tok->token_table);
+    }
+}
+
+// --- end shared-copy: gpt2-tokenizer ---
+
+// ----------------------------------------------------------------------------
+// sampling
+
+// --- begin shared-copy: gpt2-sample-mult ---
+// Draw an index from a probability vector with the uniform coin in [0, 1).
+int sample_mult(const float *probs, int n, float coin) {
+    float cdf = 0.0f;
+    for (int i = 0; i < n; i++) {
+        cdf += probs[i];
+        if (coin < cdf) { return i; }
+    }
+    return n - 1; // rounding left the cdf a hair below 1
+}
+// --- end shared-copy: gpt2-sample-mult ---
+
+// Generate up to gen_tokens tokens after <|endoftext|> and print them, as
+// train_gpt2.c does: each token re-runs the forward pass over the prefix with
+// B = 1; the last position's logits are copied to the host and turned into
+// probabilities there (in double; V numbers, once per token).
+void gpt2_sample(GPT2 *model, const Tokenizer *tok, size_t gen_tokens, uint64_t seed, int step) {
+    size_t T = gen_tokens + 1 < (size_t)model->seq_len ? gen_tokens + 1 : (size_t)model->seq_len;
+    size_t V = model->config.vocab_size, Vp = model->config.padded_vocab_size;
+    int *tokens = (int *)mallocCheck(T * sizeof(int));
+    floatX *logits = (floatX *)mallocCheck(V * sizeof(floatX));
+    float *probs = (float *)mallocCheck(V * sizeof(float));
+    uint64_t rng = rng_subkey(seed, STREAM_SAMPLING, (uint64_t)step);
+    tokens[0] = tok->eot_token;
+    printf("generating:\n---\n");
+    for (size_t t = 1; t < T; t++) {
+        gpt2_forward(model, tokens, NULL, 1, t);
+        cudaCheck(cudaMemcpy(logits, model->acts.logits + (t - 1) * Vp, V * sizeof(floatX), cudaMemcpyDeviceToHost));
+        float maxval = -INFINITY;
+        for (size_t i = 0; i < V; i++) { maxval = fmaxf(maxval, to_float(logits[i])); }
+        double sum = 0.0;
+        for (size_t i = 0; i < V; i++) { sum += exp((double)to_float(logits[i]) - maxval); }
+        for (size_t i = 0; i < V; i++) { probs[i] = (float)(exp((double)to_float(logits[i]) - maxval) / sum); }
+        tokens[t] = sample_mult(probs, (int)V, rng_float(&rng));
+        tokenizer_print(tok, tokens[t]);
+        fflush(stdout);
+    }
+    printf("\n---\n");
+    free(tokens);
+    free(logits);
+    free(probs);
+}
+
+// ----------------------------------------------------------------------------
+// training state: everything a resumed run needs to continue bit for bit
+
+// --- begin shared-copy: gpt2-train-state ---
+// A checkpoint is two files in the output directory, written atomically:
+//   model_<step>.bin  the parameters, in llm.c's model format (usable on its own)
+//   state_<step>.bin  a header of 256 int32, then AdamW's m and v (fp32)
+// The state is renamed into place last, so a state file implies its model file
+// is complete. The random streams are functions of the seed and the position,
+// so (seed, step, data position) is the whole random state.
+#define STATE_MAGIC 20261129
+#define STATE_VERSION 1
+#define STATE_HINT "HINT: checkpoints are written by train_gpt2 -n <every> into its -o directory"
+
+typedef struct {
+    int step;                 // steps completed
+    uint64_t seed;
+    size_t B, T, total_batch_size;
+    size_t num_parameters;
+    size_t epoch, shard_pos, sample_pos; // training data loader position
+} TrainState;
+
+static void put64(int *header, int at, uint64_t value) {
+    header[at] = (int)(uint32_t)(value & 0xffffffffu);
+    header[at + 1] = (int)(uint32_t)(value >> 32);
+}
+static uint64_t get64(const int *header, int at) {
+    return (uint64_t)(uint32_t)header[at] | ((uint64_t)(uint32_t)header[at + 1] << 32);
+}
+// --- end shared-copy: gpt2-train-state ---
+
+// The state file as train_gpt2.c writes it (header, AdamW's m and v), plus, in
+// BF16, the fp32 master weights after them (header[21] = 1): a resumed bf16 run
+// then continues bit for bit. (train_gpt2.c refuses such a file: it has no
+// master weights to put them in.)
+void save_checkpoint(const char *out_dir, const GPT2 *model, const TrainState *st) {
+    char model_path[4096], state_path[4096];
+    format_path(model_path, sizeof(model_path), "%s/model_%08d.bin", out_dir, st->step);
+    format_path(state_path, sizeof(state_path), "%s/state_%08d.bin", out_dir, st->step);
+    gpt2_save_checkpoint(model, model_path);
+    int header[256] = {0};
+    header[0] = STATE_MAGIC;
+    header[1] = STATE_VERSION;
+    header[2] = st->step;
+    put64(header, 4, st->seed);
+    put64(header, 6, st->B);
+    put64(header, 8, st->T);
+    put64(header, 10, st->total_batch_size);
+    put64(header, 12, st->num_parameters);
+    put64(header, 14, st->epoch);
+    put64(header, 16, st->shard_pos);
+    put64(header, 18, st->sample_pos);
+    header[20] = model->m_memory != NULL; // no moments before the first update
+    header[21] = model->master_memory != NULL && model->m_memory != NULL;
+    size_t n = model->num_parameters, moment_bytes = header[20] ? n * sizeof(float) : 0;
+    size_t floats = (header[20] ? 2 * n : 0) + (header[21] ? n : 0);
+    float *host = (float *)mallocCheck((floats > 0 ? floats : 1) * sizeof(float));
+    if (header[20]) { cudaCheck(cudaMemcpy(host, model->m_memory, 2 * n * sizeof(float), cudaMemcpyDeviceToHost)); }
+    if (header[21]) { cudaCheck(cudaMemcpy(host + 2 * n, model->master_memory, n * sizeof(float), cudaMemcpyDeviceToHost)); }
+    const void *bufs[4] = {header, host, host + n, host + 2 * n};
+    size_t sizes[4] = {sizeof(header), moment_bytes, moment_bytes, header[21] ? n * sizeof(float) : 0};
+    write_file_atomic(state_path, bufs, sizes, 4);
+    free(host);
+    printf("wrote checkpoint %s + %s\n", model_path, state_path);
+}
+
+// Read a state file written by save_checkpoint (either trainer's) into st and the
+// model's moments (and master weights, when the file has them).
+void load_state(const char *path, GPT2 *model, TrainState *st) {
+    FILE *fp = fopenCheck(path, "rb");
+    int header[256];
+    if (fread(header, sizeof(int), 256, fp) != 256) {
+        fprintf(stderr, "Error: %s: too short for a training state header (256 x int32)\n%s\n", path, STATE_HINT);
+        exit(EXIT_FAILURE);
+    }
+    if (header[0] != STATE_MAGIC || header[1] != STATE_VERSION) {
+        fprintf(stderr, "Error: %s: not a training state: expected magic %d version %d, found magic %d version %d\n%s\n",
+                path, STATE_MAGIC, STATE_VERSION, header[0], header[1], STATE_HINT);
+        exit(EXIT_FAILURE);
+    }
+    st->step = header[2];
+    st->seed = get64(header, 4);
+    st->B = get64(header, 6);
+    st->T = get64(header, 8);
+    st->total_batch_size = get64(header, 10);
+    st->num_parameters = get64(header, 12);
+    st->epoch = get64(header, 14);
+    st->shard_pos = get64(header, 16);
+    st->sample_pos = get64(header, 18);
+    if (st->num_parameters != model->num_parameters) {
+        fprintf(stderr, "Error: %s: holds optimizer state for %zu parameters, the model has %zu\n%s\n",
+                path, st->num_parameters, model->num_parameters, STATE_HINT);
+        exit(EXIT_FAILURE);
+    }
+    if (st->step < 0 || (st->step > 0) != (header[20] != 0) || (header[21] != 0 && header[20] == 0)) {
+        fprintf(stderr, "Error: %s: corrupt header (step %d, moments %s)\n%s\n", path, st->step,
+                header[20] ? "present" : "absent", STATE_HINT);
+        exit(EXIT_FAILURE);
+    }
+    size_t n = model->num_parameters, floats = (header[20] ? 2 * n : 0) + (header[21] ? n : 0);
+    long bytes = file_size(fp, path);
+    if ((size_t)bytes != 256 * sizeof(int) + floats * sizeof(float)) {
+        fprintf(stderr, "Error: %s: has %ld bytes, expected %zu: truncated or corrupt\n%s\n",
+                path, bytes, 256 * sizeof(int) + floats * sizeof(float), STATE_HINT);
+        exit(EXIT_FAILURE);
+    }
+    if (floats > 0) {
+        float *host = (float *)mallocCheck(floats * sizeof(float));
+        freadCheck(host, sizeof(float), floats, fp);
+        model->m_memory = (float *)cuda_malloc_check(2 * n * sizeof(float), "the AdamW moments");
+        model->v_memory = model->m_memory + n;
+        cudaCheck(cudaMemcpy(model->m_memory, host, 2 * n * sizeof(float), cudaMemcpyHostToDevice));
+        // master weights: from the file, or else the model file's values (already there)
+        if (header[21] && model->master_memory != NULL) {
+            cudaCheck(cudaMemcpy(model->master_memory, host + 2 * n, n * sizeof(float), cudaMemcpyHostToDevice));
+        }
+        free(host);
+    }
+    fcloseCheck(fp);
+}
+
+// --- begin shared-copy: gpt2-find-checkpoint ---
+// The step of the newest complete checkpoint in out_dir, or -1 if none.
+int find_latest_checkpoint(const char *out_dir) {
+    char pattern[4096];
+    format_path(pattern, sizeof(pattern), "%s/state_*.bin", out_dir);
+    glob_t g;
+    int latest = -1;
+    if (glob(pattern, 0, NULL, &g) == 0) {
+        for (size_t i = 0; i < g.gl_pathc; i++) {
+            const char *name = strrchr(g.gl_pathv[i], '/') + 1;
+            int step;
+            char model_path[4096];
+            if (sscanf(name, "state_%d.bin", &step) != 1) { continue; }
+            format_path(model_path, sizeof(model_path), "%s/model_%08d.bin", out_dir, step);
+            if (access(model_path, R_OK) == 0 && step > latest) { latest = step; }
+        }
+        globfree(&g);
+    }
+    return latest;
+}
+
+// --- end shared-copy: gpt2-find-checkpoint ---
+
+// --- begin shared-copy: log-truncate ---
+// On resume, the log of the first run may go on past the checkpoint (it ran a
+// while longer before it stopped). Keep only the lines whose first number, read
+// with key_format (e.g. "s:%d"), is at most `last`, and write the result back
+// atomically, so that the resumed run's lines follow on.
+void log_truncate_after(const char *path, const char *key_format, int last) {
+    FILE *fp = fopen(path, "rb");
+    if (fp == NULL) { return; } // no log yet: nothing to keep
+    size_t cap = 1 << 16, len = 0;
+    char *kept = (char *)mallocCheck(cap), line[1024];
+    while (fgets(line, sizeof(line), fp) != NULL) {
+        int key;
+        if (sscanf(line, key_format, &key) != 1 || key > last) { continue; }
+        size_t n = strlen(line);
+        if (len + n > cap) {
+            cap = 2 * (len + n);
+            char *bigger = (char *)realloc(kept, cap);
+            if (bigger == NULL) { fprintf(stderr, "Error: out of memory reading %s\n", path); exit(EXIT_FAILURE); }
+            kept = bigger;
+        }
+        memcpy(kept + len, line, n);
+        len += n;
+    }
+    fcloseCheck(fp);
+    const void *bufs[1] = {kept};
+    write_file_atomic(path, bufs, &len, 1);
+    free(kept);
+}
+// --- end shared-copy: log-truncate ---
+
+// ----------------------------------------------------------------------------
+// learning rate schedule: linear warm-up, then cosine decay to a floor
+
+// --- begin shared-copy: gpt2-lr-schedule ---
+// Step s (counting from 0) uses lr(s): warm-up from max_lr/warmup up to max_lr
+// at s = warmup-1, then a cosine from max_lr (at s = warmup) towards
+// max_lr*final_frac, which the curve would reach at s = max_steps, one past the
+// last step. (llm.c's schedule; the peak is used twice, at warmup-1 and warmup.)
+float get_learning_rate(int step, float max_lr, int warmup_steps, int max_steps, float final_frac) {
+    if (step < warmup_steps) { return max_lr * (step + 1) / warmup_steps; }
+    if (max_steps <= warmup_steps) { return max_lr; }
+    float progress = (float)(step - warmup_steps) / (float)(max_steps - warmup_steps);
+    float cosine = 0.5f * (1.0f + cosf((float)M_PI * progress)); // 1 -> 0
+    float min_lr = max_lr * final_frac;
+    return min_lr + (max_lr - min_lr) * cosine;
+}
+
+// --- end shared-copy: gpt2-lr-schedule ---
+
+// ----------------------------------------------------------------------------
+// main: argument parsing and the training loop
+
+// the hardware line at start-up
+void print_hardware(void) {
+    cudaDeviceProp p;
+    int device = 0;
+    cudaCheck(cudaGetDevice(&device));
+    cudaCheck(cudaGetDeviceProperties(&p, device));
+    printf("hardware: GPU %d: %s, compute capability %d.%d, %d SMs, %.1f GiB | precision %s%s\n", device, p.name, p.major,
+           p.minor, p.multiProcessorCount, p.totalGlobalMem / 1073741824.0, PRECISION_NAME,
+           sizeof(floatX) < sizeof(float) ? " with fp32 master weights" : "");
+}
+
+// the GPU memory of a run with batches of B x T, group by group
+void gpt2_print_memory(const GPT2 *model, size_t B, size_t T) {
+    size_t grad_act_sizes[NUM_GRAD_ACT_TENSORS], n_grad_acts = 0, n = model->num_parameters;
+    fill_in_grad_act_sizes(grad_act_sizes, model->config, B, T);
+    for (int i = 0; i < NUM_GRAD_ACT_TENSORS; i++) { n_grad_acts += grad_act_sizes[i]; }
+    double MiB = 1024.0 * 1024.0;
+    printf("GPU memory: parameters %.1f MiB (%zu, %s)%s | gradients %.1f MiB | AdamW moments %.1f MiB | activations %.1f MiB"
+           " + gradients %.1f MiB\n", n * sizeof(floatX) / MiB, n, PRECISION_NAME,
+           model->master_memory != NULL ? " + fp32 master copy" : "", n * sizeof(floatX) / MiB, 2 * n * 4 / MiB,
+           model->act_bytes / MiB, n_grad_acts * sizeof(floatX) / MiB);
+}
+
+// Find the GPU (or say clearly that there is none) and start cuBLAS.
+void setup_hardware(void) {
+    int devices = 0;
+    cudaError_t err = cudaGetDeviceCount(&devices);
+    if (err != cudaSuccess || devices == 0) {
+        fprintf(stderr, "Error: no usable CUDA GPU: %s\nHINT: train_gpt2.c is the same trainer on the CPU (make train_gpt2)\n",
+                err != cudaSuccess ? cudaGetErrorString(err) : "0 devices");
+        exit(EXIT_FAILURE);
+    }
+    cudaCheck(cudaSetDevice(0));
+    cublasCheck(cublasCreate(&cublas_handle));
+    // fp32 data is multiplied in full fp32 (no TF32); bf16 data on the tensor cores
+    cublasCheck(cublasSetMathMode(cublas_handle, CUBLAS_DEFAULT_MATH));
+}
+
+#ifndef TESTING
+
+// --- begin shared-copy: gpt2-options ---
+// Defaults: the embedded default run trains a 4-layer GPT-2 (d4, 16M parameters,
+// most of them the embeddings) on tinyshakespeare in a few minutes on 2 cores.
+typedef struct {
+    const char *train_pattern, *val_pattern, *tokenizer_path, *model, *out_dir;
+    int B, T, total_batch_size;
+    float lr, final_lr_frac, weight_decay, grad_clip, beta1, beta2, eps;
+    int warmup, max_steps, val_every, val_batches, sample_every, gen_tokens, checkpoint_every, resume;
+    uint64_t seed;
+} Options;
+
+static void print_usage(const Options *d) {
+    printf("Usage: %s [options]\n", PROGRAM);
+    printf("Options (default in brackets):\n");
+    printf("  -i <pattern>  training token shards, a glob [%s]\n", d->train_pattern);
+    printf("  -j <pattern>  validation token shards [%s]\n", d->val_pattern);
+    printf("  -k <path>     tokenizer for printing samples [%s]\n", d->tokenizer_path);
+    printf("  -e <model>    checkpoint file, or d<N> for a new random model (L=N, C=64N, NH=N) [%s]\n", d->model);
+    printf("  -o <dir>      output directory for the log and checkpoints, \"\" for none [%s]\n", d->out_dir);
+    printf("  -b <int>      batch size B [%d]\n", d->B);
+    printf("  -t <int>      sequence length T [%d]\n", d->T);
+    printf("  -d <int>      total batch size in tokens; a multiple of B*T accumulates gradients, 0 = B*T [%d]\n", d->total_batch_size);
+    printf("  -l <float>    peak learning rate [%g]\n", d->lr);
+    printf("  -u <int>      warm-up steps [%d]\n", d->warmup);
+    printf("  -q <float>    final learning rate as a fraction of the peak (cosine decay) [%g]\n", d->final_lr_frac);
+    printf("  -c <float>    AdamW weight decay (on matrices only) [%g]\n", d->weight_decay);
+    printf("  -z <float>    clip the global gradient norm to this, 0 = off [%g]\n", d->grad_clip);
+    printf("  -x <int>      number of training steps [%d]\n", d->max_steps);
+    printf("  -v <int>      validation loss every this many steps, 0 = off [%d]\n", d->val_every);
+    printf("  -m <int>      validation batches [%d]\n", d->val_batches);
+    printf("  -s <int>      print a sample every this many steps, 0 = off [%d]\n", d->sample_every);
+    printf("  -g <int>      tokens per sample, at most T-1 [%d]\n", d->gen_tokens);
+    printf("  -n <int>      checkpoint every this many steps and at the end, 0 = off [%d]\n", d->checkpoint_every);
+    printf("  -y <0|1>      resume from the newest checkpoint in -o [%d]\n", d->resume);
+    printf("  -r <int>      random seed (model init, data order, samples) [%llu]\n", (unsigned long long)d->seed);
+    printf("  -h            this help\n");
+}
+
+static void usage_error(const char *fmt, const char *arg) {
+    fprintf(stderr, "Error: ");
+    fprintf(stderr, fmt, arg);
+    fprintf(stderr, "\nHINT: %s -h lists every flag\n", PROGRAM);
+    exit(EXIT_FAILURE);
+}
+// --- end shared-copy: gpt2-options ---
+
+// --- begin shared-copy: parse-int ---
+// a whole-string integer in [lo, 2^31), or a usage error naming the flag
+static long parse_int(const char *flag, const char *s, long lo) {
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno != 0 || end == s || *end != '\0' || v < lo || v > 2147483647L) {
+        char msg[256];
+        snprintf(msg, sizeof(msg), "flag %s needs an integer >= %ld, got '%%s'", flag, lo);
+        usage_error(msg, s);
+    }
+    return v;
+}
+// --- end shared-copy: parse-int ---
+
+// --- begin shared-copy: gpt2-main ---
+// a whole-string non-negative float, or a usage error naming the flag
+static float parse_float(const char *flag, const char *s) {
+    char *end;
+    errno = 0;
+    float v = strtof(s, &end);
+    if (errno != 0 || end == s || *end != '\0' || !(v >= 0.0f) || isinf(v)) {
+        char msg[256];
+        snprintf(msg, sizeof(msg), "flag %s needs a non-negative number, got '%%s'", flag);
+        usage_error(msg, s);
+    }
+    return v;
+}
+
+int main(int argc, char **argv) {
+    // The defaults are the embedded default run. lr 1e-3 with a short warm-up suits
+    // a 4-layer model (GPT-2 small trained at 6e-4); betas (0.9, 0.95) and weight
+    // decay 0.1 are GPT-3's and nanoGPT's; B x T = 512 tokens keeps a step near half
+    // a second on 2 cores, so the validation loss visibly falls within a minute.
+    Options o = {
+        .train_pattern = "data/tinyshakespeare/tiny_shakespeare_train.bin",
+        .val_pattern = "data/tinyshakespeare/tiny_shakespeare_val.bin",
+        .tokenizer_path = "data/gpt2_tokenizer.bin",
+        .model = "d4", .out_dir = "log_gpt2",
+        .B = 8, .T = 64, .total_batch_size = 0,
+        .lr = 1e-3f, .final_lr_frac = 0.1f, .weight_decay = 0.1f, .grad_clip = 1.0f,
+        .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
+        .warmup = 20, .max_steps = 300, .val_every = 50, .val_batches = 16, .sample_every = 100,
+        .gen_tokens = 60, .checkpoint_every = 0, .resume = 0, .seed = 1337};
+    const Options defaults = o;
+    // every flag is "-x value"; anything else is an error, never silently ignored
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) { print_usage(&defaults); return 0; }
+        if (a[0] != '-' || a[1] == '\0' || a[2] != '\0') { usage_error("unknown argument '%s'", a); }
+        if (i + 1 >= argc) { usage_error("flag %s needs a value", a); }
+        const char *v = argv[++i];
+        switch (a[1]) {
+        case 'i': o.train_pattern = v; break;
+        case 'j': o.val_pattern = v; break;
+        case 'k': o.tokenizer_path = v; break;
+        case 'e': o.model = v; break;
+        case 'o': o.out_dir = v; break;
+        case 'b': o.B = (int)parse_int(a, v, 1); break;
+        case 't': o.T = (int)parse_int(a, v, 1); break;
+        case 'd': o.total_batch_size = (int)parse_int(a, v, 0); break;
+        case 'l': o.lr = parse_float(a, v); break;
+        case 'u': o.warmup = (int)parse_int(a, v, 0); break;
+        case 'q': o.final_lr_frac = parse_float(a, v); break;
+        case 'c': o.weight_decay = parse_float(a, v); break;
+        case 'z': o.grad_clip = parse_float(a, v); break;
+        case 'x': o.max_steps = (int)parse_int(a, v, 1); break;
+        case 'v': o.val_every = (int)parse_int(a, v, 0); break;
+        case 'm': o.val_batches = (int)parse_int(a, v, 1); break;
+        case 's': o.sample_every = (int)parse_int(a, v, 0); break;
+        case 'g': o.gen_tokens = (int)parse_int(a, v, 1); break;
+        case 'n': o.checkpoint_every = (int)parse_int(a, v, 0); break;
+        case 'y': o.resume = (int)parse_int(a, v, 0); break;
+        case 'r': o.seed = (uint64_t)parse_int(a, v, 0); break;
+        default: usage_error("unknown flag '%s'", a);
+        }
+    }
+    setup_hardware();
+    // sizes that fit: B*T*Vp floats of logits must be addressable, and gemm takes ints
+    size_t tokens_per_batch = (size_t)o.B * o.T;
+    if (o.B > (1 << 16) || o.T > (1 << 20) || tokens_per_batch > (1 << 24)) {
+        fprintf(stderr, "Error: -b %d x -t %d = %zu tokens per batch is more than this trainer handles (2^24)\n",
+                o.B, o.T, tokens_per_batch);
+        return EXIT_FAILURE;
+    }
+    if (o.total_batch_size == 0) { o.total_batch_size = (int)tokens_per_batch; }
+    if (o.total_batch_size % tokens_per_batch != 0) {
+        fprintf(stderr, "Error: total batch size -d %d is not a multiple of B*T = %zu\n", o.total_batch_size, tokens_per_batch);
+        return EXIT_FAILURE;
+    }
+    // gradient accumulation: this many forward/backward passes of B x T per update
+    int accum_steps = (int)(o.total_batch_size / tokens_per_batch);
+    int have_out = o.out_dir[0] != '\0'; // -o "" runs without log and checkpoints
+    if ((o.resume || o.checkpoint_every > 0) && !have_out) {
+        fprintf(stderr, "Error: -n and -y need an output directory (-o)\n");
+        return EXIT_FAILURE;
+    }
+    if (have_out && mkdir(o.out_dir, 0755) != 0 && errno != EEXIST) {
+        fprintf(stderr, "Error: could not create output directory %s: %s\n", o.out_dir, strerror(errno));
+        return EXIT_FAILURE;
+    }
+
+    // the model: resumed, loaded, or new
+    GPT2 model;
+    TrainState st;
+    memset(&st, 0, sizeof(st));
+    int resume_step = o.resume ? find_latest_checkpoint(o.out_dir) : -1;
+    if (o.resume && resume_step < 0) {
+        fprintf(stderr, "Error: -y 1 but no checkpoint (state_*.bin with its model_*.bin) in %s\n%s\n", o.out_dir, STATE_HINT);
+        return EXIT_FAILURE;
+    }
+    if (!o.resume && o.checkpoint_every > 0 && find_latest_checkpoint(o.out_dir) >= 0) {
+        // a new run would write its checkpoints over these, step by step
+        fprintf(stderr, "Error: %s already holds checkpoints (newest: step %d); not overwriting them\n"
+                "HINT: resume them with -y 1, or pick another -o\n", o.out_dir, find_latest_checkpoint(o.out_dir));
+        return EXIT_FAILURE;
+    }
+    char state_path[4096] = "";
+    if (resume_step >= 0) {
+        // The model comes from the checkpoint (-e is not used). The flags that
+        // decide what the next batch is must be the same as before; the others
+        // (-x to train longer, -l, -v, ...) may change, at the cost of exactness.
+        char model_path[4096];
+        format_path(model_path, sizeof(model_path), "%s/model_%08d.bin", o.out_dir, resume_step);
+        format_path(state_path, sizeof(state_path), "%s/state_%08d.bin", o.out_dir, resume_step);
+        gpt2_build_from_checkpoint(&model, model_path);
+        load_state(state_path, &model, &st);
+        if (st.B != (size_t)o.B || st.T != (size_t)o.T || st.total_batch_size != (size_t)o.total_batch_size || st.seed != o.seed) {
+            fprintf(stderr, "Error: %s was written with -b %zu -t %zu -d %zu -r %llu; resume with the same flags\n",
+                    state_path, st.B, st.T, st.total_batch_size, (unsigned long long)st.seed);
+            return EXIT_FAILURE;
+        }
+        if (st.step != resume_step || st.step >= o.max_steps) {
+            fprintf(stderr, "Error: %s is the state after step %d%s\n", state_path, st.step,
+                    st.step != resume_step ? ", not the step in its name: corrupt" : "; nothing left to do (raise -x to train longer)");
+            return EXIT_FAILURE;
+        }
+        printf("resuming from %s at step %d\n", state_path, st.step);
+        o.model = model_path;
+    } else if (access(o.model, F_OK) == 0) {
+        gpt2_build_from_checkpoint(&model, o.model);
+    } else {
+        gpt2_build_from_descriptor(&model, o.model, o.seed);
+    }
+    GPT2Config c = model.config;
+    if (o.T > c.max_seq_len) {
+        fprintf(stderr, "Error: -t %d is longer than the model's maximum sequence length %d\n", o.T, c.max_seq_len);
+        return EXIT_FAILURE;
+    }
+
+    // the data: training batches shuffled, validation always the same first batches
+    // (so validation losses of different steps and runs compare like with like)
+    // (without validation, -v 0, the validation data is not read at all)
+    DataLoader train_loader, val_loader;
+    dataloader_init(&train_loader, o.train_pattern, o.B, o.T, c.vocab_size, 1, o.seed);
+    if (o.val_every > 0) { dataloader_init(&val_loader, o.val_pattern, o.B, o.T, c.vocab_size, 0, o.seed); }
+    if (resume_step >= 0 && !dataloader_seek(&train_loader, st.epoch, st.shard_pos, st.sample_pos)) {
+        fprintf(stderr, "Error: %s: its data position (shard %zu, sequence %zu) does not exist in '%s'\n"
+                "HINT: resume with the same -i data the run started with\n", state_path, st.shard_pos, st.sample_pos,
+                o.train_pattern);
+        return EXIT_FAILURE;
+    }
+    if (o.val_every > 0 && (size_t)o.val_batches * o.B > val_loader.num_samples_total) {
+        fprintf(stderr, "Error: -m %d validation batches of -b %d need %zu sequences, '%s' holds %zu\n"
+                "HINT: lower -m\n", o.val_batches, o.B, (size_t)o.val_batches * o.B, o.val_pattern, val_loader.num_samples_total);
+        return EXIT_FAILURE;
+    }
+    if (o.sample_every > 0 && o.gen_tokens >= o.T) {
+        fprintf(stderr, "Error: -g %d tokens per sample do not fit after the prompt token in -t %d\n"
+                "HINT: -g at most %d\n", o.gen_tokens, o.T, o.T - 1);
+        return EXIT_FAILURE;
+    }
+    Tokenizer tokenizer;
+    tokenizer_init(&tokenizer, o.tokenizer_path, c.vocab_size);
+
+    // the run, and its memory: parameters, gradients, AdamW moments, activations
+    gpt2_allocate_activations(&model, o.B, o.T);
+    printf("model: %s | maxT %d | V %d (padded %d) | L %d | NH %d | C %d | seed %llu\n", o.model,
+           c.max_seq_len, c.vocab_size, c.padded_vocab_size, c.num_layers, c.num_heads, c.channels,
+           (unsigned long long)o.seed);
+    printf("data: %s (%zu shards) | val %s\n", o.train_pattern, train_loader.num_shards, o.val_every > 0 ? o.val_pattern : "none (-v 0)");
+    printf("batch: B %d x T %d x %d accumulation steps = %d tokens | steps %d | lr %g warm-up %d\n",
+           o.B, o.T, accum_steps, o.total_batch_size, o.max_steps, o.lr, o.warmup);
+    print_hardware();
+    gpt2_print_memory(&model, o.B, o.T);
+
+    FILE *logfile = NULL;
+    if (have_out) {
+        char path[4096];
+        format_path(path, sizeof(path), "%s/main.log", o.out_dir);
+        if (resume_step >= 0) { log_truncate_after(path, "s:%d", resume_step); }
+        logfile = fopenCheck(path, resume_step >= 0 ? "a" : "w");
+    }
+
+    for (int step = st.step; step <= o.max_steps; step++) {
+        int last_step = step == o.max_steps;
+        // A resumed run starts where the checkpoint was taken: after that step's
+        // validation and sample, which the first run already did and logged.
+        int resumed_here = resume_step >= 0 && step == st.step;
+        // validation loss, over the first val_batches batches of the validation data
+        if (o.val_every > 0 && (step % o.val_every == 0 || last_step) && !resumed_here) {
+            dataloader_seek(&val_loader, 0, 0, 0);
+            double val_loss = 0.0;
+            for (int i = 0; i < o.val_batches; i++) {
+                dataloader_next_batch(&val_loader);
+                gpt2_forward(&model, val_loader.inputs, val_loader.targets, o.B, o.T);
+                val_loss += model.mean_loss;
+            }
+            val_loss /= o.val_batches;
+            printf("step %d | val loss %.6f\n", step, val_loss);
+            if (logfile != NULL) { fprintf(logfile, "s:%d tel:%.9g\n", step, val_loss); fflush(logfile); }
+        }
+        if (o.sample_every > 0 && (step % o.sample_every == 0 || last_step) && !resumed_here) {
+            gpt2_sample(&model, &tokenizer, (size_t)o.gen_tokens, o.seed, step);
+        }
+        // a checkpoint after `step` steps (not at the step we resumed from: it exists)
+        if (o.checkpoint_every > 0 && step > st.step && (step % o.checkpoint_every == 0 || last_step)) {
+            TrainState now = {step, o.seed, (size_t)o.B, (size_t)o.T, (size_t)o.total_batch_size,
+                              model.num_parameters, train_loader.epoch, train_loader.shard_pos, train_loader.sample_pos};
+            save_checkpoint(o.out_dir, &model, &now);
+        }
+        if (last_step) { break; }
+
+        // one optimizer step: accumulate gradients over accum_steps micro-batches,
+        // each backward scaled so that the sum is the gradient of the mean loss
+        double t0 = wall_seconds();
+        gpt2_zero_grad(&model);
+        double loss = 0.0;
+        for (int micro = 0; micro < accum_steps; micro++) {
+            dataloader_next_batch(&train_loader);
+            gpt2_forward(&model, train_loader.inputs, train_loader.targets, o.B, o.T);
+            gpt2_backward(&model, 1.0f / accum_steps);
+            loss += model.mean_loss;
+        }
+        loss /= accum_steps;
+        float norm = gpt2_grad_norm(&model);
+        if (!isfinite(loss) || !isfinite(norm)) {
+            // nothing good can come of the next step: stop while the checkpoints are sound
+            fprintf(stderr, "Error: step %d: loss %g, gradient norm %g: training diverged\n"
+                    "HINT: lower the learning rate (-l), or keep gradient clipping on (-z)\n", step + 1, loss, norm);
+            return EXIT_FAILURE;
+        }
+        // clip as torch.nn.utils.clip_grad_norm_: scale by max_norm / (norm + 1e-6) when above 1
+        float grad_scale = 1.0f;
+        if (o.grad_clip > 0.0f && o.grad_clip / (norm + 1e-6f) < 1.0f) { grad_scale = o.grad_clip / (norm + 1e-6f); }
+        float lr = get_learning_rate(step, o.lr, o.warmup, o.max_steps, o.final_lr_frac);
+        gpt2_update(&model, lr, o.beta1, o.beta2, o.eps, o.weight_decay, grad_scale, step + 1);
+        double ms = (wall_seconds() - t0) * 1000.0;
+        printf("step %4d/%d | loss %.6f | lr %.2e | norm %.4f | %.1f ms | %.0f tok/s\n", step + 1, o.max_steps,
+               loss, lr, norm, ms, o.total_batch_size / (ms / 1000.0));
+        if (logfile != NULL) {
+            // %.9g prints a float so that it reads back exactly: logs can be compared bit for bit
+            fprintf(logfile, "s:%d trl:%.9g lr:%.9g norm:%.9g ms:%.1f\n", step + 1, (float)loss, lr, norm, ms);
+            fflush(logfile);
+        }
+    }
+
+    if (logfile != NULL) { fcloseCheck(logfile); }
+    dataloader_free(&train_loader);
+    if (o.val_every > 0) { dataloader_free(&val_loader); }
+    tokenizer_free(&tokenizer);
+    gpt2_free(&model);
+    return 0;
+}
+// --- end shared-copy: gpt2-main ---
+#endif
