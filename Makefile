@@ -103,11 +103,16 @@ train_gpt2: train_gpt2.c | data
 	$(CC) $(CFLAGS) $(OMP_FLAGS) $< $(LDLIBS) -o $@
 
 # --- CUDA: the first GPU programs (dev/) -------------------------------------------
-CUDA_PROGRAMS = train_gpt2cu train_gpt2cu_fp32 train_mlpcu dev/check_env dev/cuda/vector_add dev/cuda/matmul dev/emu/test_emu
+CUDA_PROGRAMS = train_gpt2cu train_gpt2cu_fp32 test_gpt2cu test_gpt2cu_fp32 train_mlpcu dev/check_env dev/cuda/vector_add dev/cuda/matmul dev/emu/test_emu
 # the GPU trainer, in the precision PRECISION chooses (FP16 is not written yet), and in FP32
 train_gpt2cu: train_gpt2.cu
 	$(NVCC) $(NVCC_FLAGS) -DENABLE_$(PRECISION) -Xcompiler "$(OMP_FLAGS)" $< -lcublas $(if $(filter -fopenmp,$(OMP_FLAGS)),-lgomp) -o $@
 train_gpt2cu_fp32: train_gpt2.cu
+	$(NVCC) $(NVCC_FLAGS) -DENABLE_FP32 -Xcompiler "$(OMP_FLAGS)" $< -lcublas $(if $(filter -fopenmp,$(OMP_FLAGS)),-lgomp) -o $@
+# its test against the PyTorch fixtures (without a GPU: skipped, exit 0)
+test_gpt2cu: test_gpt2.cu train_gpt2.cu
+	$(NVCC) $(NVCC_FLAGS) -DENABLE_$(PRECISION) -Xcompiler "$(OMP_FLAGS)" $< -lcublas $(if $(filter -fopenmp,$(OMP_FLAGS)),-lgomp) -o $@
+test_gpt2cu_fp32: test_gpt2.cu train_gpt2.cu
 	$(NVCC) $(NVCC_FLAGS) -DENABLE_FP32 -Xcompiler "$(OMP_FLAGS)" $< -lcublas $(if $(filter -fopenmp,$(OMP_FLAGS)),-lgomp) -o $@
 # the MLP of train_mlp.c on the GPU (same flags, data and checkpoints)
 train_mlpcu: train_mlp.cu
@@ -143,6 +148,10 @@ dev/emu/train_gpt2cu_fp32_cpu: train_gpt2.cu $(EMU)
 	bash dev/emu/emu_build.sh $< $@ -DENABLE_FP32
 dev/emu/train_gpt2cu_bf16_cpu: train_gpt2.cu $(EMU)
 	bash dev/emu/emu_build.sh $< $@ -DENABLE_BF16
+dev/emu/test_gpt2cu_fp32_cpu: test_gpt2.cu train_gpt2.cu $(EMU)
+	bash dev/emu/emu_build.sh $< $@ -DENABLE_FP32
+dev/emu/test_gpt2cu_bf16_cpu: test_gpt2.cu train_gpt2.cu $(EMU)
+	bash dev/emu/emu_build.sh $< $@ -DENABLE_BF16
 
 # On a machine with a GPU: build every CUDA program for it, run every GPU test and
 # the benchmarks, one summary table; logs in gpu-check-logs/ (dev/test/gpu_check.sh)
@@ -167,6 +176,8 @@ TESTS = ./test_gpt2 \
         ./dev/emu/test_emu_cpu \
         "./dev/emu/matmul_cpu -c" \
         "bash dev/test/test_train_mlp_cuda.sh ./dev/emu/train_mlpcu_cpu ./train_mlp" \
+        ./dev/emu/test_gpt2cu_fp32_cpu \
+        ./dev/emu/test_gpt2cu_bf16_cpu \
         "bash dev/test/test_train_gpt2_cuda.sh ./train_gpt2 ./dev/emu/train_gpt2cu_fp32_cpu ./dev/emu/train_gpt2cu_bf16_cpu" \
         ./test_mlp \
         ./test_tokenizer \
@@ -175,7 +186,7 @@ TESTS = ./test_gpt2 \
         "bash dev/test/test_train_mlp_cli.sh ./train_mlp" \
         "bash dev/test/check_shared_copies.sh" \
         "bash dev/test/check_cuda_builds.sh"
-test: train_gpt2 test_gpt2 data/tokenizer test_tokenizer train_mlp test_mlp dev/emu/test_emu_cpu dev/emu/matmul_cpu dev/emu/train_mlpcu_cpu dev/emu/train_gpt2cu_fp32_cpu dev/emu/train_gpt2cu_bf16_cpu
+test: train_gpt2 test_gpt2 data/tokenizer test_tokenizer train_mlp test_mlp dev/emu/test_emu_cpu dev/emu/matmul_cpu dev/emu/train_mlpcu_cpu dev/emu/train_gpt2cu_fp32_cpu dev/emu/train_gpt2cu_bf16_cpu dev/emu/test_gpt2cu_fp32_cpu dev/emu/test_gpt2cu_bf16_cpu
 	@bash dev/test/run_tests.sh $(TESTS)
 
 # Regenerate the committed fixtures the tests compare against. Needs Python with
@@ -193,7 +204,7 @@ bench: dev/cpu/bench_train_gpt2 data/tokenizer
 	bash dev/bench_tokenizer.sh ./data/tokenizer
 
 clean:
-	rm -f train_gpt2 test_gpt2 test_tokenizer data/tokenizer dev/cpu/bench_train_gpt2 train_mlp test_mlp $(CUDA_PROGRAMS) dev/emu/test_emu_cpu dev/emu/matmul_cpu dev/emu/train_mlpcu_cpu dev/emu/train_gpt2cu_fp32_cpu dev/emu/train_gpt2cu_bf16_cpu
+	rm -f train_gpt2 test_gpt2 test_tokenizer data/tokenizer dev/cpu/bench_train_gpt2 train_mlp test_mlp $(CUDA_PROGRAMS) dev/emu/test_emu_cpu dev/emu/matmul_cpu dev/emu/train_mlpcu_cpu dev/emu/train_gpt2cu_fp32_cpu dev/emu/train_gpt2cu_bf16_cpu dev/emu/test_gpt2cu_fp32_cpu dev/emu/test_gpt2cu_bf16_cpu
 	rm -f $(TINYSHAKESPEARE) data/gpt2_tokenizer.bin
 
 help:

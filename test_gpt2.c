@@ -36,25 +36,13 @@ sqrt(v) which amplifies tiny gradients, hence the looser bound.
 // ----------------------------------------------------------------------------
 // tolerances and tensor comparison
 
+// --- begin shared-copy: gpt2-test-compare ---
 typedef struct {
     const char *what;
     float rtol; // relative to the entry
     float atol; // relative to the largest |ref| of the tensor
 } Tolerance;
 
-static const Tolerance TOL[] = {
-    // measured (tiny, small): logits max abs err / max|ref| 3e-7, 9e-7; loss rel err 8e-8, 0
-    {"logits", 1e-4f, 1e-5f},
-    {"loss", 1e-6f, 0.0f},
-    // measured: max abs err / max|ref| up to 1.6e-6 (small's wpe), rel err of
-    // entries above 1e-3 max|ref| up to 3.6e-4 (small's ln2b): these entries are the
-    // difference of large terms and carry the absolute error of their tensor
-    {"grads", 1e-4f, 1e-5f},
-    // measured: up to 4.4e-6 (small, step 10: the loss fell from 11 to 0.2, so every
-    // step's rounding is compounded by the next)
-    {"steps", 5e-5f, 0.0f},
-};
-enum { TOL_LOGITS, TOL_LOSS, TOL_GRADS, TOL_STEPS };
 
 static int num_passed = 0, num_failed = 0;
 
@@ -102,10 +90,26 @@ static void check_scalar(const char *name, float ours, float ref, Tolerance tol)
     printf("%-9s ours %.7f ref %.7f abs err %.2e rel err %.2e %s\n", name, ours, ref, err, err / fabsf(ref), ok ? "OK" : "NOT OK");
     record(ok);
 }
+// --- end shared-copy: gpt2-test-compare ---
+
+static const Tolerance TOL[] = {
+    // measured (tiny, small): logits max abs err / max|ref| 3e-7, 9e-7; loss rel err 8e-8, 0
+    {"logits", 1e-4f, 1e-5f},
+    {"loss", 1e-6f, 0.0f},
+    // measured: max abs err / max|ref| up to 1.6e-6 (small's wpe), rel err of
+    // entries above 1e-3 max|ref| up to 3.6e-4 (small's ln2b): these entries are the
+    // difference of large terms and carry the absolute error of their tensor
+    {"grads", 1e-4f, 1e-5f},
+    // measured: up to 4.4e-6 (small, step 10: the loss fell from 11 to 0.2, so every
+    // step's rounding is compounded by the next)
+    {"steps", 5e-5f, 0.0f},
+};
+enum { TOL_LOGITS, TOL_LOSS, TOL_GRADS, TOL_STEPS };
 
 // ----------------------------------------------------------------------------
 // the fixture file (format: dev/reference/gpt2_reference.py's header)
 
+// --- begin shared-copy: gpt2-test-fixture ---
 #define FIXTURE_MAGIC 20261129
 #define FIXTURE_HINT "HINT: make reference regenerates dev/reference/fixtures (needs dev/reference/requirements.txt)"
 
@@ -172,6 +176,7 @@ static size_t map_logits(size_t idx, const void *ctx) {
     const LogitsLayout *l = (const LogitsLayout *)ctx;
     return (idx / l->V) * l->Vp + idx % l->V;
 }
+// --- end shared-copy: gpt2-test-fixture ---
 
 // ----------------------------------------------------------------------------
 // one configuration: logits, loss, gradients, ten steps

@@ -1326,10 +1326,12 @@ float gpt2_grad_norm(const GPT2 *model) {
     const floatX *const *grads = (const floatX *const *)&model->grads;
     double sumsq = 0.0;
     for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) { // tensor by tensor: the slices are padded
-        norm_partials_kernel<<<NORM_BLOCKS, BLOCK>>>(model->norm_partials, grads[k], model->param_sizes[k]);
+        // up to NORM_BLOCKS blocks, fewer for small tensors (the split depends on the size only)
+        unsigned blocks = ceil_div(model->param_sizes[k], BLOCK) < NORM_BLOCKS ? ceil_div(model->param_sizes[k], BLOCK) : NORM_BLOCKS;
+        norm_partials_kernel<<<blocks, BLOCK>>>(model->norm_partials, grads[k], model->param_sizes[k]);
         cudaCheck(cudaGetLastError());
-        cudaCheck(cudaMemcpy(model->norm_partials_host, model->norm_partials, NORM_BLOCKS * sizeof(float), cudaMemcpyDeviceToHost));
-        for (int i = 0; i < NORM_BLOCKS; i++) { sumsq += model->norm_partials_host[i]; }
+        cudaCheck(cudaMemcpy(model->norm_partials_host, model->norm_partials, blocks * sizeof(float), cudaMemcpyDeviceToHost));
+        for (unsigned i = 0; i < blocks; i++) { sumsq += model->norm_partials_host[i]; }
     }
     return (float)sqrt(sumsq);
 }

@@ -9,5 +9,7 @@ shift 2
 here=$(cd "$(dirname "$0")" && pwd)
 tmp=$(mktemp /tmp/emu_XXXXXX.cpp)
 trap 'rm -f "$tmp"' EXIT
-sed -E -e 's/([A-Za-z_][A-Za-z0-9_]*)<<<(.*)>>>\(/emu::Launch{\2}.run(\1, /' -e 's/\.run\(([A-Za-z_][A-Za-z0-9_]*), \)/.run(\1)/' "$src" > "$tmp"
+# a test program's  #include "program.cu"  is pasted in first, so that its launches are rewritten too
+awk -v dir="$(dirname "$src")" '/^#include "[^"]*\.cu"/ { f = $2; gsub(/"/, "", f); while ((getline line < (dir "/" f)) > 0) print line; next } { print }' "$src" |
+    sed -E -e 's/([A-Za-z_][A-Za-z0-9_]*)<<<(.*)>>>\(/emu::Launch{\2}.run(\1, /' -e 's/\.run\(([A-Za-z_][A-Za-z0-9_]*), \)/.run(\1)/' > "$tmp"
 g++ -std=c++17 -O2 -fopenmp -Wall -Wextra -Wno-unknown-pragmas -I "$here/include" -I "$(dirname "$src")" -x c++ "$tmp" -o "$out" -lm "$@"

@@ -35,7 +35,7 @@ if ! echo '#include <zlib.h>' | cc -E -x c - > /dev/null 2>&1 && [ -f .gpu/zlib/
 fi
 
 # --- build, for this GPU only
-PROGRAMS="train_gpt2cu train_gpt2cu_fp32 train_gpt2 train_mlpcu dev/check_env dev/cuda/vector_add dev/cuda/matmul dev/emu/test_emu train_mlp"
+PROGRAMS="train_gpt2cu train_gpt2cu_fp32 test_gpt2cu test_gpt2cu_fp32 train_gpt2 train_mlpcu dev/check_env dev/cuda/vector_add dev/cuda/matmul dev/emu/test_emu train_mlp"
 echo "building for sm_$arch: $PROGRAMS"
 build() {
     if command -v make > /dev/null 2>&1; then
@@ -45,6 +45,8 @@ build() {
         nvcc $f ${ZLIB_CFLAGS:-} train_mlp.cu -lcublas ${ZLIB_LIBS:--lz} -o train_mlpcu &&
         nvcc $f -DENABLE_BF16 -Xcompiler -fopenmp train_gpt2.cu -lcublas -lgomp -o train_gpt2cu &&
         nvcc $f -DENABLE_FP32 -Xcompiler -fopenmp train_gpt2.cu -lcublas -lgomp -o train_gpt2cu_fp32 &&
+        nvcc $f -DENABLE_BF16 -Xcompiler -fopenmp test_gpt2.cu -lcublas -lgomp -o test_gpt2cu &&
+        nvcc $f -DENABLE_FP32 -Xcompiler -fopenmp test_gpt2.cu -lcublas -lgomp -o test_gpt2cu_fp32 &&
         nvcc $f dev/check_env.cu -o dev/check_env && nvcc $f dev/cuda/vector_add.cu -o dev/cuda/vector_add &&
         nvcc $f dev/cuda/matmul.cu -lcublas -o dev/cuda/matmul && nvcc $f dev/emu/test_emu.cu -o dev/emu/test_emu &&
         cc -O3 -march=native -fno-trapping-math -Wall -Wextra ${ZLIB_CFLAGS:-} -fopenmp train_mlp.c -lm ${ZLIB_LIBS:--lz} -o train_mlp
@@ -109,6 +111,9 @@ step check_env "dev/check_env: versions, device, 4096^3 matmul vs CPU" ./dev/che
 step vector_add "dev/cuda/vector_add: indexing, launch overhead" ./dev/cuda/vector_add
 step test_emu "dev/emu/test_emu.cu on the GPU (the emulator's own test kernels)" ./dev/emu/test_emu
 step matmul "dev/cuda/matmul: 5 kernels + cuBLAS checked, then timed" ./dev/cuda/matmul
+# GPT-2: test_gpt2.cu against the PyTorch fixtures (tiny and GPT-2 small shapes), FP32 and BF16
+step test_gpt2cu_fp32 "test_gpt2cu (FP32) vs PyTorch fixtures, determinism, resume" ./test_gpt2cu_fp32
+step test_gpt2cu_bf16 "test_gpt2cu (BF16) vs PyTorch fixtures, determinism, resume" ./test_gpt2cu
 # GPT-2: train_gpt2.cu in FP32 and BF16 against train_gpt2.c (the emulated test, on the GPU)
 step gpt2_twin "train_gpt2cu (FP32, BF16) vs train_gpt2.c: 4 steps, logs, checkpoints, resume" \
     bash dev/test/test_train_gpt2_cuda.sh ./train_gpt2 ./train_gpt2cu_fp32 ./train_gpt2cu

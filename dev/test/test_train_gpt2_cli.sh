@@ -45,7 +45,7 @@ resume_case() {
        diff <(strip_ms "$full/main.log") <(strip_ms "$part/main.log") > "$TMP/diff" &&
        cmp -s "$full/model_00000060.bin" "$part/model_00000060.bin" && cmp -s "$full/state_00000060.bin" "$part/state_00000060.bin" &&
        diff <(sed -n "/^wrote checkpoint .*model_$first.bin/,\$p" "$full.out" | grep -v -e ' ms |' -e '^wrote') \
-            <(grep -v -e ' ms |' -e '^wrote' -e '^resuming' -e '^model:' -e '^data:' -e '^batch:' -e '^memory:' "$part.out") > "$TMP/diff_out"; then
+            <(grep -v -e ' ms |' -e '^wrote' -e '^resuming' -e '^model:' -e '^data:' -e '^batch:' -e '^hardware:' -e '^memory:' "$part.out") > "$TMP/diff_out"; then
         ok "$name: resumed at step $every, identical log, samples, model and optimizer state at step 60"
     else
         not_ok "$name: resumed run differs (exit $rc)"; head -5 "$TMP/diff" "$TMP/diff_out"

@@ -1,0 +1,386 @@
+/*
+test_gpt2.cu: train_gpt2.cu against the same PyTorch fixtures as test_gpt2.c.
+
+The fixtures (dev/reference/fixtures, written by dev/reference/gpt2_reference.py
+in float64) hold, for a tiny and a GPT-2-small-shaped configuration, a batch, its
+logits, loss, the gradient of every parameter tensor, and the losses and
+gradient norms of ten AdamW steps. We run train_gpt2.cu's forward, backward and
+update on them and compare every number, with tolerances per precision (the
+table below). Then: two identical runs of ten steps give bit-identical weights
+(every kernel is deterministic), and a run saved after five steps and resumed
+ends bit-identical to an uninterrupted one.
+
+    make test_gpt2cu && ./test_gpt2cu        (PRECISION=FP32 or BF16, the default)
+Without a GPU it says so and reports the tests as skipped (exit 0). make test
+runs this file's kernels through the CPU emulator (dev/emu) on the tiny
+configuration, in FP32 and BF16 (the GPT-2-small shapes are too slow there).
+*/
+#define TESTING
+#include "train_gpt2.cu"
+
+// ----------------------------------------------------------------------------
+// tolerances and tensor comparison
+
+// --- begin shared-copy: gpt2-test-compare ---
+typedef struct {
+    const char *what;
+    float rtol; // relative to the entry
+    float atol; // relative to the largest |ref| of the tensor
+} Tolerance;
+
+
+static int num_passed = 0, num_failed = 0;
+
+static void record(int ok) {
+    if (ok) { num_passed++; } else { num_failed++; }
+}
+
+// A sampled tensor from the fixture: count values at flat indices j*stride.
+typedef struct {
+    int64_t numel, stride, count;
+    float *values;
+} Sampled;
+
+// Compare ours[index(j * stride)] with the sampled reference values. `map`
+// translates a flat index of the reference's layout to ours (the logits differ:
+// (B,T,V) there, (B,T,Vp) here); NULL means identical layouts.
+static void check_tensor(const char *name, const float *ours, const Sampled *ref, Tolerance tol,
+                         size_t (*map)(size_t, const void *), const void *map_ctx) {
+    float max_ref = 0.0f;
+    for (int64_t j = 0; j < ref->count; j++) { max_ref = fmaxf(max_ref, fabsf(ref->values[j])); }
+    float max_abs = 0.0f, max_rel = 0.0f;
+    int64_t bad = 0;
+    for (int64_t j = 0; j < ref->count; j++) {
+        size_t idx = (size_t)(j * ref->stride);
+        float a = ours[map != NULL ? map(idx, map_ctx) : idx], b = ref->values[j];
+        float err = fabsf(a - b);
+        if (!(err <= tol.atol * max_ref + tol.rtol * fabsf(b))) { bad++; } // also catches NaN
+        if (!(err <= max_abs)) { max_abs = err; }
+        float rel = err / fmaxf(fabsf(b), 1e-30f);
+        if (fabsf(b) > 1e-3f * max_ref && !(rel <= max_rel)) { max_rel = rel; } // rel. error of non-tiny entries
+    }
+    printf("%-9s %9lld %10.3e %10.3e %10.3e  ", name, (long long)ref->count, max_ref, max_abs, max_rel);
+    for (int64_t j = 0; j < 2 && j < ref->count; j++) {
+        size_t idx = (size_t)(j * ref->stride);
+        printf("%+.6e/%+.6e ", ours[map != NULL ? map(idx, map_ctx) : idx], ref->values[j]);
+    }
+    printf("%s\n", bad == 0 ? "OK" : "NOT OK");
+    if (bad != 0) { printf("          %lld of %lld entries outside the tolerance\n", (long long)bad, (long long)ref->count); }
+    record(bad == 0);
+}
+
+static void check_scalar(const char *name, float ours, float ref, Tolerance tol) {
+    float err = fabsf(ours - ref);
+    int ok = err <= tol.rtol * fabsf(ref);
+    printf("%-9s ours %.7f ref %.7f abs err %.2e rel err %.2e %s\n", name, ours, ref, err, err / fabsf(ref), ok ? "OK" : "NOT OK");
+    record(ok);
+}
+// --- end shared-copy: gpt2-test-compare ---
+
+// FP32: the same computation as train_gpt2.c in the same precision, only the
+// order of the sums differs, so test_gpt2.c's table applies (see there).
+// BF16: every stored activation, weight and gradient is rounded to 8 bits of
+// mantissa (2^-9 = 2e-3 relative), and the errors of ~20 roundings per layer
+// add up. Measured under the emulator on "tiny" (max abs error over the tensor's
+// largest value): logits 4.5e-3, gradients up to 1.1e-2 (fcw); loss 1.7e-5
+// relative; ten steps: losses 1.3e-4, norms 1.7e-3. The tolerances are 3-10x
+// that: still far below what a wrong kernel gives (errors of order 1).
+#if defined(ENABLE_FP32)
+static const Tolerance TOL[] = {
+    {"logits", 1e-4f, 1e-5f},
+    {"loss", 1e-6f, 0.0f},
+    {"grads", 1e-4f, 1e-5f},
+    {"steps", 5e-5f, 0.0f},
+};
+#else
+static const Tolerance TOL[] = {
+    {"logits", 1e-2f, 2e-2f},
+    {"loss", 2e-4f, 0.0f},
+    {"grads", 5e-2f, 4e-2f},
+    {"steps", 5e-3f, 0.0f},
+};
+#endif
+enum { TOL_LOGITS, TOL_LOSS, TOL_GRADS, TOL_STEPS };
+
+// ----------------------------------------------------------------------------
+// the fixture file (format: dev/reference/gpt2_reference.py's header)
+
+// --- begin shared-copy: gpt2-test-fixture ---
+#define FIXTURE_MAGIC 20261129
+#define FIXTURE_HINT "HINT: make reference regenerates dev/reference/fixtures (needs dev/reference/requirements.txt)"
+
+typedef struct {
+    int header[256];
+    float hparams[16];
+    int *inputs, *targets;
+    Sampled logits;
+    Sampled grads[NUM_PARAMETER_TENSORS];
+    float loss;
+    float *losses, *norms;
+} Fixture;
+
+static void read_sampled(FILE *fp, Sampled *s) {
+    freadCheck(&s->numel, sizeof(int64_t), 1, fp);
+    freadCheck(&s->stride, sizeof(int64_t), 1, fp);
+    freadCheck(&s->count, sizeof(int64_t), 1, fp);
+    if (s->stride < 1 || s->count != (s->numel + s->stride - 1) / s->stride) {
+        fprintf(stderr, "Error: corrupt sampled tensor record (numel %lld stride %lld count %lld)\n%s\n",
+                (long long)s->numel, (long long)s->stride, (long long)s->count, FIXTURE_HINT);
+        exit(EXIT_FAILURE);
+    }
+    s->values = (float *)mallocCheck((size_t)s->count * sizeof(float));
+    freadCheck(s->values, sizeof(float), (size_t)s->count, fp);
+}
+
+static void fixture_read(Fixture *f, const char *path) {
+    FILE *fp = fopenCheck(path, "rb");
+    freadCheck(f->header, sizeof(int), 256, fp);
+    if (f->header[0] != FIXTURE_MAGIC || f->header[1] != 1) {
+        fprintf(stderr, "Error: %s: expected magic %d version 1, found %d version %d\n%s\n",
+                path, FIXTURE_MAGIC, f->header[0], f->header[1], FIXTURE_HINT);
+        exit(EXIT_FAILURE);
+    }
+    freadCheck(f->hparams, sizeof(float), 16, fp);
+    size_t BT = (size_t)f->header[8] * f->header[9];
+    f->inputs = (int *)mallocCheck(BT * sizeof(int));
+    f->targets = (int *)mallocCheck(BT * sizeof(int));
+    freadCheck(f->inputs, sizeof(int), BT, fp);
+    freadCheck(f->targets, sizeof(int), BT, fp);
+    read_sampled(fp, &f->logits);
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) { read_sampled(fp, &f->grads[i]); }
+    freadCheck(&f->loss, sizeof(float), 1, fp);
+    int steps = f->header[12];
+    f->losses = (float *)mallocCheck(steps * sizeof(float));
+    f->norms = (float *)mallocCheck(steps * sizeof(float));
+    freadCheck(f->losses, sizeof(float), steps, fp);
+    freadCheck(f->norms, sizeof(float), steps, fp);
+    fcloseCheck(fp);
+}
+
+static void fixture_free(Fixture *f) {
+    free(f->inputs);
+    free(f->targets);
+    free(f->logits.values);
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) { free(f->grads[i].values); }
+    free(f->losses);
+    free(f->norms);
+}
+
+// (B,T,V) flat index -> (B,T,Vp) flat index
+typedef struct { size_t V, Vp; } LogitsLayout;
+static size_t map_logits(size_t idx, const void *ctx) {
+    const LogitsLayout *l = (const LogitsLayout *)ctx;
+    return (idx / l->V) * l->Vp + idx % l->V;
+}
+// --- end shared-copy: gpt2-test-fixture ---
+
+// ----------------------------------------------------------------------------
+// reading the GPU's tensors
+
+// a floatX tensor on the GPU, as floats in a new host array
+static float *download(const floatX *dev, size_t n) {
+    floatX *tmp = (floatX *)mallocCheck(n * sizeof(floatX));
+    float *out = (float *)mallocCheck(n * sizeof(float));
+    cudaCheck(cudaMemcpy(tmp, dev, n * sizeof(floatX), cudaMemcpyDeviceToHost));
+    for (size_t i = 0; i < n; i++) { out[i] = to_float(tmp[i]); }
+    free(tmp);
+    return out;
+}
+
+// the model the fixture describes: from the reference's checkpoint, or from the
+// counter-based generator (noisy biases and LayerNorms) both sides implement
+static void build_model(GPT2 *model, const Fixture *f, const char *fixture_path, const char *model_path) {
+    const int *h = f->header;
+    if (h[10] == 0) {
+        gpt2_build_from_checkpoint(model, model_path);
+        return;
+    }
+    GPT2Config c = {h[2], h[3], h[7], h[4], h[5], h[6]};
+    gpt2_validate_config(c, fixture_path);
+    model->config = c;
+    size_t sizes[NUM_PARAMETER_TENSORS];
+    fill_in_parameter_sizes(sizes, c);
+    float *host = (float *)mallocCheck(gpt2_count_parameters(c) * sizeof(float));
+    init_parameters(host, sizes, c, (uint64_t)h[11], 1);
+    gpt2_allocate_parameters(model, host);
+    free(host);
+}
+
+// ten AdamW steps on the fixture's batch, as the reference did them; returns 1
+// if losses and norms are within tolerance (print = 1 prints them)
+static int run_steps(GPT2 *model, const Fixture *f, int first, int last, int print) {
+    float lr = f->hparams[0], beta1 = f->hparams[1], beta2 = f->hparams[2], eps = f->hparams[3];
+    float wd = f->hparams[4], clip = f->hparams[5];
+    size_t B = f->header[8], T = f->header[9];
+    int ok_all = 1;
+    for (int step = first; step < last; step++) {
+        gpt2_forward(model, f->inputs, f->targets, B, T);
+        gpt2_zero_grad(model);
+        gpt2_backward(model, 1.0f);
+        float norm = gpt2_grad_norm(model);
+        float scale = clip / (norm + 1e-6f) < 1.0f ? clip / (norm + 1e-6f) : 1.0f;
+        gpt2_update(model, lr, beta1, beta2, eps, wd, scale, step + 1);
+        float loss_err = fabsf(model->mean_loss - f->losses[step]) / fabsf(f->losses[step]);
+        float norm_err = fabsf(norm - f->norms[step]) / fabsf(f->norms[step]);
+        int ok = loss_err <= TOL[TOL_STEPS].rtol && norm_err <= TOL[TOL_STEPS].rtol;
+        if (print) {
+            printf("%4d  %.7f  %.7f  %.2e   %.7f  %.7f  %.2e %s\n", step + 1, model->mean_loss, f->losses[step], loss_err,
+                   norm, f->norms[step], norm_err, ok ? "OK" : "NOT OK");
+        }
+        ok_all &= ok;
+    }
+    return ok_all;
+}
+
+// the parameters (as stored) and the AdamW moments of a model, for bit comparisons
+static void snapshot(const GPT2 *model, floatX **params, float **moments) {
+    *params = (floatX *)mallocCheck(model->num_parameters * sizeof(floatX));
+    gpt2_download_params(model, *params);
+    *moments = (float *)mallocCheck(2 * model->num_parameters * sizeof(float));
+    cudaCheck(cudaMemcpy(*moments, model->m_memory, 2 * model->num_parameters * sizeof(float), cudaMemcpyDeviceToHost));
+}
+
+// ----------------------------------------------------------------------------
+// one configuration: logits, loss, gradients, ten steps, determinism, resume
+
+static void test_config(const char *name, const char *fixture_path, const char *model_path) {
+    printf("\n== %s (%s): %s ==\n", name, PRECISION_NAME, fixture_path);
+    Fixture f;
+    fixture_read(&f, fixture_path);
+    int *h = f.header;
+    GPT2 model;
+    build_model(&model, &f, fixture_path, model_path);
+    GPT2Config c = model.config;
+    int config_ok = c.max_seq_len == h[2] && c.vocab_size == h[3] && c.num_layers == h[4] && c.num_heads == h[5] &&
+                    c.channels == h[6] && c.padded_vocab_size == h[7];
+    printf("config maxT %d V %d Vp %d L %d NH %d C %d, batch B %d T %d: %s\n", c.max_seq_len, c.vocab_size,
+           c.padded_vocab_size, c.num_layers, c.num_heads, c.channels, h[8], h[9], config_ok ? "OK" : "NOT OK");
+    record(config_ok);
+    if (!config_ok) { fixture_free(&f); gpt2_free(&model); return; }
+    size_t B = h[8], T = h[9];
+
+    // gradients and loss; then the logits of a forward without targets (with
+    // targets the fused classifier leaves their gradient in their place)
+    gpt2_forward(&model, f.inputs, f.targets, B, T);
+    float loss = model.mean_loss;
+    gpt2_zero_grad(&model);
+    gpt2_backward(&model, 1.0f);
+    printf("%-9s %9s %10s %10s %10s  first pairs (ours/ref)\n", "tensor", "compared", "max|ref|", "max abs", "max rel");
+    gpt2_forward(&model, f.inputs, NULL, B, T);
+    float *logits = download(model.acts.logits, B * T * c.padded_vocab_size);
+    LogitsLayout layout = {(size_t)c.vocab_size, (size_t)c.padded_vocab_size};
+    check_tensor("logits", logits, &f.logits, TOL[TOL_LOGITS], map_logits, &layout);
+    free(logits);
+    floatX **grads = (floatX **)&model.grads;
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+        if ((size_t)f.grads[i].numel != model.param_sizes[i]) {
+            printf("%-9s size %lld in the fixture, %zu here: NOT OK\n", PARAMETER_NAMES[i], (long long)f.grads[i].numel, model.param_sizes[i]);
+            record(0);
+            continue;
+        }
+        float *g = download(grads[i], model.param_sizes[i]);
+        check_tensor(PARAMETER_NAMES[i], g, &f.grads[i], TOL[TOL_GRADS], NULL, NULL);
+        free(g);
+    }
+    check_scalar("loss", loss, f.loss, TOL[TOL_LOSS]);
+
+    // ten training steps on the same batch
+    int steps = h[12];
+    printf("step  loss ours     loss ref      rel err    norm ours    norm ref     rel err\n");
+    record(run_steps(&model, &f, 0, steps, 1));
+    floatX *params_a;
+    float *moments_a;
+    snapshot(&model, &params_a, &moments_a);
+    gpt2_free(&model);
+
+    // the same ten steps again: bit-identical
+    GPT2 again;
+    build_model(&again, &f, fixture_path, model_path);
+    run_steps(&again, &f, 0, steps, 0);
+    floatX *params_b;
+    float *moments_b;
+    snapshot(&again, &params_b, &moments_b);
+    size_t n = again.num_parameters;
+    int same = memcmp(params_a, params_b, n * sizeof(floatX)) == 0 && memcmp(moments_a, moments_b, 2 * n * sizeof(float)) == 0;
+    printf("two runs of %d steps: weights and AdamW moments %s\n", steps, same ? "bit-identical: OK" : "differ: NOT OK");
+    record(same);
+    free(params_b);
+    free(moments_b);
+    gpt2_free(&again);
+
+    // five steps, a checkpoint, a new model from it, five more: bit-identical to ten in one go
+    GPT2 first, resumed;
+    build_model(&first, &f, fixture_path, model_path);
+    run_steps(&first, &f, 0, steps / 2, 0);
+    char dir[] = "/tmp/test_gpt2cu.XXXXXX";
+    if (mkdtemp(dir) == NULL) { fprintf(stderr, "Error: cannot create a temporary directory: %s\n", strerror(errno)); exit(EXIT_FAILURE); }
+    TrainState st;
+    memset(&st, 0, sizeof(st));
+    st.step = steps / 2;
+    st.num_parameters = first.num_parameters;
+    save_checkpoint(dir, &first, &st);
+    char model_file[4200], state_file[4200];
+    format_path(model_file, sizeof(model_file), "%s/model_%08d.bin", dir, st.step);
+    format_path(state_file, sizeof(state_file), "%s/state_%08d.bin", dir, st.step);
+    gpt2_build_from_checkpoint(&resumed, model_file);
+    TrainState loaded;
+    load_state(state_file, &resumed, &loaded);
+    run_steps(&resumed, &f, steps / 2, steps, 0);
+    snapshot(&resumed, &params_b, &moments_b);
+    same = memcmp(params_a, params_b, n * sizeof(floatX)) == 0 && memcmp(moments_a, moments_b, 2 * n * sizeof(float)) == 0;
+    printf("%d steps, save, load, %d steps: %s\n", steps / 2, steps - steps / 2,
+           same ? "bit-identical to an uninterrupted run: OK" : "differs from an uninterrupted run: NOT OK");
+    record(same);
+    remove(model_file);
+    remove(state_file);
+    rmdir(dir);
+    free(params_a);
+    free(moments_a);
+    free(params_b);
+    free(moments_b);
+    gpt2_free(&first);
+    gpt2_free(&resumed);
+    fixture_free(&f);
+}
+
+// Gradient accumulation: the tiny batch as two micro-batches of B/2, each backward
+// scaled by 1/2, must give the fixture's gradients of the whole batch.
+static void test_accumulation(const char *fixture_path, const char *model_path) {
+    printf("\n== gradient accumulation (%s): tiny as 2 micro-batches of B/2 ==\n", PRECISION_NAME);
+    Fixture f;
+    fixture_read(&f, fixture_path);
+    GPT2 model;
+    gpt2_build_from_checkpoint(&model, model_path);
+    size_t B = f.header[8], T = f.header[9];
+    gpt2_allocate_activations(&model, B / 2, T);
+    for (size_t half = 0; half < 2; half++) {
+        gpt2_forward(&model, f.inputs + half * (B / 2) * T, f.targets + half * (B / 2) * T, B / 2, T);
+        if (half == 0) { gpt2_zero_grad(&model); }
+        gpt2_backward(&model, 0.5f);
+    }
+    floatX **grads = (floatX **)&model.grads;
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+        float *g = download(grads[i], model.param_sizes[i]);
+        check_tensor(PARAMETER_NAMES[i], g, &f.grads[i], TOL[TOL_GRADS], NULL, NULL);
+        free(g);
+    }
+    fixture_free(&f);
+    gpt2_free(&model);
+}
+
+int main(void) {
+    int devices = 0;
+    if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
+        printf("no usable CUDA GPU: test_gpt2cu skipped (make test runs its kernels under the CPU emulator)\n");
+        printf("0 passed, 0 failed\n");
+        return EXIT_SUCCESS;
+    }
+    setup_hardware();
+    test_config("tiny", "dev/reference/fixtures/gpt2_tiny_state.bin", "dev/reference/fixtures/gpt2_tiny_model.bin");
+#ifndef CUDA_EMU_H
+    test_config("small", "dev/reference/fixtures/gpt2_small_state.bin", NULL);
+#endif
+    test_accumulation("dev/reference/fixtures/gpt2_tiny_state.bin", "dev/reference/fixtures/gpt2_tiny_model.bin");
+    printf("\n%d passed, %d failed\n", num_passed, num_failed);
+    return num_failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
