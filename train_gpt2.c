@@ -1748,6 +1748,13 @@ float get_learning_rate(int step, float max_lr, int warmup_steps, int max_steps,
 // Nothing to set up on the CPU (train_gpt2.cu finds the GPU and starts cuBLAS here).
 void setup_hardware(void) {}
 
+// The model FLOPs utilisation of a step: train_gpt2.cu reports it against its
+// GPU's peak; a CPU has no such figure here, so -1 (not printed).
+double model_flops_utilization(const GPT2 *model, size_t tokens, size_t T, double seconds) {
+    (void)model; (void)tokens; (void)T; (void)seconds;
+    return -1.0;
+}
+
 // the hardware line at start-up
 void print_hardware(void) {
     int threads = 1;
@@ -2066,8 +2073,11 @@ int main(int argc, char **argv) {
         float lr = get_learning_rate(step, o.lr, o.warmup, o.max_steps, o.final_lr_frac);
         gpt2_update(&model, lr, o.beta1, o.beta2, o.eps, o.weight_decay, grad_scale, step + 1);
         double ms = (wall_seconds() - t0) * 1000.0;
-        printf("step %4d/%d | loss %.6f | lr %.2e | norm %.4f | %.1f ms | %.0f tok/s\n", step + 1, o.max_steps,
+        printf("step %4d/%d | loss %.6f | lr %.2e | norm %.4f | %.1f ms | %.0f tok/s", step + 1, o.max_steps,
                loss, lr, norm, ms, o.total_batch_size / (ms / 1000.0));
+        double mfu = model_flops_utilization(&model, (size_t)o.total_batch_size, (size_t)o.T, ms / 1000.0);
+        if (mfu >= 0.0) { printf(" | MFU %.1f%%", 100.0 * mfu); }
+        printf("\n");
         if (logfile != NULL) {
             // %.9g prints a float so that it reads back exactly: logs can be compared bit for bit
             fprintf(logfile, "s:%d trl:%.9g lr:%.9g norm:%.9g ms:%.1f\n", step + 1, (float)loss, lr, norm, ms);

@@ -1344,6 +1344,11 @@ void gpt2_update(GPT2 *model, float learning_rate, float beta1, float beta2, flo
         model->m_memory = (float *)cuda_malloc_check(2 * model->num_parameters * sizeof(float), "the AdamW moments");
         model->v_memory = model->m_memory + model->num_parameters;
         cudaCheck(cudaMemset(model->m_memory, 0, 2 * model->num_parameters * sizeof(float)));
+        // everything is allocated now: what the device says is in use (all processes)
+        size_t free_bytes = 0, total_bytes = 0;
+        cudaCheck(cudaMemGetInfo(&free_bytes, &total_bytes));
+        printf("GPU memory in use after the first step: %.1f MiB of %.1f MiB (measured)\n",
+               (total_bytes - free_bytes) / 1048576.0, total_bytes / 1048576.0);
     }
     float bias_correction1 = 1.0f - powf(beta1, (float)t);
     float sqrt_bias_correction2 = sqrtf(1.0f - powf(beta2, (float)t));
@@ -1949,6 +1954,38 @@ void setup_hardware(void) {
     cublasCheck(cublasSetMathMode(cublas_handle, CUBLAS_DEFAULT_MATH));
 }
 
+// Peak dense throughput of the GPUs we know, in the precision this build uses.
+// H100 / H200 SXM: 989.4 TFLOP/s bf16 on the tensor cores (fp32 accumulate), 66.9
+// TFLOP/s fp32 (NVIDIA's datasheets). RTX 5070 Ti: fp32 from its 8,960 cores at a
+// 2.452 GHz boost clock, 2 FLOPs per FMA = 43.9 TFLOP/s; its bf16 rate with fp32
+// accumulate we have not measured yet (TODO: from a gpu-check run), so no MFU there.
+typedef struct {
+    const char *name; // matched as a substring of the device name
+    double bf16, fp32;
+} PeakFlops;
+static const PeakFlops PEAKS[] = {{"H100", 989.4e12, 66.9e12}, {"H200", 989.4e12, 66.9e12}, {"RTX 5070 Ti", 0.0, 43.9e12}};
+
+// FLOPs of a training step per token, as in the PaLM paper's appendix B: 6 per
+// parameter (forward 2, backward 4) plus attention's 12 L C T (scores and
+// weighted values, forward and backward, over the full T x T).
+double model_flops_utilization(const GPT2 *model, size_t tokens, size_t T, double seconds) {
+    static double peak = -1.0;
+    if (peak < 0.0) {
+        cudaDeviceProp p;
+        int device = 0;
+        cudaCheck(cudaGetDevice(&device));
+        cudaCheck(cudaGetDeviceProperties(&p, device));
+        peak = 0.0;
+        for (size_t i = 0; i < sizeof(PEAKS) / sizeof(PEAKS[0]); i++) {
+            if (strstr(p.name, PEAKS[i].name) != NULL) { peak = sizeof(floatX) < sizeof(float) ? PEAKS[i].bf16 : PEAKS[i].fp32; }
+        }
+    }
+    if (peak == 0.0) { return -1.0; } // a GPU without a figure in PEAKS
+    const GPT2Config *c = &model->config;
+    double flops_per_token = 6.0 * model->num_parameters + 12.0 * c->num_layers * c->channels * (double)T;
+    return flops_per_token * tokens / seconds / peak;
+}
+
 #ifndef TESTING
 
 // --- begin shared-copy: gpt2-options ---
@@ -2245,8 +2282,11 @@ int main(int argc, char **argv) {
         float lr = get_learning_rate(step, o.lr, o.warmup, o.max_steps, o.final_lr_frac);
         gpt2_update(&model, lr, o.beta1, o.beta2, o.eps, o.weight_decay, grad_scale, step + 1);
         double ms = (wall_seconds() - t0) * 1000.0;
-        printf("step %4d/%d | loss %.6f | lr %.2e | norm %.4f | %.1f ms | %.0f tok/s\n", step + 1, o.max_steps,
+        printf("step %4d/%d | loss %.6f | lr %.2e | norm %.4f | %.1f ms | %.0f tok/s", step + 1, o.max_steps,
                loss, lr, norm, ms, o.total_batch_size / (ms / 1000.0));
+        double mfu = model_flops_utilization(&model, (size_t)o.total_batch_size, (size_t)o.T, ms / 1000.0);
+        if (mfu >= 0.0) { printf(" | MFU %.1f%%", 100.0 * mfu); }
+        printf("\n");
         if (logfile != NULL) {
             // %.9g prints a float so that it reads back exactly: logs can be compared bit for bit
             fprintf(logfile, "s:%d trl:%.9g lr:%.9g norm:%.9g ms:%.1f\n", step + 1, (float)loss, lr, norm, ms);
