@@ -103,7 +103,14 @@ train_gpt2: train_gpt2.c | data
 	$(CC) $(CFLAGS) $(OMP_FLAGS) $< $(LDLIBS) -o $@
 
 # --- CUDA: the first GPU programs (dev/) -------------------------------------------
-CUDA_PROGRAMS = train_gpt2cu train_gpt2cu_fp32 test_gpt2cu test_gpt2cu_fp32 train_mlpcu dev/check_env dev/cuda/vector_add dev/cuda/matmul dev/emu/test_emu
+CUDA_PROGRAMS = train_gpt2cu train_gpt2cu_fp32 test_gpt2cu test_gpt2cu_fp32 train_mlpcu dev/check_env dev/cuda/vector_add \
+                dev/cuda/matmul dev/cuda/layernorm_forward dev/cuda/causal_softmax dev/cuda/fused_classifier dev/emu/test_emu
+# the kernel ladders of train_gpt2.cu's kernels (dev/cuda/<op>.cu), in PRECISION
+LADDERS = layernorm_forward causal_softmax fused_classifier
+$(addprefix dev/cuda/,$(LADDERS)): dev/cuda/%: dev/cuda/%.cu
+	$(NVCC) $(NVCC_FLAGS) -DENABLE_$(PRECISION) $< -o $@
+$(addprefix dev/emu/,$(addsuffix _cpu,$(LADDERS))): dev/emu/%_cpu: dev/cuda/%.cu $(EMU)
+	bash dev/emu/emu_build.sh $< $@ -DENABLE_BF16
 # the GPU trainer, in the precision PRECISION chooses (FP16 is not written yet), and in FP32
 train_gpt2cu: train_gpt2.cu
 	$(NVCC) $(NVCC_FLAGS) -DENABLE_$(PRECISION) -Xcompiler "$(OMP_FLAGS)" $< -lcublas $(if $(filter -fopenmp,$(OMP_FLAGS)),-lgomp) -o $@
@@ -175,6 +182,9 @@ test_tokenizer: test_tokenizer.c data/tokenizer.c data/unicode_tables.h
 TESTS = ./test_gpt2 \
         ./dev/emu/test_emu_cpu \
         "./dev/emu/matmul_cpu -c" \
+        "./dev/emu/layernorm_forward_cpu -c" \
+        "./dev/emu/causal_softmax_cpu -c" \
+        "./dev/emu/fused_classifier_cpu -c" \
         "bash dev/test/test_train_mlp_cuda.sh ./dev/emu/train_mlpcu_cpu ./train_mlp" \
         ./dev/emu/test_gpt2cu_fp32_cpu \
         ./dev/emu/test_gpt2cu_bf16_cpu \
@@ -186,7 +196,8 @@ TESTS = ./test_gpt2 \
         "bash dev/test/test_train_mlp_cli.sh ./train_mlp" \
         "bash dev/test/check_shared_copies.sh" \
         "bash dev/test/check_cuda_builds.sh"
-test: train_gpt2 test_gpt2 data/tokenizer test_tokenizer train_mlp test_mlp dev/emu/test_emu_cpu dev/emu/matmul_cpu dev/emu/train_mlpcu_cpu dev/emu/train_gpt2cu_fp32_cpu dev/emu/train_gpt2cu_bf16_cpu dev/emu/test_gpt2cu_fp32_cpu dev/emu/test_gpt2cu_bf16_cpu
+test: train_gpt2 test_gpt2 data/tokenizer test_tokenizer train_mlp test_mlp dev/emu/test_emu_cpu dev/emu/matmul_cpu dev/emu/train_mlpcu_cpu dev/emu/train_gpt2cu_fp32_cpu dev/emu/train_gpt2cu_bf16_cpu dev/emu/test_gpt2cu_fp32_cpu dev/emu/test_gpt2cu_bf16_cpu \
+      $(addprefix dev/emu/,$(addsuffix _cpu,$(LADDERS)))
 	@bash dev/test/run_tests.sh $(TESTS)
 
 # Regenerate the committed fixtures the tests compare against. Needs Python with
@@ -204,7 +215,7 @@ bench: dev/cpu/bench_train_gpt2 data/tokenizer
 	bash dev/bench_tokenizer.sh ./data/tokenizer
 
 clean:
-	rm -f train_gpt2 test_gpt2 test_tokenizer data/tokenizer dev/cpu/bench_train_gpt2 train_mlp test_mlp $(CUDA_PROGRAMS) dev/emu/test_emu_cpu dev/emu/matmul_cpu dev/emu/train_mlpcu_cpu dev/emu/train_gpt2cu_fp32_cpu dev/emu/train_gpt2cu_bf16_cpu dev/emu/test_gpt2cu_fp32_cpu dev/emu/test_gpt2cu_bf16_cpu
+	rm -f train_gpt2 test_gpt2 test_tokenizer data/tokenizer dev/cpu/bench_train_gpt2 train_mlp test_mlp $(CUDA_PROGRAMS) dev/emu/test_emu_cpu dev/emu/matmul_cpu dev/emu/train_mlpcu_cpu dev/emu/train_gpt2cu_fp32_cpu dev/emu/train_gpt2cu_bf16_cpu dev/emu/test_gpt2cu_fp32_cpu dev/emu/test_gpt2cu_bf16_cpu $(addprefix dev/emu/,$(addsuffix _cpu,$(LADDERS)))
 	rm -f $(TINYSHAKESPEARE) data/gpt2_tokenizer.bin
 
 help:

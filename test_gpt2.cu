@@ -7,8 +7,9 @@ logits, loss, the gradient of every parameter tensor, and the losses and
 gradient norms of ten AdamW steps. We run train_gpt2.cu's forward, backward and
 update on them and compare every number, with tolerances per precision (the
 table below). Then: two identical runs of ten steps give bit-identical weights
-(every kernel is deterministic), and a run saved after five steps and resumed
-ends bit-identical to an uninterrupted one.
+(every kernel is deterministic; under the emulator, which runs blocks in a fixed
+order, this cannot fail: it means something on a GPU only), and a run saved
+after five steps and resumed ends bit-identical to an uninterrupted one.
 
     make test_gpt2cu && ./test_gpt2cu        (PRECISION=FP32 or BF16, the default)
 Without a GPU it says so and reports the tests as skipped (exit 0). make test

@@ -327,9 +327,10 @@ __global__ void layernorm_backward_kernel(floatX *dinp, const floatX *dout, cons
 // parameter gradients need two such sums at once (of dout * xhat and of dout),
 // the bias gradients one (of dout).
 #define ROWS_PER_CHUNK 128
+// (the chunks run along grid.x, which has room for 2^31 of them; grid.y only 65535)
 __global__ void layernorm_param_partials_kernel(float *partial, const floatX *dout, const floatX *inp, const float *mean,
                                                 const float *rstd, int N, int C) {
-    int c = blockIdx.x * blockDim.x + threadIdx.x, chunk = blockIdx.y;
+    int c = blockIdx.y * blockDim.x + threadIdx.x, chunk = blockIdx.x;
     if (c >= C) { return; }
     float dw = 0.0f, db = 0.0f;
     int end = min(N, (chunk + 1) * ROWS_PER_CHUNK);
@@ -343,7 +344,7 @@ __global__ void layernorm_param_partials_kernel(float *partial, const floatX *do
 }
 
 __global__ void column_partials_kernel(float *partial, const floatX *x, int rows, int cols) {
-    int c = blockIdx.x * blockDim.x + threadIdx.x, chunk = blockIdx.y;
+    int c = blockIdx.y * blockDim.x + threadIdx.x, chunk = blockIdx.x;
     if (c >= cols) { return; }
     float sum = 0.0f;
     int end = min(rows, (chunk + 1) * ROWS_PER_CHUNK);
@@ -369,13 +370,13 @@ __global__ void add_bias_kernel(floatX *out, const floatX *bias, size_t N, int O
 // Attention works per head on (T, HS) matrices, so q, k and v are first copied
 // out of qkv (B, T, 3, NH, HS) into qkvr (3, B, NH, T, HS); the inverse copies
 // the gradient back.
-__global__ void permute_qkv_kernel(floatX *qkvr, const floatX *qkv, int B, int T, int NH, int HS, int inverse) {
+__global__ void permute_qkv_kernel(floatX *qkvr, floatX *qkv, int B, int T, int NH, int HS, int inverse) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x, C = (size_t)NH * HS;
     if (i >= (size_t)B * T * 3 * C) { return; }
     // i indexes qkv: (b, t, which, h, d)
     size_t d = i % HS, h = (i / HS) % NH, which = (i / C) % 3, t = (i / (3 * C)) % T, b = i / (3 * C * T);
     size_t r = (((which * B + b) * NH + h) * T + t) * HS + d;
-    if (inverse) { ((floatX *)qkv)[i] = qkvr[r]; } else { qkvr[r] = qkv[i]; }
+    if (inverse) { qkv[i] = qkvr[r]; } else { qkvr[r] = qkv[i]; }
 }
 
 // y (B, T, C) <-> yr (B, NH, T, HS): the heads' outputs side by side again
@@ -514,7 +515,11 @@ __global__ void convert_kernel(floatX *out, const float *inp, size_t n) {
 #define BLOCK 256 // threads per block of the elementwise kernels
 static inline unsigned ceil_div(size_t n, size_t d) { return (unsigned)((n + d - 1) / d); }
 static cublasHandle_t cublas_handle;
-static float *reduce_scratch; // partial sums of the row reductions: (chunks, up to 4C); set up with the activations
+// Partial sums of the row reductions: (chunks, up to 4C) floats. One buffer for
+// the process, grown by gpt2_allocate_activations to the largest model's need
+// (several models may be alive at once, as in the tests), never shrunk.
+static float *reduce_scratch;
+static size_t reduce_scratch_floats;
 
 // C = alpha op(A) @ op(B) + beta C, all row-major, `batch` times with the given
 // strides. op(A) = A stored (M, K), or with ta = 1 A^T of an A stored (K, M);
@@ -594,7 +599,7 @@ void layernorm_backward(floatX *dinp, floatX *dweight, floatX *dbias, const floa
     int N = (int)(B * T), chunks = (int)ceil_div(N, ROWS_PER_CHUNK);
     layernorm_backward_kernel<<<ceil_div(N, BLOCK / 32), BLOCK>>>(dinp, dout, inp, weight, mean, rstd, N, (int)C);
     cudaCheck(cudaGetLastError());
-    layernorm_param_partials_kernel<<<dim3(ceil_div(C, BLOCK), chunks), BLOCK>>>(reduce_scratch, dout, inp, mean, rstd, N, (int)C);
+    layernorm_param_partials_kernel<<<dim3(chunks, ceil_div(C, BLOCK)), BLOCK>>>(reduce_scratch, dout, inp, mean, rstd, N, (int)C);
     cudaCheck(cudaGetLastError());
     reduce_partials_kernel<<<ceil_div(C, BLOCK), BLOCK>>>(dweight, reduce_scratch, chunks, (int)C, 2 * (int)C);
     cudaCheck(cudaGetLastError());
@@ -621,7 +626,7 @@ void matmul_backward_scaled(floatX *dinp, floatX *dweight, floatX *dbias, const 
     matmul(dweight, dout, inp, (int)OC, (int)C, (int)(B * T), 1, 0, scale, 1.0f);
     if (dbias != NULL) { // (no layer with a bias is scaled)
         int chunks = (int)ceil_div(B * T, ROWS_PER_CHUNK);
-        column_partials_kernel<<<dim3(ceil_div(OC, BLOCK), chunks), BLOCK>>>(reduce_scratch, dout, (int)(B * T), (int)OC);
+        column_partials_kernel<<<dim3(chunks, ceil_div(OC, BLOCK)), BLOCK>>>(reduce_scratch, dout, (int)(B * T), (int)OC);
         cudaCheck(cudaGetLastError());
         reduce_partials_kernel<<<ceil_div(OC, BLOCK), BLOCK>>>(dbias, reduce_scratch, chunks, (int)OC, (int)OC);
         cudaCheck(cudaGetLastError());
@@ -839,8 +844,8 @@ void fill_in_grad_act_sizes(size_t *sizes, GPT2Config config, size_t B, size_t T
 }
 
 // One device allocation for a whole table (what: its name in an out-of-memory
-// message); each slice starts on a 256-byte boundary. elem_bytes gives each
-// tensor's element size (NULL: all floatX). Returns the bytes allocated.
+// message); each slice starts on a 256-byte boundary. is_fp32 marks the tensors
+// of fp32 elements (NULL: all floatX). Returns the bytes allocated.
 static size_t cuda_malloc_and_point(void **slices, const size_t *sizes, const int *is_fp32, int n, const char *what,
                                     void **memory) {
     size_t total = 0;
@@ -1152,8 +1157,12 @@ void gpt2_allocate_activations(GPT2 *model, size_t B, size_t T) {
     for (int i = 0; i < NUM_ACTIVATION_TENSORS; i++) { model->num_activations += model->act_sizes[i]; }
     model->act_bytes = cuda_malloc_and_point((void **)&model->acts, model->act_sizes, ACT_FP32, NUM_ACTIVATION_TENSORS,
                                              "the activations", &model->acts_memory);
-    size_t chunks = ceil_div(B * T, ROWS_PER_CHUNK);
-    reduce_scratch = (float *)cuda_malloc_check(chunks * 4 * model->config.channels * sizeof(float), "the reduction scratch");
+    size_t needed = (size_t)ceil_div(B * T, ROWS_PER_CHUNK) * 4 * model->config.channels;
+    if (needed > reduce_scratch_floats) {
+        if (reduce_scratch != NULL) { cudaCheck(cudaFree(reduce_scratch)); }
+        reduce_scratch = (float *)cuda_malloc_check(needed * sizeof(float), "the reduction scratch");
+        reduce_scratch_floats = needed;
+    }
     model->inputs = (int *)mallocCheck(B * T * sizeof(int));
     model->targets = (int *)mallocCheck(B * T * sizeof(int));
     model->losses_host = (float *)mallocCheck(B * T * sizeof(float));
@@ -1272,8 +1281,9 @@ void gpt2_backward(GPT2 *model, float loss_scale) {
         fill_in_grad_act_sizes(sizes, c, model->batch_size, model->seq_len);
         model->grad_act_bytes = cuda_malloc_and_point((void **)&model->grads_acts, sizes, NULL, NUM_GRAD_ACT_TENSORS,
                                                       "the activation gradients", &model->grads_acts_memory);
-        model->norm_partials = (float *)cuda_malloc_check(NORM_BLOCKS * sizeof(float), "the norm's partial sums");
-        model->norm_partials_host = (float *)mallocCheck(NORM_BLOCKS * sizeof(float));
+        size_t partials = NUM_PARAMETER_TENSORS * NORM_BLOCKS;
+        model->norm_partials = (float *)cuda_malloc_check(partials * sizeof(float), "the norm's partial sums");
+        model->norm_partials_host = (float *)mallocCheck(partials * sizeof(float));
     }
     ParameterTensors p = model->params, g = model->grads;
     ActivationTensors a = model->acts;
@@ -1320,18 +1330,22 @@ void gpt2_backward(GPT2 *model, float loss_scale) {
     encoder_backward(g.wte, g.wpe, ga.dresidual, model->inputs, B, T, C);
 }
 
-// The L2 norm of all parameter gradients: NORM_BLOCKS partial sums of squares
-// on the GPU (fixed order), added on the host in double.
+// The L2 norm of all parameter gradients: per tensor (the slices are padded) up
+// to NORM_BLOCKS partial sums of squares on the GPU, fewer for small tensors (the
+// split depends on the size only: fixed order); one copy, added on the host in double.
 float gpt2_grad_norm(const GPT2 *model) {
     const floatX *const *grads = (const floatX *const *)&model->grads;
-    double sumsq = 0.0;
-    for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) { // tensor by tensor: the slices are padded
-        // up to NORM_BLOCKS blocks, fewer for small tensors (the split depends on the size only)
-        unsigned blocks = ceil_div(model->param_sizes[k], BLOCK) < NORM_BLOCKS ? ceil_div(model->param_sizes[k], BLOCK) : NORM_BLOCKS;
-        norm_partials_kernel<<<blocks, BLOCK>>>(model->norm_partials, grads[k], model->param_sizes[k]);
+    unsigned blocks[NUM_PARAMETER_TENSORS];
+    for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {
+        blocks[k] = ceil_div(model->param_sizes[k], BLOCK) < NORM_BLOCKS ? ceil_div(model->param_sizes[k], BLOCK) : NORM_BLOCKS;
+        norm_partials_kernel<<<blocks[k], BLOCK>>>(model->norm_partials + k * NORM_BLOCKS, grads[k], model->param_sizes[k]);
         cudaCheck(cudaGetLastError());
-        cudaCheck(cudaMemcpy(model->norm_partials_host, model->norm_partials, blocks * sizeof(float), cudaMemcpyDeviceToHost));
-        for (unsigned i = 0; i < blocks; i++) { sumsq += model->norm_partials_host[i]; }
+    }
+    size_t n = NUM_PARAMETER_TENSORS * NORM_BLOCKS;
+    cudaCheck(cudaMemcpy(model->norm_partials_host, model->norm_partials, n * sizeof(float), cudaMemcpyDeviceToHost));
+    double sumsq = 0.0;
+    for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {
+        for (unsigned i = 0; i < blocks[k]; i++) { sumsq += model->norm_partials_host[k * NORM_BLOCKS + i]; }
     }
     return (float)sqrt(sumsq);
 }
@@ -1375,8 +1389,6 @@ void gpt2_free(GPT2 *model) {
     cudaCheck(cudaFree(model->acts_memory));
     cudaCheck(cudaFree(model->grads_acts_memory));
     cudaCheck(cudaFree(model->inputs_dev));
-    cudaCheck(cudaFree(reduce_scratch));
-    reduce_scratch = NULL;
     free(model->norm_partials_host);
     free(model->inputs);
     free(model->targets);
@@ -1933,9 +1945,9 @@ void gpt2_print_memory(const GPT2 *model, size_t B, size_t T) {
     fill_in_grad_act_sizes(grad_act_sizes, model->config, B, T);
     for (int i = 0; i < NUM_GRAD_ACT_TENSORS; i++) { n_grad_acts += grad_act_sizes[i]; }
     double MiB = 1024.0 * 1024.0;
-    printf("GPU memory: parameters %.1f MiB (%zu, %s)%s | gradients %.1f MiB | AdamW moments %.1f MiB | activations %.1f MiB"
-           " + gradients %.1f MiB\n", n * sizeof(floatX) / MiB, n, PRECISION_NAME,
-           model->master_memory != NULL ? " + fp32 master copy" : "", n * sizeof(floatX) / MiB, 2 * n * 4 / MiB,
+    printf("GPU memory: parameters %.1f MiB (%zu, %s) + fp32 master copy %.1f MiB | gradients %.1f MiB | AdamW moments %.1f MiB"
+           " | activations %.1f MiB + gradients %.1f MiB\n", n * sizeof(floatX) / MiB, n, PRECISION_NAME,
+           model->master_memory != NULL ? n * 4 / MiB : 0.0, n * sizeof(floatX) / MiB, 2 * n * 4 / MiB,
            model->act_bytes / MiB, n_grad_acts * sizeof(floatX) / MiB);
 }
 
@@ -1956,7 +1968,8 @@ void setup_hardware(void) {
 
 // Peak dense throughput of the GPUs we know, in the precision this build uses.
 // H100 / H200 SXM: 989.4 TFLOP/s bf16 on the tensor cores (fp32 accumulate), 66.9
-// TFLOP/s fp32 (NVIDIA's datasheets). RTX 5070 Ti: fp32 from its 8,960 cores at a
+// TFLOP/s fp32 (NVIDIA's datasheets; the PCIe and NVL H100s are slower, so their
+// MFU reads high here). RTX 5070 Ti: fp32 from its 8,960 cores at a
 // 2.452 GHz boost clock, 2 FLOPs per FMA = 43.9 TFLOP/s; its bf16 rate with fp32
 // accumulate we have not measured yet (TODO: from a gpu-check run), so no MFU there.
 typedef struct {

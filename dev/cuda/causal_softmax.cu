@@ -308,8 +308,9 @@ static void fill_scores(std::vector<floatX> &att, int T) {
 // variant 2 can add up to ~3u each, and expf (2 ulp, CUDA's math documentation), x - m,
 // the division and the product a few u more: (4T + 32) u in all, a bound that actual
 // errors stay far below. A bf16 output adds its own rounding, at most 2^-8 relative.
-// A missed or doubled entry moves a row by ~1/T relative or more, and a diagonal entry
-// left out is off by 100%: both fail by far, at every T here.
+// Bugs fail by far: an entry left out is off by 100%, and a term missed in a sum moves
+// its whole row by that term's probability, large in the short rows (small t) that
+// every T includes.
 static double tolerance(int T) {
     double fp32 = (4.0 * T + 32.0) * 0x1p-24;
     return sizeof(floatX) == 2 ? fp32 + 0x1p-8 * (1.0 + fp32) : fp32;
@@ -365,8 +366,9 @@ static void check_softmax(int variant, floatX *d_att, const std::vector<floatX> 
 
 #ifndef CUDA_EMU_H
 // Median GPU time of one call in ms: one warm-up call, then 20 timed ones. The
-// softmax is in place, so after the first call the kernel works on probabilities
-// rather than scores; that changes no branch that matters and no byte moved.
+// softmax is in place, so after the first call the kernels work on probabilities
+// rather than scores. That changes no byte moved, and since softmax keeps the order
+// of a row, variant 2's new-max branches go as before (up to ties from rounding).
 static float time_softmax(int variant, floatX *d_att, size_t rows, int T, int block) {
     cudaEvent_t start, stop;
     cudaCheck(cudaEventCreate(&start));

@@ -90,7 +90,10 @@ void fiber_entry();
 // Switching fibers is on the hot path (a block of 256 threads is 256 switches
 // even without a barrier), and glibc's swapcontext makes two system calls per
 // switch to save the signal mask. So on x86-64 we switch ourselves: push the
-// callee-saved registers, swap stack pointers, pop them (System V ABI).
+// callee-saved registers, swap stack pointers, pop them (System V ABI). The
+// MXCSR and x87 control words are not switched: no kernel of ours changes the
+// rounding mode. (With shadow stacks, -fcf-protection and CET enforced, this
+// hand-made return would fault; emu_build.sh builds without them.)
 extern "C" void emu_switch(void **save_sp, void *load_sp);
 asm(".text\n.globl emu_switch\n.type emu_switch,@function\nemu_switch:\n"
     "pushq %rbp\npushq %rbx\npushq %r12\npushq %r13\npushq %r14\npushq %r15\n"
@@ -173,7 +176,9 @@ inline void run_block(int threads) {
                 waiting += fibers[t].state == AT_WARP_BARRIER;
             }
             if (waiting > 0 && waiting == members) {
-                for (int t = 32 * w; t < threads && t < 32 * w + 32; t++) { fibers[t].state = RUNNABLE; }
+                for (int t = 32 * w; t < threads && t < 32 * w + 32; t++) {
+                    if (fibers[t].state == AT_WARP_BARRIER) { fibers[t].state = RUNNABLE; } // not the returned ones
+                }
                 released = 1;
             }
         }
@@ -255,6 +260,12 @@ struct Launch {
         int threads = (int)(block.x * block.y * block.z);
         if (threads < 1 || threads > 1024) {
             fprintf(stderr, "Error: emulation: a block of %d threads (CUDA allows 1 to 1024)\n", threads);
+            exit(EXIT_FAILURE);
+        }
+        // the limits a real launch has: a GPU would refuse these with "invalid configuration"
+        if (grid.x < 1 || grid.y < 1 || grid.z < 1 || grid.x > 2147483647u || grid.y > 65535 || grid.z > 65535 || block.z > 64) {
+            fprintf(stderr, "Error: emulation: grid (%u, %u, %u) or block (%u, %u, %u) outside CUDA's limits\n", grid.x, grid.y,
+                    grid.z, block.x, block.y, block.z);
             exit(EXIT_FAILURE);
         }
         grid_dim = grid;

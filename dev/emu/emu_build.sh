@@ -12,4 +12,4 @@ trap 'rm -f "$tmp"' EXIT
 # a test program's  #include "program.cu"  is pasted in first, so that its launches are rewritten too
 awk -v dir="$(dirname "$src")" '/^#include "[^"]*\.cu"/ { f = $2; gsub(/"/, "", f); while ((getline line < (dir "/" f)) > 0) print line; next } { print }' "$src" |
     sed -E -e 's/([A-Za-z_][A-Za-z0-9_]*)<<<(.*)>>>\(/emu::Launch{\2}.run(\1, /' -e 's/\.run\(([A-Za-z_][A-Za-z0-9_]*), \)/.run(\1)/' > "$tmp"
-g++ -std=c++17 -O2 -fopenmp -Wall -Wextra -Wno-unknown-pragmas -I "$here/include" -I "$(dirname "$src")" -x c++ "$tmp" -o "$out" -lm "$@"
+g++ -std=c++17 -O2 -fopenmp -fcf-protection=none -Wall -Wextra -Wno-unknown-pragmas -I "$here/include" -I "$(dirname "$src")" -x c++ "$tmp" -o "$out" -lm "$@"

@@ -35,7 +35,7 @@ if ! echo '#include <zlib.h>' | cc -E -x c - > /dev/null 2>&1 && [ -f .gpu/zlib/
 fi
 
 # --- build, for this GPU only
-PROGRAMS="train_gpt2cu train_gpt2cu_fp32 test_gpt2cu test_gpt2cu_fp32 train_gpt2 train_mlpcu dev/check_env dev/cuda/vector_add dev/cuda/matmul dev/emu/test_emu train_mlp"
+PROGRAMS="data train_gpt2cu train_gpt2cu_fp32 test_gpt2cu test_gpt2cu_fp32 train_gpt2 train_mlpcu dev/check_env dev/cuda/vector_add dev/cuda/matmul dev/cuda/layernorm_forward dev/cuda/causal_softmax dev/cuda/fused_classifier dev/emu/test_emu train_mlp"
 echo "building for sm_$arch: $PROGRAMS"
 build() {
     if command -v make > /dev/null 2>&1; then
@@ -47,6 +47,8 @@ build() {
         nvcc $f -DENABLE_FP32 -Xcompiler -fopenmp train_gpt2.cu -lcublas -lgomp -o train_gpt2cu_fp32 &&
         nvcc $f -DENABLE_BF16 -Xcompiler -fopenmp test_gpt2.cu -lcublas -lgomp -o test_gpt2cu &&
         nvcc $f -DENABLE_FP32 -Xcompiler -fopenmp test_gpt2.cu -lcublas -lgomp -o test_gpt2cu_fp32 &&
+        cc -O3 -Wall -Wextra -std=c11 data/tokenizer.c -o data/tokenizer && ./data/tokenizer &&
+        for l in layernorm_forward causal_softmax fused_classifier; do nvcc $f -DENABLE_BF16 dev/cuda/$l.cu -o dev/cuda/$l || exit 1; done &&
         nvcc $f dev/check_env.cu -o dev/check_env && nvcc $f dev/cuda/vector_add.cu -o dev/cuda/vector_add &&
         nvcc $f dev/cuda/matmul.cu -lcublas -o dev/cuda/matmul && nvcc $f dev/emu/test_emu.cu -o dev/emu/test_emu &&
         cc -O3 -march=native -fno-trapping-math -Wall -Wextra ${ZLIB_CFLAGS:-} -fopenmp train_mlp.c -lm ${ZLIB_LIBS:--lz} -o train_mlp
@@ -111,6 +113,9 @@ step check_env "dev/check_env: versions, device, 4096^3 matmul vs CPU" ./dev/che
 step vector_add "dev/cuda/vector_add: indexing, launch overhead" ./dev/cuda/vector_add
 step test_emu "dev/emu/test_emu.cu on the GPU (the emulator's own test kernels)" ./dev/emu/test_emu
 step matmul "dev/cuda/matmul: 5 kernels + cuBLAS checked, then timed" ./dev/cuda/matmul
+for l in layernorm_forward causal_softmax fused_classifier; do
+    step "$l" "dev/cuda/$l: the trainer's kernel and its rivals checked, then timed (bf16)" "./dev/cuda/$l"
+done
 # GPT-2: test_gpt2.cu against the PyTorch fixtures (tiny and GPT-2 small shapes), FP32 and BF16
 step test_gpt2cu_fp32 "test_gpt2cu (FP32) vs PyTorch fixtures, determinism, resume" ./test_gpt2cu_fp32
 step test_gpt2cu_bf16 "test_gpt2cu (BF16) vs PyTorch fixtures, determinism, resume" ./test_gpt2cu
@@ -164,9 +169,11 @@ if [ -n "$DATA" ]; then
     echo
 fi
 echo "train_gpt2cu, GPT-2 124M, bf16, B=64, T=1024 (steps 2-12):"
-grep -E '^(GPU memory|step +[0-9]+/)' "$LOGS/gpt2_bench.log" | tail -12
-awk '/^step +([2-9]|1[0-2])\/12/ { for (i = 1; i <= NF; i++) if ($i == "tok/s") { s += $(i - 1); n++ } }
-     END { if (n) printf "mean of steps 2-12: %.0f tokens/s\n", s / n }' "$LOGS/gpt2_bench.log"
+grep -E '^GPU memory' "$LOGS/gpt2_bench.log"
+grep -E '^step +[0-9]+/' "$LOGS/gpt2_bench.log"
+awk '/^step +([2-9]|1[0-2])\/12/ { for (i = 1; i <= NF; i++) { if ($i == "tok/s") { s += $(i - 1); n++ } if ($i == "MFU") { m += $(i + 1) } } }
+     END { if (n) printf "mean of steps 2-12: %.0f tokens/s, MFU %.1f%%\n", s / n, m / n }' "$LOGS/gpt2_bench.log"
+grep '^GPU memory in use' "$LOGS/gpt2_bench.log"
 echo
 echo "matmul ladder (dev/cuda/matmul):"
 sed -n '/^variant/,$p' "$LOGS/matmul.log" | grep -v 'passed,'

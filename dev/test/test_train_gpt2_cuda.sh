@@ -49,14 +49,24 @@ rel_diff() { # FILE1 FILE2 OFFSET COUNT
         awk '{ d = $1 - $2; if (d < 0) d = -d; if (d > m) m = d; a = $1 < 0 ? -$1 : $1; if (a > s) s = a }
              END { printf "%.3g\n", (s > 0 ? m / s : 0) }'
 }
+# how many of the floats differ by more than TOL times the first file's largest value
+count_off() { # FILE1 FILE2 OFFSET COUNT TOL
+    local max
+    max=$(od -An -v -f -w4 -j"$3" -N$(($4 * 4)) "$1" | awk '{ a = $1 < 0 ? -$1 : $1; if (a > s) s = a } END { print s + 0 }')
+    paste <(od -An -v -f -w4 -j"$3" -N$(($4 * 4)) "$1") <(od -An -v -f -w4 -j"$3" -N$(($4 * 4)) "$2") |
+        awk -v lim="$(awk -v m="$max" -v t="$5" 'BEGIN { print m * t }')" '{ d = $1 - $2; if (d < 0) d = -d; if (d > lim) n++ } END { print n + 0 }'
+}
 under() { awk -v r="$1" -v t="$2" 'BEGIN { exit !(r != "" && r + 0 <= t + 0) }'; } # (empty: fails)
 
 # --- 1. FP32 against train_gpt2.c. fp32 on both sides; only the order of sums
 # differs (cuBLAS stand-in in double, warp reductions, chunked column sums), so
 # losses and norms agree to ~1e-7 relative (measured: 1e-7); tolerance 1e-5.
 # The weights after 4 AdamW steps: measured 4e-6 of the largest weight, 2e-6 for
-# m and 8e-7 for v (AdamW turns rounding in tiny gradients into steps of up to
-# lr); tolerance 1e-4.
+# m and 8e-7 for v; tolerance 1e-4. But AdamW turns the rounding of a gradient
+# that is nearly zero into a whole step of lr, either way: one such weight can
+# differ by ~1e-2 of the largest on a GPU whose sums round differently from the
+# CPU's (the emulator's double sums happen not to). So the weights pass if at
+# most 1 in 10,000 is further off than 1e-4; the largest difference is printed.
 if run "$CPU" "$TMP/cpu" && run "$FP32" "$TMP/fp32"; then
     logs_close "$TMP/cpu/main.log" "$TMP/fp32/main.log" 1e-5 &&
         ok "FP32: train loss, gradient norm and validation loss of 4 steps within 1e-5 of train_gpt2.c" ||
@@ -66,14 +76,17 @@ if run "$CPU" "$TMP/cpu" && run "$FP32" "$TMP/fp32"; then
         w=$(rel_diff "$TMP/cpu/model_00000004.bin" "$TMP/fp32/model_00000004.bin" 1024 "$P")
         m=$(rel_diff "$TMP/cpu/state_00000004.bin" "$TMP/fp32/state_00000004.bin" 1024 "$P")
         v=$(rel_diff "$TMP/cpu/state_00000004.bin" "$TMP/fp32/state_00000004.bin" $((1024 + 4 * P)) "$P")
-        under "$w" 1e-4 && under "$m" 1e-4 && under "$v" 1e-4 &&
-            ok "FP32: step-4 checkpoint (llm.c fp32 format) matches: weights $w, AdamW m $m, v $v of their scale" ||
-            not_ok "FP32: step-4 checkpoint differs: weights $w, m $m, v $v"
+        off=$(count_off "$TMP/cpu/model_00000004.bin" "$TMP/fp32/model_00000004.bin" 1024 "$P" 1e-4)
+        [ "$off" -le $((P / 10000)) ] && under "$m" 1e-4 && under "$v" 1e-4 &&
+            ok "FP32: step-4 checkpoint (llm.c fp32 format) matches: weights $w ($off of $P beyond 1e-4), AdamW m $m, v $v of their scale" ||
+            not_ok "FP32: step-4 checkpoint differs: weights $w ($off of $P beyond 1e-4), m $m, v $v"
     else
         not_ok "FP32: the model file headers differ"
     fi
     grep -q "val loss" "$TMP/fp32.out" && grep -q "^hardware: GPU 0: " "$TMP/fp32.out" &&
         ok "FP32: validation ran, hardware line printed" || not_ok "FP32: output incomplete"
+else
+    not_ok "FP32: a run failed (see above)"
 fi
 
 # --- 2. gradient accumulation: two micro-batches of 16 tokens per step
@@ -81,6 +94,8 @@ if run "$CPU" "$TMP/cpu_acc" -d 32 && run "$FP32" "$TMP/fp32_acc" -d 32; then
     logs_close "$TMP/cpu_acc/main.log" "$TMP/fp32_acc/main.log" 1e-5 &&
         ok "FP32 with gradient accumulation (-d 32 = 2 x 16 tokens): logs within 1e-5 of train_gpt2.c" ||
         not_ok "FP32 with gradient accumulation: logs differ"
+else
+    not_ok "FP32 with gradient accumulation: a run failed (see above)"
 fi
 
 # --- 3. BF16: every stored value is rounded to 8 bits of mantissa (relative
@@ -96,6 +111,8 @@ if run "$BF16" "$TMP/bf16"; then
     [ "$(od -An -t d4 -j4 -N4 "$TMP/bf16/model_00000004.bin" | tr -d ' ')" = 5 ] &&
         [ "$(stat -c %s "$TMP/bf16/model_00000004.bin")" = $((1024 + 2 * P)) ] &&
         ok "BF16: writes llm.c's bf16 model file (version 5, 2 bytes a parameter)" || not_ok "BF16: model file is not version 5"
+else
+    not_ok "BF16: the run failed (see above)"
 fi
 
 # --- 4. resume: from the GPU's own step-2 checkpoint, bit for bit; and from the CPU's
