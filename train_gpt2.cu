@@ -124,6 +124,7 @@ static inline void *malloc_check(size_t size, const char *file, int line) {
 #define mallocCheck(size) malloc_check(size, __FILE__, __LINE__)
 // --- end shared-copy: check-macros ---
 
+// --- begin shared-copy: cuda-check ---
 // exit with the file, line and the library's own message on any CUDA error
 static void cuda_check(cudaError_t err, const char *file, int line) {
     if (err != cudaSuccess) {
@@ -139,6 +140,7 @@ static void cublas_check(cublasStatus_t status, const char *file, int line) {
     }
 }
 #define cublasCheck(status) cublas_check(status, __FILE__, __LINE__)
+// --- end shared-copy: cuda-check ---
 
 // Device memory for one group of tensors (`what`), or a message that says which
 // group did not fit, by how much, and what to change.

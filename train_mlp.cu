@@ -128,6 +128,7 @@ static inline void *malloc_check(size_t size, const char *file, int line) {
 #define mallocCheck(size) malloc_check(size, __FILE__, __LINE__)
 // --- end shared-copy: check-macros ---
 
+// --- begin shared-copy: cuda-check ---
 // exit with the file, line and the library's own message on any CUDA error
 static void cuda_check(cudaError_t err, const char *file, int line) {
     if (err != cudaSuccess) {
@@ -143,6 +144,7 @@ static void cublas_check(cublasStatus_t status, const char *file, int line) {
     }
 }
 #define cublasCheck(status) cublas_check(status, __FILE__, __LINE__)
+// --- end shared-copy: cuda-check ---
 
 // device memory, with a message that says what did not fit
 static void *cuda_malloc_check(size_t bytes, const char *what) {
