@@ -107,9 +107,9 @@ CUDA_PROGRAMS = train_gpt2cu train_gpt2cu_fp32 test_gpt2cu test_gpt2cu_fp32 trai
                 dev/cuda/matmul dev/cuda/layernorm_forward dev/cuda/causal_softmax dev/cuda/fused_classifier dev/emu/test_emu
 # the kernel ladders of train_gpt2.cu's kernels (dev/cuda/<op>.cu), in PRECISION
 LADDERS = layernorm_forward causal_softmax fused_classifier
-$(addprefix dev/cuda/,$(LADDERS)): dev/cuda/%: dev/cuda/%.cu
+$(addprefix dev/cuda/,$(LADDERS)): dev/cuda/%: dev/cuda/%.cu dev/cuda/common.h dev/cuda/precision.h
 	$(NVCC) $(NVCC_FLAGS) -DENABLE_$(PRECISION) $< -o $@
-$(addprefix dev/emu/,$(addsuffix _cpu,$(LADDERS))): dev/emu/%_cpu: dev/cuda/%.cu $(EMU)
+$(addprefix dev/emu/,$(addsuffix _cpu,$(LADDERS))): dev/emu/%_cpu: dev/cuda/%.cu dev/cuda/common.h dev/cuda/precision.h $(EMU)
 	bash dev/emu/emu_build.sh $< $@ -DENABLE_BF16
 # the GPU trainer, in the precision PRECISION chooses (FP16 is not written yet), and in FP32
 train_gpt2cu: train_gpt2.cu
@@ -132,7 +132,7 @@ dev/check_env: dev/check_env.cu
 	$(NVCC) $(NVCC_FLAGS) $< -o $@
 dev/cuda/vector_add: dev/cuda/vector_add.cu
 	$(NVCC) $(NVCC_FLAGS) $< -o $@
-dev/cuda/matmul: dev/cuda/matmul.cu
+dev/cuda/matmul: dev/cuda/matmul.cu dev/cuda/common.h
 	$(NVCC) $(NVCC_FLAGS) $< -lcublas -o $@
 dev/emu/test_emu: dev/emu/test_emu.cu
 	$(NVCC) $(NVCC_FLAGS) $< -o $@
@@ -149,7 +149,7 @@ ifeq ($(HAVE_ZLIB),1)
 else
 	@echo "Error: train_mlp.cu needs zlib's header: apt-get install zlib1g-dev (Debian/Ubuntu)" && exit 1
 endif
-dev/emu/matmul_cpu: dev/cuda/matmul.cu $(EMU)
+dev/emu/matmul_cpu: dev/cuda/matmul.cu dev/cuda/common.h $(EMU)
 	bash dev/emu/emu_build.sh $< $@
 dev/emu/train_gpt2cu_fp32_cpu: train_gpt2.cu $(EMU)
 	bash dev/emu/emu_build.sh $< $@ -DENABLE_FP32

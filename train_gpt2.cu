@@ -218,6 +218,7 @@ __device__ __host__ inline floatX from_float(float x) { return (floatX)x; }
 // ----------------------------------------------------------------------------
 // the kernels
 
+// --- begin shared-copy: gpu-reductions ---
 // sums and maxima across the 32 threads of a warp, every thread gets the result
 __device__ inline float warp_sum(float v) {
     for (int offset = 16; offset > 0; offset /= 2) { v += __shfl_xor_sync(0xffffffffu, v, offset); }
@@ -246,6 +247,7 @@ __device__ inline float block_max(float v) {
     __syncthreads();
     return warp_max(lane < (int)(blockDim.x / 32) ? partial[lane] : -INFINITY);
 }
+// --- end shared-copy: gpu-reductions ---
 
 // out[b,t,:] = wte[token] + wpe[t]; one thread per element
 __global__ void encoder_forward_kernel(floatX *out, const int *inp, const floatX *wte, const floatX *wpe, int B, int T,

@@ -35,63 +35,13 @@ Left out: the backward pass; not storing att at all (flash attention computes th
 softmax tile by tile next to the two matmuls, which is what cuDNN does); rows longer
 than 1024 in variants 3-4 (they would go through shared memory, or a block per row).
 */
-#include <algorithm>
 #include <cmath>
-#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <vector>
 #include <cuda_runtime.h>
-#include <cuda_bf16.h>
-
-// ----------------------------------------------------------------------------
-// utilities: check macro, random numbers
-
-static void cuda_check(cudaError_t err, const char *file, int line) {
-    if (err != cudaSuccess) {
-        fprintf(stderr, "Error: CUDA: %s [%s:%d]\n", cudaGetErrorString(err), file, line);
-        exit(EXIT_FAILURE);
-    }
-}
-#define cudaCheck(err) cuda_check(err, __FILE__, __LINE__)
-
-// splitmix64 (Steele, Lea and Flood, 2014), as in matmul.cu: 24 random bits as a
-// float in [-1, 1)
-static uint64_t rng_state;
-static float rng_uniform(void) {
-    uint64_t z = (rng_state += 0x9E3779B97F4A7C15ULL);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-    z ^= z >> 31;
-    return (float)(z >> 40) * (2.0f / 16777216.0f) - 1.0f;
-}
-
-static unsigned ceil_div(size_t n, size_t d) { return (unsigned)((n + d - 1) / d); }
-
-// ----------------------------------------------------------------------------
-// precision, as in train_gpt2.cu (bf16 unless -DENABLE_FP32)
-
-#if defined(ENABLE_FP32)
-typedef float floatX;
-#define PRECISION_NAME "fp32"
-#else
-typedef __nv_bfloat16 floatX;
-#define PRECISION_NAME "bf16"
-#endif
-// all arithmetic is in fp32: values are converted on load and rounded on store
-__device__ __host__ inline float to_float(floatX x) { return (float)x; }
-__device__ __host__ inline floatX from_float(float x) { return (floatX)x; }
-
-// sums and maxima across the 32 threads of a warp, every thread gets the result
-__device__ inline float warp_sum(float v) {
-    for (int offset = 16; offset > 0; offset /= 2) { v += __shfl_xor_sync(0xffffffffu, v, offset); }
-    return v;
-}
-__device__ inline float warp_max(float v) {
-    for (int offset = 16; offset > 0; offset /= 2) { v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset)); }
-    return v;
-}
+#include "common.h"    // cudaCheck, rng_uniform, ceil_div, warp_sum, warp_max, parse_args, require_gpu, time_median_ms
+#include "precision.h" // floatX (bf16 unless -DENABLE_FP32), to_float, from_float, Pack of PACK floatX
 
 // ----------------------------------------------------------------------------
 // the CPU reference
@@ -111,7 +61,8 @@ static void causal_softmax_cpu(double *ref, const floatX *att, size_t rows, int 
 }
 
 // ----------------------------------------------------------------------------
-// the kernels. All four: a warp per row, blockDim.x / 32 rows per block.
+// the kernels. All four: a warp per row, blockDim.x / 32 rows per block, reduced by
+// train_gpt2.cu's warp_max and warp_sum (in common.h).
 
 // 1: train_gpt2.cu's causal_softmax_kernel, verbatim. Three passes along the row,
 // each a lane-strided loop: the max (subtracted so that exp cannot overflow), the
@@ -198,17 +149,13 @@ __global__ void causal_softmax_kernel3(floatX *att, int rows, int T) {
 
 // 4: variant 3 with 16-byte accesses. In bf16 a lane's load in variant 3 moves 2
 // bytes, and a warp's 64: keeping ~5 TB/s of HBM busy takes many load instructions
-// in flight. Here a lane moves 16 bytes at once (Pack: 8 bf16 or 4 fp32; the
+// in flight. Here a lane moves 16 bytes at once (a Pack of precision.h: 8 bf16 or 4 fp32; the
 // alignas(16) struct copy compiles to ld.global.v4 / st.global.v4), a warp 512
 // contiguous bytes: 4 loads and 4 stores a lane per 1024-entry bf16 row instead of
 // 32 each. Lane l holds the packs l, l + 32, ... A pack needs its address 16-byte
 // aligned: att is (cudaMalloc's are 256-byte aligned) and then every row is when T
 // is a multiple of PACK. For other T (ragged sizes) the same code goes entry by
 // entry; on the GPU that branch is taken by the whole grid alike.
-#define PACK (16 / (int)sizeof(floatX))
-struct alignas(16) Pack {
-    floatX v[PACK];
-};
 __global__ void causal_softmax_kernel4(floatX *att, int rows, int T) {
     int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
     if (row >= rows) { return; }
@@ -370,24 +317,7 @@ static void check_softmax(int variant, floatX *d_att, const std::vector<floatX> 
 // rather than scores. That changes no byte moved, and since softmax keeps the order
 // of a row, variant 2's new-max branches go as before (up to ties from rounding).
 static float time_softmax(int variant, floatX *d_att, size_t rows, int T, int block) {
-    cudaEvent_t start, stop;
-    cudaCheck(cudaEventCreate(&start));
-    cudaCheck(cudaEventCreate(&stop));
-    causal_softmax_forward(variant, d_att, rows, T, block);
-    std::vector<float> times;
-    for (int rep = 0; rep < 20; rep++) {
-        cudaCheck(cudaEventRecord(start));
-        causal_softmax_forward(variant, d_att, rows, T, block);
-        cudaCheck(cudaEventRecord(stop));
-        cudaCheck(cudaEventSynchronize(stop));
-        float ms = 0.0f;
-        cudaCheck(cudaEventElapsedTime(&ms, start, stop));
-        times.push_back(ms);
-    }
-    cudaCheck(cudaEventDestroy(start));
-    cudaCheck(cudaEventDestroy(stop));
-    std::sort(times.begin(), times.end());
-    return times[times.size() / 2];
+    return time_median_ms([&] { causal_softmax_forward(variant, d_att, rows, T, block); });
 }
 #endif
 
@@ -403,56 +333,19 @@ static void usage(void) {
 }
 
 int main(int argc, char **argv) {
-    int only = 0, check_only = 0;
-    unsigned long long seed = 1337;
-    for (int i = 1; i < argc; i++) {
-        char *end = NULL;
-        if (strcmp(argv[i], "-h") == 0) { usage(); return EXIT_SUCCESS; }
-        if (strcmp(argv[i], "-c") == 0) { check_only = 1; continue; }
-        if ((strcmp(argv[i], "-v") == 0 && i + 1 < argc) || (argv[i][0] >= '0' && argv[i][0] <= '9')) {
-            const char *arg = argv[i][0] == '-' ? argv[++i] : argv[i];
-            only = (int)strtol(arg, &end, 10);
-            if (*end != '\0' || only < 1 || only > 4) {
-                fprintf(stderr, "Error: the variant is a number from 1 to 4, got '%s'\n", arg);
-                return EXIT_FAILURE;
-            }
-            continue;
-        }
-        if (strcmp(argv[i], "-s") == 0 && i + 1 < argc) {
-            seed = strtoull(argv[++i], &end, 10);
-            if (*end != '\0' || argv[i][0] == '\0' || argv[i][0] == '-') {
-                fprintf(stderr, "Error: -s takes a non-negative integer, got '%s'\n", argv[i]);
-                return EXIT_FAILURE;
-            }
-            continue;
-        }
-        fprintf(stderr, "Error: unknown or incomplete argument '%s'\n", argv[i]);
-        usage();
-        return EXIT_FAILURE;
-    }
-    rng_state = seed;
-    int first = only ? only : 1, last = only ? only : 4;
+    LadderArgs args = parse_args(argc, argv, 4, 1, usage); // variants 1-4, also as a plain N
+    rng_state = args.seed;
+    int first = args.only ? args.only : 1, last = args.only ? args.only : 4;
     // the checks' sizes, {B*NH, T}: rows = B*NH*T; ragged T, one of them a multiple of
     // 8 (variant 4's 128-bit path) but not of 32, and GPT-2's T = 1024
 #ifdef CUDA_EMU_H
     // every thread a fiber on the CPU: small sizes, and nothing to time
     const int sizes[][2] = {{2, 67}, {2, 130}, {1, 136}, {1, 1024}};
-    printf("CPU emulation (dev/emu): checks only, at small sizes; %s; seed %llu\n", PRECISION_NAME, seed);
+    printf("CPU emulation (dev/emu): checks only, at small sizes; %s; seed %llu\n", PRECISION_NAME, args.seed);
 #else
     const int sizes[][2] = {{3, 67}, {3, 129}, {3, 136}, {2, 1024}};
-    int count = 0;
-    cudaError_t err = cudaGetDeviceCount(&count);
-    if (err != cudaSuccess || count == 0) {
-        fprintf(stderr, "Error: no usable CUDA GPU: %s\n", err != cudaSuccess ? cudaGetErrorString(err) : "0 devices");
-        fprintf(stderr, "HINT: this machine can compile CUDA code but not run it; the CPU emulator checks all variants: "
-                        "bash dev/emu/emu_build.sh dev/cuda/causal_softmax.cu /tmp/causal_softmax_cpu && "
-                        "/tmp/causal_softmax_cpu -c\n");
-        return EXIT_FAILURE;
-    }
-    cudaDeviceProp prop;
-    cudaCheck(cudaGetDeviceProperties(&prop, 0));
-    printf("device 0: %s, compute capability %d.%d, %d SMs; %s; seed %llu\n", prop.name, prop.major, prop.minor,
-           prop.multiProcessorCount, PRECISION_NAME, seed);
+    require_gpu("checks all variants: bash dev/emu/emu_build.sh dev/cuda/causal_softmax.cu /tmp/causal_softmax_cpu && "
+                "/tmp/causal_softmax_cpu -c", PRECISION_NAME, args.seed);
 #endif
 
     // 1. correctness: every variant, every block size, every size, before any timing
@@ -473,7 +366,7 @@ int main(int argc, char **argv) {
     // 2. timing at B*NH = 8 * 12, T = 1024. Bytes counted: the least any kernel must
     // move, the t+1 scores of each row read once and all T entries written once; so
     // GB/s is comparable across variants (variant 1 reads more, mostly from cache).
-    if (!check_only) {
+    if (!args.check_only) {
         const int BNH = 8 * 12, T = 1024;
         size_t rows = (size_t)BNH * T;
         std::vector<floatX> scores(rows * T);
@@ -499,8 +392,6 @@ int main(int argc, char **argv) {
         }
         cudaCheck(cudaFree(d_att));
     }
-#else
-    (void)check_only; // there is nothing to time under the emulator
 #endif
     printf("%d passed, %d failed\n", num_passed, num_failed);
     return num_failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;

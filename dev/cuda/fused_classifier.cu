@@ -30,7 +30,6 @@ Left out, for later: cache hints (__ldcs/__stcs; the emulator lacks them), a row
 over a thread-block cluster (Hopper's distributed shared memory), fusing the
 classifier into the matmul that writes the logits.
 */
-#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -38,43 +37,8 @@ classifier into the matmul that writes the logits.
 #include <cstring>
 #include <vector>
 #include <cuda_runtime.h>
-#include <cuda_bf16.h>
-
-// ----------------------------------------------------------------------------
-// utilities: check macro, random numbers
-
-static void cuda_check(cudaError_t err, const char *file, int line) {
-    if (err != cudaSuccess) {
-        fprintf(stderr, "Error: CUDA: %s [%s:%d]\n", cudaGetErrorString(err), file, line);
-        exit(EXIT_FAILURE);
-    }
-}
-#define cudaCheck(err) cuda_check(err, __FILE__, __LINE__)
-
-// splitmix64 (Steele, Lea and Flood, 2014): small, and every seed is a good one
-static uint64_t rng_state;
-static uint64_t rng_next(void) {
-    uint64_t z = (rng_state += 0x9E3779B97F4A7C15ULL);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-    return z ^ (z >> 31);
-}
-// 24 random bits as a float in [-1, 1)
-static float rng_uniform(void) { return (float)(rng_next() >> 40) * (2.0f / 16777216.0f) - 1.0f; }
-
-// ----------------------------------------------------------------------------
-// precision: as train_gpt2.cu, except that bf16 is the default here
-
-#if defined(ENABLE_FP32)
-typedef float floatX;
-#define PRECISION_NAME "fp32"
-#else
-typedef __nv_bfloat16 floatX;
-#define PRECISION_NAME "bf16"
-#endif
-// all arithmetic is in fp32: values are converted on load and rounded on store
-__device__ __host__ inline float to_float(floatX x) { return (float)x; }
-__device__ __host__ inline floatX from_float(float x) { return (floatX)x; }
+#include "common.h"    // cudaCheck, rng_next, rng_uniform, block_max/sum, parse_args, require_gpu, time_median_ms
+#include "precision.h" // floatX (bf16 unless -DENABLE_FP32), to_float, from_float, Pack of PACK floatX
 
 // ----------------------------------------------------------------------------
 // the CPU reference
@@ -95,37 +59,8 @@ static void fused_classifier_cpu(double *losses, double *probs, const floatX *lo
 }
 
 // ----------------------------------------------------------------------------
-// the kernels: one block per row, the row in blockIdx.x. The reductions, verbatim from
-// train_gpt2.cu:
-
-// sums and maxima across the 32 threads of a warp, every thread gets the result
-__device__ inline float warp_sum(float v) {
-    for (int offset = 16; offset > 0; offset /= 2) { v += __shfl_xor_sync(0xffffffffu, v, offset); }
-    return v;
-}
-__device__ inline float warp_max(float v) {
-    for (int offset = 16; offset > 0; offset /= 2) { v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset)); }
-    return v;
-}
-// ... and across a block (a whole number of warps, at most 1024 threads)
-__device__ inline float block_sum(float v) {
-    __shared__ float partial[32];
-    int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    v = warp_sum(v);
-    __syncthreads(); // partial may still be read by an earlier call
-    if (lane == 0) { partial[warp] = v; }
-    __syncthreads();
-    return warp_sum(lane < (int)(blockDim.x / 32) ? partial[lane] : 0.0f);
-}
-__device__ inline float block_max(float v) {
-    __shared__ float partial[32];
-    int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    v = warp_max(v);
-    __syncthreads();
-    if (lane == 0) { partial[warp] = v; }
-    __syncthreads();
-    return warp_max(lane < (int)(blockDim.x / 32) ? partial[lane] : -INFINITY);
-}
+// the kernels: one block per row, the row in blockIdx.x, reduced across the block by
+// train_gpt2.cu's block_max and block_sum (in common.h)
 
 // 1: train_gpt2.cu's fused_classifier_kernel, verbatim but for the name (its comment:)
 // The fused classifier, a block per position. One pass over the V logits finds
@@ -162,13 +97,9 @@ __global__ void fused_classifier_kernel1(floatX *logits, float *losses, const in
     }
 }
 
-// 16 bytes of floatX: 8 bf16 or 4 fp32. Copied whole from a 16-byte aligned address,
-// it moves in one 128-bit load or store (LDG.E.128). Variants 2 and 3 need Vp % X128 == 0
-// (the trainer pads Vp to a multiple of 128) and aligned rows, which cudaMalloc gives.
-constexpr int X128 = 16 / sizeof(floatX);
-struct alignas(16) Pack128 {
-    floatX v[X128];
-};
+// Variants 2 and 3 move the logits in Packs (precision.h: 16 bytes of floatX, 8 bf16 or
+// 4 fp32, one 128-bit load or store, LDG.E.128 in the SASS). They need Vp % PACK == 0
+// (the trainer pads Vp to a multiple of 128), so that every row is 16-byte aligned.
 #define LOG2E 1.4426950408889634f
 
 // 2: fewer instructions per logit. Variant 1's loops are not unrolled: an iteration
@@ -190,15 +121,15 @@ struct alignas(16) Pack128 {
 __global__ void __launch_bounds__(1024) fused_classifier_kernel2(floatX *logits, float *losses, const int *targets,
                                                                  float dloss, int V, int Vp) {
     size_t bt = blockIdx.x;
-    Pack128 *z = (Pack128 *)(logits + bt * Vp);
-    int target = targets[bt], packs = Vp / X128;
+    Pack *z = (Pack *)(logits + bt * Vp);
+    int target = targets[bt], packs = Vp / PACK;
     float target_logit = threadIdx.x == 0 ? to_float(logits[bt * Vp + target]) : 0.0f;
     float m = -INFINITY, s = 0.0f; // m in natural units, as the loss wants it
     for (int p = threadIdx.x; p < packs; p += blockDim.x) {
-        Pack128 in = z[p];
-        float x[X128], pack_m = -INFINITY;
-        for (int k = 0; k < X128; k++) {
-            x[k] = p * X128 + k < V ? to_float(in.v[k]) : -INFINITY; // padding: exp2f(-inf) = 0
+        Pack in = z[p];
+        float x[PACK], pack_m = -INFINITY;
+        for (int k = 0; k < PACK; k++) {
+            x[k] = p * PACK + k < V ? to_float(in.v[k]) : -INFINITY; // padding: exp2f(-inf) = 0
             pack_m = fmaxf(pack_m, x[k]);
         }
         if (pack_m == -INFINITY) { continue; } // padding only: m - m_new would be NaN below
@@ -208,7 +139,7 @@ __global__ void __launch_bounds__(1024) fused_classifier_kernel2(floatX *logits,
         // up over the rescales (it did: 5e-6 in the loss at 128 threads). On the first
         // pack m = -inf, s = 0, and the factor is 0.
         s *= exp2f((m - m_new) * LOG2E);
-        for (int k = 0; k < X128; k++) { s += exp2f(fmaf(x[k], LOG2E, -m2)); }
+        for (int k = 0; k < PACK; k++) { s += exp2f(fmaf(x[k], LOG2E, -m2)); }
         m = m_new;
     }
     float block_m = block_max(m);
@@ -218,9 +149,9 @@ __global__ void __launch_bounds__(1024) fused_classifier_kernel2(floatX *logits,
     if (dloss <= 0.0f) { return; }
     // second pass: the row was read moments ago, so most of it comes from L2, not HBM
     for (int p = threadIdx.x; p < packs; p += blockDim.x) {
-        Pack128 g = z[p];
-        for (int k = 0; k < X128; k++) {
-            int i = p * X128 + k;
+        Pack g = z[p];
+        for (int k = 0; k < PACK; k++) {
+            int i = p * PACK + k;
             float e = exp2f(fmaf(to_float(g.v[k]), LOG2E, -lse2));
             g.v[k] = from_float(i < V ? (e - (i == target ? 1.0f : 0.0f)) * dloss : 0.0f);
         }
@@ -238,7 +169,7 @@ __global__ void __launch_bounds__(1024) fused_classifier_kernel2(floatX *logits,
 // ptxas use all 64; it spills 24 bytes for sm_90, ~190 for sm_120, and ~270 in fp32
 // (a 56-register cache): correct, but those are not the cases to time.
 #define ROW_CACHE3 56 // floatX per thread: 7 packs of bf16, 14 of fp32
-constexpr int PACKS3 = ROW_CACHE3 / X128;
+constexpr int PACKS3 = ROW_CACHE3 / PACK;
 // The cache is 32-bit words: kept as floatX, ptxas spilled 3x as much. word_float unpacks
 // logit j of a pack (a bf16 is the top half of an fp32: a shift or a mask).
 struct alignas(16) Words128 {
@@ -254,8 +185,8 @@ __device__ inline float word_float(const Words128 &c, int j) {
 __global__ void __launch_bounds__(1024, 1) fused_classifier_kernel3(floatX *logits, float *losses, const int *targets,
                                                                  float dloss, int V, int Vp) {
     size_t bt = blockIdx.x;
-    Pack128 *z = (Pack128 *)(logits + bt * Vp);
-    int target = targets[bt], packs = Vp / X128;
+    Pack *z = (Pack *)(logits + bt * Vp);
+    int target = targets[bt], packs = Vp / PACK;
     float target_logit = threadIdx.x == 0 ? to_float(logits[bt * Vp + target]) : 0.0f;
     // pack k of this thread is pack k * blockDim.x + threadIdx.x of the row, so a warp's
     // loads are 512 contiguous bytes. Every loop over k is unrolled, so row[] stays in
@@ -264,13 +195,13 @@ __global__ void __launch_bounds__(1024, 1) fused_classifier_kernel3(floatX *logi
 #pragma unroll
     for (int k = 0; k < PACKS3; k++) {
         int p = k * blockDim.x + threadIdx.x;
-        Pack128 in;
+        Pack in;
         if (p < packs) { in = z[p]; }
         // padding, or past the row, becomes -inf, whose exp is 0: no later pass checks i < V.
         // (Doing this only in packs that reach past V, behind a branch, made ptxas spill 10x.)
 #pragma unroll
-        for (int j = 0; j < X128; j++) {
-            if (p * X128 + j >= V) { in.v[j] = from_float(-INFINITY); }
+        for (int j = 0; j < PACK; j++) {
+            if (p * PACK + j >= V) { in.v[j] = from_float(-INFINITY); }
         }
         memcpy(&row[k], &in, sizeof(in));
     }
@@ -279,12 +210,12 @@ __global__ void __launch_bounds__(1024, 1) fused_classifier_kernel3(floatX *logi
 #pragma unroll
     for (int k = 0; k < PACKS3; k++) {
 #pragma unroll
-        for (int j = 0; j < X128; j++) { m = fmaxf(m, word_float(row[k], j)); }
+        for (int j = 0; j < PACK; j++) { m = fmaxf(m, word_float(row[k], j)); }
     }
 #pragma unroll
     for (int k = 0; k < PACKS3; k++) {
 #pragma unroll
-        for (int j = 0; j < X128; j++) { s += exp2f(fmaf(word_float(row[k], j), LOG2E, -m * LOG2E)); }
+        for (int j = 0; j < PACK; j++) { s += exp2f(fmaf(word_float(row[k], j), LOG2E, -m * LOG2E)); }
     }
     // (a thread that holds only padding has m = -inf and s = NaN, dropped here)
     float block_m = block_max(m);
@@ -294,11 +225,11 @@ __global__ void __launch_bounds__(1024, 1) fused_classifier_kernel3(floatX *logi
     if (dloss <= 0.0f) { return; }
 #pragma unroll
     for (int k = 0; k < PACKS3; k++) {
-        int p = k * blockDim.x + threadIdx.x, t = target - p * X128; // t: the target's place in this pack
+        int p = k * blockDim.x + threadIdx.x, t = target - p * PACK; // t: the target's place in this pack
         if (p >= packs) { continue; }
-        Pack128 out;
+        Pack out;
 #pragma unroll
-        for (int j = 0; j < X128; j++) { // padding: exp2f(-inf) - 0 = 0, as it must be
+        for (int j = 0; j < PACK; j++) { // padding: exp2f(-inf) - 0 = 0, as it must be
             out.v[j] = from_float((exp2f(fmaf(word_float(row[k], j), LOG2E, -lse2)) - (j == t ? 1.0f : 0.0f)) * dloss);
         }
         z[p] = out;
@@ -313,7 +244,7 @@ static const char *variant_names[4] = {"", "1 trainer", "2 vec128+exp2", "3 regi
 // NULL if the variant runs with this many threads per block at this Vp, else why not
 static const char *cannot_run(int variant, int block, size_t Vp) {
     if (block < 32 || block > 1024 || block % 32 != 0) { return "a block is 1 to 32 whole warps"; }
-    if (variant >= 2 && Vp % X128 != 0) { return "Vp is not a whole number of 16-byte packs"; }
+    if (variant >= 2 && Vp % PACK != 0) { return "Vp is not a whole number of 16-byte packs"; }
     if (variant == 3 && Vp > (size_t)ROW_CACHE3 * block) { return "the row does not fit in the block's registers"; }
     return NULL;
 }
@@ -441,24 +372,9 @@ static void check(int variant, int block, const double *ref_losses, const double
 // from a pristine copy; like the trainer's matmul that writes them, the copy leaves
 // the tail of the logits in L2.
 static float time_variant(int variant, int block, float dloss, size_t N, size_t V, size_t Vp) {
-    cudaEvent_t start, stop;
-    cudaCheck(cudaEventCreate(&start));
-    cudaCheck(cudaEventCreate(&stop));
-    std::vector<float> times;
-    for (int run = 0; run <= 20; run++) { // run 0 is the warm-up
-        cudaCheck(cudaMemcpy(d_logits, d_pristine, N * Vp * sizeof(floatX), cudaMemcpyDeviceToDevice));
-        cudaCheck(cudaEventRecord(start));
-        fused_classifier(variant, block, d_logits, d_losses, d_targets, dloss, N, V, Vp);
-        cudaCheck(cudaEventRecord(stop));
-        cudaCheck(cudaEventSynchronize(stop));
-        float ms = 0.0f;
-        cudaCheck(cudaEventElapsedTime(&ms, start, stop));
-        if (run > 0) { times.push_back(ms); }
-    }
-    cudaCheck(cudaEventDestroy(start));
-    cudaCheck(cudaEventDestroy(stop));
-    std::sort(times.begin(), times.end());
-    return times[times.size() / 2];
+    size_t bytes = N * Vp * sizeof(floatX);
+    return time_median_ms([&] { fused_classifier(variant, block, d_logits, d_losses, d_targets, dloss, N, V, Vp); },
+                          [&] { cudaCheck(cudaMemcpy(d_logits, d_pristine, bytes, cudaMemcpyDeviceToDevice)); });
 }
 #endif
 
@@ -474,55 +390,19 @@ static void usage(void) {
 }
 
 int main(int argc, char **argv) {
-    int only = 0, check_only = 0;
-    unsigned long long seed = 1337;
-    for (int i = 1; i < argc; i++) {
-        char *end = NULL;
-        if (strcmp(argv[i], "-h") == 0) { usage(); return EXIT_SUCCESS; }
-        if (strcmp(argv[i], "-c") == 0) { check_only = 1; continue; }
-        if (strcmp(argv[i], "-v") == 0 && i + 1 < argc) {
-            only = (int)strtol(argv[++i], &end, 10);
-            if (*end != '\0' || only < 1 || only > 3) {
-                fprintf(stderr, "Error: -v takes a variant number from 1 to 3, got '%s'\n", argv[i]);
-                return EXIT_FAILURE;
-            }
-            continue;
-        }
-        if (strcmp(argv[i], "-s") == 0 && i + 1 < argc) {
-            seed = strtoull(argv[++i], &end, 10);
-            if (*end != '\0' || argv[i][0] == '\0' || argv[i][0] == '-') {
-                fprintf(stderr, "Error: -s takes a non-negative integer, got '%s'\n", argv[i]);
-                return EXIT_FAILURE;
-            }
-            continue;
-        }
-        fprintf(stderr, "Error: unknown or incomplete argument '%s'\n", argv[i]);
-        usage();
-        return EXIT_FAILURE;
-    }
-    rng_state = seed;
-    int first = only ? only : 1, last = only ? only : 3;
+    LadderArgs args = parse_args(argc, argv, 3, 0, usage); // variants 1-3, with -v only
+    rng_state = args.seed;
+    int first = args.only ? args.only : 1, last = args.only ? args.only : 3;
 #ifdef CUDA_EMU_H
     // on the CPU every thread of a block is a fiber: small rows, and nothing to time. At
     // V = 3000 a thread of a 128- or 256-thread block holds more than one pack, so the
     // online rescaling of variant 2 is exercised.
     const size_t sizes[][3] = {{300, 384, 6}, {3000, 3072, 3}}; // V, Vp, N
-    printf("CPU emulation (dev/emu), %s: checks only, at small sizes; seed %llu\n", PRECISION_NAME, seed);
-    (void)check_only;
+    printf("CPU emulation (dev/emu), %s: checks only, at small sizes; seed %llu\n", PRECISION_NAME, args.seed);
 #else
     const size_t sizes[][3] = {{50257, 50304, 16}, {300, 384, 64}}; // V, Vp, N
-    int count = 0;
-    cudaError_t err = cudaGetDeviceCount(&count);
-    if (err != cudaSuccess || count == 0) {
-        fprintf(stderr, "Error: no usable CUDA GPU: %s\n", err != cudaSuccess ? cudaGetErrorString(err) : "0 devices");
-        fprintf(stderr, "HINT: this machine can compile CUDA code but not run it; the CPU emulator checks all variants: "
-                        "bash dev/emu/emu_build.sh dev/cuda/fused_classifier.cu /tmp/fc_cpu && /tmp/fc_cpu -c\n");
-        return EXIT_FAILURE;
-    }
-    cudaDeviceProp prop;
-    cudaCheck(cudaGetDeviceProperties(&prop, 0));
-    printf("device 0: %s, compute capability %d.%d, %d SMs; %s logits; seed %llu\n", prop.name, prop.major, prop.minor,
-           prop.multiProcessorCount, PRECISION_NAME, seed);
+    require_gpu("checks all variants: bash dev/emu/emu_build.sh dev/cuda/fused_classifier.cu /tmp/fc_cpu && "
+                "/tmp/fc_cpu -c", PRECISION_NAME " logits", args.seed);
 #endif
     const int blocks[4] = {128, 256, 512, 1024};
 
@@ -559,7 +439,7 @@ int main(int argc, char **argv) {
     // every variant (the logits read twice, written once), so GB/s compares times; the
     // least DRAM traffic is 2 of those 3 (variant 3 moves only that; the others' second
     // read mostly hits L2), so a kernel at the DRAM floor shows 150% of 4.8 TB/s.
-    if (!check_only) {
+    if (!args.check_only) {
         const size_t V = 50257, Vp = 50304, N = 8 * 1024;
         const double peak_gbs = 4800.0; // H200 HBM3e, from the data sheet: other GPUs are still compared to it
         double bytes = 3.0 * N * Vp * sizeof(floatX);

@@ -39,57 +39,13 @@ add in front of LayerNorm (what llm.c did next).
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
-#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
 #include <cuda_runtime.h>
-#include <cuda_bf16.h>
-
-// ----------------------------------------------------------------------------
-// utilities: check macro, random numbers
-
-static void cuda_check(cudaError_t err, const char *file, int line) {
-    if (err != cudaSuccess) {
-        fprintf(stderr, "Error: CUDA: %s [%s:%d]\n", cudaGetErrorString(err), file, line);
-        exit(EXIT_FAILURE);
-    }
-}
-#define cudaCheck(err) cuda_check(err, __FILE__, __LINE__)
-
-// splitmix64 (Steele, Lea and Flood, 2014), as in matmul.cu: a float in [-1, 1)
-static uint64_t rng_state;
-static float rng_uniform(void) {
-    uint64_t z = (rng_state += 0x9E3779B97F4A7C15ULL);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-    z ^= z >> 31;
-    return (float)(z >> 40) * (2.0f / 16777216.0f) - 1.0f;
-}
-
-static inline unsigned ceil_div(size_t n, size_t d) { return (unsigned)((n + d - 1) / d); }
-
-// ----------------------------------------------------------------------------
-// precision: floatX as in train_gpt2.cu, except that bf16 is also the default here
-// (the emulator build passes no -D)
-
-#if defined(ENABLE_FP32)
-typedef float floatX;
-#define PRECISION_NAME "fp32"
-#else
-typedef __nv_bfloat16 floatX;
-#define PRECISION_NAME "bf16"
-#endif
-// all arithmetic is in fp32: values are converted on load and rounded on store
-__device__ __host__ inline float to_float(floatX x) { return (float)x; }
-__device__ __host__ inline floatX from_float(float x) { return (floatX)x; }
-
-// 16 bytes of floatX, loaded or stored with one instruction (ld.global.v4) when the
-// address is 16-byte aligned: 8 bf16 or 4 fp32
-constexpr int PACK = 16 / (int)sizeof(floatX);
-struct alignas(16) Pack { floatX v[PACK]; };
-#define MAX_C 2048 // widest row variants 2-4 hold in registers
+#include "common.h"    // cudaCheck, rng_uniform, ceil_div, warp_sum, block_sum, parse_args, require_gpu, time_median_ms
+#include "precision.h" // floatX (bf16 unless -DENABLE_FP32), to_float, from_float, Pack of PACK floatX
 
 // ----------------------------------------------------------------------------
 // the CPU reference: two passes in double, as train_gpt2.c does them in float
@@ -110,23 +66,10 @@ static void layernorm_forward_cpu(double *out, double *mean, double *rstd, const
 }
 
 // ----------------------------------------------------------------------------
-// the kernels, slowest first
+// the kernels, slowest first (the reductions warp_sum and block_sum are train_gpt2.cu's,
+// in common.h)
 
-// sums across the 32 threads of a warp, every thread gets the result (from train_gpt2.cu)
-__device__ inline float warp_sum(float v) {
-    for (int offset = 16; offset > 0; offset /= 2) { v += __shfl_xor_sync(0xffffffffu, v, offset); }
-    return v;
-}
-// ... and across a block (a whole number of warps, at most 1024 threads)
-__device__ inline float block_sum(float v) {
-    __shared__ float partial[32];
-    int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    v = warp_sum(v);
-    __syncthreads(); // partial may still be read by an earlier call
-    if (lane == 0) { partial[warp] = v; }
-    __syncthreads();
-    return warp_sum(lane < (int)(blockDim.x / 32) ? partial[lane] : 0.0f);
-}
+#define MAX_C 2048 // widest row variants 2-4 hold in registers
 
 // 1: train_gpt2.cu's layernorm_forward_kernel, verbatim. Each lane reads 2 bytes (bf16) at a
 // time, 32 lanes 64 contiguous bytes: coalesced, but small requests, and three passes
@@ -455,24 +398,7 @@ static void check_variant(int v, const std::vector<floatX> &x, const std::vector
 #ifndef CUDA_EMU_H
 // Median GPU time of one call in ms: one warm-up call, then 20 timed ones
 static float time_variant(int v, int block, int N, int C) {
-    cudaEvent_t start, stop;
-    cudaCheck(cudaEventCreate(&start));
-    cudaCheck(cudaEventCreate(&stop));
-    layernorm_forward(v, block, d_out, d_mean, d_rstd, d_x, d_w, d_b, N, C);
-    std::vector<float> times;
-    for (int i = 0; i < 20; i++) {
-        cudaCheck(cudaEventRecord(start));
-        layernorm_forward(v, block, d_out, d_mean, d_rstd, d_x, d_w, d_b, N, C);
-        cudaCheck(cudaEventRecord(stop));
-        cudaCheck(cudaEventSynchronize(stop));
-        float ms = 0.0f;
-        cudaCheck(cudaEventElapsedTime(&ms, start, stop));
-        times.push_back(ms);
-    }
-    cudaCheck(cudaEventDestroy(start));
-    cudaCheck(cudaEventDestroy(stop));
-    std::sort(times.begin(), times.end());
-    return times[times.size() / 2];
+    return time_median_ms([&] { layernorm_forward(v, block, d_out, d_mean, d_rstd, d_x, d_w, d_b, N, C); });
 }
 #define PEAK_GBS 4800.0 // H200 (HBM3e), NVIDIA's figure; on another GPU the % is still of this
 #endif
@@ -489,54 +415,17 @@ static void usage(void) {
 }
 
 int main(int argc, char **argv) {
-    int only = 0, check_only = 0;
-    unsigned long long seed = 1337;
-    for (int i = 1; i < argc; i++) {
-        char *end = NULL;
-        if (strcmp(argv[i], "-h") == 0) { usage(); return EXIT_SUCCESS; }
-        if (strcmp(argv[i], "-c") == 0) { check_only = 1; continue; }
-        if ((strcmp(argv[i], "-v") == 0 && i + 1 < argc) || (argv[i][0] >= '0' && argv[i][0] <= '9')) {
-            const char *arg = argv[i][0] == '-' ? argv[++i] : argv[i];
-            only = (int)strtol(arg, &end, 10);
-            if (*end != '\0' || only < 1 || only > 4) {
-                fprintf(stderr, "Error: the variant is a number from 1 to 4, got '%s'\n", arg);
-                return EXIT_FAILURE;
-            }
-            continue;
-        }
-        if (strcmp(argv[i], "-s") == 0 && i + 1 < argc) {
-            seed = strtoull(argv[++i], &end, 10);
-            if (*end != '\0' || argv[i][0] == '\0' || argv[i][0] == '-') {
-                fprintf(stderr, "Error: -s takes a non-negative integer, got '%s'\n", argv[i]);
-                return EXIT_FAILURE;
-            }
-            continue;
-        }
-        fprintf(stderr, "Error: unknown or incomplete argument '%s'\n", argv[i]);
-        usage();
-        return EXIT_FAILURE;
-    }
-    rng_state = seed;
-    int first = only ? only : 1, last = only ? only : 4;
+    LadderArgs args = parse_args(argc, argv, 4, 1, usage); // variants 1-4, also as a plain N
+    rng_state = args.seed;
+    int first = args.only ? args.only : 1, last = args.only ? args.only : 4;
 #ifdef CUDA_EMU_H
     // On the CPU every thread of a block is a fiber: small sizes only, and no timing
     const int shapes[][2] = {{37, 67}, {16, 256}, {8, 768}, {8, 1600}};
-    printf("CPU emulation (dev/emu), %s: checks at small sizes, no timing; seed %llu\n", PRECISION_NAME, seed);
-    (void)check_only;
+    printf("CPU emulation (dev/emu), %s: checks at small sizes, no timing; seed %llu\n", PRECISION_NAME, args.seed);
 #else
     const int shapes[][2] = {{8192, 768}, {8191, 1600}, {8192, 67}, {37, 256}};
-    int count = 0;
-    cudaError_t err = cudaGetDeviceCount(&count);
-    if (err != cudaSuccess || count == 0) {
-        fprintf(stderr, "Error: no usable CUDA GPU: %s\n", err != cudaSuccess ? cudaGetErrorString(err) : "0 devices");
-        fprintf(stderr, "HINT: this machine can compile CUDA code but not run it; the CPU emulator runs the checks: "
-                        "bash dev/emu/emu_build.sh dev/cuda/layernorm_forward.cu /tmp/lnf_cpu && /tmp/lnf_cpu -c\n");
-        return EXIT_FAILURE;
-    }
-    cudaDeviceProp prop;
-    cudaCheck(cudaGetDeviceProperties(&prop, 0));
-    printf("device 0: %s, compute capability %d.%d, %d SMs; %s; seed %llu\n", prop.name, prop.major, prop.minor,
-           prop.multiProcessorCount, PRECISION_NAME, seed);
+    require_gpu("runs the checks: bash dev/emu/emu_build.sh dev/cuda/layernorm_forward.cu /tmp/lnf_cpu && "
+                "/tmp/lnf_cpu -c", PRECISION_NAME, args.seed);
 #endif
 
     // 1. correctness, every variant at every shape and block size, before any timing
@@ -553,7 +442,7 @@ int main(int argc, char **argv) {
 #ifndef CUDA_EMU_H
     // 2. timing. The bytes that must move: x read and out written once, weight and bias
     // read once, mean and rstd written; what the caches save on re-reads is not counted.
-    if (!check_only) {
+    if (!args.check_only) {
         const int N = 64 * 1024;
         printf("\nN = %d rows; ms at each block size: median of 20 calls after a warm-up (-: too many registers\n"
                "for a block that size); GB/s and %% of the H200's 4.8 TB/s at the best block size\n", N);

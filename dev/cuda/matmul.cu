@@ -30,7 +30,6 @@ Hopper's warpgroup MMA (wgmma: what cuBLAS uses on an H100/H200, and the main
 reason variant 5 stays far behind it), 16-byte loads of fp32 (our shapes are
 arbitrary, so rows need not be aligned), split-K, autotuning.
 */
-#include <algorithm>
 #include <cfloat>
 #include <cmath>
 #include <cstdint>
@@ -39,46 +38,18 @@ arbitrary, so rows need not be aligned), split-K, autotuning.
 #include <cstring>
 #include <vector>
 #include <cuda_runtime.h>
+#include "common.h" // cudaCheck, cublasCheck, rng_uniform, ceil_div, parse_args, require_gpu, time_median_ms
 #ifndef CUDA_EMU_H
 // the CPU emulator (dev/emu) has no tensor cores, and its cuBLAS stand-in is no
 // yardstick: under it, variant 5, cuBLAS and the timing are left out (each such
-// place is marked with #ifndef CUDA_EMU_H)
+// place is marked with #ifndef CUDA_EMU_H; common.h leaves out cuBLAS there too)
 #include <cuda_bf16.h>
 #include <mma.h>
 #include <cublas_v2.h>
 #endif
 
 // ----------------------------------------------------------------------------
-// utilities: check macros, random numbers, bf16 rounding on the CPU
-
-static void cuda_check(cudaError_t err, const char *file, int line) {
-    if (err != cudaSuccess) {
-        fprintf(stderr, "Error: CUDA: %s [%s:%d]\n", cudaGetErrorString(err), file, line);
-        exit(EXIT_FAILURE);
-    }
-}
-#define cudaCheck(err) cuda_check(err, __FILE__, __LINE__)
-
-#ifndef CUDA_EMU_H
-static void cublas_check(cublasStatus_t status, const char *file, int line) {
-    if (status != CUBLAS_STATUS_SUCCESS) {
-        fprintf(stderr, "Error: cuBLAS: %s [%s:%d]\n", cublasGetStatusString(status), file, line);
-        exit(EXIT_FAILURE);
-    }
-}
-#define cublasCheck(status) cublas_check(status, __FILE__, __LINE__)
-#endif
-
-// splitmix64 (Steele, Lea and Flood, 2014): small, and every seed is a good one.
-// Returns 24 random bits as a float in [-1, 1).
-static uint64_t rng_state;
-static float rng_uniform(void) {
-    uint64_t z = (rng_state += 0x9E3779B97F4A7C15ULL);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-    z ^= z >> 31;
-    return (float)(z >> 40) * (2.0f / 16777216.0f) - 1.0f;
-}
+// utilities: bf16 rounding on the CPU (the check macros and random numbers are in common.h)
 
 // fp32 -> nearest bf16 (ties to even, as __float2bfloat16 rounds) -> fp32. A bf16 is
 // the top 16 bits of a fp32: the same 8 exponent bits, 7 of the 23 mantissa bits.
@@ -90,8 +61,6 @@ static float bf16_round(float x) {
     memcpy(&x, &u, sizeof(u));
     return x;
 }
-
-static unsigned ceil_div(int a, int b) { return (unsigned)((a + b - 1) / b); }
 
 // ----------------------------------------------------------------------------
 // precision: fp32 everywhere, except variant 5's inputs
@@ -436,26 +405,7 @@ static void check_matmul(int variant, const double *ref, const double *ref_abs, 
 // kernel, and for cuBLAS picking its algorithm), then up to 20 timed calls, at least 5,
 // stopping early once they add up to half a second, so that the run stays short.
 static float time_matmul(int variant, int M, int N, int K) {
-    cudaEvent_t start, stop;
-    cudaCheck(cudaEventCreate(&start));
-    cudaCheck(cudaEventCreate(&stop));
-    matmul_forward(variant, d_C, d_A, d_B, d_A16, d_B16, M, N, K);
-    std::vector<float> times;
-    float total = 0.0f;
-    while (times.size() < 20 && (times.size() < 5 || total < 500.0f)) {
-        cudaCheck(cudaEventRecord(start));
-        matmul_forward(variant, d_C, d_A, d_B, d_A16, d_B16, M, N, K);
-        cudaCheck(cudaEventRecord(stop));
-        cudaCheck(cudaEventSynchronize(stop));
-        float ms = 0.0f;
-        cudaCheck(cudaEventElapsedTime(&ms, start, stop));
-        times.push_back(ms);
-        total += ms;
-    }
-    cudaCheck(cudaEventDestroy(start));
-    cudaCheck(cudaEventDestroy(stop));
-    std::sort(times.begin(), times.end());
-    return times[times.size() / 2];
+    return time_median_ms([&] { matmul_forward(variant, d_C, d_A, d_B, d_A16, d_B16, M, N, K); }, [] {}, 5, 500.0f);
 }
 #endif
 
@@ -475,55 +425,22 @@ static void usage(void) {
 }
 
 int main(int argc, char **argv) {
-    int only = 0, check_only = 0;
-    unsigned long long seed = 1337;
-    for (int i = 1; i < argc; i++) {
-        char *end = NULL;
-        if (strcmp(argv[i], "-h") == 0) { usage(); return EXIT_SUCCESS; }
-        if (strcmp(argv[i], "-c") == 0) { check_only = 1; continue; }
-        if (strcmp(argv[i], "-v") == 0 && i + 1 < argc) {
-            only = (int)strtol(argv[++i], &end, 10);
-            if (*end != '\0' || only < 1 || only > 5) {
-                fprintf(stderr, "Error: -v takes a variant number from 1 to 5, got '%s'\n", argv[i]);
-                return EXIT_FAILURE;
-            }
-            continue;
-        }
-        if (strcmp(argv[i], "-s") == 0 && i + 1 < argc) {
-            seed = strtoull(argv[++i], &end, 10);
-            if (*end != '\0' || argv[i][0] == '\0' || argv[i][0] == '-') {
-                fprintf(stderr, "Error: -s takes a non-negative integer, got '%s'\n", argv[i]);
-                return EXIT_FAILURE;
-            }
-            continue;
-        }
-        fprintf(stderr, "Error: unknown or incomplete argument '%s'\n", argv[i]);
-        usage();
-        return EXIT_FAILURE;
-    }
-    rng_state = seed;
-    int first = only ? only : 1, last = only ? only : 5;
+    LadderArgs args = parse_args(argc, argv, 5, 0, usage); // variants 1-5, with -v only
+    rng_state = args.seed;
+    int first = args.only ? args.only : 1, last = args.only ? args.only : 5;
 #ifdef CUDA_EMU_H
     // On the CPU every thread of a block is a fiber: small sizes only, and no
     // variant 5 (no tensor cores) and no timing (no GPU to time).
     const int sizes[][3] = {{64, 48, 40}, {33, 65, 17}, {136, 140, 24}}; // the last one past a 128 x 128 tile
-    printf("CPU emulation (dev/emu): checks of variants 1-4 only, at small sizes; no timing; seed %llu\n", seed);
-    if (only == 5) { printf("variant 5 needs tensor cores, which the emulator does not have: nothing to check\n"); }
+    printf("CPU emulation (dev/emu): checks of variants 1-4 only, at small sizes; no timing; seed %llu\n", args.seed);
+    if (args.only == 5) {
+        printf("variant 5 needs tensor cores, which the emulator does not have: nothing to check\n");
+    }
     last = last < 4 ? last : 4;
 #else
     const int sizes[][3] = {{128, 128, 128}, {257, 131, 199}, {1000, 1000, 64}};
-    int count = 0;
-    cudaError_t err = cudaGetDeviceCount(&count);
-    if (err != cudaSuccess || count == 0) {
-        fprintf(stderr, "Error: no usable CUDA GPU: %s\n", err != cudaSuccess ? cudaGetErrorString(err) : "0 devices");
-        fprintf(stderr, "HINT: this machine can compile CUDA code but not run it; the CPU emulator checks variants 1-4: "
-                        "bash dev/emu/emu_build.sh dev/cuda/matmul.cu /tmp/matmul_cpu && /tmp/matmul_cpu -c\n");
-        return EXIT_FAILURE;
-    }
-    cudaDeviceProp prop;
-    cudaCheck(cudaGetDeviceProperties(&prop, 0));
-    printf("device 0: %s, compute capability %d.%d, %d SMs; seed %llu\n", prop.name, prop.major, prop.minor,
-           prop.multiProcessorCount, seed);
+    require_gpu("checks variants 1-4: bash dev/emu/emu_build.sh dev/cuda/matmul.cu /tmp/matmul_cpu && "
+                "/tmp/matmul_cpu -c", "", args.seed);
     cublasCheck(cublasCreate(&cublas_handle));
     cublasCheck(cublasSetMathMode(cublas_handle, CUBLAS_DEFAULT_MATH)); // fp32 Sgemm stays fp32: no TF32
 #endif
@@ -565,7 +482,7 @@ int main(int argc, char **argv) {
 #ifndef CUDA_EMU_H
     // 2. timing, square sizes; each size starts with the cuBLAS calls, so that every
     // variant's row can say how close it gets to its own yardstick
-    if (!check_only) {
+    if (!args.check_only) {
         const int order[7] = {CUBLAS_FP32, 1, 2, 3, 4, CUBLAS_BF16, 5};
         printf("\nmedian GPU time of up to 20 calls after a warm-up; cuBLAS fp32 is true fp32 (no TF32)\n");
         printf("%-17s %5s %10s %9s %12s\n", "variant", "size", "ms", "TFLOP/s", "% of cuBLAS");
@@ -587,8 +504,6 @@ int main(int argc, char **argv) {
         }
     }
     cublasCheck(cublasDestroy(cublas_handle));
-#else
-    (void)check_only; // there is nothing to time under the emulator
 #endif
     printf("%d passed, %d failed\n", num_passed, num_failed);
     return num_failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
