@@ -113,14 +113,14 @@ $(addprefix dev/emu/,$(addsuffix _cpu,$(LADDERS))): dev/emu/%_cpu: dev/cuda/%.cu
 	bash dev/emu/emu_build.sh $< $@ -DENABLE_BF16
 # the GPU trainer, in the precision PRECISION chooses (FP16 is not written yet), and in FP32
 train_gpt2cu: train_gpt2.cu
-	$(NVCC) $(NVCC_FLAGS) -DENABLE_$(PRECISION) -Xcompiler "$(OMP_FLAGS)" $< -lcublas $(if $(filter -fopenmp,$(OMP_FLAGS)),-lgomp) -o $@
+	$(NVCC) $(NVCC_FLAGS) -DENABLE_$(PRECISION) -Xcompiler "$(OMP_FLAGS)" $< -lcublas -lcublasLt $(if $(filter -fopenmp,$(OMP_FLAGS)),-lgomp) -o $@
 train_gpt2cu_fp32: train_gpt2.cu
-	$(NVCC) $(NVCC_FLAGS) -DENABLE_FP32 -Xcompiler "$(OMP_FLAGS)" $< -lcublas $(if $(filter -fopenmp,$(OMP_FLAGS)),-lgomp) -o $@
+	$(NVCC) $(NVCC_FLAGS) -DENABLE_FP32 -Xcompiler "$(OMP_FLAGS)" $< -lcublas -lcublasLt $(if $(filter -fopenmp,$(OMP_FLAGS)),-lgomp) -o $@
 # its test against the PyTorch fixtures (without a GPU: skipped, exit 0)
 test_gpt2cu: test_gpt2.cu train_gpt2.cu
-	$(NVCC) $(NVCC_FLAGS) -DENABLE_$(PRECISION) -Xcompiler "$(OMP_FLAGS)" $< -lcublas $(if $(filter -fopenmp,$(OMP_FLAGS)),-lgomp) -o $@
+	$(NVCC) $(NVCC_FLAGS) -DENABLE_$(PRECISION) -Xcompiler "$(OMP_FLAGS)" $< -lcublas -lcublasLt $(if $(filter -fopenmp,$(OMP_FLAGS)),-lgomp) -o $@
 test_gpt2cu_fp32: test_gpt2.cu train_gpt2.cu
-	$(NVCC) $(NVCC_FLAGS) -DENABLE_FP32 -Xcompiler "$(OMP_FLAGS)" $< -lcublas $(if $(filter -fopenmp,$(OMP_FLAGS)),-lgomp) -o $@
+	$(NVCC) $(NVCC_FLAGS) -DENABLE_FP32 -Xcompiler "$(OMP_FLAGS)" $< -lcublas -lcublasLt $(if $(filter -fopenmp,$(OMP_FLAGS)),-lgomp) -o $@
 # the MLP of train_mlp.c on the GPU (same flags, data and checkpoints)
 train_mlpcu: train_mlp.cu
 ifeq ($(HAVE_ZLIB),1)
@@ -140,7 +140,7 @@ cuda: $(CUDA_PROGRAMS)
 
 # The same kernels on the CPU, through the emulator (g++ and OpenMP, no CUDA
 # needed): how CI runs GPU code (dev/emu/cuda_emu.h says what it can and cannot do).
-EMU = dev/emu/cuda_emu.h dev/emu/include/cuda_runtime.h dev/emu/include/cublas_v2.h dev/emu/emu_build.sh
+EMU = dev/emu/cuda_emu.h dev/emu/include/cuda_runtime.h dev/emu/include/cublas_v2.h dev/emu/include/cublasLt.h dev/emu/emu_build.sh
 dev/emu/test_emu_cpu: dev/emu/test_emu.cu $(EMU)
 	bash dev/emu/emu_build.sh $< $@
 dev/emu/train_mlpcu_cpu: train_mlp.cu $(EMU)

@@ -1790,6 +1790,12 @@ typedef struct {
     uint64_t seed;
 } Options;
 
+// The trainer's own flags (train_gpt2.cu: recomputation, master weights; none on
+// the CPU), defined after parse_int: their help lines, and their parser, which
+// returns 0 for a flag it does not know.
+static void print_device_usage(void);
+static int parse_device_flag(const char *flag, const char *value);
+
 static void print_usage(const Options *d) {
     printf("Usage: %s [options]\n", PROGRAM);
     printf("Options (default in brackets):\n");
@@ -1813,7 +1819,8 @@ static void print_usage(const Options *d) {
     printf("  -g <int>      tokens per sample, at most T-1 [%d]\n", d->gen_tokens);
     printf("  -n <int>      checkpoint every this many steps and at the end, 0 = off [%d]\n", d->checkpoint_every);
     printf("  -y <0|1>      resume from the newest checkpoint in -o [%d]\n", d->resume);
-    printf("  -r <int>      random seed (model init, data order, samples) [%llu]\n", (unsigned long long)d->seed);
+    printf("  -p <int>      random seed (model init, data order, samples) [%llu]\n", (unsigned long long)d->seed);
+    print_device_usage();
     printf("  -h            this help\n");
 }
 
@@ -1839,6 +1846,17 @@ static long parse_int(const char *flag, const char *s, long lo) {
     return v;
 }
 // --- end shared-copy: parse-int ---
+
+// train_gpt2.cu's own flags (-r recomputation, -w master weights) have no meaning
+// here: the CPU trainer keeps every activation and computes in fp32.
+static void print_device_usage(void) {}
+static int parse_device_flag(const char *flag, const char *value) {
+    (void)value;
+    if (strcmp(flag, "-r") == 0 || strcmp(flag, "-w") == 0) {
+        usage_error("flag %s is train_gpt2cu's (GPU memory and precision); the CPU trainer has no such choice", flag);
+    }
+    return 0;
+}
 
 // --- begin shared-copy: gpt2-main ---
 // a whole-string non-negative float, or a usage error naming the flag
@@ -1898,8 +1916,9 @@ int main(int argc, char **argv) {
         case 'g': o.gen_tokens = (int)parse_int(a, v, 1); break;
         case 'n': o.checkpoint_every = (int)parse_int(a, v, 0); break;
         case 'y': o.resume = (int)parse_int(a, v, 0); break;
-        case 'r': o.seed = (uint64_t)parse_int(a, v, 0); break;
-        default: usage_error("unknown flag '%s'", a);
+        case 'p': o.seed = (uint64_t)parse_int(a, v, 0); break;
+        default:
+            if (!parse_device_flag(a, v)) { usage_error("unknown flag '%s'", a); }
         }
     }
     setup_hardware();
@@ -1953,7 +1972,7 @@ int main(int argc, char **argv) {
         gpt2_build_from_checkpoint(&model, model_path);
         load_state(state_path, &model, &st);
         if (st.B != (size_t)o.B || st.T != (size_t)o.T || st.total_batch_size != (size_t)o.total_batch_size || st.seed != o.seed) {
-            fprintf(stderr, "Error: %s was written with -b %zu -t %zu -d %zu -r %llu; resume with the same flags\n",
+            fprintf(stderr, "Error: %s was written with -b %zu -t %zu -d %zu -p %llu; resume with the same flags\n",
                     state_path, st.B, st.T, st.total_batch_size, (unsigned long long)st.seed);
             return EXIT_FAILURE;
         }

@@ -49,6 +49,7 @@ residual stream's one running gradient); other activation gradients are WRITTEN.
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
 #include <cublas_v2.h>
+#include <cublasLt.h>
 #define PROGRAM "./train_gpt2cu" // in messages: how the user runs this program
 
 // ----------------------------------------------------------------------------
@@ -215,6 +216,32 @@ typedef __nv_bfloat16 floatX;
 __device__ __host__ inline float to_float(floatX x) { return (float)x; }
 __device__ __host__ inline floatX from_float(float x) { return (floatX)x; }
 
+// A 32-bit hash of two numbers (murmur3's finaliser): the random bits of
+// stochastic rounding, a fixed function of (step, tensor) and the element.
+__device__ __host__ inline uint32_t hash_u32(uint32_t a, uint32_t b) {
+    uint32_t h = a ^ (b * 0x9e3779b9u);
+    h ^= h >> 16;
+    h *= 0x85ebca6bu;
+    h ^= h >> 13;
+    h *= 0xc2b2ae35u;
+    h ^= h >> 16;
+    return h;
+}
+// x rounded up or down to a neighbouring floatX, up with probability equal to the
+// fraction of the step that x is above the lower one (so the expected result is
+// x): the 16 bits that bf16 drops plus 16 random bits carry into the kept ones
+// with just that probability. fp32 needs no rounding.
+__device__ inline floatX from_float_stochastic(float x, uint32_t random) {
+#if defined(ENABLE_BF16)
+    uint32_t bits = __float_as_uint(x);
+    if ((bits & 0x7f800000u) != 0x7f800000u) { bits = (bits + (random & 0xffffu)) & 0xffff0000u; } // not inf / NaN
+    return from_float(__uint_as_float(bits)); // exact: the low 16 bits are zero
+#else
+    (void)random;
+    return from_float(x);
+#endif
+}
+
 // ----------------------------------------------------------------------------
 // the kernels
 
@@ -365,12 +392,6 @@ __global__ void reduce_partials_kernel(floatX *out, const float *partial, int ch
     out[c] = from_float(to_float(out[c]) + sum);
 }
 
-// out (B*T, OC) += bias, broadcast over the rows
-__global__ void add_bias_kernel(floatX *out, const floatX *bias, size_t N, int OC) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < N) { out[i] = from_float(to_float(out[i]) + to_float(bias[i % OC])); }
-}
-
 // Attention works per head on (T, HS) matrices, so q, k and v are first copied
 // out of qkv (B, T, 3, NH, HS) into qkvr (3, B, NH, T, HS); the inverse copies
 // the gradient back.
@@ -431,15 +452,6 @@ __global__ void gelu_forward_kernel(floatX *out, const floatX *inp, size_t N) {
     out[i] = from_float(0.5f * x * (1.0f + tanhf(GELU_SCALE * (x + 0.044715f * x * x * x))));
 }
 
-__global__ void gelu_backward_kernel(floatX *dinp, const floatX *inp, const floatX *dout, size_t N) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= N) { return; }
-    float x = to_float(inp[i]);
-    float th = tanhf(GELU_SCALE * (x + 0.044715f * x * x * x));
-    float du = GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
-    dinp[i] = from_float(to_float(dout[i]) * (0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * du));
-}
-
 __global__ void residual_forward_kernel(floatX *out, const floatX *inp1, const floatX *inp2, size_t N) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < N) { out[i] = from_float(to_float(inp1[i]) + to_float(inp2[i])); }
@@ -480,9 +492,11 @@ __global__ void fused_classifier_kernel(floatX *logits, float *losses, const int
 }
 
 // AdamW on one tensor, as gpt2_update in train_gpt2.c. With master weights (bf16)
-// the update is made to the fp32 copy and the parameter is its rounding.
+// the update is made to the fp32 copy and the parameter is its rounding; without,
+// a bf16 parameter is rounded stochastically (seed: random bits for this call).
 __global__ void adamw_kernel(floatX *param, float *master, const floatX *grad, float *m, float *v, size_t n, float beta1,
-                             float beta2, float step_size, float sqrt_bc2, float eps, float decay, float grad_scale) {
+                             float beta2, float step_size, float sqrt_bc2, float eps, float decay, float grad_scale,
+                             uint32_t seed) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) { return; }
     float p = master != NULL ? master[i] : to_float(param[i]);
@@ -490,7 +504,7 @@ __global__ void adamw_kernel(floatX *param, float *master, const floatX *grad, f
     m[i] = beta1 * m[i] + (1.0f - beta1) * g;
     v[i] = beta2 * v[i] + (1.0f - beta2) * g * g;
     p = p * decay - step_size * m[i] / (sqrtf(v[i]) / sqrt_bc2 + eps);
-    param[i] = from_float(p);
+    param[i] = master != NULL ? from_float(p) : from_float_stochastic(p, hash_u32(seed, (uint32_t)i));
     if (master != NULL) { master[i] = p; }
 }
 
@@ -518,29 +532,97 @@ __global__ void convert_kernel(floatX *out, const float *inp, size_t n) {
 
 #define BLOCK 256 // threads per block of the elementwise kernels
 static inline unsigned ceil_div(size_t n, size_t d) { return (unsigned)((n + d - 1) / d); }
-static cublasHandle_t cublas_handle;
 // Partial sums of the row reductions: (chunks, up to 4C) floats. One buffer for
 // the process, grown by gpt2_allocate_activations to the largest model's need
 // (several models may be alive at once, as in the tests), never shrunk.
 static float *reduce_scratch;
 static size_t reduce_scratch_floats;
 
-// C = alpha op(A) @ op(B) + beta C, all row-major, `batch` times with the given
-// strides. op(A) = A stored (M, K), or with ta = 1 A^T of an A stored (K, M);
-// likewise op(B) = B stored (K, N), or with tb = 1 B^T of a B stored (N, K).
-// cuBLAS is column-major: a row-major (R, S) matrix is, as it lies in memory, the
-// column-major (S, R) matrix of its transpose, so we ask for C^T = op(B)^T op(A)^T.
-// Inputs and outputs are floatX, the products are summed in fp32 (in BF16 on the
-// tensor cores).
+// Every matmul goes through cuBLASLt, whose epilogues add the bias and apply GELU
+// (or GELU's derivative) to the results while they are still in registers: no
+// separate pass over the output. 32 MiB of workspace is what NVIDIA recommends for
+// Hopper (the cuBLAS documentation, "cublasSetWorkspace").
+static cublasLtHandle_t cublaslt_handle;
+static void *cublaslt_workspace;
+#define CUBLASLT_WORKSPACE_BYTES ((size_t)32 << 20)
+typedef enum {
+    EPILOGUE_NONE,  // C = alpha op(A) op(B) + beta C
+    EPILOGUE_BIAS,  // + bias (N), broadcast over the M rows
+    EPILOGUE_GELU,  // + bias, then GELU; the pre-GELU values are stored in aux (M, N)
+    EPILOGUE_DGELU, // times GELU'(aux): the backward of EPILOGUE_GELU's activation
+} Epilogue;
+
+// C = epilogue(alpha op(A) @ op(B) + beta C), all row-major, `batch` times with
+// the given strides. op(A) = A stored (M, K), or with ta = 1 A^T of an A stored
+// (K, M); likewise op(B) = B stored (K, N), or with tb = 1 B^T of a B stored (N, K).
+// cuBLASLt is column-major: a row-major (R, S) matrix is, as it lies in memory, the
+// column-major (S, R) matrix of its transpose, so we ask for C^T = op(B)^T op(A)^T,
+// and the bias (one per column of our C) is one per row of cuBLASLt's. Inputs and
+// outputs are floatX; products are summed in fp32 (on the tensor cores in BF16),
+// and the epilogue works in fp32 before the result is rounded.
+static void matmul_lt(floatX *C, const floatX *A, const floatX *B, int M, int N, int K, int ta, int tb, float alpha,
+                      float beta, int batch, size_t stride_a, size_t stride_b, size_t stride_c, Epilogue epilogue,
+                      const floatX *bias, floatX *aux) {
+    cublasLtMatmulDesc_t desc;
+    cublasCheck(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    int32_t op_a = tb ? CUBLAS_OP_T : CUBLAS_OP_N, op_b = ta ? CUBLAS_OP_T : CUBLAS_OP_N; // cuBLASLt's A is our B
+    cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)));
+    cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)));
+    uint32_t epi = epilogue == EPILOGUE_BIAS ? CUBLASLT_EPILOGUE_BIAS
+                 : epilogue == EPILOGUE_GELU ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS
+                 : epilogue == EPILOGUE_DGELU ? CUBLASLT_EPILOGUE_DGELU : CUBLASLT_EPILOGUE_DEFAULT;
+    cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
+    if (epilogue == EPILOGUE_BIAS || epilogue == EPILOGUE_GELU) {
+        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+    }
+    if (epilogue == EPILOGUE_GELU || epilogue == EPILOGUE_DGELU) {
+        int64_t aux_ld = N; // aux has C's shape and layout
+        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof(aux)));
+        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof(aux_ld)));
+    }
+    // the stored matrices, column-major: (rows, cols, leading dimension) and the batch
+    cublasLtMatrixLayout_t la, lb, lc;
+    cublasCheck(cublasLtMatrixLayoutCreate(&la, CUBLAS_FLOATX, tb ? K : N, tb ? N : K, tb ? K : N));
+    cublasCheck(cublasLtMatrixLayoutCreate(&lb, CUBLAS_FLOATX, ta ? M : K, ta ? K : M, ta ? M : K));
+    cublasCheck(cublasLtMatrixLayoutCreate(&lc, CUBLAS_FLOATX, N, M, N));
+    if (batch > 1) {
+        int32_t count = batch;
+        int64_t strides[3] = {(int64_t)stride_b, (int64_t)stride_a, (int64_t)stride_c};
+        cublasLtMatrixLayout_t layouts[3] = {la, lb, lc};
+        for (int i = 0; i < 3; i++) {
+            cublasCheck(cublasLtMatrixLayoutSetAttribute(layouts[i], CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof(count)));
+            cublasCheck(cublasLtMatrixLayoutSetAttribute(layouts[i], CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &strides[i],
+                                                         sizeof(strides[i])));
+        }
+    }
+    // cuBLASLt's heuristic picks the kernel; it caches its answers for repeated shapes
+    cublasLtMatmulPreference_t pref;
+    cublasCheck(cublasLtMatmulPreferenceCreate(&pref));
+    uint64_t workspace = CUBLASLT_WORKSPACE_BYTES;
+    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
+                                                     sizeof(workspace)));
+    cublasLtMatmulHeuristicResult_t heuristic;
+    int found = 0;
+    cublasCheck(cublasLtMatmulAlgoGetHeuristic(cublaslt_handle, desc, la, lb, lc, lc, pref, 1, &heuristic, &found));
+    if (found == 0) {
+        fprintf(stderr, "Error: cuBLASLt has no algorithm for a %d x %d x %d matmul (ta %d, tb %d, batch %d, epilogue %d)\n",
+                M, N, K, ta, tb, batch, (int)epilogue);
+        exit(EXIT_FAILURE);
+    }
+    cublasCheck(cublasLtMatmul(cublaslt_handle, desc, &alpha, B, la, A, lb, &beta, C, lc, C, lc, &heuristic.algo,
+                               cublaslt_workspace, CUBLASLT_WORKSPACE_BYTES, 0));
+    cublasCheck(cublasLtMatmulPreferenceDestroy(pref));
+    cublasCheck(cublasLtMatrixLayoutDestroy(la));
+    cublasCheck(cublasLtMatrixLayoutDestroy(lb));
+    cublasCheck(cublasLtMatrixLayoutDestroy(lc));
+    cublasCheck(cublasLtMatmulDescDestroy(desc));
+}
 static void matmul_strided(floatX *C, const floatX *A, const floatX *B, int M, int N, int K, int ta, int tb, float alpha,
                            float beta, int batch, size_t stride_a, size_t stride_b, size_t stride_c) {
-    cublasCheck(cublasGemmStridedBatchedEx(cublas_handle, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, N,
-                                           M, K, &alpha, B, CUBLAS_FLOATX, tb ? K : N, (long long)stride_b, A, CUBLAS_FLOATX,
-                                           ta ? M : K, (long long)stride_a, &beta, C, CUBLAS_FLOATX, N, (long long)stride_c,
-                                           batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    matmul_lt(C, A, B, M, N, K, ta, tb, alpha, beta, batch, stride_a, stride_b, stride_c, EPILOGUE_NONE, NULL, NULL);
 }
 static void matmul(floatX *C, const floatX *A, const floatX *B, int M, int N, int K, int ta, int tb, float alpha, float beta) {
-    matmul_strided(C, A, B, M, N, K, ta, tb, alpha, beta, 1, 0, 0, 0);
+    matmul_lt(C, A, B, M, N, K, ta, tb, alpha, beta, 1, 0, 0, 0, EPILOGUE_NONE, NULL, NULL);
 }
 
 void encoder_forward(floatX *out, const int *inp, const floatX *wte, const floatX *wpe, size_t B, size_t T, size_t C) {
@@ -611,24 +693,36 @@ void layernorm_backward(floatX *dinp, floatX *dweight, floatX *dbias, const floa
     cudaCheck(cudaGetLastError());
 }
 
-// out (B,T,OC) = inp (B,T,C) @ weight^T + bias, weight (OC,C) as in nn.Linear
+// out (B,T,OC) = inp (B,T,C) @ weight^T + bias, weight (OC,C) as in nn.Linear;
+// the bias is added in cuBLASLt's epilogue
 void matmul_forward(floatX *out, const floatX *inp, const floatX *weight, const floatX *bias,
                     size_t B, size_t T, size_t C, size_t OC) {
-    matmul(out, inp, weight, (int)(B * T), (int)OC, (int)C, 0, 1, 1.0f, 0.0f);
-    if (bias != NULL) {
-        add_bias_kernel<<<ceil_div(B * T * OC, BLOCK), BLOCK>>>(out, bias, B * T * OC, (int)OC);
-        cudaCheck(cudaGetLastError());
-    }
+    matmul_lt(out, inp, weight, (int)(B * T), (int)OC, (int)C, 0, 1, 1.0f, 0.0f, 1, 0, 0, 0,
+              bias != NULL ? EPILOGUE_BIAS : EPILOGUE_NONE, bias, NULL);
+}
+
+// out = GELU(inp @ weight^T + bias), and pre_gelu (B,T,OC) = the values before
+// the GELU, for the backward pass: the MLP's first layer and its activation in one
+// cuBLASLt call (GELU with the tanh approximation, as GPT-2 and cuBLASLt have it)
+void matmul_forward_gelu(floatX *out, floatX *pre_gelu, const floatX *inp, const floatX *weight, const floatX *bias,
+                         size_t B, size_t T, size_t C, size_t OC) {
+    matmul_lt(out, inp, weight, (int)(B * T), (int)OC, (int)C, 0, 1, 1.0f, 0.0f, 1, 0, 0, 0, EPILOGUE_GELU, bias, pre_gelu);
 }
 
 // dinp (B,T,C) = scale dout @ weight (written); dweight (OC,C) += scale dout^T @ inp;
 // dbias (OC) += scale * column sums of dout. scale is 1 except for the classifier,
-// whose dlogits were written before the loss scale was known.
-void matmul_backward_scaled(floatX *dinp, floatX *dweight, floatX *dbias, const floatX *dout, const floatX *inp,
-                            const floatX *weight, size_t B, size_t T, size_t C, size_t OC, float scale) {
-    matmul(dinp, dout, weight, (int)(B * T), (int)C, (int)OC, 0, 0, scale, 0.0f);
+// whose dlogits were written before the loss scale was known. With pre_gelu, the
+// layer's input was GELU(pre_gelu), and dinp is the gradient at pre_gelu instead:
+// (dout @ weight) * GELU'(pre_gelu), in cuBLASLt's epilogue.
+static void matmul_backward_full(floatX *dinp, floatX *dweight, floatX *dbias, const floatX *dout, const floatX *inp,
+                                 const floatX *weight, size_t B, size_t T, size_t C, size_t OC, float scale,
+                                 const floatX *pre_gelu) {
+    matmul_lt(dinp, dout, weight, (int)(B * T), (int)C, (int)OC, 0, 0, scale, 0.0f, 1, 0, 0, 0,
+              pre_gelu != NULL ? EPILOGUE_DGELU : EPILOGUE_NONE, NULL, (floatX *)pre_gelu);
     matmul(dweight, dout, inp, (int)OC, (int)C, (int)(B * T), 1, 0, scale, 1.0f);
     if (dbias != NULL) { // (no layer with a bias is scaled)
+        // our own column sums, not cuBLASLt's BGRAD epilogues: those overwrite the
+        // bias gradient, and gradient accumulation needs it added to
         int chunks = (int)ceil_div(B * T, ROWS_PER_CHUNK);
         column_partials_kernel<<<dim3(chunks, ceil_div(OC, BLOCK)), BLOCK>>>(reduce_scratch, dout, (int)(B * T), (int)OC);
         cudaCheck(cudaGetLastError());
@@ -638,7 +732,15 @@ void matmul_backward_scaled(floatX *dinp, floatX *dweight, floatX *dbias, const 
 }
 void matmul_backward(floatX *dinp, floatX *dweight, floatX *dbias, const floatX *dout, const floatX *inp,
                      const floatX *weight, size_t B, size_t T, size_t C, size_t OC) {
-    matmul_backward_scaled(dinp, dweight, dbias, dout, inp, weight, B, T, C, OC, 1.0f);
+    matmul_backward_full(dinp, dweight, dbias, dout, inp, weight, B, T, C, OC, 1.0f, NULL);
+}
+void matmul_backward_scaled(floatX *dinp, floatX *dweight, floatX *dbias, const floatX *dout, const floatX *inp,
+                            const floatX *weight, size_t B, size_t T, size_t C, size_t OC, float scale) {
+    matmul_backward_full(dinp, dweight, dbias, dout, inp, weight, B, T, C, OC, scale, NULL);
+}
+void matmul_backward_gelu(floatX *dpre_gelu, floatX *dweight, floatX *dbias, const floatX *dout, const floatX *inp,
+                          const floatX *pre_gelu, const floatX *weight, size_t B, size_t T, size_t C, size_t OC) {
+    matmul_backward_full(dpre_gelu, dweight, dbias, dout, inp, weight, B, T, C, OC, 1.0f, pre_gelu);
 }
 
 // out (B,T,C) = softmax(q k^T * scale, causal) v per head. qkvr (3,B,NH,T,HS)
@@ -689,11 +791,6 @@ void gelu_forward(floatX *out, const floatX *inp, size_t N) {
     cudaCheck(cudaGetLastError());
 }
 
-void gelu_backward(floatX *dinp, const floatX *inp, const floatX *dout, size_t N) {
-    gelu_backward_kernel<<<ceil_div(N, BLOCK), BLOCK>>>(dinp, inp, dout, N);
-    cudaCheck(cudaGetLastError());
-}
-
 void residual_forward(floatX *out, const floatX *inp1, const floatX *inp2, size_t N) {
     residual_forward_kernel<<<ceil_div(N, BLOCK), BLOCK>>>(out, inp1, inp2, N);
     cudaCheck(cudaGetLastError());
@@ -708,6 +805,21 @@ void fused_classifier(floatX *logits, float *losses, const int *targets, float d
 
 // ----------------------------------------------------------------------------
 // the model: configuration, parameter and activation tables
+
+// Set from the command line (-r, -w) before a model is built.
+// Activation recomputation trades compute for memory: 0 keeps every activation
+// for the backward pass; 1 keeps only GELU's input and recomputes its output
+// (one elementwise pass per layer, saving L x B x T x 4C values, the largest
+// activation after the attention matrices); 2 also recomputes both LayerNorms'
+// outputs from their inputs and statistics. The recomputed values are the same
+// bits (the same kernels on the same inputs), so levels 1 and 2 train identically.
+// Level 0 applies GELU in the MLP matmul's epilogue instead of by our kernel (one
+// pass less; nothing to recompute); it rounds once less, so its bits differ.
+static int recompute_level = 1;
+// BF16: AdamW updates an fp32 master copy of the weights (+4 bytes a parameter);
+// without it the bf16 weights are updated directly, rounded stochastically so
+// that updates smaller than a bf16 step are not lost on average.
+static int use_master_weights = 1;
 
 // --- begin shared-copy: gpt2-config ---
 typedef struct {
@@ -792,7 +904,7 @@ typedef struct {
 #define NUM_ACTIVATION_TENSORS 23
 typedef struct {
     floatX *encoded;   // (B, T, C) token + position embeddings
-    floatX *ln1;       // (L, B, T, C)
+    floatX *ln1;       // (L, B, T, C); with recomputation level 2, one layer's (B, T, C)
     float *ln1_mean;   // (L, B, T)
     float *ln1_rstd;   // (L, B, T)
     floatX *qkv;       // (L, B, T, 3*C)
@@ -801,11 +913,11 @@ typedef struct {
     floatX *att;       // (L, B, NH, T, T) softmaxed attention scores
     floatX *attproj;   // (L, B, T, C)
     floatX *residual2; // (L, B, T, C) residual stream after attention
-    floatX *ln2;       // (L, B, T, C)
+    floatX *ln2;       // (L, B, T, C); level 2: (B, T, C)
     float *ln2_mean;   // (L, B, T)
     float *ln2_rstd;   // (L, B, T)
     floatX *fch;       // (L, B, T, 4*C) MLP hidden layer, before GELU
-    floatX *fch_gelu;  // (L, B, T, 4*C)
+    floatX *fch_gelu;  // (L, B, T, 4*C); recomputation level 1 and 2: one layer's (B, T, 4*C)
     floatX *fcproj;    // (L, B, T, C)
     floatX *residual3; // (L, B, T, C) residual stream after the MLP = the block's output
     floatX *lnf;       // (B, T, C)
@@ -817,12 +929,14 @@ typedef struct {
 } ActivationTensors;
 static const int ACT_FP32[NUM_ACTIVATION_TENSORS] = {0, 0, 1, 1, 0, 0, 0, 0, 0, 0, 0, 1, 1, 0, 0, 0, 0, 0, 1, 1, 0, 1, 0};
 
-void fill_in_activation_sizes(size_t *sizes, GPT2Config config, size_t B, size_t T) {
+// (recompute: the level; the recomputed activations get one layer's buffer, reused)
+void fill_in_activation_sizes(size_t *sizes, GPT2Config config, size_t B, size_t T, int recompute) {
     size_t C = config.channels, NH = config.num_heads, L = config.num_layers, Vp = config.padded_vocab_size;
+    size_t L_ln = recompute >= 2 ? 1 : L, L_gelu = recompute >= 1 ? 1 : L;
     size_t shapes[NUM_ACTIVATION_TENSORS] = {
-        B * T * C, L * B * T * C, L * B * T, L * B * T, L * B * T * 3 * C, L * B * T * 3 * C, L * B * T * C,
-        L * B * NH * T * T, L * B * T * C, L * B * T * C, L * B * T * C, L * B * T, L * B * T,
-        L * B * T * 4 * C, L * B * T * 4 * C, L * B * T * C, L * B * T * C, B * T * C, B * T, B * T,
+        B * T * C, L_ln * B * T * C, L * B * T, L * B * T, L * B * T * 3 * C, L * B * T * 3 * C, L * B * T * C,
+        L * B * NH * T * T, L * B * T * C, L * B * T * C, L_ln * B * T * C, L * B * T, L * B * T,
+        L * B * T * 4 * C, L_gelu * B * T * 4 * C, L * B * T * C, L * B * T * C, B * T * C, B * T, B * T,
         B * T * Vp, B * T, B * T * C};
     memcpy(sizes, shapes, sizeof(shapes));
 }
@@ -835,7 +949,7 @@ typedef struct {
     floatX *datty;     // (B, T, C)
     floatX *dqkv;      // (B, T, 3*C)
     floatX *datt;      // (B, NH, T, T)
-    floatX *dfch;      // (B, T, 4*C) gradient at fch_gelu, then (in place) at fch
+    floatX *dfch;      // (B, T, 4*C) gradient at fch, the GELU's input
     floatX *dqkvr;     // (3, B, NH, T, HS) scratch of attention_backward
     floatX *dyr;       // (B, NH, T, HS) scratch of attention_backward
 } GradActTensors;
@@ -889,6 +1003,7 @@ typedef struct {
     void *grads_acts_memory;
     size_t grad_act_bytes;
     int batch_size;                // the B and T the activations were allocated for; 0 until the first forward
+    int recompute;                 // and the recomputation level they were allocated for
     int seq_len;
     int B, T;                      // the batch of the last forward pass, which gpt2_backward works on
     int *inputs, *targets;         // (B, T) the current batch, in host memory
@@ -917,12 +1032,12 @@ static void gpt2_allocate_parameters(GPT2 *model, const float *host_params) {
         cudaCheck(cudaGetLastError());
         offset += model->param_sizes[k];
     }
-#if defined(ENABLE_BF16)
-    model->master_memory = staging; // the staging copy becomes the master weights
-#else
-    cudaCheck(cudaFree(staging));
-    model->master_memory = NULL;
-#endif
+    if (sizeof(floatX) < sizeof(float) && use_master_weights) {
+        model->master_memory = staging; // the staging copy becomes the master weights
+    } else {
+        cudaCheck(cudaFree(staging));
+        model->master_memory = NULL;
+    }
     model->grads_memory = NULL;
     model->m_memory = NULL;
     model->v_memory = NULL;
@@ -1156,7 +1271,8 @@ void gpt2_build_from_descriptor(GPT2 *model, const char *descriptor, uint64_t se
 void gpt2_allocate_activations(GPT2 *model, size_t B, size_t T) {
     model->batch_size = (int)B;
     model->seq_len = (int)T;
-    fill_in_activation_sizes(model->act_sizes, model->config, B, T);
+    model->recompute = recompute_level;
+    fill_in_activation_sizes(model->act_sizes, model->config, B, T, model->recompute);
     model->num_activations = 0;
     for (int i = 0; i < NUM_ACTIVATION_TENSORS; i++) { model->num_activations += model->act_sizes[i]; }
     model->act_bytes = cuda_malloc_and_point((void **)&model->acts, model->act_sizes, ACT_FP32, NUM_ACTIVATION_TENSORS,
@@ -1220,13 +1336,15 @@ void gpt2_forward(GPT2 *model, const int *inputs, const int *targets, size_t B, 
         const floatX *l_ln2w = p.ln2w + l * C, *l_ln2b = p.ln2b + l * C;
         const floatX *l_fcw = p.fcw + l * 4 * C * C, *l_fcb = p.fcb + l * 4 * C;
         const floatX *l_fcprojw = p.fcprojw + l * C * 4 * C, *l_fcprojb = p.fcprojb + l * C;
-        floatX *l_ln1 = a.ln1 + l * B * T * C;
+        // (the recomputed activations: the same buffer for every layer)
+        size_t l_ln = model->recompute >= 2 ? 0 : l, l_gelu = model->recompute >= 1 ? 0 : l;
+        floatX *l_ln1 = a.ln1 + l_ln * B * T * C;
         float *l_ln1_mean = a.ln1_mean + l * B * T, *l_ln1_rstd = a.ln1_rstd + l * B * T;
         floatX *l_qkv = a.qkv + l * B * T * 3 * C, *l_qkvr = a.qkvr + l * B * T * 3 * C, *l_atty = a.atty + l * B * T * C;
         floatX *l_att = a.att + l * B * NH * T * T, *l_attproj = a.attproj + l * B * T * C;
-        floatX *l_residual2 = a.residual2 + l * B * T * C, *l_ln2 = a.ln2 + l * B * T * C;
+        floatX *l_residual2 = a.residual2 + l * B * T * C, *l_ln2 = a.ln2 + l_ln * B * T * C;
         float *l_ln2_mean = a.ln2_mean + l * B * T, *l_ln2_rstd = a.ln2_rstd + l * B * T;
-        floatX *l_fch = a.fch + l * B * T * 4 * C, *l_fch_gelu = a.fch_gelu + l * B * T * 4 * C;
+        floatX *l_fch = a.fch + l * B * T * 4 * C, *l_fch_gelu = a.fch_gelu + l_gelu * B * T * 4 * C;
         floatX *l_fcproj = a.fcproj + l * B * T * C, *l_residual3 = a.residual3 + l * B * T * C;
 
         // attention block: x + attproj(attention(ln1(x)))
@@ -1237,8 +1355,14 @@ void gpt2_forward(GPT2 *model, const int *inputs, const int *targets, size_t B, 
         residual_forward(l_residual2, residual, l_attproj, B * T * C);
         // MLP block: x + fcproj(gelu(fc(ln2(x))))
         layernorm_forward(l_ln2, l_ln2_mean, l_ln2_rstd, l_residual2, l_ln2w, l_ln2b, B, T, C);
-        matmul_forward(l_fch, l_ln2, l_fcw, l_fcb, B, T, C, 4 * C);
-        gelu_forward(l_fch_gelu, l_fch, B * T * 4 * C);
+        if (model->recompute == 0) {
+            matmul_forward_gelu(l_fch_gelu, l_fch, l_ln2, l_fcw, l_fcb, B, T, C, 4 * C);
+        } else {
+            // GELU by our kernel, as the backward pass will recompute it: cuBLASLt's
+            // epilogue applies GELU before rounding, so its bits would differ
+            matmul_forward(l_fch, l_ln2, l_fcw, l_fcb, B, T, C, 4 * C);
+            gelu_forward(l_fch_gelu, l_fch, B * T * 4 * C);
+        }
         matmul_forward(l_fcproj, l_fch_gelu, l_fcprojw, l_fcprojb, B, T, 4 * C, C);
         residual_forward(l_residual3, l_residual2, l_fcproj, B * T * C);
     }
@@ -1313,16 +1437,26 @@ void gpt2_backward(GPT2 *model, float loss_scale) {
         floatX *dl_ln2w = g.ln2w + l * C, *dl_ln2b = g.ln2b + l * C;
         floatX *dl_fcw = g.fcw + l * 4 * C * C, *dl_fcb = g.fcb + l * 4 * C;
         floatX *dl_fcprojw = g.fcprojw + l * C * 4 * C, *dl_fcprojb = g.fcprojb + l * C;
-        const floatX *l_ln1 = a.ln1 + l * B * T * C;
-        const float *l_ln1_mean = a.ln1_mean + l * B * T, *l_ln1_rstd = a.ln1_rstd + l * B * T;
+        size_t l_ln = model->recompute >= 2 ? 0 : l, l_gelu = model->recompute >= 1 ? 0 : l;
+        floatX *l_ln1 = a.ln1 + l_ln * B * T * C;
+        float *l_ln1_mean = a.ln1_mean + l * B * T, *l_ln1_rstd = a.ln1_rstd + l * B * T;
         const floatX *l_qkvr = a.qkvr + l * B * T * 3 * C, *l_atty = a.atty + l * B * T * C, *l_att = a.att + l * B * NH * T * T;
-        const floatX *l_residual2 = a.residual2 + l * B * T * C, *l_ln2 = a.ln2 + l * B * T * C;
-        const float *l_ln2_mean = a.ln2_mean + l * B * T, *l_ln2_rstd = a.ln2_rstd + l * B * T;
-        const floatX *l_fch = a.fch + l * B * T * 4 * C, *l_fch_gelu = a.fch_gelu + l * B * T * 4 * C;
+        floatX *l_ln2 = a.ln2 + l_ln * B * T * C;
+        const floatX *l_residual2 = a.residual2 + l * B * T * C;
+        float *l_ln2_mean = a.ln2_mean + l * B * T, *l_ln2_rstd = a.ln2_rstd + l * B * T;
+        floatX *l_fch = a.fch + l * B * T * 4 * C, *l_fch_gelu = a.fch_gelu + l_gelu * B * T * 4 * C;
+
+        // recomputation: what the forward pass did not keep, computed again from
+        // what it did (the same kernels and inputs, so the same bits; LayerNorm
+        // writes its statistics again, unchanged)
+        if (model->recompute >= 1) { gelu_forward(l_fch_gelu, l_fch, B * T * 4 * C); }
+        if (model->recompute >= 2) {
+            layernorm_forward(l_ln2, l_ln2_mean, l_ln2_rstd, l_residual2, p.ln2w + l * C, p.ln2b + l * C, B, T, C);
+            layernorm_forward(l_ln1, l_ln1_mean, l_ln1_rstd, residual, p.ln1w + l * C, p.ln1b + l * C, B, T, C);
+        }
 
         // MLP block, in reverse; dresidual is the gradient at fcproj's output
-        matmul_backward(ga.dfch, dl_fcprojw, dl_fcprojb, ga.dresidual, l_fch_gelu, l_fcprojw, B, T, 4 * C, C);
-        gelu_backward(ga.dfch, l_fch, ga.dfch, B * T * 4 * C);
+        matmul_backward_gelu(ga.dfch, dl_fcprojw, dl_fcprojb, ga.dresidual, l_fch_gelu, l_fch, l_fcprojw, B, T, 4 * C, C);
         matmul_backward(ga.dln, dl_fcw, dl_fcb, ga.dfch, l_ln2, l_fcw, B, T, C, 4 * C);
         layernorm_backward(ga.dresidual, dl_ln2w, dl_ln2b, ga.dln, l_residual2, l_ln2w, l_ln2_mean, l_ln2_rstd, B, T, C);
         // attention block, in reverse; dresidual is now the gradient at residual2
@@ -1378,7 +1512,8 @@ void gpt2_update(GPT2 *model, float learning_rate, float beta1, float beta2, flo
         size_t n = model->param_sizes[k];
         adamw_kernel<<<ceil_div(n, BLOCK), BLOCK>>>(params[k], model->master_memory != NULL ? model->master_memory + offset : NULL,
                                                    grads[k], model->m_memory + offset, model->v_memory + offset, n, beta1,
-                                                   beta2, step_size, sqrt_bias_correction2, eps, decay, grad_scale);
+                                                   beta2, step_size, sqrt_bias_correction2, eps, decay, grad_scale,
+                                                   hash_u32((uint32_t)t, (uint32_t)k));
         cudaCheck(cudaGetLastError());
         offset += n;
     }
@@ -1940,7 +2075,7 @@ void print_hardware(void) {
     cudaCheck(cudaGetDeviceProperties(&p, device));
     printf("hardware: GPU %d: %s, compute capability %d.%d, %d SMs, %.1f GiB | precision %s%s\n", device, p.name, p.major,
            p.minor, p.multiProcessorCount, p.totalGlobalMem / 1073741824.0, PRECISION_NAME,
-           sizeof(floatX) < sizeof(float) ? " with fp32 master weights" : "");
+           sizeof(floatX) == sizeof(float) ? "" : use_master_weights ? " with fp32 master weights" : " without master weights (stochastic rounding)");
 }
 
 // the GPU memory of a run with batches of B x T, group by group
@@ -1950,9 +2085,10 @@ void gpt2_print_memory(const GPT2 *model, size_t B, size_t T) {
     for (int i = 0; i < NUM_GRAD_ACT_TENSORS; i++) { n_grad_acts += grad_act_sizes[i]; }
     double MiB = 1024.0 * 1024.0;
     printf("GPU memory: parameters %.1f MiB (%zu, %s) + fp32 master copy %.1f MiB | gradients %.1f MiB | AdamW moments %.1f MiB"
-           " | activations %.1f MiB + gradients %.1f MiB\n", n * sizeof(floatX) / MiB, n, PRECISION_NAME,
-           model->master_memory != NULL ? n * 4 / MiB : 0.0, n * sizeof(floatX) / MiB, 2 * n * 4 / MiB,
-           model->act_bytes / MiB, n_grad_acts * sizeof(floatX) / MiB);
+           " | activations %.1f MiB (recomputation -r %d) + gradients %.1f MiB | cuBLASLt workspace %.1f MiB\n",
+           n * sizeof(floatX) / MiB, n, PRECISION_NAME, model->master_memory != NULL ? n * 4 / MiB : 0.0,
+           n * sizeof(floatX) / MiB, 2 * n * 4 / MiB, model->act_bytes / MiB, model->recompute,
+           n_grad_acts * sizeof(floatX) / MiB, CUBLASLT_WORKSPACE_BYTES / MiB);
 }
 
 // Find the GPU (or say clearly that there is none) and start cuBLAS.
@@ -1965,9 +2101,10 @@ void setup_hardware(void) {
         exit(EXIT_FAILURE);
     }
     cudaCheck(cudaSetDevice(0));
-    cublasCheck(cublasCreate(&cublas_handle));
-    // fp32 data is multiplied in full fp32 (no TF32); bf16 data on the tensor cores
-    cublasCheck(cublasSetMathMode(cublas_handle, CUBLAS_DEFAULT_MATH));
+    // (compute type 32F in matmul_lt: fp32 data is multiplied in full fp32, no TF32;
+    // bf16 data on the tensor cores)
+    cublasCheck(cublasLtCreate(&cublaslt_handle));
+    cublaslt_workspace = cuda_malloc_check(CUBLASLT_WORKSPACE_BYTES, "cuBLASLt's workspace");
 }
 
 // Peak dense throughput of the GPUs we know, in the precision this build uses.
@@ -2016,6 +2153,12 @@ typedef struct {
     uint64_t seed;
 } Options;
 
+// The trainer's own flags (train_gpt2.cu: recomputation, master weights; none on
+// the CPU), defined after parse_int: their help lines, and their parser, which
+// returns 0 for a flag it does not know.
+static void print_device_usage(void);
+static int parse_device_flag(const char *flag, const char *value);
+
 static void print_usage(const Options *d) {
     printf("Usage: %s [options]\n", PROGRAM);
     printf("Options (default in brackets):\n");
@@ -2039,7 +2182,8 @@ static void print_usage(const Options *d) {
     printf("  -g <int>      tokens per sample, at most T-1 [%d]\n", d->gen_tokens);
     printf("  -n <int>      checkpoint every this many steps and at the end, 0 = off [%d]\n", d->checkpoint_every);
     printf("  -y <0|1>      resume from the newest checkpoint in -o [%d]\n", d->resume);
-    printf("  -r <int>      random seed (model init, data order, samples) [%llu]\n", (unsigned long long)d->seed);
+    printf("  -p <int>      random seed (model init, data order, samples) [%llu]\n", (unsigned long long)d->seed);
+    print_device_usage();
     printf("  -h            this help\n");
 }
 
@@ -2065,6 +2209,27 @@ static long parse_int(const char *flag, const char *s, long lo) {
     return v;
 }
 // --- end shared-copy: parse-int ---
+
+// the GPU trainer's own flags: recomputation (-r) and master weights (-w)
+static void print_device_usage(void) {
+    printf("  -r <0|1|2>    recompute activations in the backward pass: 0 none, 1 GELU, 2 GELU + LayerNorm [%d]\n",
+           recompute_level);
+    printf("  -w <0|1>      keep fp32 master weights (bf16 builds; fp32 builds always update fp32) [%d]\n",
+           use_master_weights);
+}
+static int parse_device_flag(const char *flag, const char *value) {
+    if (strcmp(flag, "-r") == 0) {
+        recompute_level = (int)parse_int(flag, value, 0);
+        if (recompute_level > 2) { usage_error("flag -r takes 0, 1 or 2, got '%s'", value); }
+        return 1;
+    }
+    if (strcmp(flag, "-w") == 0) {
+        use_master_weights = (int)parse_int(flag, value, 0);
+        if (use_master_weights > 1) { usage_error("flag -w takes 0 or 1, got '%s'", value); }
+        return 1;
+    }
+    return 0;
+}
 
 // --- begin shared-copy: gpt2-main ---
 // a whole-string non-negative float, or a usage error naming the flag
@@ -2124,8 +2289,9 @@ int main(int argc, char **argv) {
         case 'g': o.gen_tokens = (int)parse_int(a, v, 1); break;
         case 'n': o.checkpoint_every = (int)parse_int(a, v, 0); break;
         case 'y': o.resume = (int)parse_int(a, v, 0); break;
-        case 'r': o.seed = (uint64_t)parse_int(a, v, 0); break;
-        default: usage_error("unknown flag '%s'", a);
+        case 'p': o.seed = (uint64_t)parse_int(a, v, 0); break;
+        default:
+            if (!parse_device_flag(a, v)) { usage_error("unknown flag '%s'", a); }
         }
     }
     setup_hardware();
@@ -2179,7 +2345,7 @@ int main(int argc, char **argv) {
         gpt2_build_from_checkpoint(&model, model_path);
         load_state(state_path, &model, &st);
         if (st.B != (size_t)o.B || st.T != (size_t)o.T || st.total_batch_size != (size_t)o.total_batch_size || st.seed != o.seed) {
-            fprintf(stderr, "Error: %s was written with -b %zu -t %zu -d %zu -r %llu; resume with the same flags\n",
+            fprintf(stderr, "Error: %s was written with -b %zu -t %zu -d %zu -p %llu; resume with the same flags\n",
                     state_path, st.B, st.T, st.total_batch_size, (unsigned long long)st.seed);
             return EXIT_FAILURE;
         }

@@ -204,6 +204,9 @@ inline void run_block(int threads) {
 // CUDA's integer min and max device functions
 inline int min(int a, int b) { return a < b ? a : b; }
 inline int max(int a, int b) { return a > b ? a : b; }
+// reinterpreting a float's bits and back
+inline unsigned __float_as_uint(float x) { unsigned u; memcpy(&u, &x, sizeof(u)); return u; }
+inline float __uint_as_float(unsigned u) { float x; memcpy(&x, &u, sizeof(x)); return x; }
 
 // ----------------------------------------------------------------------------
 // warp shuffles and atomics
@@ -329,6 +332,7 @@ inline cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes) {
 }
 inline cudaError_t cudaRuntimeGetVersion(int *v) { *v = 0; return cudaSuccess; }
 inline cudaError_t cudaDriverGetVersion(int *v) { *v = 0; return cudaSuccess; }
+typedef void *cudaStream_t; // one stream, the default: work runs as it is issued
 typedef double *cudaEvent_t; // an event is the CPU time at which it was recorded
 inline cudaError_t cudaEventCreate(cudaEvent_t *e) { *e = new double(0.0); return cudaSuccess; }
 inline cudaError_t cudaEventDestroy(cudaEvent_t e) { delete e; return cudaSuccess; }

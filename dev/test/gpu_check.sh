@@ -43,10 +43,10 @@ build() {
     else # no make on this machine: the Makefile's rules, by hand
         local f="-O3 -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror -gencode arch=compute_$arch,code=sm_$arch"
         nvcc $f ${ZLIB_CFLAGS:-} train_mlp.cu -lcublas ${ZLIB_LIBS:--lz} -o train_mlpcu &&
-        nvcc $f -DENABLE_BF16 -Xcompiler -fopenmp train_gpt2.cu -lcublas -lgomp -o train_gpt2cu &&
-        nvcc $f -DENABLE_FP32 -Xcompiler -fopenmp train_gpt2.cu -lcublas -lgomp -o train_gpt2cu_fp32 &&
-        nvcc $f -DENABLE_BF16 -Xcompiler -fopenmp test_gpt2.cu -lcublas -lgomp -o test_gpt2cu &&
-        nvcc $f -DENABLE_FP32 -Xcompiler -fopenmp test_gpt2.cu -lcublas -lgomp -o test_gpt2cu_fp32 &&
+        nvcc $f -DENABLE_BF16 -Xcompiler -fopenmp train_gpt2.cu -lcublas -lcublasLt -lgomp -o train_gpt2cu &&
+        nvcc $f -DENABLE_FP32 -Xcompiler -fopenmp train_gpt2.cu -lcublas -lcublasLt -lgomp -o train_gpt2cu_fp32 &&
+        nvcc $f -DENABLE_BF16 -Xcompiler -fopenmp test_gpt2.cu -lcublas -lcublasLt -lgomp -o test_gpt2cu &&
+        nvcc $f -DENABLE_FP32 -Xcompiler -fopenmp test_gpt2.cu -lcublas -lcublasLt -lgomp -o test_gpt2cu_fp32 &&
         cc -O3 -Wall -Wextra -std=c11 data/tokenizer.c -o data/tokenizer && ./data/tokenizer &&
         for l in layernorm_forward causal_softmax fused_classifier; do nvcc $f -DENABLE_BF16 dev/cuda/$l.cu -o dev/cuda/$l || exit 1; done &&
         nvcc $f dev/check_env.cu -o dev/check_env && nvcc $f dev/cuda/vector_add.cu -o dev/cuda/vector_add &&

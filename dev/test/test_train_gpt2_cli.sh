@@ -152,7 +152,7 @@ fi
 # --- 5. the help lists every flag with its default
 "$BIN" -h > "$TMP/help" 2>&1
 missing=""
-for f in i j k e o b t d l u q c z x v m s g n y r h; do grep -q -- "^  -$f " "$TMP/help" || missing="$missing -$f"; done
+for f in i j k e o b t d l u q c z x v m s g n y p h; do grep -q -- "^  -$f " "$TMP/help" || missing="$missing -$f"; done
 [ -z "$missing" ] && ok "-h lists all 22 flags" || not_ok "-h does not list:$missing"
 
 echo "$passed passed, $failed failed"

@@ -13,7 +13,9 @@
 #   3. BF16: losses and norms within bf16's precision;
 #   4. resume: a GPU run resumed from its step-2 checkpoint ends bit-identical to
 #      an uninterrupted one (FP32 and BF16: the bf16 master weights are saved);
-#      and the GPU resumes train_gpt2.c's checkpoint (one file format).
+#      and the GPU resumes train_gpt2.c's checkpoint (one file format);
+#   5. the GPU trainer's own flags: recomputation levels (-r) and BF16 without
+#      master weights (-w 0), and bad values of both.
 # Run it from the repository root, after make data.
 set -u
 CPU=${1:-./train_gpt2}
@@ -141,6 +143,56 @@ if [ -f "$TMP/cpu/state_00000002.bin" ]; then
         not_ok "FP32 GPU could not resume train_gpt2.c's checkpoint"; tail -3 "$TMP/cross.out"
     fi
 fi
+
+# --- 5. the GPU trainer's own flags. Recomputation (-r) replays the forward
+# kernels: -r 1 (the default, run above) and -r 2 must give identical files;
+# -r 0 applies GELU in cuBLASLt's epilogue instead, so in FP32 it is held to
+# train_gpt2.c like the default. BF16 without master weights (-w 0, stochastic
+# rounding): within the BF16 tolerances of section 3, no master weights in the
+# state file, and resumable bit for bit. Bad values are refused.
+for prec in fp32 bf16; do
+    bin=$FP32 && [ $prec = bf16 ] && bin=$BF16
+    if run "$bin" "$TMP/${prec}_r2" -r 2; then
+        cmp -s "$TMP/$prec/model_00000004.bin" "$TMP/${prec}_r2/model_00000004.bin" &&
+            cmp -s "$TMP/$prec/state_00000004.bin" "$TMP/${prec}_r2/state_00000004.bin" &&
+            ok "$prec: -r 2 (LayerNorm and GELU recomputed) ends bit-identical to -r 1" ||
+            not_ok "$prec: -r 2 and -r 1 differ"
+    else
+        not_ok "$prec: the -r 2 run failed"
+    fi
+done
+if run "$FP32" "$TMP/fp32_r0" -r 0; then
+    logs_close "$TMP/cpu/main.log" "$TMP/fp32_r0/main.log" 1e-5 &&
+        ok "FP32 -r 0 (GELU in the matmul epilogue): logs within 1e-5 of train_gpt2.c" || not_ok "FP32 -r 0: logs differ"
+else
+    not_ok "FP32: the -r 0 run failed"
+fi
+if run "$BF16" "$TMP/bf16_w0" -w 0; then
+    paste -d' ' <(sed -E 's/ ms:[0-9.]+//; s/[a-z]+://g' "$TMP/cpu/main.log") <(sed -E 's/ ms:[0-9.]+//; s/[a-z]+://g' "$TMP/bf16_w0/main.log") |
+        awk 'NF == 4 { d = $2 - $4; if (d < 0) d = -d; if (d > 1e-3 * $2) bad = 1 }
+             NF == 8 { for (i = 2; i <= 4; i += 2) { d = $i - $(i + 4); if (d < 0) d = -d; if (d > (i == 2 ? 1e-3 : 1e-2) * $i) bad = 1 } }
+             NF != 4 && NF != 8 { bad = 1 } END { exit bad }' &&
+        [ "$(stat -c %s "$TMP/bf16_w0/state_00000004.bin")" = $((1024 + 8 * P)) ] &&
+        grep -q "without master weights" "$TMP/bf16_w0.out" &&
+        ok "BF16 -w 0 (stochastic rounding): losses within 1e-3, norms within 1e-2 of train_gpt2.c; no master weights saved" ||
+        not_ok "BF16 -w 0: logs too far from train_gpt2.c, or master weights in the state file"
+    rm -rf "$TMP/resume" && mkdir -p "$TMP/resume" && cp "$TMP/bf16_w0/model_00000002.bin" "$TMP/bf16_w0/state_00000002.bin" "$TMP/bf16_w0/main.log" "$TMP/resume/"
+    "$BF16" "${RUN[@]}" -o "$TMP/resume" -y 1 -w 0 > "$TMP/resume.out" 2>&1 &&
+        cmp -s "$TMP/bf16_w0/model_00000004.bin" "$TMP/resume/model_00000004.bin" &&
+        cmp -s "$TMP/bf16_w0/state_00000004.bin" "$TMP/resume/state_00000004.bin" &&
+        ok "BF16 -w 0: resumed from step 2, bit-identical at step 4" || not_ok "BF16 -w 0: the resumed run differs"
+else
+    not_ok "BF16: the -w 0 run failed"
+fi
+bad_flag() { # EXPECTED-MESSAGE BINARY ARGS...: must exit non-zero with the message
+    local msg=$1 bin=$2
+    shift 2
+    out=$("$bin" "$@" 2>&1) && { not_ok "$bin $* was accepted"; return; }
+    grep -q -- "$msg" <<< "$out" && ok "refused: $bin $* ($msg)" || { not_ok "$bin $*: wrong message"; echo "$out" | tail -2; }
+}
+bad_flag "flag -r takes 0, 1 or 2" "$FP32" -r 3
+bad_flag "flag -w takes 0 or 1" "$BF16" -w 2
+bad_flag "flag -r is train_gpt2cu's" "$CPU" -r 1
 
 echo "$passed passed, $failed failed"
 [ $failed = 0 ]
