@@ -103,24 +103,29 @@ train_gpt2: train_gpt2.c | data
 	$(CC) $(CFLAGS) $(OMP_FLAGS) $< $(LDLIBS) -o $@
 
 # --- CUDA: the first GPU programs (dev/) -------------------------------------------
-CUDA_PROGRAMS = train_gpt2cu train_gpt2cu_fp32 test_gpt2cu test_gpt2cu_fp32 train_mlpcu dev/check_env dev/cuda/vector_add \
-                dev/cuda/matmul dev/cuda/layernorm_forward dev/cuda/causal_softmax dev/cuda/fused_classifier dev/emu/test_emu
 # the kernel ladders of train_gpt2.cu's kernels (dev/cuda/<op>.cu), in PRECISION
-LADDERS = layernorm_forward causal_softmax fused_classifier
+LADDERS = encoder_forward encoder_backward layernorm_forward layernorm_backward causal_softmax softmax_backward gelu \
+          fused_classifier adamw
+CUDA_PROGRAMS := train_gpt2cu train_gpt2cu_fp32 train_gpt2cu_fp16 test_gpt2cu test_gpt2cu_fp32 test_gpt2cu_fp16 train_mlpcu \
+                 dev/check_env dev/cuda/vector_add dev/cuda/matmul $(addprefix dev/cuda/,$(LADDERS)) dev/emu/test_emu
 $(addprefix dev/cuda/,$(LADDERS)): dev/cuda/%: dev/cuda/%.cu dev/cuda/common.h dev/cuda/precision.h
 	$(NVCC) $(NVCC_FLAGS) -DENABLE_$(PRECISION) $< -o $@
 $(addprefix dev/emu/,$(addsuffix _cpu,$(LADDERS))): dev/emu/%_cpu: dev/cuda/%.cu dev/cuda/common.h dev/cuda/precision.h $(EMU)
 	bash dev/emu/emu_build.sh $< $@ -DENABLE_BF16
-# the GPU trainer, in the precision PRECISION chooses (FP16 is not written yet), and in FP32
+# the GPU trainer, in the precision PRECISION chooses, and in FP32
 train_gpt2cu: train_gpt2.cu
 	$(NVCC) $(NVCC_FLAGS) -DENABLE_$(PRECISION) -Xcompiler "$(OMP_FLAGS)" $< -lcublas -lcublasLt $(if $(filter -fopenmp,$(OMP_FLAGS)),-lgomp) -o $@
 train_gpt2cu_fp32: train_gpt2.cu
 	$(NVCC) $(NVCC_FLAGS) -DENABLE_FP32 -Xcompiler "$(OMP_FLAGS)" $< -lcublas -lcublasLt $(if $(filter -fopenmp,$(OMP_FLAGS)),-lgomp) -o $@
+train_gpt2cu_fp16: train_gpt2.cu
+	$(NVCC) $(NVCC_FLAGS) -DENABLE_FP16 -Xcompiler "$(OMP_FLAGS)" $< -lcublas -lcublasLt $(if $(filter -fopenmp,$(OMP_FLAGS)),-lgomp) -o $@
 # its test against the PyTorch fixtures (without a GPU: skipped, exit 0)
 test_gpt2cu: test_gpt2.cu train_gpt2.cu
 	$(NVCC) $(NVCC_FLAGS) -DENABLE_$(PRECISION) -Xcompiler "$(OMP_FLAGS)" $< -lcublas -lcublasLt $(if $(filter -fopenmp,$(OMP_FLAGS)),-lgomp) -o $@
 test_gpt2cu_fp32: test_gpt2.cu train_gpt2.cu
 	$(NVCC) $(NVCC_FLAGS) -DENABLE_FP32 -Xcompiler "$(OMP_FLAGS)" $< -lcublas -lcublasLt $(if $(filter -fopenmp,$(OMP_FLAGS)),-lgomp) -o $@
+test_gpt2cu_fp16: test_gpt2.cu train_gpt2.cu
+	$(NVCC) $(NVCC_FLAGS) -DENABLE_FP16 -Xcompiler "$(OMP_FLAGS)" $< -lcublas -lcublasLt $(if $(filter -fopenmp,$(OMP_FLAGS)),-lgomp) -o $@
 # the MLP of train_mlp.c on the GPU (same flags, data and checkpoints)
 train_mlpcu: train_mlp.cu
 ifeq ($(HAVE_ZLIB),1)
@@ -140,7 +145,7 @@ cuda: $(CUDA_PROGRAMS)
 
 # The same kernels on the CPU, through the emulator (g++ and OpenMP, no CUDA
 # needed): how CI runs GPU code (dev/emu/cuda_emu.h says what it can and cannot do).
-EMU = dev/emu/cuda_emu.h dev/emu/include/cuda_runtime.h dev/emu/include/cublas_v2.h dev/emu/include/cublasLt.h dev/emu/emu_build.sh
+EMU = dev/emu/cuda_emu.h dev/emu/include/cuda_runtime.h dev/emu/include/cublas_v2.h dev/emu/include/cublasLt.h dev/emu/include/cuda_bf16.h dev/emu/include/cuda_fp16.h dev/emu/emu_build.sh
 dev/emu/test_emu_cpu: dev/emu/test_emu.cu $(EMU)
 	bash dev/emu/emu_build.sh $< $@
 dev/emu/train_mlpcu_cpu: train_mlp.cu $(EMU)
@@ -159,6 +164,10 @@ dev/emu/test_gpt2cu_fp32_cpu: test_gpt2.cu train_gpt2.cu $(EMU)
 	bash dev/emu/emu_build.sh $< $@ -DENABLE_FP32
 dev/emu/test_gpt2cu_bf16_cpu: test_gpt2.cu train_gpt2.cu $(EMU)
 	bash dev/emu/emu_build.sh $< $@ -DENABLE_BF16
+dev/emu/train_gpt2cu_fp16_cpu: train_gpt2.cu $(EMU)
+	bash dev/emu/emu_build.sh $< $@ -DENABLE_FP16
+dev/emu/test_gpt2cu_fp16_cpu: test_gpt2.cu train_gpt2.cu $(EMU)
+	bash dev/emu/emu_build.sh $< $@ -DENABLE_FP16
 
 # On a machine with a GPU: build every CUDA program for it, run every GPU test and
 # the benchmarks, one summary table; logs in gpu-check-logs/ (dev/test/gpu_check.sh)
@@ -185,10 +194,17 @@ TESTS = ./test_gpt2 \
         "./dev/emu/layernorm_forward_cpu -c" \
         "./dev/emu/causal_softmax_cpu -c" \
         "./dev/emu/fused_classifier_cpu -c" \
+        "./dev/emu/encoder_forward_cpu -c" \
+        "./dev/emu/encoder_backward_cpu -c" \
+        "./dev/emu/layernorm_backward_cpu -c" \
+        "./dev/emu/softmax_backward_cpu -c" \
+        "./dev/emu/gelu_cpu -c" \
+        "./dev/emu/adamw_cpu -c" \
         "bash dev/test/test_train_mlp_cuda.sh ./dev/emu/train_mlpcu_cpu ./train_mlp" \
         ./dev/emu/test_gpt2cu_fp32_cpu \
         ./dev/emu/test_gpt2cu_bf16_cpu \
-        "bash dev/test/test_train_gpt2_cuda.sh ./train_gpt2 ./dev/emu/train_gpt2cu_fp32_cpu ./dev/emu/train_gpt2cu_bf16_cpu" \
+        ./dev/emu/test_gpt2cu_fp16_cpu \
+        "bash dev/test/test_train_gpt2_cuda.sh ./train_gpt2 ./dev/emu/train_gpt2cu_fp32_cpu ./dev/emu/train_gpt2cu_bf16_cpu ./dev/emu/train_gpt2cu_fp16_cpu" \
         ./test_mlp \
         ./test_tokenizer \
         "bash dev/test/test_tokenizer_cli.sh ./data/tokenizer" \
@@ -196,7 +212,7 @@ TESTS = ./test_gpt2 \
         "bash dev/test/test_train_mlp_cli.sh ./train_mlp" \
         "bash dev/test/check_shared_copies.sh" \
         "bash dev/test/check_cuda_builds.sh"
-test: train_gpt2 test_gpt2 data/tokenizer test_tokenizer train_mlp test_mlp dev/emu/test_emu_cpu dev/emu/matmul_cpu dev/emu/train_mlpcu_cpu dev/emu/train_gpt2cu_fp32_cpu dev/emu/train_gpt2cu_bf16_cpu dev/emu/test_gpt2cu_fp32_cpu dev/emu/test_gpt2cu_bf16_cpu \
+test: train_gpt2 test_gpt2 data/tokenizer test_tokenizer train_mlp test_mlp dev/emu/test_emu_cpu dev/emu/matmul_cpu dev/emu/train_mlpcu_cpu dev/emu/train_gpt2cu_fp32_cpu dev/emu/train_gpt2cu_bf16_cpu dev/emu/train_gpt2cu_fp16_cpu dev/emu/test_gpt2cu_fp32_cpu dev/emu/test_gpt2cu_bf16_cpu dev/emu/test_gpt2cu_fp16_cpu \
       $(addprefix dev/emu/,$(addsuffix _cpu,$(LADDERS)))
 	@bash dev/test/run_tests.sh $(TESTS)
 
@@ -215,7 +231,7 @@ bench: dev/cpu/bench_train_gpt2 data/tokenizer
 	bash dev/bench_tokenizer.sh ./data/tokenizer
 
 clean:
-	rm -f train_gpt2 test_gpt2 test_tokenizer data/tokenizer dev/cpu/bench_train_gpt2 train_mlp test_mlp $(CUDA_PROGRAMS) dev/emu/test_emu_cpu dev/emu/matmul_cpu dev/emu/train_mlpcu_cpu dev/emu/train_gpt2cu_fp32_cpu dev/emu/train_gpt2cu_bf16_cpu dev/emu/test_gpt2cu_fp32_cpu dev/emu/test_gpt2cu_bf16_cpu $(addprefix dev/emu/,$(addsuffix _cpu,$(LADDERS)))
+	rm -f train_gpt2 test_gpt2 test_tokenizer data/tokenizer dev/cpu/bench_train_gpt2 train_mlp test_mlp $(CUDA_PROGRAMS) dev/emu/test_emu_cpu dev/emu/matmul_cpu dev/emu/train_mlpcu_cpu dev/emu/train_gpt2cu_fp32_cpu dev/emu/train_gpt2cu_bf16_cpu dev/emu/train_gpt2cu_fp16_cpu dev/emu/test_gpt2cu_fp32_cpu dev/emu/test_gpt2cu_bf16_cpu dev/emu/test_gpt2cu_fp16_cpu $(addprefix dev/emu/,$(addsuffix _cpu,$(LADDERS)))
 	rm -f $(TINYSHAKESPEARE) data/gpt2_tokenizer.bin
 
 help:

@@ -1748,6 +1748,14 @@ float get_learning_rate(int step, float max_lr, int warmup_steps, int max_steps,
 // Nothing to set up on the CPU (train_gpt2.cu finds the GPU and starts cuBLAS here).
 void setup_hardware(void) {}
 
+// FP16's dynamic loss scale lives in train_gpt2.cu; in fp32 no gradient
+// overflows for want of range: never skip a step, nothing to add to its line.
+int gpt2_loss_scale_update(GPT2 *model, float norm, char *note, size_t note_size) {
+    (void)model; (void)norm; (void)note_size;
+    note[0] = '\0';
+    return 0;
+}
+
 // The model FLOPs utilisation of a step: train_gpt2.cu reports it against its
 // GPU's peak; a CPU has no such figure here, so -1 (not printed).
 double model_flops_utilization(const GPT2 *model, size_t tokens, size_t T, double seconds) {
@@ -2080,7 +2088,11 @@ int main(int argc, char **argv) {
         }
         loss /= accum_steps;
         float norm = gpt2_grad_norm(&model);
-        if (!isfinite(loss) || !isfinite(norm)) {
+        // (train_gpt2.cu in FP16: gradients that overflowed skip the update and
+        // lower the loss scale; otherwise skip is 0 and note empty)
+        char note[128];
+        int skip = gpt2_loss_scale_update(&model, norm, note, sizeof(note));
+        if (!isfinite(loss) || (!isfinite(norm) && !skip)) {
             // nothing good can come of the next step: stop while the checkpoints are sound
             fprintf(stderr, "Error: step %d: loss %g, gradient norm %g: training diverged\n"
                     "HINT: lower the learning rate (-l), or keep gradient clipping on (-z)\n", step + 1, loss, norm);
@@ -2090,13 +2102,13 @@ int main(int argc, char **argv) {
         float grad_scale = 1.0f;
         if (o.grad_clip > 0.0f && o.grad_clip / (norm + 1e-6f) < 1.0f) { grad_scale = o.grad_clip / (norm + 1e-6f); }
         float lr = get_learning_rate(step, o.lr, o.warmup, o.max_steps, o.final_lr_frac);
-        gpt2_update(&model, lr, o.beta1, o.beta2, o.eps, o.weight_decay, grad_scale, step + 1);
+        if (!skip) { gpt2_update(&model, lr, o.beta1, o.beta2, o.eps, o.weight_decay, grad_scale, step + 1); }
         double ms = (wall_seconds() - t0) * 1000.0;
         printf("step %4d/%d | loss %.6f | lr %.2e | norm %.4f | %.1f ms | %.0f tok/s", step + 1, o.max_steps,
                loss, lr, norm, ms, o.total_batch_size / (ms / 1000.0));
         double mfu = model_flops_utilization(&model, (size_t)o.total_batch_size, (size_t)o.T, ms / 1000.0);
         if (mfu >= 0.0) { printf(" | MFU %.1f%%", 100.0 * mfu); }
-        printf("\n");
+        printf("%s\n", note);
         if (logfile != NULL) {
             // %.9g prints a float so that it reads back exactly: logs can be compared bit for bit
             fprintf(logfile, "s:%d trl:%.9g lr:%.9g norm:%.9g ms:%.1f\n", step + 1, (float)loss, lr, norm, ms);

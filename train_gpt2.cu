@@ -48,6 +48,7 @@ residual stream's one running gradient); other activation gradients are WRITTEN.
 #include <sys/stat.h>
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cublas_v2.h>
 #include <cublasLt.h>
 #define PROGRAM "./train_gpt2cu" // in messages: how the user runs this program
@@ -209,8 +210,15 @@ typedef __nv_bfloat16 floatX;
 #define CUBLAS_FLOATX CUDA_R_16BF
 #define PRECISION_NAME "bf16"
 #define MODEL_VERSION_OURS MODEL_VERSION_BF16
+#elif defined(ENABLE_FP16)
+// fp16 keeps 3 more mantissa bits than bf16 but only 5 exponent bits (largest
+// 65504, smallest normal 6e-5): gradients need the dynamic loss scale below
+typedef __half floatX;
+#define CUBLAS_FLOATX CUDA_R_16F
+#define PRECISION_NAME "fp16"
+#define MODEL_VERSION_OURS MODEL_VERSION_FP32 // llm.c's formats have no fp16 version: fp16 runs write fp32 files
 #else
-#error "build with -DENABLE_FP32 or -DENABLE_BF16 (make train_gpt2cu PRECISION=FP32|BF16)"
+#error "build with -DENABLE_FP32, -DENABLE_BF16 or -DENABLE_FP16 (make train_gpt2cu PRECISION=FP32|BF16|FP16)"
 #endif
 // all arithmetic is in fp32: values are converted on load and rounded on store
 __device__ __host__ inline float to_float(floatX x) { return (float)x; }
@@ -820,6 +828,15 @@ static int recompute_level = 1;
 // without it the bf16 weights are updated directly, rounded stochastically so
 // that updates smaller than a bf16 step are not lost on average.
 static int use_master_weights = 1;
+// FP16's dynamic loss scaling, with torch.cuda.amp.GradScaler's defaults: start at
+// 2^16; halve the scale and skip the update when a gradient overflowed; double it
+// after 2000 steps in a row without overflow (torch.amp.GradScaler's documentation).
+#if defined(ENABLE_FP16)
+#define LOSS_SCALE_INIT 65536.0f
+#else
+#define LOSS_SCALE_INIT 1.0f
+#endif
+#define LOSS_SCALE_GROWTH_INTERVAL 2000
 
 // --- begin shared-copy: gpt2-config ---
 typedef struct {
@@ -1010,6 +1027,12 @@ typedef struct {
     int *inputs_dev, *targets_dev; // and on the GPU
     float *losses_host;            // (B, T) host copy of the losses
     float mean_loss;               // of the last forward with targets, -1 without
+    // FP16's dynamic loss scale (1 in FP32 and BF16, whose range needs none): the
+    // loss is multiplied by it before the backward pass, so that small gradients
+    // do not underflow fp16; gpt2_loss_scale_update adjusts it after each step
+    float loss_scale;
+    int good_steps;                // steps since the scale last changed
+    int skipped_updates;           // steps whose gradients overflowed (no AdamW update)
 } GPT2;
 
 // Set up sizes and the parameter block; host_params (num_parameters fp32
@@ -1047,9 +1070,15 @@ static void gpt2_allocate_parameters(GPT2 *model, const float *host_params) {
     model->grads_acts_memory = NULL;
     model->inputs = NULL;
     model->targets = NULL;
+    model->losses_host = NULL;
+    model->inputs_dev = NULL;
+    model->targets_dev = NULL;
     model->batch_size = 0;
     model->seq_len = 0;
     model->mean_loss = -1.0f;
+    model->loss_scale = LOSS_SCALE_INIT;
+    model->good_steps = 0;
+    model->skipped_updates = 0;
 }
 
 // --- begin shared-copy: atomic-write ---
@@ -1243,11 +1272,21 @@ void gpt2_save_checkpoint(const GPT2 *model, const char *path) {
     header[5] = model->config.num_heads;
     header[6] = model->config.channels;
     header[7] = model->config.padded_vocab_size;
-    floatX *host = (floatX *)mallocCheck(model->num_parameters * sizeof(floatX));
+    size_t n = model->num_parameters;
+    floatX *host = (floatX *)mallocCheck(n * sizeof(floatX));
     gpt2_download_params(model, host);
     const void *bufs[2] = {header, host};
-    size_t sizes[2] = {sizeof(header), model->num_parameters * sizeof(floatX)};
+    size_t sizes[2] = {sizeof(header), n * sizeof(floatX)};
+    float *wide = NULL;
+    if (MODEL_VERSION_OURS == MODEL_VERSION_FP32 && sizeof(floatX) != sizeof(float)) {
+        // fp16, written as fp32 (every fp16 value is exactly a float)
+        wide = (float *)mallocCheck(n * sizeof(float));
+        for (size_t i = 0; i < n; i++) { wide[i] = to_float(host[i]); }
+        bufs[1] = wide;
+        sizes[1] = n * sizeof(float);
+    }
     write_file_atomic(path, bufs, sizes, 2);
+    free(wide);
     free(host);
 }
 
@@ -1371,8 +1410,9 @@ void gpt2_forward(GPT2 *model, const int *inputs, const int *targets, size_t B, 
     matmul_forward(a.logits, a.lnf, p.wte, NULL, B, T, C, Vp);
 
     if (targets != NULL) {
-        // the gradient of the mean loss, d/dlogits = (softmax - onehot) / (B*T)
-        fused_classifier(a.logits, a.losses, model->targets_dev, 1.0f / (float)(B * T), B, T, V, Vp);
+        // the gradient of the mean loss, d/dlogits = (softmax - onehot) / (B*T), times
+        // the loss scale (FP16; else 1)
+        fused_classifier(a.logits, a.losses, model->targets_dev, model->loss_scale / (float)(B * T), B, T, V, Vp);
         cudaCheck(cudaMemcpy(model->losses_host, a.losses, B * T * sizeof(float), cudaMemcpyDeviceToHost));
         double sum = 0.0;
         for (size_t i = 0; i < B * T; i++) { sum += model->losses_host[i]; }
@@ -1485,23 +1525,32 @@ float gpt2_grad_norm(const GPT2 *model) {
     for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {
         for (unsigned i = 0; i < blocks[k]; i++) { sumsq += model->norm_partials_host[k * NORM_BLOCKS + i]; }
     }
-    return (float)sqrt(sumsq);
+    return (float)(sqrt(sumsq) / model->loss_scale); // the norm of the true, unscaled gradients
 }
 
 // AdamW exactly as train_gpt2.c's gpt2_update (torch.optim.AdamW), one kernel per tensor
+// The AdamW moments, zero, allocated lazily at the first step, so that inference
+// and evaluation never pay for the optimizer.
+static void gpt2_allocate_moments(GPT2 *model) {
+    if (model->m_memory != NULL) { return; }
+    model->m_memory = (float *)cuda_malloc_check(2 * model->num_parameters * sizeof(float), "the AdamW moments");
+    model->v_memory = model->m_memory + model->num_parameters;
+    cudaCheck(cudaMemset(model->m_memory, 0, 2 * model->num_parameters * sizeof(float)));
+    // everything is allocated now: what the device says is in use (all processes)
+    size_t free_bytes = 0, total_bytes = 0;
+    cudaCheck(cudaMemGetInfo(&free_bytes, &total_bytes));
+    printf("GPU memory in use after the first step: %.1f MiB of %.1f MiB (measured)\n",
+           (total_bytes - free_bytes) / 1048576.0, total_bytes / 1048576.0);
+}
+
+// t counts the steps from 1; those skipped for an overflow (FP16) made no update,
+// so AdamW's bias correction counts only the others, as PyTorch's does when its
+// GradScaler skips optimizer.step(). The gradients are divided by the loss scale.
 void gpt2_update(GPT2 *model, float learning_rate, float beta1, float beta2, float eps, float weight_decay,
                  float grad_scale, int t) {
-    if (model->m_memory == NULL) {
-        // lazily, so that inference and evaluation never pay for the optimizer
-        model->m_memory = (float *)cuda_malloc_check(2 * model->num_parameters * sizeof(float), "the AdamW moments");
-        model->v_memory = model->m_memory + model->num_parameters;
-        cudaCheck(cudaMemset(model->m_memory, 0, 2 * model->num_parameters * sizeof(float)));
-        // everything is allocated now: what the device says is in use (all processes)
-        size_t free_bytes = 0, total_bytes = 0;
-        cudaCheck(cudaMemGetInfo(&free_bytes, &total_bytes));
-        printf("GPU memory in use after the first step: %.1f MiB of %.1f MiB (measured)\n",
-               (total_bytes - free_bytes) / 1048576.0, total_bytes / 1048576.0);
-    }
+    gpt2_allocate_moments(model);
+    t -= model->skipped_updates;
+    grad_scale /= model->loss_scale;
     float bias_correction1 = 1.0f - powf(beta1, (float)t);
     float sqrt_bias_correction2 = sqrtf(1.0f - powf(beta2, (float)t));
     float step_size = learning_rate / bias_correction1;
@@ -1516,6 +1565,12 @@ void gpt2_update(GPT2 *model, float learning_rate, float beta1, float beta2, flo
                                                    hash_u32((uint32_t)t, (uint32_t)k));
         cudaCheck(cudaGetLastError());
         offset += n;
+    }
+    // FP16: enough updates without overflow, try a larger loss scale (after this
+    // update, which divided by the scale its gradients were made with)
+    if (LOSS_SCALE_INIT != 1.0f && ++model->good_steps == LOSS_SCALE_GROWTH_INTERVAL) {
+        model->loss_scale *= 2.0f;
+        model->good_steps = 0;
     }
 }
 
@@ -1925,6 +1980,12 @@ void save_checkpoint(const char *out_dir, const GPT2 *model, const TrainState *s
     put64(header, 18, st->sample_pos);
     header[20] = model->m_memory != NULL; // no moments before the first update
     header[21] = model->master_memory != NULL && model->m_memory != NULL;
+    // FP16: the dynamic loss scale's state, so that a resumed run scales as this one would
+    if (LOSS_SCALE_INIT != 1.0f) {
+        memcpy(&header[22], &model->loss_scale, sizeof(float));
+        header[23] = model->good_steps;
+        header[24] = model->skipped_updates;
+    }
     size_t n = model->num_parameters, moment_bytes = header[20] ? n * sizeof(float) : 0;
     size_t floats = (header[20] ? 2 * n : 0) + (header[21] ? n : 0);
     float *host = (float *)mallocCheck((floats > 0 ? floats : 1) * sizeof(float));
@@ -1969,6 +2030,20 @@ void load_state(const char *path, GPT2 *model, TrainState *st) {
         fprintf(stderr, "Error: %s: corrupt header (step %d, moments %s)\n%s\n", path, st->step,
                 header[20] ? "present" : "absent", STATE_HINT);
         exit(EXIT_FAILURE);
+    }
+    // the loss scale's state (FP16), when the file has one (0: written by a
+    // trainer without it, which is a scale of 1: start FP16's from scratch)
+    float scale;
+    memcpy(&scale, &header[22], sizeof(float));
+    if (LOSS_SCALE_INIT != 1.0f && scale != 0.0f) {
+        if (!(scale >= 1.0f && scale <= 0x1p64f) || header[23] < 0 || header[24] < 0 || header[24] > st->step) {
+            fprintf(stderr, "Error: %s: corrupt loss scale state (scale %g, %d good steps, %d skipped)\n%s\n", path, scale,
+                    header[23], header[24], STATE_HINT);
+            exit(EXIT_FAILURE);
+        }
+        model->loss_scale = scale;
+        model->good_steps = header[23];
+        model->skipped_updates = header[24];
     }
     size_t n = model->num_parameters, floats = (header[20] ? 2 * n : 0) + (header[21] ? n : 0);
     long bytes = file_size(fp, path);
@@ -2107,6 +2182,27 @@ void setup_hardware(void) {
     cublaslt_workspace = cuda_malloc_check(CUBLASLT_WORKSPACE_BYTES, "cuBLASLt's workspace");
 }
 
+// After the backward pass, with the step's gradient norm: FP16's dynamic loss
+// scale. Returns 1 when the gradients overflowed (a non-finite norm): the update
+// is skipped and the scale halved (gpt2_update doubles it after
+// LOSS_SCALE_GROWTH_INTERVAL updates in a row). note gets what the step's line
+// should say. With the scale at 1 an overflow is no longer the scale's fault:
+// returns 0 (the step diverged).
+int gpt2_loss_scale_update(GPT2 *model, float norm, char *note, size_t note_size) {
+    note[0] = '\0';
+    if (LOSS_SCALE_INIT == 1.0f) { return 0; } // fp32 and bf16: no loss scaling
+    if (!isfinite(norm) && model->loss_scale > 1.0f) {
+        model->loss_scale *= 0.5f;
+        model->good_steps = 0;
+        model->skipped_updates++;
+        gpt2_allocate_moments(model); // (a checkpoint after a skipped first step has zero moments)
+        snprintf(note, note_size, " | gradients overflowed: update skipped, loss scale down to %g", model->loss_scale);
+        return 1;
+    }
+    snprintf(note, note_size, " | loss scale %g", model->loss_scale);
+    return 0;
+}
+
 // Peak dense throughput of the GPUs we know, in the precision this build uses.
 // H100 / H200 SXM: 989.4 TFLOP/s bf16 on the tensor cores (fp32 accumulate), 66.9
 // TFLOP/s fp32 (NVIDIA's datasheets; the PCIe and NVL H100s are slower, so their
@@ -2214,7 +2310,7 @@ static long parse_int(const char *flag, const char *s, long lo) {
 static void print_device_usage(void) {
     printf("  -r <0|1|2>    recompute activations in the backward pass: 0 none, 1 GELU, 2 GELU + LayerNorm [%d]\n",
            recompute_level);
-    printf("  -w <0|1>      keep fp32 master weights (bf16 builds; fp32 builds always update fp32) [%d]\n",
+    printf("  -w <0|1>      keep fp32 master weights (bf16 builds; fp16 always keeps them, fp32 needs none) [%d]\n",
            use_master_weights);
 }
 static int parse_device_flag(const char *flag, const char *value) {
@@ -2226,6 +2322,9 @@ static int parse_device_flag(const char *flag, const char *value) {
     if (strcmp(flag, "-w") == 0) {
         use_master_weights = (int)parse_int(flag, value, 0);
         if (use_master_weights > 1) { usage_error("flag -w takes 0 or 1, got '%s'", value); }
+        if (use_master_weights == 0 && LOSS_SCALE_INIT != 1.0f) {
+            usage_error("-w %s: an fp16 build always keeps master weights (stochastic rounding is bf16's)", value);
+        }
         return 1;
     }
     return 0;
@@ -2453,7 +2552,11 @@ int main(int argc, char **argv) {
         }
         loss /= accum_steps;
         float norm = gpt2_grad_norm(&model);
-        if (!isfinite(loss) || !isfinite(norm)) {
+        // (train_gpt2.cu in FP16: gradients that overflowed skip the update and
+        // lower the loss scale; otherwise skip is 0 and note empty)
+        char note[128];
+        int skip = gpt2_loss_scale_update(&model, norm, note, sizeof(note));
+        if (!isfinite(loss) || (!isfinite(norm) && !skip)) {
             // nothing good can come of the next step: stop while the checkpoints are sound
             fprintf(stderr, "Error: step %d: loss %g, gradient norm %g: training diverged\n"
                     "HINT: lower the learning rate (-l), or keep gradient clipping on (-z)\n", step + 1, loss, norm);
@@ -2463,13 +2566,13 @@ int main(int argc, char **argv) {
         float grad_scale = 1.0f;
         if (o.grad_clip > 0.0f && o.grad_clip / (norm + 1e-6f) < 1.0f) { grad_scale = o.grad_clip / (norm + 1e-6f); }
         float lr = get_learning_rate(step, o.lr, o.warmup, o.max_steps, o.final_lr_frac);
-        gpt2_update(&model, lr, o.beta1, o.beta2, o.eps, o.weight_decay, grad_scale, step + 1);
+        if (!skip) { gpt2_update(&model, lr, o.beta1, o.beta2, o.eps, o.weight_decay, grad_scale, step + 1); }
         double ms = (wall_seconds() - t0) * 1000.0;
         printf("step %4d/%d | loss %.6f | lr %.2e | norm %.4f | %.1f ms | %.0f tok/s", step + 1, o.max_steps,
                loss, lr, norm, ms, o.total_batch_size / (ms / 1000.0));
         double mfu = model_flops_utilization(&model, (size_t)o.total_batch_size, (size_t)o.T, ms / 1000.0);
         if (mfu >= 0.0) { printf(" | MFU %.1f%%", 100.0 * mfu); }
-        printf("\n");
+        printf("%s\n", note);
         if (logfile != NULL) {
             // %.9g prints a float so that it reads back exactly: logs can be compared bit for bit
             fprintf(logfile, "s:%d trl:%.9g lr:%.9g norm:%.9g ms:%.1f\n", step + 1, (float)loss, lr, norm, ms);

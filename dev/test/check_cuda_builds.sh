@@ -12,7 +12,7 @@ if ! command -v nvcc > /dev/null 2>&1; then
 fi
 passed=0
 failed=0
-for prog in $(make -s -p -n 2> /dev/null | sed -n 's/^CUDA_PROGRAMS = //p' | head -1); do
+for prog in $(make -s -p -n 2> /dev/null | sed -n 's/^CUDA_PROGRAMS :\{0,1\}= //p' | head -1); do
     if make -s -B "$prog" > /tmp/cuda_build.$$ 2>&1; then
         echo "OK      $prog builds for GPU_ARCH=\"${GPU_ARCH:-90 120}\" with warnings as errors"
         passed=$((passed + 1))

@@ -2,17 +2,18 @@
 # train_gpt2.cu's kernels on the CPU, through the emulator (dev/emu), against
 # train_gpt2.c: how CI checks the GPU trainer without a GPU.
 #
-#     make train_gpt2 dev/emu/train_gpt2cu_fp32_cpu dev/emu/train_gpt2cu_bf16_cpu
-#     bash dev/test/test_train_gpt2_cuda.sh ./train_gpt2 ./dev/emu/train_gpt2cu_fp32_cpu ./dev/emu/train_gpt2cu_bf16_cpu
+#     make train_gpt2 dev/emu/train_gpt2cu_fp32_cpu dev/emu/train_gpt2cu_bf16_cpu dev/emu/train_gpt2cu_fp16_cpu
+#     bash dev/test/test_train_gpt2_cuda.sh ./train_gpt2 ./dev/emu/train_gpt2cu_{fp32,bf16,fp16}_cpu
 #
 # Both programs train the same new d1 model (1 layer, C 64, GPT-2's vocabulary)
 # on tinyshakespeare for 4 steps of B=2 x T=8, with validation, then compare:
 #   1. FP32: every logged number (train loss, gradient norm, validation loss)
 #      and the step-4 checkpoint (weights, AdamW m and v) with train_gpt2.c's;
 #   2. the same with gradient accumulation (two micro-batches per step);
-#   3. BF16: losses and norms within bf16's precision;
+#   3. BF16 and FP16: losses and norms within their precision;
 #   4. resume: a GPU run resumed from its step-2 checkpoint ends bit-identical to
-#      an uninterrupted one (FP32 and BF16: the bf16 master weights are saved);
+#      an uninterrupted one (FP32, BF16 and FP16: master weights and the loss
+#      scale are saved);
 #      and the GPU resumes train_gpt2.c's checkpoint (one file format);
 #   5. the GPU trainer's own flags: recomputation levels (-r) and BF16 without
 #      master weights (-w 0), and bad values of both.
@@ -21,8 +22,9 @@ set -u
 CPU=${1:-./train_gpt2}
 FP32=${2:-./dev/emu/train_gpt2cu_fp32_cpu}
 BF16=${3:-./dev/emu/train_gpt2cu_bf16_cpu}
-for b in "$CPU" "$FP32" "$BF16"; do
-    [ -x "$b" ] || { echo "Error: $b is not built (make train_gpt2 dev/emu/train_gpt2cu_fp32_cpu dev/emu/train_gpt2cu_bf16_cpu)"; echo "0 passed, 1 failed"; exit 1; }
+FP16=${4:-./dev/emu/train_gpt2cu_fp16_cpu}
+for b in "$CPU" "$FP32" "$BF16" "$FP16"; do
+    [ -x "$b" ] || { echo "Error: $b is not built (make train_gpt2 dev/emu/train_gpt2cu_{fp32,bf16,fp16}_cpu)"; echo "0 passed, 1 failed"; exit 1; }
 done
 TMP=$(mktemp -d /tmp/test_train_gpt2_cuda.XXXXXX)
 trap 'rm -rf "$TMP"' EXIT
@@ -103,11 +105,24 @@ fi
 # --- 3. BF16: every stored value is rounded to 8 bits of mantissa (relative
 # error up to 2^-9 = 2e-3 each); the loss, an average over many, moved by 2e-5
 # and the norm by 7e-5 (measured). Tolerances: 1e-3 (losses), 1e-2 (norms).
-if run "$BF16" "$TMP/bf16"; then
-    paste -d' ' <(sed -E 's/ ms:[0-9.]+//; s/[a-z]+://g' "$TMP/cpu/main.log") <(sed -E 's/ ms:[0-9.]+//; s/[a-z]+://g' "$TMP/bf16/main.log") |
+# (FP16 keeps 3 more mantissa bits: the same tolerances hold with room to spare.)
+half_logs_close() { # LOG: losses within 1e-3 and norms within 1e-2 of train_gpt2.c's log
+    paste -d' ' <(sed -E 's/ ms:[0-9.]+//; s/[a-z]+://g' "$TMP/cpu/main.log") <(sed -E 's/ ms:[0-9.]+//; s/[a-z]+://g' "$1") |
         awk 'NF == 4 { d = $2 - $4; if (d < 0) d = -d; if (d > 1e-3 * $2) bad = 1 }
              NF == 8 { for (i = 2; i <= 4; i += 2) { d = $i - $(i + 4); if (d < 0) d = -d; if (d > (i == 2 ? 1e-3 : 1e-2) * $i) bad = 1 } }
-             NF != 4 && NF != 8 { bad = 1 } END { exit bad }' &&
+             NF != 4 && NF != 8 { bad = 1 } END { exit bad }'
+}
+if run "$FP16" "$TMP/fp16"; then
+    half_logs_close "$TMP/fp16/main.log" && grep -q "loss scale 65536" "$TMP/fp16.out" &&
+        ok "FP16 (loss scale 65536): losses within 1e-3 and gradient norms within 1e-2 of train_gpt2.c's fp32" ||
+        { not_ok "FP16: logs too far from train_gpt2.c"; paste "$TMP/cpu/main.log" "$TMP/fp16/main.log"; }
+    [ "$(od -An -t d4 -j4 -N4 "$TMP/fp16/model_00000004.bin" | tr -d ' ')" = 3 ] &&
+        ok "FP16: writes fp32 model files (version 3: llm.c has no fp16 format)" || not_ok "FP16: model file is not version 3"
+else
+    not_ok "FP16: the run failed (see above)"
+fi
+if run "$BF16" "$TMP/bf16"; then
+    half_logs_close "$TMP/bf16/main.log" &&
         ok "BF16: losses within 1e-3 and gradient norms within 1e-2 of train_gpt2.c's fp32" ||
         { not_ok "BF16: logs too far from train_gpt2.c"; paste "$TMP/cpu/main.log" "$TMP/bf16/main.log"; }
     [ "$(od -An -t d4 -j4 -N4 "$TMP/bf16/model_00000004.bin" | tr -d ' ')" = 5 ] &&
@@ -118,8 +133,9 @@ else
 fi
 
 # --- 4. resume: from the GPU's own step-2 checkpoint, bit for bit; and from the CPU's
-for prec in fp32 bf16; do
+for prec in fp32 bf16 fp16; do
     bin=$FP32 && [ $prec = bf16 ] && bin=$BF16
+    [ $prec = fp16 ] && bin=$FP16
     dir=$TMP/$prec
     [ -f "$dir/state_00000002.bin" ] || { not_ok "$prec: no step-2 checkpoint to resume"; continue; }
     rm -rf "$TMP/resume" && mkdir -p "$TMP/resume" && cp "$dir/model_00000002.bin" "$dir/state_00000002.bin" "$dir/main.log" "$TMP/resume/"
@@ -128,7 +144,7 @@ for prec in fp32 bf16; do
     if [ $rc = 0 ] && cmp -s "$dir/model_00000004.bin" "$TMP/resume/model_00000004.bin" &&
        cmp -s "$dir/state_00000004.bin" "$TMP/resume/state_00000004.bin" &&
        diff <(sed -E 's/ ms:[0-9.]+//' "$dir/main.log") <(sed -E 's/ ms:[0-9.]+//' "$TMP/resume/main.log") > /dev/null; then
-        ok "$prec: resumed from its step-2 checkpoint, identical model, optimizer state$([ $prec = bf16 ] && echo ' (with master weights)') and log at step 4"
+        ok "$prec: resumed from its step-2 checkpoint, identical model, optimizer state$([ $prec != fp32 ] && echo ' (with master weights)') and log at step 4"
     else
         not_ok "$prec: the resumed run differs (exit $rc)"; tail -3 "$TMP/resume.out"
     fi
@@ -168,10 +184,7 @@ else
     not_ok "FP32: the -r 0 run failed"
 fi
 if run "$BF16" "$TMP/bf16_w0" -w 0; then
-    paste -d' ' <(sed -E 's/ ms:[0-9.]+//; s/[a-z]+://g' "$TMP/cpu/main.log") <(sed -E 's/ ms:[0-9.]+//; s/[a-z]+://g' "$TMP/bf16_w0/main.log") |
-        awk 'NF == 4 { d = $2 - $4; if (d < 0) d = -d; if (d > 1e-3 * $2) bad = 1 }
-             NF == 8 { for (i = 2; i <= 4; i += 2) { d = $i - $(i + 4); if (d < 0) d = -d; if (d > (i == 2 ? 1e-3 : 1e-2) * $i) bad = 1 } }
-             NF != 4 && NF != 8 { bad = 1 } END { exit bad }' &&
+    half_logs_close "$TMP/bf16_w0/main.log" &&
         [ "$(stat -c %s "$TMP/bf16_w0/state_00000004.bin")" = $((1024 + 8 * P)) ] &&
         grep -q "without master weights" "$TMP/bf16_w0.out" &&
         ok "BF16 -w 0 (stochastic rounding): losses within 1e-3, norms within 1e-2 of train_gpt2.c; no master weights saved" ||
@@ -192,6 +205,7 @@ bad_flag() { # EXPECTED-MESSAGE BINARY ARGS...: must exit non-zero with the mess
 }
 bad_flag "flag -r takes 0, 1 or 2" "$FP32" -r 3
 bad_flag "flag -w takes 0 or 1" "$BF16" -w 2
+bad_flag "an fp16 build always keeps master weights" "$FP16" -w 0
 bad_flag "flag -r is train_gpt2cu's" "$CPU" -r 1
 
 echo "$passed passed, $failed failed"

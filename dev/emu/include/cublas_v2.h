@@ -10,6 +10,7 @@
 #define CUBLAS_EMU_H
 #include "../cuda_emu.h"
 #include "cuda_bf16.h"
+#include "cuda_fp16.h"
 
 typedef enum {
     CUBLAS_STATUS_SUCCESS = 0,
@@ -69,18 +70,22 @@ typedef enum { CUBLAS_GEMM_DEFAULT = -1, CUBLAS_GEMM_DEFAULT_TENSOR_OP = 99 } cu
 
 namespace emu {
 inline double load_as_double(const void *p, cudaDataType_t t, size_t i) {
-    return t == CUDA_R_32F ? (double)((const float *)p)[i] : (double)(float)((const __nv_bfloat16 *)p)[i];
+    return t == CUDA_R_32F ? (double)((const float *)p)[i]
+         : t == CUDA_R_16F ? (double)(float)((const __half *)p)[i] : (double)(float)((const __nv_bfloat16 *)p)[i];
 }
+// (rounded to float first, then to the 16-bit type, as an fp32 accumulator is)
 inline void store_from_double(void *p, cudaDataType_t t, size_t i, double v) {
-    if (t == CUDA_R_32F) { ((float *)p)[i] = (float)v; } else { ((__nv_bfloat16 *)p)[i] = __nv_bfloat16((float)v); }
+    if (t == CUDA_R_32F) { ((float *)p)[i] = (float)v; }
+    else if (t == CUDA_R_16F) { ((__half *)p)[i] = __half((float)v); }
+    else { ((__nv_bfloat16 *)p)[i] = __nv_bfloat16((float)v); }
 }
-// the *Ex gemms, for fp32 and bf16 data (alpha and beta are floats: compute type 32F)
+// the *Ex gemms, for fp32, fp16 and bf16 data (alpha and beta are floats: compute type 32F)
 inline cublasStatus_t gemm_ex(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, float alpha,
                               const void *A, cudaDataType_t at, int lda, long long sa, const void *B, cudaDataType_t bt,
                               int ldb, long long sb, float beta, void *C, cudaDataType_t ct, int ldc, long long sc,
                               int batch) {
-    if (m < 0 || n < 0 || k < 0 || (at != CUDA_R_32F && at != CUDA_R_16BF) || (bt != CUDA_R_32F && bt != CUDA_R_16BF) ||
-        (ct != CUDA_R_32F && ct != CUDA_R_16BF)) {
+    if (m < 0 || n < 0 || k < 0 || (at != CUDA_R_32F && at != CUDA_R_16BF && at != CUDA_R_16F) ||
+        (bt != CUDA_R_32F && bt != CUDA_R_16BF && bt != CUDA_R_16F) || (ct != CUDA_R_32F && ct != CUDA_R_16BF && ct != CUDA_R_16F)) {
         return CUBLAS_STATUS_INVALID_VALUE;
     }
     for (int p = 0; p < batch; p++) {
