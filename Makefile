@@ -53,6 +53,30 @@ ifneq ($(CUDNN_HOME),)
 else
   $(info ✗ cuDNN not found (optional; set CUDNN_HOME))
 endif
+# cuDNN's fused attention is called through the cudnn-frontend headers (MIT,
+# header-only C++): pip fetches them without their Python dependencies, see
+# CUDNN_FRONTEND_HINT. train_gpt2cu uses cuDNN with USE_CUDNN=1 (bf16/fp16 only);
+# train_gpt2cu_cudnn always does (gpu-check compares the two).
+CUDNN_FRONTEND_HINT = pip install --no-deps --target $$HOME/.cache/cudnn-frontend nvidia-cudnn-frontend==1.32.0
+CUDNN_FRONTEND_PATH ?= $(firstword $(foreach d,$(HOME)/.cache/cudnn-frontend/include $(HOME)/cudnn-frontend/include,$(if $(wildcard $(d)/cudnn_frontend.h),$(d))))
+ifneq ($(and $(CUDNN_HOME),$(CUDNN_FRONTEND_PATH)),)
+  $(info ✓ cudnn-frontend found in $(CUDNN_FRONTEND_PATH): make USE_CUDNN=1 for cuDNN attention)
+else
+  $(info ✗ cudnn-frontend not found (optional, cuDNN attention: $(CUDNN_FRONTEND_HINT)))
+endif
+CUDNN_FLAGS = -DENABLE_CUDNN -isystem $(CUDNN_FRONTEND_PATH) -I$(CUDNN_HOME)/include
+CUDNN_LIBS = -L$(CUDNN_HOME)/lib -L$(CUDNN_HOME)/lib64 -Xlinker -rpath=$(CUDNN_HOME)/lib:$(CUDNN_HOME)/lib64 -lcudnn -lnvrtc
+USE_CUDNN ?= 0
+ifeq ($(USE_CUDNN),1)
+  ifeq ($(and $(CUDNN_HOME),$(CUDNN_FRONTEND_PATH)),)
+    $(error USE_CUDNN=1 needs cuDNN 9 (CUDNN_HOME) and the cudnn-frontend headers (CUDNN_FRONTEND_PATH): $(CUDNN_FRONTEND_HINT))
+  endif
+  ifeq ($(PRECISION),FP32)
+    $(error USE_CUDNN=1 needs PRECISION=BF16 or FP16: cuDNN's flash attention takes 16-bit inputs)
+  endif
+  TRAINER_CUDNN = $(CUDNN_FLAGS)
+  TRAINER_CUDNN_LIBS = $(CUDNN_LIBS)
+endif
 ifneq ($(NCCL_HOME),)
   $(info ✓ NCCL found in $(NCCL_HOME))
 else
@@ -107,21 +131,30 @@ train_gpt2: train_gpt2.c | data
 LADDERS = encoder_forward encoder_backward layernorm_forward layernorm_backward causal_softmax softmax_backward gelu \
           fused_classifier adamw
 CUDA_PROGRAMS := train_gpt2cu train_gpt2cu_fp32 train_gpt2cu_fp16 test_gpt2cu test_gpt2cu_fp32 test_gpt2cu_fp16 train_mlpcu \
-                 dev/check_env dev/cuda/vector_add dev/cuda/matmul $(addprefix dev/cuda/,$(LADDERS)) dev/emu/test_emu
+                 dev/check_env dev/cuda/vector_add dev/cuda/matmul $(addprefix dev/cuda/,$(LADDERS)) dev/emu/test_emu \
+                 $(if $(and $(CUDNN_HOME),$(CUDNN_FRONTEND_PATH)),train_gpt2cu_cudnn test_gpt2cu_cudnn dev/cuda/attention_cudnn)
+# (the ladders know fp32 and bf16: PRECISION=FP16 builds them in bf16)
 $(addprefix dev/cuda/,$(LADDERS)): dev/cuda/%: dev/cuda/%.cu dev/cuda/common.h dev/cuda/precision.h
-	$(NVCC) $(NVCC_FLAGS) -DENABLE_$(PRECISION) $< -o $@
+	$(NVCC) $(NVCC_FLAGS) -DENABLE_$(if $(filter FP16,$(PRECISION)),BF16,$(PRECISION)) $< -o $@
 $(addprefix dev/emu/,$(addsuffix _cpu,$(LADDERS))): dev/emu/%_cpu: dev/cuda/%.cu dev/cuda/common.h dev/cuda/precision.h $(EMU)
 	bash dev/emu/emu_build.sh $< $@ -DENABLE_BF16
 # the GPU trainer, in the precision PRECISION chooses, and in FP32
 train_gpt2cu: train_gpt2.cu
-	$(NVCC) $(NVCC_FLAGS) -DENABLE_$(PRECISION) -Xcompiler "$(OMP_FLAGS)" $< -lcublas -lcublasLt $(if $(filter -fopenmp,$(OMP_FLAGS)),-lgomp) -o $@
+	$(NVCC) $(NVCC_FLAGS) -DENABLE_$(PRECISION) $(TRAINER_CUDNN) -Xcompiler "$(OMP_FLAGS)" $< -lcublas -lcublasLt $(TRAINER_CUDNN_LIBS) $(if $(filter -fopenmp,$(OMP_FLAGS)),-lgomp) -o $@
+# with cuDNN's attention, in PRECISION (BF16 unless FP16)
+train_gpt2cu_cudnn: train_gpt2.cu
+	$(NVCC) $(NVCC_FLAGS) -DENABLE_$(if $(filter FP16,$(PRECISION)),FP16,BF16) $(CUDNN_FLAGS) -Xcompiler "$(OMP_FLAGS)" $< -lcublas -lcublasLt $(CUDNN_LIBS) $(if $(filter -fopenmp,$(OMP_FLAGS)),-lgomp) -o $@
+test_gpt2cu_cudnn: test_gpt2.cu train_gpt2.cu
+	$(NVCC) $(NVCC_FLAGS) -DENABLE_$(if $(filter FP16,$(PRECISION)),FP16,BF16) $(CUDNN_FLAGS) -Xcompiler "$(OMP_FLAGS)" $< -lcublas -lcublasLt $(CUDNN_LIBS) $(if $(filter -fopenmp,$(OMP_FLAGS)),-lgomp) -o $@
+dev/cuda/attention_cudnn: dev/cuda/attention_cudnn.cu dev/cuda/common.h
+	$(NVCC) $(NVCC_FLAGS) -DENABLE_$(if $(filter FP16,$(PRECISION)),FP16,BF16) $(CUDNN_FLAGS) $< $(CUDNN_LIBS) -o $@
 train_gpt2cu_fp32: train_gpt2.cu
 	$(NVCC) $(NVCC_FLAGS) -DENABLE_FP32 -Xcompiler "$(OMP_FLAGS)" $< -lcublas -lcublasLt $(if $(filter -fopenmp,$(OMP_FLAGS)),-lgomp) -o $@
 train_gpt2cu_fp16: train_gpt2.cu
 	$(NVCC) $(NVCC_FLAGS) -DENABLE_FP16 -Xcompiler "$(OMP_FLAGS)" $< -lcublas -lcublasLt $(if $(filter -fopenmp,$(OMP_FLAGS)),-lgomp) -o $@
 # its test against the PyTorch fixtures (without a GPU: skipped, exit 0)
 test_gpt2cu: test_gpt2.cu train_gpt2.cu
-	$(NVCC) $(NVCC_FLAGS) -DENABLE_$(PRECISION) -Xcompiler "$(OMP_FLAGS)" $< -lcublas -lcublasLt $(if $(filter -fopenmp,$(OMP_FLAGS)),-lgomp) -o $@
+	$(NVCC) $(NVCC_FLAGS) -DENABLE_$(PRECISION) $(TRAINER_CUDNN) -Xcompiler "$(OMP_FLAGS)" $< -lcublas -lcublasLt $(TRAINER_CUDNN_LIBS) $(if $(filter -fopenmp,$(OMP_FLAGS)),-lgomp) -o $@
 test_gpt2cu_fp32: test_gpt2.cu train_gpt2.cu
 	$(NVCC) $(NVCC_FLAGS) -DENABLE_FP32 -Xcompiler "$(OMP_FLAGS)" $< -lcublas -lcublasLt $(if $(filter -fopenmp,$(OMP_FLAGS)),-lgomp) -o $@
 test_gpt2cu_fp16: test_gpt2.cu train_gpt2.cu
@@ -211,6 +244,7 @@ TESTS = ./test_gpt2 \
         "bash dev/test/test_train_gpt2_cli.sh ./train_gpt2" \
         "bash dev/test/test_train_mlp_cli.sh ./train_mlp" \
         "bash dev/test/check_shared_copies.sh" \
+        "bash dev/test/check_ladder_copies.sh" \
         "bash dev/test/check_cuda_builds.sh"
 test: train_gpt2 test_gpt2 data/tokenizer test_tokenizer train_mlp test_mlp dev/emu/test_emu_cpu dev/emu/matmul_cpu dev/emu/train_mlpcu_cpu dev/emu/train_gpt2cu_fp32_cpu dev/emu/train_gpt2cu_bf16_cpu dev/emu/train_gpt2cu_fp16_cpu dev/emu/test_gpt2cu_fp32_cpu dev/emu/test_gpt2cu_bf16_cpu dev/emu/test_gpt2cu_fp16_cpu \
       $(addprefix dev/emu/,$(addsuffix _cpu,$(LADDERS)))
@@ -229,6 +263,10 @@ dev/cpu/bench_train_gpt2: dev/cpu/bench_train_gpt2.c train_gpt2.c
 bench: dev/cpu/bench_train_gpt2 data/tokenizer
 	./dev/cpu/bench_train_gpt2
 	bash dev/bench_tokenizer.sh ./data/tokenizer
+
+# make print-VAR prints a variable's value (dev/test/gpu_check.sh asks for a few)
+print-%:
+	@echo '$($*)'
 
 clean:
 	rm -f train_gpt2 test_gpt2 test_tokenizer data/tokenizer dev/cpu/bench_train_gpt2 train_mlp test_mlp $(CUDA_PROGRAMS) dev/emu/test_emu_cpu dev/emu/matmul_cpu dev/emu/train_mlpcu_cpu dev/emu/train_gpt2cu_fp32_cpu dev/emu/train_gpt2cu_bf16_cpu dev/emu/train_gpt2cu_fp16_cpu dev/emu/test_gpt2cu_fp32_cpu dev/emu/test_gpt2cu_bf16_cpu dev/emu/test_gpt2cu_fp16_cpu $(addprefix dev/emu/,$(addsuffix _cpu,$(LADDERS)))

@@ -4,27 +4,32 @@ train_gpt2.cu: GPT-2 training on one GPU, checked against train_gpt2.c.
 The same model, flags, data loader, random numbers, log and checkpoint files as
 train_gpt2.c (a CPU checkpoint resumes here and the other way round in fp32);
 the arithmetic moves to the GPU. Each layer of train_gpt2.c has a launcher here
-with the same name, so the two files read side by side. This first version:
-  - precision chosen at build time: PRECISION=FP32 or BF16 (the default): the
-    parameters, gradients and activations are floatX; AdamW keeps fp32 moments
-    and, in BF16, an fp32 master copy of the weights (rounded to bf16 after
-    every update), so small updates are not lost to bf16's 8-bit mantissa;
-  - matmuls through cuBLAS (cublasGemmEx, fp32 accumulation), the bias added by
-    a kernel of ours; attention as two batched GEMMs around a causal softmax
-    kernel (the (B, NH, T, T) scores are kept for the backward pass);
+with the same name, so the two files read side by side. In it:
+  - precision chosen at build time: PRECISION=FP32, BF16 (the default) or FP16:
+    the parameters, gradients and activations are floatX; AdamW keeps fp32
+    moments and, in BF16 and FP16, an fp32 master copy of the weights (rounded
+    after every update), so small updates are not lost to a 16-bit mantissa
+    (BF16 can do without, -w 0: stochastic rounding); FP16 scales the loss
+    dynamically, so that gradients fit its narrow range;
+  - matmuls through cuBLASLt (fp32 accumulation), the bias added and GELU applied
+    (or, backward, GELU's derivative) in its epilogue; attention as two batched
+    GEMMs around a causal softmax kernel (the (B, NH, T, T) scores are kept for
+    the backward pass), or cuDNN's flash attention (USE_CUDNN=1);
   - our kernels for the embedding, LayerNorm (a warp per row), GELU, the
     residual adds, a fused classifier (softmax, loss and the gradient of the
     logits written in one kernel, over the logits in place), AdamW, and the
-    global gradient norm;
+    global gradient norm; each is the first rung of its ladder in dev/cuda/;
+  - activation recomputation (-r): GELU's output and LayerNorm's recomputed in
+    the backward pass instead of kept, to save memory;
   - every kernel deterministic: sums over rows go through per-chunk partial
     sums added in a fixed order, the embedding gradient through tokens sorted
     on the host, never through atomics. Two runs are bit-identical.
-Left for later (see the issue): cuBLASLt epilogues, cuDNN attention, FP16 with
-loss scaling, activation recomputation, multi-GPU.
+Left for later: multi-GPU; faster kernels where the ladders find them.
 
 Build and run:
     make train_gpt2cu && ./train_gpt2cu             # the default run of train_gpt2.c, on the GPU
-    make train_gpt2cu PRECISION=FP32                # fp32 everywhere
+    make train_gpt2cu PRECISION=FP32                # fp32 everywhere (FP16: fp16 with loss scaling)
+    make train_gpt2cu USE_CUDNN=1                   # cuDNN attention (needs the cudnn-frontend headers)
 Without a GPU, make test runs this file's kernels through the CPU emulator
 (dev/emu) and compares them with train_gpt2.c (dev/test/test_train_gpt2_cuda.sh).
 
@@ -51,6 +56,26 @@ residual stream's one running gradient); other activation gradients are WRITTEN.
 #include <cuda_fp16.h>
 #include <cublas_v2.h>
 #include <cublasLt.h>
+#if defined(ENABLE_CUDNN)
+#define USE_CUDNN_ATTENTION 1
+#else
+#define USE_CUDNN_ATTENTION 0
+#endif
+#if defined(ENABLE_CUDNN)
+// cuDNN's fused attention (make USE_CUDNN=1), through the cudnn-frontend headers;
+// host code only (see the cuDNN section below)
+#include <cudnn.h>
+#ifndef __CUDA_ARCH__
+#include <array>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <unordered_map>
+#include <vector>
+#define CUDNN_FRONTEND_SKIP_JSON_LIB // (its JSON library only prints and saves graphs: a third less to compile)
+#include <cudnn_frontend.h>
+#endif
+#endif
 #define PROGRAM "./train_gpt2cu" // in messages: how the user runs this program
 
 // ----------------------------------------------------------------------------
@@ -147,15 +172,24 @@ static void cublas_check(cublasStatus_t status, const char *file, int line) {
 // Device memory for one group of tensors (`what`), or a message that says which
 // group did not fit, by how much, and what to change.
 static void *cuda_malloc_check(size_t bytes, const char *what) {
+#if defined(ENABLE_FP32)
+    const char *precision_hint = "; or build with 16-bit activations (PRECISION=BF16)";
+#else
+    const char *precision_hint = "";
+#endif
     void *p = NULL;
     cudaError_t err = cudaMalloc(&p, bytes > 0 ? bytes : 1);
     if (err != cudaSuccess) {
         size_t free_bytes = 0, total_bytes = 0;
         cudaGetLastError(); // clear the error, so that the query below works
         cudaMemGetInfo(&free_bytes, &total_bytes);
-        fprintf(stderr, "Error: out of GPU memory: %s need %.1f MiB, %.1f MiB of %.1f MiB are free (%s)\n"
-                "HINT: lower the batch size (-b) or the sequence length (-t), and raise -d to keep the total batch\n",
-                what, bytes / 1048576.0, free_bytes / 1048576.0, total_bytes / 1048576.0, cudaGetErrorString(err));
+        fprintf(stderr, "Error: out of GPU memory: %s need %.1f MiB, %.1f MiB of %.1f MiB are free: %.1f MiB short (%s)\n"
+                "HINT: lower the batch size (-b) or the sequence length (-t), and raise -d to keep the total batch;"
+                " or recompute more activations (-r 2)%s%s\n",
+                what, bytes / 1048576.0, free_bytes / 1048576.0, total_bytes / 1048576.0,
+                bytes > free_bytes ? (bytes - free_bytes) / 1048576.0 : 0.0, cudaGetErrorString(err),
+                precision_hint,
+                USE_CUDNN_ATTENTION ? "" : "; or build with cuDNN's attention (USE_CUDNN=1), which keeps no T x T matrices");
         exit(EXIT_FAILURE);
     }
     return p;
@@ -219,6 +253,9 @@ typedef __half floatX;
 #define MODEL_VERSION_OURS MODEL_VERSION_FP32 // llm.c's formats have no fp16 version: fp16 runs write fp32 files
 #else
 #error "build with -DENABLE_FP32, -DENABLE_BF16 or -DENABLE_FP16 (make train_gpt2cu PRECISION=FP32|BF16|FP16)"
+#endif
+#if defined(ENABLE_CUDNN) && defined(ENABLE_FP32)
+#error "cuDNN's flash attention takes 16-bit q, k, v: USE_CUDNN=1 needs PRECISION=BF16 or FP16"
 #endif
 // all arithmetic is in fp32: values are converted on load and rounded on store
 __device__ __host__ inline float to_float(floatX x) { return (float)x; }
@@ -794,6 +831,225 @@ void attention_backward(floatX *dqkv, floatX *dqkvr, floatX *datt, floatX *dyr, 
     cudaCheck(cudaGetLastError());
 }
 
+#if defined(ENABLE_CUDNN)
+// The same attention through cuDNN's fused flash attention (Dao et al. 2022,
+// "FlashAttention"): q, k and v read in place from qkv, the (T, T) scores never
+// stored; the backward rebuilds them from a logsumexp per row (stats, fp32). Written
+// and checked on its own in dev/cuda/attention_cudnn.cu; this is a marked copy.
+// --- begin shared-copy: cudnn-attention ---
+void cudnn_create(void);
+void cudnn_destroy(void);
+void cudnn_describe(char *buf, size_t size);
+int cudnn_backward_is_deterministic(void);
+size_t cudnn_workspace_bytes(void);
+void attention_forward_cudnn(floatX *out, float *stats, const floatX *qkv, size_t B, size_t T, size_t NH, size_t C);
+void attention_backward_cudnn(floatX *dqkv, const floatX *dout, const floatX *qkv, const floatX *out,
+                              const float *stats, size_t B, size_t T, size_t NH, size_t C);
+
+#ifndef __CUDA_ARCH__
+namespace fe = cudnn_frontend;
+#if defined(ENABLE_FP16)
+static const fe::DataType_t CUDNN_FLOATX = fe::DataType_t::HALF;
+#else
+static const fe::DataType_t CUDNN_FLOATX = fe::DataType_t::BFLOAT16;
+#endif
+
+// check macros in the style of cudaCheck: the library's message, file and line, exit 1
+static void cudnn_check(cudnnStatus_t status, const char *file, int line) {
+    if (status != CUDNN_STATUS_SUCCESS) {
+        fprintf(stderr, "Error: cuDNN: %s [%s:%d]\n", cudnnGetErrorString(status), file, line);
+        exit(EXIT_FAILURE);
+    }
+}
+#define cudnnCheck(status) cudnn_check(status, __FILE__, __LINE__)
+static void cudnn_fe_check(const fe::error_object &e, const char *file, int line) {
+    if (e.is_bad()) {
+        fprintf(stderr, "Error: cuDNN frontend: %s [%s:%d]\n", e.err_msg.c_str(), file, line);
+        exit(EXIT_FAILURE);
+    }
+}
+#define cudnnFECheck(err) cudnn_fe_check(err, __FILE__, __LINE__)
+
+static cudnnHandle_t cudnn_handle;
+// one workspace for every graph, grown to the largest any of them asks for (cuDNN's
+// backward wants some for its fp32 dq accumulator; the forward often none)
+static void *cudnn_workspace = NULL;
+static size_t cudnn_workspace_size = 0;
+// Building a graph takes cuDNN's heuristics and plan compilation, from tens of ms to
+// seconds, so we build each shape once and keep it. The trainer meets one or two
+// shapes (B,T for training and for evaluation); NH and HS are in the key for main's checks.
+typedef std::array<int64_t, 4> GraphKey; // B, T, NH, HS
+static std::map<GraphKey, std::shared_ptr<fe::graph::Graph>> forward_graphs, backward_graphs;
+static int backward_deterministic = 1; // cleared if cuDNN has no deterministic backward for a shape
+
+// Each tensor of a graph has a number (UID); at run time a map from these numbers to
+// device pointers binds the graph to the buffers of one call.
+enum { Q_UID = 1, K_UID, V_UID, O_UID, STATS_UID, DO_UID, DQ_UID, DK_UID, DV_UID };
+
+void cudnn_create(void) { cudnnCheck(cudnnCreate(&cudnn_handle)); }
+
+void cudnn_destroy(void) {
+    forward_graphs.clear(); // the plans first: they were built on the handle
+    backward_graphs.clear();
+    if (cudnn_workspace != NULL) { cudaCheck(cudaFree(cudnn_workspace)); }
+    cudnn_workspace = NULL;
+    cudnn_workspace_size = 0;
+    cudnnCheck(cudnnDestroy(cudnn_handle));
+}
+
+void cudnn_describe(char *buf, size_t size) {
+    snprintf(buf, size, "cuDNN %zu (headers %d), cudnn-frontend %d.%d.%d", cudnnGetVersion(), (int)CUDNN_VERSION,
+             CUDNN_FRONTEND_MAJOR_VERSION, CUDNN_FRONTEND_MINOR_VERSION, CUDNN_FRONTEND_PATCH_VERSION);
+}
+
+int cudnn_backward_is_deterministic(void) { return backward_deterministic; }
+size_t cudnn_workspace_bytes(void) { return cudnn_workspace_size; }
+
+// (B,NH,T,HS) views. One of q, k, v inside qkv (B,T,3C): heads HS apart within a token's
+// row, tokens 3C apart, sequences 3C*T apart; the pointer bound at run time (qkv, +C or
+// +2C) picks which of the three. The same strides serve dq, dk, dv inside dqkv.
+static std::vector<int64_t> qkv_strides(int64_t T, int64_t NH, int64_t HS) {
+    return {3 * NH * HS * T, HS, 3 * NH * HS, 1};
+}
+// out and dout (B,T,C): the same with C in place of 3C
+static std::vector<int64_t> out_strides(int64_t T, int64_t NH, int64_t HS) { return {NH * HS * T, HS, NH * HS, 1}; }
+
+static std::shared_ptr<fe::graph::Tensor_attributes> input_tensor(fe::graph::Graph &graph, const char *name, int64_t uid,
+                                                                  std::vector<int64_t> dim, std::vector<int64_t> stride) {
+    return graph.tensor(fe::graph::Tensor_attributes().set_name(name).set_uid(uid).set_dim(dim).set_stride(stride));
+}
+
+// The steps from a described graph to a runnable plan; the first error stops them.
+// Heuristic mode A: cuDNN's fast heuristic, which ranks its engines for the shape.
+static fe::error_object build_graph(fe::graph::Graph &graph) {
+    if (fe::error_object e = graph.validate(); e.is_bad()) { return e; }
+    if (fe::error_object e = graph.build_operation_graph(cudnn_handle); e.is_bad()) { return e; }
+    if (fe::error_object e = graph.create_execution_plans({fe::HeurMode_t::A}); e.is_bad()) { return e; }
+    if (fe::error_object e = graph.check_support(); e.is_bad()) { return e; }
+    if (fe::error_object e = graph.build_plans(); e.is_bad()) { return e; }
+    int64_t bytes = 0;
+    if (fe::error_object e = graph.get_workspace_size(bytes); e.is_bad()) { return e; }
+    if ((size_t)bytes > cudnn_workspace_size) {
+        if (cudnn_workspace != NULL) { cudaCheck(cudaFree(cudnn_workspace)); } // (waits for the GPU)
+        cudaCheck(cudaMalloc(&cudnn_workspace, (size_t)bytes));
+        cudnn_workspace_size = (size_t)bytes;
+    }
+    return fe::error_object();
+}
+
+// The forward graph of one shape: one SDPA node. Scale and causal mask are fixed, so
+// they are baked into the graph instead of being passed at every call.
+static std::shared_ptr<fe::graph::Graph> forward_graph(int64_t B, int64_t T, int64_t NH, int64_t HS) {
+    GraphKey key = {B, T, NH, HS};
+    auto found = forward_graphs.find(key);
+    if (found != forward_graphs.end()) { return found->second; }
+    auto graph = std::make_shared<fe::graph::Graph>();
+    graph->set_io_data_type(CUDNN_FLOATX)
+        .set_intermediate_data_type(fe::DataType_t::FLOAT)
+        .set_compute_data_type(fe::DataType_t::FLOAT);
+    std::vector<int64_t> dim = {B, NH, T, HS}, qkv_stride = qkv_strides(T, NH, HS);
+    auto Q = input_tensor(*graph, "Q", Q_UID, dim, qkv_stride);
+    auto K = input_tensor(*graph, "K", K_UID, dim, qkv_stride);
+    auto V = input_tensor(*graph, "V", V_UID, dim, qkv_stride);
+    // causal: query t sees keys 0..t, the band's right edge on the diagonal (right
+    // bound 0), the diagonal starting at the top left as q and k have the same length
+    auto options = fe::graph::SDPA_attributes()
+                       .set_name("attention_forward")
+                       .set_generate_stats(true)
+                       .set_attn_scale(1.0f / sqrtf((float)HS))
+                       .set_diagonal_alignment(fe::DiagonalAlignment_t::TOP_LEFT)
+                       .set_diagonal_band_right_bound(0);
+    auto [O, stats] = graph->sdpa(Q, K, V, options);
+    // out (B,T,C) as the trainer lays it out: the heads side by side in a token's row
+    O->set_output(true).set_uid(O_UID).set_dim(dim).set_stride(out_strides(T, NH, HS));
+    // stats (B,NH,T,1) fp32, logsumexp in natural log: what the backward reads back
+    stats->set_output(true).set_uid(STATS_UID).set_data_type(fe::DataType_t::FLOAT)
+        .set_dim({B, NH, T, 1}).set_stride({NH * T, T, 1, 1});
+    cudnnFECheck(build_graph(*graph));
+    forward_graphs[key] = graph;
+    return graph;
+}
+
+// The backward graph's description; deterministic or not (see backward_graph).
+static std::shared_ptr<fe::graph::Graph> describe_backward(int64_t B, int64_t T, int64_t NH, int64_t HS, bool deterministic) {
+    auto graph = std::make_shared<fe::graph::Graph>();
+    graph->set_io_data_type(CUDNN_FLOATX)
+        .set_intermediate_data_type(fe::DataType_t::FLOAT)
+        .set_compute_data_type(fe::DataType_t::FLOAT);
+    std::vector<int64_t> dim = {B, NH, T, HS}, qkv_stride = qkv_strides(T, NH, HS), out_stride = out_strides(T, NH, HS);
+    auto Q = input_tensor(*graph, "Q", Q_UID, dim, qkv_stride);
+    auto K = input_tensor(*graph, "K", K_UID, dim, qkv_stride);
+    auto V = input_tensor(*graph, "V", V_UID, dim, qkv_stride);
+    auto O = input_tensor(*graph, "O", O_UID, dim, out_stride);
+    auto dO = input_tensor(*graph, "dO", DO_UID, dim, out_stride);
+    auto stats = input_tensor(*graph, "stats", STATS_UID, {B, NH, T, 1}, {NH * T, T, 1, 1});
+    stats->set_data_type(fe::DataType_t::FLOAT);
+    // the same scale and mask as the forward, or the rebuilt probabilities would differ
+    auto options = fe::graph::SDPA_backward_attributes()
+                       .set_name("attention_backward")
+                       .set_attn_scale(1.0f / sqrtf((float)HS))
+                       .set_diagonal_alignment(fe::DiagonalAlignment_t::TOP_LEFT)
+                       .set_diagonal_band_right_bound(0)
+                       .set_deterministic_algorithm(deterministic);
+    auto [dQ, dK, dV] = graph->sdpa_backward(Q, K, V, O, dO, stats, options);
+    // dq, dk, dv land in their thirds of dqkv (B,T,3C), the layout the qkv matmul's backward reads
+    dQ->set_output(true).set_uid(DQ_UID).set_dim(dim).set_stride(qkv_stride);
+    dK->set_output(true).set_uid(DK_UID).set_dim(dim).set_stride(qkv_stride);
+    dV->set_output(true).set_uid(DV_UID).set_dim(dim).set_stride(qkv_stride);
+    return graph;
+}
+
+// The backward walks the keys block by block, and each block adds its share to dq. By
+// default those adds are fp32 atomics, in an order that changes from run to run, and so
+// do the last bits of dq; we ask for cuDNN's deterministic algorithm instead. Where this
+// cuDNN and GPU have none (the frontend names Blackwell before cuDNN 9.18), we say so and
+// take the other.
+static std::shared_ptr<fe::graph::Graph> backward_graph(int64_t B, int64_t T, int64_t NH, int64_t HS) {
+    GraphKey key = {B, T, NH, HS};
+    auto found = backward_graphs.find(key);
+    if (found != backward_graphs.end()) { return found->second; }
+    auto graph = describe_backward(B, T, NH, HS, true);
+    fe::error_object e = build_graph(*graph);
+    if (e.is_bad()) {
+        fprintf(stderr, "Warning: cuDNN has no deterministic attention backward for B %lld T %lld NH %lld HS %lld (%s); "
+                "using the non-deterministic one\n", (long long)B, (long long)T, (long long)NH, (long long)HS,
+                e.err_msg.c_str());
+        graph = describe_backward(B, T, NH, HS, false);
+        cudnnFECheck(build_graph(*graph));
+        backward_deterministic = 0;
+    }
+    backward_graphs[key] = graph;
+    return graph;
+}
+
+// out (B,T,C) and stats (B,NH,T) written, from qkv (B,T,3C); on the default stream
+void attention_forward_cudnn(floatX *out, float *stats, const floatX *qkv, size_t B, size_t T, size_t NH, size_t C) {
+    size_t HS = C / NH;
+    auto graph = forward_graph((int64_t)B, (int64_t)T, (int64_t)NH, (int64_t)HS);
+    floatX *q = (floatX *)qkv; // cuDNN takes void *, also for what it only reads
+    std::unordered_map<int64_t, void *> pointers = {
+        {Q_UID, q}, {K_UID, q + C}, {V_UID, q + 2 * C}, {O_UID, out}, {STATS_UID, stats}};
+    cudnnFECheck(graph->execute(cudnn_handle, pointers, cudnn_workspace));
+    cudaCheck(cudaGetLastError());
+}
+
+// dqkv (B,T,3C) written, from dout (B,T,C) and the forward's qkv, out and stats
+void attention_backward_cudnn(floatX *dqkv, const floatX *dout, const floatX *qkv, const floatX *out,
+                              const float *stats, size_t B, size_t T, size_t NH, size_t C) {
+    size_t HS = C / NH;
+    auto graph = backward_graph((int64_t)B, (int64_t)T, (int64_t)NH, (int64_t)HS);
+    floatX *q = (floatX *)qkv;
+    std::unordered_map<int64_t, void *> pointers = {
+        {Q_UID, q},             {K_UID, q + C},         {V_UID, q + 2 * C},
+        {O_UID, (void *)out},   {DO_UID, (void *)dout}, {STATS_UID, (void *)stats},
+        {DQ_UID, dqkv},         {DK_UID, dqkv + C},     {DV_UID, dqkv + 2 * C}};
+    cudnnFECheck(graph->execute(cudnn_handle, pointers, cudnn_workspace));
+    cudaCheck(cudaGetLastError());
+}
+#endif // __CUDA_ARCH__
+// --- end shared-copy: cudnn-attention ---
+#endif
+
 void gelu_forward(floatX *out, const floatX *inp, size_t N) {
     gelu_forward_kernel<<<ceil_div(N, BLOCK), BLOCK>>>(out, inp, N);
     cudaCheck(cudaGetLastError());
@@ -918,7 +1174,7 @@ typedef struct {
 
 // The activations of one forward pass, kept for the backward pass. Most are
 // floatX; the LayerNorm statistics and the losses stay fp32 (ACT_FP32 below).
-#define NUM_ACTIVATION_TENSORS 23
+#define NUM_ACTIVATION_TENSORS 24
 typedef struct {
     floatX *encoded;   // (B, T, C) token + position embeddings
     floatX *ln1;       // (L, B, T, C); with recomputation level 2, one layer's (B, T, C)
@@ -943,18 +1199,21 @@ typedef struct {
     floatX *logits;    // (B, T, Vp); with targets, overwritten by dlogits (the fused classifier)
     float *losses;     // (B, T)
     floatX *yr;        // (B, NH, T, HS) scratch of attention_forward
+    float *att_stats;  // with cuDNN (L, B, NH, T): the logsumexp of each row of scores,
+                       // all its backward keeps; then att, qkvr and yr are empty
 } ActivationTensors;
-static const int ACT_FP32[NUM_ACTIVATION_TENSORS] = {0, 0, 1, 1, 0, 0, 0, 0, 0, 0, 0, 1, 1, 0, 0, 0, 0, 0, 1, 1, 0, 1, 0};
+static const int ACT_FP32[NUM_ACTIVATION_TENSORS] = {0, 0, 1, 1, 0, 0, 0, 0, 0, 0, 0, 1, 1, 0, 0, 0, 0, 0, 1, 1, 0, 1, 0, 1};
 
 // (recompute: the level; the recomputed activations get one layer's buffer, reused)
 void fill_in_activation_sizes(size_t *sizes, GPT2Config config, size_t B, size_t T, int recompute) {
     size_t C = config.channels, NH = config.num_heads, L = config.num_layers, Vp = config.padded_vocab_size;
     size_t L_ln = recompute >= 2 ? 1 : L, L_gelu = recompute >= 1 ? 1 : L;
+    size_t ours = USE_CUDNN_ATTENTION ? 0 : 1, cudnn = 1 - ours; // which attention's buffers
     size_t shapes[NUM_ACTIVATION_TENSORS] = {
-        B * T * C, L_ln * B * T * C, L * B * T, L * B * T, L * B * T * 3 * C, L * B * T * 3 * C, L * B * T * C,
-        L * B * NH * T * T, L * B * T * C, L * B * T * C, L_ln * B * T * C, L * B * T, L * B * T,
+        B * T * C, L_ln * B * T * C, L * B * T, L * B * T, L * B * T * 3 * C, ours * L * B * T * 3 * C, L * B * T * C,
+        ours * L * B * NH * T * T, L * B * T * C, L * B * T * C, L_ln * B * T * C, L * B * T, L * B * T,
         L * B * T * 4 * C, L_gelu * B * T * 4 * C, L * B * T * C, L * B * T * C, B * T * C, B * T, B * T,
-        B * T * Vp, B * T, B * T * C};
+        B * T * Vp, B * T, ours * B * T * C, cudnn * L * B * NH * T};
     memcpy(sizes, shapes, sizeof(shapes));
 }
 
@@ -972,9 +1231,9 @@ typedef struct {
 } GradActTensors;
 
 void fill_in_grad_act_sizes(size_t *sizes, GPT2Config config, size_t B, size_t T) {
-    size_t C = config.channels, NH = config.num_heads;
-    size_t shapes[NUM_GRAD_ACT_TENSORS] = {B * T * C, B * T * C, B * T * C, B * T * 3 * C, B * NH * T * T, B * T * 4 * C,
-                                           B * T * 3 * C, B * T * C};
+    size_t C = config.channels, NH = config.num_heads, ours = USE_CUDNN_ATTENTION ? 0 : 1; // (cuDNN: no scratch)
+    size_t shapes[NUM_GRAD_ACT_TENSORS] = {B * T * C, B * T * C, B * T * C, B * T * 3 * C, ours * B * NH * T * T,
+                                           B * T * 4 * C, ours * B * T * 3 * C, ours * B * T * C};
     memcpy(sizes, shapes, sizeof(shapes));
 }
 
@@ -1379,8 +1638,7 @@ void gpt2_forward(GPT2 *model, const int *inputs, const int *targets, size_t B, 
         size_t l_ln = model->recompute >= 2 ? 0 : l, l_gelu = model->recompute >= 1 ? 0 : l;
         floatX *l_ln1 = a.ln1 + l_ln * B * T * C;
         float *l_ln1_mean = a.ln1_mean + l * B * T, *l_ln1_rstd = a.ln1_rstd + l * B * T;
-        floatX *l_qkv = a.qkv + l * B * T * 3 * C, *l_qkvr = a.qkvr + l * B * T * 3 * C, *l_atty = a.atty + l * B * T * C;
-        floatX *l_att = a.att + l * B * NH * T * T, *l_attproj = a.attproj + l * B * T * C;
+        floatX *l_qkv = a.qkv + l * B * T * 3 * C, *l_atty = a.atty + l * B * T * C, *l_attproj = a.attproj + l * B * T * C;
         floatX *l_residual2 = a.residual2 + l * B * T * C, *l_ln2 = a.ln2 + l_ln * B * T * C;
         float *l_ln2_mean = a.ln2_mean + l * B * T, *l_ln2_rstd = a.ln2_rstd + l * B * T;
         floatX *l_fch = a.fch + l * B * T * 4 * C, *l_fch_gelu = a.fch_gelu + l_gelu * B * T * 4 * C;
@@ -1389,7 +1647,11 @@ void gpt2_forward(GPT2 *model, const int *inputs, const int *targets, size_t B, 
         // attention block: x + attproj(attention(ln1(x)))
         layernorm_forward(l_ln1, l_ln1_mean, l_ln1_rstd, residual, l_ln1w, l_ln1b, B, T, C);
         matmul_forward(l_qkv, l_ln1, l_qkvw, l_qkvb, B, T, C, 3 * C);
-        attention_forward(l_atty, l_qkvr, l_att, a.yr, l_qkv, B, T, C, NH);
+#if defined(ENABLE_CUDNN)
+        attention_forward_cudnn(l_atty, a.att_stats + l * B * NH * T, l_qkv, B, T, NH, C);
+#else
+        attention_forward(l_atty, a.qkvr + l * B * T * 3 * C, a.att + l * B * NH * T * T, a.yr, l_qkv, B, T, C, NH);
+#endif
         matmul_forward(l_attproj, l_atty, l_attprojw, l_attprojb, B, T, C, C);
         residual_forward(l_residual2, residual, l_attproj, B * T * C);
         // MLP block: x + fcproj(gelu(fc(ln2(x))))
@@ -1480,7 +1742,7 @@ void gpt2_backward(GPT2 *model, float loss_scale) {
         size_t l_ln = model->recompute >= 2 ? 0 : l, l_gelu = model->recompute >= 1 ? 0 : l;
         floatX *l_ln1 = a.ln1 + l_ln * B * T * C;
         float *l_ln1_mean = a.ln1_mean + l * B * T, *l_ln1_rstd = a.ln1_rstd + l * B * T;
-        const floatX *l_qkvr = a.qkvr + l * B * T * 3 * C, *l_atty = a.atty + l * B * T * C, *l_att = a.att + l * B * NH * T * T;
+        const floatX *l_atty = a.atty + l * B * T * C;
         floatX *l_ln2 = a.ln2 + l_ln * B * T * C;
         const floatX *l_residual2 = a.residual2 + l * B * T * C;
         float *l_ln2_mean = a.ln2_mean + l * B * T, *l_ln2_rstd = a.ln2_rstd + l * B * T;
@@ -1501,7 +1763,13 @@ void gpt2_backward(GPT2 *model, float loss_scale) {
         layernorm_backward(ga.dresidual, dl_ln2w, dl_ln2b, ga.dln, l_residual2, l_ln2w, l_ln2_mean, l_ln2_rstd, B, T, C);
         // attention block, in reverse; dresidual is now the gradient at residual2
         matmul_backward(ga.datty, dl_attprojw, dl_attprojb, ga.dresidual, l_atty, l_attprojw, B, T, C, C);
-        attention_backward(ga.dqkv, ga.dqkvr, ga.datt, ga.dyr, ga.datty, l_qkvr, l_att, B, T, C, NH);
+#if defined(ENABLE_CUDNN)
+        attention_backward_cudnn(ga.dqkv, ga.datty, a.qkv + l * B * T * 3 * C, l_atty, a.att_stats + l * B * NH * T, B, T, NH,
+                                 C);
+#else
+        attention_backward(ga.dqkv, ga.dqkvr, ga.datt, ga.dyr, ga.datty, a.qkvr + l * B * T * 3 * C, a.att + l * B * NH * T * T,
+                           B, T, C, NH);
+#endif
         matmul_backward(ga.dln, dl_qkvw, dl_qkvb, ga.dqkv, l_ln1, l_qkvw, B, T, C, 3 * C);
         layernorm_backward(ga.dresidual, dl_ln1w, dl_ln1b, ga.dln, residual, l_ln1w, l_ln1_mean, l_ln1_rstd, B, T, C);
     }
@@ -2151,6 +2419,13 @@ void print_hardware(void) {
     printf("hardware: GPU %d: %s, compute capability %d.%d, %d SMs, %.1f GiB | precision %s%s\n", device, p.name, p.major,
            p.minor, p.multiProcessorCount, p.totalGlobalMem / 1073741824.0, PRECISION_NAME,
            sizeof(floatX) == sizeof(float) ? "" : use_master_weights ? " with fp32 master weights" : " without master weights (stochastic rounding)");
+#if defined(ENABLE_CUDNN)
+    char version[128];
+    cudnn_describe(version, sizeof(version));
+    printf("attention: %s, fused flash attention\n", version);
+#else
+    printf("attention: ours (batched cuBLASLt matmuls and a causal softmax kernel; make USE_CUDNN=1 for cuDNN's)\n");
+#endif
 }
 
 // the GPU memory of a run with batches of B x T, group by group
@@ -2179,6 +2454,9 @@ void setup_hardware(void) {
     // (compute type 32F in matmul_lt: fp32 data is multiplied in full fp32, no TF32;
     // bf16 data on the tensor cores)
     cublasCheck(cublasLtCreate(&cublaslt_handle));
+#if defined(ENABLE_CUDNN)
+    cudnn_create();
+#endif
     cublaslt_workspace = cuda_malloc_check(CUBLASLT_WORKSPACE_BYTES, "cuBLASLt's workspace");
 }
 
@@ -2207,13 +2485,16 @@ int gpt2_loss_scale_update(GPT2 *model, float norm, char *note, size_t note_size
 // H100 / H200 SXM: 989.4 TFLOP/s bf16 on the tensor cores (fp32 accumulate), 66.9
 // TFLOP/s fp32 (NVIDIA's datasheets; the PCIe and NVL H100s are slower, so their
 // MFU reads high here). RTX 5070 Ti: fp32 from its 8,960 cores at a
-// 2.452 GHz boost clock, 2 FLOPs per FMA = 43.9 TFLOP/s; its bf16 rate with fp32
-// accumulate we have not measured yet (TODO: from a gpu-check run), so no MFU there.
+// 2.452 GHz boost clock, 2 FLOPs per FMA = 43.9 TFLOP/s; bf16 with fp32 accumulate
+// 87.9 TFLOP/s: NVIDIA's RTX Blackwell whitepaper gives the RTX 5090 209.5 dense
+// (170 SMs at 2.407 GHz, so 512 FLOPs per SM per clock; GeForce cards accumulate
+// in fp32 at half their fp16-accumulate rate), times 70 SMs at 2.452 GHz. fp16
+// runs at bf16's rate on all three.
 typedef struct {
     const char *name; // matched as a substring of the device name
     double bf16, fp32;
 } PeakFlops;
-static const PeakFlops PEAKS[] = {{"H100", 989.4e12, 66.9e12}, {"H200", 989.4e12, 66.9e12}, {"RTX 5070 Ti", 0.0, 43.9e12}};
+static const PeakFlops PEAKS[] = {{"H100", 989.4e12, 66.9e12}, {"H200", 989.4e12, 66.9e12}, {"RTX 5070 Ti", 87.9e12, 43.9e12}};
 
 // FLOPs of a training step per token, as in the PaLM paper's appendix B: 6 per
 // parameter (forward 2, backward 4) plus attention's 12 L C T (scores and

@@ -298,11 +298,36 @@ enum cudaMemcpyKind { cudaMemcpyHostToHost, cudaMemcpyHostToDevice, cudaMemcpyDe
 inline const char *cudaGetErrorString(cudaError_t e) { return e == cudaSuccess ? "no error" : "out of memory (emulation)"; }
 inline cudaError_t cudaGetLastError() { return cudaSuccess; }
 inline cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
-template <typename T> inline cudaError_t cudaMalloc(T **p, size_t bytes) {
-    *p = (T *)malloc(bytes > 0 ? bytes : 1);
-    return *p != nullptr ? cudaSuccess : cudaErrorMemoryAllocation;
+// Device memory is host memory. EMU_DEVICE_MIB=N makes the emulated device N MiB
+// large, so that programs' out-of-memory paths can be tested: each block then
+// carries its size in front of it, and the bytes in use are counted.
+namespace emu {
+inline size_t device_in_use = 0;
+inline size_t device_limit() {
+    static size_t limit = getenv("EMU_DEVICE_MIB") != nullptr ? (size_t)strtoull(getenv("EMU_DEVICE_MIB"), nullptr, 10) << 20 : 0;
+    return limit;
 }
-inline cudaError_t cudaFree(void *p) { free(p); return cudaSuccess; }
+constexpr size_t DEVICE_HEADER = 256; // (keeps the 256-byte alignment cudaMalloc promises)
+}
+template <typename T> inline cudaError_t cudaMalloc(T **p, size_t bytes) {
+    *p = nullptr;
+    if (emu::device_limit() != 0 && emu::device_in_use + bytes > emu::device_limit()) { return cudaErrorMemoryAllocation; }
+    char *raw = (char *)aligned_alloc(emu::DEVICE_HEADER, emu::DEVICE_HEADER + (bytes + 255) / 256 * 256);
+    if (raw == nullptr) { return cudaErrorMemoryAllocation; }
+    memcpy(raw, &bytes, sizeof(bytes));
+    emu::device_in_use += bytes;
+    *p = (T *)(raw + emu::DEVICE_HEADER);
+    return cudaSuccess;
+}
+inline cudaError_t cudaFree(void *p) {
+    if (p == nullptr) { return cudaSuccess; }
+    char *raw = (char *)p - emu::DEVICE_HEADER;
+    size_t bytes;
+    memcpy(&bytes, raw, sizeof(bytes));
+    emu::device_in_use -= bytes;
+    free(raw);
+    return cudaSuccess;
+}
 inline cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, cudaMemcpyKind) { memcpy(dst, src, bytes); return cudaSuccess; }
 inline cudaError_t cudaMemset(void *dst, int value, size_t bytes) { memset(dst, value, bytes); return cudaSuccess; }
 inline cudaError_t cudaGetDeviceCount(int *n) { *n = 1; return cudaSuccess; }
@@ -326,6 +351,11 @@ inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int) {
     return cudaSuccess;
 }
 inline cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes) {
+    if (emu::device_limit() != 0) {
+        *total_bytes = emu::device_limit();
+        *free_bytes = emu::device_limit() - emu::device_in_use;
+        return cudaSuccess;
+    }
     *total_bytes = emu_host_memory();
     *free_bytes = (size_t)sysconf(_SC_AVPHYS_PAGES) * (size_t)sysconf(_SC_PAGE_SIZE);
     return cudaSuccess;

@@ -7,8 +7,11 @@ src=$1
 out=$2
 shift 2
 here=$(cd "$(dirname "$0")" && pwd)
-tmp=$(mktemp /tmp/emu_XXXXXX.cpp)
-trap 'rm -f "$tmp"' EXIT
+# the C++ goes in a folder of its own: #include "x.h" looks next to the including file
+# first, so in /tmp itself a stray /tmp/common.h or precision.h would shadow the source's
+tmpdir=$(mktemp -d /tmp/emu_XXXXXX)
+tmp=$tmpdir/$(basename "$src" .cu).cpp
+trap 'rm -rf "$tmpdir"' EXIT
 # a test program's  #include "program.cu"  is pasted in first, so that its launches are rewritten too
 awk -v dir="$(dirname "$src")" '/^#include "[^"]*\.cu"/ { f = $2; gsub(/"/, "", f); while ((getline line < (dir "/" f)) > 0) print line; next } { print }' "$src" |
     sed -E -e 's/([A-Za-z_][A-Za-z0-9_]*)<<<(.*)>>>\(/emu::Launch{\2}.run(\1, /' -e 's/\.run\(([A-Za-z_][A-Za-z0-9_]*), \)/.run(\1)/' > "$tmp"

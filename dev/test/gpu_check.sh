@@ -9,7 +9,10 @@
 # Fashion-MNIST is read from FASHION_MNIST (default /usr/share/datasets/fashion-mnist,
 # then .gpu/fashion-mnist); without it the MLP rows that need real data are skipped.
 # If the machine has no zlib header, a copy in .gpu/zlib is used (zlib.h, zconf.h).
-# Takes about a minute on an H200.
+# cuDNN's attention is built and benchmarked when cuDNN (the toolkit's, the system's
+# or the nvidia-cudnn-cu* wheel's) and the cudnn-frontend headers (CUDNN_FRONTEND_PATH,
+# ~/.cache/cudnn-frontend/include or .gpu/cudnn-frontend/include) are found.
+# Takes a few minutes on an H200 (the cuDNN builds alone about a minute).
 set -u
 cd "$(dirname "$0")/../.." || exit 1
 LOGS=${GPU_CHECK_LOGS:-gpu-check-logs}
@@ -34,12 +37,31 @@ if ! echo '#include <zlib.h>' | cc -E -x c - > /dev/null 2>&1 && [ -f .gpu/zlib/
     export ZLIB_CFLAGS="-I$PWD/.gpu/zlib" ZLIB_LIBS="-l:libz.so.1"
 fi
 
+# cuDNN: the Makefile finds the toolkit's or the system's; else the Python wheel's
+# (nvidia-cudnn-cu13/12), whose lib has libcudnn.so.9 but no libcudnn.so to link with
+CUDNN_MAKE=()
+if [ -z "${CUDNN_FRONTEND_PATH:-}" ] && [ -f .gpu/cudnn-frontend/include/cudnn_frontend.h ]; then
+    export CUDNN_FRONTEND_PATH=$PWD/.gpu/cudnn-frontend/include
+fi
+mkvar() { make -s "$@" 2> /dev/null | tail -1; } # (make print-VAR [overrides]: a variable's value, after the ✓/✗ lines)
+if [ -z "$(mkvar print-CUDNN_HOME)" ]; then
+    wheel=$(python3 -c 'import nvidia.cudnn as m; print(list(m.__path__)[0])' 2> /dev/null)
+    if [ -n "$wheel" ] && [ -f "$wheel/include/cudnn.h" ]; then
+        mkdir -p .gpu/cudnn-lib && ln -sf "$(ls "$wheel"/lib/libcudnn.so.* | head -1)" .gpu/cudnn-lib/libcudnn.so
+        CUDNN_MAKE=(CUDNN_HOME="$wheel" CUDNN_LIBS="-L$PWD/.gpu/cudnn-lib -Xlinker -rpath=$wheel/lib -lcudnn -lnvrtc")
+    fi
+fi
+CUDNN_PROGRAMS=""
+[ -n "$(mkvar print-CUDA_PROGRAMS "${CUDNN_MAKE[@]}" | grep -o train_gpt2cu_cudnn)" ] &&
+    CUDNN_PROGRAMS="train_gpt2cu_cudnn test_gpt2cu_cudnn dev/cuda/attention_cudnn"
+LADDERS=$(mkvar print-LADDERS)
+
 # --- build, for this GPU only
-PROGRAMS="data train_gpt2cu train_gpt2cu_fp32 test_gpt2cu test_gpt2cu_fp32 train_gpt2 train_mlpcu dev/check_env dev/cuda/vector_add dev/cuda/matmul dev/cuda/layernorm_forward dev/cuda/causal_softmax dev/cuda/fused_classifier dev/emu/test_emu train_mlp"
+PROGRAMS="data train_gpt2cu train_gpt2cu_fp32 train_gpt2cu_fp16 test_gpt2cu test_gpt2cu_fp32 test_gpt2cu_fp16 train_gpt2 train_mlpcu dev/check_env dev/cuda/vector_add dev/cuda/matmul $(for l in $LADDERS; do printf 'dev/cuda/%s ' "$l"; done)dev/emu/test_emu train_mlp $CUDNN_PROGRAMS"
 echo "building for sm_$arch: $PROGRAMS"
 build() {
     if command -v make > /dev/null 2>&1; then
-        make -B -j8 GPU_ARCH="$arch" $PROGRAMS
+        make -B -j8 GPU_ARCH="$arch" "${CUDNN_MAKE[@]}" $PROGRAMS
     else # no make on this machine: the Makefile's rules, by hand
         local f="-O3 -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror -gencode arch=compute_$arch,code=sm_$arch"
         nvcc $f ${ZLIB_CFLAGS:-} train_mlp.cu -lcublas ${ZLIB_LIBS:--lz} -o train_mlpcu &&
@@ -47,8 +69,10 @@ build() {
         nvcc $f -DENABLE_FP32 -Xcompiler -fopenmp train_gpt2.cu -lcublas -lcublasLt -lgomp -o train_gpt2cu_fp32 &&
         nvcc $f -DENABLE_BF16 -Xcompiler -fopenmp test_gpt2.cu -lcublas -lcublasLt -lgomp -o test_gpt2cu &&
         nvcc $f -DENABLE_FP32 -Xcompiler -fopenmp test_gpt2.cu -lcublas -lcublasLt -lgomp -o test_gpt2cu_fp32 &&
+        nvcc $f -DENABLE_FP16 -Xcompiler -fopenmp train_gpt2.cu -lcublas -lcublasLt -lgomp -o train_gpt2cu_fp16 &&
+        nvcc $f -DENABLE_FP16 -Xcompiler -fopenmp test_gpt2.cu -lcublas -lcublasLt -lgomp -o test_gpt2cu_fp16 &&
         cc -O3 -Wall -Wextra -std=c11 data/tokenizer.c -o data/tokenizer && ./data/tokenizer &&
-        for l in layernorm_forward causal_softmax fused_classifier; do nvcc $f -DENABLE_BF16 dev/cuda/$l.cu -o dev/cuda/$l || exit 1; done &&
+        for l in $LADDERS; do nvcc $f -DENABLE_BF16 dev/cuda/$l.cu -o dev/cuda/$l || exit 1; done &&
         nvcc $f dev/check_env.cu -o dev/check_env && nvcc $f dev/cuda/vector_add.cu -o dev/cuda/vector_add &&
         nvcc $f dev/cuda/matmul.cu -lcublas -o dev/cuda/matmul && nvcc $f dev/emu/test_emu.cu -o dev/emu/test_emu &&
         cc -O3 -march=native -fno-trapping-math -Wall -Wextra ${ZLIB_CFLAGS:-} -fopenmp train_mlp.c -lm ${ZLIB_LIBS:--lz} -o train_mlp
@@ -113,18 +137,29 @@ step check_env "dev/check_env: versions, device, 4096^3 matmul vs CPU" ./dev/che
 step vector_add "dev/cuda/vector_add: indexing, launch overhead" ./dev/cuda/vector_add
 step test_emu "dev/emu/test_emu.cu on the GPU (the emulator's own test kernels)" ./dev/emu/test_emu
 step matmul "dev/cuda/matmul: 5 kernels + cuBLAS checked, then timed" ./dev/cuda/matmul
-for l in layernorm_forward causal_softmax fused_classifier; do
+for l in $LADDERS; do
     step "$l" "dev/cuda/$l: the trainer's kernel and its rivals checked, then timed (bf16)" "./dev/cuda/$l"
 done
-# GPT-2: test_gpt2.cu against the PyTorch fixtures (tiny and GPT-2 small shapes), FP32 and BF16
+[ -n "$CUDNN_PROGRAMS" ] && step attention_cudnn "dev/cuda/attention_cudnn: cuDNN attention vs CPU, then timed" ./dev/cuda/attention_cudnn
+# GPT-2: test_gpt2.cu against the PyTorch fixtures (tiny and GPT-2 small shapes), FP32, BF16, FP16
 step test_gpt2cu_fp32 "test_gpt2cu (FP32) vs PyTorch fixtures, determinism, resume" ./test_gpt2cu_fp32
 step test_gpt2cu_bf16 "test_gpt2cu (BF16) vs PyTorch fixtures, determinism, resume" ./test_gpt2cu
-# GPT-2: train_gpt2.cu in FP32 and BF16 against train_gpt2.c (the emulated test, on the GPU)
-step gpt2_twin "train_gpt2cu (FP32, BF16) vs train_gpt2.c: 4 steps, logs, checkpoints, resume" \
-    bash dev/test/test_train_gpt2_cuda.sh ./train_gpt2 ./train_gpt2cu_fp32 ./train_gpt2cu
-# GPT-2 124M, bf16, B=64, T=1024 on tinyshakespeare (repeated): 12 steps, no validation or samples
-step gpt2_bench "train_gpt2cu: GPT-2 124M (d12), bf16, B=64, T=1024, 12 steps" \
-    ./train_gpt2cu -e d12 -b 64 -t 1024 -x 12 -v 0 -s 0 -o ""
+step test_gpt2cu_fp16 "test_gpt2cu (FP16, loss scaling) vs PyTorch fixtures, determinism, resume" ./test_gpt2cu_fp16
+[ -n "$CUDNN_PROGRAMS" ] && step test_gpt2cu_cudnn "test_gpt2cu with cuDNN attention (BF16) vs PyTorch fixtures" ./test_gpt2cu_cudnn
+# GPT-2: train_gpt2.cu in FP32, BF16 and FP16 against train_gpt2.c (the emulated test, on the GPU)
+step gpt2_twin "train_gpt2cu (FP32, BF16, FP16) vs train_gpt2.c: 4 steps, logs, checkpoints, resume, flags" \
+    bash dev/test/test_train_gpt2_cuda.sh ./train_gpt2 ./train_gpt2cu_fp32 ./train_gpt2cu ./train_gpt2cu_fp16
+# GPT-2 124M, bf16, B=64, T=1024 on tinyshakespeare (repeated): 12 steps, no validation or samples;
+# recomputation 1 (the default) and 0; our attention and cuDNN's
+BENCH=(-e d12 -b 64 -t 1024 -x 12 -v 0 -s 0 -o "")
+step gpt2_bench "train_gpt2cu: GPT-2 124M (d12), bf16, B=64, T=1024, 12 steps, -r 1" ./train_gpt2cu "${BENCH[@]}"
+step gpt2_bench_r0 "train_gpt2cu: the same, -r 0 (GELU fused in the matmul, nothing recomputed)" ./train_gpt2cu "${BENCH[@]}" -r 0
+if [ -n "$CUDNN_PROGRAMS" ]; then
+    step gpt2_bench_cudnn "train_gpt2cu_cudnn: the same with cuDNN attention, -r 1" ./train_gpt2cu_cudnn "${BENCH[@]}"
+    step gpt2_bench_cudnn_r0 "train_gpt2cu_cudnn: cuDNN attention, -r 0" ./train_gpt2cu_cudnn "${BENCH[@]}" -r 0
+else
+    rows+=("| cuDNN attention rows | skipped: no cuDNN or no cudnn-frontend headers | - | - |")
+fi
 if [ -n "$DATA" ]; then
     for M in naive tiled cublas; do
         step "check_$M" "train_mlpcu --check -M $M (relu, adamw, dropout, wd) vs CPU reference" \
@@ -168,12 +203,18 @@ if [ -n "$DATA" ]; then
     grep '^|' "$LOGS/twin.log"
     echo
 fi
-echo "train_gpt2cu, GPT-2 124M, bf16, B=64, T=1024 (steps 2-12):"
-grep -E '^GPU memory' "$LOGS/gpt2_bench.log"
-grep -E '^step +[0-9]+/' "$LOGS/gpt2_bench.log"
-awk '/^step +([2-9]|1[0-2])\/12/ { for (i = 1; i <= NF; i++) { if ($i == "tok/s") { s += $(i - 1); n++ } if ($i == "MFU") { m += $(i + 1) } } }
-     END { if (n) printf "mean of steps 2-12: %.0f tokens/s, MFU %.1f%%\n", s / n, m / n }' "$LOGS/gpt2_bench.log"
-grep '^GPU memory in use' "$LOGS/gpt2_bench.log"
+echo "train_gpt2cu, GPT-2 124M, bf16, B=64, T=1024 (mean of steps 2-12):"
+echo
+echo "| run | tokens/s | MFU | ms/step | GPU memory in use (measured) |"
+echo "|---|---|---|---|---|"
+for b in gpt2_bench gpt2_bench_r0 gpt2_bench_cudnn gpt2_bench_cudnn_r0; do
+    [ -f "$LOGS/$b.log" ] || continue
+    awk -v run="$b" '/^step +([2-9]|1[0-2])\/12/ { for (i = 1; i <= NF; i++) { if ($i == "tok/s") { s += $(i - 1); n++ } if ($i == "MFU") { m += $(i + 1) } if ($i == "ms") { t += $(i - 1) } } }
+         /^GPU memory in use/ { mem = $9 " " $10 }
+         END { if (n) printf "| %s | %.0f | %.1f%% | %.1f | %s |\n", run, s / n, m / n, t / n, mem; else printf "| %s | failed | - | - | - |\n", run }' "$LOGS/$b.log"
+done
+echo
+grep -E '^GPU memory:' "$LOGS/gpt2_bench.log"
 echo
 echo "matmul ladder (dev/cuda/matmul):"
 sed -n '/^variant/,$p' "$LOGS/matmul.log" | grep -v 'passed,'
