@@ -1861,7 +1861,8 @@ static void print_device_usage(void) {}
 static int parse_device_flag(const char *flag, const char *value) {
     (void)value;
     if (strcmp(flag, "-r") == 0 || strcmp(flag, "-w") == 0) {
-        usage_error("flag %s is train_gpt2cu's (GPU memory and precision); the CPU trainer has no such choice", flag);
+        usage_error("flag %s is train_gpt2cu's (GPU memory and precision); the CPU trainer has no such choice"
+                    " (the random seed is -p)", flag);
     }
     return 0;
 }

@@ -11,8 +11,8 @@ with the same name, so the two files read side by side. In it:
     after every update), so small updates are not lost to a 16-bit mantissa
     (BF16 can do without, -w 0: stochastic rounding); FP16 scales the loss
     dynamically, so that gradients fit its narrow range;
-  - matmuls through cuBLASLt (fp32 accumulation), the bias added and GELU applied
-    (or, backward, GELU's derivative) in its epilogue; attention as two batched
+  - matmuls through cuBLASLt (fp32 accumulation), the bias added in its epilogue,
+    and GELU's derivative in the backward pass (GELU itself too with -r 0); attention as two batched
     GEMMs around a causal softmax kernel (the (B, NH, T, T) scores are kept for
     the backward pass), or cuDNN's flash attention (USE_CUDNN=1);
   - our kernels for the embedding, LayerNorm (a warp per row), GELU, the
@@ -536,9 +536,9 @@ __global__ void fused_classifier_kernel(floatX *logits, float *losses, const int
     }
 }
 
-// AdamW on one tensor, as gpt2_update in train_gpt2.c. With master weights (bf16)
-// the update is made to the fp32 copy and the parameter is its rounding; without,
-// a bf16 parameter is rounded stochastically (seed: random bits for this call).
+// AdamW on one tensor, as gpt2_update in train_gpt2.c. With master weights (bf16,
+// fp16) the update is made to the fp32 copy and the parameter is its rounding;
+// without, a bf16 parameter is rounded stochastically (seed: random bits for this call).
 __global__ void adamw_kernel(floatX *param, float *master, const floatX *grad, float *m, float *v, size_t n, float beta1,
                              float beta2, float step_size, float sqrt_bc2, float eps, float decay, float grad_scale,
                              uint32_t seed) {
@@ -648,10 +648,10 @@ static void matmul_lt(floatX *C, const floatX *A, const floatX *B, int M, int N,
                                                      sizeof(workspace)));
     cublasLtMatmulHeuristicResult_t heuristic;
     int found = 0;
-    cublasCheck(cublasLtMatmulAlgoGetHeuristic(cublaslt_handle, desc, la, lb, lc, lc, pref, 1, &heuristic, &found));
-    if (found == 0) {
-        fprintf(stderr, "Error: cuBLASLt has no algorithm for a %d x %d x %d matmul (ta %d, tb %d, batch %d, epilogue %d)\n",
-                M, N, K, ta, tb, batch, (int)epilogue);
+    cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(cublaslt_handle, desc, la, lb, lc, lc, pref, 1, &heuristic, &found);
+    if (status != CUBLAS_STATUS_SUCCESS || found == 0) { // (cuBLASLt says "not supported" either way)
+        fprintf(stderr, "Error: cuBLASLt has no algorithm for a %d x %d x %d matmul (ta %d, tb %d, batch %d, epilogue %d): %s\n",
+                M, N, K, ta, tb, batch, (int)epilogue, cublasGetStatusString(status));
         exit(EXIT_FAILURE);
     }
     cublasCheck(cublasLtMatmul(cublaslt_handle, desc, &alpha, B, la, A, lb, &beta, C, lc, C, lc, &heuristic.algo,
@@ -1263,7 +1263,7 @@ typedef struct {
     size_t param_sizes[NUM_PARAMETER_TENSORS];
     floatX *params_memory;
     size_t num_parameters;
-    float *master_memory;          // BF16: the fp32 master weights AdamW updates; NULL in FP32
+    float *master_memory;          // BF16 and FP16: the fp32 master weights AdamW updates; NULL in FP32 and with -w 0
     ParameterTensors grads;
     floatX *grads_memory;
     size_t grad_bytes;
@@ -1296,7 +1296,7 @@ typedef struct {
 
 // Set up sizes and the parameter block; host_params (num_parameters fp32
 // values, in table order) are copied in (rounded to floatX), and to the master
-// copy in BF16.
+// copy in BF16 and FP16 (unless -w 0).
 static void gpt2_allocate_parameters(GPT2 *model, const float *host_params) {
     fill_in_parameter_sizes(model->param_sizes, model->config);
     model->num_parameters = 0;
@@ -1570,6 +1570,13 @@ void gpt2_allocate_activations(GPT2 *model, size_t B, size_t T) {
     model->batch_size = (int)B;
     model->seq_len = (int)T;
     model->recompute = recompute_level;
+    if (model->recompute == 0 && (4 * model->config.channels) % 8 != 0) {
+        // cuBLASLt's GELU epilogue stores its input with a leading dimension of 4C,
+        // which it needs to be a multiple of 8
+        fprintf(stderr, "Error: -r 0 (GELU in cuBLASLt's epilogue) needs an even channel count, the model has C=%d\n"
+                "HINT: -r 1\n", model->config.channels);
+        exit(EXIT_FAILURE);
+    }
     fill_in_activation_sizes(model->act_sizes, model->config, B, T, model->recompute);
     model->num_activations = 0;
     for (int i = 0; i < NUM_ACTIVATION_TENSORS; i++) { model->num_activations += model->act_sizes[i]; }
@@ -2174,10 +2181,14 @@ void gpt2_sample(GPT2 *model, const Tokenizer *tok, size_t gen_tokens, uint64_t 
     floatX *logits = (floatX *)mallocCheck(V * sizeof(floatX));
     float *probs = (float *)mallocCheck(V * sizeof(float));
     uint64_t rng = rng_subkey(seed, STREAM_SAMPLING, (uint64_t)step);
-    tokens[0] = tok->eot_token;
+    // Every forward pass has the same length T, the tokens not yet drawn set to
+    // <|endoftext|>: attention is causal, so position t-1 never sees them, and
+    // one shape means one cuDNN graph and one set of cuBLASLt algorithms, instead
+    // of one per prefix length (and no 1-row matmuls)
+    for (size_t t = 0; t < T; t++) { tokens[t] = tok->eot_token; }
     printf("generating:\n---\n");
     for (size_t t = 1; t < T; t++) {
-        gpt2_forward(model, tokens, NULL, 1, t);
+        gpt2_forward(model, tokens, NULL, 1, T);
         cudaCheck(cudaMemcpy(logits, model->acts.logits + (t - 1) * Vp, V * sizeof(floatX), cudaMemcpyDeviceToHost));
         float maxval = -INFINITY;
         for (size_t i = 0; i < V; i++) { maxval = fmaxf(maxval, to_float(logits[i])); }
@@ -2226,9 +2237,9 @@ static uint64_t get64(const int *header, int at) {
 // --- end shared-copy: gpt2-train-state ---
 
 // The state file as train_gpt2.c writes it (header, AdamW's m and v), plus, in
-// BF16, the fp32 master weights after them (header[21] = 1): a resumed bf16 run
-// then continues bit for bit. (train_gpt2.c refuses such a file: it has no
-// master weights to put them in.)
+// BF16 and FP16, the fp32 master weights after them (header[21] = 1), and in FP16
+// the loss scale's state (header[22..24]): a resumed run then continues bit for
+// bit. (train_gpt2.c refuses a file with master weights: it has none to put them in.)
 void save_checkpoint(const char *out_dir, const GPT2 *model, const TrainState *st) {
     char model_path[4096], state_path[4096];
     format_path(model_path, sizeof(model_path), "%s/model_%08d.bin", out_dir, st->step);
@@ -2303,6 +2314,10 @@ void load_state(const char *path, GPT2 *model, TrainState *st) {
     // trainer without it, which is a scale of 1: start FP16's from scratch)
     float scale;
     memcpy(&scale, &header[22], sizeof(float));
+    if (LOSS_SCALE_INIT == 1.0f && header[24] > 0) {
+        printf("Warning: %s was written by an fp16 run that skipped %d of its %d updates; this build counts all %d"
+               " in AdamW's bias correction\n", path, header[24], st->step, st->step);
+    }
     if (LOSS_SCALE_INIT != 1.0f && scale != 0.0f) {
         if (!(scale >= 1.0f && scale <= 0x1p64f) || header[23] < 0 || header[24] < 0 || header[24] > st->step) {
             fprintf(stderr, "Error: %s: corrupt loss scale state (scale %g, %d good steps, %d skipped)\n%s\n", path, scale,
@@ -2441,7 +2456,7 @@ void gpt2_print_memory(const GPT2 *model, size_t B, size_t T) {
            n_grad_acts * sizeof(floatX) / MiB, CUBLASLT_WORKSPACE_BYTES / MiB);
 }
 
-// Find the GPU (or say clearly that there is none) and start cuBLAS.
+// Find the GPU (or say clearly that there is none) and start cuBLASLt (and cuDNN).
 void setup_hardware(void) {
     int devices = 0;
     cudaError_t err = cudaGetDeviceCount(&devices);

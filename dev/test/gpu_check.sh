@@ -154,7 +154,10 @@ step gpt2_twin "train_gpt2cu (FP32, BF16, FP16) vs train_gpt2.c: 4 steps, logs, 
 BENCH=(-e d12 -b 64 -t 1024 -x 12 -v 0 -s 0 -o "")
 step gpt2_bench "train_gpt2cu: GPT-2 124M (d12), bf16, B=64, T=1024, 12 steps, -r 1" ./train_gpt2cu "${BENCH[@]}"
 step gpt2_bench_r0 "train_gpt2cu: the same, -r 0 (GELU fused in the matmul, nothing recomputed)" ./train_gpt2cu "${BENCH[@]}" -r 0
+step gpt2_bench_fp16 "train_gpt2cu_fp16: the same in fp16 (dynamic loss scaling), -r 1" ./train_gpt2cu_fp16 "${BENCH[@]}"
 if [ -n "$CUDNN_PROGRAMS" ]; then
+    step cudnn_sample "train_gpt2cu_cudnn: a d1 model trains 4 steps and samples (one cuDNN graph per shape)" \
+        ./train_gpt2cu_cudnn -e d1 -b 4 -t 64 -x 4 -v 2 -m 2 -s 2 -g 20 -o ""
     step gpt2_bench_cudnn "train_gpt2cu_cudnn: the same with cuDNN attention, -r 1" ./train_gpt2cu_cudnn "${BENCH[@]}"
     step gpt2_bench_cudnn_r0 "train_gpt2cu_cudnn: cuDNN attention, -r 0" ./train_gpt2cu_cudnn "${BENCH[@]}" -r 0
 else
@@ -207,7 +210,7 @@ echo "train_gpt2cu, GPT-2 124M, bf16, B=64, T=1024 (mean of steps 2-12):"
 echo
 echo "| run | tokens/s | MFU | ms/step | GPU memory in use (measured) |"
 echo "|---|---|---|---|---|"
-for b in gpt2_bench gpt2_bench_r0 gpt2_bench_cudnn gpt2_bench_cudnn_r0; do
+for b in gpt2_bench gpt2_bench_r0 gpt2_bench_fp16 gpt2_bench_cudnn gpt2_bench_cudnn_r0; do
     [ -f "$LOGS/$b.log" ] || continue
     awk -v run="$b" '/^step +([2-9]|1[0-2])\/12/ { for (i = 1; i <= NF; i++) { if ($i == "tok/s") { s += $(i - 1); n++ } if ($i == "MFU") { m += $(i + 1) } if ($i == "ms") { t += $(i - 1) } } }
          /^GPU memory in use/ { mem = $9 " " $10 }
@@ -215,6 +218,7 @@ for b in gpt2_bench gpt2_bench_r0 gpt2_bench_cudnn gpt2_bench_cudnn_r0; do
 done
 echo
 grep -E '^GPU memory:' "$LOGS/gpt2_bench.log"
+echo "fp16: $(grep -E '^step +12/' "$LOGS/gpt2_bench_fp16.log" | grep -o 'loss scale [0-9]*') at step 12, $(grep -c 'update skipped' "$LOGS/gpt2_bench_fp16.log") updates skipped"
 echo
 echo "matmul ladder (dev/cuda/matmul):"
 sed -n '/^variant/,$p' "$LOGS/matmul.log" | grep -v 'passed,'

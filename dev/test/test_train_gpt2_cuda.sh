@@ -30,6 +30,7 @@ TMP=$(mktemp -d /tmp/test_train_gpt2_cuda.XXXXXX)
 trap 'rm -rf "$TMP"' EXIT
 passed=0
 failed=0
+P=0 # the parameter count, from section 1's checkpoint (0 if that run failed: the size checks then fail too)
 ok() { echo "OK      $1"; passed=$((passed + 1)); }
 not_ok() { echo "NOT OK  $1"; failed=$((failed + 1)); }
 
@@ -197,6 +198,20 @@ if run "$BF16" "$TMP/bf16_w0" -w 0; then
 else
     not_ok "BF16: the -w 0 run failed"
 fi
+# sampling (every forward of a fixed length, the undrawn tokens padded): in FP32
+# the same text as train_gpt2.c's from the same seed; in BF16 and FP16 a sample
+SAMPLE=(-e d1 -b 2 -t 16 -x 2 -u 1 -v 0 -s 2 -g 12 -o "")
+sample_of() { awk '/^generating:$/ { g = 1; n = 0; next } g && /^---$/ { if (++n == 2) g = 0; next } g'; } # the text between the ---s
+"$CPU" "${SAMPLE[@]}" > "$TMP/sample_cpu.out" 2>&1 && "$FP32" "${SAMPLE[@]}" > "$TMP/sample_fp32.out" 2>&1 &&
+    [ "$(grep -c '^generating:' "$TMP/sample_cpu.out")" = 2 ] &&
+    [ "$(sample_of < "$TMP/sample_cpu.out")" = "$(sample_of < "$TMP/sample_fp32.out")" ] &&
+    ok "FP32 samples (steps 0 and 2, 12 tokens) identical to train_gpt2.c's" ||
+    { not_ok "FP32 samples differ from train_gpt2.c's (or a run failed)"; tail -4 "$TMP/sample_cpu.out" "$TMP/sample_fp32.out"; }
+for prec in bf16 fp16; do
+    bin=$BF16 && [ $prec = fp16 ] && bin=$FP16
+    "$bin" "${SAMPLE[@]}" > "$TMP/sample_$prec.out" 2>&1 && [ "$(grep -c '^generating:' "$TMP/sample_$prec.out")" = 2 ] &&
+        ok "$prec: samples at steps 0 and 2" || { not_ok "$prec: sampling failed"; tail -3 "$TMP/sample_$prec.out"; }
+done
 bad_flag() { # EXPECTED-MESSAGE BINARY ARGS...: must exit non-zero with the message
     local msg=$1 bin=$2
     shift 2

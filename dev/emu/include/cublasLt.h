@@ -159,14 +159,15 @@ inline cublasStatus_t lt_validate(cublasLtMatmulDesc_t d, cublasLtMatrixLayout_t
 }
 }
 
-// no algorithms to choose between here: one "result" whenever the problem is valid
+// no algorithms to choose between here: one "result" whenever the problem is
+// valid; otherwise NOT_SUPPORTED and none, as the real one answers
 inline cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMatmulDesc_t d, cublasLtMatrixLayout_t A,
                                                      cublasLtMatrixLayout_t B, cublasLtMatrixLayout_t C,
                                                      cublasLtMatrixLayout_t D, cublasLtMatmulPreference_t,
                                                      int requested, cublasLtMatmulHeuristicResult_t *results, int *returned) {
     if (h == nullptr) { return CUBLAS_STATUS_NOT_INITIALIZED; }
     *returned = 0;
-    if (requested < 1 || emu::lt_validate(d, A, B, C, D) != CUBLAS_STATUS_SUCCESS) { return CUBLAS_STATUS_SUCCESS; }
+    if (requested < 1 || emu::lt_validate(d, A, B, C, D) != CUBLAS_STATUS_SUCCESS) { return CUBLAS_STATUS_NOT_SUPPORTED; }
     memset(&results[0], 0, sizeof(results[0]));
     *returned = 1;
     return CUBLAS_STATUS_SUCCESS;
