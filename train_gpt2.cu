@@ -2448,12 +2448,20 @@ void gpt2_print_memory(const GPT2 *model, size_t B, size_t T) {
     size_t grad_act_sizes[NUM_GRAD_ACT_TENSORS], n_grad_acts = 0, n = model->num_parameters;
     fill_in_grad_act_sizes(grad_act_sizes, model->config, B, T);
     for (int i = 0; i < NUM_GRAD_ACT_TENSORS; i++) { n_grad_acts += grad_act_sizes[i]; }
+    const char *names[] = {"parameters", "fp32 master weights", "gradients", "AdamW moments (fp32)", "activations",
+                           "activation gradients", "cuBLASLt workspace"};
     double MiB = 1024.0 * 1024.0;
-    printf("GPU memory: parameters %.1f MiB (%zu, %s) + fp32 master copy %.1f MiB | gradients %.1f MiB | AdamW moments %.1f MiB"
-           " | activations %.1f MiB (recomputation -r %d) + gradients %.1f MiB | cuBLASLt workspace %.1f MiB\n",
-           n * sizeof(floatX) / MiB, n, PRECISION_NAME, model->master_memory != NULL ? n * 4 / MiB : 0.0,
-           n * sizeof(floatX) / MiB, 2 * n * 4 / MiB, model->act_bytes / MiB, model->recompute,
-           n_grad_acts * sizeof(floatX) / MiB, CUBLASLT_WORKSPACE_BYTES / MiB);
+    double mib[] = {n * sizeof(floatX) / MiB, model->master_memory != NULL ? n * 4 / MiB : 0.0, n * sizeof(floatX) / MiB,
+                    2 * n * 4 / MiB, model->act_bytes / MiB, n_grad_acts * sizeof(floatX) / MiB,
+                    CUBLASLT_WORKSPACE_BYTES / MiB};
+    double total = 0.0;
+    printf("GPU memory (%s, B=%zu, T=%zu, recomputation -r %d%s):\n", PRECISION_NAME, B, T, model->recompute,
+           USE_CUDNN_ATTENTION ? ", cuDNN attention: its workspace comes on top" : "");
+    for (int i = 0; i < 7; i++) {
+        printf("  %-22s %10.1f MiB\n", names[i], mib[i]);
+        total += mib[i];
+    }
+    printf("  %-22s %10.1f MiB (the measured figure follows the first step)\n", "total", total);
 }
 
 // Find the GPU (or say clearly that there is none) and start cuBLASLt (and cuDNN).

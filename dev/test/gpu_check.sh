@@ -217,7 +217,7 @@ for b in gpt2_bench gpt2_bench_r0 gpt2_bench_fp16 gpt2_bench_cudnn gpt2_bench_cu
          END { if (n) printf "| %s | %.0f | %.1f%% | %.1f | %s |\n", run, s / n, m / n, t / n, mem; else printf "| %s | failed | - | - | - |\n", run }' "$LOGS/$b.log"
 done
 echo
-grep -E '^GPU memory:' "$LOGS/gpt2_bench.log"
+sed -n '/^GPU memory (/,/^  total/p' "$LOGS/gpt2_bench.log"
 echo "fp16: $(grep -E '^step +12/' "$LOGS/gpt2_bench_fp16.log" | grep -o 'loss scale [0-9]*') at step 12, $(grep -c 'update skipped' "$LOGS/gpt2_bench_fp16.log") updates skipped"
 echo
 echo "matmul ladder (dev/cuda/matmul):"
