@@ -54,7 +54,8 @@ fi
 CUDNN_PROGRAMS=""
 [ -n "$(mkvar print-CUDA_PROGRAMS "${CUDNN_MAKE[@]}" | grep -o train_gpt2cu_cudnn)" ] &&
     CUDNN_PROGRAMS="train_gpt2cu_cudnn test_gpt2cu_cudnn dev/cuda/attention_cudnn"
-LADDERS=$(mkvar print-LADDERS)
+# (read from the Makefile's text: the no-make build below needs the list too)
+LADDERS=$(sed -n '/^LADDERS = /,/[^\\]$/p' Makefile | tr -d '\\\n' | sed 's/^LADDERS = //')
 
 # --- build, for this GPU only
 PROGRAMS="data train_gpt2cu train_gpt2cu_fp32 train_gpt2cu_fp16 test_gpt2cu test_gpt2cu_fp32 test_gpt2cu_fp16 train_gpt2 train_mlpcu dev/check_env dev/cuda/vector_add dev/cuda/matmul $(for l in $LADDERS; do printf 'dev/cuda/%s ' "$l"; done)dev/emu/test_emu train_mlp $CUDNN_PROGRAMS"
