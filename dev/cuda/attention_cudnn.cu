@@ -540,9 +540,7 @@ static void check_shape(size_t B, size_t T, size_t NH, size_t C) {
 
 static void usage(void) {
     printf("usage: attention_cudnn [-c] [-s SEED] [-h]\n"
-           "  -c       check only, no timing (default: check, then time)\n"
-           "  -s SEED  seed of the random inputs (default: 1337)\n"
-           "  -h       this help\n");
+           LADDER_COMMON_FLAGS);
 }
 
 int main(int argc, char **argv) {

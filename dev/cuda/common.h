@@ -111,7 +111,12 @@ __device__ inline float block_max(float v) {
 //   -c       check only, no timing
 //   -s SEED  the seed of the random inputs (default 1337)
 //   -h       the ladder's usage(), then exit 0
-// Anything else: a message and exit 1. usage() stays in each ladder: it names the variants.
+// Anything else: a message and exit 1. usage() stays in each ladder: it names the
+// variants, then prints these lines, the same for every ladder.
+#define LADDER_COMMON_FLAGS                                                  \
+    "  -c       check only, no timing (default: check, then time)\n"        \
+    "  -s SEED  seed of the random inputs (default: 1337)\n"                 \
+    "  -h       this help\n"
 
 struct LadderArgs {
     int only;                // the one variant to run, or 0 for all of them

@@ -329,9 +329,7 @@ static void usage(void) {
     printf("usage: gelu [N] [-v N] [-c] [-s SEED] [-h]\n"
            "  N, -v N  only variant N, checked and then timed (default: all of 1-3)\n"
            "           1 trainer's kernels, 2 16-byte packs, 3 packs with tanh as a sigmoid\n"
-           "  -c       check only, no timing (default: check, then time)\n"
-           "  -s SEED  seed of the random inputs (default: 1337)\n"
-           "  -h       this help\n");
+           LADDER_COMMON_FLAGS);
 }
 
 int main(int argc, char **argv) {

@@ -410,9 +410,7 @@ static void usage(void) {
     printf("usage: layernorm_forward [N] [-v N] [-c] [-s SEED] [-h]\n"
            "  N, -v N  only variant N, checked and then timed (default: all of 1-4)\n"
            "           1 trainer's kernel, 2 row in registers, 3 16-byte loads, 4 block per row\n"
-           "  -c       check only, no timing (default: check, then time)\n"
-           "  -s SEED  seed of the random inputs (default: 1337)\n"
-           "  -h       this help\n");
+           LADDER_COMMON_FLAGS);
 }
 
 int main(int argc, char **argv) {

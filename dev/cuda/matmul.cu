@@ -419,9 +419,7 @@ static void usage(void) {
     printf("usage: matmul [-v N] [-c] [-s SEED] [-h]\n"
            "  -v N     only variant N, checked and then timed (default: all of 1-5)\n"
            "           1 naive, 2 coalesced, 3 shared-memory tiles, 4 register tiles, 5 tensor cores (bf16)\n"
-           "  -c       check only, no timing (default: check, then time)\n"
-           "  -s SEED  seed of the random inputs (default: 1337)\n"
-           "  -h       this help\n");
+           LADDER_COMMON_FLAGS);
 }
 
 int main(int argc, char **argv) {

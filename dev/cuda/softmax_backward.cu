@@ -301,9 +301,7 @@ static void usage(void) {
     printf("usage: softmax_backward [N] [-v N] [-c] [-s SEED] [-h]\n"
            "  N, -v N  only variant N, checked and then timed (default: all of 1-3)\n"
            "           1 two passes (the trainer's), 2 row in registers, 3 registers + 128-bit\n"
-           "  -c       check only, no timing (default: check, then time)\n"
-           "  -s SEED  seed of the random inputs (default: 1337)\n"
-           "  -h       this help\n");
+           LADDER_COMMON_FLAGS);
 }
 
 int main(int argc, char **argv) {
