@@ -212,6 +212,24 @@ for prec in bf16 fp16; do
     "$bin" "${SAMPLE[@]}" > "$TMP/sample_$prec.out" 2>&1 && [ "$(grep -c '^generating:' "$TMP/sample_$prec.out")" = 2 ] &&
         ok "$prec: samples at steps 0 and 2" || { not_ok "$prec: sampling failed"; tail -3 "$TMP/sample_$prec.out"; }
 done
+# FP16's loss scale in a real run: with one token a batch the gradient of the
+# logits is the scale times (p - 1) at the target, which overflows fp16 at 2^16
+# and 2^15: two steps are skipped (weights untouched) and training goes on at
+# 2^14; resumed from the checkpoint after the skips, the run ends bit-identical.
+ONE=(-e d1 -b 1 -t 1 -x 4 -u 1 -v 0 -s 0 -n 1)
+if "$FP16" "${ONE[@]}" -o "$TMP/fp16_skip" > "$TMP/fp16_skip.out" 2>&1 &&
+   [ "$(grep -c 'update skipped' "$TMP/fp16_skip.out")" = 2 ] && grep -q '^step    4/4 .*loss scale 16384$' "$TMP/fp16_skip.out"; then
+    ok "FP16: overflowing gradients skip 2 updates (scale 65536 -> 16384), then training goes on"
+    rm -rf "$TMP/resume" && mkdir -p "$TMP/resume" &&
+        cp "$TMP/fp16_skip/model_00000002.bin" "$TMP/fp16_skip/state_00000002.bin" "$TMP/fp16_skip/main.log" "$TMP/resume/"
+    "$FP16" "${ONE[@]}" -o "$TMP/resume" -y 1 > "$TMP/resume.out" 2>&1 &&
+        cmp -s "$TMP/fp16_skip/model_00000004.bin" "$TMP/resume/model_00000004.bin" &&
+        cmp -s "$TMP/fp16_skip/state_00000004.bin" "$TMP/resume/state_00000004.bin" &&
+        ok "FP16: resumed after the skipped steps (scale and AdamW's count restored), bit-identical at step 4" ||
+        not_ok "FP16: the run resumed after skipped steps differs"
+else
+    not_ok "FP16: expected 2 skipped updates and loss scale 16384"; grep '^step' "$TMP/fp16_skip.out"
+fi
 bad_flag() { # EXPECTED-MESSAGE BINARY ARGS...: must exit non-zero with the message
     local msg=$1 bin=$2
     shift 2
