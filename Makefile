@@ -269,7 +269,7 @@ print-%:
 	@echo '$($*)'
 
 clean:
-	rm -f train_gpt2 test_gpt2 test_tokenizer data/tokenizer dev/cpu/bench_train_gpt2 train_mlp test_mlp $(CUDA_PROGRAMS) dev/emu/test_emu_cpu dev/emu/matmul_cpu dev/emu/train_mlpcu_cpu dev/emu/train_gpt2cu_fp32_cpu dev/emu/train_gpt2cu_bf16_cpu dev/emu/train_gpt2cu_fp16_cpu dev/emu/test_gpt2cu_fp32_cpu dev/emu/test_gpt2cu_bf16_cpu dev/emu/test_gpt2cu_fp16_cpu $(addprefix dev/emu/,$(addsuffix _cpu,$(LADDERS)))
+	rm -f train_gpt2 test_gpt2 test_tokenizer data/tokenizer dev/cpu/bench_train_gpt2 train_mlp test_mlp $(CUDA_PROGRAMS) train_gpt2cu_cudnn test_gpt2cu_cudnn dev/cuda/attention_cudnn dev/emu/test_emu_cpu dev/emu/matmul_cpu dev/emu/train_mlpcu_cpu dev/emu/train_gpt2cu_fp32_cpu dev/emu/train_gpt2cu_bf16_cpu dev/emu/train_gpt2cu_fp16_cpu dev/emu/test_gpt2cu_fp32_cpu dev/emu/test_gpt2cu_bf16_cpu dev/emu/test_gpt2cu_fp16_cpu $(addprefix dev/emu/,$(addsuffix _cpu,$(LADDERS)))
 	rm -f $(TINYSHAKESPEARE) data/gpt2_tokenizer.bin
 
 help:
@@ -280,8 +280,9 @@ help:
 	@echo "make bench                        time a GPT-2 124M training step and the tokenizer"
 	@echo "make reference                    regenerate the test fixtures (Python, dev/reference/)"
 	@echo "make train_mlpcu && ./train_mlpcu the same MLP on the GPU (--check: against the CPU, --time: step times)"
-	@echo "make train_gpt2cu && ./train_gpt2cu   the GPT-2 trainer on the GPU (PRECISION=BF16 or FP32)"
+	@echo "make train_gpt2cu && ./train_gpt2cu   the GPT-2 trainer on the GPU (PRECISION=BF16, FP16 or FP32; USE_CUDNN=1)"
 	@echo "make cuda                         build the GPU programs (needs nvcc; GPU_ARCH=\"90 120\")"
 	@echo "make gpu-check                    on a GPU machine: build and run every GPU program, one summary"
 	@echo "make clean                        remove what make built"
-	@echo "options: NO_OMP=1  CC=clang  CFLAGS=...  PRECISION=FP32|BF16|FP16  GPU_ARCH=\"90 120\""
+	@echo "options: NO_OMP=1  CC=clang  CFLAGS=...  PRECISION=FP32|BF16|FP16  GPU_ARCH=\"90 120\"  USE_CUDNN=1"
+	@echo "         CUDNN_HOME=...  CUDNN_FRONTEND_PATH=... ($(CUDNN_FRONTEND_HINT))"
