@@ -160,14 +160,19 @@ inline cublasStatus_t lt_validate(cublasLtMatmulDesc_t d, cublasLtMatrixLayout_t
 }
 
 // no algorithms to choose between here: one "result" whenever the problem is
-// valid; otherwise NOT_SUPPORTED and none, as the real one answers
+// valid; otherwise NOT_SUPPORTED and none, as the real one answers. With
+// EMU_CUBLASLT_NO_EPILOGUES set, no epilogue is supported (as on a GPU whose
+// cuBLASLt has no fused kernel for a shape): programs' fallbacks can be tested.
 inline cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMatmulDesc_t d, cublasLtMatrixLayout_t A,
                                                      cublasLtMatrixLayout_t B, cublasLtMatrixLayout_t C,
                                                      cublasLtMatrixLayout_t D, cublasLtMatmulPreference_t,
                                                      int requested, cublasLtMatmulHeuristicResult_t *results, int *returned) {
     if (h == nullptr) { return CUBLAS_STATUS_NOT_INITIALIZED; }
     *returned = 0;
-    if (requested < 1 || emu::lt_validate(d, A, B, C, D) != CUBLAS_STATUS_SUCCESS) { return CUBLAS_STATUS_NOT_SUPPORTED; }
+    if (requested < 1 || emu::lt_validate(d, A, B, C, D) != CUBLAS_STATUS_SUCCESS ||
+        (getenv("EMU_CUBLASLT_NO_EPILOGUES") != nullptr && d->epilogue != CUBLASLT_EPILOGUE_DEFAULT)) {
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    }
     memset(&results[0], 0, sizeof(results[0]));
     *returned = 1;
     return CUBLAS_STATUS_SUCCESS;
