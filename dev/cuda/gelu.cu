@@ -16,7 +16,8 @@ the backward pass); at level 0 the GELU epilogue does the forward too. So the fo
 rungs below are the trainer's kernel and faster ones; the backward rungs are a study of
 what the epilogue replaced: their "trainer's kernel" is the former gelu_backward_kernel,
 as train_gpt2.cu had it last at commit 46e22d5, which ran in place (dinp and dout the
-same buffer), so the checks do too.
+same buffer), so the checks do too. (The trainer keeps an in-place form of it,
+gelu_backward_inplace_kernel, only for a cuBLASLt that cannot fuse the epilogue.)
 
 In bf16 the forward moves 4 bytes an element and the backward 6, while the trainer's
 forward kernel is 50 PTX instructions an element (for sm_90), most of them tanhf's: an
