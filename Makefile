@@ -100,9 +100,9 @@ ifneq ($(NVCC),)
 endif
 
 # --- programs ---------------------------------------------------------------------
-.PHONY: all data test reference bench clean help cuda gpu-check
+.PHONY: all data test reference bench clean help cuda gpu-check fuzz
 
-all: train_gpt2 test_gpt2 data/tokenizer test_tokenizer train_mlp test_mlp
+all: train_gpt2 test_gpt2 data/tokenizer test_tokenizer train_mlp test_mlp infer test_infer
 
 # the GPT-2 BPE tokenizer and data preparation (writes token shards + tokenizer.bin)
 data/tokenizer: data/tokenizer.c data/unicode_tables.h
@@ -124,6 +124,10 @@ endif
 
 # the CPU reference trainer; building it also prepares the data its default run reads
 train_gpt2: train_gpt2.c | data
+	$(CC) $(CFLAGS) $(OMP_FLAGS) $< $(LDLIBS) -o $@
+
+# chapter 5b: inference on the CPU (prefill, KV-cache decode, sampling, HF interop)
+infer: infer.c
 	$(CC) $(CFLAGS) $(OMP_FLAGS) $< $(LDLIBS) -o $@
 
 # --- CUDA: the first GPU programs (dev/) -------------------------------------------
@@ -218,6 +222,25 @@ else
 	@echo "Error: test_mlp needs zlib's header: apt-get install zlib1g-dev (Debian/Ubuntu)" && exit 1
 endif
 
+test_infer: test_infer.c infer.c
+	$(CC) $(CFLAGS) $(OMP_FLAGS) $< $(LDLIBS) -o $@
+# the same test under AddressSanitizer and UBSan: the JSON and safetensors parsers read
+# files we did not write, so every out-of-bounds read must show up as a failure
+SANITIZE = -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
+test_infer_asan: test_infer.c infer.c
+	$(CC) $(SANITIZE) -march=native -Wall -Wextra $(OMP_FLAGS) $< $(LDLIBS) -o $@
+
+# Fuzz the parsers of untrusted input (safetensors headers, config.json, JSON) with
+# libFuzzer, FUZZ_SECONDS each (needs clang: apt-get install clang). Crashes and the
+# inputs that caused them land in dev/fuzz/crashes/; the corpus grows in dev/fuzz/corpus/.
+FUZZ_SECONDS ?= 60
+FUZZ_TARGETS = safetensors config json
+FUZZ_CC ?= clang
+$(addprefix dev/fuzz/fuzz_,$(FUZZ_TARGETS)): dev/fuzz/fuzz_%: dev/fuzz/fuzz_infer.c infer.c
+	$(FUZZ_CC) -O1 -g -fsanitize=fuzzer,address,undefined -Wno-unknown-pragmas -DFUZZ_$(shell echo $* | tr a-z A-Z) $< -lm -o $@
+fuzz: $(addprefix dev/fuzz/fuzz_,$(FUZZ_TARGETS))
+	@bash dev/fuzz/run_fuzz.sh $(FUZZ_SECONDS) $(FUZZ_TARGETS)
+
 test_tokenizer: test_tokenizer.c data/tokenizer.c data/unicode_tables.h
 	$(CC) -O3 -march=native -Wall -Wextra -std=c11 $< -o $@
 
@@ -240,22 +263,27 @@ TESTS = ./test_gpt2 \
         "bash dev/test/test_train_gpt2_cuda.sh ./train_gpt2 ./dev/emu/train_gpt2cu_fp32_cpu ./dev/emu/train_gpt2cu_bf16_cpu ./dev/emu/train_gpt2cu_fp16_cpu" \
         ./test_mlp \
         ./test_tokenizer \
+        ./test_infer \
+        ./test_infer_asan \
+        "bash dev/test/test_infer_cli.sh ./infer" \
         "bash dev/test/test_tokenizer_cli.sh ./data/tokenizer" \
         "bash dev/test/test_train_gpt2_cli.sh ./train_gpt2" \
         "bash dev/test/test_train_mlp_cli.sh ./train_mlp" \
         "bash dev/test/check_shared_copies.sh" \
         "bash dev/test/check_ladder_copies.sh" \
         "bash dev/test/check_cuda_builds.sh"
-test: train_gpt2 test_gpt2 data/tokenizer test_tokenizer train_mlp test_mlp dev/emu/test_emu_cpu dev/emu/matmul_cpu dev/emu/train_mlpcu_cpu dev/emu/train_gpt2cu_fp32_cpu dev/emu/train_gpt2cu_bf16_cpu dev/emu/train_gpt2cu_fp16_cpu dev/emu/test_gpt2cu_fp32_cpu dev/emu/test_gpt2cu_bf16_cpu dev/emu/test_gpt2cu_fp16_cpu \
+test: train_gpt2 test_gpt2 data/tokenizer test_tokenizer train_mlp test_mlp infer test_infer test_infer_asan dev/emu/test_emu_cpu dev/emu/matmul_cpu dev/emu/train_mlpcu_cpu dev/emu/train_gpt2cu_fp32_cpu dev/emu/train_gpt2cu_bf16_cpu dev/emu/train_gpt2cu_fp16_cpu dev/emu/test_gpt2cu_fp32_cpu dev/emu/test_gpt2cu_bf16_cpu dev/emu/test_gpt2cu_fp16_cpu \
       $(addprefix dev/emu/,$(addsuffix _cpu,$(LADDERS)))
 	@bash dev/test/run_tests.sh $(TESTS)
 
 # Regenerate the committed fixtures the tests compare against. Needs Python with
 # the packages in dev/reference/requirements.txt (pip install -r ...; torch is large).
-reference: data/tokenizer
+reference: data/tokenizer infer
 	HF_HUB_OFFLINE=1 $(PYTHON) dev/reference/gpt2_reference.py
 	$(PYTHON) dev/reference/tokenizer_reference.py
 	$(PYTHON) dev/reference/mlp_reference.py   # reads Fashion-MNIST (apt-get install dataset-fashion-mnist)
+	HF_HUB_OFFLINE=1 $(PYTHON) dev/reference/infer_reference.py
+	HF_HUB_OFFLINE=1 $(PYTHON) dev/reference/infer_reference.py --check-export   # runs ./infer -e
 
 # --- benchmarks (tables, not tests) -------------------------------------------------
 dev/cpu/bench_train_gpt2: dev/cpu/bench_train_gpt2.c train_gpt2.c
@@ -269,7 +297,7 @@ print-%:
 	@echo '$($*)'
 
 clean:
-	rm -f train_gpt2 test_gpt2 test_tokenizer data/tokenizer dev/cpu/bench_train_gpt2 train_mlp test_mlp $(CUDA_PROGRAMS) train_gpt2cu_cudnn test_gpt2cu_cudnn dev/cuda/attention_cudnn dev/emu/test_emu_cpu dev/emu/matmul_cpu dev/emu/train_mlpcu_cpu dev/emu/train_gpt2cu_fp32_cpu dev/emu/train_gpt2cu_bf16_cpu dev/emu/train_gpt2cu_fp16_cpu dev/emu/test_gpt2cu_fp32_cpu dev/emu/test_gpt2cu_bf16_cpu dev/emu/test_gpt2cu_fp16_cpu $(addprefix dev/emu/,$(addsuffix _cpu,$(LADDERS)))
+	rm -f train_gpt2 test_gpt2 test_tokenizer infer test_infer test_infer_asan $(addprefix dev/fuzz/fuzz_,$(FUZZ_TARGETS)) data/tokenizer dev/cpu/bench_train_gpt2 train_mlp test_mlp $(CUDA_PROGRAMS) train_gpt2cu_cudnn test_gpt2cu_cudnn dev/cuda/attention_cudnn dev/emu/test_emu_cpu dev/emu/matmul_cpu dev/emu/train_mlpcu_cpu dev/emu/train_gpt2cu_fp32_cpu dev/emu/train_gpt2cu_bf16_cpu dev/emu/train_gpt2cu_fp16_cpu dev/emu/test_gpt2cu_fp32_cpu dev/emu/test_gpt2cu_bf16_cpu dev/emu/test_gpt2cu_fp16_cpu $(addprefix dev/emu/,$(addsuffix _cpu,$(LADDERS)))
 	rm -f $(TINYSHAKESPEARE) data/gpt2_tokenizer.bin
 
 help:
@@ -277,7 +305,9 @@ help:
 	@echo "make train_mlp && ./train_mlp     an MLP by hand on Fashion-MNIST (apt-get install dataset-fashion-mnist)"
 	@echo "make test                         build and run every test; exits non-zero on a failure"
 	@echo "make data                         tokenize tinyshakespeare, write data/gpt2_tokenizer.bin"
-	@echo "make bench                        time a GPT-2 124M training step and the tokenizer"
+	@echo "make infer && ./infer -i \"ROMEO:\"  generate text (newest log_gpt2 checkpoint; -m a Hugging Face GPT-2 folder)"
+	@echo "make bench                        time a GPT-2 124M training step, inference, and the tokenizer"
+	@echo "make fuzz                         fuzz the safetensors / JSON parsers (clang, FUZZ_SECONDS=60 each)"
 	@echo "make reference                    regenerate the test fixtures (Python, dev/reference/)"
 	@echo "make train_mlpcu && ./train_mlpcu the same MLP on the GPU (--check: against the CPU, --time: step times)"
 	@echo "make train_gpt2cu && ./train_gpt2cu   the GPT-2 trainer on the GPU (PRECISION=BF16, FP16 or FP32; USE_CUDNN=1)"

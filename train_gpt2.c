@@ -288,6 +288,7 @@ static void gemm(float *C, size_t c_rs, size_t c_cs, const float *A, size_t a_rs
 }
 // --- end shared-copy: gemm ---
 
+// --- begin shared-copy: exp-fast ---
 // e^x in a form the compiler can vectorise (libm's expf is a function call per
 // element, and the softmaxes and GELUs call it ~50 million times a step).
 // e^x = 2^n e^r with n = round(x / ln 2) and |r| <= ln(2)/2; e^r from its Taylor
@@ -308,6 +309,7 @@ static inline float exp_fast(float x) {
     memcpy(&two_n, &bits, sizeof(two_n));
     return p * two_n;
 }
+// --- end shared-copy: exp-fast ---
 
 // ----------------------------------------------------------------------------
 // the layers, forward and backward, in the order data flows through GPT-2
@@ -341,6 +343,7 @@ void encoder_backward(float *dwte, float *dwpe, const float *dout, const int *in
     }
 }
 
+// --- begin shared-copy: layernorm-forward ---
 void layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *weight,
                        const float *bias, size_t B, size_t T, size_t C) {
     // y = (x - mean) / sqrt(var + eps) * weight + bias over the C channels of each
@@ -363,6 +366,7 @@ void layernorm_forward(float *out, float *mean, float *rstd, const float *inp, c
         rstd[bt] = s;
     }
 }
+// --- end shared-copy: layernorm-forward ---
 
 void layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
                         const float *weight, const float *mean, const float *rstd, size_t B, size_t T, size_t C) {
@@ -407,6 +411,7 @@ void layernorm_backward(float *dinp, float *dweight, float *dbias, const float *
     }
 }
 
+// --- begin shared-copy: matmul-forward ---
 void matmul_forward(float *out, const float *inp, const float *weight, const float *bias,
                     size_t B, size_t T, size_t C, size_t OC) {
     // out (B,T,OC) = inp (B,T,C) @ weight^T + bias, weight is (OC,C) as in
@@ -427,6 +432,7 @@ void matmul_forward(float *out, const float *inp, const float *weight, const flo
         gemm(out, OC, 1, inp, C, 1, weight, 1, C, (int)(B * T), (int)OC, (int)C, 1);
     }
 }
+// --- end shared-copy: matmul-forward ---
 
 void matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
                      const float *weight, size_t B, size_t T, size_t C, size_t OC) {
@@ -449,6 +455,7 @@ void matmul_backward(float *dinp, float *dweight, float *dbias, const float *dou
     }
 }
 
+// --- begin shared-copy: dot8 ---
 // Dot product in 8 interleaved partial sums: the compiler may not reorder a
 // single running sum, but it can turn 8 independent ones into one vector.
 static inline float dot8(const float *a, const float *b, size_t n) {
@@ -460,6 +467,7 @@ static inline float dot8(const float *a, const float *b, size_t n) {
     for (; i < n; i++) { lanes[0] += a[i] * b[i]; }
     return ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
 }
+// --- end shared-copy: dot8 ---
 
 void attention_forward(float *out, float *att, const float *qkv, size_t B, size_t T, size_t C, size_t NH) {
     // qkv (B,T,3C) holds query, key, value side by side; head h uses channels
@@ -547,6 +555,7 @@ void attention_backward(float *dqkv, float *datt, const float *dout, const float
     }
 }
 
+// --- begin shared-copy: gelu-forward ---
 // GELU, tanh approximation (Hendrycks & Gimpel 2016; PyTorch gelu(approximate='tanh')):
 // gelu(x) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
 #define GELU_SCALE 0.7978845608028654f // sqrt(2/pi)
@@ -563,6 +572,7 @@ void gelu_forward(float *out, const float *inp, size_t N) {
         out[i] = 0.5f * x * (1.0f + tanh_via_exp(GELU_SCALE * (x + 0.044715f * x * x * x)));
     }
 }
+// --- end shared-copy: gelu-forward ---
 
 void gelu_backward(float *dinp, const float *inp, const float *dout, size_t N) {
     // d/dx = 0.5 (1 + tanh(u)) + 0.5 x (1 - tanh(u)^2) du/dx, u = sqrt(2/pi)(x + 0.044715 x^3).
@@ -688,10 +698,11 @@ static size_t gpt2_count_parameters(GPT2Config config) {
     return n;
 }
 
+// --- end shared-copy: gpt2-shapes ---
+
 // Which tensors get weight decay: the matrices (embeddings and linear weights),
 // not the biases and LayerNorm parameters (as in nanoGPT and most GPT training).
 static const int WEIGHT_DECAYED[NUM_PARAMETER_TENSORS] = {1, 1, 0, 0, 1, 0, 1, 0, 0, 0, 1, 0, 1, 0, 0, 0};
-// --- end shared-copy: gpt2-shapes ---
 
 // One allocation for a whole table; the struct's pointers are slices of it.
 // (The struct is a run of float pointers, so we can fill it as an array.)

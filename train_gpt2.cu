@@ -1186,10 +1186,11 @@ static size_t gpt2_count_parameters(GPT2Config config) {
     return n;
 }
 
+// --- end shared-copy: gpt2-shapes ---
+
 // Which tensors get weight decay: the matrices (embeddings and linear weights),
 // not the biases and LayerNorm parameters (as in nanoGPT and most GPT training).
 static const int WEIGHT_DECAYED[NUM_PARAMETER_TENSORS] = {1, 1, 0, 0, 1, 0, 1, 0, 0, 0, 1, 0, 1, 0, 0, 0};
-// --- end shared-copy: gpt2-shapes ---
 #pragma nv_diag_default 177
 
 // The parameters, in the order of llm.c's checkpoint files, as floatX on the GPU.

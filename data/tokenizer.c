@@ -125,6 +125,7 @@ static inline void *malloc_check(size_t size, const char *file, int line) {
 #define mallocCheck(size) malloc_check(size, __FILE__, __LINE__)
 // --- end shared-copy: check-macros ---
 
+// --- begin shared-copy: file-helpers ---
 #define MAX_PATH_LEN 4096
 
 // Bad input (as opposed to a failing libc call) gets one line naming the file and the
@@ -165,6 +166,8 @@ static uint8_t *read_whole_file(const char *path, size_t *len, const char *hint)
     *len = (size_t)size;
     return data;
 }
+
+// --- end shared-copy: file-helpers ---
 
 // Atomic writes. Every output goes to NAME.tmp first, which is flushed, fsync'ed and closed;
 // only when all outputs of a run are complete do we rename them to their final names. If we
@@ -250,6 +253,7 @@ static double now_seconds(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+// --- begin shared-copy: bpe-tokenizer ---
 // ----------------------------------------------------------------------------
 // UTF-8 and the three Unicode classes of the pre-tokenizer
 
@@ -852,6 +856,8 @@ size_t tokenizer_decode(const Tokenizer *t, const int32_t *ids, size_t n, uint8_
     }
     return used;
 }
+
+// --- end shared-copy: bpe-tokenizer ---
 
 // The llm.c Tiny Shakespeare convention: cut the text at every "\n\n" (as Python's
 // str.split: left to right, not overlapping), then emit [EOT] + encode(section + "\n\n") for

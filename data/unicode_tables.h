@@ -11,6 +11,9 @@
 #ifndef UNICODE_TABLES_H
 #define UNICODE_TABLES_H
 #include <stdint.h>
+// (infer.c holds a copy of the tables, between the shared-copy markers, so that it
+// compiles from its own source; make test checks the copies stay identical)
+// --- begin shared-copy: unicode-tables ---
 #define UNICODE_TABLES_VERSION "16.0.0"
 
 // \p{L}: Lu Ll Lt Lm Lo: 677 ranges
@@ -163,5 +166,6 @@ static const uint32_t unicode_space_ranges[][2] = {
     {0x9,0xD}, {0x20,0x20}, {0x85,0x85}, {0xA0,0xA0}, {0x1680,0x1680}, {0x2000,0x200A},
     {0x2028,0x2029}, {0x202F,0x202F}, {0x205F,0x205F}, {0x3000,0x3000},
 };
+// --- end shared-copy: unicode-tables ---
 
 #endif // UNICODE_TABLES_H

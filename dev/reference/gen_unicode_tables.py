@@ -135,6 +135,9 @@ def main():
 #ifndef UNICODE_TABLES_H
 #define UNICODE_TABLES_H
 #include <stdint.h>
+// (infer.c holds a copy of the tables, between the shared-copy markers, so that it
+// compiles from its own source; make test checks the copies stay identical)
+// --- begin shared-copy: unicode-tables ---
 #define UNICODE_TABLES_VERSION "{UNICODE_VERSION}"
 """
     body = "\n\n".join([
@@ -143,7 +146,7 @@ def main():
         c_table("unicode_space_ranges", to_ranges(spaces), "\\s: White_Space"),
     ])
     with open(OUT_PATH, "w") as f:
-        f.write(header + "\n" + body + "\n\n#endif // UNICODE_TABLES_H\n")
+        f.write(header + "\n" + body + "\n// --- end shared-copy: unicode-tables ---\n\n#endif // UNICODE_TABLES_H\n")
     print(f"wrote {OUT_PATH}: {len(letters)} letters, {len(numbers)} numbers, "
           f"{len(spaces)} white space code points (Unicode {UNICODE_VERSION})")
 

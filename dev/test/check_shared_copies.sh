@@ -14,7 +14,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 passed=0
 failed=0
-files=$(ls *.c *.cu data/*.c dev/cuda/*.h dev/cuda/*.cu 2>/dev/null) # (dev/cuda: the ladders' copies of the trainer's reductions, its cuDNN attention)
+files=$(ls *.c *.cu data/*.c data/*.h dev/cuda/*.h dev/cuda/*.cu 2>/dev/null) # (dev/cuda: the ladders' copies of the trainer's reductions, its cuDNN attention)
 # extract each block of each file into $tmp/NAME/<file-with-slashes-replaced>
 for f in $files; do
     awk -v out="$tmp" -v src="$f" '

@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# infer as a user runs it: flags, batches, instruction mode, stops, export / import from
+# the command line, the benchmark table, and one clear error for each kind of bad input.
+#
+#     make infer && bash dev/test/test_infer_cli.sh ./infer
+#
+# Small models only (the V=300 fixtures and a random d1), so it takes seconds.
+set -u
+BIN=$(realpath "${1:-./infer}")
+[ -x "$BIN" ] || { echo "Error: $BIN is not built (make infer)"; echo "0 passed, 1 failed"; exit 1; }
+TMP=$(mktemp -d /tmp/test_infer_cli.XXXXXX)
+trap 'rm -rf "$TMP"' EXIT
+F=dev/reference/fixtures
+passed=0
+failed=0
+ok() { echo "OK      $1"; passed=$((passed + 1)); }
+not_ok() { echo "NOT OK  $1"; failed=$((failed + 1)); }
+# expect_error NAME TEXT COMMAND...: exits 1, stderr holds TEXT, no crash
+expect_error() {
+    local name=$1 text=$2
+    shift 2
+    "$@" > "$TMP/out" 2> "$TMP/err"
+    local rc=$?
+    if [ $rc = 1 ] && grep -qF -- "$text" "$TMP/err"; then ok "$name: $(grep -m1 -F -- "$text" "$TMP/err")"
+    else not_ok "$name (exit $rc, wanted 1 and \"$text\"):"; head -3 "$TMP/err"; fi
+}
+
+# --- flags
+"$BIN" -h > "$TMP/help" && grep -q -- "-p <float>" "$TMP/help" && grep -q "top-k" "$TMP/help" && ok "-h lists the flags with defaults" || not_ok "-h"
+expect_error "an unknown flag" "unknown flag -q" "$BIN" -q 1
+expect_error "a flag without a value" "needs a value" "$BIN" -n
+expect_error "top-p above 1" "-p (top-p) must be in (0, 1]" "$BIN" -p 1.5
+expect_error "a negative temperature" "needs a non-negative number" "$BIN" -t -1
+expect_error "-d other than fp32/bf16" "-d takes fp32 or bf16" "$BIN" -d fp8
+expect_error "-a 2" "take 0 or 1" "$BIN" -a 2
+expect_error "-a without an instruction" "-a 1 needs an instruction" "$BIN" -a 1
+expect_error "a bad -b list" "lists of positive integers" "$BIN" -m $F/hf_tiny_fp32 -B 1 -b 1,x
+
+# --- models that are not there or not right
+(cd "$TMP" && expect_error "no -m and no checkpoint in log_gpt2/" "no -m given and no checkpoint in log_gpt2/" "$BIN" -i hi)
+expect_error "a model that does not exist" "no/such: no such file or folder" "$BIN" -m no/such
+head -c 1000 $F/hf_tiny_fp32/model.safetensors > "$TMP/head.safetensors"
+mkdir -p "$TMP/trunc" && cp $F/hf_tiny_fp32/config.json "$TMP/trunc/" && cp "$TMP/head.safetensors" "$TMP/trunc/model.safetensors"
+expect_error "a truncated model.safetensors" "$TMP/trunc/model.safetensors: header length" "$BIN" -m "$TMP/trunc" -z 1 -i 1
+expect_error "a GPT-2 folder as -g" "encoder.json: cannot read it" "$BIN" -m d1 -g $F/hf_tiny_fp32 -i hi
+expect_error "a model whose vocabulary is not GPT-2's, as text" "no/such/dir/encoder.json" "$BIN" -m $F/hf_tiny_fp32 -g no/such/dir -i hi
+
+# --- prompts that do not fit
+long=$(seq -s, 1 40)
+expect_error "a prompt longer than the context" "is 40 tokens long; the model's context is 32 tokens" "$BIN" -m $F/gpt2_tiny_model.bin -z 1 -i "$long"
+expect_error "a token id outside the vocabulary" "'300' is not a token id in [0, 300)" "$BIN" -m $F/hf_tiny_fp32 -z 1 -i "1,300"
+printf '1,2\n\n{"prompt": "5, 999"}\n' > "$TMP/bad_prompts"
+expect_error "a bad id in a prompt file" "prompt 2: '999' is not a token id" "$BIN" -m $F/hf_tiny_fp32 -z 1 -f "$TMP/bad_prompts"
+printf '{"prompt": 5}\n' > "$TMP/bad_json"
+expect_error "a JSON line without a string prompt" "line 1: no string \"prompt\"" "$BIN" -m $F/hf_tiny_fp32 -z 1 -f "$TMP/bad_json"
+printf '{"prompt": "1,2"\n' > "$TMP/bad_json"
+expect_error "a line that is not JSON" "line 1 starts with '{' but is not a JSON object" "$BIN" -m $F/hf_tiny_fp32 -z 1 -f "$TMP/bad_json"
+
+# --- generation: a batch gives each prompt what it gets alone; the context caps -n
+run() { "$BIN" "$@" 2> "$TMP/stderr"; }
+a=$(run -m $F/hf_tiny_fp32 -z 1 -t 0 -n 20 -i "1,2,3")
+b=$(run -m $F/hf_tiny_fp32 -z 1 -t 0 -n 20 -i "7")
+printf '1,2,3\n\n{"prompt": "7"}\n' > "$TMP/prompts"
+run -m $F/hf_tiny_fp32 -z 1 -t 0 -n 20 -f "$TMP/prompts" > "$TMP/batch"
+if [ "$(sed -n 2p "$TMP/batch")" = "$a" ] && [ "$(sed -n 4p "$TMP/batch")" = "$b" ] && grep -q -- "--- 2 of 2 (1 prompt tokens, 20 generated" "$TMP/batch"; then
+    ok "a batch from -f (a blank line, a JSON line) gives each prompt its text alone"
+else not_ok "batch vs single:"; cat "$TMP/batch"; echo "$a"; echo "$b"; fi
+out=$(run -m $F/gpt2_tiny_model.bin -z 1 -t 0 -n 100 -i "$(seq -s, 1 30)")
+[ "$(echo "$out" | wc -w)" = 3 ] && grep -q "stopped at the length limit: 30 prompt tokens, 2 generated" "$TMP/stderr" && ok "the context (32) caps the generation: 2 tokens" || { not_ok "context cap"; echo "$out"; cat "$TMP/stderr"; }
+grep -q "KV cache: 32 tokens in use = 0.03 MiB" "$TMP/stderr" && grep -q "time to first token" "$TMP/stderr" && ok "reports: time to first token, KV cache in use" || { not_ok "reports"; cat "$TMP/stderr"; }
+
+# --- text: seeds, stop strings, instruction mode (a random d1 model, GPT-2's vocabulary)
+x=$(run -m d1 -i "Hello" -n 16 -s 3)
+y=$(run -m d1 -i "Hello" -n 16 -s 3)
+z=$(run -m d1 -i "Hello" -n 16 -s 4)
+[ "$x" = "$y" ] && [ "$x" != "$z" ] && [ "${x:0:5}" = "Hello" ] && ok "a seed reproduces the text, another changes it" || not_ok "seeds: $x / $y / $z"
+stop=${x:12:3}
+s=$(run -m d1 -i "Hello" -n 16 -s 3 -x "$stop")
+prefix=${x%%"$stop"*}
+[ "$s" = "$prefix" ] && grep -q "stopped at the stop string" "$TMP/stderr" && ok "-x \"$stop\": the text up to the stop string, without it" || not_ok "stop string: '$s' vs '$prefix'"
+r=$(run -m d1 -a 1 -i "Name a color." -n 5 -t 0)
+printf '{"instruction": "Name a color.", "input": ""}\nName a color.\n' > "$TMP/instructions"
+run -m d1 -a 1 -f "$TMP/instructions" -n 5 -t 0 > "$TMP/ibatch"
+sec1=$(awk '/^--- 1 of 2/{f=1;next} /^--- 2 of 2/{f=0} f' "$TMP/ibatch")
+sec2=$(awk '/^--- 2 of 2/{f=1;next} f' "$TMP/ibatch")
+[ "$sec1" = "$r" ] && [ "$sec2" = "$r" ] && ! grep -q "Instruction" "$TMP/ibatch" && ok "instruction mode: the response only, -i and JSON lines alike" || { not_ok "instruction mode"; cat "$TMP/ibatch"; echo "[$r]"; }
+
+# --- export and import from the command line: HF folder <-> checkpoint, byte for byte
+run -m $F/gpt2_tiny_model.bin -e "$TMP/hf" && run -m "$TMP/hf" -o "$TMP/back.bin" && cmp -s "$TMP/back.bin" $F/gpt2_tiny_model.bin &&
+    ok "checkpoint -> -e folder -> -o checkpoint: the same bytes" || not_ok "export/import round trip"
+run -m $F/gpt2_tiny_model.bin -o "$TMP/bf16.bin" -d bf16 && run -m "$TMP/bf16.bin" -e "$TMP/hf16" && grep -q '"dtype": "bfloat16"' "$TMP/hf16/config.json" &&
+    run -m "$TMP/hf16" -o "$TMP/bf16_again.bin" -d bf16 && cmp -s "$TMP/bf16.bin" "$TMP/bf16_again.bin" &&
+    ok "bf16 checkpoint (v5) -> BF16 folder -> v5: the same bytes" || not_ok "bf16 round trip"
+cp "$TMP/back.bin" "$TMP/keep.bin"
+expect_error "-o into a missing folder" "cannot open '$TMP/no/dir/x.bin.tmp'" "$BIN" -m $F/gpt2_tiny_model.bin -o "$TMP/no/dir/x.bin"
+"$BIN" -m "$TMP/trunc" -o "$TMP/keep.bin" > /dev/null 2>&1
+cmp -s "$TMP/back.bin" "$TMP/keep.bin" && [ ! -e "$TMP/keep.bin.tmp" ] && ok "a failed run leaves the file it would have written untouched" || not_ok "file overwritten"
+
+# --- the benchmark: one row per (batch, prompt, generated), the cache growing with them
+run -m $F/hf_tiny_fp32 -B 1 -b 1,2 -l 4,8 -N 3 > "$TMP/bench"
+rows=$(grep -c '^| *[0-9]' "$TMP/bench")
+[ "$rows" = 4 ] && grep -q "^| *2 | *8 | *3 |.*| *0.02 |$" "$TMP/bench" && ok "-B 1: a 4-row table; 2 x (8 + 3) tokens of cache = 0.02 MiB" || { not_ok "bench table"; cat "$TMP/bench"; }
+
+echo "$passed passed, $failed failed"
+[ $failed = 0 ]

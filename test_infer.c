@@ -1,0 +1,884 @@
+/*
+test_infer.c: infer.c against transformers, and its parsers against bad input.
+
+The reference (dev/reference/infer_reference.py) built random GPT2LMHeadModels in
+transformers, saved them with save_pretrained (F32, BF16 and F16 copies of one model,
+V=300, L=2, NH=4, C=64, maxT=128) and wrote, for 4 prompts, 64 greedy tokens and the float64
+logits at every position of prompt + those tokens. It also loaded our export of
+fixtures/gpt2_tiny_model.bin back in transformers and wrote its logits and the hash of
+the files it loaded. We check:
+  - loading: each folder, each dtype; GPT-2's four sizes' names and shapes
+  - the forward pass: prefill of all positions against transformers' logits
+  - the KV cache: decoding token by token gives the same logits as recomputing the whole
+    sequence (prefill), at every step; chunked prefill and a batch of prompts of different
+    lengths give the same as one prompt alone
+  - greedy generation: the same 64 tokens as transformers (fp32)
+  - export / import: our export still has the bytes transformers loaded; every format
+    round-trips (HF folder, checkpoint v3, v5)
+  - sampling: top-k / top-p keep exactly the right tokens of hand-made distributions,
+    temperature reshapes them, the draw follows the probabilities, a seed reproduces
+  - stops: <|endoftext|>, a stop string (never printed, also when streamed), the length
+  - bad input: the JSON and safetensors parsers return an error, never crash, on each kind
+    of broken file; the loaders exit with a message naming the file (run in a child)
+The whole test also runs under AddressSanitizer + UBSan (make test_infer_asan).
+
+    make test_infer && ./test_infer          (make reference regenerates the fixtures)
+
+Tolerances: the reference is float64; our differences are fp32 rounding. Logits are
+judged on their tensor's scale (atol relative to the largest |ref|), as in test_gpt2.c;
+the values are about 10x the largest errors measured (printed).
+*/
+#define TESTING
+#include "infer.c"
+#include <sys/wait.h>
+
+// --- begin shared-copy: gpt2-test-compare ---
+typedef struct {
+    const char *what;
+    float rtol; // relative to the entry
+    float atol; // relative to the largest |ref| of the tensor
+} Tolerance;
+
+
+static int num_passed = 0, num_failed = 0;
+
+static void record(int ok) {
+    if (ok) { num_passed++; } else { num_failed++; }
+}
+
+// A sampled tensor from the fixture: count values at flat indices j*stride.
+typedef struct {
+    int64_t numel, stride, count;
+    float *values;
+} Sampled;
+
+// Compare ours[index(j * stride)] with the sampled reference values. `map`
+// translates a flat index of the reference's layout to ours (the logits differ:
+// (B,T,V) there, (B,T,Vp) here); NULL means identical layouts.
+static void check_tensor(const char *name, const float *ours, const Sampled *ref, Tolerance tol,
+                         size_t (*map)(size_t, const void *), const void *map_ctx) {
+    float max_ref = 0.0f;
+    for (int64_t j = 0; j < ref->count; j++) { max_ref = fmaxf(max_ref, fabsf(ref->values[j])); }
+    float max_abs = 0.0f, max_rel = 0.0f;
+    int64_t bad = 0;
+    for (int64_t j = 0; j < ref->count; j++) {
+        size_t idx = (size_t)(j * ref->stride);
+        float a = ours[map != NULL ? map(idx, map_ctx) : idx], b = ref->values[j];
+        float err = fabsf(a - b);
+        if (!(err <= tol.atol * max_ref + tol.rtol * fabsf(b))) { bad++; } // also catches NaN
+        if (!(err <= max_abs)) { max_abs = err; }
+        float rel = err / fmaxf(fabsf(b), 1e-30f);
+        if (fabsf(b) > 1e-3f * max_ref && !(rel <= max_rel)) { max_rel = rel; } // rel. error of non-tiny entries
+    }
+    printf("%-9s %9lld %10.3e %10.3e %10.3e  ", name, (long long)ref->count, max_ref, max_abs, max_rel);
+    for (int64_t j = 0; j < 2 && j < ref->count; j++) {
+        size_t idx = (size_t)(j * ref->stride);
+        printf("%+.6e/%+.6e ", ours[map != NULL ? map(idx, map_ctx) : idx], ref->values[j]);
+    }
+    printf("%s\n", bad == 0 ? "OK" : "NOT OK");
+    if (bad != 0) { printf("          %lld of %lld entries outside the tolerance\n", (long long)bad, (long long)ref->count); }
+    record(bad == 0);
+}
+
+static void check_scalar(const char *name, float ours, float ref, Tolerance tol) {
+    float err = fabsf(ours - ref);
+    int ok = err <= tol.rtol * fabsf(ref);
+    printf("%-9s ours %.7f ref %.7f abs err %.2e rel err %.2e %s\n", name, ours, ref, err, err / fabsf(ref), ok ? "OK" : "NOT OK");
+    record(ok);
+}
+// --- end shared-copy: gpt2-test-compare ---
+
+static const Tolerance TOL[] = {
+    // measured: max abs err / max |ref| FIXME
+    {"logits", 1e-4f, 1e-5f},
+    // cached decode vs prefill of the same positions: both fp32, summed in different
+    // orders (matrix-vector vs GEMM); measured FIXME
+    {"cached", 1e-4f, 1e-5f},
+};
+enum { TOL_LOGITS, TOL_CACHED };
+
+#define FIXTURES "dev/reference/fixtures/"
+#define INFER_MAGIC 20261130
+
+// ----------------------------------------------------------------------------
+// the logits fixtures (layout: dev/reference/infer_reference.py)
+
+typedef struct {
+    int P, V, G;
+    int len[16];     // prompt lengths
+    int *tokens[16]; // (len + G) prompt, then the greedy tokens
+    float *logits[16]; // (len + G, V) transformers' logits at every position
+} LogitsFixture;
+
+static void read_logits_fixture(LogitsFixture *f, const char *path) {
+    FILE *fp = fopenCheck(path, "rb");
+    int header[256];
+    freadCheck(header, sizeof(int), 256, fp);
+    if (header[0] != INFER_MAGIC || header[1] != 1 || header[2] < 1 || header[2] > 16) {
+        die_file(path, "make reference regenerates dev/reference/fixtures", "not an infer logits fixture (magic %d)", header[0]);
+    }
+    f->P = header[2];
+    f->V = header[3];
+    f->G = header[4];
+    for (int p = 0; p < f->P; p++) {
+        f->len[p] = header[16 + p];
+        size_t n = (size_t)f->len[p] + f->G;
+        f->tokens[p] = (int *)mallocCheck(n * sizeof(int));
+        f->logits[p] = (float *)mallocCheck(n * f->V * sizeof(float));
+        freadCheck(f->tokens[p], sizeof(int), n, fp);
+        freadCheck(f->logits[p], sizeof(float), n * f->V, fp);
+    }
+    fcloseCheck(fp);
+}
+
+static void free_logits_fixture(LogitsFixture *f) {
+    for (int p = 0; p < f->P; p++) { free(f->tokens[p]); free(f->logits[p]); }
+}
+
+// rows of logits (N, Vp) -> (N, V), the fixture's layout
+static float *unpad(const float *logits, int N, int V, int Vp) {
+    float *out = (float *)mallocCheck((size_t)N * V * sizeof(float));
+    for (int n = 0; n < N; n++) { memcpy(out + (size_t)n * V, logits + (size_t)n * Vp, V * sizeof(float)); }
+    return out;
+}
+
+static void check_rows(const char *name, const float *ours, const float *ref, size_t n, Tolerance tol) {
+    Sampled s = {(int64_t)n, 1, (int64_t)n, (float *)ref};
+    check_tensor(name, ours, &s, tol, NULL, NULL);
+}
+
+// All positions of tokens[0..T) of sequence 0 in one prefill; logits of every row: (T, V).
+static float *prefill_all(GPT2 *model, const int *tokens, int T) {
+    int *seq = (int *)calloc((size_t)T, sizeof(int)), *pos = (int *)mallocCheck((size_t)T * sizeof(int));
+    for (int t = 0; t < T; t++) { pos[t] = t; }
+    gpt2_allocate_cache(model, 1, T);
+    gpt2_allocate_rows(model, T, T);
+    gpt2_forward(model, tokens, seq, pos, T, pos, T); // logit rows 0..T-1 = pos
+    float *out = unpad(model->logits, T, model->config.vocab_size, model->config.padded_vocab_size);
+    free(seq);
+    free(pos);
+    return out;
+}
+
+// The prompt tokens[0..len) in one prefill, then one token per step from the cache:
+// the logits after each position, (T, V) for positions len-1 .. T-1 at rows len-1 ...
+static float *decode_all(GPT2 *model, const int *tokens, int len, int T) {
+    float *out = (float *)mallocCheck((size_t)T * model->config.vocab_size * sizeof(float));
+    int V = model->config.vocab_size, Vp = model->config.padded_vocab_size;
+    int *seq = (int *)calloc((size_t)T, sizeof(int)), *pos = (int *)mallocCheck((size_t)T * sizeof(int));
+    for (int t = 0; t < T; t++) { pos[t] = t; }
+    gpt2_allocate_cache(model, 1, T);
+    gpt2_allocate_rows(model, len, len);
+    gpt2_forward(model, tokens, seq, pos, len, pos, len);
+    for (int t = 0; t < len; t++) { memcpy(out + (size_t)t * V, model->logits + (size_t)t * Vp, V * sizeof(float)); }
+    for (int t = len; t < T; t++) {
+        int zero = 0;
+        gpt2_forward(model, tokens + t, seq, pos + t, 1, &zero, 1);
+        memcpy(out + (size_t)t * V, model->logits, V * sizeof(float));
+    }
+    free(seq);
+    free(pos);
+    return out;
+}
+
+// ----------------------------------------------------------------------------
+// running a loader that is supposed to fail, in a child process
+
+// Runs fn(arg) in a child with stderr going to a file; passes if the child exits non-zero
+// (not by a signal: a crash is a failure) and its message contains `expect`.
+static void expect_exit(const char *name, void (*fn)(const void *), const void *arg, const char *expect) {
+    char log[] = "/tmp/test_infer_XXXXXX";
+    int fd = mkstemp(log);
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid == 0) {
+        dup2(fd, 2);
+        fn(arg);
+        _exit(0);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    char msg[2048] = "";
+    ssize_t n = pread(fd, msg, sizeof(msg) - 1, 0);
+    msg[n > 0 ? n : 0] = '\0';
+    close(fd);
+    remove(log);
+    int ok = WIFEXITED(status) && WEXITSTATUS(status) != 0 && strstr(msg, expect) != NULL;
+    char *newline = strchr(msg, '\n');
+    if (newline != NULL) { *newline = '\0'; }
+    printf("%-40s %s: %s\n", name, ok ? "OK" : "NOT OK", WIFSIGNALED(status) ? "killed by a signal" : msg);
+    record(ok);
+}
+
+static void load_model(const void *path) {
+    GPT2 model;
+    gpt2_build(&model, (const char *)path, 1);
+    gpt2_free(&model);
+}
+
+static void load_tokenizer(const void *dir) {
+    Tokenizer t;
+    tokenizer_init(&t, (const char *)dir);
+    tokenizer_free(&t);
+}
+
+static void write_bytes(const char *path, const void *data, size_t n) {
+    FILE *fp = fopenCheck(path, "wb");
+    if (n > 0) { fwriteCheck(data, 1, n, fp); }
+    fcloseCheck(fp);
+}
+
+static uint8_t *read_bytes(const char *path, size_t *n) { return read_whole_file(path, n, NULL); }
+
+static uint64_t fnv1a64(const uint8_t *s, size_t n) { return hash_bytes(s, n); }
+
+// ----------------------------------------------------------------------------
+// the forward pass and the KV cache against transformers
+
+static GenerateOptions greedy_options(int eot) {
+    GenerateOptions o = {.max_new = 0, .stop_string = "", .eot_token = eot, .seed = 1,
+                         .sampler = {.temperature = 0.0f, .top_k = 0, .top_p = 1.0f}, .tok = NULL, .stream = NULL};
+    return o;
+}
+
+// generate from each fixture prompt (all of them in one batch if batched, else one by one)
+// and compare with the fixture's greedy tokens
+static void check_greedy(GPT2 *model, const LogitsFixture *f, int batched, const char *name) {
+    Sequence seqs[16];
+    GenerateOptions o = greedy_options(-1);
+    o.max_new = f->G;
+    GenerateStats stats;
+    int same = 1;
+    for (int p = 0; p < f->P; p++) {
+        sequence_init(&seqs[p], NULL, f->tokens[p], f->len[p], f->G, model->config.max_seq_len);
+        if (!batched) { generate(model, &seqs[p], 1, &o, &stats); }
+    }
+    if (batched) { generate(model, seqs, f->P, &o, &stats); }
+    int first_diff = -1, diff_prompt = -1;
+    for (int p = 0; p < f->P; p++) {
+        int n = f->len[p] + f->G;
+        if (seqs[p].num_tokens != n) { same = 0; }
+        for (int t = f->len[p]; t < n && t < seqs[p].num_tokens; t++) {
+            if (seqs[p].tokens[t] != f->tokens[p][t] && first_diff < 0) { first_diff = t - f->len[p]; diff_prompt = p; same = 0; }
+        }
+        sequence_free(&seqs[p]);
+    }
+    printf("%-40s %s", name, same ? "OK" : "NOT OK");
+    if (same) { printf(": %d x %d tokens identical\n", f->P, f->G); }
+    else { printf(": prompt %d differs at generated token %d\n", diff_prompt, first_diff); }
+    record(same);
+}
+
+static void test_hf_fixture(const char *dir, const char *fixture, int exact_greedy) {
+    printf("\n%s against %s\n", dir, fixture);
+    GPT2 model;
+    gpt2_build(&model, dir, 1);
+    LogitsFixture f;
+    read_logits_fixture(&f, fixture);
+    int V = model.config.vocab_size;
+    if (f.V != V) { printf("vocabulary %d vs fixture %d NOT OK\n", V, f.V); record(0); return; }
+    printf("%-9s %9s %10s %10s %10s\n", "tensor", "entries", "max|ref|", "max abs", "max rel");
+    for (int p = 0; p < f.P; p++) {
+        int T = f.len[p] + f.G;
+        char name[32];
+        float *all = prefill_all(&model, f.tokens[p], T);
+        snprintf(name, sizeof(name), "prefill%d", p);
+        check_rows(name, all, f.logits[p], (size_t)T * V, TOL[TOL_LOGITS]);
+        float *dec = decode_all(&model, f.tokens[p], f.len[p], T);
+        snprintf(name, sizeof(name), "decode%d", p);
+        check_rows(name, dec, f.logits[p], (size_t)T * V, TOL[TOL_LOGITS]);
+        snprintf(name, sizeof(name), "cached%d", p); // decode against recomputing everything
+        check_rows(name, dec + (size_t)f.len[p] * V, all + (size_t)f.len[p] * V, (size_t)f.G * V, TOL[TOL_CACHED]);
+        free(all);
+        free(dec);
+    }
+    // prefill in chunks of 5 rows, each attending to the cache the earlier chunks wrote
+    {
+        int p = f.P - 1, T = f.len[p] + f.G, V5 = 5;
+        int *seq = (int *)calloc((size_t)T, sizeof(int)), *pos = (int *)mallocCheck((size_t)T * sizeof(int));
+        for (int t = 0; t < T; t++) { pos[t] = t; }
+        float *chunked = (float *)mallocCheck((size_t)T * V * sizeof(float));
+        gpt2_allocate_cache(&model, 1, T);
+        gpt2_allocate_rows(&model, V5, V5);
+        int rows[5] = {0, 1, 2, 3, 4};
+        for (int t = 0; t < T; t += V5) {
+            int n = T - t < V5 ? T - t : V5;
+            gpt2_forward(&model, f.tokens[p] + t, seq, pos + t, n, rows, n);
+            for (int j = 0; j < n; j++) {
+                memcpy(chunked + (size_t)(t + j) * V, model.logits + (size_t)j * model.config.padded_vocab_size, V * sizeof(float));
+            }
+        }
+        check_rows("chunked", chunked, f.logits[p], (size_t)T * V, TOL[TOL_LOGITS]);
+        free(chunked);
+        free(seq);
+        free(pos);
+    }
+    if (exact_greedy) {
+        check_greedy(&model, &f, 0, "greedy: 64 tokens as transformers'");
+        check_greedy(&model, &f, 1, "greedy, the 4 prompts as one batch");
+    } else { // bf16/fp16: transformers' greedy tokens were computed in float64 from the same
+             // rounded weights, but their margins were not checked: report only
+        Sequence s;
+        GenerateOptions o = greedy_options(-1);
+        GenerateStats stats;
+        o.max_new = f.G;
+        sequence_init(&s, NULL, f.tokens[0], f.len[0], f.G, model.config.max_seq_len);
+        generate(&model, &s, 1, &o, &stats);
+        int same = 0;
+        while (same < f.G && s.tokens[f.len[0] + same] == f.tokens[0][f.len[0] + same]) { same++; }
+        printf("greedy (not checked: near ties possible)  %d of %d tokens as transformers'\n", same, f.G);
+        sequence_free(&s);
+    }
+    free_logits_fixture(&f);
+    gpt2_free(&model);
+}
+
+// ----------------------------------------------------------------------------
+// GPT-2's four sizes: names and shapes against what transformers would save
+
+static void test_layouts(void) {
+    printf("\nGPT-2 sizes: tensor names and shapes against transformers\n");
+    size_t len;
+    char *text = (char *)read_bytes(FIXTURES "gpt2_hf_layouts.txt", &len);
+    char *save = NULL;
+    char *line = strtok_r(text, "\n", &save);
+    while (line != NULL) {
+        char name[64];
+        if (sscanf(line, "model %63s", name) != 1) { printf("bad line %s NOT OK\n", line); record(0); break; }
+        char path[256], err[256];
+        snprintf(path, sizeof(path), FIXTURES "gpt2_hf_configs/%s.json", name);
+        size_t clen;
+        char *config_text = (char *)read_bytes(path, &clen);
+        GPT2Config c;
+        int ok = gpt2_config_from_hf_json(&c, config_text, clen, err, sizeof(err)) == 0;
+        free(config_text);
+        if (!ok) { printf("%s: %s\n", path, err); }
+        int L = ok ? c.num_layers : 1, count = 0, bad = 0;
+        char *seen = (char *)calloc((size_t)NUM_PARAMETER_TENSORS * L, 1);
+        while ((line = strtok_r(NULL, "\n", &save)) != NULL && strncmp(line, "model ", 6) != 0) {
+            char key[128], dims[64], want[64];
+            if (sscanf(line, "%127s %63s", key, dims) != 2) { bad++; continue; }
+            int layer, k = hf_tensor_index(key, &layer);
+            if (!ok || k < 0 || layer >= L || seen[k * L + layer]) { bad++; continue; }
+            seen[k * L + layer] = 1;
+            int64_t d[2];
+            int ndim = hf_shape(c, k, d);
+            if (ndim == 2) { snprintf(want, sizeof(want), "%" PRId64 "x%" PRId64, d[0], d[1]); }
+            else { snprintf(want, sizeof(want), "%" PRId64, d[0]); }
+            if (strcmp(want, dims) != 0) { bad++; }
+            count++;
+        }
+        int expected = ok ? 4 + 12 * L : -1;
+        ok = ok && bad == 0 && count == expected;
+        printf("%-12s L=%d C=%d NH=%d V=%d maxT=%d: %d tensors, %d mismatched  %s\n", name, c.num_layers, c.channels,
+               c.num_heads, c.vocab_size, c.max_seq_len, count, bad, ok ? "OK" : "NOT OK");
+        record(ok);
+        free(seen);
+    }
+    free(text);
+}
+
+// ----------------------------------------------------------------------------
+// export and import
+
+static int params_equal(const GPT2 *a, const GPT2 *b) {
+    return a->num_parameters == b->num_parameters &&
+           memcmp(a->params_memory, b->params_memory, a->num_parameters * sizeof(float)) == 0;
+}
+
+static void check(const char *name, int ok, const char *detail) {
+    printf("%-40s %s%s%s\n", name, ok ? "OK" : "NOT OK", detail[0] ? ": " : "", detail);
+    record(ok);
+}
+
+static void test_export(const char *tmp) {
+    printf("\nexport and import\n");
+    GPT2 model, back;
+    gpt2_build(&model, FIXTURES "gpt2_tiny_model.bin", 1);
+    char dir[512], path[600], detail[512];
+    snprintf(dir, sizeof(dir), "%s/export", tmp);
+    gpt2_export_hf(&model, dir);
+    // the bytes transformers loaded (infer_reference.py --check-export wrote their hashes)
+    size_t n;
+    uint8_t *hashes = read_bytes(FIXTURES "infer_export.fnv1a64", &n);
+    static const char *const files[2] = {"config.json", "model.safetensors"};
+    for (int i = 0; i < 2; i++) {
+        snprintf(path, sizeof(path), "%s/%s", dir, files[i]);
+        size_t len;
+        uint8_t *bytes = read_bytes(path, &len);
+        char line[128];
+        snprintf(line, sizeof(line), "%s %016" PRIx64, files[i], fnv1a64(bytes, len));
+        snprintf(detail, sizeof(detail), "%s", line);
+        check(i == 0 ? "export: config.json as transformers loaded" : "export: model.safetensors as loaded",
+              strstr((const char *)hashes, line) != NULL, detail);
+        free(bytes);
+    }
+    free(hashes);
+    // our forward on the checkpoint against transformers' on the export
+    LogitsFixture f;
+    read_logits_fixture(&f, FIXTURES "infer_export.bin");
+    int V = model.config.vocab_size;
+    for (int p = 0; p < f.P; p++) {
+        float *all = prefill_all(&model, f.tokens[p], f.len[p]);
+        char name[32];
+        snprintf(name, sizeof(name), "export%d", p);
+        check_rows(name, all, f.logits[p], (size_t)f.len[p] * V, TOL[TOL_LOGITS]);
+        free(all);
+    }
+    free_logits_fixture(&f);
+    // round trips, bit for bit
+    gpt2_build(&back, dir, 1);
+    check("HF folder -> ours: identical weights", params_equal(&model, &back) && !back.from_bf16, "");
+    gpt2_free(&back);
+    snprintf(path, sizeof(path), "%s/model_v3.bin", tmp);
+    gpt2_save_checkpoint(&model, path, 0);
+    gpt2_build(&back, path, 1);
+    check("checkpoint v3 round trip", params_equal(&model, &back), "");
+    gpt2_free(&back);
+    snprintf(path, sizeof(path), "%s/model_v5.bin", tmp);
+    gpt2_save_checkpoint(&model, path, 1);
+    gpt2_build(&back, path, 1);
+    int rounded = back.from_bf16;
+    for (size_t i = 0; i < model.num_parameters && rounded; i++) {
+        rounded = back.params_memory[i] == bf16_to_float(float_to_bf16(model.params_memory[i]));
+    }
+    check("checkpoint v5: the weights rounded to bf16", rounded, "");
+    snprintf(dir, sizeof(dir), "%s/export_bf16", tmp);
+    gpt2_export_hf(&back, dir); // a bf16 model exports BF16 tensors
+    GPT2 again;
+    gpt2_build(&again, dir, 1);
+    check("bf16 checkpoint -> BF16 folder -> ours", params_equal(&back, &again) && again.from_bf16, "");
+    gpt2_free(&again);
+    gpt2_free(&back);
+    // transformers' own BF16 and F16 files: exact through our fp32
+    static const char *const dtypes[2] = {"bf16", "fp16"};
+    for (int i = 0; i < 2; i++) {
+        char src[256];
+        snprintf(src, sizeof(src), FIXTURES "hf_tiny_%s", dtypes[i]);
+        snprintf(dir, sizeof(dir), "%s/export_%s", tmp, dtypes[i]);
+        gpt2_build(&back, src, 1);
+        gpt2_export_hf(&back, dir);
+        gpt2_build(&again, dir, 1);
+        snprintf(detail, sizeof(detail), "%s -> ours -> F32 folder -> ours", src);
+        check("HF round trip", params_equal(&back, &again), detail);
+        gpt2_free(&again);
+        gpt2_free(&back);
+    }
+    // the three copies of one model: F16 and BF16 hold the F32 weights rounded
+    gpt2_build(&back, FIXTURES "hf_tiny_fp32", 1);
+    gpt2_build(&again, FIXTURES "hf_tiny_bf16", 1);
+    int same = 1;
+    for (size_t i = 0; i < back.num_parameters; i++) {
+        same = same && again.params_memory[i] == bf16_to_float(float_to_bf16(back.params_memory[i]));
+    }
+    check("BF16 folder = F32 folder rounded (our bf16)", same, "");
+    gpt2_free(&again);
+    gpt2_free(&back);
+    gpt2_free(&model);
+}
+
+// ----------------------------------------------------------------------------
+// sampling on hand-made distributions
+
+// logits = log(probs), so that softmax gives the probabilities back
+static void make_logits(float *logits, const double *probs, int V) {
+    for (int i = 0; i < V; i++) { logits[i] = (float)log(probs[i]); }
+}
+
+// The candidates of one setting against the expected ids and probabilities.
+static void check_candidates(const char *name, const double *probs, int V, float temperature, int top_k, float top_p,
+                             const int *want_ids, const double *want_probs, int want_n) {
+    float logits[16], scratch[16];
+    Candidate out[16];
+    make_logits(logits, probs, V);
+    Sampler s = {.temperature = temperature, .top_k = top_k, .top_p = top_p, .probs = scratch};
+    int n = sample_candidates(logits, V, &s, out);
+    int ok = n == want_n;
+    for (int i = 0; i < n && ok; i++) { ok = out[i].id == want_ids[i] && fabs(out[i].prob - want_probs[i]) < 1e-6; }
+    printf("%-40s %s: kept", name, ok ? "OK" : "NOT OK");
+    for (int i = 0; i < n; i++) { printf(" %d (%.4f)", out[i].id, out[i].prob); }
+    printf("\n");
+    record(ok);
+}
+
+static void test_sampling(void) {
+    printf("\nsampling\n");
+    // a distribution listed out of order, so that sorting matters
+    const double p[5] = {0.1, 0.5, 0.05, 0.2, 0.15}; // by rank: 1, 3, 4, 0, 2
+    { int ids[1] = {1}; double q[1] = {1.0}; check_candidates("temperature 0: the argmax", p, 5, 0.0f, 0, 1.0f, ids, q, 1); }
+    { int ids[5] = {0, 1, 2, 3, 4}; check_candidates("t=1, no filters: everything, id order", p, 5, 1.0f, 0, 1.0f, ids, p, 5); }
+    { int ids[2] = {1, 3}; double q[2] = {0.5 / 0.7, 0.2 / 0.7}; check_candidates("top-k 2", p, 5, 1.0f, 2, 1.0f, ids, q, 2); }
+    { int ids[4] = {1, 3, 4, 0}; double q[4] = {0.5 / 0.95, 0.2 / 0.95, 0.15 / 0.95, 0.1 / 0.95};
+      check_candidates("top-k 4", p, 5, 1.0f, 4, 1.0f, ids, q, 4); }
+    { int ids[2] = {1, 3}; double q[2] = {0.5 / 0.7, 0.2 / 0.7}; check_candidates("top-p 0.69: 0.5 + 0.2 reach it", p, 5, 1.0f, 0, 0.69f, ids, q, 2); }
+    { int ids[3] = {1, 3, 4}; double q[3] = {0.5 / 0.85, 0.2 / 0.85, 0.15 / 0.85};
+      check_candidates("top-p 0.71: needs a third token", p, 5, 1.0f, 0, 0.71f, ids, q, 3); }
+    { int ids[1] = {1}; double q[1] = {1.0}; check_candidates("top-p 0.4: the best alone", p, 5, 1.0f, 0, 0.4f, ids, q, 1); }
+    // top-k first, then top-p of the renormalised rest (transformers' order): over
+    // {0.5, 0.2, 0.15}/0.85 = {0.588, 0.235, 0.176}, p=0.8 needs two
+    { int ids[2] = {1, 3}; double q[2] = {0.5 / 0.7, 0.2 / 0.7}; check_candidates("top-k 3 then top-p 0.8", p, 5, 1.0f, 3, 0.8f, ids, q, 2); }
+    // temperature 2: probabilities proportional to p^(1/2)
+    {
+        double r[5], sum = 0.0;
+        for (int i = 0; i < 5; i++) { r[i] = sqrt(p[i]); sum += r[i]; }
+        for (int i = 0; i < 5; i++) { r[i] /= sum; }
+        int ids[5] = {0, 1, 2, 3, 4};
+        check_candidates("temperature 2: p^(1/2), renormalised", p, 5, 2.0f, 0, 1.0f, ids, r, 5);
+    }
+    // temperature 0.5 sharpens: the top token's probability is 0.5^2 / sum(p^2)
+    {
+        float logits[5], scratch[5];
+        Candidate out[5];
+        make_logits(logits, p, 5);
+        Sampler s = {.temperature = 0.5f, .top_k = 0, .top_p = 1.0f, .probs = scratch};
+        sample_candidates(logits, 5, &s, out);
+        double sum = 0.0;
+        for (int i = 0; i < 5; i++) { sum += p[i] * p[i]; }
+        Tolerance tol = {"p", 1e-6f, 0.0f};
+        check_scalar("t=0.5 p1", out[1].prob, (float)(0.25 / sum), tol);
+    }
+    // ties: equal probabilities keep the lower id first
+    { const double u[4] = {0.25, 0.25, 0.25, 0.25}; int ids[2] = {0, 1}; double q[2] = {0.5, 0.5};
+      check_candidates("ties: top-k 2 keeps the lower ids", u, 4, 1.0f, 2, 1.0f, ids, q, 2);
+      int ids1[1] = {0}; double q1[1] = {1.0};
+      check_candidates("ties: greedy takes the lowest id", u, 4, 0.0f, 0, 1.0f, ids1, q1, 1);
+      check_candidates("top-p below 1/V: the best token", u, 4, 1.0f, 0, 0.1f, ids1, q1, 1); }
+    // the draw: coins spread over [0, 1) land on each token as often as its probability
+    {
+        float logits[5], scratch[5];
+        Candidate cands[5];
+        make_logits(logits, p, 5);
+        Sampler s = {.temperature = 1.0f, .top_k = 0, .top_p = 1.0f, .probs = scratch};
+        int counts[5] = {0};
+        for (int i = 0; i < 10000; i++) { counts[sample_token(logits, 5, &s, cands, (i + 0.5f) / 10000)]++; }
+        int ok = 1;
+        for (int i = 0; i < 5; i++) { ok = ok && abs(counts[i] - (int)lround(p[i] * 10000)) <= 1; }
+        printf("%-40s %s: %d %d %d %d %d of 10000\n", "draws follow the probabilities", ok ? "OK" : "NOT OK", counts[0],
+               counts[1], counts[2], counts[3], counts[4]);
+        record(ok);
+        s.top_k = 2; // only 1 and 3, in the ratio 5:2
+        memset(counts, 0, sizeof(counts));
+        for (int i = 0; i < 7000; i++) { counts[sample_token(logits, 5, &s, cands, (i + 0.5f) / 7000)]++; }
+        ok = counts[0] == 0 && counts[2] == 0 && counts[4] == 0 && abs(counts[1] - 5000) <= 1 && abs(counts[3] - 2000) <= 1;
+        printf("%-40s %s: %d %d %d %d %d of 7000\n", "top-k 2 draws: only the two, 5:2", ok ? "OK" : "NOT OK", counts[0],
+               counts[1], counts[2], counts[3], counts[4]);
+        record(ok);
+    }
+}
+
+// ----------------------------------------------------------------------------
+// generation with text: seeds, stops, streaming, batches
+
+static Sequence run_text(GPT2 *model, const Tokenizer *tok, const char *prompt, GenerateOptions o, FILE *stream) {
+    int ids[256];
+    int n = (int)tokenizer_encode((Tokenizer *)tok, (const uint8_t *)prompt, strlen(prompt), 1, ids);
+    Sequence s;
+    GenerateStats stats;
+    sequence_init(&s, prompt, ids, n, o.max_new, model->config.max_seq_len);
+    o.stream = stream;
+    generate(model, &s, 1, &o, &stats);
+    return s;
+}
+
+static void test_generation(void) {
+    printf("\ngeneration (a random d1 model with GPT-2's vocabulary)\n");
+    GPT2 model;
+    gpt2_build(&model, "d1", 42);
+    Tokenizer tok;
+    tokenizer_init(&tok, "data/gpt2");
+    GenerateOptions o = {.max_new = 24, .stop_string = "", .eot_token = tok.eot_token, .seed = 7,
+                         .sampler = {.temperature = 1.0f, .top_k = 50, .top_p = 0.95f}, .tok = &tok, .stream = NULL};
+    const char *prompt = "The quick brown fox";
+    Sequence a = run_text(&model, &tok, prompt, o, NULL), b = run_text(&model, &tok, prompt, o, NULL);
+    check("a seed reproduces the text", a.num_tokens == b.num_tokens && memcmp(a.tokens, b.tokens, a.num_tokens * sizeof(int)) == 0 &&
+          strcmp(a.text, b.text) == 0, "");
+    o.seed = 8;
+    Sequence c = run_text(&model, &tok, prompt, o, NULL);
+    check("another seed, another text", strcmp(a.text, c.text) != 0, "");
+    o.seed = 7;
+    check("the length limit", a.num_tokens == a.num_prompt + 24 && strcmp(a.stop, "the length limit") == 0, a.stop);
+    // a stop string from the middle of the text we got: the output ends just before its
+    // first occurrence, streamed or not, and the stop string is not printed
+    size_t at = a.text_len / 2;
+    char stop[8];
+    snprintf(stop, sizeof(stop), "%.3s", a.text + at);
+    const char *first = strstr(a.text, stop);
+    o.stop_string = stop;
+    FILE *stream = tmpfile();
+    Sequence d = run_text(&model, &tok, prompt, o, stream);
+    char streamed[4096] = "";
+    rewind(stream);
+    size_t got = fread(streamed, 1, sizeof(streamed) - 1, stream);
+    streamed[got] = '\0';
+    fclose(stream);
+    char detail[128];
+    snprintf(detail, sizeof(detail), "stop \"%s\" at byte %zu of %zu", stop, (size_t)(first - a.text), a.text_len);
+    check("a stop string ends the text before it", d.done && strcmp(d.stop, "the stop string") == 0 &&
+          d.text_len == (size_t)(first - a.text) && memcmp(d.text, a.text, d.text_len) == 0, detail);
+    check("streamed: the same bytes, no stop string", got == d.text_len && memcmp(streamed, d.text, got) == 0, "");
+    // <|endoftext|>: pretend the 5th token we generated is the end of text
+    o.stop_string = "";
+    o.eot_token = a.tokens[a.num_prompt + 4];
+    Sequence e = run_text(&model, &tok, prompt, o, NULL);
+    int k = 0; // the first occurrence of that token may be earlier than the 5th
+    while (a.tokens[a.num_prompt + k] != o.eot_token) { k++; }
+    check("<|endoftext|> stops, and is not kept", strcmp(e.stop, "<|endoftext|>") == 0 && e.num_tokens == e.num_prompt + k, "");
+    o.eot_token = tok.eot_token;
+    // a batch of prompts of different lengths gives each the text it gets alone (greedy:
+    // sampling coins depend on the position in the batch)
+    o.sampler.temperature = 0.0f;
+    const char *prompts[3] = {"Hello", "A much longer prompt than the first one, with more tokens", "x"};
+    Sequence alone[3], batch[3];
+    GenerateStats stats;
+    for (int i = 0; i < 3; i++) { alone[i] = run_text(&model, &tok, prompts[i], o, NULL); }
+    for (int i = 0; i < 3; i++) {
+        int ids[256];
+        int n = (int)tokenizer_encode(&tok, (const uint8_t *)prompts[i], strlen(prompts[i]), 1, ids);
+        sequence_init(&batch[i], prompts[i], ids, n, o.max_new, model.config.max_seq_len);
+    }
+    generate(&model, batch, 3, &o, &stats);
+    int same = 1;
+    for (int i = 0; i < 3; i++) {
+        same = same && alone[i].num_tokens == batch[i].num_tokens &&
+               memcmp(alone[i].tokens, batch[i].tokens, alone[i].num_tokens * sizeof(int)) == 0;
+        sequence_free(&alone[i]);
+        sequence_free(&batch[i]);
+    }
+    check("a batch gives each prompt its own text", same, "");
+    // instruction mode: the template, as documented
+    char *text = alpaca_prompt("Name a color.", "");
+    check("the Alpaca template without input", strcmp(text, "Below is an instruction that describes a task. Write a response "
+          "that appropriately completes the request.\n\n### Instruction:\nName a color.\n\n### Response:\n") == 0, "");
+    free(text);
+    text = alpaca_prompt("Translate.", "chat");
+    check("... and with an input", strstr(text, "paired with an input") != NULL &&
+          strstr(text, "### Instruction:\nTranslate.\n\n### Input:\nchat\n\n### Response:\n") != NULL, "");
+    free(text);
+    sequence_free(&a);
+    sequence_free(&b);
+    sequence_free(&c);
+    sequence_free(&d);
+    sequence_free(&e);
+    tokenizer_free(&tok);
+    gpt2_free(&model);
+}
+
+// ----------------------------------------------------------------------------
+// bad input: the parsers
+
+static void test_json(void) {
+    printf("\nJSON parser\n");
+    static const char *const good[] = {
+        "{}", "[]", " {\"a\" : [1, -2.5e3, 0.25E-2, true, false, null, \"x\\u00e9\\ud83d\\ude00\\n\"]} ", "0", "\"\"", "[[[]]]"};
+    static const char *const bad[] = {
+        "", " ", "{", "{\"a\":}", "{\"a\":1,}", "[1,]", "01", "1.", "-", "1e", "\"\x01\"", "\"\\q\"", "\"\\u12\"",
+        "{\"a\" 1}", "[1] x", "tru", "{\"a\":1}}", "{1:2}", "[1 2]", "\"abc", "nul", "-x", "{\"a\":[}"};
+    int ok = 1;
+    char err[256];
+    for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+        Json j;
+        if (json_parse(&j, good[i], strlen(good[i]), err, sizeof(err)) != 0) { printf("  rejected %s: %s\n", good[i], err); ok = 0; }
+        json_free(&j);
+    }
+    check("well-formed JSON parses", ok, "");
+    ok = 1;
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        Json j;
+        if (json_parse(&j, bad[i], strlen(bad[i]), err, sizeof(err)) == 0) { printf("  accepted '%s'\n", bad[i]); ok = 0; }
+        json_free(&j);
+    }
+    check("malformed JSON is an error (23 kinds)", ok, "");
+    char deep[300];
+    memset(deep, '[', 150);
+    memset(deep + 150, ']', 150);
+    Json j;
+    int rejected = json_parse(&j, deep, 300, err, sizeof(err)) != 0 && strstr(err, "deeply") != NULL;
+    json_free(&j);
+    check("nesting 150 deep is refused", rejected, err);
+    // decoding strings: escapes, \u, surrogate pairs; a lone surrogate is an error
+    const char *text = "[\"a\\\"b\\\\c\\/\\t\\u00e9\\ud83d\\ude00\", \"\\udc00\", \"n_\\u0065mbd\"]";
+    json_parse(&j, text, strlen(text), err, sizeof(err));
+    char out[64];
+    int n = json_string(&j, 1, out, sizeof(out));
+    check("string escapes decode", n == 13 && memcmp(out, "a\"b\\c/\t\xc3\xa9\xf0\x9f\x98\x80", 13) == 0, "");
+    check("a lone surrogate is an error", json_string(&j, 2, out, sizeof(out)) < 0, "");
+    json_free(&j);
+    const char *obj = "{\"n_\\u0065mbd\": 7}";
+    json_parse(&j, obj, strlen(obj), err, sizeof(err));
+    int64_t v = 0;
+    check("keys compare after decoding", json_int64(&j, json_get(&j, 0, "n_embd"), &v) == 0 && v == 7, "");
+    json_free(&j);
+}
+
+// A small valid safetensors file: a F32 [2] and b F16 [2, 2], then edits of its header.
+static size_t make_st(uint8_t *buf, const char *header, size_t data_len) {
+    size_t n = strlen(header);
+    for (int i = 0; i < 8; i++) { buf[i] = (uint8_t)((uint64_t)n >> (8 * i)); }
+    memcpy(buf + 8, header, n);
+    for (size_t i = 0; i < data_len; i++) { buf[8 + n + i] = (uint8_t)(i * 37); }
+    return 8 + n + data_len;
+}
+
+static void test_safetensors(void) {
+    printf("\nsafetensors parser: every broken header is an error, with a message\n");
+    static const struct { const char *name, *header; size_t data; const char *expect; } cases[] = {
+        {"valid", "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+                  "\"b\":{\"dtype\":\"F16\",\"shape\":[2,2],\"data_offsets\":[8,16]}}", 16, NULL},
+        {"valid, __metadata__, reordered", "{\"__metadata__\":{\"format\":\"pt\"},\"b\":{\"shape\":[2,2],\"dtype\":\"F16\","
+                  "\"data_offsets\":[8,16]},\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}  ", 16, NULL},
+        {"offsets past the end", "{\"a\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]}}", 12, "past the end"},
+        {"overlapping tensors", "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+                  "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]}}", 12, "overlaps"},
+        {"a hole between tensors", "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+                  "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[12,20]}}", 20, "hole"},
+        {"data after the last tensor", "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", 12, "cover"},
+        {"unknown dtype", "{\"a\":{\"dtype\":\"F33\",\"shape\":[2],\"data_offsets\":[0,8]}}", 8, "unknown dtype"},
+        {"shape disagrees with offsets", "{\"a\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[0,8]}}", 8, "need"},
+        {"dtype disagrees with offsets", "{\"a\":{\"dtype\":\"F16\",\"shape\":[2],\"data_offsets\":[0,8]}}", 8, "need"},
+        {"the same name twice", "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
+                  "\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}", 8, "twice"},
+        {"negative size", "{\"a\":{\"dtype\":\"F32\",\"shape\":[-2],\"data_offsets\":[0,8]}}", 8, "shape[0]"},
+        {"overflowing shape", "{\"a\":{\"dtype\":\"F32\",\"shape\":[1099511627776,1099511627776,64],\"data_offsets\":[0,8]}}", 8, "too large"},
+        {"fractional offset", "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8.0]}}", 8, "data_offsets"},
+        {"end before begin", "{\"a\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[8,0]}}", 8, "data_offsets"},
+        {"missing data_offsets", "{\"a\":{\"dtype\":\"F32\",\"shape\":[2]}}", 8, "needs exactly"},
+        {"extra field", "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8],\"x\":1}}", 8, "needs exactly"},
+        {"nine dimensions", "{\"a\":{\"dtype\":\"F32\",\"shape\":[1,1,1,1,1,1,1,1,2],\"data_offsets\":[0,8]}}", 8, "at most"},
+        {"metadata not strings", "{\"__metadata__\":{\"format\":1}}", 0, "__metadata__"},
+        {"header not an object", "[1, 2]", 0, "not a JSON object"},
+        {"header not JSON", "{\"a\":{\"dtype\":\"F32\",}", 0, "JSON error"},
+    };
+    uint8_t buf[1024];
+    char err[512];
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        size_t len = make_st(buf, cases[i].header, cases[i].data);
+        SafeTensors st;
+        int rc = safetensors_parse_buffer(&st, buf, len, err, sizeof(err));
+        int ok = cases[i].expect == NULL ? rc == 0 && st.num == 2 : rc != 0 && strstr(err, cases[i].expect) != NULL;
+        if (cases[i].expect == NULL && rc == 0) {
+            const StTensor *b = safetensors_find(&st, "b");
+            ok = ok && b != NULL && b->ndim == 2 && b->shape[1] == 2 && b->begin == 8 && strcmp(b->dtype, "F16") == 0;
+        }
+        check(cases[i].name, ok, rc != 0 ? err : "parsed");
+        safetensors_free(&st);
+    }
+    // the 8-byte length itself
+    size_t len = make_st(buf, cases[0].header, 16);
+    SafeTensors st;
+    check("shorter than 8 bytes", safetensors_parse_buffer(&st, buf, 5, err, sizeof(err)) != 0 && strstr(err, "too short"), err);
+    check("header longer than the file", safetensors_parse_buffer(&st, buf, 40, err, sizeof(err)) != 0 && strstr(err, "impossible"), err);
+    buf[7] = 0x80; // 2^63
+    check("a length of 2^63", safetensors_parse_buffer(&st, buf, len, err, sizeof(err)) != 0 && strstr(err, "impossible"), err);
+    // every truncation of a valid file is an error, none reads out of bounds (ASan watches)
+    len = make_st(buf, cases[0].header, 16);
+    int all = 1;
+    for (size_t cut = 0; cut < len; cut++) {
+        uint8_t *copy = (uint8_t *)mallocCheck(cut + 1); // exactly cut bytes matter
+        memcpy(copy, buf, cut);
+        all = all && safetensors_parse_buffer(&st, copy, cut, err, sizeof(err)) != 0;
+        free(copy);
+    }
+    check("every truncation of a valid file fails", all, "");
+}
+
+// ----------------------------------------------------------------------------
+// bad input: the loaders, each in a child process
+
+// copies the fixture folder to dir, editing the safetensors header (same-length edits
+// keep the offsets) and config.json
+static void broken_folder(const char *dir, const char *header_from, const char *header_to, const char *config_from,
+                          const char *config_to, size_t truncate_to) {
+    mkdir(dir, 0777);
+    char path[600];
+    size_t n;
+    uint8_t *bytes = read_bytes(FIXTURES "hf_tiny_fp32/model.safetensors", &n);
+    if (header_from != NULL) {
+        char *at = strstr((char *)bytes + 8, header_from);
+        if (at != NULL) { memcpy(at, header_to, strlen(header_to)); }
+    }
+    snprintf(path, sizeof(path), "%s/model.safetensors", dir);
+    write_bytes(path, bytes, truncate_to != 0 ? truncate_to : n);
+    free(bytes);
+    bytes = read_bytes(FIXTURES "hf_tiny_fp32/config.json", &n);
+    char *text = (char *)mallocCheck(n + 64);
+    memcpy(text, bytes, n + 1);
+    if (config_from != NULL) {
+        char *at = strstr(text, config_from);
+        if (at != NULL) {
+            memmove(at + strlen(config_to), at + strlen(config_from), strlen(at + strlen(config_from)) + 1);
+            memcpy(at, config_to, strlen(config_to));
+        }
+    }
+    snprintf(path, sizeof(path), "%s/config.json", dir);
+    write_bytes(path, text, strlen(text));
+    free(text);
+    free(bytes);
+}
+
+static void test_bad_files(const char *tmp) {
+    printf("\nbad files: the loaders exit with a message naming the problem\n");
+    char dir[512];
+    struct { const char *name, *hf, *ht, *cf, *ct; size_t cut; const char *expect; } cases[] = {
+        {"truncated model.safetensors", NULL, NULL, NULL, NULL, 300000, "run past the end"},
+        {"only the header survived", NULL, NULL, NULL, NULL, 100, "impossible"},
+        {"a missing tensor", "transformer.ln_f.bias", "h.10.attn.masked_bias", NULL, NULL, 0, "ln_f.bias is missing"},
+        {"a tensor GPT-2 does not have", "transformer.ln_f.bias", "transformer.ln_f.bxas", NULL, NULL, 0, "not part of GPT-2"},
+        {"a tensor in the wrong dtype", "\"F32\"", "\"I32\"", NULL, NULL, 0, "dtype I32"},
+        {"a shape that does not fit", NULL, NULL, "\"n_positions\": 128", "\"n_positions\": 64", 0, "has shape"},
+        {"config: another activation", NULL, NULL, "gelu_new", "relu", 0, "activation_function"},
+        {"config: untied output layer", NULL, NULL, "\"tie_word_embeddings\": true", "\"tie_word_embeddings\": false", 0, "must be true"},
+        {"config: not GPT-2", NULL, NULL, "\"model_type\": \"gpt2\"", "\"model_type\": \"llama\"", 0, "model_type"},
+        {"config: not JSON", NULL, NULL, "\"n_layer\": 2,", "\"n_layer\": 2,,", 0, "JSON error"},
+        {"config: no n_embd", NULL, NULL, "\"n_embd\"", "\"n_embx\"", 0, "n_embd is missing"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        snprintf(dir, sizeof(dir), "%s/broken%zu", tmp, i);
+        broken_folder(dir, cases[i].hf, cases[i].ht, cases[i].cf, cases[i].ct, cases[i].cut);
+        expect_exit(cases[i].name, load_model, dir, cases[i].expect);
+    }
+    snprintf(dir, sizeof(dir), "%s/empty", tmp);
+    mkdir(dir, 0777);
+    expect_exit("a folder without config.json", load_model, dir, "config.json: cannot read it");
+    // llm.c checkpoints
+    char path[600];
+    size_t n;
+    uint8_t *bytes = read_bytes(FIXTURES "gpt2_tiny_model.bin", &n);
+    snprintf(path, sizeof(path), "%s/truncated.bin", tmp);
+    write_bytes(path, bytes, n - 4);
+    expect_exit("a truncated checkpoint", load_model, path, "truncated or corrupt");
+    bytes[0] ^= 1;
+    snprintf(path, sizeof(path), "%s/magic.bin", tmp);
+    write_bytes(path, bytes, n);
+    expect_exit("a checkpoint with a wrong magic number", load_model, path, "bad magic number");
+    free(bytes);
+    expect_exit("no such model", load_model, "no/such/model.bin", "no such file or folder");
+    // the tokenizer's files
+    snprintf(dir, sizeof(dir), "%s/empty", tmp);
+    expect_exit("no encoder.json in -g's folder", load_tokenizer, dir, "encoder.json");
+    snprintf(path, sizeof(path), "%s/encoder.json", dir);
+    write_bytes(path, "{\"!\": 0, ", 9);
+    expect_exit("a truncated encoder.json", load_tokenizer, dir, "encoder.json");
+}
+
+// ----------------------------------------------------------------------------
+
+int main(void) {
+    char tmp[] = "/tmp/test_infer_dir_XXXXXX";
+    if (mkdtemp(tmp) == NULL) { perror("mkdtemp"); return 1; }
+    test_json();
+    test_safetensors();
+    test_sampling();
+    test_hf_fixture(FIXTURES "hf_tiny_fp32", FIXTURES "infer_tiny_fp32.bin", 1);
+    test_hf_fixture(FIXTURES "hf_tiny_bf16", FIXTURES "infer_tiny_bf16.bin", 0);
+    test_hf_fixture(FIXTURES "hf_tiny_fp16", FIXTURES "infer_tiny_fp16.bin", 0);
+    test_layouts();
+    test_export(tmp);
+    test_generation();
+    test_bad_files(tmp);
+    char cmd[600];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", tmp);
+    if (system(cmd) != 0) { printf("could not remove %s\n", tmp); }
+    printf("\n%d passed, %d failed\n", num_passed, num_failed);
+    return num_failed == 0 ? 0 : 1;
+}
