@@ -288,8 +288,15 @@ reference: data/tokenizer infer
 # --- benchmarks (tables, not tests) -------------------------------------------------
 dev/cpu/bench_train_gpt2: dev/cpu/bench_train_gpt2.c train_gpt2.c
 	$(CC) $(CFLAGS) $(OMP_FLAGS) $< $(LDLIBS) -o $@
-bench: dev/cpu/bench_train_gpt2 data/tokenizer
+# infer.c's decode step against llama2.c-style code (compiled -Ofast, as llama2.c's runomp)
+dev/cpu/bench_infer: dev/cpu/bench_infer.c dev/cpu/llama2c_style.c infer.c
+	$(CC) -Ofast -march=native $(OMP_FLAGS) -c dev/cpu/llama2c_style.c -o dev/cpu/llama2c_style.o
+	$(CC) $(CFLAGS) $(OMP_FLAGS) $< dev/cpu/llama2c_style.o $(LDLIBS) -o $@
+	rm -f dev/cpu/llama2c_style.o
+bench: dev/cpu/bench_train_gpt2 dev/cpu/bench_infer infer data/tokenizer
 	./dev/cpu/bench_train_gpt2
+	./dev/cpu/bench_infer
+	./infer -m d12 -B 1
 	bash dev/bench_tokenizer.sh ./data/tokenizer
 
 # make print-VAR prints a variable's value (dev/test/gpu_check.sh asks for a few)
@@ -297,7 +304,7 @@ print-%:
 	@echo '$($*)'
 
 clean:
-	rm -f train_gpt2 test_gpt2 test_tokenizer infer test_infer test_infer_asan $(addprefix dev/fuzz/fuzz_,$(FUZZ_TARGETS)) data/tokenizer dev/cpu/bench_train_gpt2 train_mlp test_mlp $(CUDA_PROGRAMS) train_gpt2cu_cudnn test_gpt2cu_cudnn dev/cuda/attention_cudnn dev/emu/test_emu_cpu dev/emu/matmul_cpu dev/emu/train_mlpcu_cpu dev/emu/train_gpt2cu_fp32_cpu dev/emu/train_gpt2cu_bf16_cpu dev/emu/train_gpt2cu_fp16_cpu dev/emu/test_gpt2cu_fp32_cpu dev/emu/test_gpt2cu_bf16_cpu dev/emu/test_gpt2cu_fp16_cpu $(addprefix dev/emu/,$(addsuffix _cpu,$(LADDERS)))
+	rm -f train_gpt2 test_gpt2 test_tokenizer infer test_infer test_infer_asan $(addprefix dev/fuzz/fuzz_,$(FUZZ_TARGETS)) data/tokenizer dev/cpu/bench_train_gpt2 dev/cpu/bench_infer train_mlp test_mlp $(CUDA_PROGRAMS) train_gpt2cu_cudnn test_gpt2cu_cudnn dev/cuda/attention_cudnn dev/emu/test_emu_cpu dev/emu/matmul_cpu dev/emu/train_mlpcu_cpu dev/emu/train_gpt2cu_fp32_cpu dev/emu/train_gpt2cu_bf16_cpu dev/emu/train_gpt2cu_fp16_cpu dev/emu/test_gpt2cu_fp32_cpu dev/emu/test_gpt2cu_bf16_cpu dev/emu/test_gpt2cu_fp16_cpu $(addprefix dev/emu/,$(addsuffix _cpu,$(LADDERS)))
 	rm -f $(TINYSHAKESPEARE) data/gpt2_tokenizer.bin
 
 help:
