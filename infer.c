@@ -261,6 +261,13 @@ static int num_threads(void) {
 #endif
 }
 
+// where we run, for the reports
+static const char *hardware_name(void) {
+    static char name[64];
+    snprintf(name, sizeof(name), "the CPU, %d threads", num_threads());
+    return name;
+}
+
 static int thread_id(void) {
 #ifdef _OPENMP
     return omp_get_thread_num();
@@ -269,6 +276,7 @@ static int thread_id(void) {
 #endif
 }
 
+// --- begin shared-copy: half-floats ---
 // 16-bit floats to and from float. bf16 is the top half of a float, so widening is a shift;
 // narrowing rounds to nearest even (llm.c writes its version-5 files the same way). fp16
 // (IEEE binary16: 5 exponent bits, 10 mantissa bits) needs its exponent rebiased, and its
@@ -305,6 +313,7 @@ static inline float fp16_to_float(uint16_t h) {
     memcpy(&f, &bits, sizeof(f));
     return f;
 }
+// --- end shared-copy: half-floats ---
 
 // ----------------------------------------------------------------------------
 // the layers, forward only, shared with train_gpt2.c where they are the same
@@ -643,6 +652,10 @@ void attention_forward_cached(float *out, const float *qkv, const float *key_cac
 // ----------------------------------------------------------------------------
 // the model: configuration, parameters, the KV cache
 
+#define KV_ELEMENT_BYTES sizeof(float) // the KV cache holds fp32 here
+#define WEIGHT_BYTES sizeof(float)     // and so do the weights
+#define WEIGHTS_TYPE "fp32"
+
 // --- begin shared-copy: gpt2-config ---
 typedef struct {
     int max_seq_len;       // maxT, e.g. 1024
@@ -656,6 +669,7 @@ typedef struct {
 // The parameters, in the order of llm.c's checkpoint files (which we read and write).
 #define NUM_PARAMETER_TENSORS 16
 // --- end shared-copy: gpt2-config ---
+// --- begin shared-copy: infer-weights ---
 typedef struct {
     float *wte;      // (Vp, C) token embeddings, tied with the output layer
     float *wpe;      // (maxT, C) position embeddings
@@ -674,6 +688,7 @@ typedef struct {
     float *lnfw;     // (C)
     float *lnfb;     // (C)
 } ParameterTensors;
+// --- end shared-copy: infer-weights ---
 // --- begin shared-copy: gpt2-shapes ---
 const char *const PARAMETER_NAMES[NUM_PARAMETER_TENSORS] = {
     "wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",
@@ -712,6 +727,7 @@ static size_t gpt2_count_parameters(GPT2Config config) {
 
 // --- end shared-copy: gpt2-shapes ---
 
+// --- begin shared-copy: infer-weights-table ---
 // One allocation for a whole table; the struct's pointers are slices of it.
 float *malloc_and_point(float **slices, const size_t *sizes, int n) {
     size_t total = 0;
@@ -724,6 +740,37 @@ float *malloc_and_point(float **slices, const size_t *sizes, int n) {
     }
     return memory;
 }
+
+// The weights as loaded, fp32 in host memory whatever the file held (infer.cu uploads
+// them to the GPU in its precision).
+typedef struct {
+    GPT2Config config;
+    ParameterTensors params;
+    size_t param_sizes[NUM_PARAMETER_TENSORS];
+    float *params_memory;
+    size_t num_parameters;
+    int from_bf16;     // they came from a bf16 file: exports keep them bf16 (exactly)
+    char source[4096]; // where they came from, for messages
+} GPT2Weights;
+
+static void gpt2_weights_allocate(GPT2Weights *w) {
+    fill_in_parameter_sizes(w->param_sizes, w->config);
+    w->num_parameters = 0;
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) { w->num_parameters += w->param_sizes[i]; }
+    w->params_memory = malloc_and_point((float **)&w->params, w->param_sizes, NUM_PARAMETER_TENSORS);
+}
+
+void gpt2_weights_free(GPT2Weights *w) {
+    free(w->params_memory);
+    w->params_memory = NULL;
+}
+
+// bytes of keys and values one token adds to the cache
+static size_t kv_bytes_per_token(GPT2Config c) { return 2 * (size_t)c.num_layers * c.channels * KV_ELEMENT_BYTES; }
+
+// the model from -m: a Hugging Face folder, a checkpoint, or d<N> (models in and out, below)
+void gpt2_weights_build(GPT2Weights *w, const char *source, uint64_t seed);
+// --- end shared-copy: infer-weights-table ---
 
 // What one forward pass over N rows needs. Nothing is kept from one pass to the next
 // except what goes into the KV cache, so one set of N-row buffers serves every layer.
@@ -747,13 +794,7 @@ void fill_in_row_sizes(size_t *sizes, GPT2Config config, size_t N) {
 }
 
 typedef struct {
-    GPT2Config config;
-    ParameterTensors params;
-    size_t param_sizes[NUM_PARAMETER_TENSORS];
-    float *params_memory;
-    size_t num_parameters;
-    int from_bf16;      // the weights came from a bf16 file: exports keep them bf16 (exactly)
-    char source[4096];  // where the weights came from, for messages
+    GPT2Weights w;
     // the KV cache: for every layer and every sequence, the keys and values of the
     // positions seen so far. Allocated by gpt2_allocate_cache for B sequences of S positions.
     float *cache_memory;
@@ -769,25 +810,13 @@ typedef struct {
     float *att_scratch; // (threads, S)
 } GPT2;
 
-static void gpt2_allocate_parameters(GPT2 *model) {
-    fill_in_parameter_sizes(model->param_sizes, model->config);
-    model->num_parameters = 0;
-    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) { model->num_parameters += model->param_sizes[i]; }
-    model->params_memory = malloc_and_point((float **)&model->params, model->param_sizes, NUM_PARAMETER_TENSORS);
-    model->cache_memory = model->rows_memory = model->logits = model->att_scratch = NULL;
-    model->cache_batch = model->cache_len = model->max_rows = model->max_logit_rows = 0;
-}
-
-// bytes of keys and values one token adds to the cache
-static size_t kv_bytes_per_token(GPT2Config c) { return 2 * (size_t)c.num_layers * c.channels * sizeof(float); }
-
 // The KV cache for B sequences of up to S positions each. Two allocations in one: keys
 // and values. (The cache grows with B x S; at GPT-2 124M, 64 sequences of 1024 tokens
 // take 4.5 GiB: on a GPU it limits the batch before the weights do.)
 void gpt2_allocate_cache(GPT2 *model, int B, int S) {
     free(model->cache_memory);
     free(model->att_scratch);
-    size_t per_layer = (size_t)B * S * model->config.channels, L = model->config.num_layers;
+    size_t per_layer = (size_t)B * S * model->w.config.channels, L = model->w.config.num_layers;
     model->cache_memory = (float *)mallocCheck(2 * L * per_layer * sizeof(float));
     model->key_cache = model->cache_memory;
     model->value_cache = model->cache_memory + L * per_layer;
@@ -800,15 +829,21 @@ void gpt2_allocate_cache(GPT2 *model, int B, int S) {
 void gpt2_allocate_rows(GPT2 *model, int N, int NL) {
     free(model->rows_memory);
     free(model->logits);
-    fill_in_row_sizes(model->row_sizes, model->config, (size_t)N);
+    fill_in_row_sizes(model->row_sizes, model->w.config, (size_t)N);
     model->rows_memory = malloc_and_point((float **)&model->rows, model->row_sizes, NUM_ROW_TENSORS);
-    model->logits = (float *)mallocCheck((size_t)NL * model->config.padded_vocab_size * sizeof(float));
+    model->logits = (float *)mallocCheck((size_t)NL * model->w.config.padded_vocab_size * sizeof(float));
     model->max_rows = N;
     model->max_logit_rows = NL;
 }
 
+// The model from -m, with no cache and no buffers yet.
+void gpt2_build(GPT2 *model, const char *source, uint64_t seed) {
+    memset(model, 0, sizeof(*model));
+    gpt2_weights_build(&model->w, source, seed);
+}
+
 void gpt2_free(GPT2 *model) {
-    free(model->params_memory);
+    gpt2_weights_free(&model->w);
     free(model->cache_memory);
     free(model->att_scratch);
     free(model->rows_memory);
@@ -827,7 +862,7 @@ void gpt2_free(GPT2 *model) {
 // Prefill: the rows of a prompt, logits of its last. Decode: one row per sequence.
 void gpt2_forward(GPT2 *model, const int *tokens, const int *seq, const int *pos, int N,
                   const int *logit_rows, int NL) {
-    GPT2Config c = model->config;
+    GPT2Config c = model->w.config;
     size_t C = c.channels, NH = c.num_heads, L = c.num_layers, Vp = c.padded_vocab_size;
     size_t S = model->cache_len, B = model->cache_batch;
     if (N > model->max_rows || NL > model->max_logit_rows || NL > N) {
@@ -843,7 +878,7 @@ void gpt2_forward(GPT2 *model, const int *tokens, const int *seq, const int *pos
             exit(EXIT_FAILURE);
         }
     }
-    ParameterTensors p = model->params;
+    ParameterTensors p = model->w.params;
     RowTensors r = model->rows;
     // token embedding + position embedding
     #pragma omp parallel for
@@ -954,8 +989,9 @@ GPT2Config gpt2_config_from_descriptor(const char *descriptor) {
 }
 // --- end shared-copy: gpt2-init ---
 
+// --- begin shared-copy: infer-checkpoints ---
 // Reads an llm.c / train_gpt2 checkpoint: version 3 (fp32) or 5 (bf16, widened to fp32).
-void gpt2_build_from_checkpoint(GPT2 *model, const char *path) {
+void gpt2_build_from_checkpoint(GPT2Weights *w, const char *path) {
     FILE *fp = fopenCheck(path, "rb");
     int header[256];
     if (fread(header, sizeof(int), 256, fp) != 256) {
@@ -971,30 +1007,30 @@ void gpt2_build_from_checkpoint(GPT2 *model, const char *path) {
         die_file(path, NULL, "model file version %d, expected %d (fp32) or %d (bf16)", header[1],
                  MODEL_VERSION_FP32, MODEL_VERSION_BF16);
     }
-    model->config.max_seq_len = header[2];
-    model->config.vocab_size = header[3];
-    model->config.num_layers = header[4];
-    model->config.num_heads = header[5];
-    model->config.channels = header[6];
-    model->config.padded_vocab_size = header[7];
-    gpt2_validate_config(model->config, path);
+    w->config.max_seq_len = header[2];
+    w->config.vocab_size = header[3];
+    w->config.num_layers = header[4];
+    w->config.num_heads = header[5];
+    w->config.channels = header[6];
+    w->config.padded_vocab_size = header[7];
+    gpt2_validate_config(w->config, path);
     size_t bytes_per = header[1] == MODEL_VERSION_BF16 ? 2 : 4;
-    size_t expected = 256 * sizeof(int) + gpt2_count_parameters(model->config) * bytes_per;
+    size_t expected = 256 * sizeof(int) + gpt2_count_parameters(w->config) * bytes_per;
     long actual = file_size(fp, path);
     if ((size_t)actual != expected) {
         die_file(path, NULL, "file has %ld bytes, its header (version %d, L=%d C=%d Vp=%d maxT=%d) needs %zu:"
                  " truncated or corrupt", actual, header[1], header[4], header[6], header[7], header[2], expected);
     }
-    gpt2_allocate_parameters(model);
-    model->from_bf16 = header[1] == MODEL_VERSION_BF16;
-    if (!model->from_bf16) {
-        freadCheck(model->params_memory, sizeof(float), model->num_parameters, fp);
+    gpt2_weights_allocate(w);
+    w->from_bf16 = header[1] == MODEL_VERSION_BF16;
+    if (!w->from_bf16) {
+        freadCheck(w->params_memory, sizeof(float), w->num_parameters, fp);
     } else { // in chunks, widening as we go
         uint16_t buf[1 << 16];
-        for (size_t done = 0; done < model->num_parameters;) {
-            size_t n = model->num_parameters - done < (1 << 16) ? model->num_parameters - done : (1 << 16);
+        for (size_t done = 0; done < w->num_parameters;) {
+            size_t n = w->num_parameters - done < (1 << 16) ? w->num_parameters - done : (1 << 16);
             freadCheck(buf, sizeof(uint16_t), n, fp);
-            for (size_t i = 0; i < n; i++) { model->params_memory[done + i] = bf16_to_float(buf[i]); }
+            for (size_t i = 0; i < n; i++) { w->params_memory[done + i] = bf16_to_float(buf[i]); }
             done += n;
         }
     }
@@ -1002,29 +1038,32 @@ void gpt2_build_from_checkpoint(GPT2 *model, const char *path) {
 }
 
 // Writes an llm.c checkpoint: version 3 (fp32) or, with bf16, version 5.
-void gpt2_save_checkpoint(const GPT2 *model, const char *path, int bf16) {
+void gpt2_save_checkpoint(const GPT2Weights *w, const char *path, int bf16) {
     int header[256] = {0};
     header[0] = MODEL_MAGIC;
     header[1] = bf16 ? MODEL_VERSION_BF16 : MODEL_VERSION_FP32;
-    header[2] = model->config.max_seq_len;
-    header[3] = model->config.vocab_size;
-    header[4] = model->config.num_layers;
-    header[5] = model->config.num_heads;
-    header[6] = model->config.channels;
-    header[7] = model->config.padded_vocab_size;
+    header[2] = w->config.max_seq_len;
+    header[3] = w->config.vocab_size;
+    header[4] = w->config.num_layers;
+    header[5] = w->config.num_heads;
+    header[6] = w->config.channels;
+    header[7] = w->config.padded_vocab_size;
     uint16_t *narrow = NULL;
-    const void *bufs[2] = {header, model->params_memory};
-    size_t sizes[2] = {sizeof(header), model->num_parameters * sizeof(float)};
+    const void *bufs[2] = {header, w->params_memory};
+    size_t sizes[2] = {sizeof(header), w->num_parameters * sizeof(float)};
     if (bf16) {
-        narrow = (uint16_t *)mallocCheck(model->num_parameters * sizeof(uint16_t));
-        for (size_t i = 0; i < model->num_parameters; i++) { narrow[i] = float_to_bf16(model->params_memory[i]); }
+        narrow = (uint16_t *)mallocCheck(w->num_parameters * sizeof(uint16_t));
+        for (size_t i = 0; i < w->num_parameters; i++) { narrow[i] = float_to_bf16(w->params_memory[i]); }
         bufs[1] = narrow;
-        sizes[1] = model->num_parameters * sizeof(uint16_t);
+        sizes[1] = w->num_parameters * sizeof(uint16_t);
     }
     write_file_atomic(path, bufs, sizes, 2);
     free(narrow);
 }
 
+// --- end shared-copy: infer-checkpoints ---
+
+// --- begin shared-copy: infer-json-safetensors ---
 // ----------------------------------------------------------------------------
 // JSON: just enough of a parser for config.json and safetensors headers
 
@@ -1081,6 +1120,12 @@ static int json_new_token(Json *j, int type, size_t start) {
 
 static int is_digit(char ch) { return ch >= '0' && ch <= '9'; }
 static int is_hex(char ch) { return is_digit(ch) || (ch >= 'a' && ch <= 'f') || (ch >= 'A' && ch <= 'F'); }
+// the value of 4 hex digits (checked by the parser)
+static unsigned hex4(const char *s) {
+    unsigned v = 0;
+    for (int k = 0; k < 4; k++) { v = 16 * v + (unsigned)(is_digit(s[k]) ? s[k] - '0' : (s[k] | 0x20) - 'a' + 10); }
+    return v;
+}
 
 // the string starting at the quote at *at; leaves *at after the closing quote
 static int json_parse_string(Json *j, size_t *at) {
@@ -1232,12 +1277,12 @@ int json_string(const Json *j, int index, char *out, size_t cap) {
                 static const char from[] = "\"\\/bfnrt", to[] = "\"\\/\b\f\n\r\t";
                 buf[0] = to[strchr(from, e) - from];
             } else {
-                unsigned cp = (unsigned)strtoul((char[5]){j->text[i], j->text[i + 1], j->text[i + 2], j->text[i + 3], 0}, NULL, 16);
+                unsigned cp = hex4(j->text + i);
                 i += 4;
                 if (cp >= 0xDC00 && cp <= 0xDFFF) { return -1; }
                 if (cp >= 0xD800 && cp <= 0xDBFF) { // a high surrogate needs its low half next
                     if (i + 6 > t->end || j->text[i] != '\\' || j->text[i + 1] != 'u') { return -1; }
-                    unsigned lo = (unsigned)strtoul((char[5]){j->text[i + 2], j->text[i + 3], j->text[i + 4], j->text[i + 5], 0}, NULL, 16);
+                    unsigned lo = hex4(j->text + i + 2);
                     if (lo < 0xDC00 || lo > 0xDFFF) { return -1; }
                     cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
                     i += 6;
@@ -1351,86 +1396,65 @@ static int st_compare_begin(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-// Parses and checks the header text (N bytes) of a file whose data part has data_len
-// bytes. 0 on success; -1 with a message in err (st is then empty).
-int safetensors_parse_header(SafeTensors *st, const char *header, size_t N, uint64_t data_len,
-                             char *err, size_t err_size) {
-    memset(st, 0, sizeof(*st));
-    st->data_start = 8 + (uint64_t)N;
-    Json j;
-    if (json_parse(&j, header, N, err, err_size) != 0) { json_free(&j); return -1; }
-    int ok = -1;
-    StTensor **order = NULL;
-    if (j.tokens[0].type != JSON_OBJECT) { st_fail(err, err_size, "header is not a JSON object"); goto done; }
-    st->tensors = (StTensor *)calloc((size_t)j.tokens[0].size + 1, sizeof(StTensor));
-    order = (StTensor **)calloc((size_t)j.tokens[0].size + 1, sizeof(StTensor *));
-    if (st->tensors == NULL || order == NULL) { st_fail(err, err_size, "out of memory"); goto done; }
+// Checks the entries of a parsed header into st->tensors (room for all) and order (the
+// same, to be sorted by offset). 0, or -1 and a message in err.
+static int st_check_entries(SafeTensors *st, const Json *j, StTensor **order, uint64_t data_len, char *err, size_t err_size) {
     int at = 1;
-    for (int k = 0; k < j.tokens[0].size; k++, at = j.tokens[at + 1].next) {
+    for (int k = 0; k < j->tokens[0].size; k++, at = j->tokens[at + 1].next) {
         int value = at + 1;
         StTensor *t = &st->tensors[st->num];
-        if (json_string(&j, at, t->name, sizeof(t->name)) < 0) {
-            st_fail(err, err_size, "entry %d: name too long (over %zu bytes) or malformed", k, sizeof(t->name) - 1);
-            goto done;
+        if (json_string(j, at, t->name, sizeof(t->name)) < 0) {
+            return st_fail(err, err_size, "entry %d: name too long (over %zu bytes) or malformed", k, sizeof(t->name) - 1);
         }
         if (strcmp(t->name, "__metadata__") == 0) { // free-form strings: only their types are checked
-            if (j.tokens[value].type != JSON_OBJECT) { st_fail(err, err_size, "__metadata__ is not an object"); goto done; }
-            for (int m = value + 2; m < j.tokens[value].next; m = j.tokens[m].next + 1) {
-                if (j.tokens[m].type != JSON_STRING) { st_fail(err, err_size, "__metadata__ holds a value that is not a string"); goto done; }
+            if (j->tokens[value].type != JSON_OBJECT) { return st_fail(err, err_size, "__metadata__ is not an object"); }
+            for (int m = value + 2; m < j->tokens[value].next; m = j->tokens[m].next + 1) {
+                if (j->tokens[m].type != JSON_STRING) { return st_fail(err, err_size, "__metadata__ holds a value that is not a string"); }
             }
             continue;
         }
         for (int other = 0; other < st->num; other++) {
-            if (strcmp(st->tensors[other].name, t->name) == 0) { st_fail(err, err_size, "tensor %s appears twice", t->name); goto done; }
+            if (strcmp(st->tensors[other].name, t->name) == 0) { return st_fail(err, err_size, "tensor %s appears twice", t->name); }
         }
-        if (j.tokens[value].type != JSON_OBJECT) { st_fail(err, err_size, "tensor %s: entry is not an object", t->name); goto done; }
-        int dtype = json_get(&j, value, "dtype"), shape = json_get(&j, value, "shape");
-        int offsets = json_get(&j, value, "data_offsets");
-        if (dtype < 0 || shape < 0 || offsets < 0 || j.tokens[value].size != 3) {
-            st_fail(err, err_size, "tensor %s: needs exactly dtype, shape and data_offsets", t->name);
-            goto done;
+        if (j->tokens[value].type != JSON_OBJECT) { return st_fail(err, err_size, "tensor %s: entry is not an object", t->name); }
+        int dtype = json_get(j, value, "dtype"), shape = json_get(j, value, "shape");
+        int offsets = json_get(j, value, "data_offsets");
+        if (dtype < 0 || shape < 0 || offsets < 0 || j->tokens[value].size != 3) {
+            return st_fail(err, err_size, "tensor %s: needs exactly dtype, shape and data_offsets", t->name);
         }
-        if (json_string(&j, dtype, t->dtype, sizeof(t->dtype)) < 0) { st_fail(err, err_size, "tensor %s: bad dtype", t->name); goto done; }
+        if (json_string(j, dtype, t->dtype, sizeof(t->dtype)) < 0) { return st_fail(err, err_size, "tensor %s: bad dtype", t->name); }
         for (size_t d = 0; d < sizeof(ST_DTYPES) / sizeof(ST_DTYPES[0]); d++) {
             if (strcmp(t->dtype, ST_DTYPES[d].name) == 0) { t->element_bytes = ST_DTYPES[d].bytes; }
         }
-        if (t->element_bytes == 0) { st_fail(err, err_size, "tensor %s: unknown dtype %s", t->name, t->dtype); goto done; }
-        if (j.tokens[shape].type != JSON_ARRAY || j.tokens[shape].size > ST_MAX_DIMS) {
-            st_fail(err, err_size, "tensor %s: shape is not an array of at most %d sizes", t->name, ST_MAX_DIMS);
-            goto done;
+        if (t->element_bytes == 0) { return st_fail(err, err_size, "tensor %s: unknown dtype %s", t->name, t->dtype); }
+        if (j->tokens[shape].type != JSON_ARRAY || j->tokens[shape].size > ST_MAX_DIMS) {
+            return st_fail(err, err_size, "tensor %s: shape is not an array of at most %d sizes", t->name, ST_MAX_DIMS);
         }
-        t->ndim = j.tokens[shape].size;
+        t->ndim = j->tokens[shape].size;
         uint64_t elements = 1;
         for (int d = 0; d < t->ndim; d++) {
             int64_t size;
-            if (json_int64(&j, shape + 1 + d, &size) != 0 || size < 0 || size > ((int64_t)1 << 40)) {
-                st_fail(err, err_size, "tensor %s: shape[%d] is not a size in [0, 2^40]", t->name, d);
-                goto done;
+            if (json_int64(j, shape + 1 + d, &size) != 0 || size < 0 || size > ((int64_t)1 << 40)) {
+                return st_fail(err, err_size, "tensor %s: shape[%d] is not a size in [0, 2^40]", t->name, d);
             }
             t->shape[d] = size;
-            if (size != 0 && elements > (UINT64_MAX >> 4) / (uint64_t)size) {
-                st_fail(err, err_size, "tensor %s: shape too large", t->name);
-                goto done;
-            }
+            if (size != 0 && elements > (UINT64_MAX >> 4) / (uint64_t)size) { return st_fail(err, err_size, "tensor %s: shape too large", t->name); }
             elements *= (uint64_t)size;
         }
         int64_t begin, end;
-        if (j.tokens[offsets].type != JSON_ARRAY || j.tokens[offsets].size != 2 ||
-            json_int64(&j, offsets + 1, &begin) != 0 || json_int64(&j, offsets + 2, &end) != 0 || begin < 0 || end < begin) {
-            st_fail(err, err_size, "tensor %s: data_offsets is not [begin, end] with 0 <= begin <= end", t->name);
-            goto done;
+        if (j->tokens[offsets].type != JSON_ARRAY || j->tokens[offsets].size != 2 || json_int64(j, offsets + 1, &begin) != 0 ||
+            json_int64(j, offsets + 2, &end) != 0 || begin < 0 || end < begin) {
+            return st_fail(err, err_size, "tensor %s: data_offsets is not [begin, end] with 0 <= begin <= end", t->name);
         }
         t->begin = (uint64_t)begin;
         t->end = (uint64_t)end;
         if (t->end > data_len) {
-            st_fail(err, err_size, "tensor %s: bytes [%" PRIu64 ", %" PRIu64 ") run past the end of the data (%" PRIu64 " bytes):"
-                    " truncated file?", t->name, t->begin, t->end, data_len);
-            goto done;
+            return st_fail(err, err_size, "tensor %s: bytes [%" PRIu64 ", %" PRIu64 ") run past the end of the data (%" PRIu64
+                           " bytes): truncated file?", t->name, t->begin, t->end, data_len);
         }
         if (t->end - t->begin != elements * t->element_bytes) {
-            st_fail(err, err_size, "tensor %s: shape and %s need %" PRIu64 " bytes, data_offsets give %" PRIu64,
-                    t->name, t->dtype, elements * t->element_bytes, t->end - t->begin);
-            goto done;
+            return st_fail(err, err_size, "tensor %s: shape and %s need %" PRIu64 " bytes, data_offsets give %" PRIu64, t->name,
+                           t->dtype, elements * t->element_bytes, t->end - t->begin);
         }
         order[st->num] = t;
         st->num++;
@@ -1440,22 +1464,40 @@ int safetensors_parse_header(SafeTensors *st, const char *header, size_t N, uint
     uint64_t covered = 0;
     for (int k = 0; k < st->num; k++) {
         if (order[k]->begin != covered) {
-            st_fail(err, err_size, "tensor %s starts at byte %" PRIu64 " of the data, expected %" PRIu64 " (%s)", order[k]->name,
-                    order[k]->begin, covered, order[k]->begin < covered ? "overlaps the tensor before it" : "a hole before it");
-            goto done;
+            return st_fail(err, err_size, "tensor %s starts at byte %" PRIu64 " of the data, expected %" PRIu64 " (%s)", order[k]->name,
+                           order[k]->begin, covered, order[k]->begin < covered ? "overlaps the tensor before it" : "a hole before it");
         }
         covered = order[k]->end;
     }
     if (covered != data_len) {
-        st_fail(err, err_size, "the tensors cover %" PRIu64 " bytes of data, the file holds %" PRIu64, covered, data_len);
-        goto done;
+        return st_fail(err, err_size, "the tensors cover %" PRIu64 " bytes of data, the file holds %" PRIu64, covered, data_len);
     }
-    ok = 0;
-done:
+    return 0;
+}
+
+// Parses and checks the header text (N bytes) of a file whose data part has data_len
+// bytes. 0 on success; -1 with a message in err (st is then empty).
+int safetensors_parse_header(SafeTensors *st, const char *header, size_t N, uint64_t data_len, char *err, size_t err_size) {
+    memset(st, 0, sizeof(*st));
+    Json j;
+    int ok = json_parse(&j, header, N, err, err_size) == 0;
+    StTensor **order = NULL;
+    if (ok && j.tokens[0].type != JSON_OBJECT) { ok = 0; st_fail(err, err_size, "header is not a JSON object"); }
+    if (ok) {
+        st->tensors = (StTensor *)calloc((size_t)j.tokens[0].size + 1, sizeof(StTensor));
+        order = (StTensor **)calloc((size_t)j.tokens[0].size + 1, sizeof(StTensor *));
+        if (st->tensors == NULL || order == NULL) { ok = 0; st_fail(err, err_size, "out of memory"); }
+    }
+    ok = ok && st_check_entries(st, &j, order, data_len, err, err_size) == 0;
     json_free(&j);
     free(order);
-    if (ok != 0) { free(st->tensors); memset(st, 0, sizeof(*st)); }
-    return ok;
+    if (!ok) {
+        free(st->tensors);
+        memset(st, 0, sizeof(*st));
+        return -1;
+    }
+    st->data_start = 8 + (uint64_t)N;
+    return 0;
 }
 
 // The first step of reading a file of file_len bytes that starts with head (at least
@@ -1493,7 +1535,9 @@ const StTensor *safetensors_find(const SafeTensors *st, const char *name) {
     }
     return NULL;
 }
+// --- end shared-copy: infer-json-safetensors ---
 
+// --- begin shared-copy: infer-hf ---
 // ----------------------------------------------------------------------------
 // models in and out (2): Hugging Face GPT-2 folders
 
@@ -1523,66 +1567,63 @@ static int hf_shape(GPT2Config c, int k, int64_t *dims) {
     }
 }
 
-// GPT2Config from a config.json text. Refuses what our forward pass does not compute:
+// GPT2Config from a parsed config.json. Refuses what our forward pass does not compute:
 // another activation, epsilon, head scaling, or untied output weights. 0, or -1 and err.
-int gpt2_config_from_hf_json(GPT2Config *c, const char *text, size_t len, char *err, size_t err_size) {
-    Json j;
-    int ok = -1;
-    if (json_parse(&j, text, len, err, err_size) != 0) { goto done; }
-    if (j.tokens[0].type != JSON_OBJECT) { st_fail(err, err_size, "not a JSON object"); goto done; }
+static int hf_config_fields(GPT2Config *c, const Json *j, char *err, size_t err_size) {
+    if (j->tokens[0].type != JSON_OBJECT) { return st_fail(err, err_size, "not a JSON object"); }
     char s[64];
-    int model_type = json_get(&j, 0, "model_type");
-    if (model_type >= 0 && (json_string(&j, model_type, s, sizeof(s)) < 0 || strcmp(s, "gpt2") != 0)) {
-        st_fail(err, err_size, "model_type is not \"gpt2\": only GPT-2 is supported");
-        goto done;
+    int model_type = json_get(j, 0, "model_type");
+    if (model_type >= 0 && (json_string(j, model_type, s, sizeof(s)) < 0 || strcmp(s, "gpt2") != 0)) {
+        return st_fail(err, err_size, "model_type is not \"gpt2\": only GPT-2 is supported");
     }
     static const char *const keys[5] = {"n_layer", "n_head", "n_embd", "vocab_size", "n_positions"};
     int64_t v[5];
     for (int k = 0; k < 5; k++) {
-        int at = json_get(&j, 0, keys[k]);
-        if (at < 0 && k == 4) { at = json_get(&j, 0, "n_ctx"); } // very old configs
-        if (at < 0 || json_int64(&j, at, &v[k]) != 0 || v[k] <= 0 || v[k] > (1 << 24)) {
-            st_fail(err, err_size, "%s is missing or not a positive integer", keys[k]);
-            goto done;
+        int at = json_get(j, 0, keys[k]);
+        if (at < 0 && k == 4) { at = json_get(j, 0, "n_ctx"); } // very old configs
+        if (at < 0 || json_int64(j, at, &v[k]) != 0 || v[k] <= 0 || v[k] > (1 << 24)) {
+            return st_fail(err, err_size, "%s is missing or not a positive integer", keys[k]);
         }
     }
-    int act = json_get(&j, 0, "activation_function");
-    if (act >= 0 && (json_string(&j, act, s, sizeof(s)) < 0 || (strcmp(s, "gelu_new") != 0 && strcmp(s, "gelu_pytorch_tanh") != 0))) {
-        st_fail(err, err_size, "activation_function must be gelu_new (GPT-2's tanh GELU), found something else");
-        goto done;
+    int act = json_get(j, 0, "activation_function");
+    if (act >= 0 && (json_string(j, act, s, sizeof(s)) < 0 || (strcmp(s, "gelu_new") != 0 && strcmp(s, "gelu_pytorch_tanh") != 0))) {
+        return st_fail(err, err_size, "activation_function must be gelu_new (GPT-2's tanh GELU), found something else");
     }
-    int eps = json_get(&j, 0, "layer_norm_epsilon");
+    int eps = json_get(j, 0, "layer_norm_epsilon");
     double e;
-    if (eps >= 0 && (json_double(&j, eps, &e) != 0 || fabs(e - 1e-5) > 1e-12)) {
-        st_fail(err, err_size, "layer_norm_epsilon must be 1e-5 (GPT-2's; our LayerNorm has it built in)");
-        goto done;
+    if (eps >= 0 && (json_double(j, eps, &e) != 0 || fabs(e - 1e-5) > 1e-12)) {
+        return st_fail(err, err_size, "layer_norm_epsilon must be 1e-5 (GPT-2's; our LayerNorm has it built in)");
     }
-    int inner = json_get(&j, 0, "n_inner");
+    int inner = json_get(j, 0, "n_inner");
     int64_t n_inner;
-    if (inner >= 0 && j.tokens[inner].type != JSON_NULL && (json_int64(&j, inner, &n_inner) != 0 || n_inner != 4 * v[2])) {
-        st_fail(err, err_size, "n_inner must be null or 4 x n_embd");
-        goto done;
+    if (inner >= 0 && j->tokens[inner].type != JSON_NULL && (json_int64(j, inner, &n_inner) != 0 || n_inner != 4 * v[2])) {
+        return st_fail(err, err_size, "n_inner must be null or 4 x n_embd");
     }
     // flags whose non-default value changes the computation
     static const char *const must_be_true[2] = {"scale_attn_weights", "tie_word_embeddings"};
     static const char *const must_be_false[2] = {"scale_attn_by_inverse_layer_idx", "reorder_and_upcast_attn"};
     for (int k = 0; k < 2; k++) {
-        int at = json_get(&j, 0, must_be_true[k]);
-        if (at >= 0 && j.tokens[at].type != JSON_TRUE) { st_fail(err, err_size, "%s must be true", must_be_true[k]); goto done; }
-        at = json_get(&j, 0, must_be_false[k]);
-        if (at >= 0 && j.tokens[at].type != JSON_FALSE) { st_fail(err, err_size, "%s must be false", must_be_false[k]); goto done; }
+        int at = json_get(j, 0, must_be_true[k]);
+        if (at >= 0 && j->tokens[at].type != JSON_TRUE) { return st_fail(err, err_size, "%s must be true", must_be_true[k]); }
+        at = json_get(j, 0, must_be_false[k]);
+        if (at >= 0 && j->tokens[at].type != JSON_FALSE) { return st_fail(err, err_size, "%s must be false", must_be_false[k]); }
     }
-    if (v[2] % v[1] != 0) { st_fail(err, err_size, "n_embd %" PRId64 " is not divisible by n_head %" PRId64, v[2], v[1]); goto done; }
+    if (v[2] % v[1] != 0) { return st_fail(err, err_size, "n_embd %" PRId64 " is not divisible by n_head %" PRId64, v[2], v[1]); }
     c->num_layers = (int)v[0];
     c->num_heads = (int)v[1];
     c->channels = (int)v[2];
     c->vocab_size = (int)v[3];
     c->max_seq_len = (int)v[4];
     c->padded_vocab_size = (int)((v[3] + 127) / 128 * 128); // as llm.c pads: a multiple of 128
-    ok = 0;
-done:
+    return 0;
+}
+
+// GPT2Config from a config.json text: 0, or -1 and a message in err.
+int gpt2_config_from_hf_json(GPT2Config *c, const char *text, size_t len, char *err, size_t err_size) {
+    Json j;
+    int ok = json_parse(&j, text, len, err, err_size) == 0 && hf_config_fields(c, &j, err, err_size) == 0;
     json_free(&j);
-    return ok;
+    return ok ? 0 : -1;
 }
 
 // Which of our tensors an HF name is: k (and the layer in *layer), -1 for a name we
@@ -1629,17 +1670,17 @@ static void st_read_floats(FILE *fp, const SafeTensors *st, const StTensor *t, f
 
 #define HF_HINT "a Hugging Face GPT-2 folder holds config.json and model.safetensors (e.g. a download of gpt2, or ./infer -e DIR)"
 
-void gpt2_build_from_hf(GPT2 *model, const char *dir) {
+void gpt2_build_from_hf(GPT2Weights *w, const char *dir) {
     char config_path[MAX_PATH_LEN], weights_path[MAX_PATH_LEN], err[512];
     path_concat(config_path, dir, "/config.json");
     path_concat(weights_path, dir, "/model.safetensors");
     size_t len;
     uint8_t *text = read_whole_file(config_path, &len, HF_HINT);
-    if (gpt2_config_from_hf_json(&model->config, (const char *)text, len, err, sizeof(err)) != 0) {
+    if (gpt2_config_from_hf_json(&w->config, (const char *)text, len, err, sizeof(err)) != 0) {
         die_file(config_path, HF_HINT, "%s", err);
     }
     free(text);
-    gpt2_validate_config(model->config, config_path);
+    gpt2_validate_config(w->config, config_path);
 
     // the header, checked in full before any data is read
     FILE *fp = fopenCheck(weights_path, "rb");
@@ -1659,7 +1700,7 @@ void gpt2_build_from_hf(GPT2 *model, const char *dir) {
     free(header);
 
     // every tensor must be found once, with GPT-2's shape for this config
-    GPT2Config c = model->config;
+    GPT2Config c = w->config;
     int L = c.num_layers;
     const StTensor **found = (const StTensor **)calloc((size_t)NUM_PARAMETER_TENSORS * L, sizeof(StTensor *));
     const StTensor *lm_head = NULL;
@@ -1709,16 +1750,16 @@ void gpt2_build_from_hf(GPT2 *model, const char *dir) {
     }
 
     // now the data: read, widen to float32, transpose the Conv1D weights into place
-    gpt2_allocate_parameters(model);
-    model->from_bf16 = all_bf16;
-    memset(model->params_memory, 0, model->num_parameters * sizeof(float)); // wte's padding rows stay 0
+    gpt2_weights_allocate(w);
+    w->from_bf16 = all_bf16;
+    memset(w->params_memory, 0, w->num_parameters * sizeof(float)); // wte's padding rows stay 0
     void *buf = mallocCheck(largest);
     float *slice = (float *)mallocCheck(largest / 2 * sizeof(float) + sizeof(float)); // enough for 2-byte dtypes
-    float **tables = (float **)&model->params;
+    float **tables = (float **)&w->params;
     for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {
         for (int l = 0; l < (hf_per_layer(k) ? L : 1); l++) {
             const StTensor *t = found[k * L + l];
-            float *dst = tables[k] + (size_t)l * (model->param_sizes[k] / (hf_per_layer(k) ? (size_t)L : 1));
+            float *dst = tables[k] + (size_t)l * (w->param_sizes[k] / (hf_per_layer(k) ? (size_t)L : 1));
             if (!HF_TRANSPOSED[k]) { // (wte: the file's V rows, then our padding rows, already 0)
                 st_read_floats(fp, &st, t, dst, buf, weights_path);
             } else { // HF (in, out) -> ours (out, in)
@@ -1738,7 +1779,7 @@ void gpt2_build_from_hf(GPT2 *model, const char *dir) {
             die_file(weights_path, NULL, "tensor %s does not have wte's shape: untied output layers are not supported", lm_head->name);
         }
         st_read_floats(fp, &st, lm_head, slice, buf, weights_path);
-        if (memcmp(slice, model->params.wte, n * sizeof(float)) != 0) {
+        if (memcmp(slice, w->params.wte, n * sizeof(float)) != 0) {
             die_file(weights_path, NULL, "tensor %s differs from wte: untied output layers are not supported", lm_head->name);
         }
     }
@@ -1750,8 +1791,8 @@ void gpt2_build_from_hf(GPT2 *model, const char *dir) {
 }
 
 // The config.json transformers needs to build this model (its defaults cover the rest).
-static int hf_config_text(const GPT2 *model, const char *dtype, char *out, size_t size) {
-    GPT2Config c = model->config;
+static int hf_config_text(const GPT2Weights *w, const char *dtype, char *out, size_t size) {
+    GPT2Config c = w->config;
     char special[96] = ""; // <|endoftext|> is GPT-2's bos and eos, where the vocabulary has it
     if (c.vocab_size > 50256) { snprintf(special, sizeof(special), "  \"bos_token_id\": 50256,\n  \"eos_token_id\": 50256,\n"); }
     return snprintf(out, size,
@@ -1765,10 +1806,10 @@ static int hf_config_text(const GPT2 *model, const char *dtype, char *out, size_
 // Writes dir/config.json and dir/model.safetensors (F32, or BF16 for weights that came
 // from a bf16 file: exact both ways), each atomically. Tensor names as save_pretrained
 // writes them; wte without its padding rows; Conv1D weights transposed back to (in, out).
-void gpt2_export_hf(const GPT2 *model, const char *dir) {
+void gpt2_export_hf(const GPT2Weights *w, const char *dir) {
     if (mkdir(dir, 0777) != 0 && errno != EEXIST) { die_file(dir, NULL, "cannot create the folder: %s", strerror(errno)); }
-    GPT2Config c = model->config;
-    int L = c.num_layers, bf16 = model->from_bf16;
+    GPT2Config c = w->config;
+    int L = c.num_layers, bf16 = w->from_bf16;
     size_t element = bf16 ? 2 : 4;
     // the header: names, dtypes, shapes and byte ranges, in the order we write the data
     size_t cap = 4096 + (size_t)L * NUM_PARAMETER_TENSORS * 160, used = 0, offset = 0;
@@ -1799,14 +1840,14 @@ void gpt2_export_hf(const GPT2 *model, const char *dir) {
     for (int i = 0; i < 8; i++) { length[i] = (uint8_t)((uint64_t)used >> (8 * i)); }
     int ok = fwrite(length, 1, 8, fp) == 8 && fwrite(header, 1, used, fp) == used;
     // the data, one tensor slice at a time (transposed or narrowed in a scratch buffer)
-    const float *const *tables = (const float *const *)&model->params;
+    const float *const *tables = (const float *const *)&w->params;
     size_t largest = 4 * (size_t)c.channels * c.channels;
     if ((size_t)c.vocab_size * c.channels > largest) { largest = (size_t)c.vocab_size * c.channels; }
     if ((size_t)c.max_seq_len * c.channels > largest) { largest = (size_t)c.max_seq_len * c.channels; }
     float *slice = (float *)mallocCheck(largest * sizeof(float));
     uint16_t *narrow = (uint16_t *)mallocCheck(largest * sizeof(uint16_t));
     for (int k = 0; k < NUM_PARAMETER_TENSORS && ok; k++) {
-        size_t per = model->param_sizes[k] / (hf_per_layer(k) ? (size_t)L : 1);
+        size_t per = w->param_sizes[k] / (hf_per_layer(k) ? (size_t)L : 1);
         for (int l = 0; l < (hf_per_layer(k) ? L : 1) && ok; l++) {
             const float *src = tables[k] + (size_t)l * per;
             int64_t dims[2] = {0, 0};
@@ -1837,7 +1878,7 @@ void gpt2_export_hf(const GPT2 *model, const char *dir) {
     free(narrow);
     free(header);
     char config[2048], config_path[MAX_PATH_LEN];
-    int n = hf_config_text(model, bf16 ? "bfloat16" : "float32", config, sizeof(config));
+    int n = hf_config_text(w, bf16 ? "bfloat16" : "float32", config, sizeof(config));
     path_concat(config_path, dir, "/config.json");
     const void *bufs[1] = {config};
     size_t sizes[1] = {(size_t)n};
@@ -1845,23 +1886,24 @@ void gpt2_export_hf(const GPT2 *model, const char *dir) {
 }
 
 // -m: a Hugging Face folder, a checkpoint file, or d<N> for a new random model
-void gpt2_build(GPT2 *model, const char *source, uint64_t seed) {
-    memset(model, 0, sizeof(*model));
+void gpt2_weights_build(GPT2Weights *w, const char *source, uint64_t seed) {
+    memset(w, 0, sizeof(*w));
     struct stat info;
     if (stat(source, &info) == 0 && S_ISDIR(info.st_mode)) {
-        gpt2_build_from_hf(model, source);
+        gpt2_build_from_hf(w, source);
     } else if (stat(source, &info) == 0) {
-        gpt2_build_from_checkpoint(model, source);
+        gpt2_build_from_checkpoint(w, source);
     } else if (source[0] == 'd' && source[1] >= '0' && source[1] <= '9') {
-        model->config = gpt2_config_from_descriptor(source);
-        gpt2_allocate_parameters(model);
-        init_parameters(model->params_memory, model->param_sizes, model->config, seed, 0);
+        w->config = gpt2_config_from_descriptor(source);
+        gpt2_weights_allocate(w);
+        init_parameters(w->params_memory, w->param_sizes, w->config, seed, 0);
     } else {
         die_file(source, "-m takes a checkpoint file, a Hugging Face GPT-2 folder, or d<N> (a random model, for benchmarks)",
                  "no such file or folder");
     }
-    snprintf(model->source, sizeof(model->source), "%s", source);
+    snprintf(w->source, sizeof(w->source), "%s", source);
 }
+// --- end shared-copy: infer-hf ---
 
 // ----------------------------------------------------------------------------
 // the prompt: GPT-2's BPE tokenizer, the same code as data/tokenizer.c
@@ -2626,6 +2668,7 @@ size_t tokenizer_decode(const Tokenizer *t, const int32_t *ids, size_t n, uint8_
 
 // --- end shared-copy: bpe-tokenizer ---
 
+// --- begin shared-copy: alpaca-template ---
 // The instruction template of the fine-tuning chapter (Alpaca's, Taori et al. 2023): the
 // one place it is written down. finetune_lora.c trains on exactly this text, so a model it
 // tuned answers the instruction when prompted the same way (-a 1).
@@ -2647,6 +2690,9 @@ char *alpaca_prompt(const char *instruction, const char *input) {
     return text;
 }
 
+// --- end shared-copy: alpaca-template ---
+
+// --- begin shared-copy: infer-sampling ---
 // ----------------------------------------------------------------------------
 // sampling: temperature, top-k, top-p
 
@@ -2760,6 +2806,9 @@ int sample_token(const float *logits, int V, Sampler *s, Candidate *scratch, flo
     return scratch[n - 1].id; // rounding left the cdf a hair below 1
 }
 
+// --- end shared-copy: infer-sampling ---
+
+// --- begin shared-copy: infer-sequences ---
 // ----------------------------------------------------------------------------
 // generation: prefill, then decode, for a batch of sequences
 
@@ -2871,15 +2920,17 @@ static void sequence_add(Sequence *s, int token, const GenerateOptions *o) {
 static void sample_into(GPT2 *model, Sequence *s, int b, const float *logits, const GenerateOptions *o, Candidate *scratch) {
     Sampler sampler = o->sampler;
     float coin = (float)rng_uniform_at(rng_subkey(o->seed, STREAM_SAMPLING, (uint64_t)b), (uint64_t)(s->num_tokens - s->num_prompt));
-    sequence_add(s, sample_token(logits, model->config.vocab_size, &sampler, scratch, coin), o);
+    sequence_add(s, sample_token(logits, model->w.config.vocab_size, &sampler, scratch, coin), o);
 }
+
+// --- end shared-copy: infer-sequences ---
 
 // Generates for B sequences at once until each has stopped. The cache and the buffers are
 // (re)allocated as needed. Timing: prefill ends when every sequence has its first token
 // (time to first token); decode is the rest, one forward pass per step for all
 // sequences still going.
 void generate(GPT2 *model, Sequence *seqs, int B, const GenerateOptions *o, GenerateStats *stats) {
-    GPT2Config c = model->config;
+    GPT2Config c = model->w.config;
     int S = 1;
     size_t total_prompt = 0;
     for (int b = 0; b < B; b++) {
@@ -2948,22 +2999,23 @@ void generate(GPT2 *model, Sequence *seqs, int B, const GenerateOptions *o, Gene
     free(opts.sampler.probs);
 }
 
+// --- begin shared-copy: infer-reports ---
 // ----------------------------------------------------------------------------
 // reports and the benchmark
 
 void print_model(const GPT2 *model) {
-    GPT2Config c = model->config;
-    fprintf(stderr, "model: %s: GPT-2 L=%d C=%d NH=%d V=%d maxT=%d, %.1fM parameters (%.0f MiB in fp32)\n",
-            model->source, c.num_layers, c.channels, c.num_heads, c.vocab_size, c.max_seq_len,
-            (double)model->num_parameters / 1e6, (double)model->num_parameters * 4 / (1 << 20));
-    fprintf(stderr, "KV cache: %.1f KiB per token (2 x L x C x 4 bytes), %.1f MiB for one full %d-token sequence\n",
-            (double)kv_bytes_per_token(c) / 1024, (double)kv_bytes_per_token(c) * c.max_seq_len / (1 << 20), c.max_seq_len);
+    GPT2Config c = model->w.config;
+    fprintf(stderr, "model: %s: GPT-2 L=%d C=%d NH=%d V=%d maxT=%d, %.1fM parameters (%.0f MiB in " WEIGHTS_TYPE ")\n",
+            model->w.source, c.num_layers, c.channels, c.num_heads, c.vocab_size, c.max_seq_len,
+            (double)model->w.num_parameters / 1e6, (double)model->w.num_parameters * WEIGHT_BYTES / (1 << 20));
+    fprintf(stderr, "KV cache: %.1f KiB per token (2 x L x C x %zu bytes), %.1f MiB for one full %d-token sequence\n",
+            (double)kv_bytes_per_token(c) / 1024, (size_t)KV_ELEMENT_BYTES, (double)kv_bytes_per_token(c) * c.max_seq_len / (1 << 20), c.max_seq_len);
 }
 
 void print_stats(const GPT2 *model, const Sequence *seqs, int B, const GenerateStats *s) {
     size_t in_use = 0;
     for (int b = 0; b < B; b++) { in_use += (size_t)seqs[b].num_tokens; }
-    double per = (double)kv_bytes_per_token(model->config);
+    double per = (double)kv_bytes_per_token(model->w.config);
     fprintf(stderr, "prefill: %zu prompt tokens in %.1f ms (%.0f tokens/s); time to first token %.1f ms\n",
             s->prompt_tokens, 1e3 * s->prefill_seconds, s->prompt_tokens / s->prefill_seconds, 1e3 * s->first_token_seconds);
     if (s->steps > 0) {
@@ -2978,13 +3030,13 @@ void print_stats(const GPT2 *model, const Sequence *seqs, int B, const GenerateS
 // batch size, and how the cache grows. Random prompts, greedy, no early stops; each row
 // is one generate() call (after one warm-up call), so TTFT includes the first sampling.
 void bench(GPT2 *model, const int *batches, int nb, const int *prompts, int np, const int *gens, int ng, uint64_t seed) {
-    GPT2Config c = model->config;
-    fprintf(stderr, "benchmark: %d threads; decode is bound by reading the weights (%.0f MiB per step at any batch size)\n",
-            num_threads(), (double)model->num_parameters * 4 / (1 << 20));
+    GPT2Config c = model->w.config;
+    fprintf(stderr, "benchmark on %s; decode is bound by reading the weights (%.0f MiB per step at any batch size)\n",
+            hardware_name(), (double)model->w.num_parameters * WEIGHT_BYTES / (1 << 20));
     printf("| batch | prompt | generated | TTFT ms | prefill tok/s | decode tok/s | ms/step | KV cache MiB |\n");
     printf("|------:|-------:|----------:|--------:|--------------:|-------------:|--------:|-------------:|\n");
     GenerateOptions o = {.max_new = 0, .stop_string = "", .eot_token = -1, .seed = seed,
-                         .sampler = {.temperature = 0.0f, .top_k = 0, .top_p = 1.0f}, .tok = NULL, .stream = NULL};
+                         .sampler = {.temperature = 0.0f, .top_k = 0, .top_p = 1.0f, .probs = NULL}, .tok = NULL, .stream = NULL};
     uint64_t key = rng_key(seed, STREAM_BENCH);
     int warmed_up = 0;
     for (int ib = 0; ib < nb; ib++) {
@@ -3025,7 +3077,9 @@ void bench(GPT2 *model, const int *batches, int nb, const int *prompts, int np, 
         }
     }
 }
+// --- end shared-copy: infer-reports ---
 
+// --- begin shared-copy: infer-prompts ---
 // ----------------------------------------------------------------------------
 // prompts from the command line or a file
 
@@ -3095,6 +3149,8 @@ int parse_ids(const char *s, int V, int *out, const char *what) {
     return n;
 }
 
+// --- end shared-copy: infer-prompts ---
+
 // ----------------------------------------------------------------------------
 // main
 
@@ -3122,6 +3178,7 @@ int find_latest_checkpoint(const char *out_dir) {
 
 // --- end shared-copy: gpt2-find-checkpoint ---
 
+// --- begin shared-copy: infer-options ---
 typedef struct {
     const char *model, *gpt2_dir, *prompt, *prompts_file, *input, *stop, *export_dir, *out_path, *out_dtype;
     int instruct, max_new, top_k, ids, bench;
@@ -3131,7 +3188,7 @@ typedef struct {
 } Options;
 
 static void print_usage(const Options *d) {
-    printf("Usage: %s [options]      GPT-2 text generation on the CPU (prefill, KV-cache decode, sampling)\n", PROGRAM);
+    printf("Usage: %s [options]      GPT-2 text generation on %s (prefill, KV-cache decode, sampling)\n", PROGRAM, hardware_name());
     printf("  -m <model>    a checkpoint (.bin, fp32 or bf16), a Hugging Face GPT-2 folder (config.json +\n"
            "                model.safetensors), or d<N>: a random model [newest log_gpt2/model_*.bin; d12 with -B 1]\n");
     printf("  -g <dir>      folder of GPT-2's encoder.json and vocab.bpe [%s]\n", d->gpt2_dir);
@@ -3161,6 +3218,7 @@ static void usage_error(const char *fmt, const char *arg) {
     fprintf(stderr, "\nHINT: %s -h lists every flag\n", PROGRAM);
     exit(EXIT_FAILURE);
 }
+// --- end shared-copy: infer-options ---
 
 // --- begin shared-copy: parse-int ---
 // a whole-string integer in [lo, 2^31), or a usage error naming the flag
@@ -3177,6 +3235,7 @@ static long parse_int(const char *flag, const char *s, long lo) {
 }
 // --- end shared-copy: parse-int ---
 
+// --- begin shared-copy: infer-main ---
 // parses "1,4,16" into up to max positive integers; returns how many, -1 if malformed
 static int parse_list(const char *s, int *out, int max) {
     int n = 0;
@@ -3261,15 +3320,15 @@ int main(int argc, char **argv) {
     GPT2 model;
     gpt2_build(&model, o.model, (uint64_t)o.seed);
     print_model(&model);
-    GPT2Config c = model.config;
+    GPT2Config c = model.w.config;
     if (o.export_dir != NULL || o.out_path != NULL) {
         if (o.export_dir != NULL) {
-            gpt2_export_hf(&model, o.export_dir);
+            gpt2_export_hf(&model.w, o.export_dir);
             fprintf(stderr, "wrote %s/config.json and %s/model.safetensors (%s)\n", o.export_dir, o.export_dir,
-                    model.from_bf16 ? "BF16" : "F32");
+                    model.w.from_bf16 ? "BF16" : "F32");
         }
         if (o.out_path != NULL) {
-            gpt2_save_checkpoint(&model, o.out_path, strcmp(o.out_dtype, "bf16") == 0);
+            gpt2_save_checkpoint(&model.w, o.out_path, strcmp(o.out_dtype, "bf16") == 0);
             fprintf(stderr, "wrote %s (%s)\n", o.out_path, o.out_dtype);
         }
         gpt2_free(&model);
@@ -3330,7 +3389,7 @@ int main(int argc, char **argv) {
         free(ids);
     }
     GenerateOptions g = {.max_new = o.max_new, .stop_string = o.stop, .eot_token = eot, .seed = (uint64_t)o.seed,
-                         .sampler = {.temperature = o.temperature, .top_k = o.top_k, .top_p = o.top_p},
+                         .sampler = {.temperature = o.temperature, .top_k = o.top_k, .top_p = o.top_p, .probs = NULL},
                          .tok = o.ids ? NULL : &tok, .stream = B == 1 ? stdout : NULL};
     // one sequence streams: first the prompt as given (not in instruction mode), then tokens
     if (B == 1 && !o.instruct) { fputs(o.ids ? texts[0] : seqs[0].prompt, stdout); fflush(stdout); }
@@ -3357,4 +3416,5 @@ int main(int argc, char **argv) {
     gpt2_free(&model);
     return 0;
 }
+// --- end shared-copy: infer-main ---
 #endif

@@ -154,7 +154,7 @@ static float *prefill_all(GPT2 *model, const int *tokens, int T) {
     gpt2_allocate_cache(model, 1, T);
     gpt2_allocate_rows(model, T, T);
     gpt2_forward(model, tokens, seq, pos, T, pos, T); // logit rows 0..T-1 = pos
-    float *out = unpad(model->logits, T, model->config.vocab_size, model->config.padded_vocab_size);
+    float *out = unpad(model->logits, T, model->w.config.vocab_size, model->w.config.padded_vocab_size);
     free(seq);
     free(pos);
     return out;
@@ -163,8 +163,8 @@ static float *prefill_all(GPT2 *model, const int *tokens, int T) {
 // The prompt tokens[0..len) in one prefill, then one token per step from the cache:
 // the logits after each position, (T, V) for positions len-1 .. T-1 at rows len-1 ...
 static float *decode_all(GPT2 *model, const int *tokens, int len, int T) {
-    float *out = (float *)mallocCheck((size_t)T * model->config.vocab_size * sizeof(float));
-    int V = model->config.vocab_size, Vp = model->config.padded_vocab_size;
+    float *out = (float *)mallocCheck((size_t)T * model->w.config.vocab_size * sizeof(float));
+    int V = model->w.config.vocab_size, Vp = model->w.config.padded_vocab_size;
     int *seq = (int *)calloc((size_t)T, sizeof(int)), *pos = (int *)mallocCheck((size_t)T * sizeof(int));
     for (int t = 0; t < T; t++) { pos[t] = t; }
     gpt2_allocate_cache(model, 1, T);
@@ -251,7 +251,7 @@ static void check_greedy(GPT2 *model, const LogitsFixture *f, int batched, const
     GenerateStats stats;
     int same = 1;
     for (int p = 0; p < f->P; p++) {
-        sequence_init(&seqs[p], NULL, f->tokens[p], f->len[p], f->G, model->config.max_seq_len);
+        sequence_init(&seqs[p], NULL, f->tokens[p], f->len[p], f->G, model->w.config.max_seq_len);
         if (!batched) { generate(model, &seqs[p], 1, &o, &stats); }
     }
     if (batched) { generate(model, seqs, f->P, &o, &stats); }
@@ -276,7 +276,7 @@ static void test_hf_fixture(const char *dir, const char *fixture, int exact_gree
     gpt2_build(&model, dir, 1);
     LogitsFixture f;
     read_logits_fixture(&f, fixture);
-    int V = model.config.vocab_size;
+    int V = model.w.config.vocab_size;
     if (f.V != V) { printf("vocabulary %d vs fixture %d NOT OK\n", V, f.V); record(0); return; }
     printf("%-9s %9s %10s %10s %10s\n", "tensor", "entries", "max|ref|", "max abs", "max rel");
     for (int p = 0; p < f.P; p++) {
@@ -306,7 +306,7 @@ static void test_hf_fixture(const char *dir, const char *fixture, int exact_gree
             int n = T - t < V5 ? T - t : V5;
             gpt2_forward(&model, f.tokens[p] + t, seq, pos + t, n, rows, n);
             for (int j = 0; j < n; j++) {
-                memcpy(chunked + (size_t)(t + j) * V, model.logits + (size_t)j * model.config.padded_vocab_size, V * sizeof(float));
+                memcpy(chunked + (size_t)(t + j) * V, model.logits + (size_t)j * model.w.config.padded_vocab_size, V * sizeof(float));
             }
         }
         check_rows("chunked", chunked, f.logits[p], (size_t)T * V, TOL[TOL_LOGITS]);
@@ -323,7 +323,7 @@ static void test_hf_fixture(const char *dir, const char *fixture, int exact_gree
         GenerateOptions o = greedy_options(-1);
         GenerateStats stats;
         o.max_new = f.G;
-        sequence_init(&s, NULL, f.tokens[0], f.len[0], f.G, model.config.max_seq_len);
+        sequence_init(&s, NULL, f.tokens[0], f.len[0], f.G, model.w.config.max_seq_len);
         generate(&model, &s, 1, &o, &stats);
         int same = 0;
         while (same < f.G && s.tokens[f.len[0] + same] == f.tokens[0][f.len[0] + same]) { same++; }
@@ -383,8 +383,8 @@ static void test_layouts(void) {
 // export and import
 
 static int params_equal(const GPT2 *a, const GPT2 *b) {
-    return a->num_parameters == b->num_parameters &&
-           memcmp(a->params_memory, b->params_memory, a->num_parameters * sizeof(float)) == 0;
+    return a->w.num_parameters == b->w.num_parameters &&
+           memcmp(a->w.params_memory, b->w.params_memory, a->w.num_parameters * sizeof(float)) == 0;
 }
 
 static void check(const char *name, int ok, const char *detail) {
@@ -398,7 +398,7 @@ static void test_export(const char *tmp) {
     gpt2_build(&model, FIXTURES "gpt2_tiny_model.bin", 1);
     char dir[512], path[600], detail[512];
     snprintf(dir, sizeof(dir), "%s/export", tmp);
-    gpt2_export_hf(&model, dir);
+    gpt2_export_hf(&model.w, dir);
     // the bytes transformers loaded (infer_reference.py --check-export wrote their hashes)
     size_t n;
     uint8_t *hashes = read_bytes(FIXTURES "infer_export.fnv1a64", &n);
@@ -418,7 +418,7 @@ static void test_export(const char *tmp) {
     // our forward on the checkpoint against transformers' on the export
     LogitsFixture f;
     read_logits_fixture(&f, FIXTURES "infer_export.bin");
-    int V = model.config.vocab_size;
+    int V = model.w.config.vocab_size;
     for (int p = 0; p < f.P; p++) {
         float *all = prefill_all(&model, f.tokens[p], f.len[p]);
         char name[32];
@@ -429,26 +429,26 @@ static void test_export(const char *tmp) {
     free_logits_fixture(&f);
     // round trips, bit for bit
     gpt2_build(&back, dir, 1);
-    check("HF folder -> ours: identical weights", params_equal(&model, &back) && !back.from_bf16, "");
+    check("HF folder -> ours: identical weights", params_equal(&model, &back) && !back.w.from_bf16, "");
     gpt2_free(&back);
     snprintf(path, sizeof(path), "%s/model_v3.bin", tmp);
-    gpt2_save_checkpoint(&model, path, 0);
+    gpt2_save_checkpoint(&model.w, path, 0);
     gpt2_build(&back, path, 1);
     check("checkpoint v3 round trip", params_equal(&model, &back), "");
     gpt2_free(&back);
     snprintf(path, sizeof(path), "%s/model_v5.bin", tmp);
-    gpt2_save_checkpoint(&model, path, 1);
+    gpt2_save_checkpoint(&model.w, path, 1);
     gpt2_build(&back, path, 1);
-    int rounded = back.from_bf16;
-    for (size_t i = 0; i < model.num_parameters && rounded; i++) {
-        rounded = back.params_memory[i] == bf16_to_float(float_to_bf16(model.params_memory[i]));
+    int rounded = back.w.from_bf16;
+    for (size_t i = 0; i < model.w.num_parameters && rounded; i++) {
+        rounded = back.w.params_memory[i] == bf16_to_float(float_to_bf16(model.w.params_memory[i]));
     }
     check("checkpoint v5: the weights rounded to bf16", rounded, "");
     snprintf(dir, sizeof(dir), "%s/export_bf16", tmp);
-    gpt2_export_hf(&back, dir); // a bf16 model exports BF16 tensors
+    gpt2_export_hf(&back.w, dir); // a bf16 model exports BF16 tensors
     GPT2 again;
     gpt2_build(&again, dir, 1);
-    check("bf16 checkpoint -> BF16 folder -> ours", params_equal(&back, &again) && again.from_bf16, "");
+    check("bf16 checkpoint -> BF16 folder -> ours", params_equal(&back, &again) && again.w.from_bf16, "");
     gpt2_free(&again);
     gpt2_free(&back);
     // transformers' own BF16 and F16 files: exact through our fp32
@@ -458,7 +458,7 @@ static void test_export(const char *tmp) {
         snprintf(src, sizeof(src), FIXTURES "hf_tiny_%s", dtypes[i]);
         snprintf(dir, sizeof(dir), "%s/export_%s", tmp, dtypes[i]);
         gpt2_build(&back, src, 1);
-        gpt2_export_hf(&back, dir);
+        gpt2_export_hf(&back.w, dir);
         gpt2_build(&again, dir, 1);
         snprintf(detail, sizeof(detail), "%s -> ours -> F32 folder -> ours", src);
         check("HF round trip", params_equal(&back, &again), detail);
@@ -469,8 +469,8 @@ static void test_export(const char *tmp) {
     gpt2_build(&back, FIXTURES "hf_tiny_fp32", 1);
     gpt2_build(&again, FIXTURES "hf_tiny_bf16", 1);
     int same = 1;
-    for (size_t i = 0; i < back.num_parameters; i++) {
-        same = same && again.params_memory[i] == bf16_to_float(float_to_bf16(back.params_memory[i]));
+    for (size_t i = 0; i < back.w.num_parameters; i++) {
+        same = same && again.w.params_memory[i] == bf16_to_float(float_to_bf16(back.w.params_memory[i]));
     }
     check("BF16 folder = F32 folder rounded (our bf16)", same, "");
     gpt2_free(&again);
@@ -575,7 +575,7 @@ static Sequence run_text(GPT2 *model, const Tokenizer *tok, const char *prompt, 
     int n = (int)tokenizer_encode((Tokenizer *)tok, (const uint8_t *)prompt, strlen(prompt), 1, ids);
     Sequence s;
     GenerateStats stats;
-    sequence_init(&s, prompt, ids, n, o.max_new, model->config.max_seq_len);
+    sequence_init(&s, prompt, ids, n, o.max_new, model->w.config.max_seq_len);
     o.stream = stream;
     generate(model, &s, 1, &o, &stats);
     return s;
@@ -635,7 +635,7 @@ static void test_generation(void) {
     for (int i = 0; i < 3; i++) {
         int ids[256];
         int n = (int)tokenizer_encode(&tok, (const uint8_t *)prompts[i], strlen(prompts[i]), 1, ids);
-        sequence_init(&batch[i], prompts[i], ids, n, o.max_new, model.config.max_seq_len);
+        sequence_init(&batch[i], prompts[i], ids, n, o.max_new, model.w.config.max_seq_len);
     }
     generate(&model, batch, 3, &o, &stats);
     int same = 1;

@@ -39,10 +39,10 @@ int main(int argc, char **argv) {
     if (steps < 1) { fprintf(stderr, "Error: -n must be positive\n"); return 1; }
     GPT2 model;
     gpt2_build(&model, descriptor, 1337);
-    GPT2Config c = model.config;
+    GPT2Config c = model.w.config;
     int L = c.num_layers, C = c.channels, NH = c.num_heads, maxT = c.max_seq_len, Vp = c.padded_vocab_size;
     L2cWeights w;
-    memcpy(&w, &model.params, sizeof(w)); // the same 16 pointers, in the same order
+    memcpy(&w, &model.w.params, sizeof(w)); // the same 16 pointers, in the same order
     float *l2c_keys = (float *)mallocCheck((size_t)L * maxT * C * sizeof(float));
     float *l2c_values = (float *)mallocCheck((size_t)L * maxT * C * sizeof(float));
     float *scratch = (float *)mallocCheck(((size_t)9 * C + (size_t)NH * maxT) * sizeof(float));
@@ -53,7 +53,7 @@ int main(int argc, char **argv) {
     gpt2_allocate_cache(&model, 1, maxT);
     gpt2_allocate_rows(&model, maxT, 1);
     printf("decode step of %s (%.1fM parameters, %d threads), median of %d steps after a warm-up\n", descriptor,
-           model.num_parameters / 1e6, num_threads(), steps);
+           model.w.num_parameters / 1e6, num_threads(), steps);
     printf("| position | infer.c ms | llama2.c-style ms | infer.c tok/s | llama2.c-style tok/s | speed-up | max logit diff |\n");
     printf("|---------:|-----------:|------------------:|--------------:|---------------------:|---------:|---------------:|\n");
     const int positions[3] = {16, 256, maxT - 24 > 256 ? maxT - 24 : 257};
