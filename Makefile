@@ -135,6 +135,7 @@ infer: infer.c
 LADDERS = encoder_forward encoder_backward layernorm_forward layernorm_backward causal_softmax softmax_backward gelu \
           fused_classifier adamw
 CUDA_PROGRAMS := train_gpt2cu train_gpt2cu_fp32 train_gpt2cu_fp16 test_gpt2cu test_gpt2cu_fp32 test_gpt2cu_fp16 train_mlpcu \
+                 infercu infercu_fp32 test_infercu test_infercu_fp32 \
                  dev/check_env dev/cuda/vector_add dev/cuda/matmul $(addprefix dev/cuda/,$(LADDERS)) dev/emu/test_emu \
                  $(if $(and $(CUDNN_HOME),$(CUDNN_FRONTEND_PATH)),train_gpt2cu_cudnn test_gpt2cu_cudnn dev/cuda/attention_cudnn)
 # (the ladders know fp32 and bf16: PRECISION=FP16 builds them in bf16)
@@ -163,6 +164,17 @@ test_gpt2cu_fp32: test_gpt2.cu train_gpt2.cu
 	$(NVCC) $(NVCC_FLAGS) -DENABLE_FP32 -Xcompiler "$(OMP_FLAGS)" $< -lcublas -lcublasLt $(if $(filter -fopenmp,$(OMP_FLAGS)),-lgomp) -o $@
 test_gpt2cu_fp16: test_gpt2.cu train_gpt2.cu
 	$(NVCC) $(NVCC_FLAGS) -DENABLE_FP16 -Xcompiler "$(OMP_FLAGS)" $< -lcublas -lcublasLt $(if $(filter -fopenmp,$(OMP_FLAGS)),-lgomp) -o $@
+# inference on the GPU, in PRECISION (BF16 unless FP32: infer.cu has no fp16), and in FP32
+INFER_PRECISION = $(if $(filter FP32,$(PRECISION)),FP32,BF16)
+OMP_LINK = -Xcompiler "$(OMP_FLAGS)" $(if $(filter -fopenmp,$(OMP_FLAGS)),-lgomp)
+infercu: infer.cu
+	$(NVCC) $(NVCC_FLAGS) -DENABLE_$(INFER_PRECISION) $< -lcublas $(OMP_LINK) -o $@
+infercu_fp32: infer.cu
+	$(NVCC) $(NVCC_FLAGS) -DENABLE_FP32 $< -lcublas $(OMP_LINK) -o $@
+test_infercu: test_infer.cu infer.cu
+	$(NVCC) $(NVCC_FLAGS) -DENABLE_$(INFER_PRECISION) $< -lcublas $(OMP_LINK) -o $@
+test_infercu_fp32: test_infer.cu infer.cu
+	$(NVCC) $(NVCC_FLAGS) -DENABLE_FP32 $< -lcublas $(OMP_LINK) -o $@
 # the MLP of train_mlp.c on the GPU (same flags, data and checkpoints)
 train_mlpcu: train_mlp.cu
 ifeq ($(HAVE_ZLIB),1)
@@ -205,6 +217,15 @@ dev/emu/train_gpt2cu_fp16_cpu: train_gpt2.cu $(EMU)
 	bash dev/emu/emu_build.sh $< $@ -DENABLE_FP16
 dev/emu/test_gpt2cu_fp16_cpu: test_gpt2.cu train_gpt2.cu $(EMU)
 	bash dev/emu/emu_build.sh $< $@ -DENABLE_FP16
+INFER_EMU = dev/emu/infercu_fp32_cpu dev/emu/infercu_bf16_cpu dev/emu/test_infercu_fp32_cpu dev/emu/test_infercu_bf16_cpu
+dev/emu/infercu_fp32_cpu: infer.cu $(EMU)
+	bash dev/emu/emu_build.sh $< $@ -DENABLE_FP32
+dev/emu/infercu_bf16_cpu: infer.cu $(EMU)
+	bash dev/emu/emu_build.sh $< $@ -DENABLE_BF16
+dev/emu/test_infercu_fp32_cpu: test_infer.cu infer.cu $(EMU)
+	bash dev/emu/emu_build.sh $< $@ -DENABLE_FP32
+dev/emu/test_infercu_bf16_cpu: test_infer.cu infer.cu $(EMU)
+	bash dev/emu/emu_build.sh $< $@ -DENABLE_BF16
 
 # On a machine with a GPU: build every CUDA program for it, run every GPU test and
 # the benchmarks, one summary table; logs in gpu-check-logs/ (dev/test/gpu_check.sh)
@@ -266,13 +287,16 @@ TESTS = ./test_gpt2 \
         ./test_infer \
         ./test_infer_asan \
         "bash dev/test/test_infer_cli.sh ./infer" \
+        ./dev/emu/test_infercu_fp32_cpu \
+        ./dev/emu/test_infercu_bf16_cpu \
+        "bash dev/test/test_infer_cuda.sh ./infer ./dev/emu/infercu_fp32_cpu ./dev/emu/infercu_bf16_cpu" \
         "bash dev/test/test_tokenizer_cli.sh ./data/tokenizer" \
         "bash dev/test/test_train_gpt2_cli.sh ./train_gpt2" \
         "bash dev/test/test_train_mlp_cli.sh ./train_mlp" \
         "bash dev/test/check_shared_copies.sh" \
         "bash dev/test/check_ladder_copies.sh" \
         "bash dev/test/check_cuda_builds.sh"
-test: train_gpt2 test_gpt2 data/tokenizer test_tokenizer train_mlp test_mlp infer test_infer test_infer_asan dev/emu/test_emu_cpu dev/emu/matmul_cpu dev/emu/train_mlpcu_cpu dev/emu/train_gpt2cu_fp32_cpu dev/emu/train_gpt2cu_bf16_cpu dev/emu/train_gpt2cu_fp16_cpu dev/emu/test_gpt2cu_fp32_cpu dev/emu/test_gpt2cu_bf16_cpu dev/emu/test_gpt2cu_fp16_cpu \
+test: train_gpt2 test_gpt2 data/tokenizer test_tokenizer train_mlp test_mlp infer test_infer test_infer_asan $(INFER_EMU) dev/emu/test_emu_cpu dev/emu/matmul_cpu dev/emu/train_mlpcu_cpu dev/emu/train_gpt2cu_fp32_cpu dev/emu/train_gpt2cu_bf16_cpu dev/emu/train_gpt2cu_fp16_cpu dev/emu/test_gpt2cu_fp32_cpu dev/emu/test_gpt2cu_bf16_cpu dev/emu/test_gpt2cu_fp16_cpu \
       $(addprefix dev/emu/,$(addsuffix _cpu,$(LADDERS)))
 	@bash dev/test/run_tests.sh $(TESTS)
 
@@ -304,7 +328,7 @@ print-%:
 	@echo '$($*)'
 
 clean:
-	rm -f train_gpt2 test_gpt2 test_tokenizer infer test_infer test_infer_asan $(addprefix dev/fuzz/fuzz_,$(FUZZ_TARGETS)) data/tokenizer dev/cpu/bench_train_gpt2 dev/cpu/bench_infer train_mlp test_mlp $(CUDA_PROGRAMS) train_gpt2cu_cudnn test_gpt2cu_cudnn dev/cuda/attention_cudnn dev/emu/test_emu_cpu dev/emu/matmul_cpu dev/emu/train_mlpcu_cpu dev/emu/train_gpt2cu_fp32_cpu dev/emu/train_gpt2cu_bf16_cpu dev/emu/train_gpt2cu_fp16_cpu dev/emu/test_gpt2cu_fp32_cpu dev/emu/test_gpt2cu_bf16_cpu dev/emu/test_gpt2cu_fp16_cpu $(addprefix dev/emu/,$(addsuffix _cpu,$(LADDERS)))
+	rm -f train_gpt2 test_gpt2 test_tokenizer infer test_infer test_infer_asan $(addprefix dev/fuzz/fuzz_,$(FUZZ_TARGETS)) data/tokenizer dev/cpu/bench_train_gpt2 dev/cpu/bench_infer train_mlp test_mlp $(CUDA_PROGRAMS) train_gpt2cu_cudnn test_gpt2cu_cudnn dev/cuda/attention_cudnn dev/emu/test_emu_cpu dev/emu/matmul_cpu dev/emu/train_mlpcu_cpu dev/emu/train_gpt2cu_fp32_cpu dev/emu/train_gpt2cu_bf16_cpu dev/emu/train_gpt2cu_fp16_cpu dev/emu/test_gpt2cu_fp32_cpu dev/emu/test_gpt2cu_bf16_cpu dev/emu/test_gpt2cu_fp16_cpu $(INFER_EMU) $(addprefix dev/emu/,$(addsuffix _cpu,$(LADDERS)))
 	rm -f $(TINYSHAKESPEARE) data/gpt2_tokenizer.bin
 
 help:
@@ -318,6 +342,7 @@ help:
 	@echo "make reference                    regenerate the test fixtures (Python, dev/reference/)"
 	@echo "make train_mlpcu && ./train_mlpcu the same MLP on the GPU (--check: against the CPU, --time: step times)"
 	@echo "make train_gpt2cu && ./train_gpt2cu   the GPT-2 trainer on the GPU (PRECISION=BF16, FP16 or FP32; USE_CUDNN=1)"
+	@echo "make infercu && ./infercu -m DIR   generation on the GPU (PRECISION=BF16 or FP32), the same flags as ./infer"
 	@echo "make cuda                         build the GPU programs (needs nvcc; GPU_ARCH=\"90 120\")"
 	@echo "make gpu-check                    on a GPU machine: build and run every GPU program, one summary"
 	@echo "make clean                        remove what make built"

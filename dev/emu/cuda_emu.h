@@ -72,6 +72,7 @@ inline int linear_tid() { return (int)(thread_idx.x + block_dim.x * (thread_idx.
 #define __restrict__
 #define __shared__ static
 #define __launch_bounds__(...)
+#define __align__(n) alignas(n)
 // functions, so that they work anywhere a statement or expression does
 #define __syncthreads() emu::barrier()
 #define __syncwarp(...) emu::warp_barrier()
@@ -255,11 +256,23 @@ template <typename T> inline T atomicMax(T *address, T val) {
 // launching a kernel
 
 namespace emu {
+// Stream capture (CUDA graphs): while a capture is open, launches, async copies and the
+// cuBLAS stand-ins are recorded instead of run, and a graph launch replays them in order,
+// reading and writing memory at replay time, as a GPU does. (One stream: captures do
+// not nest, and a capture must not call a synchronous API, which a GPU refuses too.)
+struct Graph { std::vector<std::function<void()>> ops; };
+inline Graph *capture = nullptr; // the graph being captured, or none
+inline void capture_forbidden(const char *what) {
+    if (capture != nullptr) {
+        fprintf(stderr, "Error: emulation: %s during a stream capture (a GPU refuses it too)\n", what);
+        exit(EXIT_FAILURE);
+    }
+}
 struct Launch {
     dim3 grid, block;
     size_t shared_bytes = 0;
     void *stream = nullptr;
-    template <typename... P, typename... A> void run(void (*kernel)(P...), A &&...args) const {
+    void execute(const std::function<void()> &body) const {
         int threads = (int)(block.x * block.y * block.z);
         if (threads < 1 || threads > 1024) {
             fprintf(stderr, "Error: emulation: a block of %d threads (CUDA allows 1 to 1024)\n", threads);
@@ -274,8 +287,6 @@ struct Launch {
         grid_dim = grid;
         block_dim = block;
         if ((int)fibers.size() < threads) { fibers.resize(threads, Fiber{}); }
-        // the arguments converted to the kernel's parameter types once, as a launch does
-        std::function<void()> body = [kernel, params = std::tuple<P...>(args...)]() { std::apply(kernel, params); };
         kernel_body = body;
         for (unsigned bz = 0; bz < grid.z; bz++) {
             for (unsigned by = 0; by < grid.y; by++) {
@@ -286,8 +297,25 @@ struct Launch {
             }
         }
     }
+    template <typename... P, typename... A> void run(void (*kernel)(P...), A &&...args) const {
+        // the arguments converted to the kernel's parameter types once, as a launch does
+        std::function<void()> body = [kernel, params = std::tuple<P...>(args...)]() { std::apply(kernel, params); };
+        if (capture != nullptr) {
+            Launch launch = *this;
+            capture->ops.push_back([launch, body]() { launch.execute(body); });
+            return;
+        }
+        execute(body);
+    }
 };
 }
+// A library stand-in's first line: while capturing, record this very call (its arguments
+// by value) to replay later, and report success now.
+#define EMU_RECORD_IF_CAPTURING(call, success)                          \
+    if (emu::capture != nullptr) {                                      \
+        emu::capture->ops.push_back([=]() { (void)(call); });           \
+        return success;                                                 \
+    }
 
 // ----------------------------------------------------------------------------
 // the runtime API, as plain C
@@ -297,7 +325,7 @@ enum { cudaSuccess = 0, cudaErrorMemoryAllocation = 2 };
 enum cudaMemcpyKind { cudaMemcpyHostToHost, cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost, cudaMemcpyDeviceToDevice, cudaMemcpyDefault };
 inline const char *cudaGetErrorString(cudaError_t e) { return e == cudaSuccess ? "no error" : "out of memory (emulation)"; }
 inline cudaError_t cudaGetLastError() { return cudaSuccess; }
-inline cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
+inline cudaError_t cudaDeviceSynchronize() { emu::capture_forbidden("cudaDeviceSynchronize"); return cudaSuccess; }
 // Device memory is host memory. EMU_DEVICE_MIB=N makes the emulated device N MiB
 // large, so that programs' out-of-memory paths can be tested: each block then
 // carries its size in front of it, and the bytes in use are counted.
@@ -328,7 +356,11 @@ inline cudaError_t cudaFree(void *p) {
     free(raw);
     return cudaSuccess;
 }
-inline cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, cudaMemcpyKind) { memcpy(dst, src, bytes); return cudaSuccess; }
+inline cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, cudaMemcpyKind) {
+    emu::capture_forbidden("cudaMemcpy");
+    memcpy(dst, src, bytes);
+    return cudaSuccess;
+}
 inline cudaError_t cudaMemset(void *dst, int value, size_t bytes) { memset(dst, value, bytes); return cudaSuccess; }
 inline cudaError_t cudaGetDeviceCount(int *n) { *n = 1; return cudaSuccess; }
 inline cudaError_t cudaSetDevice(int) { return cudaSuccess; }
@@ -362,7 +394,43 @@ inline cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes) {
 }
 inline cudaError_t cudaRuntimeGetVersion(int *v) { *v = 0; return cudaSuccess; }
 inline cudaError_t cudaDriverGetVersion(int *v) { *v = 0; return cudaSuccess; }
-typedef void *cudaStream_t; // one stream, the default: work runs as it is issued
+typedef void *cudaStream_t; // one stream, in effect: work runs as it is issued
+inline cudaError_t cudaStreamCreate(cudaStream_t *s) { *s = new int(0); return cudaSuccess; }
+inline cudaError_t cudaStreamDestroy(cudaStream_t s) { delete (int *)s; return cudaSuccess; }
+inline cudaError_t cudaStreamSynchronize(cudaStream_t) { emu::capture_forbidden("cudaStreamSynchronize"); return cudaSuccess; }
+inline cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cudaMemcpyKind, cudaStream_t = nullptr) {
+    if (emu::capture != nullptr) {
+        emu::capture->ops.push_back([=]() { memcpy(dst, src, bytes); });
+        return cudaSuccess;
+    }
+    memcpy(dst, src, bytes);
+    return cudaSuccess;
+}
+// graphs: a captured list of operations, replayed in order
+enum cudaStreamCaptureMode { cudaStreamCaptureModeGlobal = 0, cudaStreamCaptureModeThreadLocal = 1, cudaStreamCaptureModeRelaxed = 2 };
+typedef emu::Graph *cudaGraph_t;
+typedef emu::Graph *cudaGraphExec_t;
+inline cudaError_t cudaStreamBeginCapture(cudaStream_t, cudaStreamCaptureMode) {
+    emu::capture_forbidden("cudaStreamBeginCapture");
+    emu::capture = new emu::Graph();
+    return cudaSuccess;
+}
+inline cudaError_t cudaStreamEndCapture(cudaStream_t, cudaGraph_t *graph) {
+    *graph = emu::capture;
+    emu::capture = nullptr;
+    return cudaSuccess;
+}
+inline cudaError_t cudaGraphInstantiate(cudaGraphExec_t *exec, cudaGraph_t graph, unsigned long long = 0) {
+    *exec = new emu::Graph(*graph);
+    return cudaSuccess;
+}
+inline cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t) {
+    emu::capture_forbidden("cudaGraphLaunch");
+    for (auto &op : exec->ops) { op(); }
+    return cudaSuccess;
+}
+inline cudaError_t cudaGraphDestroy(cudaGraph_t graph) { delete graph; return cudaSuccess; }
+inline cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec) { delete exec; return cudaSuccess; }
 typedef double *cudaEvent_t; // an event is the CPU time at which it was recorded
 inline cudaError_t cudaEventCreate(cudaEvent_t *e) { *e = new double(0.0); return cudaSuccess; }
 inline cudaError_t cudaEventDestroy(cudaEvent_t e) { delete e; return cudaSuccess; }

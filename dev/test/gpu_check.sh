@@ -58,7 +58,7 @@ CUDNN_PROGRAMS=""
 LADDERS=$(sed -n '/^LADDERS = /,/[^\\]$/p' Makefile | tr -d '\\\n' | sed 's/^LADDERS = //')
 
 # --- build, for this GPU only
-PROGRAMS="data train_gpt2cu train_gpt2cu_fp32 train_gpt2cu_fp16 test_gpt2cu test_gpt2cu_fp32 test_gpt2cu_fp16 train_gpt2 train_mlpcu dev/check_env dev/cuda/vector_add dev/cuda/matmul $(for l in $LADDERS; do printf 'dev/cuda/%s ' "$l"; done)dev/emu/test_emu train_mlp $CUDNN_PROGRAMS"
+PROGRAMS="data infer infercu infercu_fp32 test_infercu test_infercu_fp32 train_gpt2cu train_gpt2cu_fp32 train_gpt2cu_fp16 test_gpt2cu test_gpt2cu_fp32 test_gpt2cu_fp16 train_gpt2 train_mlpcu dev/check_env dev/cuda/vector_add dev/cuda/matmul $(for l in $LADDERS; do printf 'dev/cuda/%s ' "$l"; done)dev/emu/test_emu train_mlp $CUDNN_PROGRAMS"
 echo "building for sm_$arch: $PROGRAMS"
 build() {
     if command -v make > /dev/null 2>&1; then
@@ -72,6 +72,9 @@ build() {
         nvcc $f -DENABLE_FP32 -Xcompiler -fopenmp test_gpt2.cu -lcublas -lcublasLt -lgomp -o test_gpt2cu_fp32 &&
         nvcc $f -DENABLE_FP16 -Xcompiler -fopenmp train_gpt2.cu -lcublas -lcublasLt -lgomp -o train_gpt2cu_fp16 &&
         nvcc $f -DENABLE_FP16 -Xcompiler -fopenmp test_gpt2.cu -lcublas -lcublasLt -lgomp -o test_gpt2cu_fp16 &&
+        for p in BF16:infercu FP32:infercu_fp32; do nvcc $f -DENABLE_${p%%:*} -Xcompiler -fopenmp infer.cu -lcublas -lgomp -o ${p#*:} || exit 1; done &&
+        for p in BF16:test_infercu FP32:test_infercu_fp32; do nvcc $f -DENABLE_${p%%:*} -Xcompiler -fopenmp test_infer.cu -lcublas -lgomp -o ${p#*:} || exit 1; done &&
+        cc -O3 -march=native -fno-trapping-math -Wall -Wextra -fopenmp infer.c -lm -o infer &&
         cc -O3 -Wall -Wextra -std=c11 data/tokenizer.c -o data/tokenizer && ./data/tokenizer &&
         for l in $LADDERS; do nvcc $f -DENABLE_BF16 dev/cuda/$l.cu -o dev/cuda/$l || exit 1; done &&
         nvcc $f dev/check_env.cu -o dev/check_env && nvcc $f dev/cuda/vector_add.cu -o dev/cuda/vector_add &&
@@ -150,6 +153,15 @@ step test_gpt2cu_fp16 "test_gpt2cu (FP16, loss scaling) vs PyTorch fixtures, det
 # GPT-2: train_gpt2.cu in FP32, BF16 and FP16 against train_gpt2.c (the emulated test, on the GPU)
 step gpt2_twin "train_gpt2cu (FP32, BF16, FP16) vs train_gpt2.c: 4 steps, logs, checkpoints, resume, flags" \
     bash dev/test/test_train_gpt2_cuda.sh ./train_gpt2 ./train_gpt2cu_fp32 ./train_gpt2cu ./train_gpt2cu_fp16
+step test_infercu_fp32 "test_infercu (FP32) vs transformers fixtures, graphs, cuBLAS path, greedy" ./test_infercu_fp32
+step test_infercu_bf16 "test_infercu (BF16) vs transformers fixtures, graphs, cuBLAS path" ./test_infercu
+step infer_twin "infercu (FP32, BF16) vs infer.c: greedy, sampled, batches, text, stops, export" \
+    bash dev/test/test_infer_cuda.sh ./infer ./infercu_fp32 ./infercu
+# GPT-2 124M shapes (random weights): decode at batch 1 (target > 5,000 tokens/s in bf16),
+# and how batched decode scales up to 64 sequences; fp32 at batch 1 for comparison
+step infer_bench "infercu: GPT-2 124M (d12), bf16, batch 1..64, prompt 128, 128 generated" \
+    ./infercu -m d12 -B 1 -b 1,4,16,64 -l 128 -N 128
+step infer_bench_fp32 "infercu_fp32: GPT-2 124M (d12), fp32, batch 1" ./infercu_fp32 -m d12 -B 1 -b 1 -l 128 -N 128
 # GPT-2 124M, bf16, B=64, T=1024 on tinyshakespeare (repeated): 12 steps, no validation or samples;
 # recomputation 1 (the default) and 0; fp16; our attention and cuDNN's
 BENCH=(-e d12 -b 64 -t 1024 -x 12 -v 0 -s 0 -o "")
@@ -219,6 +231,11 @@ done
 echo
 sed -n '/^GPU memory (/,/^  total/p' "$LOGS/gpt2_bench.log"
 echo "fp16: $(grep -E '^step +12/' "$LOGS/gpt2_bench_fp16.log" | grep -o 'loss scale [0-9]*') at step 12, $(grep -c 'update skipped' "$LOGS/gpt2_bench_fp16.log") updates skipped"
+echo
+echo "infercu, GPT-2 124M (d12, random weights), bf16 and fp32: prefill and decode (the decode step a CUDA graph):"
+echo
+grep '^|' "$LOGS/infer_bench.log"
+grep '^| *1 ' "$LOGS/infer_bench_fp32.log" | sed 's/$/ (fp32)/'
 echo
 echo "matmul ladder (dev/cuda/matmul):"
 sed -n '/^variant/,$p' "$LOGS/matmul.log" | grep -v 'passed,'

@@ -31,6 +31,7 @@ inline cublasStatus_t cublasCreate(cublasHandle_t *h) { *h = new cublasContext{0
 inline cublasStatus_t cublasDestroy(cublasHandle_t h) { delete h; return CUBLAS_STATUS_SUCCESS; }
 inline cublasStatus_t cublasSetMathMode(cublasHandle_t h, cublasMath_t mode) { h->math_mode = mode; return CUBLAS_STATUS_SUCCESS; }
 inline cublasStatus_t cublasSetStream(cublasHandle_t, void *) { return CUBLAS_STATUS_SUCCESS; }
+inline cublasStatus_t cublasSetWorkspace(cublasHandle_t, void *, size_t) { return CUBLAS_STATUS_SUCCESS; }
 
 namespace emu {
 // C (m, n) = alpha op(A) (m, k) op(B) (k, n) + beta C, column-major; beta = 0
@@ -112,7 +113,10 @@ inline cublasStatus_t gemm_ex(cublasOperation_t ta, cublasOperation_t tb, int m,
 inline cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
                                    const void *alpha, const void *A, cudaDataType_t at, int lda, const void *B,
                                    cudaDataType_t bt, int ldb, const void *beta, void *C, cudaDataType_t ct, int ldc,
-                                   cublasComputeType_t, cublasGemmAlgo_t) {
+                                   cublasComputeType_t compute, cublasGemmAlgo_t algo) {
+    // (replayed from a graph, alpha and beta are read then: keep them alive, e.g. static)
+    EMU_RECORD_IF_CAPTURING(cublasGemmEx(h, ta, tb, m, n, k, alpha, A, at, lda, B, bt, ldb, beta, C, ct, ldc, compute, algo),
+                            CUBLAS_STATUS_SUCCESS)
     if (h == nullptr) { return CUBLAS_STATUS_NOT_INITIALIZED; }
     return emu::gemm_ex(ta, tb, m, n, k, *(const float *)alpha, A, at, lda, 0, B, bt, ldb, 0, *(const float *)beta, C, ct,
                         ldc, 0, 1);
@@ -123,6 +127,7 @@ inline cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t h, cublasOperati
                                                  long long sa, const void *B, cudaDataType_t bt, int ldb, long long sb,
                                                  const void *beta, void *C, cudaDataType_t ct, int ldc, long long sc,
                                                  int batch, cublasComputeType_t, cublasGemmAlgo_t) {
+    emu::capture_forbidden("cublasGemmStridedBatchedEx (the emulator records only cublasGemmEx in graphs)");
     if (h == nullptr) { return CUBLAS_STATUS_NOT_INITIALIZED; }
     return emu::gemm_ex(ta, tb, m, n, k, *(const float *)alpha, A, at, lda, sa, B, bt, ldb, sb, *(const float *)beta, C,
                         ct, ldc, sc, batch);
@@ -131,6 +136,7 @@ inline cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t h, cublasOperati
 inline cublasStatus_t cublasSgemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
                                   const float *alpha, const float *A, int lda, const float *B, int ldb, const float *beta,
                                   float *C, int ldc) {
+    emu::capture_forbidden("cublasSgemm (the emulator records only cublasGemmEx in graphs)");
     if (h == nullptr) { return CUBLAS_STATUS_NOT_INITIALIZED; }
     return emu::gemm_f32(ta, tb, m, n, k, *alpha, A, lda, 0, B, ldb, 0, *beta, C, ldc, 0, 1);
 }
@@ -139,6 +145,7 @@ inline cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t h, cublasOperatio
                                                 int k, const float *alpha, const float *A, int lda, long long sa,
                                                 const float *B, int ldb, long long sb, const float *beta, float *C,
                                                 int ldc, long long sc, int batch) {
+    emu::capture_forbidden("cublasSgemmStridedBatched (the emulator records only cublasGemmEx in graphs)");
     if (h == nullptr) { return CUBLAS_STATUS_NOT_INITIALIZED; }
     return emu::gemm_f32(ta, tb, m, n, k, *alpha, A, lda, sa, B, ldb, sb, *beta, C, ldc, sc, batch);
 }

@@ -1,0 +1,3461 @@
+/*
+infer.cu: GPT-2 inference on one GPU, checked against infer.c.
+
+The same program as infer.c (flags, models in and out, tokenizer, sampling, batches,
+instruction mode, reports, the benchmark: all shared copies), with the forward pass on
+the GPU:
+  - weights, KV cache and the matmuls' inputs in floatX (PRECISION=BF16, the default, or
+    FP32); the residual stream, LayerNorm statistics, logits and all sums in fp32;
+  - decode (up to GEMV_MAX_ROWS sequences at a time) runs each linear layer as our own
+    matrix-vector kernel: a warp per output, 16-byte loads along the weight row, every
+    input row dotted in the same pass, the layer's epilogue fused (bias; the cache write
+    of keys and values; GELU; the residual add). It reads the weights once per step,
+    which is all that decoding GPT-2 124M is: 250 MB of bf16 per token;
+  - prefill and larger batches use cuBLAS (fp32 accumulation, no TF32 at FP32) into an
+    fp32 scratch, then the same epilogue as a separate kernel;
+  - attention of each (row, head) over its sequence's cached keys and values: a block per
+    pair, scores in an fp32 scratch, softmax, then the weighted values;
+  - the decode step captured once per batch size in a CUDA graph and replayed: the
+    ~75 launches of a step cost one launch, which at this size is most of the time
+    (all its inputs, the tokens and positions, are read from device buffers, so one
+    graph serves every step);
+  - greedy sampling as an argmax kernel (one int per sequence comes back); other
+    sampling copies the logits back and runs infer.c's sampler on them.
+FP32 builds compute what infer.c computes up to the order of sums: the greedy tokens
+are the same (test_infer.cu, dev/test/test_infer_cuda.sh).
+
+Build and run:
+    make infercu && ./infercu -m path/to/gpt2 -i "Hello, I'm"    # bf16
+    make infercu PRECISION=FP32                                   # fp32 (also built as infercu_fp32)
+    ./infercu -m d12 -B 1 -b 1,8,64                               # the benchmark
+Without a GPU, make test runs this file through the CPU emulator (dev/emu) and compares
+it with infer.c.
+
+Sizes: as infer.c. B sequences, S positions of cache per sequence, N rows of a forward
+pass, NL rows with logits, C channels, NH heads, HS = C/NH, V, Vp, L, maxT.
+*/
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <stdint.h>
+#include <inttypes.h>
+#include <string.h>
+#include <math.h>
+#include <time.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <fcntl.h>
+#include <glob.h>
+#include <unistd.h>
+#include <sys/stat.h>
+#include <cuda_runtime.h>
+#include <cuda_bf16.h>
+#include <cublas_v2.h>
+
+#define PROGRAM "./infercu" // in messages: how the user runs this program
+
+// Most of this file's host code is shared, verbatim, with infer.c (the marked blocks), and
+// a shared block may hold a helper that this program does not call: nvcc's "declared but
+// never referenced" (177) would stop the -Werror build for that.
+#pragma nv_diag_suppress 177
+
+// ----------------------------------------------------------------------------
+// utilities: checked calls, files, random numbers, time
+
+// --- begin shared-copy: check-macros ---
+// Every libc call that can fail goes through one of these wrappers. On failure each prints one
+// line saying what failed, the C library's own reason (strerror) and where in our source it
+// happened, then exits with status 1. They are static inline so that a program using only
+// some of them still compiles cleanly under -Wall -Wextra -Werror.
+
+static inline FILE *fopen_check(const char *path, const char *mode, const char *file, int line) {
+    FILE *fp = fopen(path, mode);
+    if (fp == NULL) {
+        fprintf(stderr, "Error: cannot open '%s' (mode \"%s\"): %s [%s:%d]\n",
+                path, mode, strerror(errno), file, line);
+        exit(EXIT_FAILURE);
+    }
+    return fp;
+}
+#define fopenCheck(path, mode) fopen_check(path, mode, __FILE__, __LINE__)
+
+static inline void fread_check(void *ptr, size_t size, size_t nmemb, FILE *stream,
+                               const char *file, int line) {
+    size_t got = fread(ptr, size, nmemb, stream);
+    if (got != nmemb) {
+        // a short read is either the file ending early or a real I/O error; say which
+        if (feof(stream)) {
+            fprintf(stderr, "Error: file ended early: read %zu of %zu items of %zu bytes [%s:%d]\n",
+                    got, nmemb, size, file, line);
+        } else {
+            fprintf(stderr, "Error: read failed after %zu of %zu items: %s [%s:%d]\n",
+                    got, nmemb, strerror(errno), file, line);
+        }
+        exit(EXIT_FAILURE);
+    }
+}
+#define freadCheck(ptr, size, nmemb, stream) fread_check(ptr, size, nmemb, stream, __FILE__, __LINE__)
+
+static inline void fwrite_check(const void *ptr, size_t size, size_t nmemb, FILE *stream,
+                                const char *file, int line) {
+    size_t put = fwrite(ptr, size, nmemb, stream);
+    if (put != nmemb) {
+        fprintf(stderr, "Error: write failed after %zu of %zu items: %s [%s:%d]\n",
+                put, nmemb, strerror(errno), file, line);
+        exit(EXIT_FAILURE);
+    }
+}
+#define fwriteCheck(ptr, size, nmemb, stream) fwrite_check(ptr, size, nmemb, stream, __FILE__, __LINE__)
+
+static inline void fclose_check(FILE *fp, const char *file, int line) {
+    // fclose flushes buffered writes, so a full disk often shows up only here
+    if (fclose(fp) != 0) {
+        fprintf(stderr, "Error: closing a file failed: %s [%s:%d]\n", strerror(errno), file, line);
+        exit(EXIT_FAILURE);
+    }
+}
+#define fcloseCheck(fp) fclose_check(fp, __FILE__, __LINE__)
+
+static inline void *malloc_check(size_t size, const char *file, int line) {
+    // malloc(0) may legally return NULL; ask for one byte so that is never mistaken for failure
+    void *ptr = malloc(size > 0 ? size : 1);
+    if (ptr == NULL) {
+        fprintf(stderr, "Error: out of memory: could not allocate %zu bytes [%s:%d]\n",
+                size, file, line);
+        exit(EXIT_FAILURE);
+    }
+    return ptr;
+}
+#define mallocCheck(size) malloc_check(size, __FILE__, __LINE__)
+// --- end shared-copy: check-macros ---
+// --- begin shared-copy: cuda-check ---
+// exit with the file, line and the library's own message on any CUDA error
+static void cuda_check(cudaError_t err, const char *file, int line) {
+    if (err != cudaSuccess) {
+        fprintf(stderr, "Error: CUDA: %s [%s:%d]\n", cudaGetErrorString(err), file, line);
+        exit(EXIT_FAILURE);
+    }
+}
+#define cudaCheck(err) cuda_check(err, __FILE__, __LINE__)
+static void cublas_check(cublasStatus_t status, const char *file, int line) {
+    if (status != CUBLAS_STATUS_SUCCESS) {
+        fprintf(stderr, "Error: cuBLAS: %s [%s:%d]\n", cublasGetStatusString(status), file, line);
+        exit(EXIT_FAILURE);
+    }
+}
+#define cublasCheck(status) cublas_check(status, __FILE__, __LINE__)
+// --- end shared-copy: cuda-check ---
+// --- begin shared-copy: file-helpers ---
+#define MAX_PATH_LEN 4096
+
+// Bad input (as opposed to a failing libc call) gets one line naming the file and the
+// problem, an optional HINT line saying what to do about it, and exit status 1.
+static void die_file(const char *path, const char *hint, const char *fmt, ...) {
+    va_list args;
+    va_start(args, fmt);
+    fprintf(stderr, "Error: %s: ", path);
+    vfprintf(stderr, fmt, args);
+    fprintf(stderr, "\n");
+    va_end(args);
+    if (hint != NULL) { fprintf(stderr, "HINT: %s\n", hint); }
+    exit(EXIT_FAILURE);
+}
+
+// out = a followed by b, for building file names; a name that does not fit is an error.
+static void path_concat(char out[], const char *a, const char *b) {
+    int n = snprintf(out, MAX_PATH_LEN, "%s%s", a, b);
+    if (n < 0 || n >= MAX_PATH_LEN) { die_file(a, NULL, "path is too long (over %d bytes)", MAX_PATH_LEN - 1); }
+}
+
+// Reads a whole file into memory (plus a terminating 0 byte that parsers may rely on).
+// We look at the path with access() and stat() first only to print a HINT with the error
+// (and because fopen happily opens a folder); fopenCheck stays the real check.
+static uint8_t *read_whole_file(const char *path, size_t *len, const char *hint) {
+    struct stat st;
+    if (access(path, R_OK) != 0) { die_file(path, hint, "cannot read it: %s", strerror(errno)); }
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) { die_file(path, hint, "is a folder, not a file"); }
+    FILE *f = fopenCheck(path, "rb");
+    if (fseek(f, 0, SEEK_END) != 0) { die_file(path, NULL, "cannot seek: %s", strerror(errno)); }
+    long size = ftell(f);
+    if (size < 0) { die_file(path, NULL, "cannot tell its size: %s", strerror(errno)); }
+    if (fseek(f, 0, SEEK_SET) != 0) { die_file(path, NULL, "cannot seek: %s", strerror(errno)); }
+    uint8_t *data = (uint8_t *)mallocCheck((size_t)size + 1);
+    freadCheck(data, 1, (size_t)size, f);
+    fcloseCheck(f);
+    data[size] = 0;
+    *len = (size_t)size;
+    return data;
+}
+
+// --- end shared-copy: file-helpers ---
+// --- begin shared-copy: atomic-write ---
+// snprintf into a path buffer, or exit if the path does not fit (a silently
+// truncated path would read or write the wrong file)
+static void format_path(char *out, size_t size, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void format_path(char *out, size_t size, const char *fmt, ...) {
+    va_list args;
+    va_start(args, fmt);
+    int n = vsnprintf(out, size, fmt, args);
+    va_end(args);
+    if (n < 0 || (size_t)n >= size) {
+        fprintf(stderr, "Error: a path is longer than %zu bytes: %.60s...\n", size - 1, out);
+        exit(EXIT_FAILURE);
+    }
+}
+
+// Write each of n buffers, in order, to `path` atomically: write path.tmp, flush,
+// fsync, rename over path, fsync the directory (so that the rename itself is on
+// disk before we write the next file). A crash or a full disk leaves either the
+// old file or the new one, never half of one; on failure the .tmp is removed.
+static void write_file_atomic(const char *path, const void **bufs, const size_t *sizes, int n) {
+    char tmp[4096], dir[4096];
+    format_path(tmp, sizeof(tmp), "%s.tmp", path);
+    FILE *fp = fopenCheck(tmp, "wb");
+    int ok = 1;
+    for (int i = 0; i < n && ok; i++) { ok = sizes[i] == 0 || fwrite(bufs[i], 1, sizes[i], fp) == sizes[i]; }
+    ok = ok && fflush(fp) == 0 && fsync(fileno(fp)) == 0;
+    ok = (fclose(fp) == 0) && ok;
+    if (!ok || rename(tmp, path) != 0) {
+        fprintf(stderr, "Error: could not write %s: %s (the previous file, if any, is untouched)\n", path, strerror(errno));
+        remove(tmp);
+        exit(EXIT_FAILURE);
+    }
+    // the directory entry: fsync the folder the file is in
+    format_path(dir, sizeof(dir), "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (slash != NULL) { *slash = '\0'; } else { strcpy(dir, "."); }
+    int dfd = open(dir, O_RDONLY);
+    if (dfd >= 0) {
+        fsync(dfd); // best effort: some file systems refuse fsync on a directory
+        close(dfd);
+    }
+}
+// --- end shared-copy: atomic-write ---
+// --- begin shared-copy: splitmix-rng ---
+// One small generator for everything random: SplitMix64 (Steele, Lea, Flood 2014).
+// Used two ways. As a hash of a counter it gives random numbers that depend only
+// on (seed, stream, index): weight init can run in any order, in parallel, and
+// numpy can reproduce it vectorised (dev/reference/gpt2_reference.py does). As a
+// sequential generator (state += golden ratio) it shuffles and samples.
+static inline uint64_t splitmix64(uint64_t z) {
+    z += 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+// The key of one random stream (each program lists its streams; in train_gpt2.c
+// 0..15 are the parameter tensors, which the reference reproduces). A stream can
+// be split further by an index (an epoch, a step) with rng_subkey.
+static inline uint64_t rng_key(uint64_t seed, uint64_t stream) { return splitmix64((seed << 32) ^ stream); }
+static inline uint64_t rng_subkey(uint64_t seed, uint64_t stream, uint64_t index) { return splitmix64(rng_key(seed, stream) ^ index); }
+// uniform in [0, 1) with 24 random bits, so the value is exact in a float
+static inline double rng_uniform_at(uint64_t key, uint64_t i) { return (double)(splitmix64(key + i) >> 40) * 0x1p-24; }
+// standard normal by Box-Muller, from the uniforms at 2i and 2i+1
+static inline double rng_normal_at(uint64_t key, uint64_t i) {
+    double u1 = rng_uniform_at(key, 2 * i), u2 = rng_uniform_at(key, 2 * i + 1);
+    return sqrt(-2.0 * log(1.0 - u1)) * cos(2.0 * M_PI * u2);
+}
+// sequential use: *state is the counter
+static inline uint64_t rng_next(uint64_t *state) { return splitmix64((*state)++); }
+static inline float rng_float(uint64_t *state) { return (float)((rng_next(state) >> 40) * 0x1p-24); }
+// --- end shared-copy: splitmix-rng ---
+// --- begin shared-copy: half-floats ---
+// 16-bit floats to and from float. bf16 is the top half of a float, so widening is a shift;
+// narrowing rounds to nearest even (llm.c writes its version-5 files the same way). fp16
+// (IEEE binary16: 5 exponent bits, 10 mantissa bits) needs its exponent rebiased, and its
+// subnormals (exponent 0) scaled by hand.
+static inline float bf16_to_float(uint16_t h) {
+    uint32_t bits = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &bits, sizeof(f));
+    return f;
+}
+
+static inline uint16_t float_to_bf16(float f) {
+    uint32_t bits;
+    memcpy(&bits, &f, sizeof(bits));
+    if ((bits & 0x7fffffffu) > 0x7f800000u) { return (uint16_t)((bits >> 16) | 0x40); } // NaN stays NaN
+    bits += 0x7fffu + ((bits >> 16) & 1u);
+    return (uint16_t)(bits >> 16);
+}
+
+static inline float fp16_to_float(uint16_t h) {
+    uint32_t sign = (uint32_t)(h >> 15) << 31, exponent = (h >> 10) & 0x1f, mantissa = h & 0x3ff;
+    float magnitude;
+    if (exponent == 0) {
+        magnitude = ldexpf((float)mantissa, -24); // subnormal (or zero): mantissa x 2^-24
+    } else if (exponent == 31) {
+        magnitude = mantissa == 0 ? INFINITY : NAN;
+    } else {
+        magnitude = ldexpf((float)(mantissa | 0x400), (int)exponent - 25); // 1.mantissa x 2^(e-15)
+    }
+    uint32_t bits;
+    memcpy(&bits, &magnitude, sizeof(bits));
+    bits |= sign;
+    float f;
+    memcpy(&f, &bits, sizeof(f));
+    return f;
+}
+// --- end shared-copy: half-floats ---
+
+static inline double wall_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + 1e-9 * ts.tv_nsec;
+}
+
+// where we run, for the reports
+static const char *hardware_name(void) {
+    static char name[300];
+    if (name[0] == '\0') {
+        cudaDeviceProp prop;
+        int device = 0;
+        cudaCheck(cudaGetDevice(&device));
+        cudaCheck(cudaGetDeviceProperties(&prop, device));
+        snprintf(name, sizeof(name), "%s", prop.name);
+    }
+    return name;
+}
+
+// ----------------------------------------------------------------------------
+// precision: floatX is what weights, the KV cache and matmul inputs are stored in
+
+#if defined(ENABLE_FP32)
+typedef float floatX;
+#define CUBLAS_FLOATX CUDA_R_32F
+#define WEIGHTS_TYPE "fp32"
+#elif defined(ENABLE_BF16)
+typedef __nv_bfloat16 floatX;
+#define CUBLAS_FLOATX CUDA_R_16BF
+#define WEIGHTS_TYPE "bf16"
+#else
+#error "build with -DENABLE_FP32 or -DENABLE_BF16 (make infercu PRECISION=FP32|BF16)"
+#endif
+#define KV_ELEMENT_BYTES sizeof(floatX)
+#define WEIGHT_BYTES sizeof(floatX)
+__device__ __host__ inline float to_float(floatX x) { return (float)x; }
+__device__ __host__ inline floatX from_float(float x) { return (floatX)x; }
+
+// ----------------------------------------------------------------------------
+// the kernels
+
+// --- begin shared-copy: gpu-reductions ---
+// sums and maxima across the 32 threads of a warp, every thread gets the result
+__device__ inline float warp_sum(float v) {
+    for (int offset = 16; offset > 0; offset /= 2) { v += __shfl_xor_sync(0xffffffffu, v, offset); }
+    return v;
+}
+__device__ inline float warp_max(float v) {
+    for (int offset = 16; offset > 0; offset /= 2) { v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset)); }
+    return v;
+}
+// ... and across a block (a whole number of warps, at most 1024 threads)
+__device__ inline float block_sum(float v) {
+    __shared__ float partial[32];
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    v = warp_sum(v);
+    __syncthreads(); // partial may still be read by an earlier call
+    if (lane == 0) { partial[warp] = v; }
+    __syncthreads();
+    return warp_sum(lane < (int)(blockDim.x / 32) ? partial[lane] : 0.0f);
+}
+__device__ inline float block_max(float v) {
+    __shared__ float partial[32];
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    v = warp_max(v);
+    __syncthreads();
+    if (lane == 0) { partial[warp] = v; }
+    __syncthreads();
+    return warp_max(lane < (int)(blockDim.x / 32) ? partial[lane] : -INFINITY);
+}
+// --- end shared-copy: gpu-reductions ---
+
+// residual[n, :] = wte[token] + wpe[position], in fp32; one thread per element
+__global__ void encoder_forward_kernel(float *residual, const int *tokens, const int *pos, const floatX *wte,
+                                       const floatX *wpe, int N, int C) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (size_t)N * C) { return; }
+    size_t n = i / C, c = i % C;
+    residual[i] = to_float(wte[(size_t)tokens[n] * C + c]) + to_float(wpe[(size_t)pos[n] * C + c]);
+}
+
+// LayerNorm of rows of the fp32 residual stream into floatX, a warp per row (two passes
+// for the variance, as infer.c). rows: which residual row each output row normalises
+// (the logit rows), or NULL for row n.
+__global__ void layernorm_forward_kernel(floatX *out, const float *inp, const int *rows, const floatX *weight,
+                                         const floatX *bias, int N, int C) {
+    int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (row >= N) { return; } // a whole warp leaves together
+    const float *x = inp + (size_t)(rows != NULL ? rows[row] : row) * C;
+    float m = 0.0f;
+    for (int i = lane; i < C; i += 32) { m += x[i]; }
+    m = warp_sum(m) / C;
+    float v = 0.0f;
+    for (int i = lane; i < C; i += 32) { float d = x[i] - m; v += d * d; }
+    float s = 1.0f / sqrtf(warp_sum(v) / C + 1e-5f);
+    floatX *o = out + (size_t)row * C;
+    for (int i = lane; i < C; i += 32) { o[i] = from_float((x[i] - m) * s * to_float(weight[i]) + to_float(bias[i])); }
+}
+
+// What a linear layer does with out[n, o] = inp[n] . weight[o] (+ bias[o]): each layer of
+// the block has its own ending, fused into the matmul (or applied after cuBLAS).
+enum { EPI_LOGITS, EPI_QKV, EPI_GELU, EPI_RESIDUAL };
+typedef struct {
+    int kind;
+    const floatX *bias;  // (OC) or NULL
+    float *f32;          // EPI_LOGITS: (N, OC) written; EPI_RESIDUAL: the residual stream (N, OC) +=
+    floatX *x;           // EPI_GELU: (N, OC) GELU's output; EPI_QKV: the queries (N, C)
+    floatX *key_cache;   // EPI_QKV: this layer's (B, S, C) caches, and where row n goes in them
+    floatX *value_cache;
+    const int *seq, *pos;
+    int S;
+} Epilogue;
+
+#define GELU_SCALE 0.7978845608028654f // sqrt(2/pi)
+
+__device__ inline void epilogue_apply(const Epilogue e, int n, int o, int OC, float v) {
+    if (e.bias != NULL) { v += to_float(e.bias[o]); }
+    if (e.kind == EPI_LOGITS) {
+        e.f32[(size_t)n * OC + o] = v;
+    } else if (e.kind == EPI_RESIDUAL) {
+        e.f32[(size_t)n * OC + o] += v;
+    } else if (e.kind == EPI_GELU) { // tanh approximation, as GPT-2 (and infer.c)
+        e.x[(size_t)n * OC + o] = from_float(0.5f * v * (1.0f + tanhf(GELU_SCALE * (v + 0.044715f * v * v * v))));
+    } else { // EPI_QKV: the query stays with the row, key and value go into the cache
+        int C = OC / 3, part = o / C, c = o % C;
+        if (part == 0) {
+            e.x[(size_t)n * C + c] = from_float(v);
+        } else {
+            size_t at = ((size_t)e.seq[n] * e.S + e.pos[n]) * C + c;
+            (part == 1 ? e.key_cache : e.value_cache)[at] = from_float(v);
+        }
+    }
+}
+
+// Decode's linear layers: out[n, o] for N <= GEMV_MAX_ROWS input rows, a warp per output
+// o. The lanes walk the weight row in 16-byte loads (8 bf16 or 4 fp32), each dotted with
+// all N inputs (which stay in L1/L2), so every weight is read once per step: the kernel
+// runs at the speed of memory. Most of decode's time goes here.
+#define GEMV_MAX_ROWS 8
+#define GEMV_WARPS 8 // outputs per block
+#define VEC (16 / (int)sizeof(floatX))
+typedef struct __align__(16) { floatX v[VEC]; } Pack;
+
+template <int N>
+__global__ void __launch_bounds__(GEMV_WARPS * 32) gemv_kernel(const floatX *inp, const floatX *weight, Epilogue e, int C, int OC) {
+    int o = blockIdx.x * GEMV_WARPS + threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (o >= OC) { return; }
+    const floatX *w = weight + (size_t)o * C;
+    float acc[N];
+    for (int n = 0; n < N; n++) { acc[n] = 0.0f; }
+    if (C % VEC == 0) { // 16-byte loads (rows start 16-byte aligned when C is a multiple of VEC)
+        for (int i = lane * VEC; i < C; i += 32 * VEC) {
+            Pack wp = *(const Pack *)(w + i);
+            for (int n = 0; n < N; n++) {
+                Pack xp = *(const Pack *)(inp + (size_t)n * C + i);
+                for (int k = 0; k < VEC; k++) { acc[n] += to_float(wp.v[k]) * to_float(xp.v[k]); }
+            }
+        }
+    } else {
+        for (int i = lane; i < C; i += 32) {
+            float wi = to_float(w[i]);
+            for (int n = 0; n < N; n++) { acc[n] += wi * to_float(inp[(size_t)n * C + i]); }
+        }
+    }
+    for (int n = 0; n < N; n++) {
+        float sum = warp_sum(acc[n]);
+        if (lane == 0) { epilogue_apply(e, n, o, OC, sum); }
+    }
+}
+
+// the epilogue after a cuBLAS matmul (prefill, big batches): scratch (N, OC) fp32
+__global__ void epilogue_kernel(const float *scratch, Epilogue e, int N, int OC) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (size_t)N * OC) { return; }
+    epilogue_apply(e, (int)(i / OC), (int)(i % OC), OC, scratch[i]);
+}
+
+// Causal attention of row n (position pos[n] of sequence seq[n]) over its cached keys
+// and values, head h: a block per (n, h). The scores go to att (N, NH, S) fp32:
+//   1. each thread scores some positions: q . k * scale; the block's max
+//   2. exp(score - max) in place; the block's sum
+//   3. out = sum_t p_t v_t / sum: groups of HS threads split the positions, one channel
+//      a thread, and add their partial sums in shared memory.
+#define ATT_BLOCK 128
+__global__ void __launch_bounds__(ATT_BLOCK) attention_forward_kernel(floatX *out, float *att, const floatX *q,
+                                                                      const floatX *key_cache, const floatX *value_cache,
+                                                                      const int *seq, const int *pos, int S, int C, int NH) {
+    int n = blockIdx.x, h = blockIdx.y, HS = C / NH, T = pos[n] + 1;
+    float scale = 1.0f / sqrtf((float)HS);
+    const floatX *q_nh = q + (size_t)n * C + h * HS;
+    const floatX *keys = key_cache + (size_t)seq[n] * S * C + h * HS, *values = value_cache + (size_t)seq[n] * S * C + h * HS;
+    float *scores = att + ((size_t)n * NH + h) * S;
+    float maxval = -INFINITY;
+    for (int t = threadIdx.x; t < T; t += blockDim.x) {
+        const floatX *k = keys + (size_t)t * C;
+        float s = 0.0f;
+        for (int i = 0; i < HS; i++) { s += to_float(q_nh[i]) * to_float(k[i]); }
+        scores[t] = s * scale;
+        maxval = fmaxf(maxval, s * scale);
+    }
+    maxval = block_max(maxval);
+    float sum = 0.0f;
+    for (int t = threadIdx.x; t < T; t += blockDim.x) {
+        float p = expf(scores[t] - maxval);
+        scores[t] = p;
+        sum += p;
+    }
+    sum = block_sum(sum); // (its __syncthreads also makes every score visible to the block)
+    __shared__ float partial[ATT_BLOCK];
+    int groups = blockDim.x / HS, g = threadIdx.x / HS, i = threadIdx.x % HS;
+    float o = 0.0f;
+    if (g < groups) {
+        for (int t = g; t < T; t += groups) { o += scores[t] * to_float(values[(size_t)t * C + i]); }
+    }
+    partial[threadIdx.x] = o;
+    __syncthreads();
+    if ((int)threadIdx.x < HS) {
+        float total = 0.0f;
+        for (int k = 0; k < groups; k++) { total += partial[k * HS + threadIdx.x]; }
+        out[(size_t)n * C + h * HS + threadIdx.x] = from_float(total / sum);
+    }
+}
+
+// The most probable token of each logit row (the lowest id on ties, as infer.c): a block
+// per row, each thread a stride of the vocabulary, then a tree in shared memory.
+#define ARGMAX_BLOCK 256
+__global__ void __launch_bounds__(ARGMAX_BLOCK) argmax_kernel(int *out, const float *logits, int V, int Vp) {
+    const float *row = logits + (size_t)blockIdx.x * Vp;
+    float best = -INFINITY;
+    int best_id = 0x7fffffff;
+    for (int i = threadIdx.x; i < V; i += blockDim.x) {
+        if (row[i] > best) { best = row[i]; best_id = i; } // ascending i: ties keep the first
+    }
+    __shared__ float values[ARGMAX_BLOCK];
+    __shared__ int ids[ARGMAX_BLOCK];
+    values[threadIdx.x] = best;
+    ids[threadIdx.x] = best_id;
+    __syncthreads();
+    for (int stride = blockDim.x / 2; stride > 0; stride /= 2) {
+        if ((int)threadIdx.x < stride) {
+            float v = values[threadIdx.x + stride];
+            int id = ids[threadIdx.x + stride];
+            if (v > values[threadIdx.x] || (v == values[threadIdx.x] && id < ids[threadIdx.x])) {
+                values[threadIdx.x] = v;
+                ids[threadIdx.x] = id;
+            }
+        }
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) { out[blockIdx.x] = ids[0] == 0x7fffffff ? 0 : ids[0]; }
+}
+
+// ----------------------------------------------------------------------------
+// kernel launchers
+
+#define BLOCK 256 // threads per block of the elementwise kernels
+static inline unsigned ceil_div(size_t n, size_t d) { return (unsigned)((n + d - 1) / d); }
+
+// out = inp (N, C) @ weight (OC, C)^T, then the epilogue. scratch: (N, OC) fp32 for the
+// cuBLAS path (not needed for the logits, which cuBLAS writes in place). Row-major out^T = W inp^T is column-major out = ..., so cuBLAS sees
+// out (OC x N) = weight^T (OC x C, stored as C x OC column-major, transposed) @ inp (C x N).
+void linear_forward(cublasHandle_t cublas, cudaStream_t stream, const floatX *inp, const floatX *weight, Epilogue e,
+                    float *scratch, int N, int C, int OC) {
+    unsigned blocks = ceil_div(OC, GEMV_WARPS), threads = GEMV_WARPS * 32;
+    switch (N) { // the row count a constant in each copy, so the accumulators live in registers
+    case 1: gemv_kernel<1><<<blocks, threads, 0, stream>>>(inp, weight, e, C, OC); break;
+    case 2: gemv_kernel<2><<<blocks, threads, 0, stream>>>(inp, weight, e, C, OC); break;
+    case 3: gemv_kernel<3><<<blocks, threads, 0, stream>>>(inp, weight, e, C, OC); break;
+    case 4: gemv_kernel<4><<<blocks, threads, 0, stream>>>(inp, weight, e, C, OC); break;
+    case 5: gemv_kernel<5><<<blocks, threads, 0, stream>>>(inp, weight, e, C, OC); break;
+    case 6: gemv_kernel<6><<<blocks, threads, 0, stream>>>(inp, weight, e, C, OC); break;
+    case 7: gemv_kernel<7><<<blocks, threads, 0, stream>>>(inp, weight, e, C, OC); break;
+    case 8: gemv_kernel<8><<<blocks, threads, 0, stream>>>(inp, weight, e, C, OC); break;
+    default: {
+        static const float one = 1.0f, zero = 0.0f; // static: a captured graph keeps pointers to them
+        int direct = e.kind == EPI_LOGITS && e.bias == NULL; // logits need no epilogue: straight into place
+        cublasCheck(cublasGemmEx(cublas, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, &one, weight, CUBLAS_FLOATX, C, inp,
+                                 CUBLAS_FLOATX, C, &zero, direct ? e.f32 : scratch, CUDA_R_32F, OC, CUBLAS_COMPUTE_32F,
+                                 CUBLAS_GEMM_DEFAULT));
+        if (!direct) { epilogue_kernel<<<ceil_div((size_t)N * OC, BLOCK), BLOCK, 0, stream>>>(scratch, e, N, OC); }
+    }
+    }
+    cudaCheck(cudaGetLastError());
+}
+
+// ----------------------------------------------------------------------------
+// the model: configuration, parameters on the host and on the GPU, the KV cache
+
+// --- begin shared-copy: gpt2-config ---
+typedef struct {
+    int max_seq_len;       // maxT, e.g. 1024
+    int vocab_size;        // V, e.g. 50257
+    int padded_vocab_size; // Vp, V rounded up to a multiple of 128, e.g. 50304
+    int num_layers;        // L
+    int num_heads;         // NH
+    int channels;          // C
+} GPT2Config;
+
+// The parameters, in the order of llm.c's checkpoint files (which we read and write).
+#define NUM_PARAMETER_TENSORS 16
+// --- end shared-copy: gpt2-config ---
+// --- begin shared-copy: infer-weights ---
+typedef struct {
+    float *wte;      // (Vp, C) token embeddings, tied with the output layer
+    float *wpe;      // (maxT, C) position embeddings
+    float *ln1w;     // (L, C)
+    float *ln1b;     // (L, C)
+    float *qkvw;     // (L, 3*C, C)
+    float *qkvb;     // (L, 3*C)
+    float *attprojw; // (L, C, C)
+    float *attprojb; // (L, C)
+    float *ln2w;     // (L, C)
+    float *ln2b;     // (L, C)
+    float *fcw;      // (L, 4*C, C)
+    float *fcb;      // (L, 4*C)
+    float *fcprojw;  // (L, C, 4*C)
+    float *fcprojb;  // (L, C)
+    float *lnfw;     // (C)
+    float *lnfb;     // (C)
+} ParameterTensors;
+// --- end shared-copy: infer-weights ---
+// --- begin shared-copy: gpt2-shapes ---
+const char *const PARAMETER_NAMES[NUM_PARAMETER_TENSORS] = {
+    "wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",
+    "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb", "lnfw", "lnfb"};
+
+void fill_in_parameter_sizes(size_t *sizes, GPT2Config config) {
+    size_t Vp = config.padded_vocab_size, C = config.channels, maxT = config.max_seq_len, L = config.num_layers;
+    size_t shapes[NUM_PARAMETER_TENSORS] = {
+        Vp * C, maxT * C, L * C, L * C, L * 3 * C * C, L * 3 * C, L * C * C, L * C,
+        L * C, L * C, L * 4 * C * C, L * 4 * C, L * C * 4 * C, L * C, C, C};
+    memcpy(sizes, shapes, sizeof(shapes));
+}
+
+// Check a configuration for sizes that cannot work; `source` names where it came
+// from. The caps are far above any GPT-2 (V 50257, L 48, C 1600, maxT 1024) and
+// keep every size product far from overflowing: a corrupt header is then reported
+// as such, not as an attempt to allocate petabytes.
+static void gpt2_validate_config(GPT2Config c, const char *source) {
+    if (c.max_seq_len <= 0 || c.max_seq_len > (1 << 20) || c.vocab_size <= 0 || c.vocab_size > (1 << 24) ||
+        c.padded_vocab_size < c.vocab_size || c.padded_vocab_size > (1 << 24) || c.num_layers <= 0 ||
+        c.num_layers > 1024 || c.num_heads <= 0 || c.channels <= 0 || c.channels > (1 << 16) ||
+        c.channels % c.num_heads != 0) {
+        fprintf(stderr, "Error: %s: impossible model shape maxT=%d V=%d Vp=%d L=%d NH=%d C=%d (need all > 0,"
+                " Vp >= V, C divisible by NH, maxT <= 2^20, V and Vp <= 2^24, L <= 1024, C <= 2^16): corrupt header?\n",
+                source, c.max_seq_len, c.vocab_size, c.padded_vocab_size, c.num_layers, c.num_heads, c.channels);
+        exit(EXIT_FAILURE);
+    }
+}
+
+static size_t gpt2_count_parameters(GPT2Config config) {
+    size_t sizes[NUM_PARAMETER_TENSORS], n = 0;
+    fill_in_parameter_sizes(sizes, config);
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) { n += sizes[i]; }
+    return n;
+}
+
+// --- end shared-copy: gpt2-shapes ---
+// --- begin shared-copy: infer-weights-table ---
+// One allocation for a whole table; the struct's pointers are slices of it.
+float *malloc_and_point(float **slices, const size_t *sizes, int n) {
+    size_t total = 0;
+    for (int i = 0; i < n; i++) { total += sizes[i]; }
+    float *memory = (float *)mallocCheck(total * sizeof(float));
+    float *p = memory;
+    for (int i = 0; i < n; i++) {
+        slices[i] = p;
+        p += sizes[i];
+    }
+    return memory;
+}
+
+// The weights as loaded, fp32 in host memory whatever the file held (infer.cu uploads
+// them to the GPU in its precision).
+typedef struct {
+    GPT2Config config;
+    ParameterTensors params;
+    size_t param_sizes[NUM_PARAMETER_TENSORS];
+    float *params_memory;
+    size_t num_parameters;
+    int from_bf16;     // they came from a bf16 file: exports keep them bf16 (exactly)
+    char source[4096]; // where they came from, for messages
+} GPT2Weights;
+
+static void gpt2_weights_allocate(GPT2Weights *w) {
+    fill_in_parameter_sizes(w->param_sizes, w->config);
+    w->num_parameters = 0;
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) { w->num_parameters += w->param_sizes[i]; }
+    w->params_memory = malloc_and_point((float **)&w->params, w->param_sizes, NUM_PARAMETER_TENSORS);
+}
+
+void gpt2_weights_free(GPT2Weights *w) {
+    free(w->params_memory);
+    w->params_memory = NULL;
+}
+
+// bytes of keys and values one token adds to the cache
+static size_t kv_bytes_per_token(GPT2Config c) { return 2 * (size_t)c.num_layers * c.channels * KV_ELEMENT_BYTES; }
+
+// the model from -m: a Hugging Face folder, a checkpoint, or d<N> (models in and out, below)
+void gpt2_weights_build(GPT2Weights *w, const char *source, uint64_t seed);
+// --- end shared-copy: infer-weights-table ---
+
+// the 16 tensors of ParameterTensors, as floatX on the GPU (same order and shapes)
+typedef struct {
+    floatX *wte, *wpe, *ln1w, *ln1b, *qkvw, *qkvb, *attprojw, *attprojb, *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb,
+        *lnfw, *lnfb;
+} DeviceParameters;
+
+// One forward pass's GPU buffers, for up to N rows (NL of them with logits).
+typedef struct {
+    int *tokens, *seq, *pos; // (N) the rows: token, sequence, position
+    int *logit_rows;         // (NL) which rows get logits
+    int *argmax;             // (NL) greedy's tokens
+    float *residual;         // (N, C) the residual stream
+    floatX *ln;              // (N, C) a LayerNorm's output
+    floatX *q;               // (N, C) queries (keys and values go to the cache)
+    floatX *atty;            // (N, C) attention output
+    floatX *fch;             // (N, 4C) GELU's output
+    float *scratch;          // (N, 4C) a cuBLAS matmul's output before its epilogue
+    float *att;              // (N, NH, S) attention scores
+    float *logits;           // (NL, Vp)
+} RowBuffers;
+
+// a decode step captured for n rows, replayed every step with that many sequences going
+#define MAX_GRAPHS 1025
+typedef struct {
+    GPT2Weights w; // the weights as loaded (host, fp32): exports and checkpoints come from here
+    DeviceParameters params;
+    floatX *params_memory;
+    floatX *cache_memory;
+    floatX *key_cache;   // (L, B, S, C)
+    floatX *value_cache; // (L, B, S, C)
+    int cache_batch, cache_len; // B, S
+    RowBuffers rows;
+    void *rows_memory;
+    int max_rows, max_logit_rows;
+    cublasHandle_t cublas;
+    void *cublas_workspace;
+    cudaStream_t stream;
+    cudaGraphExec_t graphs[MAX_GRAPHS]; // [n]: the decode step of n rows, or NULL
+    int graph_argmax[MAX_GRAPHS];       // whether graphs[n] ends with the argmax
+    int use_graphs;                     // 0: launch the kernels one by one (tests compare)
+} GPT2;
+
+#define CUBLAS_WORKSPACE (32u << 20) // cuBLAS's own scratch, ours so that graph capture never allocates
+
+static void *cuda_malloc_check(size_t bytes, const char *what) {
+    void *p = NULL;
+    cudaError_t err = cudaMalloc(&p, bytes > 0 ? bytes : 1);
+    if (err != cudaSuccess) {
+        size_t free_bytes = 0, total_bytes = 0;
+        cudaGetLastError(); // clear the error, so that the query below works
+        cudaMemGetInfo(&free_bytes, &total_bytes);
+        fprintf(stderr, "Error: out of GPU memory: %s need %.1f MiB, %.1f MiB of %.1f MiB are free (%s)\n"
+                "HINT: fewer sequences at once (-f with fewer lines, -b for -B), shorter generations (-n), or bf16 (PRECISION=BF16)\n",
+                what, bytes / 1048576.0, free_bytes / 1048576.0, total_bytes / 1048576.0, cudaGetErrorString(err));
+        exit(EXIT_FAILURE);
+    }
+    return p;
+}
+
+static void gpt2_drop_graphs(GPT2 *model) {
+    for (int n = 0; n < MAX_GRAPHS; n++) {
+        if (model->graphs[n] != NULL) { cudaCheck(cudaGraphExecDestroy(model->graphs[n])); }
+        model->graphs[n] = NULL;
+    }
+}
+
+// The model from -m, its weights uploaded in floatX; no cache and no buffers yet.
+void gpt2_build(GPT2 *model, const char *source, uint64_t seed) {
+    memset(model, 0, sizeof(*model));
+    gpt2_weights_build(&model->w, source, seed);
+    size_t n = model->w.num_parameters;
+    model->params_memory = (floatX *)cuda_malloc_check(n * sizeof(floatX), "the weights");
+    floatX *host = (floatX *)mallocCheck(n * sizeof(floatX));
+    for (size_t i = 0; i < n; i++) { host[i] = from_float(model->w.params_memory[i]); }
+    cudaCheck(cudaMemcpy(model->params_memory, host, n * sizeof(floatX), cudaMemcpyHostToDevice));
+    free(host);
+    floatX **slices = (floatX **)&model->params;
+    floatX *p = model->params_memory;
+    for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {
+        slices[k] = p;
+        p += model->w.param_sizes[k];
+    }
+    cublasCheck(cublasCreate(&model->cublas));
+    cudaCheck(cudaStreamCreate(&model->stream));
+    cublasCheck(cublasSetStream(model->cublas, model->stream));
+    model->cublas_workspace = cuda_malloc_check(CUBLAS_WORKSPACE, "cuBLAS's workspace");
+    cublasCheck(cublasSetWorkspace(model->cublas, model->cublas_workspace, CUBLAS_WORKSPACE));
+    // fp32 means fp32: no TF32 tensor cores (they would round the inputs to 10 bits)
+    cublasCheck(cublasSetMathMode(model->cublas, CUBLAS_PEDANTIC_MATH));
+    model->use_graphs = 1;
+}
+
+// The KV cache for B sequences of up to S positions each (floatX). At GPT-2 124M in
+// bf16: 36 KiB a token, 2.3 GiB for 64 full 1024-token sequences.
+void gpt2_allocate_cache(GPT2 *model, int B, int S) {
+    gpt2_drop_graphs(model); // they hold pointers into the old buffers
+    cudaCheck(cudaFree(model->cache_memory));
+    size_t per_layer = (size_t)B * S * model->w.config.channels, L = model->w.config.num_layers;
+    model->cache_memory = (floatX *)cuda_malloc_check(2 * L * per_layer * sizeof(floatX), "the KV cache");
+    model->key_cache = model->cache_memory;
+    model->value_cache = model->cache_memory + L * per_layer;
+    model->cache_batch = B;
+    model->cache_len = S;
+    // the attention scores scale with S too
+    if (model->max_rows > 0) {
+        cudaCheck(cudaFree(model->rows.att));
+        model->rows.att = (float *)cuda_malloc_check((size_t)model->max_rows * model->w.config.num_heads * S * sizeof(float),
+                                                     "the attention scores");
+    }
+}
+
+static void gpt2_free_rows(GPT2 *model) {
+    if (model->max_rows == 0) { return; }
+    RowBuffers *r = &model->rows;
+    void *buffers[] = {r->tokens, r->seq, r->pos, r->logit_rows, r->argmax, r->residual, r->ln, r->q, r->atty, r->fch,
+                       r->scratch, r->att, r->logits};
+    for (size_t i = 0; i < sizeof(buffers) / sizeof(buffers[0]); i++) { cudaCheck(cudaFree(buffers[i])); }
+    memset(r, 0, sizeof(*r));
+    model->max_rows = model->max_logit_rows = 0;
+}
+
+// Buffers for forward passes of up to N rows, NL of them with logits.
+void gpt2_allocate_rows(GPT2 *model, int N, int NL) {
+    gpt2_drop_graphs(model);
+    gpt2_free_rows(model);
+    RowBuffers *r = &model->rows;
+    GPT2Config c = model->w.config;
+    size_t C = c.channels, S = model->cache_len > 0 ? model->cache_len : 1;
+    r->tokens = (int *)cuda_malloc_check(N * sizeof(int), "row buffers");
+    r->seq = (int *)cuda_malloc_check(N * sizeof(int), "row buffers");
+    r->pos = (int *)cuda_malloc_check(N * sizeof(int), "row buffers");
+    r->logit_rows = (int *)cuda_malloc_check(NL * sizeof(int), "row buffers");
+    r->argmax = (int *)cuda_malloc_check(NL * sizeof(int), "row buffers");
+    r->residual = (float *)cuda_malloc_check(N * C * sizeof(float), "row buffers");
+    r->ln = (floatX *)cuda_malloc_check(N * C * sizeof(floatX), "row buffers");
+    r->q = (floatX *)cuda_malloc_check(N * C * sizeof(floatX), "row buffers");
+    r->atty = (floatX *)cuda_malloc_check(N * C * sizeof(floatX), "row buffers");
+    r->fch = (floatX *)cuda_malloc_check(N * 4 * C * sizeof(floatX), "row buffers");
+    r->scratch = (float *)cuda_malloc_check(N * 4 * C * sizeof(float), "row buffers");
+    r->att = (float *)cuda_malloc_check(N * c.num_heads * S * sizeof(float), "the attention scores");
+    r->logits = (float *)cuda_malloc_check((size_t)NL * c.padded_vocab_size * sizeof(float), "the logits");
+    model->max_rows = N;
+    model->max_logit_rows = NL;
+}
+
+void gpt2_free(GPT2 *model) {
+    gpt2_drop_graphs(model);
+    gpt2_free_rows(model);
+    cudaCheck(cudaFree(model->cache_memory));
+    cudaCheck(cudaFree(model->params_memory));
+    cudaCheck(cudaFree(model->cublas_workspace));
+    if (model->cublas != NULL) { cublasCheck(cublasDestroy(model->cublas)); }
+    if (model->stream != NULL) { cudaCheck(cudaStreamDestroy(model->stream)); }
+    gpt2_weights_free(&model->w);
+    memset(model, 0, sizeof(*model));
+}
+
+// ----------------------------------------------------------------------------
+// the forward pass with a KV cache
+
+// The kernels of one forward pass over the N rows in model->rows (tokens, seq, pos,
+// logit_rows: already on the GPU), logits for NL rows, and their argmax if asked. Only
+// launches on model->stream: this is what a decode graph captures.
+static void gpt2_forward_launch(GPT2 *model, int N, int NL, int argmax) {
+    GPT2Config c = model->w.config;
+    int C = c.channels, NH = c.num_heads, L = c.num_layers, S = model->cache_len, B = model->cache_batch;
+    DeviceParameters p = model->params;
+    RowBuffers r = model->rows;
+    cudaStream_t stream = model->stream;
+    encoder_forward_kernel<<<ceil_div((size_t)N * C, BLOCK), BLOCK, 0, stream>>>(r.residual, r.tokens, r.pos, p.wte, p.wpe, N, C);
+    unsigned ln_blocks = ceil_div(N, BLOCK / 32);
+    for (int l = 0; l < L; l++) {
+        size_t cache_layer = (size_t)l * B * S * C;
+        Epilogue qkv = {EPI_QKV, p.qkvb + (size_t)l * 3 * C, NULL, r.q, model->key_cache + cache_layer,
+                        model->value_cache + cache_layer, r.seq, r.pos, S};
+        Epilogue proj = {EPI_RESIDUAL, p.attprojb + (size_t)l * C, r.residual, NULL, NULL, NULL, NULL, NULL, 0};
+        Epilogue fc = {EPI_GELU, p.fcb + (size_t)l * 4 * C, NULL, r.fch, NULL, NULL, NULL, NULL, 0};
+        Epilogue fcproj = {EPI_RESIDUAL, p.fcprojb + (size_t)l * C, r.residual, NULL, NULL, NULL, NULL, NULL, 0};
+        layernorm_forward_kernel<<<ln_blocks, BLOCK, 0, stream>>>(r.ln, r.residual, nullptr, p.ln1w + (size_t)l * C, p.ln1b + (size_t)l * C, N, C);
+        linear_forward(model->cublas, stream, r.ln, p.qkvw + (size_t)l * 3 * C * C, qkv, r.scratch, N, C, 3 * C);
+        attention_forward_kernel<<<dim3(N, NH), ATT_BLOCK, 0, stream>>>(r.atty, r.att, r.q, model->key_cache + cache_layer,
+                                                                        model->value_cache + cache_layer, r.seq, r.pos, S, C, NH);
+        linear_forward(model->cublas, stream, r.atty, p.attprojw + (size_t)l * C * C, proj, r.scratch, N, C, C);
+        layernorm_forward_kernel<<<ln_blocks, BLOCK, 0, stream>>>(r.ln, r.residual, nullptr, p.ln2w + (size_t)l * C, p.ln2b + (size_t)l * C, N, C);
+        linear_forward(model->cublas, stream, r.ln, p.fcw + (size_t)l * 4 * C * C, fc, r.scratch, N, C, 4 * C);
+        linear_forward(model->cublas, stream, r.fch, p.fcprojw + (size_t)l * C * 4 * C, fcproj, r.scratch, N, 4 * C, C);
+    }
+    if (NL == 0) { return; } // (a prefill chunk in which no prompt ends)
+    // the logits of the rows that need them: the final LayerNorm, then the tied wte
+    layernorm_forward_kernel<<<ceil_div(NL, BLOCK / 32), BLOCK, 0, stream>>>(r.ln, r.residual, r.logit_rows, p.lnfw, p.lnfb, NL, C);
+    Epilogue logits = {EPI_LOGITS, NULL, r.logits, NULL, NULL, NULL, NULL, NULL, 0};
+    linear_forward(model->cublas, stream, r.ln, p.wte, logits, r.scratch, NL, C, c.padded_vocab_size);
+    if (argmax) { argmax_kernel<<<NL, ARGMAX_BLOCK, 0, stream>>>(r.argmax, r.logits, c.vocab_size, c.padded_vocab_size); }
+    cudaCheck(cudaGetLastError());
+}
+
+// One forward pass, as infer.c's gpt2_forward: rows (tokens, seq, pos) in host memory,
+// the logits of logit_rows copied back to host_logits (NL, Vp) if it is not NULL, the
+// argmax of each to host_argmax if that is not NULL. A decode step (every row a logit
+// row, rows 0..N-1) replays the graph captured for N rows, capturing it the first time.
+void gpt2_forward(GPT2 *model, const int *tokens, const int *seq, const int *pos, int N, const int *logit_rows, int NL,
+                  float *host_logits, int *host_argmax) {
+    GPT2Config c = model->w.config;
+    if (N > model->max_rows || NL > model->max_logit_rows || NL > N) {
+        fprintf(stderr, "Error: gpt2_forward: %d rows (%d with logits), buffers hold %d (%d)\n", N, NL, model->max_rows,
+                model->max_logit_rows);
+        exit(EXIT_FAILURE);
+    }
+    for (int n = 0; n < N; n++) { // the callers check their input; this catches our own bugs
+        if (seq[n] < 0 || seq[n] >= model->cache_batch || pos[n] < 0 || pos[n] >= model->cache_len || tokens[n] < 0 ||
+            tokens[n] >= c.vocab_size) {
+            fprintf(stderr, "Error: gpt2_forward: row %d (token %d, sequence %d, position %d) is outside V=%d, B=%d, S=%d\n",
+                    n, tokens[n], seq[n], pos[n], c.vocab_size, model->cache_batch, model->cache_len);
+            exit(EXIT_FAILURE);
+        }
+    }
+    cudaStream_t stream = model->stream;
+    RowBuffers r = model->rows;
+    cudaCheck(cudaMemcpyAsync(r.tokens, tokens, N * sizeof(int), cudaMemcpyHostToDevice, stream));
+    cudaCheck(cudaMemcpyAsync(r.seq, seq, N * sizeof(int), cudaMemcpyHostToDevice, stream));
+    cudaCheck(cudaMemcpyAsync(r.pos, pos, N * sizeof(int), cudaMemcpyHostToDevice, stream));
+    cudaCheck(cudaMemcpyAsync(r.logit_rows, logit_rows, NL * sizeof(int), cudaMemcpyHostToDevice, stream));
+    int decode = NL == N && N < MAX_GRAPHS && model->use_graphs;
+    for (int j = 0; j < NL && decode; j++) { decode = logit_rows[j] == j; }
+    int argmax = host_argmax != NULL;
+    if (decode && (model->graphs[N] == NULL || model->graph_argmax[N] != argmax)) {
+        if (model->graphs[N] != NULL) { cudaCheck(cudaGraphExecDestroy(model->graphs[N])); }
+        cudaGraph_t graph;
+        cudaCheck(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+        gpt2_forward_launch(model, N, NL, argmax);
+        cudaCheck(cudaStreamEndCapture(stream, &graph));
+        cudaCheck(cudaGraphInstantiate(&model->graphs[N], graph, 0));
+        cudaCheck(cudaGraphDestroy(graph));
+        model->graph_argmax[N] = argmax;
+    }
+    if (decode) {
+        cudaCheck(cudaGraphLaunch(model->graphs[N], stream));
+    } else {
+        gpt2_forward_launch(model, N, NL, argmax);
+    }
+    if (host_logits != NULL) {
+        cudaCheck(cudaMemcpyAsync(host_logits, r.logits, (size_t)NL * c.padded_vocab_size * sizeof(float),
+                                  cudaMemcpyDeviceToHost, stream));
+    }
+    if (host_argmax != NULL) { cudaCheck(cudaMemcpyAsync(host_argmax, r.argmax, NL * sizeof(int), cudaMemcpyDeviceToHost, stream)); }
+    cudaCheck(cudaStreamSynchronize(stream));
+}
+
+// ----------------------------------------------------------------------------
+// models in and out: llm.c checkpoints, Hugging Face folders (as infer.c)
+
+// --- begin shared-copy: gpt2-model-file ---
+// The size of an open file in bytes; the position is left just after the 256 x
+// int32 header that all our binary files start with.
+static long file_size(FILE *fp, const char *path) {
+    long bytes = -1;
+    if (fseek(fp, 0, SEEK_END) == 0) { bytes = ftell(fp); }
+    if (bytes < 0 || fseek(fp, 256 * sizeof(int), SEEK_SET) != 0) {
+        fprintf(stderr, "Error: %s: cannot seek: %s\n", path, strerror(errno));
+        exit(EXIT_FAILURE);
+    }
+    return bytes;
+}
+
+// Model checkpoints use llm.c's format, so its GPT-2 files load here unchanged:
+// a header of 256 int32 (magic 20240326, version 3 = fp32, maxT, V, L, NH, C, Vp),
+// then the 16 parameter tensors in table order, float32.
+#define MODEL_MAGIC 20240326
+#define MODEL_VERSION_FP32 3
+#define MODEL_VERSION_BF16 5
+// --- end shared-copy: gpt2-model-file ---
+// --- begin shared-copy: gpt2-init ---
+// Fill the parameters with random numbers: tensor k gets mean_k + std_k * N(0,1)
+// from random stream k of `seed`, then the vocabulary padding rows are zeroed.
+// GPT-2's scheme (Radford et al. 2019, and its released code): weights N(0, 0.02),
+// the two projections that feed the residual stream scaled by 1/sqrt(2L) so the
+// stream's variance does not grow with depth, biases 0, LayerNorms 1 and 0.
+// With noisy = 1, biases and LayerNorms get noise too: the tests use that, so a
+// bias or a LayerNorm weight that is ignored somewhere cannot go unnoticed.
+// params: all of them, fp32, in table order (sizes: param_sizes).
+void init_parameters(float *params, const size_t *param_sizes, GPT2Config config, uint64_t seed, int noisy) {
+    double std_w = 0.02, std_proj = 0.02 / sqrt(2.0 * config.num_layers);
+    double std_b = noisy ? 0.02 : 0.0, std_ln = noisy ? 0.1 : 0.0;
+    //                                   wte    wpe    ln1w   ln1b   qkvw   qkvb   attprojw  attprojb
+    double means[NUM_PARAMETER_TENSORS] = {0,     0,     1,     0,     0,     0,     0,        0,
+    //                                   ln2w   ln2b   fcw    fcb    fcprojw   fcprojb lnfw lnfb
+                                         1,     0,     0,     0,     0,        0,      1,   0};
+    double stds[NUM_PARAMETER_TENSORS] = {std_w, std_w, std_ln, std_ln, std_w, std_b, std_proj, std_b,
+                                          std_ln, std_ln, std_w, std_b, std_proj, std_b, std_ln, std_ln};
+    float *p = params;
+    for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {
+        uint64_t key = rng_key(seed, (uint64_t)k);
+        double mean = means[k], std = stds[k];
+        #pragma omp parallel for
+        for (size_t i = 0; i < param_sizes[k]; i++) {
+            // the product is rounded before the add, as numpy does it: GCC would
+            // otherwise fuse the two into an FMA, which can differ in the last bit
+            volatile double scaled = std * rng_normal_at(key, i);
+            p[i] = (float)(mean + scaled);
+        }
+        p += param_sizes[k];
+    }
+    // wte is the first tensor: its rows V..Vp-1 are the padding
+    size_t V = config.vocab_size, Vp = config.padded_vocab_size, C = config.channels;
+    memset(params + V * C, 0, (Vp - V) * C * sizeof(float));
+}
+
+// The configuration of a new model from a short descriptor "d<N>": depth L = N,
+// channels C = 64 N, heads NH = N (so the head size is always 64, as in every
+// GPT-2), maxT = 1024, GPT-2's vocabulary. d12 is GPT-2 small (124M parameters).
+GPT2Config gpt2_config_from_descriptor(const char *descriptor) {
+    char *end = NULL;
+    long depth = descriptor[0] == 'd' ? strtol(descriptor + 1, &end, 10) : 0;
+    if (end == NULL || *end != '\0' || depth < 1 || depth > 64) {
+        fprintf(stderr, "Error: model '%s' is neither an existing file nor a descriptor d<N> (1 <= N <= 64)\n", descriptor);
+        fprintf(stderr, "HINT: -e d4 makes a new 4-layer model; -e path/model.bin loads a checkpoint\n");
+        exit(EXIT_FAILURE);
+    }
+    GPT2Config c = {1024, 50257, 50304, (int)depth, (int)depth, 64 * (int)depth};
+    return c;
+}
+// --- end shared-copy: gpt2-init ---
+
+// --- begin shared-copy: infer-checkpoints ---
+// Reads an llm.c / train_gpt2 checkpoint: version 3 (fp32) or 5 (bf16, widened to fp32).
+void gpt2_build_from_checkpoint(GPT2Weights *w, const char *path) {
+    FILE *fp = fopenCheck(path, "rb");
+    int header[256];
+    if (fread(header, sizeof(int), 256, fp) != 256) {
+        die_file(path, "pass a model file (model_<step>.bin from train_gpt2) or a Hugging Face GPT-2 folder",
+                 "file too short for a model header (256 x int32)");
+    }
+    if (header[0] != MODEL_MAGIC) {
+        die_file(path, "pass a model file (model_<step>.bin, llm.c's gpt2_124M.bin), a Hugging Face GPT-2 folder"
+                 " or d<N> for a random model", "bad magic number: expected %d (llm.c GPT-2 model), found %d",
+                 MODEL_MAGIC, header[0]);
+    }
+    if (header[1] != MODEL_VERSION_FP32 && header[1] != MODEL_VERSION_BF16) {
+        die_file(path, NULL, "model file version %d, expected %d (fp32) or %d (bf16)", header[1],
+                 MODEL_VERSION_FP32, MODEL_VERSION_BF16);
+    }
+    w->config.max_seq_len = header[2];
+    w->config.vocab_size = header[3];
+    w->config.num_layers = header[4];
+    w->config.num_heads = header[5];
+    w->config.channels = header[6];
+    w->config.padded_vocab_size = header[7];
+    gpt2_validate_config(w->config, path);
+    size_t bytes_per = header[1] == MODEL_VERSION_BF16 ? 2 : 4;
+    size_t expected = 256 * sizeof(int) + gpt2_count_parameters(w->config) * bytes_per;
+    long actual = file_size(fp, path);
+    if ((size_t)actual != expected) {
+        die_file(path, NULL, "file has %ld bytes, its header (version %d, L=%d C=%d Vp=%d maxT=%d) needs %zu:"
+                 " truncated or corrupt", actual, header[1], header[4], header[6], header[7], header[2], expected);
+    }
+    gpt2_weights_allocate(w);
+    w->from_bf16 = header[1] == MODEL_VERSION_BF16;
+    if (!w->from_bf16) {
+        freadCheck(w->params_memory, sizeof(float), w->num_parameters, fp);
+    } else { // in chunks, widening as we go
+        uint16_t buf[1 << 16];
+        for (size_t done = 0; done < w->num_parameters;) {
+            size_t n = w->num_parameters - done < (1 << 16) ? w->num_parameters - done : (1 << 16);
+            freadCheck(buf, sizeof(uint16_t), n, fp);
+            for (size_t i = 0; i < n; i++) { w->params_memory[done + i] = bf16_to_float(buf[i]); }
+            done += n;
+        }
+    }
+    fcloseCheck(fp);
+}
+
+// Writes an llm.c checkpoint: version 3 (fp32) or, with bf16, version 5.
+void gpt2_save_checkpoint(const GPT2Weights *w, const char *path, int bf16) {
+    int header[256] = {0};
+    header[0] = MODEL_MAGIC;
+    header[1] = bf16 ? MODEL_VERSION_BF16 : MODEL_VERSION_FP32;
+    header[2] = w->config.max_seq_len;
+    header[3] = w->config.vocab_size;
+    header[4] = w->config.num_layers;
+    header[5] = w->config.num_heads;
+    header[6] = w->config.channels;
+    header[7] = w->config.padded_vocab_size;
+    uint16_t *narrow = NULL;
+    const void *bufs[2] = {header, w->params_memory};
+    size_t sizes[2] = {sizeof(header), w->num_parameters * sizeof(float)};
+    if (bf16) {
+        narrow = (uint16_t *)mallocCheck(w->num_parameters * sizeof(uint16_t));
+        for (size_t i = 0; i < w->num_parameters; i++) { narrow[i] = float_to_bf16(w->params_memory[i]); }
+        bufs[1] = narrow;
+        sizes[1] = w->num_parameters * sizeof(uint16_t);
+    }
+    write_file_atomic(path, bufs, sizes, 2);
+    free(narrow);
+}
+
+// --- end shared-copy: infer-checkpoints ---
+
+// --- begin shared-copy: infer-json-safetensors ---
+// ----------------------------------------------------------------------------
+// JSON: just enough of a parser for config.json and safetensors headers
+
+// A whole JSON text becomes a flat array of tokens in document order (the idea of jsmn):
+// a container's children follow it, and `next` skips over its whole subtree. Nothing is
+// copied: a token is a span of the text. The grammar is RFC 8259's, checked strictly
+// (numbers, escapes, no control characters in strings, no trailing commas, nesting at most
+// JSON_MAX_DEPTH deep); any error is a message with the byte offset, never a crash.
+// Strings may contain any bytes >= 0x20 (we do not validate UTF-8; nothing here needs it).
+enum { JSON_OBJECT, JSON_ARRAY, JSON_STRING, JSON_NUMBER, JSON_TRUE, JSON_FALSE, JSON_NULL };
+#define JSON_MAX_DEPTH 64
+typedef struct {
+    int type;
+    size_t start, end; // the text: a string's bytes between its quotes, escapes not decoded
+    int size;          // children: an object's key/value pairs, an array's elements
+    int next;          // index of the first token after this one's subtree
+} JsonToken;
+
+typedef struct {
+    const char *text;
+    size_t len;
+    JsonToken *tokens;
+    int num, cap;
+    char *err;      // where a parse error is written
+    size_t err_size;
+} Json;
+
+static int json_fail(Json *j, size_t at, const char *what) {
+    snprintf(j->err, j->err_size, "JSON error at byte %zu: %s", at, what);
+    return -1;
+}
+
+static void json_skip_space(const Json *j, size_t *at) {
+    while (*at < j->len && (j->text[*at] == ' ' || j->text[*at] == '\t' || j->text[*at] == '\n' || j->text[*at] == '\r')) {
+        (*at)++;
+    }
+}
+
+static int json_new_token(Json *j, int type, size_t start) {
+    if (j->num == j->cap) {
+        if (j->cap > (1 << 26)) { return json_fail(j, start, "more than 2^26 values"); }
+        j->cap = j->cap == 0 ? 256 : 2 * j->cap;
+        JsonToken *grown = (JsonToken *)realloc(j->tokens, (size_t)j->cap * sizeof(JsonToken));
+        if (grown == NULL) { return json_fail(j, start, "out of memory"); }
+        j->tokens = grown;
+    }
+    JsonToken *t = &j->tokens[j->num];
+    t->type = type;
+    t->start = t->end = start;
+    t->size = 0;
+    t->next = j->num + 1;
+    return j->num++;
+}
+
+static int is_digit(char ch) { return ch >= '0' && ch <= '9'; }
+static int is_hex(char ch) { return is_digit(ch) || (ch >= 'a' && ch <= 'f') || (ch >= 'A' && ch <= 'F'); }
+// the value of 4 hex digits (checked by the parser)
+static unsigned hex4(const char *s) {
+    unsigned v = 0;
+    for (int k = 0; k < 4; k++) { v = 16 * v + (unsigned)(is_digit(s[k]) ? s[k] - '0' : (s[k] | 0x20) - 'a' + 10); }
+    return v;
+}
+
+// the string starting at the quote at *at; leaves *at after the closing quote
+static int json_parse_string(Json *j, size_t *at) {
+    int index = json_new_token(j, JSON_STRING, *at + 1);
+    if (index < 0) { return -1; }
+    size_t i = *at + 1;
+    for (;;) {
+        if (i >= j->len) { return json_fail(j, *at, "unterminated string"); }
+        unsigned char ch = (unsigned char)j->text[i];
+        if (ch == '"') { break; }
+        if (ch < 0x20) { return json_fail(j, i, "control character in a string"); }
+        if (ch == '\\') {
+            if (i + 1 >= j->len) { return json_fail(j, i, "unterminated escape"); }
+            char e = j->text[i + 1];
+            if (e == 'u') {
+                for (int k = 2; k < 6; k++) {
+                    if (i + k >= j->len || !is_hex(j->text[i + k])) { return json_fail(j, i, "bad \\u escape"); }
+                }
+                i += 6;
+                continue;
+            }
+            if (strchr("\"\\/bfnrt", e) == NULL || e == '\0') { return json_fail(j, i, "unknown escape"); }
+            i += 2;
+            continue;
+        }
+        i++;
+    }
+    j->tokens[index].end = i;
+    *at = i + 1;
+    return index;
+}
+
+static int json_parse_value(Json *j, size_t *at, int depth) {
+    json_skip_space(j, at);
+    if (*at >= j->len) { return json_fail(j, *at, "expected a value, found the end"); }
+    if (depth > JSON_MAX_DEPTH) { return json_fail(j, *at, "nested too deeply"); }
+    char ch = j->text[*at];
+    if (ch == '"') { return json_parse_string(j, at); }
+    if (ch == '{' || ch == '[') {
+        int is_object = ch == '{';
+        int index = json_new_token(j, is_object ? JSON_OBJECT : JSON_ARRAY, *at);
+        if (index < 0) { return -1; }
+        (*at)++;
+        json_skip_space(j, at);
+        char close = is_object ? '}' : ']';
+        if (*at < j->len && j->text[*at] == close) {
+            (*at)++;
+        } else {
+            for (;;) {
+                if (is_object) {
+                    json_skip_space(j, at);
+                    if (*at >= j->len || j->text[*at] != '"') { return json_fail(j, *at, "expected a key (a string)"); }
+                    if (json_parse_string(j, at) < 0) { return -1; }
+                    json_skip_space(j, at);
+                    if (*at >= j->len || j->text[*at] != ':') { return json_fail(j, *at, "expected ':'"); }
+                    (*at)++;
+                }
+                if (json_parse_value(j, at, depth + 1) < 0) { return -1; }
+                j->tokens[index].size++;
+                json_skip_space(j, at);
+                if (*at < j->len && j->text[*at] == ',') { (*at)++; continue; }
+                if (*at < j->len && j->text[*at] == close) { (*at)++; break; }
+                return json_fail(j, *at, is_object ? "expected ',' or '}'" : "expected ',' or ']'");
+            }
+        }
+        j->tokens[index].end = *at;
+        j->tokens[index].next = j->num;
+        return index;
+    }
+    if (ch == '-' || is_digit(ch)) { // -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)?
+        int index = json_new_token(j, JSON_NUMBER, *at);
+        if (index < 0) { return -1; }
+        size_t i = *at;
+        if (j->text[i] == '-') { i++; }
+        if (i < j->len && j->text[i] == '0') {
+            i++;
+        } else if (i < j->len && is_digit(j->text[i])) {
+            while (i < j->len && is_digit(j->text[i])) { i++; }
+        } else {
+            return json_fail(j, i, "bad number");
+        }
+        if (i < j->len && j->text[i] == '.') {
+            i++;
+            if (i >= j->len || !is_digit(j->text[i])) { return json_fail(j, i, "bad number: no digit after '.'"); }
+            while (i < j->len && is_digit(j->text[i])) { i++; }
+        }
+        if (i < j->len && (j->text[i] == 'e' || j->text[i] == 'E')) {
+            i++;
+            if (i < j->len && (j->text[i] == '+' || j->text[i] == '-')) { i++; }
+            if (i >= j->len || !is_digit(j->text[i])) { return json_fail(j, i, "bad number: no digit in the exponent"); }
+            while (i < j->len && is_digit(j->text[i])) { i++; }
+        }
+        j->tokens[index].end = i;
+        *at = i;
+        return index;
+    }
+    static const char *const literals[3] = {"true", "false", "null"};
+    static const int literal_types[3] = {JSON_TRUE, JSON_FALSE, JSON_NULL};
+    for (int k = 0; k < 3; k++) {
+        size_t n = strlen(literals[k]);
+        if (j->len - *at >= n && memcmp(j->text + *at, literals[k], n) == 0) {
+            int index = json_new_token(j, literal_types[k], *at);
+            if (index < 0) { return -1; }
+            *at += n;
+            j->tokens[index].end = *at;
+            return index;
+        }
+    }
+    return json_fail(j, *at, "unexpected character");
+}
+
+// Parses text[0..len) (one value, white space around it allowed). 0 on success, -1 with
+// a message in err on failure. json_free releases the tokens either way.
+int json_parse(Json *j, const char *text, size_t len, char *err, size_t err_size) {
+    memset(j, 0, sizeof(*j));
+    j->text = text;
+    j->len = len;
+    j->err = err;
+    j->err_size = err_size;
+    size_t at = 0;
+    if (json_parse_value(j, &at, 0) < 0) { return -1; }
+    json_skip_space(j, &at);
+    if (at != len) { return json_fail(j, at, "text after the JSON value"); }
+    return 0;
+}
+
+void json_free(Json *j) {
+    free(j->tokens);
+    j->tokens = NULL;
+    j->num = j->cap = 0;
+}
+
+// Decodes string token `index` into out (room for cap bytes including a final 0): the
+// escapes become their characters, \uXXXX (and surrogate pairs) UTF-8. Returns the
+// length, or -1 if it does not fit or holds a lone surrogate or a \u0000.
+int json_string(const Json *j, int index, char *out, size_t cap) {
+    const JsonToken *t = &j->tokens[index];
+    if (t->type != JSON_STRING || cap == 0) { return -1; }
+    size_t n = 0;
+    for (size_t i = t->start; i < t->end;) {
+        char buf[4];
+        size_t len = 1;
+        if (j->text[i] != '\\') {
+            buf[0] = j->text[i++];
+        } else {
+            char e = j->text[i + 1];
+            i += 2;
+            if (e != 'u') {
+                static const char from[] = "\"\\/bfnrt", to[] = "\"\\/\b\f\n\r\t";
+                buf[0] = to[strchr(from, e) - from];
+            } else {
+                unsigned cp = hex4(j->text + i);
+                i += 4;
+                if (cp >= 0xDC00 && cp <= 0xDFFF) { return -1; }
+                if (cp >= 0xD800 && cp <= 0xDBFF) { // a high surrogate needs its low half next
+                    if (i + 6 > t->end || j->text[i] != '\\' || j->text[i + 1] != 'u') { return -1; }
+                    unsigned lo = hex4(j->text + i + 2);
+                    if (lo < 0xDC00 || lo > 0xDFFF) { return -1; }
+                    cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+                    i += 6;
+                }
+                if (cp == 0) { return -1; } // would end our C string early
+                if (cp < 0x80) { buf[0] = (char)cp; }
+                else if (cp < 0x800) { buf[0] = (char)(0xC0 | (cp >> 6)); buf[1] = (char)(0x80 | (cp & 0x3F)); len = 2; }
+                else if (cp < 0x10000) {
+                    buf[0] = (char)(0xE0 | (cp >> 12)); buf[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
+                    buf[2] = (char)(0x80 | (cp & 0x3F)); len = 3;
+                } else {
+                    buf[0] = (char)(0xF0 | (cp >> 18)); buf[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
+                    buf[2] = (char)(0x80 | ((cp >> 6) & 0x3F)); buf[3] = (char)(0x80 | (cp & 0x3F)); len = 4;
+                }
+            }
+        }
+        if (n + len >= cap) { return -1; }
+        memcpy(out + n, buf, len);
+        n += len;
+    }
+    out[n] = '\0';
+    return (int)n;
+}
+
+// The value of key in object token `object`, or -1 if absent. Keys are compared after
+// decoding, so "n_\u0065mbd" is n_embd, as JSON says.
+int json_get(const Json *j, int object, const char *key) {
+    if (object < 0 || j->tokens[object].type != JSON_OBJECT) { return -1; }
+    int at = object + 1;
+    for (int k = 0; k < j->tokens[object].size; k++) {
+        char name[256];
+        int value = at + 1;
+        if (json_string(j, at, name, sizeof(name)) >= 0 && strcmp(name, key) == 0) { return value; }
+        at = j->tokens[value].next;
+    }
+    return -1;
+}
+
+// A number token as an integer: digits only (an optional minus sign), at most 18 of them.
+int json_int64(const Json *j, int index, int64_t *out) {
+    if (index < 0 || j->tokens[index].type != JSON_NUMBER) { return -1; }
+    const JsonToken *t = &j->tokens[index];
+    size_t i = t->start, digits = 0;
+    int negative = j->text[i] == '-';
+    if (negative) { i++; }
+    int64_t v = 0;
+    for (; i < t->end; i++, digits++) {
+        if (!is_digit(j->text[i]) || digits == 18) { return -1; }
+        v = v * 10 + (j->text[i] - '0');
+    }
+    *out = negative ? -v : v;
+    return 0;
+}
+
+int json_double(const Json *j, int index, double *out) {
+    if (index < 0 || j->tokens[index].type != JSON_NUMBER) { return -1; }
+    char buf[64];
+    size_t n = j->tokens[index].end - j->tokens[index].start;
+    if (n >= sizeof(buf)) { return -1; }
+    memcpy(buf, j->text + j->tokens[index].start, n);
+    buf[n] = '\0';
+    *out = strtod(buf, NULL);
+    return 0;
+}
+
+// ----------------------------------------------------------------------------
+// safetensors: the file format of Hugging Face models
+
+// A .safetensors file (https://github.com/huggingface/safetensors, "Format"):
+//   8 bytes         N, the header's length, unsigned little endian
+//   N bytes         a JSON object: "name": {"dtype": "F32", "shape": [2, 3],
+//                   "data_offsets": [begin, end]}, ..., plus an optional "__metadata__"
+//                   object of strings; may be padded with spaces
+//   the rest        the data: tensor "name" is bytes [begin, end) of it, row-major
+// We check what the format promises before reading any data: every entry has a known
+// dtype, a shape whose size times the dtype's matches its byte range, ranges inside the
+// file, and (as the reference implementation requires) the ranges tile the data exactly:
+// no overlaps, no holes, nothing after the last one.
+#define ST_MAX_DIMS 8
+#define ST_MAX_HEADER (100u << 20) // the reference implementation's limit: 100 MB
+typedef struct {
+    char name[256];
+    char dtype[16];
+    int ndim;
+    int64_t shape[ST_MAX_DIMS];
+    uint64_t begin, end;    // byte range within the data
+    size_t element_bytes;
+} StTensor;
+
+typedef struct {
+    StTensor *tensors;
+    int num;
+    uint64_t data_start; // file offset of the data: 8 + N
+} SafeTensors;
+
+static const struct { const char *name; size_t bytes; } ST_DTYPES[] = {
+    {"F64", 8}, {"F32", 4}, {"F16", 2}, {"BF16", 2}, {"I64", 8}, {"I32", 4}, {"I16", 2}, {"I8", 1},
+    {"U64", 8}, {"U32", 4}, {"U16", 2}, {"U8", 1}, {"BOOL", 1}, {"F8_E4M3", 1}, {"F8_E5M2", 1}};
+
+static int st_fail(char *err, size_t err_size, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int st_fail(char *err, size_t err_size, const char *fmt, ...) {
+    va_list args;
+    va_start(args, fmt);
+    vsnprintf(err, err_size, fmt, args);
+    va_end(args);
+    return -1;
+}
+
+static int st_compare_begin(const void *a, const void *b) {
+    uint64_t x = (*(const StTensor *const *)a)->begin, y = (*(const StTensor *const *)b)->begin;
+    return x < y ? -1 : x > y;
+}
+
+// Checks the entries of a parsed header into st->tensors (room for all) and order (the
+// same, to be sorted by offset). 0, or -1 and a message in err.
+static int st_check_entries(SafeTensors *st, const Json *j, StTensor **order, uint64_t data_len, char *err, size_t err_size) {
+    int at = 1;
+    for (int k = 0; k < j->tokens[0].size; k++, at = j->tokens[at + 1].next) {
+        int value = at + 1;
+        StTensor *t = &st->tensors[st->num];
+        if (json_string(j, at, t->name, sizeof(t->name)) < 0) {
+            return st_fail(err, err_size, "entry %d: name too long (over %zu bytes) or malformed", k, sizeof(t->name) - 1);
+        }
+        if (strcmp(t->name, "__metadata__") == 0) { // free-form strings: only their types are checked
+            if (j->tokens[value].type != JSON_OBJECT) { return st_fail(err, err_size, "__metadata__ is not an object"); }
+            for (int m = value + 2; m < j->tokens[value].next; m = j->tokens[m].next + 1) {
+                if (j->tokens[m].type != JSON_STRING) { return st_fail(err, err_size, "__metadata__ holds a value that is not a string"); }
+            }
+            continue;
+        }
+        for (int other = 0; other < st->num; other++) {
+            if (strcmp(st->tensors[other].name, t->name) == 0) { return st_fail(err, err_size, "tensor %s appears twice", t->name); }
+        }
+        if (j->tokens[value].type != JSON_OBJECT) { return st_fail(err, err_size, "tensor %s: entry is not an object", t->name); }
+        int dtype = json_get(j, value, "dtype"), shape = json_get(j, value, "shape");
+        int offsets = json_get(j, value, "data_offsets");
+        if (dtype < 0 || shape < 0 || offsets < 0 || j->tokens[value].size != 3) {
+            return st_fail(err, err_size, "tensor %s: needs exactly dtype, shape and data_offsets", t->name);
+        }
+        if (json_string(j, dtype, t->dtype, sizeof(t->dtype)) < 0) { return st_fail(err, err_size, "tensor %s: bad dtype", t->name); }
+        for (size_t d = 0; d < sizeof(ST_DTYPES) / sizeof(ST_DTYPES[0]); d++) {
+            if (strcmp(t->dtype, ST_DTYPES[d].name) == 0) { t->element_bytes = ST_DTYPES[d].bytes; }
+        }
+        if (t->element_bytes == 0) { return st_fail(err, err_size, "tensor %s: unknown dtype %s", t->name, t->dtype); }
+        if (j->tokens[shape].type != JSON_ARRAY || j->tokens[shape].size > ST_MAX_DIMS) {
+            return st_fail(err, err_size, "tensor %s: shape is not an array of at most %d sizes", t->name, ST_MAX_DIMS);
+        }
+        t->ndim = j->tokens[shape].size;
+        uint64_t elements = 1;
+        for (int d = 0; d < t->ndim; d++) {
+            int64_t size;
+            if (json_int64(j, shape + 1 + d, &size) != 0 || size < 0 || size > ((int64_t)1 << 40)) {
+                return st_fail(err, err_size, "tensor %s: shape[%d] is not a size in [0, 2^40]", t->name, d);
+            }
+            t->shape[d] = size;
+            if (size != 0 && elements > (UINT64_MAX >> 4) / (uint64_t)size) { return st_fail(err, err_size, "tensor %s: shape too large", t->name); }
+            elements *= (uint64_t)size;
+        }
+        int64_t begin, end;
+        if (j->tokens[offsets].type != JSON_ARRAY || j->tokens[offsets].size != 2 || json_int64(j, offsets + 1, &begin) != 0 ||
+            json_int64(j, offsets + 2, &end) != 0 || begin < 0 || end < begin) {
+            return st_fail(err, err_size, "tensor %s: data_offsets is not [begin, end] with 0 <= begin <= end", t->name);
+        }
+        t->begin = (uint64_t)begin;
+        t->end = (uint64_t)end;
+        if (t->end > data_len) {
+            return st_fail(err, err_size, "tensor %s: bytes [%" PRIu64 ", %" PRIu64 ") run past the end of the data (%" PRIu64
+                           " bytes): truncated file?", t->name, t->begin, t->end, data_len);
+        }
+        if (t->end - t->begin != elements * t->element_bytes) {
+            return st_fail(err, err_size, "tensor %s: shape and %s need %" PRIu64 " bytes, data_offsets give %" PRIu64, t->name,
+                           t->dtype, elements * t->element_bytes, t->end - t->begin);
+        }
+        order[st->num] = t;
+        st->num++;
+    }
+    // the byte ranges, sorted, must tile [0, data_len)
+    qsort(order, (size_t)st->num, sizeof(StTensor *), st_compare_begin);
+    uint64_t covered = 0;
+    for (int k = 0; k < st->num; k++) {
+        if (order[k]->begin != covered) {
+            return st_fail(err, err_size, "tensor %s starts at byte %" PRIu64 " of the data, expected %" PRIu64 " (%s)", order[k]->name,
+                           order[k]->begin, covered, order[k]->begin < covered ? "overlaps the tensor before it" : "a hole before it");
+        }
+        covered = order[k]->end;
+    }
+    if (covered != data_len) {
+        return st_fail(err, err_size, "the tensors cover %" PRIu64 " bytes of data, the file holds %" PRIu64, covered, data_len);
+    }
+    return 0;
+}
+
+// Parses and checks the header text (N bytes) of a file whose data part has data_len
+// bytes. 0 on success; -1 with a message in err (st is then empty).
+int safetensors_parse_header(SafeTensors *st, const char *header, size_t N, uint64_t data_len, char *err, size_t err_size) {
+    memset(st, 0, sizeof(*st));
+    Json j;
+    int ok = json_parse(&j, header, N, err, err_size) == 0;
+    StTensor **order = NULL;
+    if (ok && j.tokens[0].type != JSON_OBJECT) { ok = 0; st_fail(err, err_size, "header is not a JSON object"); }
+    if (ok) {
+        st->tensors = (StTensor *)calloc((size_t)j.tokens[0].size + 1, sizeof(StTensor));
+        order = (StTensor **)calloc((size_t)j.tokens[0].size + 1, sizeof(StTensor *));
+        if (st->tensors == NULL || order == NULL) { ok = 0; st_fail(err, err_size, "out of memory"); }
+    }
+    ok = ok && st_check_entries(st, &j, order, data_len, err, err_size) == 0;
+    json_free(&j);
+    free(order);
+    if (!ok) {
+        free(st->tensors);
+        memset(st, 0, sizeof(*st));
+        return -1;
+    }
+    st->data_start = 8 + (uint64_t)N;
+    return 0;
+}
+
+// The first step of reading a file of file_len bytes that starts with head (at least
+// min(8, file_len) bytes): the header length N, checked against the file. -1 and a
+// message if it cannot be a safetensors file.
+int safetensors_header_length(const uint8_t *head, uint64_t file_len, size_t *N, char *err, size_t err_size) {
+    if (file_len < 8) { return st_fail(err, err_size, "only %" PRIu64 " bytes: too short for a safetensors file", file_len); }
+    uint64_t n = 0;
+    for (int i = 7; i >= 0; i--) { n = (n << 8) | head[i]; }
+    if (n > ST_MAX_HEADER || n > file_len - 8) {
+        return st_fail(err, err_size, "header length %" PRIu64 " is impossible (file: %" PRIu64 " bytes, limit %u):"
+                       " not a safetensors file, or truncated", n, file_len, ST_MAX_HEADER);
+    }
+    if (n < 2) { return st_fail(err, err_size, "header length %" PRIu64 ": too short for a JSON object", n); }
+    *N = (size_t)n;
+    return 0;
+}
+
+// A whole file in memory (the fuzzer's entry point; the loader reads just the header).
+int safetensors_parse_buffer(SafeTensors *st, const uint8_t *buf, size_t len, char *err, size_t err_size) {
+    size_t N = 0;
+    memset(st, 0, sizeof(*st));
+    if (safetensors_header_length(buf, len, &N, err, err_size) != 0) { return -1; }
+    return safetensors_parse_header(st, (const char *)buf + 8, N, len - 8 - N, err, err_size);
+}
+
+void safetensors_free(SafeTensors *st) {
+    free(st->tensors);
+    memset(st, 0, sizeof(*st));
+}
+
+const StTensor *safetensors_find(const SafeTensors *st, const char *name) {
+    for (int k = 0; k < st->num; k++) {
+        if (strcmp(st->tensors[k].name, name) == 0) { return &st->tensors[k]; }
+    }
+    return NULL;
+}
+// --- end shared-copy: infer-json-safetensors ---
+
+// --- begin shared-copy: infer-hf ---
+// ----------------------------------------------------------------------------
+// models in and out (2): Hugging Face GPT-2 folders
+
+// HF's names for our 16 tensors (GPT2LMHeadModel's state_dict, which save_pretrained
+// prefixes with "transformer."; the files on the Hub for gpt2 ... gpt2-xl have no prefix).
+// The per-layer ones (2..13) are h.<l>.<name>. Conv1D weights are (in, out): transposed.
+static const char *const HF_NAMES[NUM_PARAMETER_TENSORS] = {
+    "wte.weight", "wpe.weight", "ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias",
+    "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight", "ln_2.bias", "mlp.c_fc.weight", "mlp.c_fc.bias",
+    "mlp.c_proj.weight", "mlp.c_proj.bias", "ln_f.weight", "ln_f.bias"};
+static const int HF_TRANSPOSED[NUM_PARAMETER_TENSORS] = {0, 0, 0, 0, 1, 0, 1, 0, 0, 0, 1, 0, 1, 0, 0, 0};
+static int hf_per_layer(int k) { return k >= 2 && k <= 13; }
+
+// HF's shape of tensor k (one layer's slice for the per-layer ones): ndim, and dims
+static int hf_shape(GPT2Config c, int k, int64_t *dims) {
+    int64_t C = c.channels;
+    switch (k) {
+    case 0: dims[0] = c.vocab_size; dims[1] = C; return 2;
+    case 1: dims[0] = c.max_seq_len; dims[1] = C; return 2;
+    case 4: dims[0] = C; dims[1] = 3 * C; return 2;
+    case 5: dims[0] = 3 * C; return 1;
+    case 6: dims[0] = C; dims[1] = C; return 2;
+    case 10: dims[0] = C; dims[1] = 4 * C; return 2;
+    case 11: dims[0] = 4 * C; return 1;
+    case 12: dims[0] = 4 * C; dims[1] = C; return 2;
+    default: dims[0] = C; return 1; // LayerNorms and the C-sized biases
+    }
+}
+
+// GPT2Config from a parsed config.json. Refuses what our forward pass does not compute:
+// another activation, epsilon, head scaling, or untied output weights. 0, or -1 and err.
+static int hf_config_fields(GPT2Config *c, const Json *j, char *err, size_t err_size) {
+    if (j->tokens[0].type != JSON_OBJECT) { return st_fail(err, err_size, "not a JSON object"); }
+    char s[64];
+    int model_type = json_get(j, 0, "model_type");
+    if (model_type >= 0 && (json_string(j, model_type, s, sizeof(s)) < 0 || strcmp(s, "gpt2") != 0)) {
+        return st_fail(err, err_size, "model_type is not \"gpt2\": only GPT-2 is supported");
+    }
+    static const char *const keys[5] = {"n_layer", "n_head", "n_embd", "vocab_size", "n_positions"};
+    int64_t v[5];
+    for (int k = 0; k < 5; k++) {
+        int at = json_get(j, 0, keys[k]);
+        if (at < 0 && k == 4) { at = json_get(j, 0, "n_ctx"); } // very old configs
+        if (at < 0 || json_int64(j, at, &v[k]) != 0 || v[k] <= 0 || v[k] > (1 << 24)) {
+            return st_fail(err, err_size, "%s is missing or not a positive integer", keys[k]);
+        }
+    }
+    int act = json_get(j, 0, "activation_function");
+    if (act >= 0 && (json_string(j, act, s, sizeof(s)) < 0 || (strcmp(s, "gelu_new") != 0 && strcmp(s, "gelu_pytorch_tanh") != 0))) {
+        return st_fail(err, err_size, "activation_function must be gelu_new (GPT-2's tanh GELU), found something else");
+    }
+    int eps = json_get(j, 0, "layer_norm_epsilon");
+    double e;
+    if (eps >= 0 && (json_double(j, eps, &e) != 0 || fabs(e - 1e-5) > 1e-12)) {
+        return st_fail(err, err_size, "layer_norm_epsilon must be 1e-5 (GPT-2's; our LayerNorm has it built in)");
+    }
+    int inner = json_get(j, 0, "n_inner");
+    int64_t n_inner;
+    if (inner >= 0 && j->tokens[inner].type != JSON_NULL && (json_int64(j, inner, &n_inner) != 0 || n_inner != 4 * v[2])) {
+        return st_fail(err, err_size, "n_inner must be null or 4 x n_embd");
+    }
+    // flags whose non-default value changes the computation
+    static const char *const must_be_true[2] = {"scale_attn_weights", "tie_word_embeddings"};
+    static const char *const must_be_false[2] = {"scale_attn_by_inverse_layer_idx", "reorder_and_upcast_attn"};
+    for (int k = 0; k < 2; k++) {
+        int at = json_get(j, 0, must_be_true[k]);
+        if (at >= 0 && j->tokens[at].type != JSON_TRUE) { return st_fail(err, err_size, "%s must be true", must_be_true[k]); }
+        at = json_get(j, 0, must_be_false[k]);
+        if (at >= 0 && j->tokens[at].type != JSON_FALSE) { return st_fail(err, err_size, "%s must be false", must_be_false[k]); }
+    }
+    if (v[2] % v[1] != 0) { return st_fail(err, err_size, "n_embd %" PRId64 " is not divisible by n_head %" PRId64, v[2], v[1]); }
+    c->num_layers = (int)v[0];
+    c->num_heads = (int)v[1];
+    c->channels = (int)v[2];
+    c->vocab_size = (int)v[3];
+    c->max_seq_len = (int)v[4];
+    c->padded_vocab_size = (int)((v[3] + 127) / 128 * 128); // as llm.c pads: a multiple of 128
+    return 0;
+}
+
+// GPT2Config from a config.json text: 0, or -1 and a message in err.
+int gpt2_config_from_hf_json(GPT2Config *c, const char *text, size_t len, char *err, size_t err_size) {
+    Json j;
+    int ok = json_parse(&j, text, len, err, err_size) == 0 && hf_config_fields(c, &j, err, err_size) == 0;
+    json_free(&j);
+    return ok ? 0 : -1;
+}
+
+// Which of our tensors an HF name is: k (and the layer in *layer), -1 for a name we
+// accept and ignore (attention-mask buffers of old files; lm_head.weight, checked
+// separately), -2 for a name that has no place in GPT-2.
+static int hf_tensor_index(const char *name, int *layer) {
+    if (strncmp(name, "transformer.", 12) == 0) { name += 12; }
+    *layer = 0;
+    if (strcmp(name, "lm_head.weight") == 0) { return -1; }
+    if (strncmp(name, "h.", 2) == 0) {
+        char *end;
+        long l = strtol(name + 2, &end, 10);
+        if (end == name + 2 || *end != '.' || l < 0 || l > 100000) { return -2; }
+        *layer = (int)l;
+        if (strcmp(end + 1, "attn.bias") == 0 || strcmp(end + 1, "attn.masked_bias") == 0) { return -1; }
+        for (int k = 2; k <= 13; k++) {
+            if (strcmp(end + 1, HF_NAMES[k]) == 0) { return k; }
+        }
+        return -2;
+    }
+    for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {
+        if (!hf_per_layer(k) && strcmp(name, HF_NAMES[k]) == 0) { return k; }
+    }
+    return -2;
+}
+
+// reads tensor t of an open file and widens it to float32
+static void st_read_floats(FILE *fp, const SafeTensors *st, const StTensor *t, float *out, void *buf, const char *path) {
+    size_t n = (size_t)(t->end - t->begin) / t->element_bytes;
+    if (fseeko(fp, (off_t)(st->data_start + t->begin), SEEK_SET) != 0) {
+        die_file(path, NULL, "cannot seek to tensor %s: %s", t->name, strerror(errno));
+    }
+    freadCheck(buf, t->element_bytes, n, fp);
+    if (strcmp(t->dtype, "F32") == 0) {
+        memcpy(out, buf, n * sizeof(float));
+    } else if (strcmp(t->dtype, "BF16") == 0) {
+        for (size_t i = 0; i < n; i++) { out[i] = bf16_to_float(((const uint16_t *)buf)[i]); }
+    } else if (strcmp(t->dtype, "F16") == 0) {
+        for (size_t i = 0; i < n; i++) { out[i] = fp16_to_float(((const uint16_t *)buf)[i]); }
+    } else { // F64 (checked by the caller)
+        for (size_t i = 0; i < n; i++) { out[i] = (float)((const double *)buf)[i]; }
+    }
+}
+
+#define HF_HINT "a Hugging Face GPT-2 folder holds config.json and model.safetensors (e.g. a download of gpt2, or ./infer -e DIR)"
+
+void gpt2_build_from_hf(GPT2Weights *w, const char *dir) {
+    char config_path[MAX_PATH_LEN], weights_path[MAX_PATH_LEN], err[512];
+    path_concat(config_path, dir, "/config.json");
+    path_concat(weights_path, dir, "/model.safetensors");
+    size_t len;
+    uint8_t *text = read_whole_file(config_path, &len, HF_HINT);
+    if (gpt2_config_from_hf_json(&w->config, (const char *)text, len, err, sizeof(err)) != 0) {
+        die_file(config_path, HF_HINT, "%s", err);
+    }
+    free(text);
+    gpt2_validate_config(w->config, config_path);
+
+    // the header, checked in full before any data is read
+    FILE *fp = fopenCheck(weights_path, "rb");
+    if (fseeko(fp, 0, SEEK_END) != 0) { die_file(weights_path, NULL, "cannot seek: %s", strerror(errno)); }
+    off_t file_len = ftello(fp);
+    uint8_t head[8] = {0};
+    size_t N;
+    if (fseeko(fp, 0, SEEK_SET) != 0 || file_len < 0) { die_file(weights_path, NULL, "cannot seek: %s", strerror(errno)); }
+    if (file_len >= 8) { freadCheck(head, 1, 8, fp); }
+    if (safetensors_header_length(head, (uint64_t)file_len, &N, err, sizeof(err)) != 0) { die_file(weights_path, HF_HINT, "%s", err); }
+    char *header = (char *)mallocCheck(N);
+    freadCheck(header, 1, N, fp);
+    SafeTensors st;
+    if (safetensors_parse_header(&st, header, N, (uint64_t)file_len - 8 - N, err, sizeof(err)) != 0) {
+        die_file(weights_path, HF_HINT, "%s", err);
+    }
+    free(header);
+
+    // every tensor must be found once, with GPT-2's shape for this config
+    GPT2Config c = w->config;
+    int L = c.num_layers;
+    const StTensor **found = (const StTensor **)calloc((size_t)NUM_PARAMETER_TENSORS * L, sizeof(StTensor *));
+    const StTensor *lm_head = NULL;
+    if (found == NULL) { die_file(weights_path, NULL, "out of memory"); }
+    size_t largest = 0;
+    int all_bf16 = 1;
+    for (int i = 0; i < st.num; i++) {
+        const StTensor *t = &st.tensors[i];
+        int layer, k = hf_tensor_index(t->name, &layer);
+        if (k == -2) { die_file(weights_path, HF_HINT, "tensor %s is not part of GPT-2", t->name); }
+        if (k == -1) {
+            if (strstr(t->name, "lm_head") != NULL) { lm_head = t; }
+            continue;
+        }
+        if (layer >= L) { die_file(weights_path, NULL, "tensor %s: layer %d, but config.json says n_layer=%d", t->name, layer, L); }
+        const StTensor **slot = &found[k * L + (hf_per_layer(k) ? layer : 0)];
+        if (*slot != NULL) { die_file(weights_path, NULL, "tensors %s and %s are the same weight", (*slot)->name, t->name); }
+        *slot = t;
+        int64_t dims[2] = {0, 0};
+        int ndim = hf_shape(c, k, dims);
+        if (t->ndim != ndim || t->shape[0] != dims[0] || (ndim == 2 && t->shape[1] != dims[1])) {
+            char got[160] = "", want[64];
+            for (int d = 0; d < t->ndim; d++) {
+                snprintf(got + strlen(got), sizeof(got) - strlen(got), "%s%" PRId64, d ? " x " : "", t->shape[d]);
+            }
+            if (ndim == 2) { snprintf(want, sizeof(want), "%" PRId64 " x %" PRId64, dims[0], dims[1]); }
+            else { snprintf(want, sizeof(want), "%" PRId64, dims[0]); }
+            die_file(weights_path, NULL, "tensor %s has shape [%s], config.json (L=%d C=%d V=%d maxT=%d) needs [%s]",
+                     t->name, got, L, c.channels, c.vocab_size, c.max_seq_len, want);
+        }
+        if (strcmp(t->dtype, "F32") != 0 && strcmp(t->dtype, "F16") != 0 && strcmp(t->dtype, "BF16") != 0 &&
+            strcmp(t->dtype, "F64") != 0) {
+            die_file(weights_path, NULL, "tensor %s has dtype %s; we read F32, F16, BF16 and F64", t->name, t->dtype);
+        }
+        if (t->end - t->begin > largest) { largest = t->end - t->begin; }
+        all_bf16 = all_bf16 && strcmp(t->dtype, "BF16") == 0;
+    }
+    for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {
+        for (int l = 0; l < (hf_per_layer(k) ? L : 1); l++) {
+            if (found[k * L + l] == NULL) {
+                char name[64];
+                if (hf_per_layer(k)) { snprintf(name, sizeof(name), "h.%d.%s", l, HF_NAMES[k]); }
+                else { snprintf(name, sizeof(name), "%s", HF_NAMES[k]); }
+                die_file(weights_path, HF_HINT, "tensor %s is missing (with or without the transformer. prefix)", name);
+            }
+        }
+    }
+
+    // now the data: read, widen to float32, transpose the Conv1D weights into place
+    gpt2_weights_allocate(w);
+    w->from_bf16 = all_bf16;
+    memset(w->params_memory, 0, w->num_parameters * sizeof(float)); // wte's padding rows stay 0
+    void *buf = mallocCheck(largest);
+    float *slice = (float *)mallocCheck(largest / 2 * sizeof(float) + sizeof(float)); // enough for 2-byte dtypes
+    float **tables = (float **)&w->params;
+    for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {
+        for (int l = 0; l < (hf_per_layer(k) ? L : 1); l++) {
+            const StTensor *t = found[k * L + l];
+            float *dst = tables[k] + (size_t)l * (w->param_sizes[k] / (hf_per_layer(k) ? (size_t)L : 1));
+            if (!HF_TRANSPOSED[k]) { // (wte: the file's V rows, then our padding rows, already 0)
+                st_read_floats(fp, &st, t, dst, buf, weights_path);
+            } else { // HF (in, out) -> ours (out, in)
+                st_read_floats(fp, &st, t, slice, buf, weights_path);
+                size_t in = (size_t)t->shape[0], out = (size_t)t->shape[1];
+                for (size_t o = 0; o < out; o++) {
+                    for (size_t i = 0; i < in; i++) { dst[o * in + i] = slice[i * out + o]; }
+                }
+            }
+        }
+    }
+    // a stored lm_head must be wte itself: we compute logits with the tied wte
+    if (lm_head != NULL) {
+        size_t n = (size_t)c.vocab_size * c.channels;
+        if (lm_head->ndim != 2 || lm_head->shape[0] != c.vocab_size || lm_head->shape[1] != c.channels ||
+            lm_head->end - lm_head->begin > largest) {
+            die_file(weights_path, NULL, "tensor %s does not have wte's shape: untied output layers are not supported", lm_head->name);
+        }
+        st_read_floats(fp, &st, lm_head, slice, buf, weights_path);
+        if (memcmp(slice, w->params.wte, n * sizeof(float)) != 0) {
+            die_file(weights_path, NULL, "tensor %s differs from wte: untied output layers are not supported", lm_head->name);
+        }
+    }
+    free(buf);
+    free(slice);
+    free(found);
+    safetensors_free(&st);
+    fcloseCheck(fp);
+}
+
+// The config.json transformers needs to build this model (its defaults cover the rest).
+static int hf_config_text(const GPT2Weights *w, const char *dtype, char *out, size_t size) {
+    GPT2Config c = w->config;
+    char special[96] = ""; // <|endoftext|> is GPT-2's bos and eos, where the vocabulary has it
+    if (c.vocab_size > 50256) { snprintf(special, sizeof(special), "  \"bos_token_id\": 50256,\n  \"eos_token_id\": 50256,\n"); }
+    return snprintf(out, size,
+                    "{\n  \"architectures\": [\"GPT2LMHeadModel\"],\n  \"model_type\": \"gpt2\",\n"
+                    "  \"activation_function\": \"gelu_new\",\n%s  \"dtype\": \"%s\",\n  \"layer_norm_epsilon\": 1e-05,\n"
+                    "  \"n_ctx\": %d,\n  \"n_embd\": %d,\n  \"n_head\": %d,\n  \"n_layer\": %d,\n  \"n_positions\": %d,\n"
+                    "  \"tie_word_embeddings\": true,\n  \"vocab_size\": %d\n}\n",
+                    special, dtype, c.max_seq_len, c.channels, c.num_heads, c.num_layers, c.max_seq_len, c.vocab_size);
+}
+
+// Writes dir/config.json and dir/model.safetensors (F32, or BF16 for weights that came
+// from a bf16 file: exact both ways), each atomically. Tensor names as save_pretrained
+// writes them; wte without its padding rows; Conv1D weights transposed back to (in, out).
+void gpt2_export_hf(const GPT2Weights *w, const char *dir) {
+    if (mkdir(dir, 0777) != 0 && errno != EEXIST) { die_file(dir, NULL, "cannot create the folder: %s", strerror(errno)); }
+    GPT2Config c = w->config;
+    int L = c.num_layers, bf16 = w->from_bf16;
+    size_t element = bf16 ? 2 : 4;
+    // the header: names, dtypes, shapes and byte ranges, in the order we write the data
+    size_t cap = 4096 + (size_t)L * NUM_PARAMETER_TENSORS * 160, used = 0, offset = 0;
+    char *header = (char *)mallocCheck(cap);
+    used += (size_t)snprintf(header, cap, "{\"__metadata__\":{\"format\":\"pt\"}");
+    for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {
+        for (int l = 0; l < (hf_per_layer(k) ? L : 1); l++) {
+            int64_t dims[2] = {0, 0};
+            int ndim = hf_shape(c, k, dims);
+            size_t bytes = (size_t)dims[0] * (ndim == 2 ? (size_t)dims[1] : 1) * element;
+            char name[64], shape[64];
+            if (hf_per_layer(k)) { snprintf(name, sizeof(name), "transformer.h.%d.%s", l, HF_NAMES[k]); }
+            else { snprintf(name, sizeof(name), "transformer.%s", HF_NAMES[k]); }
+            if (ndim == 2) { snprintf(shape, sizeof(shape), "%" PRId64 ",%" PRId64, dims[0], dims[1]); }
+            else { snprintf(shape, sizeof(shape), "%" PRId64, dims[0]); }
+            used += (size_t)snprintf(header + used, cap - used, ",\"%s\":{\"dtype\":\"%s\",\"shape\":[%s],\"data_offsets\":[%zu,%zu]}",
+                                     name, bf16 ? "BF16" : "F32", shape, offset, offset + bytes);
+            offset += bytes;
+        }
+    }
+    used += (size_t)snprintf(header + used, cap - used, "}");
+    while (used % 8 != 0) { header[used++] = ' '; } // the data starts 8-byte aligned, as safetensors pads it
+    char path[MAX_PATH_LEN], tmp[MAX_PATH_LEN];
+    path_concat(path, dir, "/model.safetensors");
+    path_concat(tmp, path, ".tmp");
+    FILE *fp = fopenCheck(tmp, "wb");
+    uint8_t length[8];
+    for (int i = 0; i < 8; i++) { length[i] = (uint8_t)((uint64_t)used >> (8 * i)); }
+    int ok = fwrite(length, 1, 8, fp) == 8 && fwrite(header, 1, used, fp) == used;
+    // the data, one tensor slice at a time (transposed or narrowed in a scratch buffer)
+    const float *const *tables = (const float *const *)&w->params;
+    size_t largest = 4 * (size_t)c.channels * c.channels;
+    if ((size_t)c.vocab_size * c.channels > largest) { largest = (size_t)c.vocab_size * c.channels; }
+    if ((size_t)c.max_seq_len * c.channels > largest) { largest = (size_t)c.max_seq_len * c.channels; }
+    float *slice = (float *)mallocCheck(largest * sizeof(float));
+    uint16_t *narrow = (uint16_t *)mallocCheck(largest * sizeof(uint16_t));
+    for (int k = 0; k < NUM_PARAMETER_TENSORS && ok; k++) {
+        size_t per = w->param_sizes[k] / (hf_per_layer(k) ? (size_t)L : 1);
+        for (int l = 0; l < (hf_per_layer(k) ? L : 1) && ok; l++) {
+            const float *src = tables[k] + (size_t)l * per;
+            int64_t dims[2] = {0, 0};
+            int ndim = hf_shape(c, k, dims);
+            size_t n = (size_t)dims[0] * (ndim == 2 ? (size_t)dims[1] : 1);
+            if (HF_TRANSPOSED[k]) { // ours (out, in) -> HF (in, out)
+                size_t in = (size_t)dims[0], out = (size_t)dims[1];
+                for (size_t i = 0; i < in; i++) {
+                    for (size_t o = 0; o < out; o++) { slice[i * out + o] = src[o * in + i]; }
+                }
+                src = slice;
+            }
+            if (bf16) {
+                for (size_t i = 0; i < n; i++) { narrow[i] = float_to_bf16(src[i]); }
+                ok = fwrite(narrow, 2, n, fp) == n;
+            } else {
+                ok = fwrite(src, 4, n, fp) == n;
+            }
+        }
+    }
+    ok = ok && fflush(fp) == 0 && fsync(fileno(fp)) == 0;
+    ok = (fclose(fp) == 0) && ok;
+    if (!ok || rename(tmp, path) != 0) {
+        remove(tmp);
+        die_file(path, NULL, "could not write it: %s (the previous file, if any, is untouched)", strerror(errno));
+    }
+    free(slice);
+    free(narrow);
+    free(header);
+    char config[2048], config_path[MAX_PATH_LEN];
+    int n = hf_config_text(w, bf16 ? "bfloat16" : "float32", config, sizeof(config));
+    path_concat(config_path, dir, "/config.json");
+    const void *bufs[1] = {config};
+    size_t sizes[1] = {(size_t)n};
+    write_file_atomic(config_path, bufs, sizes, 1);
+}
+
+// -m: a Hugging Face folder, a checkpoint file, or d<N> for a new random model
+void gpt2_weights_build(GPT2Weights *w, const char *source, uint64_t seed) {
+    memset(w, 0, sizeof(*w));
+    struct stat info;
+    if (stat(source, &info) == 0 && S_ISDIR(info.st_mode)) {
+        gpt2_build_from_hf(w, source);
+    } else if (stat(source, &info) == 0) {
+        gpt2_build_from_checkpoint(w, source);
+    } else if (source[0] == 'd' && source[1] >= '0' && source[1] <= '9') {
+        w->config = gpt2_config_from_descriptor(source);
+        gpt2_weights_allocate(w);
+        init_parameters(w->params_memory, w->param_sizes, w->config, seed, 0);
+    } else {
+        die_file(source, "-m takes a checkpoint file, a Hugging Face GPT-2 folder, or d<N> (a random model, for benchmarks)",
+                 "no such file or folder");
+    }
+    snprintf(w->source, sizeof(w->source), "%s", source);
+}
+// --- end shared-copy: infer-hf ---
+
+// ----------------------------------------------------------------------------
+// the prompt: GPT-2's BPE tokenizer, the same code as data/tokenizer.c
+
+// --- begin shared-copy: unicode-tables ---
+#define UNICODE_TABLES_VERSION "16.0.0"
+
+// \p{L}: Lu Ll Lt Lm Lo: 677 ranges
+static const uint32_t unicode_letter_ranges[][2] = {
+    {0x41,0x5A}, {0x61,0x7A}, {0xAA,0xAA}, {0xB5,0xB5}, {0xBA,0xBA}, {0xC0,0xD6},
+    {0xD8,0xF6}, {0xF8,0x2C1}, {0x2C6,0x2D1}, {0x2E0,0x2E4}, {0x2EC,0x2EC}, {0x2EE,0x2EE},
+    {0x370,0x374}, {0x376,0x377}, {0x37A,0x37D}, {0x37F,0x37F}, {0x386,0x386}, {0x388,0x38A},
+    {0x38C,0x38C}, {0x38E,0x3A1}, {0x3A3,0x3F5}, {0x3F7,0x481}, {0x48A,0x52F}, {0x531,0x556},
+    {0x559,0x559}, {0x560,0x588}, {0x5D0,0x5EA}, {0x5EF,0x5F2}, {0x620,0x64A}, {0x66E,0x66F},
+    {0x671,0x6D3}, {0x6D5,0x6D5}, {0x6E5,0x6E6}, {0x6EE,0x6EF}, {0x6FA,0x6FC}, {0x6FF,0x6FF},
+    {0x710,0x710}, {0x712,0x72F}, {0x74D,0x7A5}, {0x7B1,0x7B1}, {0x7CA,0x7EA}, {0x7F4,0x7F5},
+    {0x7FA,0x7FA}, {0x800,0x815}, {0x81A,0x81A}, {0x824,0x824}, {0x828,0x828}, {0x840,0x858},
+    {0x860,0x86A}, {0x870,0x887}, {0x889,0x88E}, {0x8A0,0x8C9}, {0x904,0x939}, {0x93D,0x93D},
+    {0x950,0x950}, {0x958,0x961}, {0x971,0x980}, {0x985,0x98C}, {0x98F,0x990}, {0x993,0x9A8},
+    {0x9AA,0x9B0}, {0x9B2,0x9B2}, {0x9B6,0x9B9}, {0x9BD,0x9BD}, {0x9CE,0x9CE}, {0x9DC,0x9DD},
+    {0x9DF,0x9E1}, {0x9F0,0x9F1}, {0x9FC,0x9FC}, {0xA05,0xA0A}, {0xA0F,0xA10}, {0xA13,0xA28},
+    {0xA2A,0xA30}, {0xA32,0xA33}, {0xA35,0xA36}, {0xA38,0xA39}, {0xA59,0xA5C}, {0xA5E,0xA5E},
+    {0xA72,0xA74}, {0xA85,0xA8D}, {0xA8F,0xA91}, {0xA93,0xAA8}, {0xAAA,0xAB0}, {0xAB2,0xAB3},
+    {0xAB5,0xAB9}, {0xABD,0xABD}, {0xAD0,0xAD0}, {0xAE0,0xAE1}, {0xAF9,0xAF9}, {0xB05,0xB0C},
+    {0xB0F,0xB10}, {0xB13,0xB28}, {0xB2A,0xB30}, {0xB32,0xB33}, {0xB35,0xB39}, {0xB3D,0xB3D},
+    {0xB5C,0xB5D}, {0xB5F,0xB61}, {0xB71,0xB71}, {0xB83,0xB83}, {0xB85,0xB8A}, {0xB8E,0xB90},
+    {0xB92,0xB95}, {0xB99,0xB9A}, {0xB9C,0xB9C}, {0xB9E,0xB9F}, {0xBA3,0xBA4}, {0xBA8,0xBAA},
+    {0xBAE,0xBB9}, {0xBD0,0xBD0}, {0xC05,0xC0C}, {0xC0E,0xC10}, {0xC12,0xC28}, {0xC2A,0xC39},
+    {0xC3D,0xC3D}, {0xC58,0xC5A}, {0xC5D,0xC5D}, {0xC60,0xC61}, {0xC80,0xC80}, {0xC85,0xC8C},
+    {0xC8E,0xC90}, {0xC92,0xCA8}, {0xCAA,0xCB3}, {0xCB5,0xCB9}, {0xCBD,0xCBD}, {0xCDD,0xCDE},
+    {0xCE0,0xCE1}, {0xCF1,0xCF2}, {0xD04,0xD0C}, {0xD0E,0xD10}, {0xD12,0xD3A}, {0xD3D,0xD3D},
+    {0xD4E,0xD4E}, {0xD54,0xD56}, {0xD5F,0xD61}, {0xD7A,0xD7F}, {0xD85,0xD96}, {0xD9A,0xDB1},
+    {0xDB3,0xDBB}, {0xDBD,0xDBD}, {0xDC0,0xDC6}, {0xE01,0xE30}, {0xE32,0xE33}, {0xE40,0xE46},
+    {0xE81,0xE82}, {0xE84,0xE84}, {0xE86,0xE8A}, {0xE8C,0xEA3}, {0xEA5,0xEA5}, {0xEA7,0xEB0},
+    {0xEB2,0xEB3}, {0xEBD,0xEBD}, {0xEC0,0xEC4}, {0xEC6,0xEC6}, {0xEDC,0xEDF}, {0xF00,0xF00},
+    {0xF40,0xF47}, {0xF49,0xF6C}, {0xF88,0xF8C}, {0x1000,0x102A}, {0x103F,0x103F}, {0x1050,0x1055},
+    {0x105A,0x105D}, {0x1061,0x1061}, {0x1065,0x1066}, {0x106E,0x1070}, {0x1075,0x1081}, {0x108E,0x108E},
+    {0x10A0,0x10C5}, {0x10C7,0x10C7}, {0x10CD,0x10CD}, {0x10D0,0x10FA}, {0x10FC,0x1248}, {0x124A,0x124D},
+    {0x1250,0x1256}, {0x1258,0x1258}, {0x125A,0x125D}, {0x1260,0x1288}, {0x128A,0x128D}, {0x1290,0x12B0},
+    {0x12B2,0x12B5}, {0x12B8,0x12BE}, {0x12C0,0x12C0}, {0x12C2,0x12C5}, {0x12C8,0x12D6}, {0x12D8,0x1310},
+    {0x1312,0x1315}, {0x1318,0x135A}, {0x1380,0x138F}, {0x13A0,0x13F5}, {0x13F8,0x13FD}, {0x1401,0x166C},
+    {0x166F,0x167F}, {0x1681,0x169A}, {0x16A0,0x16EA}, {0x16F1,0x16F8}, {0x1700,0x1711}, {0x171F,0x1731},
+    {0x1740,0x1751}, {0x1760,0x176C}, {0x176E,0x1770}, {0x1780,0x17B3}, {0x17D7,0x17D7}, {0x17DC,0x17DC},
+    {0x1820,0x1878}, {0x1880,0x1884}, {0x1887,0x18A8}, {0x18AA,0x18AA}, {0x18B0,0x18F5}, {0x1900,0x191E},
+    {0x1950,0x196D}, {0x1970,0x1974}, {0x1980,0x19AB}, {0x19B0,0x19C9}, {0x1A00,0x1A16}, {0x1A20,0x1A54},
+    {0x1AA7,0x1AA7}, {0x1B05,0x1B33}, {0x1B45,0x1B4C}, {0x1B83,0x1BA0}, {0x1BAE,0x1BAF}, {0x1BBA,0x1BE5},
+    {0x1C00,0x1C23}, {0x1C4D,0x1C4F}, {0x1C5A,0x1C7D}, {0x1C80,0x1C8A}, {0x1C90,0x1CBA}, {0x1CBD,0x1CBF},
+    {0x1CE9,0x1CEC}, {0x1CEE,0x1CF3}, {0x1CF5,0x1CF6}, {0x1CFA,0x1CFA}, {0x1D00,0x1DBF}, {0x1E00,0x1F15},
+    {0x1F18,0x1F1D}, {0x1F20,0x1F45}, {0x1F48,0x1F4D}, {0x1F50,0x1F57}, {0x1F59,0x1F59}, {0x1F5B,0x1F5B},
+    {0x1F5D,0x1F5D}, {0x1F5F,0x1F7D}, {0x1F80,0x1FB4}, {0x1FB6,0x1FBC}, {0x1FBE,0x1FBE}, {0x1FC2,0x1FC4},
+    {0x1FC6,0x1FCC}, {0x1FD0,0x1FD3}, {0x1FD6,0x1FDB}, {0x1FE0,0x1FEC}, {0x1FF2,0x1FF4}, {0x1FF6,0x1FFC},
+    {0x2071,0x2071}, {0x207F,0x207F}, {0x2090,0x209C}, {0x2102,0x2102}, {0x2107,0x2107}, {0x210A,0x2113},
+    {0x2115,0x2115}, {0x2119,0x211D}, {0x2124,0x2124}, {0x2126,0x2126}, {0x2128,0x2128}, {0x212A,0x212D},
+    {0x212F,0x2139}, {0x213C,0x213F}, {0x2145,0x2149}, {0x214E,0x214E}, {0x2183,0x2184}, {0x2C00,0x2CE4},
+    {0x2CEB,0x2CEE}, {0x2CF2,0x2CF3}, {0x2D00,0x2D25}, {0x2D27,0x2D27}, {0x2D2D,0x2D2D}, {0x2D30,0x2D67},
+    {0x2D6F,0x2D6F}, {0x2D80,0x2D96}, {0x2DA0,0x2DA6}, {0x2DA8,0x2DAE}, {0x2DB0,0x2DB6}, {0x2DB8,0x2DBE},
+    {0x2DC0,0x2DC6}, {0x2DC8,0x2DCE}, {0x2DD0,0x2DD6}, {0x2DD8,0x2DDE}, {0x2E2F,0x2E2F}, {0x3005,0x3006},
+    {0x3031,0x3035}, {0x303B,0x303C}, {0x3041,0x3096}, {0x309D,0x309F}, {0x30A1,0x30FA}, {0x30FC,0x30FF},
+    {0x3105,0x312F}, {0x3131,0x318E}, {0x31A0,0x31BF}, {0x31F0,0x31FF}, {0x3400,0x4DBF}, {0x4E00,0xA48C},
+    {0xA4D0,0xA4FD}, {0xA500,0xA60C}, {0xA610,0xA61F}, {0xA62A,0xA62B}, {0xA640,0xA66E}, {0xA67F,0xA69D},
+    {0xA6A0,0xA6E5}, {0xA717,0xA71F}, {0xA722,0xA788}, {0xA78B,0xA7CD}, {0xA7D0,0xA7D1}, {0xA7D3,0xA7D3},
+    {0xA7D5,0xA7DC}, {0xA7F2,0xA801}, {0xA803,0xA805}, {0xA807,0xA80A}, {0xA80C,0xA822}, {0xA840,0xA873},
+    {0xA882,0xA8B3}, {0xA8F2,0xA8F7}, {0xA8FB,0xA8FB}, {0xA8FD,0xA8FE}, {0xA90A,0xA925}, {0xA930,0xA946},
+    {0xA960,0xA97C}, {0xA984,0xA9B2}, {0xA9CF,0xA9CF}, {0xA9E0,0xA9E4}, {0xA9E6,0xA9EF}, {0xA9FA,0xA9FE},
+    {0xAA00,0xAA28}, {0xAA40,0xAA42}, {0xAA44,0xAA4B}, {0xAA60,0xAA76}, {0xAA7A,0xAA7A}, {0xAA7E,0xAAAF},
+    {0xAAB1,0xAAB1}, {0xAAB5,0xAAB6}, {0xAAB9,0xAABD}, {0xAAC0,0xAAC0}, {0xAAC2,0xAAC2}, {0xAADB,0xAADD},
+    {0xAAE0,0xAAEA}, {0xAAF2,0xAAF4}, {0xAB01,0xAB06}, {0xAB09,0xAB0E}, {0xAB11,0xAB16}, {0xAB20,0xAB26},
+    {0xAB28,0xAB2E}, {0xAB30,0xAB5A}, {0xAB5C,0xAB69}, {0xAB70,0xABE2}, {0xAC00,0xD7A3}, {0xD7B0,0xD7C6},
+    {0xD7CB,0xD7FB}, {0xF900,0xFA6D}, {0xFA70,0xFAD9}, {0xFB00,0xFB06}, {0xFB13,0xFB17}, {0xFB1D,0xFB1D},
+    {0xFB1F,0xFB28}, {0xFB2A,0xFB36}, {0xFB38,0xFB3C}, {0xFB3E,0xFB3E}, {0xFB40,0xFB41}, {0xFB43,0xFB44},
+    {0xFB46,0xFBB1}, {0xFBD3,0xFD3D}, {0xFD50,0xFD8F}, {0xFD92,0xFDC7}, {0xFDF0,0xFDFB}, {0xFE70,0xFE74},
+    {0xFE76,0xFEFC}, {0xFF21,0xFF3A}, {0xFF41,0xFF5A}, {0xFF66,0xFFBE}, {0xFFC2,0xFFC7}, {0xFFCA,0xFFCF},
+    {0xFFD2,0xFFD7}, {0xFFDA,0xFFDC}, {0x10000,0x1000B}, {0x1000D,0x10026}, {0x10028,0x1003A}, {0x1003C,0x1003D},
+    {0x1003F,0x1004D}, {0x10050,0x1005D}, {0x10080,0x100FA}, {0x10280,0x1029C}, {0x102A0,0x102D0}, {0x10300,0x1031F},
+    {0x1032D,0x10340}, {0x10342,0x10349}, {0x10350,0x10375}, {0x10380,0x1039D}, {0x103A0,0x103C3}, {0x103C8,0x103CF},
+    {0x10400,0x1049D}, {0x104B0,0x104D3}, {0x104D8,0x104FB}, {0x10500,0x10527}, {0x10530,0x10563}, {0x10570,0x1057A},
+    {0x1057C,0x1058A}, {0x1058C,0x10592}, {0x10594,0x10595}, {0x10597,0x105A1}, {0x105A3,0x105B1}, {0x105B3,0x105B9},
+    {0x105BB,0x105BC}, {0x105C0,0x105F3}, {0x10600,0x10736}, {0x10740,0x10755}, {0x10760,0x10767}, {0x10780,0x10785},
+    {0x10787,0x107B0}, {0x107B2,0x107BA}, {0x10800,0x10805}, {0x10808,0x10808}, {0x1080A,0x10835}, {0x10837,0x10838},
+    {0x1083C,0x1083C}, {0x1083F,0x10855}, {0x10860,0x10876}, {0x10880,0x1089E}, {0x108E0,0x108F2}, {0x108F4,0x108F5},
+    {0x10900,0x10915}, {0x10920,0x10939}, {0x10980,0x109B7}, {0x109BE,0x109BF}, {0x10A00,0x10A00}, {0x10A10,0x10A13},
+    {0x10A15,0x10A17}, {0x10A19,0x10A35}, {0x10A60,0x10A7C}, {0x10A80,0x10A9C}, {0x10AC0,0x10AC7}, {0x10AC9,0x10AE4},
+    {0x10B00,0x10B35}, {0x10B40,0x10B55}, {0x10B60,0x10B72}, {0x10B80,0x10B91}, {0x10C00,0x10C48}, {0x10C80,0x10CB2},
+    {0x10CC0,0x10CF2}, {0x10D00,0x10D23}, {0x10D4A,0x10D65}, {0x10D6F,0x10D85}, {0x10E80,0x10EA9}, {0x10EB0,0x10EB1},
+    {0x10EC2,0x10EC4}, {0x10F00,0x10F1C}, {0x10F27,0x10F27}, {0x10F30,0x10F45}, {0x10F70,0x10F81}, {0x10FB0,0x10FC4},
+    {0x10FE0,0x10FF6}, {0x11003,0x11037}, {0x11071,0x11072}, {0x11075,0x11075}, {0x11083,0x110AF}, {0x110D0,0x110E8},
+    {0x11103,0x11126}, {0x11144,0x11144}, {0x11147,0x11147}, {0x11150,0x11172}, {0x11176,0x11176}, {0x11183,0x111B2},
+    {0x111C1,0x111C4}, {0x111DA,0x111DA}, {0x111DC,0x111DC}, {0x11200,0x11211}, {0x11213,0x1122B}, {0x1123F,0x11240},
+    {0x11280,0x11286}, {0x11288,0x11288}, {0x1128A,0x1128D}, {0x1128F,0x1129D}, {0x1129F,0x112A8}, {0x112B0,0x112DE},
+    {0x11305,0x1130C}, {0x1130F,0x11310}, {0x11313,0x11328}, {0x1132A,0x11330}, {0x11332,0x11333}, {0x11335,0x11339},
+    {0x1133D,0x1133D}, {0x11350,0x11350}, {0x1135D,0x11361}, {0x11380,0x11389}, {0x1138B,0x1138B}, {0x1138E,0x1138E},
+    {0x11390,0x113B5}, {0x113B7,0x113B7}, {0x113D1,0x113D1}, {0x113D3,0x113D3}, {0x11400,0x11434}, {0x11447,0x1144A},
+    {0x1145F,0x11461}, {0x11480,0x114AF}, {0x114C4,0x114C5}, {0x114C7,0x114C7}, {0x11580,0x115AE}, {0x115D8,0x115DB},
+    {0x11600,0x1162F}, {0x11644,0x11644}, {0x11680,0x116AA}, {0x116B8,0x116B8}, {0x11700,0x1171A}, {0x11740,0x11746},
+    {0x11800,0x1182B}, {0x118A0,0x118DF}, {0x118FF,0x11906}, {0x11909,0x11909}, {0x1190C,0x11913}, {0x11915,0x11916},
+    {0x11918,0x1192F}, {0x1193F,0x1193F}, {0x11941,0x11941}, {0x119A0,0x119A7}, {0x119AA,0x119D0}, {0x119E1,0x119E1},
+    {0x119E3,0x119E3}, {0x11A00,0x11A00}, {0x11A0B,0x11A32}, {0x11A3A,0x11A3A}, {0x11A50,0x11A50}, {0x11A5C,0x11A89},
+    {0x11A9D,0x11A9D}, {0x11AB0,0x11AF8}, {0x11BC0,0x11BE0}, {0x11C00,0x11C08}, {0x11C0A,0x11C2E}, {0x11C40,0x11C40},
+    {0x11C72,0x11C8F}, {0x11D00,0x11D06}, {0x11D08,0x11D09}, {0x11D0B,0x11D30}, {0x11D46,0x11D46}, {0x11D60,0x11D65},
+    {0x11D67,0x11D68}, {0x11D6A,0x11D89}, {0x11D98,0x11D98}, {0x11EE0,0x11EF2}, {0x11F02,0x11F02}, {0x11F04,0x11F10},
+    {0x11F12,0x11F33}, {0x11FB0,0x11FB0}, {0x12000,0x12399}, {0x12480,0x12543}, {0x12F90,0x12FF0}, {0x13000,0x1342F},
+    {0x13441,0x13446}, {0x13460,0x143FA}, {0x14400,0x14646}, {0x16100,0x1611D}, {0x16800,0x16A38}, {0x16A40,0x16A5E},
+    {0x16A70,0x16ABE}, {0x16AD0,0x16AED}, {0x16B00,0x16B2F}, {0x16B40,0x16B43}, {0x16B63,0x16B77}, {0x16B7D,0x16B8F},
+    {0x16D40,0x16D6C}, {0x16E40,0x16E7F}, {0x16F00,0x16F4A}, {0x16F50,0x16F50}, {0x16F93,0x16F9F}, {0x16FE0,0x16FE1},
+    {0x16FE3,0x16FE3}, {0x17000,0x187F7}, {0x18800,0x18CD5}, {0x18CFF,0x18D08}, {0x1AFF0,0x1AFF3}, {0x1AFF5,0x1AFFB},
+    {0x1AFFD,0x1AFFE}, {0x1B000,0x1B122}, {0x1B132,0x1B132}, {0x1B150,0x1B152}, {0x1B155,0x1B155}, {0x1B164,0x1B167},
+    {0x1B170,0x1B2FB}, {0x1BC00,0x1BC6A}, {0x1BC70,0x1BC7C}, {0x1BC80,0x1BC88}, {0x1BC90,0x1BC99}, {0x1D400,0x1D454},
+    {0x1D456,0x1D49C}, {0x1D49E,0x1D49F}, {0x1D4A2,0x1D4A2}, {0x1D4A5,0x1D4A6}, {0x1D4A9,0x1D4AC}, {0x1D4AE,0x1D4B9},
+    {0x1D4BB,0x1D4BB}, {0x1D4BD,0x1D4C3}, {0x1D4C5,0x1D505}, {0x1D507,0x1D50A}, {0x1D50D,0x1D514}, {0x1D516,0x1D51C},
+    {0x1D51E,0x1D539}, {0x1D53B,0x1D53E}, {0x1D540,0x1D544}, {0x1D546,0x1D546}, {0x1D54A,0x1D550}, {0x1D552,0x1D6A5},
+    {0x1D6A8,0x1D6C0}, {0x1D6C2,0x1D6DA}, {0x1D6DC,0x1D6FA}, {0x1D6FC,0x1D714}, {0x1D716,0x1D734}, {0x1D736,0x1D74E},
+    {0x1D750,0x1D76E}, {0x1D770,0x1D788}, {0x1D78A,0x1D7A8}, {0x1D7AA,0x1D7C2}, {0x1D7C4,0x1D7CB}, {0x1DF00,0x1DF1E},
+    {0x1DF25,0x1DF2A}, {0x1E030,0x1E06D}, {0x1E100,0x1E12C}, {0x1E137,0x1E13D}, {0x1E14E,0x1E14E}, {0x1E290,0x1E2AD},
+    {0x1E2C0,0x1E2EB}, {0x1E4D0,0x1E4EB}, {0x1E5D0,0x1E5ED}, {0x1E5F0,0x1E5F0}, {0x1E7E0,0x1E7E6}, {0x1E7E8,0x1E7EB},
+    {0x1E7ED,0x1E7EE}, {0x1E7F0,0x1E7FE}, {0x1E800,0x1E8C4}, {0x1E900,0x1E943}, {0x1E94B,0x1E94B}, {0x1EE00,0x1EE03},
+    {0x1EE05,0x1EE1F}, {0x1EE21,0x1EE22}, {0x1EE24,0x1EE24}, {0x1EE27,0x1EE27}, {0x1EE29,0x1EE32}, {0x1EE34,0x1EE37},
+    {0x1EE39,0x1EE39}, {0x1EE3B,0x1EE3B}, {0x1EE42,0x1EE42}, {0x1EE47,0x1EE47}, {0x1EE49,0x1EE49}, {0x1EE4B,0x1EE4B},
+    {0x1EE4D,0x1EE4F}, {0x1EE51,0x1EE52}, {0x1EE54,0x1EE54}, {0x1EE57,0x1EE57}, {0x1EE59,0x1EE59}, {0x1EE5B,0x1EE5B},
+    {0x1EE5D,0x1EE5D}, {0x1EE5F,0x1EE5F}, {0x1EE61,0x1EE62}, {0x1EE64,0x1EE64}, {0x1EE67,0x1EE6A}, {0x1EE6C,0x1EE72},
+    {0x1EE74,0x1EE77}, {0x1EE79,0x1EE7C}, {0x1EE7E,0x1EE7E}, {0x1EE80,0x1EE89}, {0x1EE8B,0x1EE9B}, {0x1EEA1,0x1EEA3},
+    {0x1EEA5,0x1EEA9}, {0x1EEAB,0x1EEBB}, {0x20000,0x2A6DF}, {0x2A700,0x2B739}, {0x2B740,0x2B81D}, {0x2B820,0x2CEA1},
+    {0x2CEB0,0x2EBE0}, {0x2EBF0,0x2EE5D}, {0x2F800,0x2FA1D}, {0x30000,0x3134A}, {0x31350,0x323AF},
+};
+
+// \p{N}: Nd Nl No: 144 ranges
+static const uint32_t unicode_number_ranges[][2] = {
+    {0x30,0x39}, {0xB2,0xB3}, {0xB9,0xB9}, {0xBC,0xBE}, {0x660,0x669}, {0x6F0,0x6F9},
+    {0x7C0,0x7C9}, {0x966,0x96F}, {0x9E6,0x9EF}, {0x9F4,0x9F9}, {0xA66,0xA6F}, {0xAE6,0xAEF},
+    {0xB66,0xB6F}, {0xB72,0xB77}, {0xBE6,0xBF2}, {0xC66,0xC6F}, {0xC78,0xC7E}, {0xCE6,0xCEF},
+    {0xD58,0xD5E}, {0xD66,0xD78}, {0xDE6,0xDEF}, {0xE50,0xE59}, {0xED0,0xED9}, {0xF20,0xF33},
+    {0x1040,0x1049}, {0x1090,0x1099}, {0x1369,0x137C}, {0x16EE,0x16F0}, {0x17E0,0x17E9}, {0x17F0,0x17F9},
+    {0x1810,0x1819}, {0x1946,0x194F}, {0x19D0,0x19DA}, {0x1A80,0x1A89}, {0x1A90,0x1A99}, {0x1B50,0x1B59},
+    {0x1BB0,0x1BB9}, {0x1C40,0x1C49}, {0x1C50,0x1C59}, {0x2070,0x2070}, {0x2074,0x2079}, {0x2080,0x2089},
+    {0x2150,0x2182}, {0x2185,0x2189}, {0x2460,0x249B}, {0x24EA,0x24FF}, {0x2776,0x2793}, {0x2CFD,0x2CFD},
+    {0x3007,0x3007}, {0x3021,0x3029}, {0x3038,0x303A}, {0x3192,0x3195}, {0x3220,0x3229}, {0x3248,0x324F},
+    {0x3251,0x325F}, {0x3280,0x3289}, {0x32B1,0x32BF}, {0xA620,0xA629}, {0xA6E6,0xA6EF}, {0xA830,0xA835},
+    {0xA8D0,0xA8D9}, {0xA900,0xA909}, {0xA9D0,0xA9D9}, {0xA9F0,0xA9F9}, {0xAA50,0xAA59}, {0xABF0,0xABF9},
+    {0xFF10,0xFF19}, {0x10107,0x10133}, {0x10140,0x10178}, {0x1018A,0x1018B}, {0x102E1,0x102FB}, {0x10320,0x10323},
+    {0x10341,0x10341}, {0x1034A,0x1034A}, {0x103D1,0x103D5}, {0x104A0,0x104A9}, {0x10858,0x1085F}, {0x10879,0x1087F},
+    {0x108A7,0x108AF}, {0x108FB,0x108FF}, {0x10916,0x1091B}, {0x109BC,0x109BD}, {0x109C0,0x109CF}, {0x109D2,0x109FF},
+    {0x10A40,0x10A48}, {0x10A7D,0x10A7E}, {0x10A9D,0x10A9F}, {0x10AEB,0x10AEF}, {0x10B58,0x10B5F}, {0x10B78,0x10B7F},
+    {0x10BA9,0x10BAF}, {0x10CFA,0x10CFF}, {0x10D30,0x10D39}, {0x10D40,0x10D49}, {0x10E60,0x10E7E}, {0x10F1D,0x10F26},
+    {0x10F51,0x10F54}, {0x10FC5,0x10FCB}, {0x11052,0x1106F}, {0x110F0,0x110F9}, {0x11136,0x1113F}, {0x111D0,0x111D9},
+    {0x111E1,0x111F4}, {0x112F0,0x112F9}, {0x11450,0x11459}, {0x114D0,0x114D9}, {0x11650,0x11659}, {0x116C0,0x116C9},
+    {0x116D0,0x116E3}, {0x11730,0x1173B}, {0x118E0,0x118F2}, {0x11950,0x11959}, {0x11BF0,0x11BF9}, {0x11C50,0x11C6C},
+    {0x11D50,0x11D59}, {0x11DA0,0x11DA9}, {0x11F50,0x11F59}, {0x11FC0,0x11FD4}, {0x12400,0x1246E}, {0x16130,0x16139},
+    {0x16A60,0x16A69}, {0x16AC0,0x16AC9}, {0x16B50,0x16B59}, {0x16B5B,0x16B61}, {0x16D70,0x16D79}, {0x16E80,0x16E96},
+    {0x1CCF0,0x1CCF9}, {0x1D2C0,0x1D2D3}, {0x1D2E0,0x1D2F3}, {0x1D360,0x1D378}, {0x1D7CE,0x1D7FF}, {0x1E140,0x1E149},
+    {0x1E2F0,0x1E2F9}, {0x1E4F0,0x1E4F9}, {0x1E5F1,0x1E5FA}, {0x1E8C7,0x1E8CF}, {0x1E950,0x1E959}, {0x1EC71,0x1ECAB},
+    {0x1ECAD,0x1ECAF}, {0x1ECB1,0x1ECB4}, {0x1ED01,0x1ED2D}, {0x1ED2F,0x1ED3D}, {0x1F100,0x1F10C}, {0x1FBF0,0x1FBF9},
+};
+
+// \s: White_Space: 10 ranges
+static const uint32_t unicode_space_ranges[][2] = {
+    {0x9,0xD}, {0x20,0x20}, {0x85,0x85}, {0xA0,0xA0}, {0x1680,0x1680}, {0x2000,0x200A},
+    {0x2028,0x2029}, {0x202F,0x202F}, {0x205F,0x205F}, {0x3000,0x3000},
+};
+// --- end shared-copy: unicode-tables ---
+// --- begin shared-copy: bpe-tokenizer ---
+// ----------------------------------------------------------------------------
+// UTF-8 and the three Unicode classes of the pre-tokenizer
+
+// Every character falls in exactly one class. The pattern's alternatives map onto them:
+// ' ?\p{L}+' is a run of LETTER, ' ?\p{N}+' of NUMBER, ' ?[^\s\p{L}\p{N}]+' of OTHER, and the
+// two \s+ alternatives handle runs of SPACE.
+enum { CHAR_LETTER, CHAR_NUMBER, CHAR_SPACE, CHAR_OTHER };
+
+static int in_ranges(const uint32_t (*ranges)[2], size_t num_ranges, uint32_t cp) {
+    // binary search in sorted, non-overlapping [lo, hi] ranges
+    size_t lo = 0, hi = num_ranges;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (cp < ranges[mid][0]) { hi = mid; }
+        else if (cp > ranges[mid][1]) { lo = mid + 1; }
+        else { return 1; }
+    }
+    return 0;
+}
+#define NUM_RANGES(table) (sizeof(table) / sizeof(table[0]))
+
+static int codepoint_class(uint32_t cp) {
+    // ASCII is almost all of English text, so it skips the binary searches
+    if (cp < 128) {
+        if ((cp | 0x20) >= 'a' && (cp | 0x20) <= 'z') { return CHAR_LETTER; }
+        if (cp >= '0' && cp <= '9') { return CHAR_NUMBER; }
+        if (cp == ' ' || (cp >= '\t' && cp <= '\r')) { return CHAR_SPACE; }
+        return CHAR_OTHER;
+    }
+    if (in_ranges(unicode_letter_ranges, NUM_RANGES(unicode_letter_ranges), cp)) { return CHAR_LETTER; }
+    if (in_ranges(unicode_number_ranges, NUM_RANGES(unicode_number_ranges), cp)) { return CHAR_NUMBER; }
+    if (in_ranges(unicode_space_ranges, NUM_RANGES(unicode_space_ranges), cp)) { return CHAR_SPACE; }
+    return CHAR_OTHER;
+}
+
+// Decodes the UTF-8 character at s[0..n), n >= 1. Returns its length in bytes (1 to 4), or 0
+// if s does not start a valid character: a stray continuation byte, a truncated sequence, an
+// overlong encoding, a surrogate or a code point above U+10FFFF (what Rust's str rejects).
+static size_t utf8_decode(const uint8_t *s, size_t n, uint32_t *cp) {
+    uint8_t b = s[0];
+    size_t len;
+    uint32_t min;  // smallest code point that needs this many bytes (rejects overlong forms)
+    if (b < 0x80) { *cp = b; return 1; }
+    else if ((b & 0xE0) == 0xC0) { len = 2; *cp = b & 0x1F; min = 0x80; }
+    else if ((b & 0xF0) == 0xE0) { len = 3; *cp = b & 0x0F; min = 0x800; }
+    else if ((b & 0xF8) == 0xF0) { len = 4; *cp = b & 0x07; min = 0x10000; }
+    else { return 0; }
+    if (len > n) { return 0; }
+    for (size_t i = 1; i < len; i++) {
+        if ((s[i] & 0xC0) != 0x80) { return 0; }
+        *cp = (*cp << 6) | (s[i] & 0x3F);
+    }
+    if (*cp < min || *cp > 0x10FFFF || (*cp >= 0xD800 && *cp <= 0xDFFF)) { return 0; }
+    return len;
+}
+
+// The class and byte length of the character at s[0..n), n >= 1. A byte that does not start
+// a valid character counts as a one-byte OTHER character (see the file header).
+static size_t next_char(const uint8_t *s, size_t n, int *cls) {
+    uint32_t cp;
+    size_t len = utf8_decode(s, n, &cp);
+    if (len == 0) { *cls = CHAR_OTHER; return 1; }
+    *cls = codepoint_class(cp);
+    return len;
+}
+
+// ----------------------------------------------------------------------------
+// pre-tokenizer: GPT-2's regex, by hand
+
+// Returns where the piece that starts at text[i] ends (exclusive), i < n. tiktoken runs the
+// regex with find_iter: at each position the alternatives are tried left to right and the
+// first that matches wins, and since every character is a letter, number, space or other,
+// some alternative always matches, so the pieces tile the text with no gaps. We go through
+// the alternatives in the same order.
+static size_t pretoken_end(const uint8_t *text, size_t n, size_t i) {
+    // 's 't 're 've 'm 'll 'd: ASCII apostrophe and lower case only, exactly as GPT-2 did.
+    // They win over everything else, so "'sand" is "'s" + "and".
+    if (text[i] == '\'' && i + 1 < n) {
+        uint8_t c = text[i + 1];
+        if (c == 's' || c == 't' || c == 'm' || c == 'd') { return i + 2; }
+        if (i + 2 < n) {
+            uint8_t d = text[i + 2];
+            if ((c == 'r' && d == 'e') || (c == 'v' && d == 'e') || (c == 'l' && d == 'l')) { return i + 3; }
+        }
+    }
+    int cls;
+    size_t j = i + next_char(text + i, n - i, &cls);
+    // ' ?X+': one plain space (U+0020 only) glues onto a following run of letters, numbers or
+    // others. A space before more white space (or at the end) is left to the \s rules below.
+    if (text[i] == ' ' && j < n) {
+        int next_cls;
+        size_t next_len = next_char(text + j, n - j, &next_cls);
+        if (next_cls != CHAR_SPACE) { cls = next_cls; j += next_len; }
+    }
+    if (cls != CHAR_SPACE) {
+        // the runs are greedy: take every following character of the same class
+        while (j < n) {
+            int c;
+            size_t len = next_char(text + j, n - j, &c);
+            if (c != cls) { break; }
+            j += len;
+        }
+        return j;
+    }
+    // A run of white space. '\s+(?!\S)' takes the whole run and, if a non-space follows,
+    // backtracks one character, so that character's space can glue onto the next word
+    // (" \n  word" -> " \n " + " word"). At the end of the text it keeps the whole run.
+    // If the run is a single character followed by a non-space, the backtracking leaves
+    // nothing, and the last alternative '\s+' takes that one character.
+    size_t last_start = i;  // where the run's last character starts
+    while (j < n) {
+        int c;
+        size_t len = next_char(text + j, n - j, &c);
+        if (c != CHAR_SPACE) { break; }
+        last_start = j;
+        j += len;
+    }
+    if (j == n) { return n; }
+    if (last_start > i) { return last_start; }
+    return j;
+}
+
+// ----------------------------------------------------------------------------
+// the vocabulary: encoder.json, vocab.bpe and a hash table over token bytes
+
+// GPT-2 stores tokens as text in which every raw byte is replaced by a printable character
+// (bytes_to_unicode in GPT-2's encoder.py): the 188 bytes that are already printable and not
+// a space ('!'..'~', U+00A1..U+00AC, U+00AE..U+00FF) stand for themselves, and the other 68
+// bytes, in increasing order, become U+0100, U+0101, ... So a space is 'Ġ' (U+0120). The
+// single-byte tokens get ids in this same order: the printable bytes first, then the rest.
+#define BYTE_ALPHABET_SIZE 324  // every code point of the mapping is below U+0144
+
+typedef struct {
+    int16_t byte_of_codepoint[BYTE_ALPHABET_SIZE];  // -1 where a code point stands for no byte
+    uint8_t byte_of_rank[256];                      // the byte of single-byte token id r
+} ByteAlphabet;
+
+static int byte_is_printable(int b) {
+    return (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
+}
+
+static void byte_alphabet_init(ByteAlphabet *a) {
+    for (int cp = 0; cp < BYTE_ALPHABET_SIZE; cp++) { a->byte_of_codepoint[cp] = -1; }
+    int rank = 0;
+    for (int b = 0; b < 256; b++) {
+        if (byte_is_printable(b)) {
+            a->byte_of_codepoint[b] = (int16_t)b;
+            a->byte_of_rank[rank++] = (uint8_t)b;
+        }
+    }
+    int extra = 0;
+    for (int b = 0; b < 256; b++) {
+        if (!byte_is_printable(b)) {
+            a->byte_of_codepoint[256 + extra++] = (int16_t)b;
+            a->byte_of_rank[rank++] = (uint8_t)b;
+        }
+    }
+}
+
+#define ENCODER_JSON_HINT "encoder.json must be GPT-2's original file; -g names the folder holding it"
+
+// Limits of what we accept: GPT-2's longest token is 128 bytes and the file format stores
+// each token's length in one byte.
+#define MAX_TOKEN_BYTES 255
+#define SPECIAL_TEXT "<|endoftext|>"
+#define SPECIAL_LEN 13
+
+// Pieces we have already run through BPE, so that each distinct word is merged only once.
+// Fixed capacity: once full we stop adding (every piece still encodes, just without the
+// shortcut). Only short pieces are cached; long ones are rare and would crowd the arenas.
+#define CACHE_SLOTS (1u << 18)             // hash slots, a power of two
+#define CACHE_MAX_ENTRIES (CACHE_SLOTS / 2)  // keep the table at most half full
+#define CACHE_MAX_PIECE 64                 // bytes
+#define CACHE_KEY_ARENA (CACHE_MAX_ENTRIES * 8)
+#define CACHE_TOKEN_ARENA (CACHE_MAX_ENTRIES * 2)
+typedef struct {
+    uint32_t key_offset;    // into cache_keys
+    uint32_t token_offset;  // into cache_tokens
+    uint8_t key_len;        // 0 marks an empty slot (pieces are never empty)
+    uint8_t num_tokens;
+} CacheSlot;
+
+typedef struct {
+    int vocab_size;          // V: 256 single bytes + the merges + <|endoftext|> (50257)
+    int eot_token;           // id of <|endoftext|> (50256), the last id
+    int num_mergeable;       // ids below this are BPE tokens, the rest are special
+    uint8_t *token_bytes;    // every token's raw bytes, back to back
+    uint32_t *token_offset;  // (V+1,) token i is token_bytes[token_offset[i] .. token_offset[i+1])
+    size_t max_token_len;    // bytes of the longest mergeable token
+    int32_t *rank_table;     // open addressing: byte string -> id of a mergeable token, -1 = empty
+    size_t rank_mask;        // number of slots - 1
+    CacheSlot *cache;        // (CACHE_SLOTS,)
+    uint8_t *cache_keys;     // (CACHE_KEY_ARENA,)
+    int32_t *cache_tokens;   // (CACHE_TOKEN_ARENA,)
+    size_t cache_entries, cache_key_used, cache_token_used;
+} Tokenizer;
+
+// FNV-1a: short, good enough for the short byte strings we hash
+static uint64_t hash_bytes(const uint8_t *s, size_t n) {
+    uint64_t h = 14695981039346656037ull;
+    for (size_t i = 0; i < n; i++) { h = (h ^ s[i]) * 1099511628211ull; }
+    return h;
+}
+
+// The public API (tokenizer_init/free/token/encode/decode, and options_default/tokenize_file
+// for the program) has external linkage, so that a program or test including this file may
+// leave parts of it unused without a warning; everything else is static.
+
+// The raw bytes of token id, or NULL (and *len = 0) if id is not in the vocabulary.
+const uint8_t *tokenizer_token(const Tokenizer *t, int id, size_t *len) {
+    if (id < 0 || id >= t->vocab_size) { *len = 0; return NULL; }
+    *len = t->token_offset[id + 1] - t->token_offset[id];
+    return t->token_bytes + t->token_offset[id];
+}
+
+// The rank of a byte string: its token id if it is a mergeable token, else -1.
+// Most of the encoding time goes here.
+static int tokenizer_rank(const Tokenizer *t, const uint8_t *s, size_t n) {
+    if (n > t->max_token_len) { return -1; }
+    size_t slot = (size_t)hash_bytes(s, n) & t->rank_mask;
+    for (;;) {
+        int32_t id = t->rank_table[slot];
+        if (id < 0) { return -1; }
+        size_t len;
+        const uint8_t *tok = tokenizer_token(t, id, &len);
+        if (len == n && memcmp(tok, s, n) == 0) { return id; }
+        slot = (slot + 1) & t->rank_mask;
+    }
+}
+
+static void skip_json_space(const uint8_t *s, size_t *pos) {
+    while (s[*pos] == ' ' || s[*pos] == '\n' || s[*pos] == '\r' || s[*pos] == '\t') { (*pos)++; }
+}
+
+static int hex_value(uint8_t c) {
+    if (c >= '0' && c <= '9') { return c - '0'; }
+    if ((c | 0x20) >= 'a' && (c | 0x20) <= 'f') { return (c | 0x20) - 'a' + 10; }
+    return -1;
+}
+
+// Reads the JSON string at s[*pos] (which must be '"') and appends the bytes its characters
+// stand for in GPT-2's byte alphabet to out. Returns NULL on success, else what is wrong.
+// encoder.json writes most keys with \uXXXX escapes; we accept every JSON escape and raw UTF-8.
+static const char *read_json_token(const uint8_t *s, size_t len, size_t *pos, const ByteAlphabet *a,
+                                   uint8_t *out, size_t *out_len) {
+    if (s[*pos] != '"') { return "expected '\"' to start a key"; }
+    (*pos)++;
+    *out_len = 0;
+    while (*pos < len && s[*pos] != '"') {
+        uint32_t cp;
+        if (s[*pos] == '\\') {
+            uint8_t e = s[*pos + 1];  // safe: the buffer ends in a 0 byte
+            *pos += 2;
+            if (e == '"' || e == '\\' || e == '/') { cp = e; }
+            else if (e == 'b') { cp = '\b'; } else if (e == 'f') { cp = '\f'; }
+            else if (e == 'n') { cp = '\n'; } else if (e == 'r') { cp = '\r'; }
+            else if (e == 't') { cp = '\t'; }
+            else if (e == 'u') {
+                cp = 0;
+                for (int k = 0; k < 4; k++) {
+                    int h = hex_value(s[*pos]);  // stops at the 0 byte at the end at the latest
+                    if (h < 0) { return "bad \\u escape"; }
+                    cp = cp * 16 + (uint32_t)h;
+                    (*pos)++;
+                }
+                // surrogate pairs cannot occur in GPT-2's alphabet (all below U+0144)
+            } else { return "unknown escape in a string"; }
+        } else {
+            size_t n = utf8_decode(s + *pos, len - *pos, &cp);
+            if (n == 0) { return "invalid UTF-8 in a string"; }
+            *pos += n;
+        }
+        if (cp >= BYTE_ALPHABET_SIZE || a->byte_of_codepoint[cp] < 0) {
+            return "a key has a character outside GPT-2's byte alphabet";
+        }
+        if (*out_len == MAX_TOKEN_BYTES) { return "a key is longer than 255 bytes"; }
+        out[(*out_len)++] = (uint8_t)a->byte_of_codepoint[cp];
+    }
+    if (*pos >= len) { return "a string never ends"; }
+    (*pos)++;  // the closing quote
+    return NULL;
+}
+
+// Parses encoder.json, {"token text": id, ...}, into t->token_bytes / t->token_offset.
+// The ids must be exactly 0..V-1, each once. We do not yet know which ids are mergeable.
+static void load_encoder_json(Tokenizer *t, const char *path, const ByteAlphabet *a) {
+    const char *hint = ENCODER_JSON_HINT;
+    size_t len;
+    uint8_t *s = read_whole_file(path, &len, hint);
+    // first pass: collect (id, bytes) pairs in file order into scratch arrays. Every token
+    // takes fewer bytes than its JSON text, so the file size bounds both.
+    size_t max_entries = len / 4 + 1;  // an entry is at least '"x":0,'
+    int32_t *ids = (int32_t *)mallocCheck(max_entries * sizeof(int32_t));
+    uint32_t *offsets = (uint32_t *)mallocCheck((max_entries + 1) * sizeof(uint32_t));
+    uint8_t *bytes = (uint8_t *)mallocCheck(len + 1);
+    size_t num = 0, used = 0, pos = 0;
+    skip_json_space(s, &pos);
+    if (s[pos] != '{') { die_file(path, hint, "not a JSON object (byte %zu)", pos); }
+    pos++;
+    skip_json_space(s, &pos);
+    while (s[pos] != '}') {
+        if (num == max_entries) { die_file(path, hint, "too many entries"); }
+        size_t entry_start = pos, tok_len;
+        const char *err = read_json_token(s, len, &pos, a, bytes + used, &tok_len);
+        if (err != NULL) { die_file(path, hint, "%s (entry %zu, byte %zu)", err, num, entry_start); }
+        skip_json_space(s, &pos);
+        if (s[pos] != ':') { die_file(path, hint, "expected ':' after a key (byte %zu)", pos); }
+        pos++;
+        skip_json_space(s, &pos);
+        if (s[pos] < '0' || s[pos] > '9') { die_file(path, hint, "expected a token id (byte %zu)", pos); }
+        long id = 0;
+        while (s[pos] >= '0' && s[pos] <= '9') {
+            id = id * 10 + (s[pos++] - '0');
+            if (id > 10000000) { die_file(path, hint, "token id too large (byte %zu)", pos); }
+        }
+        ids[num] = (int32_t)id;
+        offsets[num] = (uint32_t)used;
+        used += tok_len;
+        num++;
+        skip_json_space(s, &pos);
+        if (s[pos] == ',') { pos++; skip_json_space(s, &pos); }
+        else if (s[pos] != '}') { die_file(path, hint, "expected ',' or '}' (byte %zu)", pos); }
+    }
+    offsets[num] = (uint32_t)used;
+    if (num == 0) { die_file(path, hint, "no tokens in it"); }
+
+    // second pass: place the tokens in id order, checking that the ids are 0..V-1, each once
+    t->vocab_size = (int)num;
+    t->token_bytes = (uint8_t *)mallocCheck(used);
+    t->token_offset = (uint32_t *)mallocCheck((num + 1) * sizeof(uint32_t));
+    size_t *entry_of_id = (size_t *)mallocCheck(num * sizeof(size_t));
+    for (size_t i = 0; i < num; i++) { entry_of_id[i] = SIZE_MAX; }
+    for (size_t e = 0; e < num; e++) {
+        if ((size_t)ids[e] >= num) {
+            die_file(path, hint, "token id %d is out of range for %zu tokens", ids[e], num);
+        }
+        if (entry_of_id[ids[e]] != SIZE_MAX) { die_file(path, hint, "token id %d appears twice", ids[e]); }
+        entry_of_id[ids[e]] = e;
+    }
+    size_t out = 0;
+    for (size_t id = 0; id < num; id++) {
+        size_t e = entry_of_id[id];
+        t->token_offset[id] = (uint32_t)out;
+        memcpy(t->token_bytes + out, bytes + offsets[e], offsets[e + 1] - offsets[e]);
+        out += offsets[e + 1] - offsets[e];
+    }
+    t->token_offset[num] = (uint32_t)out;
+    free(entry_of_id); free(bytes); free(offsets); free(ids); free(s);
+}
+
+// Reads one space-separated field of a vocab.bpe line as raw bytes; returns 0 if malformed.
+static int read_merge_half(const uint8_t *s, size_t end, size_t *pos, const ByteAlphabet *a,
+                           uint8_t *out, size_t *out_len) {
+    *out_len = 0;
+    while (*pos < end && s[*pos] != ' ') {
+        uint32_t cp;
+        size_t n = utf8_decode(s + *pos, end - *pos, &cp);
+        if (n == 0 || cp >= BYTE_ALPHABET_SIZE || a->byte_of_codepoint[cp] < 0) { return 0; }
+        if (*out_len == MAX_TOKEN_BYTES) { return 0; }
+        out[(*out_len)++] = (uint8_t)a->byte_of_codepoint[cp];
+        *pos += n;
+    }
+    return *out_len > 0;
+}
+
+// vocab.bpe lists the merges in priority order after a "#version" line. tiktoken never uses
+// it to encode, and neither do we: a token's rank is simply its id. But the id-as-rank rule
+// only holds if the files agree, so, like tiktoken's data_gym_to_mergeable_bpe_ranks, we check
+// that ids 0..255 are the single bytes in alphabet order (in tokenizer_init), that merge k
+// ("a b") produces token 256 + k, and that <|endoftext|> is the one id left after the merges.
+static void check_vocab_bpe(Tokenizer *t, const char *path, const ByteAlphabet *a) {
+    const char *hint = "vocab.bpe must be GPT-2's original file, matching encoder.json; "
+                       "-g names the folder holding it";
+    size_t len;
+    uint8_t *s = read_whole_file(path, &len, hint);
+    size_t pos = 0, line = 1;
+    if (strncmp((const char *)s, "#version", 8) != 0) { die_file(path, hint, "line 1 is not a #version line"); }
+    while (pos < len && s[pos] != '\n') { pos++; }
+    int next_id = 256;
+    uint8_t merged[2 * MAX_TOKEN_BYTES];
+    while (pos < len) {
+        pos++;  // past the '\n'
+        line++;
+        size_t end = pos;
+        while (end < len && s[end] != '\n') { end++; }
+        if (end == pos) { continue; }  // blank line (the file ends with one newline)
+        size_t n1, n2;
+        if (!read_merge_half(s, end, &pos, a, merged, &n1) || pos >= end || s[pos++] != ' '
+            || !read_merge_half(s, end, &pos, a, merged + n1, &n2) || pos != end) {
+            die_file(path, hint, "line %zu is not two tokens separated by one space", line);
+        }
+        if (next_id >= t->vocab_size) { die_file(path, hint, "more merges than encoder.json has tokens"); }
+        size_t tok_len;
+        const uint8_t *tok = tokenizer_token(t, next_id, &tok_len);
+        if (tok_len != n1 + n2 || memcmp(tok, merged, tok_len) != 0) {
+            die_file(path, hint, "merge on line %zu does not produce encoder.json's token %d", line, next_id);
+        }
+        next_id++;
+        pos = end;
+    }
+    free(s);
+    t->num_mergeable = next_id;
+    // the only token that is not a merge must be <|endoftext|>, right after the merges
+    size_t eot_len;
+    const uint8_t *eot = tokenizer_token(t, next_id, &eot_len);
+    if (t->vocab_size != next_id + 1 || eot_len != SPECIAL_LEN
+        || memcmp(eot, SPECIAL_TEXT, SPECIAL_LEN) != 0) {
+        die_file(path, hint, "%d merges, but encoder.json's tokens after them are not exactly <|endoftext|>",
+                 next_id - 256);
+    }
+    t->eot_token = next_id;
+}
+
+// Loads GPT-2's vocabulary from dir/encoder.json and dir/vocab.bpe. Exits with a message
+// naming the file on any problem.
+void tokenizer_init(Tokenizer *t, const char *dir) {
+    char encoder_path[MAX_PATH_LEN], vocab_path[MAX_PATH_LEN];
+    path_concat(encoder_path, dir, "/encoder.json");
+    path_concat(vocab_path, dir, "/vocab.bpe");
+    ByteAlphabet alphabet;
+    byte_alphabet_init(&alphabet);
+    memset(t, 0, sizeof(*t));
+    load_encoder_json(t, encoder_path, &alphabet);
+    const char *hint = ENCODER_JSON_HINT;
+    if (t->vocab_size < 257) {
+        die_file(encoder_path, hint, "only %d tokens, not even the 256 bytes + 1", t->vocab_size);
+    }
+    for (int id = 0; id < 256; id++) {
+        size_t len;
+        const uint8_t *tok = tokenizer_token(t, id, &len);
+        if (len != 1 || tok[0] != alphabet.byte_of_rank[id]) {
+            die_file(encoder_path, hint, "token %d is not the single byte 0x%02X that GPT-2's byte "
+                     "order puts there", id, alphabet.byte_of_rank[id]);
+        }
+    }
+    check_vocab_bpe(t, vocab_path, &alphabet);
+
+    // the rank table: a power of two at least twice the mergeable tokens keeps probes short
+    size_t slots = 1;
+    while (slots < 2 * (size_t)t->num_mergeable) { slots *= 2; }
+    t->rank_table = (int32_t *)mallocCheck(slots * sizeof(int32_t));
+    t->rank_mask = slots - 1;
+    for (size_t i = 0; i < slots; i++) { t->rank_table[i] = -1; }
+    t->max_token_len = 0;
+    for (int id = 0; id < t->num_mergeable; id++) {
+        size_t len;
+        const uint8_t *tok = tokenizer_token(t, id, &len);
+        if (tokenizer_rank(t, tok, len) >= 0) { die_file(encoder_path, hint, "token %d's bytes appear twice", id); }
+        size_t slot = (size_t)hash_bytes(tok, len) & t->rank_mask;
+        while (t->rank_table[slot] >= 0) { slot = (slot + 1) & t->rank_mask; }
+        t->rank_table[slot] = id;
+        // tokenizer_rank rejects strings longer than the longest token before hashing, so
+        // max_token_len must grow as we insert (the duplicate check above relies on it)
+        if (len > t->max_token_len) { t->max_token_len = len; }
+    }
+    t->cache = (CacheSlot *)mallocCheck(CACHE_SLOTS * sizeof(CacheSlot));
+    memset(t->cache, 0, CACHE_SLOTS * sizeof(CacheSlot));
+    t->cache_keys = (uint8_t *)mallocCheck(CACHE_KEY_ARENA);
+    t->cache_tokens = (int32_t *)mallocCheck(CACHE_TOKEN_ARENA * sizeof(int32_t));
+    t->cache_entries = t->cache_key_used = t->cache_token_used = 0;
+}
+
+void tokenizer_free(Tokenizer *t) {
+    free(t->token_bytes); free(t->token_offset); free(t->rank_table);
+    free(t->cache); free(t->cache_keys); free(t->cache_tokens);
+    memset(t, 0, sizeof(*t));
+}
+
+// ----------------------------------------------------------------------------
+// byte pair encoding of one piece
+
+// the rank of piece[from .. to)
+static int span_rank(const Tokenizer *t, const uint8_t *piece, size_t from, size_t to) {
+    return tokenizer_rank(t, piece + from, to - from);
+}
+
+// The merge loop, the same algorithm as tiktoken's _byte_pair_merge. The piece is split into
+// parts, part k being piece[start[k] .. start[k+1]); initially every byte is a part.
+// rank[k] is the rank of part k joined with part k+1 (-1: not a token). Each step merges the
+// pair with the lowest rank, the leftmost one on ties, and recomputes the ranks of the two
+// pairs that now contain the merged part. O(n^2) in the piece length, which is fine for words;
+// a piece of many kilobytes (a long run of letters with no space) is slow. TODO: a heap would
+// make that O(n log n), at the cost of the simplicity we want here.
+static size_t bpe_merge(const Tokenizer *t, const uint8_t *piece, size_t n, int32_t *out) {
+    size_t stack_start[CACHE_MAX_PIECE + 2];
+    int stack_rank[CACHE_MAX_PIECE + 2];
+    size_t *start = stack_start;
+    int *rank = stack_rank;
+    if (n > CACHE_MAX_PIECE) {  // only long pieces need the heap
+        start = (size_t *)mallocCheck((n + 1) * sizeof(size_t));
+        rank = (int *)mallocCheck((n + 1) * sizeof(int));
+    }
+    size_t parts = n;  // parts live at 0..parts-1, start[parts] == n
+    for (size_t k = 0; k <= n; k++) { start[k] = k; }
+    for (size_t k = 0; k + 1 < parts; k++) { rank[k] = span_rank(t, piece, k, k + 2); }
+    while (parts > 1) {
+        // find the lowest-ranked pair, leftmost first; most of a cache miss goes here
+        size_t best = SIZE_MAX;
+        for (size_t k = 0; k + 1 < parts; k++) {
+            if (rank[k] >= 0 && (best == SIZE_MAX || rank[k] < rank[best])) { best = k; }
+        }
+        if (best == SIZE_MAX) { break; }
+        // merge parts best and best+1: drop start[best+1] and rank[best+1]
+        // (start has parts + 1 entries, rank has parts - 1)
+        memmove(start + best + 1, start + best + 2, (parts - best - 1) * sizeof(size_t));
+        if (best + 2 < parts) { memmove(rank + best + 1, rank + best + 2, (parts - best - 3) * sizeof(int)); }
+        parts--;
+        // the merged part now pairs with its neighbours; their joins are new strings
+        if (best + 1 < parts) { rank[best] = span_rank(t, piece, start[best], start[best + 2]); }
+        if (best > 0) { rank[best - 1] = span_rank(t, piece, start[best - 1], start[best + 1]); }
+    }
+    // every remaining part is a token: a single byte, or a pair whose join had a rank
+    for (size_t k = 0; k < parts; k++) { out[k] = span_rank(t, piece, start[k], start[k + 1]); }
+    if (start != stack_start) { free(start); free(rank); }
+    return parts;
+}
+
+// Encodes one piece into out and returns the number of tokens.
+static size_t bpe_encode_piece(Tokenizer *t, const uint8_t *piece, size_t n, int32_t *out) {
+    // tiktoken first looks the whole piece up and, if it is a token, takes it without merging.
+    // For GPT-2's vocabulary merging reaches every token anyway (we checked all 50256), so
+    // here it is only a shortcut; with another vocabulary it could change the result.
+    int whole = tokenizer_rank(t, piece, n);
+    if (whole >= 0) { out[0] = whole; return 1; }
+    if (n > CACHE_MAX_PIECE) { return bpe_merge(t, piece, n, out); }
+    // look in the cache before doing the merges
+    uint64_t h = hash_bytes(piece, n);
+    size_t slot = (size_t)h & (CACHE_SLOTS - 1);
+    for (;;) {
+        CacheSlot *c = &t->cache[slot];
+        if (c->key_len == 0) { break; }
+        if (c->key_len == n && memcmp(t->cache_keys + c->key_offset, piece, n) == 0) {
+            memcpy(out, t->cache_tokens + c->token_offset, c->num_tokens * sizeof(int32_t));
+            return c->num_tokens;
+        }
+        slot = (slot + 1) & (CACHE_SLOTS - 1);
+    }
+    size_t num = bpe_merge(t, piece, n, out);
+    // a miss: remember the answer in the empty slot we stopped at, while there is room
+    if (t->cache_entries < CACHE_MAX_ENTRIES && t->cache_key_used + n <= CACHE_KEY_ARENA
+        && t->cache_token_used + num <= CACHE_TOKEN_ARENA) {
+        CacheSlot *c = &t->cache[slot];
+        c->key_offset = (uint32_t)t->cache_key_used;
+        c->token_offset = (uint32_t)t->cache_token_used;
+        c->key_len = (uint8_t)n;
+        c->num_tokens = (uint8_t)num;
+        memcpy(t->cache_keys + t->cache_key_used, piece, n);
+        memcpy(t->cache_tokens + t->cache_token_used, out, num * sizeof(int32_t));
+        t->cache_key_used += n;
+        t->cache_token_used += num;
+        t->cache_entries++;
+    }
+    return num;
+}
+
+// ----------------------------------------------------------------------------
+// encode and decode
+
+// Encodes text with no special tokens: pre-tokenize, then BPE every piece.
+static size_t encode_ordinary(Tokenizer *t, const uint8_t *text, size_t len, int32_t *out) {
+    size_t num = 0;
+    for (size_t i = 0; i < len;) {
+        size_t end = pretoken_end(text, len, i);
+        num += bpe_encode_piece(t, text + i, end - i, out + num);
+        i = end;
+    }
+    return num;
+}
+
+// Encodes text[0..len) into out and returns the number of ids. out needs room for len ids:
+// every token covers at least one byte of the text. With allow_special, each occurrence of
+// "<|endoftext|>" becomes the EOT id and the text between occurrences is encoded on its own
+// (like tiktoken's encode with allowed_special: the regex never sees across a special token);
+// without it that text is ordinary text, like tiktoken's encode_ordinary.
+size_t tokenizer_encode(Tokenizer *t, const uint8_t *text, size_t len, int allow_special, int32_t *out) {
+    if (!allow_special) { return encode_ordinary(t, text, len, out); }
+    size_t num = 0, segment = 0;
+    for (size_t i = 0; i + SPECIAL_LEN <= len; i++) {
+        if (text[i] == '<' && memcmp(text + i, SPECIAL_TEXT, SPECIAL_LEN) == 0) {
+            num += encode_ordinary(t, text + segment, i - segment, out + num);
+            out[num++] = t->eot_token;
+            segment = i + SPECIAL_LEN;
+            i = segment - 1;  // the loop's i++ moves on to segment
+        }
+    }
+    num += encode_ordinary(t, text + segment, len - segment, out + num);
+    return num;
+}
+
+// Writes the bytes of ids[0..n) to out (room for cap bytes) and returns how many it wrote,
+// or SIZE_MAX if an id is not in the vocabulary or out is too small.
+size_t tokenizer_decode(const Tokenizer *t, const int32_t *ids, size_t n, uint8_t *out, size_t cap) {
+    size_t used = 0;
+    for (size_t i = 0; i < n; i++) {
+        size_t len;
+        const uint8_t *tok = tokenizer_token(t, ids[i], &len);
+        if (tok == NULL || len > cap - used) { return SIZE_MAX; }
+        memcpy(out + used, tok, len);
+        used += len;
+    }
+    return used;
+}
+
+// --- end shared-copy: bpe-tokenizer ---
+
+// --- begin shared-copy: alpaca-template ---
+// The instruction template of the fine-tuning chapter (Alpaca's, Taori et al. 2023): the
+// one place it is written down. finetune_lora.c trains on exactly this text, so a model it
+// tuned answers the instruction when prompted the same way (-a 1).
+#define ALPACA_WITH_INPUT                                                                                  \
+    "Below is an instruction that describes a task, paired with an input that provides further context. " \
+    "Write a response that appropriately completes the request.\n\n"                                       \
+    "### Instruction:\n%s\n\n### Input:\n%s\n\n### Response:\n"
+#define ALPACA_NO_INPUT                                                                                    \
+    "Below is an instruction that describes a task. Write a response that appropriately completes the "   \
+    "request.\n\n### Instruction:\n%s\n\n### Response:\n"
+
+// The prompt text for an instruction (and an optional input, NULL or "" for none); malloc'ed.
+char *alpaca_prompt(const char *instruction, const char *input) {
+    int with_input = input != NULL && input[0] != '\0';
+    size_t n = strlen(ALPACA_WITH_INPUT) + strlen(instruction) + (with_input ? strlen(input) : 0) + 1;
+    char *text = (char *)mallocCheck(n);
+    if (with_input) { snprintf(text, n, ALPACA_WITH_INPUT, instruction, input); }
+    else { snprintf(text, n, ALPACA_NO_INPUT, instruction); }
+    return text;
+}
+
+// --- end shared-copy: alpaca-template ---
+
+// --- begin shared-copy: infer-sampling ---
+// ----------------------------------------------------------------------------
+// sampling: temperature, top-k, top-p
+
+typedef struct {
+    float temperature; // 0: greedy (always the most probable token)
+    int top_k;         // keep the k most probable tokens; 0: all
+    float top_p;       // then the fewest most probable tokens whose probabilities sum to >= p; 1: all
+    float *probs;      // (V) scratch
+} Sampler;
+
+typedef struct {
+    float prob;
+    int id;
+} Candidate;
+
+// more probable first; equal probabilities by id, so the order (and the draw) is fixed
+static int candidate_better(Candidate a, Candidate b) { return a.prob > b.prob || (a.prob == b.prob && a.id < b.id); }
+static int candidate_compare(const void *a, const void *b) {
+    Candidate x = *(const Candidate *)a, y = *(const Candidate *)b;
+    return candidate_better(x, y) ? -1 : candidate_better(y, x) ? 1 : 0;
+}
+
+// The tokens a draw chooses from, with their renormalised probabilities, into out (room
+// for V); returns how many. The order of the filters is transformers' (temperature, top-k,
+// top-p, as in its logits warpers), so -t/-k/-p mean what they mean in generate().
+// Top-p (Holtzman et al. 2019, "nucleus sampling") keeps the smallest set of most probable
+// tokens whose probabilities sum to at least p.
+int sample_candidates(const float *logits, int V, Sampler *s, Candidate *out) {
+    int argmax = 0;
+    for (int i = 1; i < V; i++) {
+        if (logits[i] > logits[argmax]) { argmax = i; }
+    }
+    if (s->temperature == 0.0f) {
+        out[0] = (Candidate){1.0f, argmax};
+        return 1;
+    }
+    double sum = 0.0; // softmax(logits / temperature), shifted by the max for stability
+    for (int i = 0; i < V; i++) {
+        s->probs[i] = expf((logits[i] - logits[argmax]) / s->temperature);
+        sum += s->probs[i];
+    }
+    for (int i = 0; i < V; i++) { s->probs[i] = (float)(s->probs[i] / sum); }
+    int n = 0;
+    if (s->top_k > 0 && s->top_k < V) {
+        // the k best through a min-heap of size k: out[0] is the worst kept so far
+        int k = s->top_k;
+        for (int i = 0; i < V; i++) {
+            Candidate c = {s->probs[i], i};
+            if (n < k) { // sift up
+                int at = n++;
+                while (at > 0 && candidate_better(out[(at - 1) / 2], c)) { out[at] = out[(at - 1) / 2]; at = (at - 1) / 2; }
+                out[at] = c;
+            } else if (candidate_better(c, out[0])) { // replace the worst, sift down
+                int at = 0;
+                for (;;) {
+                    int child = 2 * at + 1;
+                    if (child >= k) { break; }
+                    if (child + 1 < k && candidate_better(out[child], out[child + 1])) { child++; }
+                    if (!candidate_better(c, out[child])) { break; }
+                    out[at] = out[child];
+                    at = child;
+                }
+                out[at] = c;
+            }
+        }
+    } else if (s->top_p < 1.0f) {
+        // no token below (1 - p) / (V - 1) can be in the nucleus (all of them together hold
+        // less than 1 - p), so only the others need sorting: a few hundred, not 50257
+        float threshold = (1.0f - s->top_p) / (float)(V > 1 ? V - 1 : 1);
+        for (int i = 0; i < V; i++) {
+            if (s->probs[i] >= threshold) { out[n++] = (Candidate){s->probs[i], i}; }
+        }
+        if (n == 0) { // can only happen when p < 1/V: then the nucleus is the best token
+            out[n++] = (Candidate){s->probs[argmax], argmax};
+        }
+    } else {
+        for (int i = 0; i < V; i++) { out[n++] = (Candidate){s->probs[i], i}; }
+        return n; // the whole distribution, in id order: no sort needed
+    }
+    qsort(out, (size_t)n, sizeof(Candidate), candidate_compare);
+    // the mass top-p takes its share of: what top-k kept, or all of it (1, whatever the
+    // prefilter above dropped)
+    double total = 1.0;
+    if (s->top_k > 0 && s->top_k < V) {
+        total = 0.0;
+        for (int i = 0; i < n; i++) { total += out[i].prob; }
+    }
+    if (s->top_p < 1.0f) {
+        double cumulative = 0.0;
+        int m = 0;
+        while (m < n) {
+            cumulative += out[m++].prob;
+            if (cumulative >= s->top_p * total) { break; }
+        }
+        n = m;
+        total = cumulative;
+    }
+    for (int i = 0; i < n; i++) { out[i].prob = (float)(out[i].prob / total); }
+    return n;
+}
+
+// One token: the candidates, then the first whose cumulative probability passes the coin
+// (uniform in [0, 1)).
+int sample_token(const float *logits, int V, Sampler *s, Candidate *scratch, float coin) {
+    int n = sample_candidates(logits, V, s, scratch);
+    float cdf = 0.0f;
+    for (int i = 0; i < n; i++) {
+        cdf += scratch[i].prob;
+        if (coin < cdf) { return scratch[i].id; }
+    }
+    return scratch[n - 1].id; // rounding left the cdf a hair below 1
+}
+
+// --- end shared-copy: infer-sampling ---
+
+// --- begin shared-copy: infer-sequences ---
+// ----------------------------------------------------------------------------
+// generation: prefill, then decode, for a batch of sequences
+
+// infer.c's random streams (rng_key(seed, stream)): 0..15 the weights of a d<N> model
+// (gpt2-init), then:
+#define STREAM_SAMPLING 16 // subkey: the sequence's index; index: the generated token's
+#define STREAM_BENCH 17    // the benchmark's random prompts
+
+typedef struct {
+    const char *prompt;  // its text (NULL with token ids)
+    int *tokens;         // (max_tokens) the prompt, then what we generate
+    int num_prompt, num_tokens, max_tokens;
+    int done;
+    const char *stop;    // why it stopped
+    char *text;          // the generated text so far (stop strings, output)
+    size_t text_len, text_cap, printed;
+} Sequence;
+
+typedef struct {
+    int max_new;             // tokens to generate at most
+    const char *stop_string; // "" for none
+    int eot_token;           // stop when it is sampled; -1 never
+    uint64_t seed;
+    Sampler sampler;
+    const Tokenizer *tok;    // NULL: token ids in and out
+    FILE *stream;            // print as we go (one sequence), or NULL
+} GenerateOptions;
+
+typedef struct {
+    size_t prompt_tokens, decoded_tokens, steps;
+    double prefill_seconds, first_token_seconds, decode_seconds;
+} GenerateStats;
+
+// prefill: rows per forward pass. Long prompts (and batches of them) go through in chunks,
+// each attending to the cache the chunks before it wrote: same result, bounded memory.
+#define PREFILL_CHUNK 256
+
+void sequence_init(Sequence *s, const char *prompt, const int *tokens, int n, int max_new, int maxT) {
+    memset(s, 0, sizeof(*s));
+    s->prompt = prompt;
+    s->num_prompt = s->num_tokens = n;
+    s->max_tokens = n + max_new < maxT ? n + max_new : maxT;
+    s->tokens = (int *)mallocCheck((size_t)s->max_tokens * sizeof(int));
+    memcpy(s->tokens, tokens, (size_t)n * sizeof(int));
+    s->text_cap = 256;
+    s->text = (char *)mallocCheck(s->text_cap);
+    if (s->max_tokens == n) { s->done = 1; s->stop = "no room in the context"; }
+}
+
+void sequence_free(Sequence *s) {
+    free(s->tokens);
+    free(s->text);
+}
+
+// how many bytes at the end of text could still grow into the stop string
+static size_t stop_prefix_at_end(const char *text, size_t len, const char *stop) {
+    size_t n = strlen(stop);
+    if (n == 0) { return 0; }
+    for (size_t k = n > len + 1 ? len : n - 1; k > 0; k--) {
+        if (memcmp(text + len - k, stop, k) == 0) { return k; }
+    }
+    return 0;
+}
+
+// A sampled token joins its sequence: check the stops, keep the text, stream what is safe
+// to print (never part of what may turn out to be the stop string, which is not printed).
+static void sequence_add(Sequence *s, int token, const GenerateOptions *o) {
+    if (token == o->eot_token) { s->done = 1; s->stop = "<|endoftext|>"; }
+    if (!s->done) {
+        s->tokens[s->num_tokens++] = token;
+        char ids[16];
+        size_t len;
+        const uint8_t *bytes = (const uint8_t *)ids;
+        if (o->tok != NULL) { bytes = tokenizer_token(o->tok, token, &len); }
+        else { len = (size_t)snprintf(ids, sizeof(ids), " %d", token); }
+        if (s->text_len + len + 1 > s->text_cap) {
+            s->text_cap = 2 * (s->text_len + len + 1);
+            s->text = (char *)realloc(s->text, s->text_cap);
+            if (s->text == NULL) { fprintf(stderr, "Error: out of memory for the generated text\n"); exit(EXIT_FAILURE); }
+        }
+        size_t before = s->text_len;
+        memcpy(s->text + s->text_len, bytes, len);
+        s->text_len += len;
+        s->text[s->text_len] = '\0';
+        size_t n = strlen(o->stop_string);
+        if (n > 0) { // search only where the new bytes could complete a match
+            for (size_t at = before >= n - 1 ? before - (n - 1) : 0; at + n <= s->text_len; at++) {
+                if (memcmp(s->text + at, o->stop_string, n) == 0) {
+                    s->text_len = at;
+                    s->text[at] = '\0';
+                    s->done = 1;
+                    s->stop = "the stop string";
+                    break;
+                }
+            }
+        }
+        if (!s->done && s->num_tokens == s->max_tokens) { s->done = 1; s->stop = "the length limit"; }
+    }
+    if (o->stream != NULL) {
+        size_t safe = s->done ? s->text_len : s->text_len - stop_prefix_at_end(s->text, s->text_len, o->stop_string);
+        if (safe > s->printed) {
+            fwrite(s->text + s->printed, 1, safe - s->printed, o->stream);
+            s->printed = safe;
+        }
+        fflush(o->stream);
+    }
+}
+
+static void sample_into(GPT2 *model, Sequence *s, int b, const float *logits, const GenerateOptions *o, Candidate *scratch) {
+    Sampler sampler = o->sampler;
+    float coin = (float)rng_uniform_at(rng_subkey(o->seed, STREAM_SAMPLING, (uint64_t)b), (uint64_t)(s->num_tokens - s->num_prompt));
+    sequence_add(s, sample_token(logits, model->w.config.vocab_size, &sampler, scratch, coin), o);
+}
+
+// --- end shared-copy: infer-sequences ---
+
+// Generates for B sequences at once until each has stopped, as infer.c's generate. Greedy
+// takes the argmax kernel's tokens; other sampling copies the logits back and draws on the
+// host, with infer.c's sampler and the same random numbers.
+void generate(GPT2 *model, Sequence *seqs, int B, const GenerateOptions *o, GenerateStats *stats) {
+    GPT2Config c = model->w.config;
+    int S = 1;
+    size_t total_prompt = 0;
+    for (int b = 0; b < B; b++) {
+        if (seqs[b].max_tokens > S) { S = seqs[b].max_tokens; }
+        total_prompt += (size_t)seqs[b].num_prompt;
+    }
+    if (model->cache_batch < B || model->cache_len < S) { gpt2_allocate_cache(model, B, S); }
+    int rows = PREFILL_CHUNK > B ? PREFILL_CHUNK : B;
+    if (model->max_rows < rows || model->max_logit_rows < B) { gpt2_allocate_rows(model, rows, B); }
+    int *tokens = (int *)mallocCheck(3 * (size_t)rows * sizeof(int)), *seq = tokens + rows, *pos = tokens + 2 * rows;
+    int *logit_rows = (int *)mallocCheck((size_t)B * sizeof(int)), *logit_seq = (int *)mallocCheck((size_t)B * sizeof(int));
+    int greedy = o->sampler.temperature == 0.0f;
+    int *argmax = greedy ? (int *)mallocCheck((size_t)B * sizeof(int)) : NULL;
+    float *logits = greedy ? NULL : (float *)mallocCheck((size_t)B * c.padded_vocab_size * sizeof(float));
+    Candidate *scratch = (Candidate *)mallocCheck((size_t)c.vocab_size * sizeof(Candidate));
+    GenerateOptions opts = *o;
+    opts.sampler.probs = (float *)mallocCheck((size_t)c.vocab_size * sizeof(float));
+    memset(stats, 0, sizeof(*stats));
+    stats->prompt_tokens = total_prompt;
+    for (int b = 0; b < B; b++) { seqs[b].printed = seqs[b].text_len; }
+
+    // prefill: every prompt position, in chunks of rows; logits only at each prompt's end
+    double t0 = wall_seconds();
+    int n = 0, nl = 0;
+    for (int b = 0; b < B; b++) {
+        for (int t = 0; t < seqs[b].num_prompt; t++) {
+            tokens[n] = seqs[b].tokens[t];
+            seq[n] = b;
+            pos[n] = t;
+            if (t == seqs[b].num_prompt - 1 && !seqs[b].done) { logit_rows[nl] = n; logit_seq[nl++] = b; }
+            n++;
+            int last = b == B - 1 && t == seqs[b].num_prompt - 1;
+            if (n == rows || last) {
+                gpt2_forward(model, tokens, seq, pos, n, logit_rows, nl, logits, argmax);
+                for (int j = 0; j < nl; j++) {
+                    Sequence *s = &seqs[logit_seq[j]];
+                    if (greedy) { sequence_add(s, argmax[j], &opts); }
+                    else { sample_into(model, s, logit_seq[j], logits + (size_t)j * c.padded_vocab_size, &opts, scratch); }
+                }
+                n = nl = 0;
+            }
+        }
+    }
+    double t1 = wall_seconds();
+    stats->prefill_seconds = stats->first_token_seconds = t1 - t0;
+
+    // decode: one row per unfinished sequence: its newest token, at its newest position
+    for (;;) {
+        n = 0;
+        for (int b = 0; b < B; b++) {
+            if (seqs[b].done) { continue; }
+            tokens[n] = seqs[b].tokens[seqs[b].num_tokens - 1];
+            seq[n] = b;
+            pos[n] = seqs[b].num_tokens - 1;
+            logit_rows[n] = n;
+            n++;
+        }
+        if (n == 0) { break; }
+        gpt2_forward(model, tokens, seq, pos, n, logit_rows, n, logits, argmax);
+        for (int j = 0; j < n; j++) {
+            if (greedy) { sequence_add(&seqs[seq[j]], argmax[j], &opts); }
+            else { sample_into(model, &seqs[seq[j]], seq[j], logits + (size_t)j * c.padded_vocab_size, &opts, scratch); }
+        }
+        stats->decoded_tokens += (size_t)n;
+        stats->steps++;
+    }
+    stats->decode_seconds = wall_seconds() - t1;
+    free(tokens);
+    free(logit_rows);
+    free(logit_seq);
+    free(argmax);
+    free(logits);
+    free(scratch);
+    free(opts.sampler.probs);
+}
+
+// --- begin shared-copy: infer-reports ---
+// ----------------------------------------------------------------------------
+// reports and the benchmark
+
+void print_model(const GPT2 *model) {
+    GPT2Config c = model->w.config;
+    fprintf(stderr, "model: %s: GPT-2 L=%d C=%d NH=%d V=%d maxT=%d, %.1fM parameters (%.0f MiB in " WEIGHTS_TYPE ")\n",
+            model->w.source, c.num_layers, c.channels, c.num_heads, c.vocab_size, c.max_seq_len,
+            (double)model->w.num_parameters / 1e6, (double)model->w.num_parameters * WEIGHT_BYTES / (1 << 20));
+    fprintf(stderr, "KV cache: %.1f KiB per token (2 x L x C x %zu bytes), %.1f MiB for one full %d-token sequence\n",
+            (double)kv_bytes_per_token(c) / 1024, (size_t)KV_ELEMENT_BYTES, (double)kv_bytes_per_token(c) * c.max_seq_len / (1 << 20), c.max_seq_len);
+}
+
+void print_stats(const GPT2 *model, const Sequence *seqs, int B, const GenerateStats *s) {
+    size_t in_use = 0;
+    for (int b = 0; b < B; b++) { in_use += (size_t)seqs[b].num_tokens; }
+    double per = (double)kv_bytes_per_token(model->w.config);
+    fprintf(stderr, "prefill: %zu prompt tokens in %.1f ms (%.0f tokens/s); time to first token %.1f ms\n",
+            s->prompt_tokens, 1e3 * s->prefill_seconds, s->prompt_tokens / s->prefill_seconds, 1e3 * s->first_token_seconds);
+    if (s->steps > 0) {
+        fprintf(stderr, "decode: %zu tokens in %zu steps, %.1f ms (%.1f tokens/s, %.2f ms per step)\n", s->decoded_tokens,
+                s->steps, 1e3 * s->decode_seconds, s->decoded_tokens / s->decode_seconds, 1e3 * s->decode_seconds / s->steps);
+    }
+    fprintf(stderr, "KV cache: %zu tokens in use = %.2f MiB, %d x %d allocated = %.2f MiB\n", in_use, in_use * per / (1 << 20),
+            model->cache_batch, model->cache_len, (double)model->cache_batch * model->cache_len * per / (1 << 20));
+}
+
+// How prefill and decode scale with the prompt length, the generation length and the
+// batch size, and how the cache grows. Random prompts, greedy, no early stops; each row
+// is one generate() call (after one warm-up call), so TTFT includes the first sampling.
+void bench(GPT2 *model, const int *batches, int nb, const int *prompts, int np, const int *gens, int ng, uint64_t seed) {
+    GPT2Config c = model->w.config;
+    fprintf(stderr, "benchmark on %s; decode is bound by reading the weights (%.0f MiB per step at any batch size)\n",
+            hardware_name(), (double)model->w.num_parameters * WEIGHT_BYTES / (1 << 20));
+    printf("| batch | prompt | generated | TTFT ms | prefill tok/s | decode tok/s | ms/step | KV cache MiB |\n");
+    printf("|------:|-------:|----------:|--------:|--------------:|-------------:|--------:|-------------:|\n");
+    GenerateOptions o = {.max_new = 0, .stop_string = "", .eot_token = -1, .seed = seed,
+                         .sampler = {.temperature = 0.0f, .top_k = 0, .top_p = 1.0f, .probs = NULL}, .tok = NULL, .stream = NULL};
+    uint64_t key = rng_key(seed, STREAM_BENCH);
+    int warmed_up = 0;
+    for (int ib = 0; ib < nb; ib++) {
+        for (int ip = 0; ip < np; ip++) {
+            for (int ig = 0; ig < ng; ig++) {
+                int B = batches[ib], P = prompts[ip], G = gens[ig];
+                if (P + G > c.max_seq_len) {
+                    fprintf(stderr, "skipped: prompt %d + %d generated is beyond the context (%d)\n", P, G, c.max_seq_len);
+                    continue;
+                }
+                int *prompt = (int *)mallocCheck((size_t)P * sizeof(int));
+                Sequence *seqs = (Sequence *)mallocCheck((size_t)B * sizeof(Sequence));
+                GenerateStats s;
+                for (int rep = warmed_up; rep < 2; rep++) { // the very first run warms caches and pages up
+                    for (int b = 0; b < B; b++) {
+                        for (int t = 0; t < P; t++) {
+                            prompt[t] = (int)(rng_uniform_at(key, (uint64_t)(b * P + t)) * c.vocab_size);
+                        }
+                        sequence_init(&seqs[b], NULL, prompt, P, G, c.max_seq_len);
+                    }
+                    o.max_new = G;
+                    generate(model, seqs, B, &o, &s);
+                    size_t in_use = 0;
+                    for (int b = 0; b < B; b++) { in_use += (size_t)seqs[b].num_tokens; sequence_free(&seqs[b]); }
+                    if (rep == 1) {
+                        printf("| %5d | %6d | %9d | %7.1f | %13.0f | %12.1f | %7.2f | %12.2f |\n", B, P, G,
+                               1e3 * s.first_token_seconds, s.prompt_tokens / s.prefill_seconds,
+                               s.steps > 0 ? s.decoded_tokens / s.decode_seconds : 0.0,
+                               s.steps > 0 ? 1e3 * s.decode_seconds / s.steps : 0.0,
+                               (double)in_use * kv_bytes_per_token(c) / (1 << 20));
+                        fflush(stdout);
+                    }
+                }
+                warmed_up = 1;
+                free(prompt);
+                free(seqs);
+            }
+        }
+    }
+}
+// --- end shared-copy: infer-reports ---
+
+// --- begin shared-copy: infer-prompts ---
+// ----------------------------------------------------------------------------
+// prompts from the command line or a file
+
+// -f: one prompt per line. A line that starts with '{' is a JSON object: {"prompt": ...},
+// or {"instruction": ..., "input": ...} (Alpaca's fields; "input" optional) for -a 1;
+// JSON is also how a prompt holds a newline. Blank lines are skipped. Returns the
+// number of prompts; *texts are malloc'ed (already wrapped in the template with -a 1).
+int read_prompts(const char *path, int instruct, char ***texts) {
+    size_t len;
+    uint8_t *data = read_whole_file(path, &len, "-f takes a text file with one prompt per line");
+    int cap = 16, n = 0, line_no = 0;
+    *texts = (char **)mallocCheck((size_t)cap * sizeof(char *));
+    for (size_t start = 0; start < len;) {
+        size_t end = start;
+        while (end < len && data[end] != '\n') { end++; }
+        size_t next = end + 1, stop = end;
+        line_no++;
+        if (stop > start && data[stop - 1] == '\r') { stop--; }
+        data[stop] = '\0';
+        const char *line = (const char *)data + start;
+        start = next;
+        if (stop == (size_t)(line - (const char *)data)) { continue; } // blank
+        if (n == cap) { cap *= 2; *texts = (char **)realloc(*texts, (size_t)cap * sizeof(char *)); }
+        if (*texts == NULL) { die_file(path, NULL, "out of memory"); }
+        if (line[0] != '{') {
+            (*texts)[n++] = instruct ? alpaca_prompt(line, NULL) : strdup(line);
+            continue;
+        }
+        Json j;
+        char err[256];
+        if (json_parse(&j, line, strlen(line), err, sizeof(err)) != 0 || j.tokens[0].type != JSON_OBJECT) {
+            die_file(path, NULL, "line %d starts with '{' but is not a JSON object: %s", line_no, err);
+        }
+        size_t cap_text = strlen(line) + 1; // decoding never makes a string longer
+        char *first = (char *)mallocCheck(cap_text), *second = (char *)mallocCheck(cap_text);
+        int a = json_get(&j, 0, instruct ? "instruction" : "prompt"), b = instruct ? json_get(&j, 0, "input") : -1;
+        if (a < 0 || json_string(&j, a, first, cap_text) < 0) {
+            die_file(path, NULL, "line %d: no string \"%s\"", line_no, instruct ? "instruction" : "prompt");
+        }
+        second[0] = '\0';
+        if (b >= 0 && json_string(&j, b, second, cap_text) < 0) { die_file(path, NULL, "line %d: \"input\" is not a string", line_no); }
+        (*texts)[n++] = instruct ? alpaca_prompt(first, second) : strdup(first);
+        free(first);
+        free(second);
+        json_free(&j);
+    }
+    free(data);
+    if (n == 0) { die_file(path, "-f takes a text file with one prompt per line", "holds no prompt"); }
+    return n;
+}
+
+// "15496, 995" -> ids, for -z 1 (models without GPT-2's vocabulary)
+int parse_ids(const char *s, int V, int *out, const char *what) {
+    int n = 0;
+    while (*s != '\0') {
+        while (*s == ' ' || *s == ',') { s++; }
+        if (*s == '\0') { break; }
+        char *end;
+        long v = strtol(s, &end, 10);
+        if (end == s || v < 0 || v >= V) {
+            fprintf(stderr, "Error: %s: '%.20s' is not a token id in [0, %d)\n", what, s, V);
+            exit(EXIT_FAILURE);
+        }
+        out[n++] = (int)v;
+        s = end;
+    }
+    return n;
+}
+
+// --- end shared-copy: infer-prompts ---
+// ----------------------------------------------------------------------------
+// main
+
+#ifndef TESTING
+// --- begin shared-copy: gpt2-find-checkpoint ---
+// The step of the newest complete checkpoint in out_dir, or -1 if none.
+int find_latest_checkpoint(const char *out_dir) {
+    char pattern[4096];
+    format_path(pattern, sizeof(pattern), "%s/state_*.bin", out_dir);
+    glob_t g;
+    int latest = -1;
+    if (glob(pattern, 0, NULL, &g) == 0) {
+        for (size_t i = 0; i < g.gl_pathc; i++) {
+            const char *name = strrchr(g.gl_pathv[i], '/') + 1;
+            int step;
+            char model_path[4096];
+            if (sscanf(name, "state_%d.bin", &step) != 1) { continue; }
+            format_path(model_path, sizeof(model_path), "%s/model_%08d.bin", out_dir, step);
+            if (access(model_path, R_OK) == 0 && step > latest) { latest = step; }
+        }
+        globfree(&g);
+    }
+    return latest;
+}
+
+// --- end shared-copy: gpt2-find-checkpoint ---
+
+// --- begin shared-copy: infer-options ---
+typedef struct {
+    const char *model, *gpt2_dir, *prompt, *prompts_file, *input, *stop, *export_dir, *out_path, *out_dtype;
+    int instruct, max_new, top_k, ids, bench;
+    float temperature, top_p;
+    long seed;
+    const char *batches, *prompt_lengths, *gen_lengths;
+} Options;
+
+static void print_usage(const Options *d) {
+    printf("Usage: %s [options]      GPT-2 text generation on %s (prefill, KV-cache decode, sampling)\n", PROGRAM, hardware_name());
+    printf("  -m <model>    a checkpoint (.bin, fp32 or bf16), a Hugging Face GPT-2 folder (config.json +\n"
+           "                model.safetensors), or d<N>: a random model [newest log_gpt2/model_*.bin; d12 with -B 1]\n");
+    printf("  -g <dir>      folder of GPT-2's encoder.json and vocab.bpe [%s]\n", d->gpt2_dir);
+    printf("  -i <text>     the prompt; \"\" starts from <|endoftext|> [\"%s\"]\n", d->prompt);
+    printf("  -f <file>     a batch: one prompt per line (a line starting with { is JSON: {\"prompt\": ...})\n");
+    printf("  -a <0|1>      instruction mode: -i (or each line of -f) is an instruction, wrapped in the\n"
+           "                Alpaca template; -f lines may be {\"instruction\": ..., \"input\": ...} [%d]\n", d->instruct);
+    printf("  -c <text>     the instruction's input, for -a 1 with -i [\"%s\"]\n", d->input);
+    printf("  -n <int>      tokens to generate at most (fewer if the context fills up) [%d]\n", d->max_new);
+    printf("  -t <float>    temperature; 0 = greedy [%g]\n", d->temperature);
+    printf("  -k <int>      top-k: sample among the k most probable tokens; 0 = all [%d]\n", d->top_k);
+    printf("  -p <float>    top-p: ... the fewest whose probabilities sum to p; 1 = all [%g]\n", d->top_p);
+    printf("  -s <int>      random seed [%ld]\n", d->seed);
+    printf("  -x <text>     stop string: stop when it appears (it is not printed) [\"%s\"]\n", d->stop);
+    printf("  -z <0|1>      token ids instead of text: -i takes ids (\"15496,995\"), ids are printed [%d]\n", d->ids);
+    printf("  -e <dir>      export the model to a Hugging Face folder (config.json + model.safetensors) and exit\n");
+    printf("  -o <file>     write the model as a checkpoint and exit; -d chooses fp32 (version 3) or bf16 (5) [%s]\n", d->out_dtype);
+    printf("  -B <0|1>      benchmark: sweep batch sizes -b, prompt lengths -l, generation lengths -N [%d]\n", d->bench);
+    printf("  -b <list>     [%s]   -l <list> [%s]   -N <list> [%s]\n", d->batches, d->prompt_lengths, d->gen_lengths);
+    printf("  -h            this help\n");
+    printf("Generated text goes to stdout; the model, timing and memory reports to stderr.\n");
+}
+
+static void usage_error(const char *fmt, const char *arg) {
+    fprintf(stderr, "Error: ");
+    fprintf(stderr, fmt, arg);
+    fprintf(stderr, "\nHINT: %s -h lists every flag\n", PROGRAM);
+    exit(EXIT_FAILURE);
+}
+// --- end shared-copy: infer-options ---
+
+// --- begin shared-copy: parse-int ---
+// a whole-string integer in [lo, 2^31), or a usage error naming the flag
+static long parse_int(const char *flag, const char *s, long lo) {
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno != 0 || end == s || *end != '\0' || v < lo || v > 2147483647L) {
+        char msg[256];
+        snprintf(msg, sizeof(msg), "flag %s needs an integer >= %ld, got '%%s'", flag, lo);
+        usage_error(msg, s);
+    }
+    return v;
+}
+// --- end shared-copy: parse-int ---
+
+// --- begin shared-copy: infer-main ---
+// parses "1,4,16" into up to max positive integers; returns how many, -1 if malformed
+static int parse_list(const char *s, int *out, int max) {
+    int n = 0;
+    while (*s != '\0') {
+        char *end;
+        long v = strtol(s, &end, 10);
+        if (end == s || v <= 0 || v > (1 << 20) || n == max || (*end != ',' && *end != '\0')) { return -1; }
+        out[n++] = (int)v;
+        s = *end == ',' ? end + 1 : end;
+    }
+    return n;
+}
+
+static float parse_float(const char *flag, const char *s) {
+    char *end;
+    errno = 0;
+    float v = strtof(s, &end);
+    if (errno != 0 || end == s || *end != '\0' || !(v >= 0.0f) || isinf(v)) {
+        char msg[256];
+        snprintf(msg, sizeof(msg), "flag %s needs a non-negative number, got '%%s'", flag);
+        usage_error(msg, s);
+    }
+    return v;
+}
+
+int main(int argc, char **argv) {
+    // Defaults: transformers' generate() sampling defaults (temperature 1, top-k 50, top-p 1).
+    Options o = {.model = NULL, .gpt2_dir = "data/gpt2", .prompt = "", .prompts_file = NULL, .input = "",
+                 .stop = "", .export_dir = NULL, .out_path = NULL, .out_dtype = "fp32", .instruct = 0, .max_new = 128,
+                 .top_k = 50, .ids = 0, .bench = 0, .temperature = 1.0f, .top_p = 1.0f, .seed = 1337,
+                 .batches = "1,4,16", .prompt_lengths = "16,128", .gen_lengths = "16,64"};
+    const Options defaults = o;
+    for (int i = 1; i < argc; i += 2) {
+        const char *flag = argv[i];
+        if (strcmp(flag, "-h") == 0) { print_usage(&defaults); return 0; }
+        if (flag[0] != '-' || strlen(flag) != 2) { usage_error("unknown argument '%s'", flag); }
+        if (i + 1 >= argc) { usage_error("flag %s needs a value", flag); }
+        const char *v = argv[i + 1];
+        switch (flag[1]) {
+        case 'm': o.model = v; break;
+        case 'g': o.gpt2_dir = v; break;
+        case 'i': o.prompt = v; break;
+        case 'f': o.prompts_file = v; break;
+        case 'a': o.instruct = (int)parse_int(flag, v, 0); break;
+        case 'c': o.input = v; break;
+        case 'n': o.max_new = (int)parse_int(flag, v, 1); break;
+        case 't': o.temperature = parse_float(flag, v); break;
+        case 'k': o.top_k = (int)parse_int(flag, v, 0); break;
+        case 'p': o.top_p = parse_float(flag, v); break;
+        case 's': o.seed = parse_int(flag, v, 0); break;
+        case 'x': o.stop = v; break;
+        case 'z': o.ids = (int)parse_int(flag, v, 0); break;
+        case 'e': o.export_dir = v; break;
+        case 'o': o.out_path = v; break;
+        case 'd': o.out_dtype = v; break;
+        case 'B': o.bench = (int)parse_int(flag, v, 0); break;
+        case 'b': o.batches = v; break;
+        case 'l': o.prompt_lengths = v; break;
+        case 'N': o.gen_lengths = v; break;
+        default: usage_error("unknown flag %s", flag);
+        }
+    }
+    if (o.instruct > 1 || o.ids > 1 || o.bench > 1) { usage_error("flags -a, -z and -B take 0 or 1%s", ""); }
+    if (o.top_p > 1.0f || o.top_p == 0.0f) { usage_error("-p (top-p) must be in (0, 1]%s", ""); }
+    if (strcmp(o.out_dtype, "fp32") != 0 && strcmp(o.out_dtype, "bf16") != 0) { usage_error("-d takes fp32 or bf16, not '%s'", o.out_dtype); }
+    if (o.ids && (o.instruct || o.stop[0] != '\0')) { usage_error("-z 1 (token ids) works without -a and -x%s", ""); }
+    if (o.instruct && o.prompts_file == NULL && o.prompt[0] == '\0') { usage_error("-a 1 needs an instruction: -i \"...\" (or -f)%s", ""); }
+
+    char latest[4096];
+    if (o.model == NULL && o.bench) { o.model = "d12"; }
+    if (o.model == NULL) {
+        int step = find_latest_checkpoint("log_gpt2");
+        if (step < 0) {
+            fprintf(stderr, "Error: no -m given and no checkpoint in log_gpt2/\n");
+            fprintf(stderr, "HINT: train one (./train_gpt2 -n 100 writes log_gpt2/model_*.bin), or -m a checkpoint or a "
+                    "Hugging Face GPT-2 folder\n");
+            return EXIT_FAILURE;
+        }
+        format_path(latest, sizeof(latest), "log_gpt2/model_%08d.bin", step);
+        o.model = latest;
+    }
+    GPT2 model;
+    gpt2_build(&model, o.model, (uint64_t)o.seed);
+    print_model(&model);
+    GPT2Config c = model.w.config;
+    if (o.export_dir != NULL || o.out_path != NULL) {
+        if (o.export_dir != NULL) {
+            gpt2_export_hf(&model.w, o.export_dir);
+            fprintf(stderr, "wrote %s/config.json and %s/model.safetensors (%s)\n", o.export_dir, o.export_dir,
+                    model.w.from_bf16 ? "BF16" : "F32");
+        }
+        if (o.out_path != NULL) {
+            gpt2_save_checkpoint(&model.w, o.out_path, strcmp(o.out_dtype, "bf16") == 0);
+            fprintf(stderr, "wrote %s (%s)\n", o.out_path, o.out_dtype);
+        }
+        gpt2_free(&model);
+        return 0;
+    }
+    if (o.bench) {
+        int batches[32], prompts[32], gens[32];
+        int nb = parse_list(o.batches, batches, 32), np = parse_list(o.prompt_lengths, prompts, 32);
+        int ng = parse_list(o.gen_lengths, gens, 32);
+        if (nb <= 0 || np <= 0 || ng <= 0) { usage_error("-b, -l and -N take lists of positive integers like 1,4,16%s", ""); }
+        bench(&model, batches, nb, prompts, np, gens, ng, (uint64_t)o.seed);
+        gpt2_free(&model);
+        return 0;
+    }
+
+    // the prompts, as token ids
+    Tokenizer tok;
+    if (!o.ids) {
+        tokenizer_init(&tok, o.gpt2_dir);
+        if (c.vocab_size > tok.vocab_size) {
+            fprintf(stderr, "Error: %s: the model has %d tokens, GPT-2's vocabulary %d: its text cannot be decoded\n",
+                    o.model, c.vocab_size, tok.vocab_size);
+            fprintf(stderr, "HINT: -z 1 works in token ids\n");
+            return EXIT_FAILURE;
+        }
+    }
+    char **texts;
+    int B = 1;
+    if (o.prompts_file != NULL) {
+        B = read_prompts(o.prompts_file, o.instruct, &texts);
+    } else {
+        texts = (char **)mallocCheck(sizeof(char *));
+        texts[0] = o.instruct ? alpaca_prompt(o.prompt, o.input) : strdup(o.prompt);
+    }
+    Sequence *seqs = (Sequence *)mallocCheck((size_t)B * sizeof(Sequence));
+    int eot = o.ids ? (c.vocab_size > 50256 ? 50256 : -1) : tok.eot_token;
+    for (int b = 0; b < B; b++) {
+        size_t len = strlen(texts[b]);
+        int *ids = (int *)mallocCheck((len + 1) * sizeof(int));
+        int n;
+        char what[64];
+        snprintf(what, sizeof(what), "prompt %d", b + 1);
+        if (o.ids) { n = parse_ids(texts[b], c.vocab_size, ids, what); }
+        else { n = (int)tokenizer_encode(&tok, (const uint8_t *)texts[b], len, 1, ids); }
+        if (n == 0) { ids[n++] = eot >= 0 ? eot : 0; } // an empty prompt: start a new document
+        for (int t = 0; t < n; t++) {
+            if (ids[t] >= c.vocab_size) {
+                fprintf(stderr, "Error: %s: token %d is outside the model's vocabulary (%d tokens)\n", what, ids[t], c.vocab_size);
+                return EXIT_FAILURE;
+            }
+        }
+        if (n >= c.max_seq_len) {
+            fprintf(stderr, "Error: %s%s%s is %d tokens long; the model's context is %d tokens, which leaves no room to generate\n",
+                    what, o.prompts_file ? " of " : "", o.prompts_file ? o.prompts_file : "", n, c.max_seq_len);
+            return EXIT_FAILURE;
+        }
+        sequence_init(&seqs[b], texts[b], ids, n, o.max_new, c.max_seq_len);
+        free(ids);
+    }
+    GenerateOptions g = {.max_new = o.max_new, .stop_string = o.stop, .eot_token = eot, .seed = (uint64_t)o.seed,
+                         .sampler = {.temperature = o.temperature, .top_k = o.top_k, .top_p = o.top_p, .probs = NULL},
+                         .tok = o.ids ? NULL : &tok, .stream = B == 1 ? stdout : NULL};
+    // one sequence streams: first the prompt as given (not in instruction mode), then tokens
+    if (B == 1 && !o.instruct) { fputs(o.ids ? texts[0] : seqs[0].prompt, stdout); fflush(stdout); }
+    GenerateStats stats;
+    generate(&model, seqs, B, &g, &stats);
+    for (int b = 0; b < B; b++) {
+        if (B > 1) {
+            printf("--- %d of %d (%d prompt tokens, %d generated, stopped at %s) ---\n", b + 1, B, seqs[b].num_prompt,
+                   seqs[b].num_tokens - seqs[b].num_prompt, seqs[b].stop);
+            if (!o.instruct) { fputs(texts[b], stdout); }
+            fwrite(seqs[b].text, 1, seqs[b].text_len, stdout);
+        }
+        printf("\n");
+    }
+    if (B == 1) {
+        fprintf(stderr, "stopped at %s: %d prompt tokens, %d generated\n", seqs[0].stop, seqs[0].num_prompt,
+                seqs[0].num_tokens - seqs[0].num_prompt);
+    }
+    print_stats(&model, seqs, B, &stats);
+    for (int b = 0; b < B; b++) { sequence_free(&seqs[b]); free(texts[b]); }
+    free(seqs);
+    free(texts);
+    if (!o.ids) { tokenizer_free(&tok); }
+    gpt2_free(&model);
+    return 0;
+}
+// --- end shared-copy: infer-main ---
+#endif

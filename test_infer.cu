@@ -1,0 +1,270 @@
+/*
+test_infer.cu: infer.cu against the transformers fixtures test_infer.c uses, and against
+itself: with and without its CUDA graphs, with its matrix-vector kernels and with cuBLAS.
+
+For each fixture model (V=300, L=2, NH=4, C=64; dev/reference/infer_reference.py), 4
+prompts and the logits transformers computed in float64 at every position of prompt + 64
+greedy tokens:
+  - prefill of every position at once (cuBLAS + epilogue kernels);
+  - decode, token by token from the KV cache (our matrix-vector kernels, replayed from a
+    CUDA graph), against transformers and against the prefill of the same positions;
+  - the same decode launched kernel by kernel: identical bits (the graph is the same work);
+  - greedy generation: the same 64 tokens as transformers, one prompt at a time, the 4 as
+    a batch, and 12 at once (3 copies of each: past GEMV_MAX_ROWS, so decode's matmuls
+    go through cuBLAS inside the graph).
+FP32 builds are held to infer.c's tolerances and its exact greedy tokens. BF16 builds
+read the BF16 fixture (weights exactly representable), but round every activation that
+feeds a matmul (and the KV cache) to bf16: logits move by about 1e-2, and greedy tokens
+can flip where transformers' top two logits are that close, so BF16 checks the logits
+(tolerances measured, below) and reports how many greedy tokens agree.
+
+    make test_infercu && ./test_infercu    (without a GPU: make test runs it emulated)
+*/
+#define TESTING
+#include "infer.cu"
+
+// --- begin shared-copy: gpt2-test-compare ---
+typedef struct {
+    const char *what;
+    float rtol; // relative to the entry
+    float atol; // relative to the largest |ref| of the tensor
+} Tolerance;
+
+
+static int num_passed = 0, num_failed = 0;
+
+static void record(int ok) {
+    if (ok) { num_passed++; } else { num_failed++; }
+}
+
+// A sampled tensor from the fixture: count values at flat indices j*stride.
+typedef struct {
+    int64_t numel, stride, count;
+    float *values;
+} Sampled;
+
+// Compare ours[index(j * stride)] with the sampled reference values. `map`
+// translates a flat index of the reference's layout to ours (the logits differ:
+// (B,T,V) there, (B,T,Vp) here); NULL means identical layouts.
+static void check_tensor(const char *name, const float *ours, const Sampled *ref, Tolerance tol,
+                         size_t (*map)(size_t, const void *), const void *map_ctx) {
+    float max_ref = 0.0f;
+    for (int64_t j = 0; j < ref->count; j++) { max_ref = fmaxf(max_ref, fabsf(ref->values[j])); }
+    float max_abs = 0.0f, max_rel = 0.0f;
+    int64_t bad = 0;
+    for (int64_t j = 0; j < ref->count; j++) {
+        size_t idx = (size_t)(j * ref->stride);
+        float a = ours[map != NULL ? map(idx, map_ctx) : idx], b = ref->values[j];
+        float err = fabsf(a - b);
+        if (!(err <= tol.atol * max_ref + tol.rtol * fabsf(b))) { bad++; } // also catches NaN
+        if (!(err <= max_abs)) { max_abs = err; }
+        float rel = err / fmaxf(fabsf(b), 1e-30f);
+        if (fabsf(b) > 1e-3f * max_ref && !(rel <= max_rel)) { max_rel = rel; } // rel. error of non-tiny entries
+    }
+    printf("%-9s %9lld %10.3e %10.3e %10.3e  ", name, (long long)ref->count, max_ref, max_abs, max_rel);
+    for (int64_t j = 0; j < 2 && j < ref->count; j++) {
+        size_t idx = (size_t)(j * ref->stride);
+        printf("%+.6e/%+.6e ", ours[map != NULL ? map(idx, map_ctx) : idx], ref->values[j]);
+    }
+    printf("%s\n", bad == 0 ? "OK" : "NOT OK");
+    if (bad != 0) { printf("          %lld of %lld entries outside the tolerance\n", (long long)bad, (long long)ref->count); }
+    record(bad == 0);
+}
+
+static void check_scalar(const char *name, float ours, float ref, Tolerance tol) {
+    float err = fabsf(ours - ref);
+    int ok = err <= tol.rtol * fabsf(ref);
+    printf("%-9s ours %.7f ref %.7f abs err %.2e rel err %.2e %s\n", name, ours, ref, err, err / fabsf(ref), ok ? "OK" : "NOT OK");
+    record(ok);
+}
+// --- end shared-copy: gpt2-test-compare ---
+
+static const Tolerance TOL[] = {
+#if defined(ENABLE_FP32)
+    // as test_infer.c (measured here under emulation: the same as infer.c's, ~1e-6 of max|ref|)
+    {"logits", 1e-4f, 1e-5f},
+    {"cached", 1e-4f, 1e-5f},
+#else
+    // measured under emulation: max abs err / max|ref| 1.1e-2 (every matmul input and
+    // the cache rounded to bf16's 8 bits); decode against prefill 1.7e-3. A wrong bias
+    // or a misplaced key moves logits by O(1) of max|ref|, so 5e-2 still catches it.
+    {"logits", 5e-2f, 5e-2f},
+    {"cached", 5e-2f, 2e-2f},
+#endif
+};
+enum { TOL_LOGITS, TOL_CACHED };
+
+// --- begin shared-copy: infer-test-fixture ---
+#define FIXTURES "dev/reference/fixtures/"
+#define INFER_MAGIC 20261130
+
+typedef struct {
+    int P, V, G;
+    int len[16];     // prompt lengths
+    int *tokens[16]; // (len + G) prompt, then the greedy tokens
+    float *logits[16]; // (len + G, V) transformers' logits at every position
+} LogitsFixture;
+
+static void read_logits_fixture(LogitsFixture *f, const char *path) {
+    FILE *fp = fopenCheck(path, "rb");
+    int header[256];
+    freadCheck(header, sizeof(int), 256, fp);
+    if (header[0] != INFER_MAGIC || header[1] != 1 || header[2] < 1 || header[2] > 16) {
+        die_file(path, "make reference regenerates dev/reference/fixtures", "not an infer logits fixture (magic %d)", header[0]);
+    }
+    f->P = header[2];
+    f->V = header[3];
+    f->G = header[4];
+    for (int p = 0; p < f->P; p++) {
+        f->len[p] = header[16 + p];
+        size_t n = (size_t)f->len[p] + f->G;
+        f->tokens[p] = (int *)mallocCheck(n * sizeof(int));
+        f->logits[p] = (float *)mallocCheck(n * f->V * sizeof(float));
+        freadCheck(f->tokens[p], sizeof(int), n, fp);
+        freadCheck(f->logits[p], sizeof(float), n * f->V, fp);
+    }
+    fcloseCheck(fp);
+}
+
+static void free_logits_fixture(LogitsFixture *f) {
+    for (int p = 0; p < f->P; p++) { free(f->tokens[p]); free(f->logits[p]); }
+}
+
+static void check_rows(const char *name, const float *ours, const float *ref, size_t n, Tolerance tol) {
+    Sampled s = {(int64_t)n, 1, (int64_t)n, (float *)ref};
+    check_tensor(name, ours, &s, tol, NULL, NULL);
+}
+
+static void check(const char *name, int ok, const char *detail) {
+    printf("%-40s %s%s%s\n", name, ok ? "OK" : "NOT OK", detail[0] ? ": " : "", detail);
+    record(ok);
+}
+// --- end shared-copy: infer-test-fixture ---
+
+// the logits of all positions of tokens[0..T) in one prefill: (T, V)
+static float *prefill_all(GPT2 *model, const int *tokens, int T) {
+    GPT2Config c = model->w.config;
+    int *seq = (int *)calloc((size_t)T, sizeof(int)), *pos = (int *)mallocCheck((size_t)T * sizeof(int));
+    for (int t = 0; t < T; t++) { pos[t] = t; }
+    float *logits = (float *)mallocCheck((size_t)T * c.padded_vocab_size * sizeof(float));
+    gpt2_allocate_cache(model, 1, T);
+    gpt2_allocate_rows(model, T, T);
+    gpt2_forward(model, tokens, seq, pos, T, pos, T, logits, NULL);
+    float *out = (float *)mallocCheck((size_t)T * c.vocab_size * sizeof(float));
+    for (int t = 0; t < T; t++) { memcpy(out + (size_t)t * c.vocab_size, logits + (size_t)t * c.padded_vocab_size, c.vocab_size * sizeof(float)); }
+    free(logits);
+    free(seq);
+    free(pos);
+    return out;
+}
+
+// the prompt in one prefill, then one token per decode step: the logits after each position
+static float *decode_all(GPT2 *model, const int *tokens, int len, int T) {
+    GPT2Config c = model->w.config;
+    int V = c.vocab_size, Vp = c.padded_vocab_size;
+    int *seq = (int *)calloc((size_t)T, sizeof(int)), *pos = (int *)mallocCheck((size_t)T * sizeof(int));
+    for (int t = 0; t < T; t++) { pos[t] = t; }
+    float *logits = (float *)mallocCheck((size_t)len * Vp * sizeof(float)), *out = (float *)mallocCheck((size_t)T * V * sizeof(float));
+    gpt2_allocate_cache(model, 1, T);
+    gpt2_allocate_rows(model, len, len);
+    gpt2_forward(model, tokens, seq, pos, len, pos, len, logits, NULL);
+    for (int t = 0; t < len; t++) { memcpy(out + (size_t)t * V, logits + (size_t)t * Vp, V * sizeof(float)); }
+    for (int t = len; t < T; t++) {
+        int zero = 0;
+        gpt2_forward(model, tokens + t, seq, pos + t, 1, &zero, 1, logits, NULL);
+        memcpy(out + (size_t)t * V, logits, V * sizeof(float));
+    }
+    free(logits);
+    free(seq);
+    free(pos);
+    return out;
+}
+
+// generate greedily from `copies` copies of each fixture prompt at once; how many of the
+// P x copies sequences got exactly the fixture's tokens
+static int greedy_matches(GPT2 *model, const LogitsFixture *f, int copies, int one_by_one) {
+    int B = f->P * copies, same = 0;
+    Sequence *seqs = (Sequence *)mallocCheck((size_t)B * sizeof(Sequence));
+    GenerateOptions o = {.max_new = f->G, .stop_string = "", .eot_token = -1, .seed = 1,
+                         .sampler = {.temperature = 0.0f, .top_k = 0, .top_p = 1.0f, .probs = NULL}, .tok = NULL, .stream = NULL};
+    GenerateStats stats;
+    for (int b = 0; b < B; b++) {
+        int p = b % f->P;
+        sequence_init(&seqs[b], NULL, f->tokens[p], f->len[p], f->G, model->w.config.max_seq_len);
+        if (one_by_one) { generate(model, &seqs[b], 1, &o, &stats); }
+    }
+    if (!one_by_one) { generate(model, seqs, B, &o, &stats); }
+    for (int b = 0; b < B; b++) {
+        int p = b % f->P, n = f->len[p] + f->G;
+        same += seqs[b].num_tokens == n && memcmp(seqs[b].tokens, f->tokens[p], n * sizeof(int)) == 0;
+        sequence_free(&seqs[b]);
+    }
+    free(seqs);
+    return same;
+}
+
+static void test_fixture(const char *dir, const char *fixture) {
+    printf("\n%s against %s (%s)\n", dir, fixture, WEIGHTS_TYPE);
+    GPT2 model;
+    gpt2_build(&model, dir, 1);
+    LogitsFixture f;
+    read_logits_fixture(&f, fixture);
+    int V = model.w.config.vocab_size;
+    printf("%-9s %9s %10s %10s %10s\n", "tensor", "entries", "max|ref|", "max abs", "max rel");
+    for (int p = 0; p < f.P; p++) {
+        int T = f.len[p] + f.G;
+        char name[32];
+        float *all = prefill_all(&model, f.tokens[p], T);
+        snprintf(name, sizeof(name), "prefill%d", p);
+        check_rows(name, all, f.logits[p], (size_t)T * V, TOL[TOL_LOGITS]);
+        float ours = -INFINITY, ref = -INFINITY; // the largest logit: what greedy picks
+        for (size_t i = 0; i < (size_t)T * V; i++) { ours = fmaxf(ours, all[i]); ref = fmaxf(ref, f.logits[p][i]); }
+        snprintf(name, sizeof(name), "max%d", p);
+        check_scalar(name, ours, ref, (Tolerance){"max", TOL[TOL_LOGITS].rtol + TOL[TOL_LOGITS].atol, 0.0f});
+        float *dec = decode_all(&model, f.tokens[p], f.len[p], T);
+        snprintf(name, sizeof(name), "decode%d", p);
+        check_rows(name, dec, f.logits[p], (size_t)T * V, TOL[TOL_LOGITS]);
+        snprintf(name, sizeof(name), "cached%d", p);
+        check_rows(name, dec + (size_t)f.len[p] * V, all + (size_t)f.len[p] * V, (size_t)f.G * V, TOL[TOL_CACHED]);
+        model.use_graphs = 0; // the same steps, launched one by one
+        float *direct = decode_all(&model, f.tokens[p], f.len[p], T);
+        model.use_graphs = 1;
+        snprintf(name, sizeof(name), "decode%d: graph = one by one", p);
+        check(name, memcmp(direct, dec, (size_t)T * V * sizeof(float)) == 0, "bit for bit");
+        free(all);
+        free(dec);
+        free(direct);
+    }
+    char detail[64];
+    int one = greedy_matches(&model, &f, 1, 1), four = greedy_matches(&model, &f, 1, 0), twelve = greedy_matches(&model, &f, 3, 0);
+#if defined(ENABLE_FP32)
+    snprintf(detail, sizeof(detail), "%d of %d sequences", one, f.P);
+    check("greedy: 64 tokens as transformers'", one == f.P, detail);
+    snprintf(detail, sizeof(detail), "%d of %d sequences", four, f.P);
+    check("greedy, 4 prompts as a batch", four == f.P, detail);
+    snprintf(detail, sizeof(detail), "%d of %d sequences", twelve, 3 * f.P);
+    check("greedy, 12 at once (cuBLAS in the graph)", twelve == 3 * f.P, detail);
+#else
+    printf("greedy (bf16 activations: near ties may flip, not checked): %d, %d and %d of %d, %d and %d sequences as transformers'\n",
+           one, four, twelve, f.P, f.P, 3 * f.P);
+    (void)detail;
+#endif
+    free_logits_fixture(&f);
+    gpt2_free(&model);
+}
+
+int main(void) {
+    int devices = 0;
+    if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
+        printf("no GPU: test_infercu skipped (make test runs it under the CPU emulator)\n0 passed, 0 failed\n");
+        return 0;
+    }
+    printf("device: %s\n", hardware_name());
+#if defined(ENABLE_FP32)
+    test_fixture(FIXTURES "hf_tiny_fp32", FIXTURES "infer_tiny_fp32.bin");
+#else
+    test_fixture(FIXTURES "hf_tiny_bf16", FIXTURES "infer_tiny_bf16.bin");
+#endif
+    printf("\n%d passed, %d failed\n", num_passed, num_failed);
+    return num_failed == 0 ? 0 : 1;
+}
