@@ -1391,6 +1391,10 @@ static int st_fail(char *err, size_t err_size, const char *fmt, ...) {
     return -1;
 }
 
+static int st_compare_name(const void *a, const void *b) {
+    return strcmp((*(const StTensor *const *)a)->name, (*(const StTensor *const *)b)->name);
+}
+
 static int st_compare_begin(const void *a, const void *b) {
     uint64_t x = (*(const StTensor *const *)a)->begin, y = (*(const StTensor *const *)b)->begin;
     return x < y ? -1 : x > y;
@@ -1412,9 +1416,6 @@ static int st_check_entries(SafeTensors *st, const Json *j, StTensor **order, ui
                 if (j->tokens[m].type != JSON_STRING) { return st_fail(err, err_size, "__metadata__ holds a value that is not a string"); }
             }
             continue;
-        }
-        for (int other = 0; other < st->num; other++) {
-            if (strcmp(st->tensors[other].name, t->name) == 0) { return st_fail(err, err_size, "tensor %s appears twice", t->name); }
         }
         if (j->tokens[value].type != JSON_OBJECT) { return st_fail(err, err_size, "tensor %s: entry is not an object", t->name); }
         int dtype = json_get(j, value, "dtype"), shape = json_get(j, value, "shape");
@@ -1458,6 +1459,12 @@ static int st_check_entries(SafeTensors *st, const Json *j, StTensor **order, ui
         }
         order[st->num] = t;
         st->num++;
+    }
+    // no name twice: sorted by name, equal names are neighbours (n log n: a header may
+    // hold millions of entries)
+    qsort(order, (size_t)st->num, sizeof(StTensor *), st_compare_name);
+    for (int k = 1; k < st->num; k++) {
+        if (strcmp(order[k - 1]->name, order[k]->name) == 0) { return st_fail(err, err_size, "tensor %s appears twice", order[k]->name); }
     }
     // the byte ranges, sorted, must tile [0, data_len)
     qsort(order, (size_t)st->num, sizeof(StTensor *), st_compare_begin);
@@ -1650,7 +1657,12 @@ static int hf_tensor_index(const char *name, int *layer) {
     return -2;
 }
 
-// reads tensor t of an open file and widens it to float32
+// the dtypes we read weights from
+static int st_float_dtype(const char *dtype) {
+    return strcmp(dtype, "F32") == 0 || strcmp(dtype, "F16") == 0 || strcmp(dtype, "BF16") == 0 || strcmp(dtype, "F64") == 0;
+}
+
+// reads tensor t (F32, F16, BF16 or F64: st_float_dtype) of an open file and widens it to float32
 static void st_read_floats(FILE *fp, const SafeTensors *st, const StTensor *t, float *out, void *buf, const char *path) {
     size_t n = (size_t)(t->end - t->begin) / t->element_bytes;
     if (fseeko(fp, (off_t)(st->data_start + t->begin), SEEK_SET) != 0) {
@@ -1663,8 +1675,10 @@ static void st_read_floats(FILE *fp, const SafeTensors *st, const StTensor *t, f
         for (size_t i = 0; i < n; i++) { out[i] = bf16_to_float(((const uint16_t *)buf)[i]); }
     } else if (strcmp(t->dtype, "F16") == 0) {
         for (size_t i = 0; i < n; i++) { out[i] = fp16_to_float(((const uint16_t *)buf)[i]); }
-    } else { // F64 (checked by the caller)
+    } else if (strcmp(t->dtype, "F64") == 0) {
         for (size_t i = 0; i < n; i++) { out[i] = (float)((const double *)buf)[i]; }
+    } else {
+        die_file(path, NULL, "tensor %s has dtype %s; we read F32, F16, BF16 and F64", t->name, t->dtype);
     }
 }
 
@@ -1711,8 +1725,14 @@ void gpt2_build_from_hf(GPT2Weights *w, const char *dir) {
         const StTensor *t = &st.tensors[i];
         int layer, k = hf_tensor_index(t->name, &layer);
         if (k == -2) { die_file(weights_path, HF_HINT, "tensor %s is not part of GPT-2", t->name); }
-        if (k == -1) {
-            if (strstr(t->name, "lm_head") != NULL) { lm_head = t; }
+        if (!(k == -1 && strstr(t->name, "lm_head") == NULL) && !st_float_dtype(t->dtype)) {
+            die_file(weights_path, NULL, "tensor %s has dtype %s; we read F32, F16, BF16 and F64", t->name, t->dtype);
+        }
+        if (k == -1) { // lm_head (checked against wte below) or an attention-mask buffer (not a weight)
+            if (strstr(t->name, "lm_head") != NULL) {
+                if (lm_head != NULL) { die_file(weights_path, NULL, "tensors %s and %s are the same weight", lm_head->name, t->name); }
+                lm_head = t;
+            }
             continue;
         }
         if (layer >= L) { die_file(weights_path, NULL, "tensor %s: layer %d, but config.json says n_layer=%d", t->name, layer, L); }
@@ -1731,10 +1751,7 @@ void gpt2_build_from_hf(GPT2Weights *w, const char *dir) {
             die_file(weights_path, NULL, "tensor %s has shape [%s], config.json (L=%d C=%d V=%d maxT=%d) needs [%s]",
                      t->name, got, L, c.channels, c.vocab_size, c.max_seq_len, want);
         }
-        if (strcmp(t->dtype, "F32") != 0 && strcmp(t->dtype, "F16") != 0 && strcmp(t->dtype, "BF16") != 0 &&
-            strcmp(t->dtype, "F64") != 0) {
-            die_file(weights_path, NULL, "tensor %s has dtype %s; we read F32, F16, BF16 and F64", t->name, t->dtype);
-        }
+
         if (t->end - t->begin > largest) { largest = t->end - t->begin; }
         all_bf16 = all_bf16 && strcmp(t->dtype, "BF16") == 0;
     }
@@ -3053,7 +3070,7 @@ void bench(GPT2 *model, const int *batches, int nb, const int *prompts, int np, 
                 for (int rep = warmed_up; rep < 2; rep++) { // the very first run warms caches and pages up
                     for (int b = 0; b < B; b++) {
                         for (int t = 0; t < P; t++) {
-                            prompt[t] = (int)(rng_uniform_at(key, (uint64_t)(b * P + t)) * c.vocab_size);
+                            prompt[t] = (int)(rng_uniform_at(key, (uint64_t)b * P + t) * c.vocab_size);
                         }
                         sequence_init(&seqs[b], NULL, prompt, P, G, c.max_seq_len);
                     }

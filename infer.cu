@@ -442,13 +442,14 @@ __device__ inline void epilogue_apply(const Epilogue e, int n, int o, int OC, fl
 typedef struct __align__(16) { floatX v[VEC]; } Pack;
 
 template <int N>
-__global__ void __launch_bounds__(GEMV_WARPS * 32) gemv_kernel(const floatX *inp, const floatX *weight, Epilogue e, int C, int OC) {
+__global__ void __launch_bounds__(GEMV_WARPS * 32) gemv_kernel(const floatX *inp, const floatX *weight, Epilogue e, int C, int OC,
+                                                               int vectorized) {
     int o = blockIdx.x * GEMV_WARPS + threadIdx.x / 32, lane = threadIdx.x % 32;
     if (o >= OC) { return; }
     const floatX *w = weight + (size_t)o * C;
     float acc[N];
     for (int n = 0; n < N; n++) { acc[n] = 0.0f; }
-    if (C % VEC == 0) { // 16-byte loads (rows start 16-byte aligned when C is a multiple of VEC)
+    if (vectorized) { // 16-byte loads: every row of weight and inp starts 16-byte aligned
         for (int i = lane * VEC; i < C; i += 32 * VEC) {
             Pack wp = *(const Pack *)(w + i);
             for (int n = 0; n < N; n++) {
@@ -480,7 +481,8 @@ __global__ void epilogue_kernel(const float *scratch, Epilogue e, int N, int OC)
 //   1. each thread scores some positions: q . k * scale; the block's max
 //   2. exp(score - max) in place; the block's sum
 //   3. out = sum_t p_t v_t / sum: groups of HS threads split the positions, one channel
-//      a thread, and add their partial sums in shared memory.
+//      a thread, and add their partial sums in shared memory (a head wider than the
+//      block: each thread takes channels in turn over all positions).
 #define ATT_BLOCK 128
 __global__ void __launch_bounds__(ATT_BLOCK) attention_forward_kernel(floatX *out, float *att, const floatX *q,
                                                                       const floatX *key_cache, const floatX *value_cache,
@@ -506,6 +508,15 @@ __global__ void __launch_bounds__(ATT_BLOCK) attention_forward_kernel(floatX *ou
         sum += p;
     }
     sum = block_sum(sum); // (its __syncthreads also makes every score visible to the block)
+    floatX *out_nh = out + (size_t)n * C + h * HS;
+    if (HS > (int)blockDim.x) { // heads wider than the block (no GPT-2 has one): channels in turn
+        for (int i = threadIdx.x; i < HS; i += blockDim.x) {
+            float o = 0.0f;
+            for (int t = 0; t < T; t++) { o += scores[t] * to_float(values[(size_t)t * C + i]); }
+            out_nh[i] = from_float(o / sum);
+        }
+        return;
+    }
     __shared__ float partial[ATT_BLOCK];
     int groups = blockDim.x / HS, g = threadIdx.x / HS, i = threadIdx.x % HS;
     float o = 0.0f;
@@ -517,7 +528,7 @@ __global__ void __launch_bounds__(ATT_BLOCK) attention_forward_kernel(floatX *ou
     if ((int)threadIdx.x < HS) {
         float total = 0.0f;
         for (int k = 0; k < groups; k++) { total += partial[k * HS + threadIdx.x]; }
-        out[(size_t)n * C + h * HS + threadIdx.x] = from_float(total / sum);
+        out_nh[threadIdx.x] = from_float(total / sum);
     }
 }
 
@@ -562,15 +573,17 @@ static inline unsigned ceil_div(size_t n, size_t d) { return (unsigned)((n + d -
 void linear_forward(cublasHandle_t cublas, cudaStream_t stream, const floatX *inp, const floatX *weight, Epilogue e,
                     float *scratch, int N, int C, int OC) {
     unsigned blocks = ceil_div(OC, GEMV_WARPS), threads = GEMV_WARPS * 32;
+    // 16-byte loads need every row to start on 16 bytes: rows of C elements from aligned bases
+    int vectorized = C % VEC == 0 && (uintptr_t)inp % 16 == 0 && (uintptr_t)weight % 16 == 0;
     switch (N) { // the row count a constant in each copy, so the accumulators live in registers
-    case 1: gemv_kernel<1><<<blocks, threads, 0, stream>>>(inp, weight, e, C, OC); break;
-    case 2: gemv_kernel<2><<<blocks, threads, 0, stream>>>(inp, weight, e, C, OC); break;
-    case 3: gemv_kernel<3><<<blocks, threads, 0, stream>>>(inp, weight, e, C, OC); break;
-    case 4: gemv_kernel<4><<<blocks, threads, 0, stream>>>(inp, weight, e, C, OC); break;
-    case 5: gemv_kernel<5><<<blocks, threads, 0, stream>>>(inp, weight, e, C, OC); break;
-    case 6: gemv_kernel<6><<<blocks, threads, 0, stream>>>(inp, weight, e, C, OC); break;
-    case 7: gemv_kernel<7><<<blocks, threads, 0, stream>>>(inp, weight, e, C, OC); break;
-    case 8: gemv_kernel<8><<<blocks, threads, 0, stream>>>(inp, weight, e, C, OC); break;
+    case 1: gemv_kernel<1><<<blocks, threads, 0, stream>>>(inp, weight, e, C, OC, vectorized); break;
+    case 2: gemv_kernel<2><<<blocks, threads, 0, stream>>>(inp, weight, e, C, OC, vectorized); break;
+    case 3: gemv_kernel<3><<<blocks, threads, 0, stream>>>(inp, weight, e, C, OC, vectorized); break;
+    case 4: gemv_kernel<4><<<blocks, threads, 0, stream>>>(inp, weight, e, C, OC, vectorized); break;
+    case 5: gemv_kernel<5><<<blocks, threads, 0, stream>>>(inp, weight, e, C, OC, vectorized); break;
+    case 6: gemv_kernel<6><<<blocks, threads, 0, stream>>>(inp, weight, e, C, OC, vectorized); break;
+    case 7: gemv_kernel<7><<<blocks, threads, 0, stream>>>(inp, weight, e, C, OC, vectorized); break;
+    case 8: gemv_kernel<8><<<blocks, threads, 0, stream>>>(inp, weight, e, C, OC, vectorized); break;
     default: {
         static const float one = 1.0f, zero = 0.0f; // static: a captured graph keeps pointers to them
         int direct = e.kind == EPI_LOGITS && e.bias == NULL; // logits need no epilogue: straight into place
@@ -723,7 +736,8 @@ typedef struct {
 } RowBuffers;
 
 // a decode step captured for n rows, replayed every step with that many sequences going
-#define MAX_GRAPHS 1025
+// (up to 64 sequences: beyond, the matmuls take long enough that launching costs little)
+#define MAX_GRAPHS 65
 typedef struct {
     GPT2Weights w; // the weights as loaded (host, fp32): exports and checkpoints come from here
     DeviceParameters params;
@@ -788,8 +802,10 @@ void gpt2_build(GPT2 *model, const char *source, uint64_t seed) {
     cublasCheck(cublasSetStream(model->cublas, model->stream));
     model->cublas_workspace = cuda_malloc_check(CUBLAS_WORKSPACE, "cuBLAS's workspace");
     cublasCheck(cublasSetWorkspace(model->cublas, model->cublas_workspace, CUBLAS_WORKSPACE));
+#if defined(ENABLE_FP32)
     // fp32 means fp32: no TF32 tensor cores (they would round the inputs to 10 bits)
     cublasCheck(cublasSetMathMode(model->cublas, CUBLAS_PEDANTIC_MATH));
+#endif
     model->use_graphs = 1;
 }
 
@@ -1426,6 +1442,10 @@ static int st_fail(char *err, size_t err_size, const char *fmt, ...) {
     return -1;
 }
 
+static int st_compare_name(const void *a, const void *b) {
+    return strcmp((*(const StTensor *const *)a)->name, (*(const StTensor *const *)b)->name);
+}
+
 static int st_compare_begin(const void *a, const void *b) {
     uint64_t x = (*(const StTensor *const *)a)->begin, y = (*(const StTensor *const *)b)->begin;
     return x < y ? -1 : x > y;
@@ -1447,9 +1467,6 @@ static int st_check_entries(SafeTensors *st, const Json *j, StTensor **order, ui
                 if (j->tokens[m].type != JSON_STRING) { return st_fail(err, err_size, "__metadata__ holds a value that is not a string"); }
             }
             continue;
-        }
-        for (int other = 0; other < st->num; other++) {
-            if (strcmp(st->tensors[other].name, t->name) == 0) { return st_fail(err, err_size, "tensor %s appears twice", t->name); }
         }
         if (j->tokens[value].type != JSON_OBJECT) { return st_fail(err, err_size, "tensor %s: entry is not an object", t->name); }
         int dtype = json_get(j, value, "dtype"), shape = json_get(j, value, "shape");
@@ -1493,6 +1510,12 @@ static int st_check_entries(SafeTensors *st, const Json *j, StTensor **order, ui
         }
         order[st->num] = t;
         st->num++;
+    }
+    // no name twice: sorted by name, equal names are neighbours (n log n: a header may
+    // hold millions of entries)
+    qsort(order, (size_t)st->num, sizeof(StTensor *), st_compare_name);
+    for (int k = 1; k < st->num; k++) {
+        if (strcmp(order[k - 1]->name, order[k]->name) == 0) { return st_fail(err, err_size, "tensor %s appears twice", order[k]->name); }
     }
     // the byte ranges, sorted, must tile [0, data_len)
     qsort(order, (size_t)st->num, sizeof(StTensor *), st_compare_begin);
@@ -1685,7 +1708,12 @@ static int hf_tensor_index(const char *name, int *layer) {
     return -2;
 }
 
-// reads tensor t of an open file and widens it to float32
+// the dtypes we read weights from
+static int st_float_dtype(const char *dtype) {
+    return strcmp(dtype, "F32") == 0 || strcmp(dtype, "F16") == 0 || strcmp(dtype, "BF16") == 0 || strcmp(dtype, "F64") == 0;
+}
+
+// reads tensor t (F32, F16, BF16 or F64: st_float_dtype) of an open file and widens it to float32
 static void st_read_floats(FILE *fp, const SafeTensors *st, const StTensor *t, float *out, void *buf, const char *path) {
     size_t n = (size_t)(t->end - t->begin) / t->element_bytes;
     if (fseeko(fp, (off_t)(st->data_start + t->begin), SEEK_SET) != 0) {
@@ -1698,8 +1726,10 @@ static void st_read_floats(FILE *fp, const SafeTensors *st, const StTensor *t, f
         for (size_t i = 0; i < n; i++) { out[i] = bf16_to_float(((const uint16_t *)buf)[i]); }
     } else if (strcmp(t->dtype, "F16") == 0) {
         for (size_t i = 0; i < n; i++) { out[i] = fp16_to_float(((const uint16_t *)buf)[i]); }
-    } else { // F64 (checked by the caller)
+    } else if (strcmp(t->dtype, "F64") == 0) {
         for (size_t i = 0; i < n; i++) { out[i] = (float)((const double *)buf)[i]; }
+    } else {
+        die_file(path, NULL, "tensor %s has dtype %s; we read F32, F16, BF16 and F64", t->name, t->dtype);
     }
 }
 
@@ -1746,8 +1776,14 @@ void gpt2_build_from_hf(GPT2Weights *w, const char *dir) {
         const StTensor *t = &st.tensors[i];
         int layer, k = hf_tensor_index(t->name, &layer);
         if (k == -2) { die_file(weights_path, HF_HINT, "tensor %s is not part of GPT-2", t->name); }
-        if (k == -1) {
-            if (strstr(t->name, "lm_head") != NULL) { lm_head = t; }
+        if (!(k == -1 && strstr(t->name, "lm_head") == NULL) && !st_float_dtype(t->dtype)) {
+            die_file(weights_path, NULL, "tensor %s has dtype %s; we read F32, F16, BF16 and F64", t->name, t->dtype);
+        }
+        if (k == -1) { // lm_head (checked against wte below) or an attention-mask buffer (not a weight)
+            if (strstr(t->name, "lm_head") != NULL) {
+                if (lm_head != NULL) { die_file(weights_path, NULL, "tensors %s and %s are the same weight", lm_head->name, t->name); }
+                lm_head = t;
+            }
             continue;
         }
         if (layer >= L) { die_file(weights_path, NULL, "tensor %s: layer %d, but config.json says n_layer=%d", t->name, layer, L); }
@@ -1766,10 +1802,7 @@ void gpt2_build_from_hf(GPT2Weights *w, const char *dir) {
             die_file(weights_path, NULL, "tensor %s has shape [%s], config.json (L=%d C=%d V=%d maxT=%d) needs [%s]",
                      t->name, got, L, c.channels, c.vocab_size, c.max_seq_len, want);
         }
-        if (strcmp(t->dtype, "F32") != 0 && strcmp(t->dtype, "F16") != 0 && strcmp(t->dtype, "BF16") != 0 &&
-            strcmp(t->dtype, "F64") != 0) {
-            die_file(weights_path, NULL, "tensor %s has dtype %s; we read F32, F16, BF16 and F64", t->name, t->dtype);
-        }
+
         if (t->end - t->begin > largest) { largest = t->end - t->begin; }
         all_bf16 = all_bf16 && strcmp(t->dtype, "BF16") == 0;
     }
@@ -3095,7 +3128,7 @@ void bench(GPT2 *model, const int *batches, int nb, const int *prompts, int np, 
                 for (int rep = warmed_up; rep < 2; rep++) { // the very first run warms caches and pages up
                     for (int b = 0; b < B; b++) {
                         for (int t = 0; t < P; t++) {
-                            prompt[t] = (int)(rng_uniform_at(key, (uint64_t)(b * P + t)) * c.vocab_size);
+                            prompt[t] = (int)(rng_uniform_at(key, (uint64_t)b * P + t) * c.vocab_size);
                         }
                         sequence_init(&seqs[b], NULL, prompt, P, G, c.max_seq_len);
                     }

@@ -433,6 +433,26 @@ static void test_export(const char *tmp) {
     gpt2_build(&back, dir, 1);
     check("HF folder -> ours: identical weights", params_equal(&model, &back) && !back.w.from_bf16, "");
     gpt2_free(&back);
+    // the Hub's own GPT-2 files name the tensors without "transformer.": the same header
+    // without the prefix (padded with spaces to its old length, so the offsets still hold)
+    {
+        size_t len;
+        snprintf(path, sizeof(path), "%s/model.safetensors", dir);
+        uint8_t *bytes = read_bytes(path, &len);
+        size_t header_len = 0;
+        for (int i = 7; i >= 0; i--) { header_len = (header_len << 8) | bytes[i]; }
+        char *h = (char *)bytes + 8, *out = h;
+        for (size_t i = 0; i < header_len;) {
+            if (i + 12 <= header_len && memcmp(h + i, "transformer.", 12) == 0) { i += 12; continue; }
+            *out++ = h[i++];
+        }
+        while (out < h + header_len) { *out++ = ' '; }
+        write_bytes(path, bytes, len);
+        free(bytes);
+        gpt2_build(&back, dir, 1);
+        check("names without transformer. (as on the Hub)", params_equal(&model, &back), "");
+        gpt2_free(&back);
+    }
     snprintf(path, sizeof(path), "%s/model_v3.bin", tmp);
     gpt2_save_checkpoint(&model.w, path, 0);
     gpt2_build(&back, path, 1);

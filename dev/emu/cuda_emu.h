@@ -259,7 +259,9 @@ namespace emu {
 // Stream capture (CUDA graphs): while a capture is open, launches, async copies and the
 // cuBLAS stand-ins are recorded instead of run, and a graph launch replays them in order,
 // reading and writing memory at replay time, as a GPU does. (One stream: captures do
-// not nest, and a capture must not call a synchronous API, which a GPU refuses too.)
+// not nest, and a capture must not call a synchronous API, which a GPU refuses too.
+// Not emulated: which stream work goes to (everything issued while capturing is
+// captured), and pinned versus pageable host memory, which a GPU's capture tells apart.)
 struct Graph { std::vector<std::function<void()>> ops; };
 inline Graph *capture = nullptr; // the graph being captured, or none
 inline void capture_forbidden(const char *what) {
@@ -338,6 +340,7 @@ inline size_t device_limit() {
 constexpr size_t DEVICE_HEADER = 256; // (keeps the 256-byte alignment cudaMalloc promises)
 }
 template <typename T> inline cudaError_t cudaMalloc(T **p, size_t bytes) {
+    emu::capture_forbidden("cudaMalloc");
     *p = nullptr;
     if (emu::device_limit() != 0 && emu::device_in_use + bytes > emu::device_limit()) { return cudaErrorMemoryAllocation; }
     char *raw = (char *)aligned_alloc(emu::DEVICE_HEADER, emu::DEVICE_HEADER + (bytes + 255) / 256 * 256);
@@ -348,6 +351,7 @@ template <typename T> inline cudaError_t cudaMalloc(T **p, size_t bytes) {
     return cudaSuccess;
 }
 inline cudaError_t cudaFree(void *p) {
+    emu::capture_forbidden("cudaFree");
     if (p == nullptr) { return cudaSuccess; }
     char *raw = (char *)p - emu::DEVICE_HEADER;
     size_t bytes;
@@ -361,7 +365,11 @@ inline cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, cudaMemc
     memcpy(dst, src, bytes);
     return cudaSuccess;
 }
-inline cudaError_t cudaMemset(void *dst, int value, size_t bytes) { memset(dst, value, bytes); return cudaSuccess; }
+inline cudaError_t cudaMemset(void *dst, int value, size_t bytes) {
+    emu::capture_forbidden("cudaMemset");
+    memset(dst, value, bytes);
+    return cudaSuccess;
+}
 inline cudaError_t cudaGetDeviceCount(int *n) { *n = 1; return cudaSuccess; }
 inline cudaError_t cudaSetDevice(int) { return cudaSuccess; }
 inline cudaError_t cudaGetDevice(int *d) { *d = 0; return cudaSuccess; }
@@ -383,6 +391,7 @@ inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int) {
     return cudaSuccess;
 }
 inline cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes) {
+    emu::capture_forbidden("cudaMemGetInfo");
     if (emu::device_limit() != 0) {
         *total_bytes = emu::device_limit();
         *free_bytes = emu::device_limit() - emu::device_in_use;
@@ -416,6 +425,10 @@ inline cudaError_t cudaStreamBeginCapture(cudaStream_t, cudaStreamCaptureMode) {
     return cudaSuccess;
 }
 inline cudaError_t cudaStreamEndCapture(cudaStream_t, cudaGraph_t *graph) {
+    if (emu::capture == nullptr) {
+        fprintf(stderr, "Error: emulation: cudaStreamEndCapture without a capture\n");
+        exit(EXIT_FAILURE);
+    }
     *graph = emu::capture;
     emu::capture = nullptr;
     return cudaSuccess;
@@ -440,6 +453,6 @@ inline cudaError_t cudaEventRecord(cudaEvent_t e, void * = nullptr) {
     *e = ts.tv_sec + 1e-9 * ts.tv_nsec;
     return cudaSuccess;
 }
-inline cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
+inline cudaError_t cudaEventSynchronize(cudaEvent_t) { emu::capture_forbidden("cudaEventSynchronize"); return cudaSuccess; }
 inline cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b) { *ms = (float)((*b - *a) * 1e3); return cudaSuccess; }
 #endif

@@ -40,6 +40,14 @@ same "sampled from the bf16 checkpoint's weights" -m $F/hf_tiny_bf16 -z 1 -s 9 -
 same "text: GPT-2's vocabulary (a random d1), greedy" -m d1 -t 0 -n 24 -i "The meaning of life is"
 same "text: a stop string" -m d1 -t 0 -n 24 -i "The meaning of life is" -x "$(cut -c 30-32 "$TMP/cpu" | head -1)"
 same "text: instruction mode, sampled" -m d1 -a 1 -i "Name three colors." -n 16 -s 2
+# heads of other widths: a d4 model (C=256) with its header's head count set to 2 and 1,
+# so one head is 128 or 256 channels, as wide as the attention kernel's block and wider
+"$CPU" -m d4 -o "$TMP/d4.bin" 2> /dev/null
+for nh in 2 1; do
+    cp "$TMP/d4.bin" "$TMP/d4_nh$nh.bin"
+    printf "\\x0$nh\\x00\\x00\\x00" | dd of="$TMP/d4_nh$nh.bin" bs=1 seek=20 conv=notrunc status=none # header[5] = NH
+    same "heads of $((256 / nh)) channels (d4 with NH=$nh)" -m "$TMP/d4_nh$nh.bin" -z 1 -t 0 -n 6 -i "1,2,3"
+done
 # the shared code: exports are the same bytes
 "$CPU" -m $F/gpt2_tiny_model.bin -e "$TMP/cpu_export" 2> /dev/null && "$FP32" -m $F/gpt2_tiny_model.bin -e "$TMP/gpu_export" 2> /dev/null &&
     cmp -s "$TMP/cpu_export/model.safetensors" "$TMP/gpu_export/model.safetensors" && ok "-e: the same folder" || not_ok "-e differs"
