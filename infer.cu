@@ -310,9 +310,12 @@ static const char *hardware_name(void) {
     if (name[0] == '\0') {
         cudaDeviceProp prop;
         int device = 0;
-        cudaCheck(cudaGetDevice(&device));
-        cudaCheck(cudaGetDeviceProperties(&prop, device));
-        snprintf(name, sizeof(name), "%s", prop.name);
+        if (cudaGetDevice(&device) == cudaSuccess && cudaGetDeviceProperties(&prop, device) == cudaSuccess) {
+            snprintf(name, sizeof(name), "%s", prop.name);
+        } else {
+            cudaGetLastError(); // (clear it: this is only for a report)
+            snprintf(name, sizeof(name), "a GPU (none found)");
+        }
     }
     return name;
 }
@@ -784,6 +787,13 @@ static void gpt2_drop_graphs(GPT2 *model) {
 // The model from -m, its weights uploaded in floatX; no cache and no buffers yet.
 void gpt2_build(GPT2 *model, const char *source, uint64_t seed) {
     memset(model, 0, sizeof(*model));
+    int devices = 0;
+    cudaError_t err = cudaGetDeviceCount(&devices);
+    if (err != cudaSuccess || devices == 0) {
+        fprintf(stderr, "Error: no CUDA GPU found (%s)\nHINT: ./infer runs the same on the CPU\n",
+                err != cudaSuccess ? cudaGetErrorString(err) : "0 devices");
+        exit(EXIT_FAILURE);
+    }
     gpt2_weights_build(&model->w, source, seed);
     size_t n = model->w.num_parameters;
     model->params_memory = (floatX *)cuda_malloc_check(n * sizeof(floatX), "the weights");
