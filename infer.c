@@ -2867,7 +2867,7 @@ void sequence_init(Sequence *s, const char *prompt, const int *tokens, int n, in
     memset(s, 0, sizeof(*s));
     s->prompt = prompt;
     s->num_prompt = s->num_tokens = n;
-    s->max_tokens = n + max_new < maxT ? n + max_new : maxT;
+    s->max_tokens = (long)n + max_new < maxT ? n + max_new : maxT; // (long: -n may be up to 2^31 - 1)
     s->tokens = (int *)mallocCheck((size_t)s->max_tokens * sizeof(int));
     memcpy(s->tokens, tokens, (size_t)n * sizeof(int));
     s->text_cap = 256;
