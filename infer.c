@@ -2838,6 +2838,7 @@ typedef struct {
     const char *prompt;  // its text (NULL with token ids)
     int *tokens;         // (max_tokens) the prompt, then what we generate
     int num_prompt, num_tokens, max_tokens;
+    int context_full;    // max_tokens is the model's context, not the length asked for
     int done;
     const char *stop;    // why it stopped
     char *text;          // the generated text so far (stop strings, output)
@@ -2868,6 +2869,7 @@ void sequence_init(Sequence *s, const char *prompt, const int *tokens, int n, in
     s->prompt = prompt;
     s->num_prompt = s->num_tokens = n;
     s->max_tokens = (long)n + max_new < maxT ? n + max_new : maxT; // (long: -n may be up to 2^31 - 1)
+    s->context_full = (long)n + max_new > maxT;
     s->tokens = (int *)mallocCheck((size_t)s->max_tokens * sizeof(int));
     memcpy(s->tokens, tokens, (size_t)n * sizeof(int));
     s->text_cap = 256;
@@ -2922,7 +2924,10 @@ static void sequence_add(Sequence *s, int token, const GenerateOptions *o) {
                 }
             }
         }
-        if (!s->done && s->num_tokens == s->max_tokens) { s->done = 1; s->stop = "the length limit"; }
+        if (!s->done && s->num_tokens == s->max_tokens) {
+            s->done = 1;
+            s->stop = s->context_full ? "the end of the model's context" : "the length limit";
+        }
     }
     if (o->stream != NULL) {
         size_t safe = s->done ? s->text_len : s->text_len - stop_prefix_at_end(s->text, s->text_len, o->stop_string);

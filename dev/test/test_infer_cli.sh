@@ -66,7 +66,7 @@ if [ "$(sed -n 2p "$TMP/batch")" = "$a" ] && [ "$(sed -n 4p "$TMP/batch")" = "$b
     ok "a batch from -f (a blank line, a JSON line) gives each prompt its text alone"
 else not_ok "batch vs single:"; cat "$TMP/batch"; echo "$a"; echo "$b"; fi
 out=$(run -m $F/gpt2_tiny_model.bin -z 1 -t 0 -n 100 -i "$(seq -s, 1 30)")
-[ "$(echo "$out" | wc -w)" = 3 ] && grep -q "stopped at the length limit: 30 prompt tokens, 2 generated" "$TMP/stderr" && ok "the context (32) caps the generation: 2 tokens" || { not_ok "context cap"; echo "$out"; cat "$TMP/stderr"; }
+[ "$(echo "$out" | wc -w)" = 3 ] && grep -q "stopped at the end of the model's context: 30 prompt tokens, 2 generated" "$TMP/stderr" && ok "the context (32) caps the generation: 2 tokens" || { not_ok "context cap"; echo "$out"; cat "$TMP/stderr"; }
 grep -q "KV cache: 32 tokens in use = 0.03 MiB" "$TMP/stderr" && grep -q "time to first token" "$TMP/stderr" && ok "reports: time to first token, KV cache in use" || { not_ok "reports"; cat "$TMP/stderr"; }
 
 # --- text: seeds, stop strings, instruction mode (a random d1 model, GPT-2's vocabulary)
