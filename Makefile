@@ -131,16 +131,17 @@ infer: infer.c
 	$(CC) $(CFLAGS) $(OMP_FLAGS) $< $(LDLIBS) -o $@
 
 # --- CUDA: the first GPU programs (dev/) -------------------------------------------
-# the kernel ladders of train_gpt2.cu's kernels (dev/cuda/<op>.cu), in PRECISION
+# the kernel ladders of train_gpt2.cu's kernels and infer.cu's gemv (dev/cuda/<op>.cu), in PRECISION
 LADDERS = encoder_forward encoder_backward layernorm_forward layernorm_backward causal_softmax softmax_backward gelu \
-          fused_classifier adamw
+          fused_classifier adamw gemv
 CUDA_PROGRAMS := train_gpt2cu train_gpt2cu_fp32 train_gpt2cu_fp16 test_gpt2cu test_gpt2cu_fp32 test_gpt2cu_fp16 train_mlpcu \
                  infercu infercu_fp32 test_infercu test_infercu_fp32 \
                  dev/check_env dev/cuda/vector_add dev/cuda/matmul $(addprefix dev/cuda/,$(LADDERS)) dev/emu/test_emu \
                  $(if $(and $(CUDNN_HOME),$(CUDNN_FRONTEND_PATH)),train_gpt2cu_cudnn test_gpt2cu_cudnn dev/cuda/attention_cudnn)
-# (the ladders know fp32 and bf16: PRECISION=FP16 builds them in bf16)
+# (the ladders know fp32 and bf16: PRECISION=FP16 builds them in bf16; all link cuBLAS,
+# which gemv.cu times as its yardstick)
 $(addprefix dev/cuda/,$(LADDERS)): dev/cuda/%: dev/cuda/%.cu dev/cuda/common.h dev/cuda/precision.h
-	$(NVCC) $(NVCC_FLAGS) -DENABLE_$(if $(filter FP16,$(PRECISION)),BF16,$(PRECISION)) $< -o $@
+	$(NVCC) $(NVCC_FLAGS) -DENABLE_$(if $(filter FP16,$(PRECISION)),BF16,$(PRECISION)) $< -lcublas -o $@
 $(addprefix dev/emu/,$(addsuffix _cpu,$(LADDERS))): dev/emu/%_cpu: dev/cuda/%.cu dev/cuda/common.h dev/cuda/precision.h $(EMU)
 	bash dev/emu/emu_build.sh $< $@ -DENABLE_BF16
 # the GPU trainer, in the precision PRECISION chooses, and in FP32
@@ -277,6 +278,7 @@ TESTS = ./test_gpt2 \
         "./dev/emu/softmax_backward_cpu -c" \
         "./dev/emu/gelu_cpu -c" \
         "./dev/emu/adamw_cpu -c" \
+        "./dev/emu/gemv_cpu -c" \
         "bash dev/test/test_train_mlp_cuda.sh ./dev/emu/train_mlpcu_cpu ./train_mlp" \
         ./dev/emu/test_gpt2cu_fp32_cpu \
         ./dev/emu/test_gpt2cu_bf16_cpu \

@@ -76,7 +76,7 @@ build() {
         for p in BF16:test_infercu FP32:test_infercu_fp32; do nvcc $f -DENABLE_${p%%:*} -Xcompiler -fopenmp test_infer.cu -lcublas -lgomp -o ${p#*:} || exit 1; done &&
         cc -O3 -march=native -fno-trapping-math -Wall -Wextra -fopenmp infer.c -lm -o infer &&
         cc -O3 -Wall -Wextra -std=c11 data/tokenizer.c -o data/tokenizer && ./data/tokenizer &&
-        for l in $LADDERS; do nvcc $f -DENABLE_BF16 dev/cuda/$l.cu -o dev/cuda/$l || exit 1; done &&
+        for l in $LADDERS; do nvcc $f -DENABLE_BF16 dev/cuda/$l.cu -lcublas -o dev/cuda/$l || exit 1; done &&
         nvcc $f dev/check_env.cu -o dev/check_env && nvcc $f dev/cuda/vector_add.cu -o dev/cuda/vector_add &&
         nvcc $f dev/cuda/matmul.cu -lcublas -o dev/cuda/matmul && nvcc $f dev/emu/test_emu.cu -o dev/emu/test_emu &&
         cc -O3 -march=native -fno-trapping-math -Wall -Wextra ${ZLIB_CFLAGS:-} -fopenmp train_mlp.c -lm ${ZLIB_LIBS:--lz} -o train_mlp
