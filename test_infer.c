@@ -277,7 +277,7 @@ static void check_greedy(GPT2 *model, const LogitsFixture *f, int batched, const
     record(same);
 }
 
-static void test_hf_fixture(const char *dir, const char *fixture, int exact_greedy) {
+static void test_hf_fixture(const char *dir, const char *fixture) {
     printf("\n%s against %s\n", dir, fixture);
     GPT2 model;
     gpt2_build(&model, dir, 1);
@@ -321,22 +321,12 @@ static void test_hf_fixture(const char *dir, const char *fixture, int exact_gree
         free(seq);
         free(pos);
     }
-    if (exact_greedy) {
-        check_greedy(&model, &f, 0, "greedy: 64 tokens as transformers'");
-        check_greedy(&model, &f, 1, "greedy, the 4 prompts as one batch");
-    } else { // bf16/fp16: transformers' greedy tokens were computed in float64 from the same
-             // rounded weights, but their margins were not checked: report only
-        Sequence s;
-        GenerateOptions o = greedy_options(-1);
-        GenerateStats stats;
-        o.max_new = f.G;
-        sequence_init(&s, NULL, f.tokens[0], f.len[0], f.G, model.w.config.max_seq_len);
-        generate(&model, &s, 1, &o, &stats);
-        int same = 0;
-        while (same < f.G && s.tokens[f.len[0] + same] == f.tokens[0][f.len[0] + same]) { same++; }
-        printf("greedy (not checked: near ties possible)  %d of %d tokens as transformers'\n", same, f.G);
-        sequence_free(&s);
-    }
+    // transformers' greedy tokens come from float64 on the same weights (for BF16 and F16
+    // the rounded ones, exactly what we load); its smallest top-2 gap over the 256 steps is
+    // 1.4e-3 (F32), 1.9e-3 (BF16) and 2.6e-3 (F16), and our fp32 logits are within ~1e-5:
+    // the tokens must be the same
+    check_greedy(&model, &f, 0, "greedy: 64 tokens as transformers'");
+    check_greedy(&model, &f, 1, "greedy, the 4 prompts as one batch");
     free_logits_fixture(&f);
     gpt2_free(&model);
 }
@@ -891,9 +881,9 @@ int main(void) {
     test_json();
     test_safetensors();
     test_sampling();
-    test_hf_fixture(FIXTURES "hf_tiny_fp32", FIXTURES "infer_tiny_fp32.bin", 1);
-    test_hf_fixture(FIXTURES "hf_tiny_bf16", FIXTURES "infer_tiny_bf16.bin", 0);
-    test_hf_fixture(FIXTURES "hf_tiny_fp16", FIXTURES "infer_tiny_fp16.bin", 0);
+    test_hf_fixture(FIXTURES "hf_tiny_fp32", FIXTURES "infer_tiny_fp32.bin");
+    test_hf_fixture(FIXTURES "hf_tiny_bf16", FIXTURES "infer_tiny_bf16.bin");
+    test_hf_fixture(FIXTURES "hf_tiny_fp16", FIXTURES "infer_tiny_fp16.bin");
     test_layouts();
     test_export(tmp);
     test_generation();
