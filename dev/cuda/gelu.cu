@@ -180,8 +180,8 @@ __global__ void gelu_backward_kernel23(floatX *dinp, const floatX *inp, const fl
 
 // ----------------------------------------------------------------------------
 // the launchers: variant and block size first, then gelu_forward's and gelu_backward's
-// own arguments. Kernels are picked as pointers: a template's <...> in front of <<< >>>
-// would not survive the emulator's rewriting of launches.
+// own arguments. Kernels are picked as pointers, so that one launch line serves all of
+// a variant's template instances.
 
 static const char *variant_names[4] = {"", "1 trainer (thread/elem)", "2 thread/16-byte pack", "3 packs, sigmoid form"};
 typedef void (*forward_kernel)(floatX *, const floatX *, size_t);

@@ -320,8 +320,7 @@ static const char *unsupported(int variant, int C) {
 
 // The fewest packs a lane that hold a row of C channels, from the sizes compiled: 3, 6, 7
 // and 13 fit GPT-2 small (C = 768) and XL (1600) exactly in bf16 and in fp32. Kernels are
-// picked as pointers: a template's <...> in front of <<< >>> would not survive the
-// emulator's rewriting of launches.
+// picked as pointers, so that one launch line serves all template instances.
 static int packs_per_lane(int C) {
     int need = (int)ceil_div(C / PACK, 32);
     const int sizes[] = {1, 2, 3, 4, 6, 7, 8, 13, 16};

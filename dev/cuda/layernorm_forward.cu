@@ -237,8 +237,7 @@ static const char *unsupported(int variant, int C) {
 }
 
 // The kernel of variant v for rows of C channels and blocks of `block` threads. Kernels
-// are picked as pointers: a template's <...> in front of <<< >>> would not survive the
-// emulator's rewriting of launches. Each variant takes the smallest register array that
+// are picked as pointers, so that one launch line serves all template instances. Each variant takes the smallest register array that
 // holds its part of the row; 24 values and 3 packs a lane fit GPT-2 small's C = 768
 // exactly, where the next size up would cost 15-20% more registers.
 static layernorm_kernel layernorm_kernel_for(int variant, int block, int C) {
