@@ -16,7 +16,7 @@ the GPU:
   - attention of each (row, head) over its sequence's cached keys and values: a block per
     pair, scores in an fp32 scratch, softmax, then the weighted values;
   - the decode step captured once per batch size in a CUDA graph and replayed: the
-    ~75 launches of a step cost one launch, which at this size is most of the time
+    ~90 launches of a step (7 a layer) cost one launch, which at this size is most of the time
     (all its inputs, the tokens and positions, are read from device buffers, so one
     graph serves every step);
   - greedy sampling as an argmax kernel (one int per sequence comes back); other
