@@ -192,7 +192,7 @@ inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d,
     long long k = (long long)(d->transa == CUBLAS_OP_N ? Ad->cols : Ad->rows);
     uint32_t e = d->epilogue;
     for (int p = 0; p < Dd->batch; p++) {
-        #pragma omp parallel for collapse(2)
+        #pragma omp parallel for collapse(2) if ((double)m * n * k > EMU_PARALLEL_WORK)
         for (long long j = 0; j < n; j++) {
             for (long long i = 0; i < m; i++) {
                 double sum = 0.0;

@@ -33,6 +33,10 @@ inline cublasStatus_t cublasSetMathMode(cublasHandle_t h, cublasMath_t mode) { h
 inline cublasStatus_t cublasSetStream(cublasHandle_t, void *) { return CUBLAS_STATUS_SUCCESS; }
 inline cublasStatus_t cublasSetWorkspace(cublasHandle_t, void *, size_t) { return CUBLAS_STATUS_SUCCESS; }
 
+// Below this many multiply-adds a matmul runs on one thread: starting OpenMP's team costs
+// more than the work, and its spinning threads slow everything on a busy machine.
+#define EMU_PARALLEL_WORK 4e6
+
 namespace emu {
 // C (m, n) = alpha op(A) (m, k) op(B) (k, n) + beta C, column-major; beta = 0
 // overwrites C without reading it, as cuBLAS does (C may hold NaN garbage)
@@ -46,7 +50,7 @@ inline cublasStatus_t gemm_f32(cublasOperation_t ta, cublasOperation_t tb, int m
     for (int p = 0; p < batch; p++) {
         const float *a = A + p * sa, *b = B + p * sb;
         float *c = C + p * sc;
-        #pragma omp parallel for collapse(2)
+        #pragma omp parallel for collapse(2) if ((double)m * n * k > EMU_PARALLEL_WORK)
         for (int j = 0; j < n; j++) {
             for (int i = 0; i < m; i++) {
                 double sum = 0.0;
@@ -91,7 +95,7 @@ inline cublasStatus_t gemm_ex(cublasOperation_t ta, cublasOperation_t tb, int m,
         return CUBLAS_STATUS_INVALID_VALUE;
     }
     for (int p = 0; p < batch; p++) {
-        #pragma omp parallel for collapse(2)
+        #pragma omp parallel for collapse(2) if ((double)m * n * k > EMU_PARALLEL_WORK)
         for (int j = 0; j < n; j++) {
             for (int i = 0; i < m; i++) {
                 double sum = 0.0;
