@@ -29,7 +29,7 @@ Build and run:
     make infercu PRECISION=FP32                                   # fp32 (also built as infercu_fp32)
     ./infercu -m d12 -B 1 -b 1,8,64                               # the benchmark
 Without a GPU, make test runs this file through the CPU emulator (dev/emu) and compares
-it with infer.c.
+it with infer.c. Debug builds add -DGUARD_BYTES=256 (guard bands after every tensor, below).
 
 Sizes: as infer.c. B sequences, S positions of cache per sequence, N rows of a forward
 pass, NL rows with logits, C channels, NH heads, HS = C/NH, V, Vp, L, maxT.
@@ -53,6 +53,15 @@ pass, NL rows with logits, C channels, NH heads, HS = C/NH, V, Vp, L, maxT.
 #include <cublas_v2.h>
 
 #define PROGRAM "./infercu" // in messages: how the user runs this program
+
+// Debug builds (make test's emulated ones) pass -DGUARD_BYTES=256: every tensor carved out
+// of one GPU allocation (the weights, each layer's keys and values, the row buffers) is
+// then followed by a guard band of 0xFF bytes, checked after every forward pass, so that a
+// kernel writing past the end of its tensor is caught on the step it does (guard_check).
+// 0: no bands, no checks, and the memory laid out exactly as without them.
+#ifndef GUARD_BYTES
+#define GUARD_BYTES 0
+#endif
 
 // Most of this file's host code is shared, verbatim, with infer.c (the marked blocks), and
 // a shared block may hold a helper that this program does not call: nvcc's "declared but
@@ -723,7 +732,7 @@ typedef struct {
         *lnfw, *lnfb;
 } DeviceParameters;
 
-// One forward pass's GPU buffers, for up to N rows (NL of them with logits).
+// One forward pass's GPU buffers, for up to N rows (NL of them with logits): one allocation.
 typedef struct {
     int *tokens, *seq, *pos; // (N) the rows: token, sequence, position
     int *logit_rows;         // (NL) which rows get logits
@@ -737,6 +746,22 @@ typedef struct {
     float *att;              // (N, NH, S) attention scores
     float *logits;           // (NL, Vp)
 } RowBuffers;
+#define NUM_ROW_BUFFERS 13
+static const char *const ROW_BUFFER_NAMES[NUM_ROW_BUFFERS] = {
+    "tokens", "seq", "pos", "logit_rows", "argmax", "residual", "ln", "q", "atty", "fch", "scratch", "att", "logits"};
+
+// Tensors carved out of one GPU allocation (the weights; the KV cache, a slice per layer
+// for keys, then one per layer for values; the row buffers). Tensor k is bytes [begin[k],
+// end[k]) of memory. With GUARD_BYTES > 0, the bytes from its end to where the next one
+// begins (or the allocation ends) are its guard band: 0xFF, and checked after every pass.
+typedef struct {
+    const char *group;        // for messages: "weight", "KV cache", "row buffer"
+    const char *const *names; // (n) the tensors' names; NULL for the KV cache's slices
+    int n;
+    size_t *begin, *end;      // (n) bytes from memory
+    size_t bytes;             // the allocation's
+    char *memory;
+} DeviceTable;
 
 // a decode step captured for n rows, replayed every step with that many sequences going
 // (up to 64 sequences: beyond, the matmuls take long enough that launching costs little)
@@ -744,13 +769,14 @@ typedef struct {
 typedef struct {
     GPT2Weights w; // the weights as loaded (host, fp32): exports and checkpoints come from here
     DeviceParameters params;
-    floatX *params_memory;
-    floatX *cache_memory;
-    floatX *key_cache;   // (L, B, S, C)
-    floatX *value_cache; // (L, B, S, C)
+    DeviceTable params_table;
+    DeviceTable cache_table;
+    floatX *key_cache;   // (L, B, S, C), layer l at key_cache + l * cache_layer
+    floatX *value_cache; // (L, B, S, C), the same
+    size_t cache_layer;  // elements from one layer's slice to the next: B*S*C (and a guard band)
     int cache_batch, cache_len; // B, S
     RowBuffers rows;
-    void *rows_memory;
+    DeviceTable rows_table;
     int max_rows, max_logit_rows;
     cublasHandle_t cublas;
     void *cublas_workspace;
@@ -777,6 +803,68 @@ static void *cuda_malloc_check(size_t bytes, const char *what) {
     return p;
 }
 
+// The guard band after each tensor: GUARD_BYTES rounded up to 256, so that every tensor
+// starts at the same address mod 256 as without bands, and the kernels take the same
+// paths (16-byte loads or not) in debug builds as in the others.
+#define GUARD_GAP (((size_t)GUARD_BYTES + 255) / 256 * 256)
+
+static size_t guard_band_end(const DeviceTable *t, int k) { return k + 1 < t->n ? t->begin[k + 1] : t->bytes; }
+
+// 0xFF in every guard band: after allocating, and after anything that sets a whole table
+static void guard_fill(const DeviceTable *t) {
+    if (GUARD_BYTES > 0) {
+        for (int k = 0; k < t->n; k++) { cudaCheck(cudaMemset(t->memory + t->end[k], 0xFF, guard_band_end(t, k) - t->end[k])); }
+    }
+}
+
+// After a forward pass (debug builds): a byte of a band that is no longer 0xFF means a
+// kernel wrote past the end of the tensor before it. Says which, and exits.
+static void guard_check(const DeviceTable *t) {
+    for (int k = 0; k < t->n; k++) {
+        size_t len = guard_band_end(t, k) - t->end[k];
+        uint8_t *band = (uint8_t *)mallocCheck(len);
+        cudaCheck(cudaMemcpy(band, t->memory + t->end[k], len, cudaMemcpyDeviceToHost));
+        for (size_t i = 0; i < len; i++) {
+            if (band[i] == 0xFF) { continue; }
+            char name[64];
+            if (t->names != NULL) { snprintf(name, sizeof(name), "%s", t->names[k]); }
+            else { snprintf(name, sizeof(name), "%s of layer %d", k < t->n / 2 ? "keys" : "values", k % (t->n / 2)); }
+            fprintf(stderr, "Error: a kernel wrote past the end of %s tensor %s (guard band after it overwritten at byte %zu of %zu)\n",
+                    t->group, name, i, len);
+            exit(EXIT_FAILURE);
+        }
+        free(band);
+    }
+}
+
+// One allocation for the n tensors of a table, bytes[k] each: tensor k starts at the first
+// multiple of `align` after the one before (1: right after it), then a guard band.
+static char *table_allocate(DeviceTable *t, const char *group, const char *const *names, const size_t *bytes, int n,
+                            size_t align, const char *what) {
+    t->group = group;
+    t->names = names;
+    t->n = n;
+    t->begin = (size_t *)mallocCheck(n * sizeof(size_t));
+    t->end = (size_t *)mallocCheck(n * sizeof(size_t));
+    size_t at = 0;
+    for (int k = 0; k < n; k++) {
+        t->begin[k] = at;
+        t->end[k] = at + bytes[k];
+        at = (t->end[k] + align - 1) / align * align + GUARD_GAP;
+    }
+    t->bytes = at;
+    t->memory = (char *)cuda_malloc_check(at, what);
+    guard_fill(t);
+    return t->memory;
+}
+
+static void table_free(DeviceTable *t) {
+    cudaCheck(cudaFree(t->memory));
+    free(t->begin);
+    free(t->end);
+    memset(t, 0, sizeof(*t));
+}
+
 static void gpt2_drop_graphs(GPT2 *model) {
     for (int n = 0; n < MAX_GRAPHS; n++) {
         if (model->graphs[n] != NULL) { cudaCheck(cudaGraphExecDestroy(model->graphs[n])); }
@@ -795,18 +883,21 @@ void gpt2_build(GPT2 *model, const char *source, uint64_t seed) {
         exit(EXIT_FAILURE);
     }
     gpt2_weights_build(&model->w, source, seed);
+    // the 16 tensors one after another, as in the host's table (and the file)
+    size_t bytes[NUM_PARAMETER_TENSORS];
+    for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) { bytes[k] = model->w.param_sizes[k] * sizeof(floatX); }
+    char *memory = table_allocate(&model->params_table, "weight", PARAMETER_NAMES, bytes, NUM_PARAMETER_TENSORS, 1, "the weights");
     size_t n = model->w.num_parameters;
-    model->params_memory = (floatX *)cuda_malloc_check(n * sizeof(floatX), "the weights");
     floatX *host = (floatX *)mallocCheck(n * sizeof(floatX));
     for (size_t i = 0; i < n; i++) { host[i] = from_float(model->w.params_memory[i]); }
-    cudaCheck(cudaMemcpy(model->params_memory, host, n * sizeof(floatX), cudaMemcpyHostToDevice));
-    free(host);
     floatX **slices = (floatX **)&model->params;
-    floatX *p = model->params_memory;
+    const floatX *h = host;
     for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {
-        slices[k] = p;
-        p += model->w.param_sizes[k];
+        slices[k] = (floatX *)(memory + model->params_table.begin[k]);
+        cudaCheck(cudaMemcpy(slices[k], h, bytes[k], cudaMemcpyHostToDevice));
+        h += model->w.param_sizes[k];
     }
+    free(host);
     cublasCheck(cublasCreate(&model->cublas));
     cudaCheck(cudaStreamCreate(&model->stream));
     cublasCheck(cublasSetStream(model->cublas, model->stream));
@@ -819,64 +910,68 @@ void gpt2_build(GPT2 *model, const char *source, uint64_t seed) {
     model->use_graphs = 1;
 }
 
-// The KV cache for B sequences of up to S positions each (floatX). At GPT-2 124M in
-// bf16: 36 KiB a token, 2.3 GiB for 64 full 1024-token sequences.
-void gpt2_allocate_cache(GPT2 *model, int B, int S) {
-    gpt2_drop_graphs(model); // they hold pointers into the old buffers
-    cudaCheck(cudaFree(model->cache_memory));
-    size_t per_layer = (size_t)B * S * model->w.config.channels, L = model->w.config.num_layers;
-    model->cache_memory = (floatX *)cuda_malloc_check(2 * L * per_layer * sizeof(floatX), "the KV cache");
-    model->key_cache = model->cache_memory;
-    model->value_cache = model->cache_memory + L * per_layer;
-    model->cache_batch = B;
-    model->cache_len = S;
-    // the attention scores scale with S too
-    if (model->max_rows > 0) {
-        cudaCheck(cudaFree(model->rows.att));
-        model->rows.att = (float *)cuda_malloc_check((size_t)model->max_rows * model->w.config.num_heads * S * sizeof(float),
-                                                     "the attention scores");
-    }
-}
-
 static void gpt2_free_rows(GPT2 *model) {
-    if (model->max_rows == 0) { return; }
-    RowBuffers *r = &model->rows;
-    void *buffers[] = {r->tokens, r->seq, r->pos, r->logit_rows, r->argmax, r->residual, r->ln, r->q, r->atty, r->fch,
-                       r->scratch, r->att, r->logits};
-    for (size_t i = 0; i < sizeof(buffers) / sizeof(buffers[0]); i++) { cudaCheck(cudaFree(buffers[i])); }
-    memset(r, 0, sizeof(*r));
+    table_free(&model->rows_table);
+    memset(&model->rows, 0, sizeof(model->rows));
     model->max_rows = model->max_logit_rows = 0;
 }
 
 // Buffers for forward passes of up to N rows, NL of them with logits.
 void gpt2_allocate_rows(GPT2 *model, int N, int NL) {
-    gpt2_drop_graphs(model);
+    gpt2_drop_graphs(model); // they hold pointers into the old buffers
     gpt2_free_rows(model);
-    RowBuffers *r = &model->rows;
     GPT2Config c = model->w.config;
-    size_t C = c.channels, S = model->cache_len > 0 ? model->cache_len : 1;
-    r->tokens = (int *)cuda_malloc_check(N * sizeof(int), "row buffers");
-    r->seq = (int *)cuda_malloc_check(N * sizeof(int), "row buffers");
-    r->pos = (int *)cuda_malloc_check(N * sizeof(int), "row buffers");
-    r->logit_rows = (int *)cuda_malloc_check(NL * sizeof(int), "row buffers");
-    r->argmax = (int *)cuda_malloc_check(NL * sizeof(int), "row buffers");
-    r->residual = (float *)cuda_malloc_check(N * C * sizeof(float), "row buffers");
-    r->ln = (floatX *)cuda_malloc_check(N * C * sizeof(floatX), "row buffers");
-    r->q = (floatX *)cuda_malloc_check(N * C * sizeof(floatX), "row buffers");
-    r->atty = (floatX *)cuda_malloc_check(N * C * sizeof(floatX), "row buffers");
-    r->fch = (floatX *)cuda_malloc_check(N * 4 * C * sizeof(floatX), "row buffers");
-    r->scratch = (float *)cuda_malloc_check(N * 4 * C * sizeof(float), "row buffers");
-    r->att = (float *)cuda_malloc_check(N * c.num_heads * S * sizeof(float), "the attention scores");
-    r->logits = (float *)cuda_malloc_check((size_t)NL * c.padded_vocab_size * sizeof(float), "the logits");
+    size_t C = c.channels, S = model->cache_len > 0 ? model->cache_len : 1, X = sizeof(floatX), I = sizeof(int), F = sizeof(float);
+    size_t rows = (size_t)N, logit_rows = (size_t)NL;
+    size_t bytes[NUM_ROW_BUFFERS] = {rows * I, rows * I, rows * I, logit_rows * I, logit_rows * I, rows * C * F, rows * C * X,
+                                     rows * C * X, rows * C * X, rows * 4 * C * X, rows * 4 * C * F, rows * c.num_heads * S * F,
+                                     logit_rows * c.padded_vocab_size * F};
+    // each on 256 bytes, as if allocated alone (16-byte loads need 16)
+    char *m = table_allocate(&model->rows_table, "row buffer", ROW_BUFFER_NAMES, bytes, NUM_ROW_BUFFERS, 256,
+                             "the row buffers (activations, attention scores, logits)");
+    const size_t *at = model->rows_table.begin;
+    RowBuffers *r = &model->rows;
+    r->tokens = (int *)(m + at[0]);
+    r->seq = (int *)(m + at[1]);
+    r->pos = (int *)(m + at[2]);
+    r->logit_rows = (int *)(m + at[3]);
+    r->argmax = (int *)(m + at[4]);
+    r->residual = (float *)(m + at[5]);
+    r->ln = (floatX *)(m + at[6]);
+    r->q = (floatX *)(m + at[7]);
+    r->atty = (floatX *)(m + at[8]);
+    r->fch = (floatX *)(m + at[9]);
+    r->scratch = (float *)(m + at[10]);
+    r->att = (float *)(m + at[11]);
+    r->logits = (float *)(m + at[12]);
     model->max_rows = N;
     model->max_logit_rows = NL;
+}
+
+// The KV cache for B sequences of up to S positions each (floatX). At GPT-2 124M in
+// bf16: 36 KiB a token, 2.3 GiB for 64 full 1024-token sequences.
+void gpt2_allocate_cache(GPT2 *model, int B, int S) {
+    gpt2_drop_graphs(model); // they hold pointers into the old buffers
+    table_free(&model->cache_table);
+    int L = model->w.config.num_layers;
+    size_t *bytes = (size_t *)mallocCheck(2 * (size_t)L * sizeof(size_t));
+    for (int k = 0; k < 2 * L; k++) { bytes[k] = (size_t)B * S * model->w.config.channels * sizeof(floatX); }
+    char *memory = table_allocate(&model->cache_table, "KV cache", NULL, bytes, 2 * L, 1, "the KV cache");
+    free(bytes);
+    model->key_cache = (floatX *)memory;
+    model->value_cache = (floatX *)(memory + model->cache_table.begin[L]);
+    model->cache_layer = (model->cache_table.begin[1] - model->cache_table.begin[0]) / sizeof(floatX);
+    model->cache_batch = B;
+    model->cache_len = S;
+    // the attention scores scale with S too
+    if (model->max_rows > 0) { gpt2_allocate_rows(model, model->max_rows, model->max_logit_rows); }
 }
 
 void gpt2_free(GPT2 *model) {
     gpt2_drop_graphs(model);
     gpt2_free_rows(model);
-    cudaCheck(cudaFree(model->cache_memory));
-    cudaCheck(cudaFree(model->params_memory));
+    table_free(&model->cache_table);
+    table_free(&model->params_table);
     cudaCheck(cudaFree(model->cublas_workspace));
     if (model->cublas != NULL) { cublasCheck(cublasDestroy(model->cublas)); }
     if (model->stream != NULL) { cudaCheck(cudaStreamDestroy(model->stream)); }
@@ -892,14 +987,14 @@ void gpt2_free(GPT2 *model) {
 // launches on model->stream: this is what a decode graph captures.
 static void gpt2_forward_launch(GPT2 *model, int N, int NL, int argmax) {
     GPT2Config c = model->w.config;
-    int C = c.channels, NH = c.num_heads, L = c.num_layers, S = model->cache_len, B = model->cache_batch;
+    int C = c.channels, NH = c.num_heads, L = c.num_layers, S = model->cache_len;
     DeviceParameters p = model->params;
     RowBuffers r = model->rows;
     cudaStream_t stream = model->stream;
     encoder_forward_kernel<<<ceil_div((size_t)N * C, BLOCK), BLOCK, 0, stream>>>(r.residual, r.tokens, r.pos, p.wte, p.wpe, N, C);
     unsigned ln_blocks = ceil_div(N, BLOCK / 32);
     for (int l = 0; l < L; l++) {
-        size_t cache_layer = (size_t)l * B * S * C;
+        size_t cache_layer = (size_t)l * model->cache_layer;
         Epilogue qkv = {EPI_QKV, p.qkvb + (size_t)l * 3 * C, NULL, r.q, model->key_cache + cache_layer,
                         model->value_cache + cache_layer, r.seq, r.pos, S};
         Epilogue proj = {EPI_RESIDUAL, p.attprojb + (size_t)l * C, r.residual, NULL, NULL, NULL, NULL, NULL, 0};
@@ -973,6 +1068,11 @@ void gpt2_forward(GPT2 *model, const int *tokens, const int *seq, const int *pos
     }
     if (host_argmax != NULL) { cudaCheck(cudaMemcpyAsync(host_argmax, r.argmax, NL * sizeof(int), cudaMemcpyDeviceToHost, stream)); }
     cudaCheck(cudaStreamSynchronize(stream));
+    if (GUARD_BYTES > 0) { // debug builds: did a kernel of this pass write past the end of a tensor?
+        guard_check(&model->params_table);
+        guard_check(&model->cache_table);
+        guard_check(&model->rows_table);
+    }
 }
 
 // ----------------------------------------------------------------------------

@@ -12,6 +12,18 @@ greedy tokens:
   - greedy generation: the same 64 tokens as transformers, one prompt at a time, the 4 as
     a batch, and 12 at once (3 copies of each: past GEMV_MAX_ROWS, so decode's matmuls
     go through cuBLAS inside the graph).
+Then, on random models of uneven shapes (C=36 with 4 heads of 9, C=42 with 3 heads of 14,
+V=301: no kernel's block or tile divides them; 16-byte loads and the scalar branch of the
+matrix-vector kernel), a script of decode steps that a cache of graphs can get wrong: the
+batch size going 1, 3, 1; the device's argmax asked for, then not, at the same size; the
+row buffers reallocated (5, then 11 rows: cuBLAS inside the graph), then old sizes again.
+Its logits and argmax tokens with graphs must be the bits of the same script launched
+kernel by kernel; the argmax kernel's tokens those of its logits; and decode's logits those
+of one prefill of every position (within "cached"). Each of these bugs, planted, fails
+some of them (the fixture's checks above miss four of the six): a graph kept when the argmax
+flag changes, or when the row buffers are reallocated; one graph for every batch size; the
+gemv grid rounded down; a wrong stride in its scalar branch; the argmax kernel skipping the
+vocabulary's last partial stride.
 FP32 builds are held to infer.c's tolerances and its exact greedy tokens. BF16 builds
 read the BF16 fixture (weights exactly representable), but round every activation that
 feeds a matmul (and the KV cache) to bf16: logits move by about 1e-2, and greedy tokens
@@ -253,6 +265,187 @@ static void test_fixture(const char *dir, const char *fixture) {
     gpt2_free(&model);
 }
 
+// ----------------------------------------------------------------------------
+// uneven shapes, and the life of the decode graphs
+
+// A model whose sizes divide none of the kernels' blocks and tiles: with C=36, the outputs
+// 3C=108 and C=36 are not whole blocks of GEMV_WARPS, and a row of 36 bf16 is not whole
+// 16-byte loads (the scalar branch); with C=42 (3 heads of 14) not even in fp32; V=301
+// leaves the argmax kernel a partial stride. Weights N(0, 0.1), five times GPT-2's, so that
+// every part of the model moves the logits; biases too, LayerNorm weights N(1, 0.1). gpt2_build
+// reads models from files: it goes through a temporary checkpoint.
+static void build_uneven(GPT2 *model, int C, int NH) {
+    GPT2Weights w;
+    memset(&w, 0, sizeof(w));
+    w.config = (GPT2Config){64, 301, 384, 2, NH, C}; // maxT, V, Vp, L, NH, C
+    gpt2_weights_allocate(&w);
+    float *p = w.params_memory;
+    for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {
+        double mean = k == 2 || k == 8 || k == 14 ? 1.0 : 0.0; // ln1w, ln2w, lnfw
+        for (size_t i = 0; i < w.param_sizes[k]; i++) { p[i] = (float)(mean + 0.1 * rng_normal_at(rng_key(11, k), i)); }
+        p += w.param_sizes[k];
+    }
+    memset(w.params_memory + (size_t)301 * C, 0, (size_t)(384 - 301) * C * sizeof(float)); // wte's padding rows
+    char path[] = "/tmp/test_infercu_XXXXXX";
+    int fd = mkstemp(path);
+    if (fd < 0) { fprintf(stderr, "Error: mkstemp %s: %s\n", path, strerror(errno)); exit(EXIT_FAILURE); }
+    close(fd);
+    gpt2_save_checkpoint(&w, path, 0);
+    gpt2_weights_free(&w);
+    gpt2_build(model, path, 1);
+    remove(path);
+}
+
+// A script of decode steps that a graph cache can get wrong. Each step: rows > 0 first
+// reallocates the row buffers for that many rows (as generate does when a batch or a prefill
+// outgrows them: every graph must be captured again), then decodes sequences 0..N-1, each
+// at its next position, with greedy's argmax on the device or without. Every N comes back,
+// and N=2 and N=11 are first captured without the argmax, then asked for it.
+typedef struct {
+    int phase, rows, N, argmax;
+} LifeStep;
+static const char *const LIFE_PHASES[] = {"N 1, 3, 1", "argmax on/off", "new buffers, old N"};
+static const LifeStep LIFE[] = {
+    {0, 3, 1, 1}, {0, 0, 1, 1}, {0, 0, 3, 1}, {0, 0, 1, 1}, {0, 0, 3, 1},
+    {1, 0, 1, 0}, {1, 0, 1, 1}, {1, 0, 3, 0}, {1, 0, 3, 1}, {1, 0, 2, 0}, {1, 0, 2, 1},
+    {2, 5, 5, 1}, {2, 0, 1, 1}, {2, 0, 3, 0}, {2, 0, 2, 1}, {2, 11, 11, 0}, {2, 0, 11, 1}, {2, 0, 1, 0}, {2, 0, 3, 1}};
+#define LIFE_STEPS (int)(sizeof(LIFE) / sizeof(LIFE[0]))
+#define LIFE_B 11  // sequences (11 rows: past GEMV_MAX_ROWS, cuBLAS inside the graph)
+#define LIFE_S 32  // cache positions per sequence
+#define LIFE_ROWS 128 // logit rows a run returns (69), positions in all (101): at most
+
+// what a run of the script returned: every logit row, in order
+typedef struct {
+    int n;
+    float *logits;               // (LIFE_ROWS, V)
+    int argmax[LIFE_ROWS];       // the device's argmax; -2 where the step did not ask for it
+    int seq[LIFE_ROWS], pos[LIFE_ROWS], phase[LIFE_ROWS];
+} LifeRun;
+
+static int life_prompt_len(int b) { return 1 + 3 * b % 7; }
+static int life_token(int b, int t, int V) { return (23 * b + 17 * t + 5) % V; } // any fixed ids will do
+
+// Before every step the outputs are set to 0xFF bytes (NaN logits, argmax -1), in both
+// runs: a step that does not write them (a stale graph, one without its argmax) cannot pass
+// on what an earlier step left there.
+static void poison_outputs(GPT2 *model) {
+    cudaCheck(cudaMemset(model->rows.logits, 0xFF, (size_t)model->max_logit_rows * model->w.config.padded_vocab_size * sizeof(float)));
+    cudaCheck(cudaMemset(model->rows.argmax, 0xFF, (size_t)model->max_logit_rows * sizeof(int)));
+}
+
+static void life_forward(GPT2 *model, LifeRun *run, const int *tokens, const int *seq, const int *pos, int N,
+                         const int *logit_rows, int NL, int argmax, int phase) {
+    int V = model->w.config.vocab_size, Vp = model->w.config.padded_vocab_size, ids[LIFE_ROWS];
+    float *logits = (float *)mallocCheck((size_t)NL * Vp * sizeof(float));
+    poison_outputs(model);
+    gpt2_forward(model, tokens, seq, pos, N, logit_rows, NL, logits, argmax ? ids : NULL);
+    for (int j = 0; j < NL && run->n < LIFE_ROWS; j++, run->n++) {
+        memcpy(run->logits + (size_t)run->n * V, logits + (size_t)j * Vp, V * sizeof(float));
+        run->argmax[run->n] = argmax ? ids[j] : -2;
+        run->seq[run->n] = seq[logit_rows[j]];
+        run->pos[run->n] = pos[logit_rows[j]];
+        run->phase[run->n] = phase;
+    }
+    free(logits);
+}
+
+// the prompts of the LIFE_B sequences in one prefill, then the script
+static void life_run(GPT2 *model, LifeRun *run) {
+    int V = model->w.config.vocab_size, len[LIFE_B], tokens[LIFE_ROWS], seq[LIFE_ROWS], pos[LIFE_ROWS], rows[LIFE_ROWS], n = 0;
+    memset(run, 0, sizeof(*run));
+    run->logits = (float *)mallocCheck((size_t)LIFE_ROWS * V * sizeof(float));
+    for (int b = 0; b < LIFE_B; b++) {
+        len[b] = life_prompt_len(b);
+        for (int t = 0; t < len[b]; t++, n++) { tokens[n] = life_token(b, t, V); seq[n] = b; pos[n] = t; }
+        rows[b] = n - 1; // logits at the prompt's end
+    }
+    gpt2_allocate_cache(model, LIFE_B, LIFE_S);
+    gpt2_allocate_rows(model, n, LIFE_B);
+    life_forward(model, run, tokens, seq, pos, n, rows, LIFE_B, 1, 0);
+    for (int s = 0; s < LIFE_STEPS; s++) {
+        LifeStep step = LIFE[s];
+        if (step.rows > 0) { gpt2_allocate_rows(model, step.rows, step.rows); }
+        for (int j = 0; j < step.N; j++) {
+            tokens[j] = life_token(j, len[j], V);
+            seq[j] = j;
+            pos[j] = len[j]++;
+            rows[j] = j;
+        }
+        life_forward(model, run, tokens, seq, pos, step.N, rows, step.N, step.argmax, step.phase);
+    }
+}
+
+// The script with graphs and launched kernel by kernel: the same bits, phase by phase; the
+// device's argmax is the logits' (partial strides of the vocabulary); and decode (our gemv
+// kernel for up to 8 rows, cuBLAS for 11) agrees with one prefill of every position.
+static void test_uneven(int C, int NH) {
+    GPT2 model;
+    build_uneven(&model, C, NH);
+    GPT2Config c = model.w.config;
+    int V = c.vocab_size;
+    printf("\nuneven shapes, graphs replayed after N, argmax and buffers change: L=%d C=%d NH=%d V=%d (%s, %s gemv)\n",
+           c.num_layers, C, NH, V, WEIGHTS_TYPE, C % VEC == 0 ? "16-byte" : "scalar");
+    LifeRun graph, direct;
+    life_run(&model, &graph);
+    char name[96], detail[96];
+    snprintf(name, sizeof(name), "C=%d: decode replayed graphs", C);
+    check(name, model.graphs[1] != NULL && model.graphs[3] != NULL && model.graphs[11] != NULL, "N = 1, 3, 11");
+    model.use_graphs = 0;
+    life_run(&model, &direct);
+    model.use_graphs = 1;
+    for (int p = 0; p < 3; p++) {
+        int rows = 0, bad = -1;
+        for (int i = 0; i < graph.n; i++) {
+            if (graph.phase[i] != p) { continue; }
+            rows++;
+            if (bad < 0 && (graph.argmax[i] != direct.argmax[i] ||
+                            memcmp(graph.logits + (size_t)i * V, direct.logits + (size_t)i * V, V * sizeof(float)) != 0)) { bad = i; }
+        }
+        snprintf(name, sizeof(name), "C=%d: graph = direct, %s", C, LIFE_PHASES[p]);
+        if (bad < 0) { snprintf(detail, sizeof(detail), "%d rows, logits and argmax bit for bit", rows); }
+        else { snprintf(detail, sizeof(detail), "row %d (sequence %d, position %d) differs", bad, graph.seq[bad], graph.pos[bad]); }
+        check(name, bad < 0 && direct.n == graph.n, detail);
+    }
+    int asked = 0, wrong = 0;
+    for (int i = 0; i < graph.n; i++) {
+        if (graph.argmax[i] == -2) { continue; }
+        const float *l = graph.logits + (size_t)i * V;
+        int best = 0;
+        for (int v = 1; v < V; v++) { if (l[v] > l[best]) { best = v; } } // the lowest id on ties
+        asked++;
+        wrong += graph.argmax[i] != best;
+    }
+    snprintf(name, sizeof(name), "C=%d: argmax kernel = logits' argmax", C);
+    snprintf(detail, sizeof(detail), "%d of %d rows differ", wrong, asked);
+    check(name, wrong == 0, detail);
+    // every position of every sequence in one forward pass (more rows than GEMV_MAX_ROWS: cuBLAS)
+    int len[LIFE_B] = {0}, offset[LIFE_B], tokens[LIFE_ROWS], seq[LIFE_ROWS], pos[LIFE_ROWS], n = 0;
+    for (int i = 0; i < graph.n; i++) {
+        if (graph.pos[i] + 1 > len[graph.seq[i]]) { len[graph.seq[i]] = graph.pos[i] + 1; }
+    }
+    for (int b = 0; b < LIFE_B; b++) {
+        offset[b] = n;
+        for (int t = 0; t < len[b]; t++, n++) { tokens[n] = life_token(b, t, V); seq[n] = b; pos[n] = t; }
+    }
+    float *all = (float *)mallocCheck((size_t)n * c.padded_vocab_size * sizeof(float));
+    float *ref = (float *)mallocCheck((size_t)graph.n * V * sizeof(float));
+    gpt2_allocate_rows(&model, n, n);
+    int *every = (int *)mallocCheck((size_t)n * sizeof(int));
+    for (int i = 0; i < n; i++) { every[i] = i; }
+    gpt2_forward(&model, tokens, seq, pos, n, every, n, all, NULL);
+    for (int i = 0; i < graph.n; i++) {
+        memcpy(ref + (size_t)i * V, all + (size_t)(offset[graph.seq[i]] + graph.pos[i]) * c.padded_vocab_size, V * sizeof(float));
+    }
+    printf("%-9s %9s %10s %10s %10s\n", "tensor", "entries", "max|ref|", "max abs", "max rel");
+    check_rows("decode", graph.logits, ref, (size_t)graph.n * V, TOL[TOL_CACHED]); // against the prefill
+    free(every);
+    free(all);
+    free(ref);
+    free(graph.logits);
+    free(direct.logits);
+    gpt2_free(&model);
+}
+
 int main(void) {
     int devices = 0;
     if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
@@ -265,6 +458,8 @@ int main(void) {
 #else
     test_fixture(FIXTURES "hf_tiny_bf16", FIXTURES "infer_tiny_bf16.bin");
 #endif
+    test_uneven(36, 4);
+    test_uneven(42, 3);
     printf("\n%d passed, %d failed\n", num_passed, num_failed);
     return num_failed == 0 ? 0 : 1;
 }

@@ -2,7 +2,9 @@
 # infer.cu against infer.c, as users run them: the same flags must give the same text.
 # FP32: greedy and sampled tokens identical to infer.c's (the logits agree to ~1e-6, far
 # inside every margin these runs meet); BF16: runs, stops and reports the same way (its
-# logits move by ~1e-2, so tokens may differ; test_infer.cu checks its logits).
+# logits move by ~1e-2, so tokens may differ; test_infer.cu checks its logits). Besides
+# the fixtures and GPT-2's shapes: models of uneven shapes (C=36 and C=42, V=301), which
+# this script writes itself, so that partial blocks and the kernels' scalar paths run.
 #
 #     bash dev/test/test_infer_cuda.sh ./infer ./infercu_fp32 ./infercu      (on a GPU)
 #     bash dev/test/test_infer_cuda.sh ./infer ./dev/emu/infercu_fp32_cpu ./dev/emu/infercu_bf16_cpu   (make test)
@@ -47,6 +49,55 @@ for nh in 2 1; do
     cp "$TMP/d4.bin" "$TMP/d4_nh$nh.bin"
     printf "\\x0$nh\\x00\\x00\\x00" | dd of="$TMP/d4_nh$nh.bin" bs=1 seek=20 conv=notrunc status=none # header[5] = NH
     same "heads of $((256 / nh)) channels (d4 with NH=$nh)" -m "$TMP/d4_nh$nh.bin" -z 1 -t 0 -n 6 -i "1,2,3"
+done
+# uneven shapes: models whose sizes divide none of the kernels' blocks and tiles. C=36: the
+# outputs 3C=108 and C=36 are not whole blocks of the gemv kernel's 8, and a row of 36 bf16
+# is not whole 16-byte loads (its scalar branch); C=42 with 3 heads of 14: scalar in fp32
+# too; V=301: the argmax kernel's last stride is partial. Batches of 3 and 5 prompts of
+# different lengths, and of 11 (past GEMV_MAX_ROWS: cuBLAS inside the decode graph) whose
+# longest prompts reach the context first, so that decode goes on with 10, 9, 8 and 7 rows.
+# The models: random fp32 checkpoints in llm.c's format (256 x int32 header, then the 16
+# tensors), L=2, Vp=384, maxT=64, written by perl (CI has no python): embeddings uniform in
+# +-1 (so that the tokens, not the biases, decide the logits: with +-0.2 greedy repeated one
+# token from the start), the other weights +-0.2 (std 0.12, six times GPT-2's), biases +-0.1,
+# LayerNorm weights 1 +- 0.2, wte's padding rows 0; a 32-bit xorshift: the same bytes anywhere.
+uneven_model() { # FILE C NH
+    perl -e '
+        my ($file, $C, $NH) = @ARGV;
+        my ($L, $V, $Vp, $T) = (2, 301, 384, 64);
+        my $x = 2463534242;
+        sub u { $x ^= ($x << 13) & 0xffffffff; $x ^= $x >> 17; $x ^= ($x << 5) & 0xffffffff; return 2 * $x / 4294967296 - 1; }
+        open(my $f, ">:raw", $file) or die "$file: $!";
+        print $f pack("l<*", 20240326, 3, $T, $V, $L, $NH, $C, $Vp, (0) x 248);
+        # (count, mean, spread): wte (then its padding), wpe, ln1w, ln1b, qkvw, qkvb, attprojw,
+        # attprojb, ln2w, ln2b, fcw, fcb, fcprojw, fcprojb, lnfw, lnfb
+        for my $t ([$V * $C, 0, 1], [($Vp - $V) * $C, 0, 0], [$T * $C, 0, 1], [$L * $C, 1, 0.2], [$L * $C, 0, 0.1],
+                   [$L * 3 * $C * $C, 0, 0.2], [$L * 3 * $C, 0, 0.1], [$L * $C * $C, 0, 0.2], [$L * $C, 0, 0.1],
+                   [$L * $C, 1, 0.2], [$L * $C, 0, 0.1], [$L * 4 * $C * $C, 0, 0.2], [$L * 4 * $C, 0, 0.1],
+                   [$L * 4 * $C * $C, 0, 0.2], [$L * $C, 0, 0.1], [$C, 1, 0.2], [$C, 0, 0.1]) {
+            my ($n, $mean, $spread) = @$t;
+            print $f pack("f<*", map { $mean + $spread * u() } 1 .. $n);
+        }
+        close($f) or die "$file: $!";
+    ' "$@"
+}
+# prompt k of n: 5 + 3k token ids
+uneven_prompts() { awk -v n=$1 'BEGIN { for (k = 0; k < n; k++) { s = ""; for (t = 0; t < 5 + 3 * k; t++) s = s (t ? "," : "") (7 * k + 13 * t) % 301; print s } }'; }
+uneven_prompts 3 > "$TMP/uneven3"
+uneven_prompts 5 > "$TMP/uneven5"
+uneven_prompts 11 > "$TMP/uneven11"
+for shape in 36,4 42,3; do
+    C=${shape%,*} NH=${shape#*,}
+    m="$TMP/c$C.bin"
+    uneven_model "$m" $C $NH
+    same "C=$C NH=$NH V=301: greedy, a batch of 3" -m "$m" -z 1 -t 0 -n 20 -f "$TMP/uneven3"
+    same "C=$C NH=$NH V=301: sampled, a batch of 5" -m "$m" -z 1 -t 0.9 -k 40 -p 0.95 -s 5 -n 12 -f "$TMP/uneven5"
+    same "C=$C NH=$NH V=301: greedy, 11 at once (cuBLAS, then gemv as the context fills)" -m "$m" -z 1 -t 0 -n 40 -f "$TMP/uneven11"
+    "$BF16" -m "$m" -z 1 -t 0 -n 40 -f "$TMP/uneven11" > "$TMP/bf16" 2> "$TMP/bf16.err"
+    full=$(grep -c -- "generated, stopped at the end of the model's context" "$TMP/bf16")
+    limit=$(grep -c -- "40 generated, stopped at the length limit" "$TMP/bf16")
+    [ "$full" = 4 ] && [ "$limit" = 7 ] && grep -q "time to first token" "$TMP/bf16.err" && ok "BF16, C=$C NH=$NH V=301: 11 at once, 4 stopped by the context, 7 by the length" ||
+        { not_ok "BF16, C=$C NH=$NH: $full and $limit sequences stopped as expected"; tail -3 "$TMP/bf16.err"; }
 done
 # the shared code: exports are the same bytes
 "$CPU" -m $F/gpt2_tiny_model.bin -e "$TMP/cpu_export" 2> /dev/null && "$FP32" -m $F/gpt2_tiny_model.bin -e "$TMP/gpu_export" 2> /dev/null &&
