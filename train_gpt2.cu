@@ -1304,7 +1304,10 @@ static size_t slice_stride(size_t bytes) { return (bytes + GUARD_BYTES + 255) / 
 // With GUARD_BYTES > 0: everything from each tensor's end to the next one's start
 // (the band and the alignment padding) set to 0xFF bytes (a NaN in every precision,
 // so a kernel that reads past its tensor's end is noticed too). Again after every
-// memset of a whole table.
+// memset of a whole table. A blind spot: a NaN computed from other bands' 0xFFs
+// keeps those bits on the CPU (x86 passes a NaN operand through), so under the
+// emulator an `i <= N` in the residual add (whose inputs overrun into bands too)
+// leaves its band looking whole; an overrun that writes a number is caught.
 static void guard_fill(void *const *slices, const size_t *sizes, const int *is_fp32, int n) {
     if (GUARD_BYTES > 0) {
         for (int i = 0; i < n; i++) {
