@@ -22,7 +22,8 @@
 #      accumulation), where the d1 runs above hide whole classes of bugs: there
 #      every size B*T*C is a multiple of the 256-thread block (no thread past N)
 #      and every column sum fits one block of 256 (C, 3C, 4C <= 256); and the
-#      fixture of test_gpt2.cu has T equal to the head size.
+#      fixture of test_gpt2.cu has T equal to the head size. And a d1 model on
+#      B=3 x T=45: row sums over two chunks, rows longer than a warp.
 # Run it from the repository root, after make data.
 set -u
 CPU=${1:-./train_gpt2}
@@ -303,6 +304,17 @@ if run "$CPU" "$TMP/cpu_d2_acc" "${UNEVEN[@]}" -d 42 && run "$FP32" "$TMP/fp32_d
         { not_ok "FP32 d2, -r 0 with gradient accumulation: logs differ"; paste "$TMP/cpu_d2_acc/main.log" "$TMP/fp32_d2_acc/main.log"; }
 else
     not_ok "FP32 d2, -r 0 with gradient accumulation: a run failed (see above)"
+fi
+# Longer rows: d1 on B=3 x T=45, 2 steps. 135 rows: the row sums of the bias and
+# LayerNorm gradients take two chunks of 128 rows (every run above fits in one),
+# and 45 scores a row: a warp's lanes go round twice in the softmax.
+LONG=(-e d1 -b 3 -t 45 -x 2 -u 1 -v 0 -n 0)
+if run "$CPU" "$TMP/cpu_long" "${LONG[@]}" && run "$FP32" "$TMP/fp32_long" "${LONG[@]}"; then
+    logs_close "$TMP/cpu_long/main.log" "$TMP/fp32_long/main.log" 1e-5 &&
+        ok "FP32 d1, B=3 x T=45 (two chunks of rows, rows longer than a warp): logs within 1e-5 of train_gpt2.c" ||
+        { not_ok "FP32 d1, B=3 x T=45: logs differ"; paste "$TMP/cpu_long/main.log" "$TMP/fp32_long/main.log"; }
+else
+    not_ok "FP32 d1, B=3 x T=45: a run failed (see above)"
 fi
 
 echo "$passed passed, $failed failed"
