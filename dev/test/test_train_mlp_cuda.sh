@@ -16,7 +16,8 @@
 # 4. Uneven shapes: hidden widths 37 and 19 and batches of 45 (and a last one of
 #    5) divide none of the kernels' sizes (the 16 x 16 tiles, 256-thread blocks),
 #    so every matmul has partial tiles in M, N and K and every elementwise launch
-#    has threads past its end: --check and the twin run, through each matmul path.
+#    has threads past its end: --check and the twin run, through each matmul path;
+#    and --check on a layer of 300, wider than a block.
 # Run it from the repository root. The emulated program runs each block's
 # threads as OS threads, so it is slow: the networks and data here are tiny.
 set -u
@@ -59,6 +60,8 @@ UNEVEN=(-l 784,37,19,10 -b 45) # (section 4)
 for M in naive tiled cublas; do
     check "$M matmul, relu, adamw, dropout, weight decay, uneven: widths 37 and 19, batch 45" -M $M "${UNEVEN[@]}" -p 0.2 -w 0.1 -r 1e-2
 done
+# (every width above fits one block of 256 threads in the bias gradient's column sums)
+check "tiled matmul, relu, adamw, a layer of 300: its bias gradient takes two blocks" -M tiled -l 784,300,10 -b 45 -w 0.1 -r 1e-2
 
 # --- 2. the twin run: the same 2 epochs on the CPU and (emulated) GPU
 # Both draw the same weights, batches and dropout masks and log the same numbers;
