@@ -23,7 +23,8 @@
 #      every size B*T*C is a multiple of the 256-thread block (no thread past N)
 #      and every column sum fits one block of 256 (C, 3C, 4C <= 256); and the
 #      fixture of test_gpt2.cu has T equal to the head size. And a d1 model on
-#      B=3 x T=45: row sums over two chunks, rows longer than a warp.
+#      B=3 x T=45 (row sums over two chunks, rows longer than a warp), and a
+#      model no d<N> makes (C=72, 3 heads of 24), written by this script.
 # Run it from the repository root, after make data.
 set -u
 CPU=${1:-./train_gpt2}
