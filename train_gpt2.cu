@@ -32,6 +32,8 @@ Build and run:
     make train_gpt2cu USE_CUDNN=1                   # cuDNN attention (needs the cudnn-frontend headers)
 Without a GPU, make test runs this file's kernels through the CPU emulator
 (dev/emu) and compares them with train_gpt2.c (dev/test/test_train_gpt2_cuda.sh).
+A debug build (-DGUARD_BYTES=256, see GUARD_BYTES below) checks after every step
+that no kernel wrote past the end of its tensor.
 
 Sizes: B batch, T time, C channels, NH heads, HS = C/NH, V vocabulary, Vp padded
 vocabulary, L layers, maxT longest sequence. As in train_gpt2.c, parameter
@@ -77,6 +79,15 @@ residual stream's one running gradient); other activation gradients are WRITTEN.
 #endif
 #endif
 #define PROGRAM "./train_gpt2cu" // in messages: how the user runs this program
+// Guard bands, for debug builds (-DGUARD_BYTES=256): each tensor carved out of a
+// shared allocation (parameters, gradients, activations, activation gradients) is
+// followed by at least this many bytes of 0xFF, and after every training step we
+// read them back: a kernel that writes past the end of its tensor (an `i <= N`, one
+// block too many) is named, instead of silently corrupting its neighbour. The
+// default 0 costs nothing: no bands, no checks, slices rounded to 256 bytes as ever.
+#ifndef GUARD_BYTES
+#define GUARD_BYTES 0
+#endif
 
 // ----------------------------------------------------------------------------
 // utilities: checked calls, random numbers, timer
@@ -1244,6 +1255,9 @@ typedef struct {
                        // all its backward keeps; then att, qkvr and yr are empty
 } ActivationTensors;
 static const int ACT_FP32[NUM_ACTIVATION_TENSORS] = {0, 0, 1, 1, 0, 0, 0, 0, 0, 0, 0, 1, 1, 0, 0, 0, 0, 0, 1, 1, 0, 1, 0, 1};
+static const char *const ACTIVATION_NAMES[NUM_ACTIVATION_TENSORS] = {
+    "encoded", "ln1", "ln1_mean", "ln1_rstd", "qkv", "qkvr", "atty", "att", "attproj", "residual2", "ln2", "ln2_mean",
+    "ln2_rstd", "fch", "fch_gelu", "fcproj", "residual3", "lnf", "lnf_mean", "lnf_rstd", "logits", "losses", "yr", "att_stats"};
 
 // (recompute: the level; the recomputed activations get one layer's buffer, reused)
 void fill_in_activation_sizes(size_t *sizes, GPT2Config config, size_t B, size_t T, int recompute) {
@@ -1270,6 +1284,7 @@ typedef struct {
     floatX *dqkvr;     // (3, B, NH, T, HS) scratch of attention_backward
     floatX *dyr;       // (B, NH, T, HS) scratch of attention_backward
 } GradActTensors;
+static const char *const GRAD_ACT_NAMES[NUM_GRAD_ACT_TENSORS] = {"dresidual", "dln", "datty", "dqkv", "datt", "dfch", "dqkvr", "dyr"};
 
 void fill_in_grad_act_sizes(size_t *sizes, GPT2Config config, size_t B, size_t T) {
     size_t C = config.channels, NH = config.num_heads, ours = USE_CUDNN_ATTENTION ? 0 : 1; // (cuDNN: no scratch)
@@ -1278,23 +1293,64 @@ void fill_in_grad_act_sizes(size_t *sizes, GPT2Config config, size_t B, size_t T
     memcpy(sizes, shapes, sizeof(shapes));
 }
 
+// The bytes of tensor i of a table (is_fp32 marks the tensors of fp32 elements,
+// NULL: all floatX), and the bytes from its start to the next tensor's: at least
+// GUARD_BYTES more, rounded up so that every slice starts on a 256-byte boundary.
+static size_t slice_bytes(const size_t *sizes, const int *is_fp32, int i) {
+    return sizes[i] * (is_fp32 != NULL && is_fp32[i] ? sizeof(float) : sizeof(floatX));
+}
+static size_t slice_stride(size_t bytes) { return (bytes + GUARD_BYTES + 255) / 256 * 256; }
+
+// With GUARD_BYTES > 0: everything from each tensor's end to the next one's start
+// (the band and the alignment padding) set to 0xFF bytes (a NaN in every precision,
+// so a kernel that reads past its tensor's end is noticed too). Again after every
+// memset of a whole table. A blind spot: a NaN computed from other bands' 0xFFs
+// keeps those bits on the CPU (x86 passes a NaN operand through), so under the
+// emulator an `i <= N` in the residual add (whose inputs overrun into bands too)
+// leaves its band looking whole; an overrun that writes a number is caught.
+static void guard_fill(void *const *slices, const size_t *sizes, const int *is_fp32, int n) {
+    if (GUARD_BYTES > 0) {
+        for (int i = 0; i < n; i++) {
+            size_t bytes = slice_bytes(sizes, is_fp32, i);
+            cudaCheck(cudaMemset((char *)slices[i] + bytes, 0xFF, slice_stride(bytes) - bytes));
+        }
+    }
+}
+
+// ... and the check that every band is still whole; byte K of a band is the K-th
+// byte past its tensor's end. what: the kind of tensor ("activation"), names: the table's.
+static void guard_check(void *const *slices, const size_t *sizes, const int *is_fp32, int n, const char *const *names,
+                        const char *what) {
+    if (GUARD_BYTES > 0) {
+        unsigned char band[GUARD_BYTES + 256];
+        for (int i = 0; i < n; i++) {
+            size_t bytes = slice_bytes(sizes, is_fp32, i), len = slice_stride(bytes) - bytes;
+            cudaCheck(cudaMemcpy(band, (char *)slices[i] + bytes, len, cudaMemcpyDeviceToHost));
+            for (size_t k = 0; k < len; k++) {
+                if (band[k] != 0xFF) {
+                    fprintf(stderr, "Error: a kernel wrote past the end of the %s tensor %s (guard band after it"
+                            " overwritten at byte %zu)\n", what, names[i], k);
+                    exit(EXIT_FAILURE);
+                }
+            }
+        }
+    }
+}
+
 // One device allocation for a whole table (what: its name in an out-of-memory
-// message); each slice starts on a 256-byte boundary. is_fp32 marks the tensors
-// of fp32 elements (NULL: all floatX). Returns the bytes allocated.
+// message), its slices 256-byte aligned and, in debug builds, guarded. Returns
+// the bytes allocated.
 static size_t cuda_malloc_and_point(void **slices, const size_t *sizes, const int *is_fp32, int n, const char *what,
                                     void **memory) {
     size_t total = 0;
-    for (int i = 0; i < n; i++) {
-        size_t bytes = sizes[i] * (is_fp32 != NULL && is_fp32[i] ? sizeof(float) : sizeof(floatX));
-        total += (bytes + 255) / 256 * 256;
-    }
+    for (int i = 0; i < n; i++) { total += slice_stride(slice_bytes(sizes, is_fp32, i)); }
     char *p = (char *)cuda_malloc_check(total, what);
     *memory = p;
     for (int i = 0; i < n; i++) {
         slices[i] = p;
-        size_t bytes = sizes[i] * (is_fp32 != NULL && is_fp32[i] ? sizeof(float) : sizeof(floatX));
-        p += (bytes + 255) / 256 * 256;
+        p += slice_stride(slice_bytes(sizes, is_fp32, i));
     }
+    guard_fill(slices, sizes, is_fp32, n);
     return total;
 }
 
@@ -1317,6 +1373,7 @@ typedef struct {
     void *acts_memory;
     size_t num_activations, act_bytes;
     GradActTensors grads_acts;
+    size_t grad_act_sizes[NUM_GRAD_ACT_TENSORS];
     void *grads_acts_memory;
     size_t grad_act_bytes;
     int batch_size;                // the B and T the activations were allocated for; 0 until the first forward
@@ -1735,6 +1792,24 @@ void gpt2_forward(GPT2 *model, const int *inputs, const int *targets, size_t B, 
 void gpt2_zero_grad(GPT2 *model) {
     if (model->grads_memory == NULL) { return; }
     cudaCheck(cudaMemset(model->grads_memory, 0, model->grad_bytes));
+    guard_fill((void *const *)&model->grads, model->param_sizes, NULL, NUM_PARAMETER_TENSORS); // (debug builds)
+}
+
+// Debug builds (GUARD_BYTES > 0): every guard band of the four tables still
+// whole? Called after each training step and when the model is freed.
+static void gpt2_check_guard_bands(const GPT2 *model) {
+    guard_check((void *const *)&model->params, model->param_sizes, NULL, NUM_PARAMETER_TENSORS, PARAMETER_NAMES,
+                "parameter");
+    if (model->grads_memory != NULL) {
+        guard_check((void *const *)&model->grads, model->param_sizes, NULL, NUM_PARAMETER_TENSORS, PARAMETER_NAMES,
+                    "gradient");
+        guard_check((void *const *)&model->grads_acts, model->grad_act_sizes, NULL, NUM_GRAD_ACT_TENSORS, GRAD_ACT_NAMES,
+                    "activation gradient");
+    }
+    if (model->acts_memory != NULL) {
+        guard_check((void *const *)&model->acts, model->act_sizes, ACT_FP32, NUM_ACTIVATION_TENSORS, ACTIVATION_NAMES,
+                    "activation");
+    }
 }
 
 // Backward pass of the last forward (which must have had targets). Parameter
@@ -1754,11 +1829,11 @@ void gpt2_backward(GPT2 *model, float loss_scale) {
         model->grad_bytes = cuda_malloc_and_point((void **)&model->grads, model->param_sizes, NULL, NUM_PARAMETER_TENSORS,
                                                   "the gradients", &memory);
         model->grads_memory = (floatX *)memory;
-        cudaCheck(cudaMemset(model->grads_memory, 0, model->grad_bytes));
-        size_t sizes[NUM_GRAD_ACT_TENSORS];
-        fill_in_grad_act_sizes(sizes, c, model->batch_size, model->seq_len);
-        model->grad_act_bytes = cuda_malloc_and_point((void **)&model->grads_acts, sizes, NULL, NUM_GRAD_ACT_TENSORS,
-                                                      "the activation gradients", &model->grads_acts_memory);
+        gpt2_zero_grad(model);
+        fill_in_grad_act_sizes(model->grad_act_sizes, c, model->batch_size, model->seq_len);
+        model->grad_act_bytes = cuda_malloc_and_point((void **)&model->grads_acts, model->grad_act_sizes, NULL,
+                                                      NUM_GRAD_ACT_TENSORS, "the activation gradients",
+                                                      &model->grads_acts_memory);
         size_t partials = NUM_PARAMETER_TENSORS * NORM_BLOCKS;
         model->norm_partials = (float *)cuda_malloc_check(partials * sizeof(float), "the norm's partial sums");
         model->norm_partials_host = (float *)mallocCheck(partials * sizeof(float));
@@ -1846,7 +1921,9 @@ float gpt2_grad_norm(const GPT2 *model) {
 
 // AdamW exactly as train_gpt2.c's gpt2_update (torch.optim.AdamW), one kernel per tensor
 // The AdamW moments, zero, allocated lazily at the first step, so that inference
-// and evaluation never pay for the optimizer.
+// and evaluation never pay for the optimizer. m, v (and the master weights) are
+// flat arrays of num_parameters floats, in the order of checkpoint files, which
+// gpt2_update walks by param_sizes: not sliced, so they have no guard bands.
 static void gpt2_allocate_moments(GPT2 *model) {
     if (model->m_memory != NULL) { return; }
     model->m_memory = (float *)cuda_malloc_check(2 * model->num_parameters * sizeof(float), "the AdamW moments");
@@ -1888,9 +1965,11 @@ void gpt2_update(GPT2 *model, float learning_rate, float beta1, float beta2, flo
         model->loss_scale *= 2.0f;
         model->good_steps = 0;
     }
+    gpt2_check_guard_bands(model); // (debug builds: the step's kernels stayed inside their tensors?)
 }
 
 void gpt2_free(GPT2 *model) {
+    gpt2_check_guard_bands(model); // (debug builds: nor did the evaluations and samples since)
     cudaCheck(cudaFree(model->params_memory));
     cudaCheck(cudaFree(model->master_memory));
     cudaCheck(cudaFree(model->grads_memory));
@@ -2538,6 +2617,7 @@ int gpt2_loss_scale_update(GPT2 *model, float norm, char *note, size_t note_size
         model->good_steps = 0;
         model->skipped_updates++;
         gpt2_allocate_moments(model); // (a checkpoint after a skipped first step has zero moments)
+        gpt2_check_guard_bands(model);  // (debug builds: as after an update)
         snprintf(note, note_size, " | gradients overflowed: update skipped, loss scale down to %g", model->loss_scale);
         return 1;
     }

@@ -31,7 +31,8 @@ Build and run (the data as for train_mlp.c: apt-get install dataset-fashion-mnis
 Checked by --check (every tensor of 3 steps against a double-precision CPU
 reference) and, without a GPU, in make test: dev/test/test_train_mlp_cuda.sh
 runs these kernels under the CPU emulator (dev/emu) and compares the results
-with train_mlp.c.
+with train_mlp.c. A debug build (-DGUARD_BYTES=256, see GUARD_BYTES below)
+checks after every update that no kernel wrote past the end of its tensor.
 
 Sizes: B batch size, L number of weight layers, IN / OUT a layer's input and
 output width. A layer's backward WRITES the gradient of its input (=) and
@@ -54,6 +55,17 @@ ACCUMULATES (+=) into its parameter gradients.
 #include <cuda_runtime.h>
 #include <cublas_v2.h>
 #define PROGRAM "./train_mlpcu" // in messages: how the user runs this program
+// Guard bands, for debug builds (-DGUARD_BYTES=256): each tensor carved out of a
+// shared allocation (the parameters, their gradients, the optimizer state, the
+// activations) is followed by this many bytes of 0xFF, and after every update we
+// read them back: a kernel that writes past the end of its tensor (an `i <= N`, a
+// tile without its bounds check) is named, instead of silently corrupting its
+// neighbour. The default 0 costs nothing: no bands, no checks, the packed layout.
+#ifndef GUARD_BYTES
+#define GUARD_BYTES 0
+#endif
+#define GUARD_FLOATS ((size_t)GUARD_BYTES / sizeof(float))
+static_assert(GUARD_BYTES % sizeof(float) == 0, "GUARD_BYTES: a whole number of floats");
 
 // ----------------------------------------------------------------------------
 // utilities: check macros, random numbers, timer
@@ -607,7 +619,8 @@ typedef struct {
     float *grads;              // the same layout
     float *W[MAX_LAYERS], *b[MAX_LAYERS], *dW[MAX_LAYERS], *db[MAX_LAYERS]; // slices of the two
     float *d_opt_m, *d_opt_v;  // optimizer state, same layout; allocated on the first update
-    // in host memory: the copies that checkpoints are written from and read into
+    size_t block_floats;       // the floats of each of these blocks: num_params, plus the guard bands (GUARD_BYTES)
+    // in host memory: the copies that checkpoints are written from and read into, packed (no guard bands)
     float *params, *opt_m, *opt_v;
     // activations on the GPU, for batches of up to max_batch (names as in train_mlp.c)
     size_t max_batch;
@@ -628,6 +641,55 @@ typedef struct {
     uint8_t *cached_pixels[2];
 } MLP;
 
+// Guard bands (debug builds, GUARD_BYTES > 0): set the GUARD_BYTES after the n
+// floats at p to 0xFF (a NaN, so a kernel that reads past its tensor is noticed
+// too); and check that they still are, else name the tensor (`what` its kind,
+// `name` the tensor) and stop. Byte K of a band is the K-th byte past the tensor.
+static void guard_fill(float *p, size_t n) {
+    if (GUARD_BYTES > 0) { cudaCheck(cudaMemset(p + n, 0xFF, GUARD_BYTES)); }
+}
+static void guard_check(const float *p, size_t n, const char *what, const char *name) {
+    if (GUARD_BYTES > 0) {
+        unsigned char band[GUARD_BYTES + 1];
+        cudaCheck(cudaMemcpy(band, p + n, GUARD_BYTES, cudaMemcpyDeviceToHost));
+        for (int k = 0; k < GUARD_BYTES; k++) {
+            if (band[k] != 0xFF) {
+                fprintf(stderr, "Error: a kernel wrote past the end of the %s tensor %s (guard band after it overwritten"
+                        " at byte %d)\n", what, name, k);
+                exit(EXIT_FAILURE);
+            }
+        }
+    }
+}
+
+// The 2L tensors of a block laid out like the parameters (W_0, b_0, W_1, ...):
+// tensor i starts at offset(i) floats and has size(i).
+static size_t mlp_tensor_floats(const MLP *m, int i) {
+    size_t out = m->sizes[i / 2 + 1];
+    return i % 2 ? out : out * m->sizes[i / 2];
+}
+static size_t mlp_tensor_offset(const MLP *m, int i) { return (size_t)((i % 2 ? m->b[i / 2] : m->W[i / 2]) - m->d_params); }
+
+// Fill (check = 0) or check (1) the guard bands of such a block (what: "gradient")
+static void mlp_block_guards(const MLP *m, float *block, const char *what, int check) {
+    if (GUARD_BYTES > 0 && block != NULL) {
+        for (int i = 0; i < 2 * m->num_layers; i++) {
+            char name[16];
+            snprintf(name, sizeof(name), "%c%d", i % 2 ? 'b' : 'W', i / 2);
+            float *t = block + mlp_tensor_offset(m, i);
+            if (check) { guard_check(t, mlp_tensor_floats(m, i), what, name); } else { guard_fill(t, mlp_tensor_floats(m, i)); }
+        }
+    }
+}
+
+// A new block in the parameters' layout, zero but for its guard bands
+static float *mlp_block_alloc(const MLP *m, const char *what) {
+    float *block = (float *)cuda_malloc_check(m->block_floats * sizeof(float), what);
+    cudaCheck(cudaMemset(block, 0, m->block_floats * sizeof(float)));
+    mlp_block_guards(m, block, NULL, 0);
+    return block;
+}
+
 void mlp_build(MLP *m, const int *sizes, int num_layers, int act, float dropout) {
     memset(m, 0, sizeof(*m));
     m->num_layers = num_layers;
@@ -635,19 +697,38 @@ void mlp_build(MLP *m, const int *sizes, int num_layers, int act, float dropout)
     m->act = act;
     m->dropout = dropout;
     for (int l = 0; l < num_layers; l++) { m->num_params += (size_t)sizes[l + 1] * sizes[l] + sizes[l + 1]; }
-    size_t bytes = m->num_params * sizeof(float);
-    m->params = (float *)mallocCheck(bytes);
-    m->d_params = (float *)cuda_malloc_check(bytes, "the parameters");
-    m->grads = (float *)cuda_malloc_check(bytes, "the gradients");
-    cudaCheck(cudaMemset(m->grads, 0, bytes));
+    m->block_floats = m->num_params + 2 * num_layers * GUARD_FLOATS;
+    m->params = (float *)mallocCheck(m->num_params * sizeof(float));
+    // (the slices first: mlp_block_alloc finds the guard bands through them)
+    m->d_params = (float *)cuda_malloc_check(m->block_floats * sizeof(float), "the parameters");
     size_t off = 0;
     for (int l = 0; l < num_layers; l++) {
         m->W[l] = m->d_params + off;
-        m->dW[l] = m->grads + off;
-        off += (size_t)sizes[l + 1] * sizes[l];
+        off += (size_t)sizes[l + 1] * sizes[l] + GUARD_FLOATS;
         m->b[l] = m->d_params + off;
-        m->db[l] = m->grads + off;
-        off += sizes[l + 1];
+        off += sizes[l + 1] + GUARD_FLOATS;
+    }
+    mlp_block_guards(m, m->d_params, NULL, 0);
+    m->grads = mlp_block_alloc(m, "the gradients");
+    for (int l = 0; l < num_layers; l++) {
+        m->dW[l] = m->grads + (m->W[l] - m->d_params);
+        m->db[l] = m->grads + (m->b[l] - m->d_params);
+    }
+}
+
+// Copy a block between the GPU's layout and the host's packed one, tensor by
+// tensor (to_host: which way)
+static void mlp_copy_block(const MLP *m, float *host, float *device, int to_host) {
+    size_t packed = 0;
+    for (int i = 0; i < 2 * m->num_layers; i++) {
+        size_t bytes = mlp_tensor_floats(m, i) * sizeof(float);
+        float *d = device + mlp_tensor_offset(m, i);
+        if (to_host) {
+            cudaCheck(cudaMemcpy(host + packed, d, bytes, cudaMemcpyDeviceToHost));
+        } else {
+            cudaCheck(cudaMemcpy(d, host + packed, bytes, cudaMemcpyHostToDevice));
+        }
+        packed += mlp_tensor_floats(m, i);
     }
 }
 
@@ -655,27 +736,26 @@ void mlp_build(MLP *m, const int *sizes, int num_layers, int act, float dropout)
 // back (after loading one). The host's optimizer buffers appear with the GPU's.
 void mlp_to_host(MLP *m) {
     size_t bytes = m->num_params * sizeof(float);
-    cudaCheck(cudaMemcpy(m->params, m->d_params, bytes, cudaMemcpyDeviceToHost));
+    mlp_copy_block(m, m->params, m->d_params, 1);
     if (m->d_opt_m != NULL) {
         if (m->opt_m == NULL) { m->opt_m = (float *)mallocCheck(bytes); }
-        cudaCheck(cudaMemcpy(m->opt_m, m->d_opt_m, bytes, cudaMemcpyDeviceToHost));
+        mlp_copy_block(m, m->opt_m, m->d_opt_m, 1);
     }
     if (m->d_opt_v != NULL) {
         if (m->opt_v == NULL) { m->opt_v = (float *)mallocCheck(bytes); }
-        cudaCheck(cudaMemcpy(m->opt_v, m->d_opt_v, bytes, cudaMemcpyDeviceToHost));
+        mlp_copy_block(m, m->opt_v, m->d_opt_v, 1);
     }
 }
 
 void mlp_to_device(MLP *m) {
-    size_t bytes = m->num_params * sizeof(float);
-    cudaCheck(cudaMemcpy(m->d_params, m->params, bytes, cudaMemcpyHostToDevice));
+    mlp_copy_block(m, m->params, m->d_params, 0);
     if (m->opt_m != NULL) {
-        if (m->d_opt_m == NULL) { m->d_opt_m = (float *)cuda_malloc_check(bytes, "the optimizer state"); }
-        cudaCheck(cudaMemcpy(m->d_opt_m, m->opt_m, bytes, cudaMemcpyHostToDevice));
+        if (m->d_opt_m == NULL) { m->d_opt_m = mlp_block_alloc(m, "the optimizer state"); }
+        mlp_copy_block(m, m->opt_m, m->d_opt_m, 0);
     }
     if (m->opt_v != NULL) {
-        if (m->d_opt_v == NULL) { m->d_opt_v = (float *)cuda_malloc_check(bytes, "the optimizer state"); }
-        cudaCheck(cudaMemcpy(m->d_opt_v, m->opt_v, bytes, cudaMemcpyHostToDevice));
+        if (m->d_opt_v == NULL) { m->d_opt_v = mlp_block_alloc(m, "the optimizer state"); }
+        mlp_copy_block(m, m->opt_v, m->d_opt_v, 0);
     }
 }
 
@@ -694,12 +774,57 @@ void mlp_init(MLP *m, uint64_t seed) {
     mlp_to_device(m);
 }
 
-// how many floats the activations of batch B take
+// how many floats the activations of batch B take (with the guard bands after
+// each of their 4L + 4 tensors, in debug builds)
 size_t mlp_activation_floats(const int *sizes, int L, size_t B) {
     size_t widest = 0, total = B * sizes[0];
     for (int l = 0; l <= L; l++) { widest = (size_t)sizes[l] > widest ? (size_t)sizes[l] : widest; }
     for (int l = 0; l < L; l++) { total += 4 * B * sizes[l + 1]; } // z, a, mask, h[l+1]
-    return total + B * sizes[L] + 2 * B * widest;                 // probs, dz, dh
+    return total + B * sizes[L] + 2 * B * widest                  // probs, dz, dh
+           + (4 * (size_t)L + 4) * GUARD_FLOATS;
+}
+
+// The activation tensors in the order they lie in their block: tensor i's
+// start, size (for batches of max_batch) and name.
+static int mlp_activation_tensors(const MLP *m, float **start, size_t *floats, char (*names)[16]) {
+    int L = m->num_layers, n = 0;
+    size_t B = m->max_batch, widest = 0;
+    for (int l = 0; l <= L; l++) { widest = (size_t)m->sizes[l] > widest ? (size_t)m->sizes[l] : widest; }
+    start[n] = m->h[0], floats[n] = B * m->sizes[0], snprintf(names[n++], 16, "h0");
+    for (int l = 0; l < L; l++) {
+        size_t out = B * m->sizes[l + 1];
+        start[n] = m->z[l], floats[n] = out, snprintf(names[n++], 16, "z%d", l);
+        start[n] = m->a[l], floats[n] = out, snprintf(names[n++], 16, "a%d", l);
+        start[n] = m->mask[l], floats[n] = out, snprintf(names[n++], 16, "mask%d", l);
+        start[n] = m->h[l + 1], floats[n] = out, snprintf(names[n++], 16, "h%d", l + 1);
+    }
+    start[n] = m->probs, floats[n] = B * m->sizes[L], snprintf(names[n++], 16, "probs");
+    start[n] = m->dz, floats[n] = B * widest, snprintf(names[n++], 16, "dz");
+    start[n] = m->dh, floats[n] = B * widest, snprintf(names[n++], 16, "dh");
+    return n;
+}
+
+// Fill (check = 0) or check (1) the activations' guard bands
+static void mlp_activation_guards(const MLP *m, int check) {
+    if (GUARD_BYTES > 0 && m->acts != NULL) {
+        float *start[4 * MAX_LAYERS + 4];
+        size_t floats[4 * MAX_LAYERS + 4];
+        char names[4 * MAX_LAYERS + 4][16];
+        int n = mlp_activation_tensors(m, start, floats, names);
+        for (int i = 0; i < n; i++) {
+            if (check) { guard_check(start[i], floats[i], "activation", names[i]); } else { guard_fill(start[i], floats[i]); }
+        }
+    }
+}
+
+// Debug builds: every guard band still whole? After each update (the step's
+// forward, backward and update kernels) and when the network is freed.
+static void mlp_check_guards(const MLP *m) {
+    mlp_block_guards(m, m->d_params, "parameter", 1);
+    mlp_block_guards(m, m->grads, "gradient", 1);
+    mlp_block_guards(m, m->d_opt_m, "optimizer state (m)", 1);
+    mlp_block_guards(m, m->d_opt_v, "optimizer state (v)", 1);
+    mlp_activation_guards(m, 1);
 }
 
 static void mlp_allocate_activations(MLP *m, size_t B) {
@@ -708,16 +833,16 @@ static void mlp_allocate_activations(MLP *m, size_t B) {
     m->acts = (float *)cuda_malloc_check(mlp_activation_floats(m->sizes, m->num_layers, B) * sizeof(float), "the activations");
     float *p = m->acts;
     m->h[0] = p;
-    p += B * m->sizes[0];
+    p += B * m->sizes[0] + GUARD_FLOATS;
     for (int l = 0; l < m->num_layers; l++) {
-        size_t n = B * m->sizes[l + 1];
+        size_t n = B * m->sizes[l + 1] + GUARD_FLOATS;
         m->z[l] = p; p += n;
         m->a[l] = p; p += n;
         m->mask[l] = p; p += n;
         m->h[l + 1] = p; p += n;
     }
-    m->probs = p; p += B * m->sizes[m->num_layers];
-    m->dz = p; p += B * widest;
+    m->probs = p; p += B * m->sizes[m->num_layers] + GUARD_FLOATS;
+    m->dz = p; p += B * widest + GUARD_FLOATS;
     m->dh = p;
     m->losses = (float *)cuda_malloc_check(B * sizeof(float), "the per-image losses");
     m->correct = (int *)cuda_malloc_check(B * sizeof(int), "the per-image results");
@@ -727,6 +852,7 @@ static void mlp_allocate_activations(MLP *m, size_t B) {
     m->host_correct = (int *)mallocCheck(B * sizeof(int));
     m->host_logits = (float *)mallocCheck(B * m->sizes[m->num_layers] * sizeof(float));
     m->max_batch = B;
+    mlp_activation_guards(m, 0);
 }
 
 // The next batch: images `indices` of ds gathered on the GPU into h[0] (the
@@ -792,7 +918,10 @@ void mlp_backward(MLP *m, size_t B) {
     }
 }
 
-void mlp_zero_grad(MLP *m) { cudaCheck(cudaMemset(m->grads, 0, m->num_params * sizeof(float))); }
+void mlp_zero_grad(MLP *m) {
+    cudaCheck(cudaMemset(m->grads, 0, m->block_floats * sizeof(float)));
+    mlp_block_guards(m, m->grads, NULL, 0); // (debug builds: the bands again)
+}
 
 // the logits (B, 10) of the last forward pass, copied to host memory
 const float *mlp_logits(MLP *m, size_t B) {
@@ -802,6 +931,7 @@ const float *mlp_logits(MLP *m, size_t B) {
 }
 
 void mlp_free(MLP *m) {
+    mlp_check_guards(m); // (debug builds: nor did the evaluations since the last update)
     free(m->params);
     free(m->opt_m);
     free(m->opt_v);
@@ -844,15 +974,10 @@ float get_lr(int schedule_cosine, float lr, int step, int warmup, int total) {
 // One update of every parameter on the GPU, t = number of this update (from 1);
 // the formulas of train_mlp.c's mlp_update, one kernel launch per tensor.
 void mlp_update(MLP *m, const Optimizer *opt, float lr, int t) {
-    size_t bytes = m->num_params * sizeof(float);
-    if (opt->kind != OPT_SGD && m->d_opt_m == NULL) { // lazily: evaluation never pays for it
-        m->d_opt_m = (float *)cuda_malloc_check(bytes, "the optimizer state");
-        cudaCheck(cudaMemset(m->d_opt_m, 0, bytes));
-    }
-    if (opt->kind == OPT_ADAMW && m->d_opt_v == NULL) {
-        m->d_opt_v = (float *)cuda_malloc_check(bytes, "the optimizer state");
-        cudaCheck(cudaMemset(m->d_opt_v, 0, bytes));
-    }
+    // the optimizer state lazily (evaluation never pays for it), in the parameters'
+    // layout: every tensor's offset into d_params is its offset into grads, m and v
+    if (opt->kind != OPT_SGD && m->d_opt_m == NULL) { m->d_opt_m = mlp_block_alloc(m, "the optimizer state"); }
+    if (opt->kind == OPT_ADAMW && m->d_opt_v == NULL) { m->d_opt_v = mlp_block_alloc(m, "the optimizer state"); }
     // bias corrections in double on the host, as torch computes them
     float bc1 = (float)(1.0 - pow(opt->beta1, t)), sqrt_bc2 = (float)sqrt(1.0 - pow(opt->beta2, t));
     for (int l = 0; l < m->num_layers; l++) {
@@ -873,6 +998,7 @@ void mlp_update(MLP *m, const Optimizer *opt, float lr, int t) {
             cudaCheck(cudaGetLastError());
         }
     }
+    mlp_check_guards(m); // (debug builds: the step's kernels stayed inside their tensors?)
 }
 
 // ----------------------------------------------------------------------------
@@ -1739,7 +1865,7 @@ static int gpu_check(const Options *o, int steps) {
         double ref_loss = reference_forward_backward(&m, theta, grad, logits, x, labels, B, o->seed, (uint64_t)s);
         int ok = check_tensor("logits", s, gpu_logits, logits, B * K, TOL_FORWARD);
         ok += check_tensor("loss", s, &loss, &ref_loss, 1, TOL_FORWARD);
-        cudaCheck(cudaMemcpy(gpu, m.grads, P * sizeof(float), cudaMemcpyDeviceToHost));
+        mlp_copy_block(&m, gpu, m.grads, 1);
         for (size_t i = 0; i < P; i++) { gpu_grad[i] = gpu[i]; }
         size_t off = 0;
         char name[32];

@@ -16,7 +16,15 @@
 #      scale are saved);
 #      and the GPU resumes train_gpt2.c's checkpoint (one file format);
 #   5. the GPU trainer's own flags: recomputation levels (-r) and BF16 without
-#      master weights (-w 0), and bad values of both.
+#      master weights (-w 0), and bad values of both;
+#   6. uneven shapes: a d2 model (C 128, 2 heads of 64 channels) on batches of
+#      B=3 x T=7, compared as in 1 and 3 (FP32 also with -r 0 and gradient
+#      accumulation), where the d1 runs above hide whole classes of bugs: there
+#      every size B*T*C is a multiple of the 256-thread block (no thread past N)
+#      and every column sum fits one block of 256 (C, 3C, 4C <= 256); and the
+#      fixture of test_gpt2.cu has T equal to the head size. And a d1 model on
+#      B=3 x T=45 (row sums over two chunks, rows longer than a warp), and a
+#      model no d<N> makes (C=72, 3 heads of 24), written by this script.
 # Run it from the repository root, after make data.
 set -u
 CPU=${1:-./train_gpt2}
@@ -39,8 +47,8 @@ run() { # BINARY DIR ARGS...: a run into DIR; its output in DIR.out
     local bin=$1 dir=$2
     shift 2
     rm -rf "$dir"
-    "$bin" "${RUN[@]}" -o "$dir" "$@" > "$dir.out" 2>&1 || { echo "run failed: $bin $*"; tail -3 "$dir.out"; return 1; }
-}
+    "$bin" "${RUN[@]}" -o "$dir" "$@" > "$dir.out" 2>&1 || { echo "run failed: $bin $*"; tail -n 3 "$dir.out"; return 1; }
+} # (flags given to run come after RUN's: they win)
 # every number in two main.logs within a relative tolerance (the ms: fields excluded)
 logs_close() { # LOG1 LOG2 TOL
     paste -d' ' <(sed -E 's/ ms:[0-9.]+//; s/[a-z]+://g' "$1") <(sed -E 's/ ms:[0-9.]+//; s/[a-z]+://g' "$2") |
@@ -72,22 +80,31 @@ under() { awk -v r="$1" -v t="$2" 'BEGIN { exit !(r != "" && r + 0 <= t + 0) }';
 # differ by ~1e-2 of the largest on a GPU whose sums round differently from the
 # CPU's (the emulator's double sums happen not to). So the weights pass if at
 # most 1 in 10,000 is further off than 1e-4; the largest difference is printed.
+checkpoints_close() { # CPU-DIR GPU-DIR NAME STEP [SKIP]: the checkpoints of two FP32 runs at STEP, as above
+    # (weights, m and v from parameter SKIP on: the comparisons take seconds per million)
+    local model state all p w m v off skip=$((${5:-0} * 4))
+    printf -v model "model_%08d.bin" "$4"
+    printf -v state "state_%08d.bin" "$4"
+    all=$((($(stat -c %s "$1/$model") - 1024) / 4))
+    p=$((all - ${5:-0}))
+    if cmp -s <(head -c 1024 "$1/$model") <(head -c 1024 "$2/$model"); then
+        w=$(rel_diff "$1/$model" "$2/$model" $((1024 + skip)) "$p")
+        m=$(rel_diff "$1/$state" "$2/$state" $((1024 + skip)) "$p")
+        v=$(rel_diff "$1/$state" "$2/$state" $((1024 + 4 * all + skip)) "$p")
+        off=$(count_off "$1/$model" "$2/$model" $((1024 + skip)) "$p" 1e-4)
+        [ "$off" -le $((p / 10000)) ] && under "$m" 1e-4 && under "$v" 1e-4 &&
+            ok "$3: step-$4 checkpoint (llm.c fp32 format) matches: weights $w ($off of $p beyond 1e-4), AdamW m $m, v $v of their scale" ||
+            not_ok "$3: step-$4 checkpoint differs: weights $w ($off of $p beyond 1e-4), m $m, v $v"
+    else
+        not_ok "$3: the model file headers differ"
+    fi
+}
 if run "$CPU" "$TMP/cpu" && run "$FP32" "$TMP/fp32"; then
     logs_close "$TMP/cpu/main.log" "$TMP/fp32/main.log" 1e-5 &&
         ok "FP32: train loss, gradient norm and validation loss of 4 steps within 1e-5 of train_gpt2.c" ||
         not_ok "FP32: logs differ from train_gpt2.c"
     P=$((($(stat -c %s "$TMP/cpu/model_00000004.bin") - 1024) / 4))
-    if cmp -s <(head -c 1024 "$TMP/cpu/model_00000004.bin") <(head -c 1024 "$TMP/fp32/model_00000004.bin"); then
-        w=$(rel_diff "$TMP/cpu/model_00000004.bin" "$TMP/fp32/model_00000004.bin" 1024 "$P")
-        m=$(rel_diff "$TMP/cpu/state_00000004.bin" "$TMP/fp32/state_00000004.bin" 1024 "$P")
-        v=$(rel_diff "$TMP/cpu/state_00000004.bin" "$TMP/fp32/state_00000004.bin" $((1024 + 4 * P)) "$P")
-        off=$(count_off "$TMP/cpu/model_00000004.bin" "$TMP/fp32/model_00000004.bin" 1024 "$P" 1e-4)
-        [ "$off" -le $((P / 10000)) ] && under "$m" 1e-4 && under "$v" 1e-4 &&
-            ok "FP32: step-4 checkpoint (llm.c fp32 format) matches: weights $w ($off of $P beyond 1e-4), AdamW m $m, v $v of their scale" ||
-            not_ok "FP32: step-4 checkpoint differs: weights $w ($off of $P beyond 1e-4), m $m, v $v"
-    else
-        not_ok "FP32: the model file headers differ"
-    fi
+    checkpoints_close "$TMP/cpu" "$TMP/fp32" "FP32" 4
     grep -q "val loss" "$TMP/fp32.out" && grep -q "^hardware: GPU 0: " "$TMP/fp32.out" &&
         ok "FP32: validation ran, hardware line printed" || not_ok "FP32: output incomplete"
 else
@@ -107,8 +124,8 @@ fi
 # error up to 2^-9 = 2e-3 each); the loss, an average over many, moved by 2e-5
 # and the norm by 7e-5 (measured). Tolerances: 1e-3 (losses), 1e-2 (norms).
 # (FP16 keeps 3 more mantissa bits: the same tolerances hold with room to spare.)
-half_logs_close() { # LOG: losses within 1e-3 and norms within 1e-2 of train_gpt2.c's log
-    paste -d' ' <(sed -E 's/ ms:[0-9.]+//; s/[a-z]+://g' "$TMP/cpu/main.log") <(sed -E 's/ ms:[0-9.]+//; s/[a-z]+://g' "$1") |
+half_logs_close() { # LOG [CPU-LOG]: losses within 1e-3 and norms within 1e-2 of train_gpt2.c's log (section 1's)
+    paste -d' ' <(sed -E 's/ ms:[0-9.]+//; s/[a-z]+://g' "${2:-$TMP/cpu/main.log}") <(sed -E 's/ ms:[0-9.]+//; s/[a-z]+://g' "$1") |
         awk 'NF == 4 { d = $2 - $4; if (d < 0) d = -d; if (d > 1e-3 * $2) bad = 1 }
              NF == 8 { for (i = 2; i <= 4; i += 2) { d = $i - $(i + 4); if (d < 0) d = -d; if (d > (i == 2 ? 1e-3 : 1e-2) * $i) bad = 1 } }
              NF != 4 && NF != 8 { bad = 1 } END { exit bad }'
@@ -147,7 +164,7 @@ for prec in fp32 bf16 fp16; do
        diff <(sed -E 's/ ms:[0-9.]+//' "$dir/main.log") <(sed -E 's/ ms:[0-9.]+//' "$TMP/resume/main.log") > /dev/null; then
         ok "$prec: resumed from its step-2 checkpoint, identical model, optimizer state$([ $prec != fp32 ] && echo ' (with master weights)') and log at step 4"
     else
-        not_ok "$prec: the resumed run differs (exit $rc)"; tail -3 "$TMP/resume.out"
+        not_ok "$prec: the resumed run differs (exit $rc)"; tail -n 3 "$TMP/resume.out"
     fi
 done
 if [ -f "$TMP/cpu/state_00000002.bin" ]; then
@@ -157,7 +174,7 @@ if [ -f "$TMP/cpu/state_00000002.bin" ]; then
         under "$w" 1e-4 && ok "FP32 GPU resumed train_gpt2.c's step-2 checkpoint; its step-4 weights match the CPU's within $w" ||
             not_ok "FP32 GPU resumed the CPU checkpoint but ends $w away"
     else
-        not_ok "FP32 GPU could not resume train_gpt2.c's checkpoint"; tail -3 "$TMP/cross.out"
+        not_ok "FP32 GPU could not resume train_gpt2.c's checkpoint"; tail -n 3 "$TMP/cross.out"
     fi
 fi
 
@@ -206,11 +223,11 @@ sample_of() { awk '/^generating:$/ { g = 1; n = 0; next } g && /^---$/ { if (++n
     [ "$(grep -c '^generating:' "$TMP/sample_cpu.out")" = 2 ] &&
     [ "$(sample_of < "$TMP/sample_cpu.out")" = "$(sample_of < "$TMP/sample_fp32.out")" ] &&
     ok "FP32 samples (steps 0 and 2, 12 tokens) identical to train_gpt2.c's" ||
-    { not_ok "FP32 samples differ from train_gpt2.c's (or a run failed)"; tail -4 "$TMP/sample_cpu.out" "$TMP/sample_fp32.out"; }
+    { not_ok "FP32 samples differ from train_gpt2.c's (or a run failed)"; tail -n 4 "$TMP/sample_cpu.out" "$TMP/sample_fp32.out"; }
 for prec in bf16 fp16; do
     bin=$BF16 && [ $prec = fp16 ] && bin=$FP16
     "$bin" "${SAMPLE[@]}" > "$TMP/sample_$prec.out" 2>&1 && [ "$(grep -c '^generating:' "$TMP/sample_$prec.out")" = 2 ] &&
-        ok "$prec: samples at steps 0 and 2" || { not_ok "$prec: sampling failed"; tail -3 "$TMP/sample_$prec.out"; }
+        ok "$prec: samples at steps 0 and 2" || { not_ok "$prec: sampling failed"; tail -n 3 "$TMP/sample_$prec.out"; }
 done
 # FP16's loss scale in a real run: with one token a batch the gradient of the
 # logits is the scale times (p - 1) at the target, which overflows fp16 at 2^16
@@ -241,14 +258,14 @@ case "$FP32" in *_cpu)
             ok "FP32 -r 0 without cuBLASLt epilogues (our kernels instead): logs within 1e-5 of train_gpt2.c" ||
             not_ok "FP32 without cuBLASLt epilogues: logs differ, or no note"
     else
-        not_ok "FP32 without cuBLASLt epilogues: the run failed"; tail -3 "$TMP/fp32_noepi.out"
+        not_ok "FP32 without cuBLASLt epilogues: the run failed"; tail -n 3 "$TMP/fp32_noepi.out"
     fi ;;
 esac
 bad_flag() { # EXPECTED-MESSAGE BINARY ARGS...: must exit non-zero with the message
     local msg=$1 bin=$2
     shift 2
     out=$("$bin" "$@" 2>&1) && { not_ok "$bin $* was accepted"; return; }
-    grep -q -- "$msg" <<< "$out" && ok "refused: $bin $* ($msg)" || { not_ok "$bin $*: wrong message"; echo "$out" | tail -2; }
+    grep -q -- "$msg" <<< "$out" && ok "refused: $bin $* ($msg)" || { not_ok "$bin $*: wrong message"; echo "$out" | tail -n 2; }
 }
 bad_flag "flag -r takes 0, 1 or 2" "$FP32" -r 3
 bad_flag "flag -w takes 0 or 1" "$BF16" -w 2
@@ -258,6 +275,80 @@ bad_flag "flag -r is train_gpt2cu's" "$CPU" -r 1
 # activations at B=64, T=256 (the logits alone 1.6 GB) do not
 # (emulated binaries only: a real GPU has its own size)
 case "$BF16" in *_cpu) bad_flag "out of GPU memory: the activations need" env EMU_DEVICE_MIB=100 "$BF16" -e d1 -b 64 -t 256 -x 1 -v 0 -s 0 -o "" ;; esac
+
+# --- 6. uneven shapes. d2: C=128 in 2 heads of HS=64, so the bias gradients of
+# 3C=384 and 4C=512 columns take two blocks of 256 threads in y in the column
+# sums (LayerNorm's C=128 columns still fit one); B=3 x T=7: 21 rows (odd),
+# B*T*C=2688 is not a multiple of 256 (a thread with i == N exists), T is
+# neither the head size nor a power of two.
+# The same tolerances as sections 1 and 3, over 2 steps (a d2 step takes 3 s
+# under the emulator, most of it in the tied output layer); the checkpoints
+# compared without wte (6.4 of 7 million parameters, seconds to compare; it feeds
+# every logged loss). One more FP32 run goes through -r 0 and gradient
+# accumulation at once. (4C*B*T is still a multiple of 256: every d<N> model has
+# 4C = 256N.)
+UNEVEN=(-e d2 -b 3 -t 7 -x 2 -u 1 -n 2)
+if run "$CPU" "$TMP/cpu_d2" "${UNEVEN[@]}" && run "$FP32" "$TMP/fp32_d2" "${UNEVEN[@]}"; then
+    logs_close "$TMP/cpu_d2/main.log" "$TMP/fp32_d2/main.log" 1e-5 &&
+        ok "FP32 d2, B=3 x T=7: train loss, gradient norm and validation loss within 1e-5 of train_gpt2.c" ||
+        { not_ok "FP32 d2, B=3 x T=7: logs differ from train_gpt2.c"; paste "$TMP/cpu_d2/main.log" "$TMP/fp32_d2/main.log"; }
+    checkpoints_close "$TMP/cpu_d2" "$TMP/fp32_d2" "FP32 d2, B=3 x T=7 (all but wte)" 2 $((50304 * 128))
+    if run "$BF16" "$TMP/bf16_d2" "${UNEVEN[@]}"; then
+        half_logs_close "$TMP/bf16_d2/main.log" "$TMP/cpu_d2/main.log" &&
+            ok "BF16 d2, B=3 x T=7: losses within 1e-3 and gradient norms within 1e-2 of train_gpt2.c's fp32" ||
+            { not_ok "BF16 d2, B=3 x T=7: logs too far from train_gpt2.c"; paste "$TMP/cpu_d2/main.log" "$TMP/bf16_d2/main.log"; }
+    else
+        not_ok "BF16 d2, B=3 x T=7: the run failed (see above)"
+    fi
+else
+    not_ok "FP32 d2, B=3 x T=7: a run failed (see above)"
+fi
+if run "$CPU" "$TMP/cpu_d2_acc" "${UNEVEN[@]}" -d 42 -v 0 && run "$FP32" "$TMP/fp32_d2_acc" "${UNEVEN[@]}" -d 42 -v 0 -r 0; then
+    logs_close "$TMP/cpu_d2_acc/main.log" "$TMP/fp32_d2_acc/main.log" 1e-5 &&
+        ok "FP32 d2, -r 0 with gradient accumulation (-d 42 = 2 x 21 tokens): logs within 1e-5 of train_gpt2.c" ||
+        { not_ok "FP32 d2, -r 0 with gradient accumulation: logs differ"; paste "$TMP/cpu_d2_acc/main.log" "$TMP/fp32_d2_acc/main.log"; }
+else
+    not_ok "FP32 d2, -r 0 with gradient accumulation: a run failed (see above)"
+fi
+# Longer rows: d1 on B=3 x T=45, 1 step. 135 rows: the row sums of the bias and
+# LayerNorm gradients take two chunks of 128 rows (every run above fits in one),
+# and 45 scores a row: a warp's lanes go round twice in the softmax.
+LONG=(-e d1 -b 3 -t 45 -x 1 -u 1 -v 0 -n 0)
+if run "$CPU" "$TMP/cpu_long" "${LONG[@]}" && run "$FP32" "$TMP/fp32_long" "${LONG[@]}"; then
+    logs_close "$TMP/cpu_long/main.log" "$TMP/fp32_long/main.log" 1e-5 &&
+        ok "FP32 d1, B=3 x T=45 (two chunks of rows, rows longer than a warp): logs within 1e-5 of train_gpt2.c" ||
+        { not_ok "FP32 d1, B=3 x T=45: logs differ"; paste "$TMP/cpu_long/main.log" "$TMP/fp32_long/main.log"; }
+else
+    not_ok "FP32 d1, B=3 x T=45: a run failed (see above)"
+fi
+# A model no d<N> makes: C=72 in 3 heads of 24 (1 layer, maxT 64). C is not a
+# multiple of 32 (LayerNorm's warps end on a partial pass), its 4C=288 columns take
+# two blocks, and B*T*4C=6048 is not a multiple of 256 (with every d<N> it is: GELU's
+# launches have no thread past N there). Written here in llm.c's format: the
+# matrices' numbers borrowed from the d2 checkpoint's wte (trained N(0, 0.02)-like
+# weights), LayerNorm weights 1, biases 0; both trainers start from this file.
+le32() { local b; for b in 0 8 16 24; do printf "\\$(printf %03o $(($1 >> b & 255)))"; done; } # an int32, little-endian
+ones() { local i; for ((i = 0; i < $1; i++)); do printf '\000\000\200\077'; done; } # N floats 1.0
+zeros() { head -c $(($1 * 4)) /dev/zero; }
+borrow() { tail -c +$((1025 + 4 * taken)) "$TMP/cpu_d2/model_00000002.bin" | head -c $(($1 * 4)); taken=$((taken + $1)); }
+if [ -f "$TMP/cpu_d2/model_00000002.bin" ]; then
+    c=72 taken=0
+    { for h in 20240326 3 64 50257 1 3 $c 50304; do le32 $h; done; zeros 248 # magic, version, maxT, V, L, NH, C, Vp
+      borrow $((50304 * c)); borrow $((64 * c))                                # wte, wpe
+      ones $c; zeros $c                                                        # ln1
+      borrow $((3 * c * c)); zeros $((3 * c)); borrow $((c * c)); zeros $c     # qkv, attproj
+      ones $c; zeros $c                                                        # ln2
+      borrow $((4 * c * c)); zeros $((4 * c)); borrow $((4 * c * c)); zeros $c # fc, fcproj
+      ones $c; zeros $c; } > "$TMP/c72.bin"                                    # lnf
+fi
+C72=(-e "$TMP/c72.bin" -b 3 -t 7 -x 2 -u 1 -n 0)
+if run "$CPU" "$TMP/cpu_c72" "${C72[@]}" && run "$FP32" "$TMP/fp32_c72" "${C72[@]}"; then
+    logs_close "$TMP/cpu_c72/main.log" "$TMP/fp32_c72/main.log" 1e-5 &&
+        ok "FP32 C=72 (3 heads of 24), B=3 x T=7: logs within 1e-5 of train_gpt2.c" ||
+        { not_ok "FP32 C=72, B=3 x T=7: logs differ"; paste "$TMP/cpu_c72/main.log" "$TMP/fp32_c72/main.log"; }
+else
+    not_ok "FP32 C=72, B=3 x T=7: a run failed (see above)"
+fi
 
 echo "$passed passed, $failed failed"
 [ $failed = 0 ]

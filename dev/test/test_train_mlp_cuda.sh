@@ -13,6 +13,11 @@
 #    agree within fp32 rounding (tolerances below).
 # 3. Same checkpoint format: the GPU program resumes the CPU's epoch-1 checkpoint
 #    and reaches the CPU's epoch 2.
+# 4. Uneven shapes: hidden widths 37 and 19 and batches of 45 (and a last one of
+#    5) divide none of the kernels' sizes (the 16 x 16 tiles, 256-thread blocks),
+#    so every matmul has partial tiles in M, N and K and every elementwise launch
+#    has threads past its end: --check and the twin run, through each matmul path;
+#    and --check on a layer of 300, wider than a block.
 # Run it from the repository root. The emulated program runs each block's
 # threads as OS threads, so it is slow: the networks and data here are tiny.
 set -u
@@ -41,9 +46,9 @@ check() { # NAME ARGS...
     local name=$1
     shift
     if "$GPU" --check -d "$TMP/data" -u 0 "$@" > "$TMP/check.out" 2>&1 && grep -q "^[0-9]* passed, 0 failed" "$TMP/check.out"; then
-        ok "--check $name: $(tail -1 "$TMP/check.out"), worst relative difference $(awk '/relative/ { if ($(NF-1) > m) m = $(NF-1) } END { print m }' "$TMP/check.out")"
+        ok "--check $name: $(tail -n 1 "$TMP/check.out"), worst relative difference $(awk '/relative/ { if ($(NF-1) > m) m = $(NF-1) } END { print m }' "$TMP/check.out")"
     else
-        not_ok "--check $name:"; grep -v " OK$" "$TMP/check.out" | head -8
+        not_ok "--check $name:"; grep -v " OK$" "$TMP/check.out" | head -n 8
     fi
 }
 check "naive matmul, relu, adamw, dropout, weight decay" -M naive -l 784,32,16,10 -b 16 -p 0.2 -w 0.1 -r 1e-2
@@ -51,6 +56,12 @@ check "tiled matmul, relu, adamw, dropout, weight decay" -M tiled -l 784,32,16,1
 check "cublas (stand-in), relu, adamw, dropout, weight decay" -M cublas -l 784,32,16,10 -b 16 -p 0.2 -w 0.1 -r 1e-2
 check "tiled matmul, tanh, momentum, weight decay" -M tiled -l 784,24,10 -b 12 -a tanh -O momentum -w 0.01 -r 0.05
 check "naive matmul, relu, sgd, weight decay, ragged widths" -M naive -l 784,19,13,10 -b 7 -O sgd -r 0.1 -w 0.01
+UNEVEN=(-l 784,37,19,10 -b 45) # (section 4)
+for M in naive tiled cublas; do
+    check "$M matmul, relu, adamw, dropout, weight decay, uneven: widths 37 and 19, batch 45" -M $M "${UNEVEN[@]}" -p 0.2 -w 0.1 -r 1e-2
+done
+# (every width above fits one block of 256 threads in the bias gradient's column sums)
+check "tiled matmul, relu, adamw, a layer of 300: its bias gradient takes two blocks" -M tiled -l 784,300,10 -b 45 -w 0.1 -r 1e-2
 
 # --- 2. the twin run: the same 2 epochs on the CPU and (emulated) GPU
 # Both draw the same weights, batches and dropout masks and log the same numbers;
@@ -79,28 +90,32 @@ metrics_close() { # FILE1 FILE2: every logged number within 1e-5 relative (times
         awk '{ h = NF / 2; if (h != 5) bad = 1; for (i = 1; i <= h; i++) { d = $i - $(i + h); if (d < 0) d = -d;
                if (d > 1e-5 * ($i < 0 ? -$i : $i) + 1e-7) bad = 1 } } END { exit bad }'
 }
-for M in tiled cublas; do
+twin() { # NAME M ARGS...: train_mlp.c and, with -M M, train_mlp.cu make the same run (into $TMP/cpu, $TMP/gpu)
+    local name="$1 (-M $2)" M=$2 rel
+    shift 2
     rm -rf "$TMP/cpu" "$TMP/gpu"
-    "$CPU" "${TWIN[@]}" -o "$TMP/cpu" > "$TMP/cpu.out" 2>&1 || { not_ok "train_mlp failed"; tail -3 "$TMP/cpu.out"; continue; }
-    "$GPU" "${TWIN[@]}" -M "$M" -o "$TMP/gpu" > "$TMP/gpu.out" 2>&1 || { not_ok "emulated train_mlp.cu (-M $M) failed"; tail -3 "$TMP/gpu.out"; continue; }
+    "$CPU" "$@" -o "$TMP/cpu" > "$TMP/cpu.out" 2>&1 || { not_ok "$name: train_mlp failed"; tail -n 3 "$TMP/cpu.out"; return; }
+    "$GPU" "$@" -M "$M" -o "$TMP/gpu" > "$TMP/gpu.out" 2>&1 || { not_ok "$name: emulated train_mlp.cu failed"; tail -n 3 "$TMP/gpu.out"; return; }
     rel=$(max_rel_diff "$TMP/cpu/mlp_2.bin" "$TMP/gpu/mlp_2.bin")
     if cmp -s <(head -c 1024 "$TMP/cpu/mlp_2.bin") <(head -c 1024 "$TMP/gpu/mlp_2.bin") &&
        [ "$(stat -c %s "$TMP/cpu/mlp_2.bin")" = "$(stat -c %s "$TMP/gpu/mlp_2.bin")" ] &&
        awk -v r="$rel" 'BEGIN { exit !(r <= 1e-4) }'; then
-        ok "twin run (-M $M): epoch-2 checkpoints agree: same header and size, weights and AdamW state within $rel of their scale"
+        ok "$name: epoch-2 checkpoints agree: same header and size, weights and AdamW state within $rel of their scale"
     else
-        not_ok "twin run (-M $M): checkpoints differ (relative $rel)"
+        not_ok "$name: checkpoints differ (relative $rel)"
     fi
     metrics_close "$TMP/cpu/metrics.log" "$TMP/gpu/metrics.log" &&
-        ok "twin run (-M $M): per-epoch train/validation loss and accuracy agree within 1e-5" ||
-        { not_ok "twin run (-M $M): metrics differ"; paste "$TMP/cpu/metrics.log" "$TMP/gpu/metrics.log"; }
+        ok "$name: per-epoch train/validation loss and accuracy agree within 1e-5" ||
+        { not_ok "$name: metrics differ"; paste "$TMP/cpu/metrics.log" "$TMP/gpu/metrics.log"; }
     # the test report: accuracy and confusion matrix identical (argmax of nearly equal logits)
     diff <(sed -n '/^test:/,$p' "$TMP/cpu.out" | sed -E 's/loss [0-9.]+ //') <(sed -n '/^test:/,$p' "$TMP/gpu.out" | sed -E 's/loss [0-9.]+ //') > /dev/null &&
-        ok "twin run (-M $M): identical test accuracy, confusion matrix and most-confused pairs" ||
-        not_ok "twin run (-M $M): test reports differ"
-done
+        ok "$name: identical test accuracy, confusion matrix and most-confused pairs" ||
+        not_ok "$name: test reports differ"
+}
+for M in tiled cublas; do twin "twin run" $M "${TWIN[@]}"; done
 
 # --- 3. one checkpoint format: the GPU program resumes the CPU's checkpoint
+# (the CPU's run of section 2, still in $TMP/cpu)
 rm -rf "$TMP/resume" && mkdir -p "$TMP/resume" && cp "$TMP/cpu/mlp_1.bin" "$TMP/cpu/metrics.log" "$TMP/resume/"
 if "$GPU" "${TWIN[@]}" -M tiled -o "$TMP/resume" -y 1 > "$TMP/resume.out" 2>&1 && grep -q "resuming from .*mlp_1.bin" "$TMP/resume.out"; then
     rel=$(max_rel_diff "$TMP/cpu/mlp_2.bin" "$TMP/resume/mlp_2.bin")
@@ -108,10 +123,14 @@ if "$GPU" "${TWIN[@]}" -M tiled -o "$TMP/resume" -y 1 > "$TMP/resume.out" 2>&1 &
         ok "the GPU program resumed train_mlp.c's epoch-1 checkpoint; its epoch 2 matches the CPU's within $rel" ||
         not_ok "resumed from the CPU checkpoint, but epoch 2 differs ($rel)"
 else
-    not_ok "the GPU program could not resume train_mlp.c's checkpoint"; tail -3 "$TMP/resume.out"
+    not_ok "the GPU program could not resume train_mlp.c's checkpoint"; tail -n 3 "$TMP/resume.out"
 fi
 
-# --- 4. bad flags of its own
+# --- 4. uneven shapes (their --check runs are in section 1): the twin run with
+# widths 37 and 19 and batches of 45 (7 of them and one of 5 an epoch), each path
+for M in naive tiled cublas; do twin "uneven twin run (784-37-19-10, batch 45)" $M "${TWIN[@]}" "${UNEVEN[@]}"; done
+
+# --- 5. bad flags of its own
 out=$("$GPU" -M fast 2>&1); rc=$?
 [ $rc != 0 ] && echo "$out" | grep -q "^Error: -M is naive, tiled or cublas, not 'fast'" && ok "-M with an unknown matmul: exit $rc, one clear error" || not_ok "-M fast: exit $rc: $out"
 
