@@ -93,14 +93,17 @@ ifeq ($(filter $(PRECISION),FP32 BF16 FP16),)
   $(error PRECISION=$(PRECISION) is not one of FP32 BF16 FP16)
 endif
 GPU_ARCH ?= 90 120
-# every .cu builds with warnings as errors, for every architecture in GPU_ARCH
-NVCC_FLAGS = -O3 -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror $(foreach a,$(GPU_ARCH),-gencode arch=compute_$(a),code=sm_$(a))
+# every .cu builds with warnings as errors, for every architecture in GPU_ARCH; ptxas warns
+# of registers spilled to local memory and of local memory (a per-thread array it cannot
+# keep in registers), which then fail the build: a kernel that spills is a slow kernel
+NVCC_FLAGS = -O3 -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror -Xptxas -warn-spills,-warn-lmem-usage \
+             $(foreach a,$(GPU_ARCH),-gencode arch=compute_$(a),code=sm_$(a))
 ifneq ($(NVCC),)
   $(info · CUDA targets: GPU_ARCH="$(GPU_ARCH)" (sm_90 = H100/H200, sm_120 = RTX 50xx), PRECISION=$(PRECISION))
 endif
 
 # --- programs ---------------------------------------------------------------------
-.PHONY: all data test reference bench clean help cuda gpu-check fuzz
+.PHONY: all data test reference bench clean help cuda gpu-check fuzz mutants
 
 all: train_gpt2 test_gpt2 data/tokenizer test_tokenizer train_mlp test_mlp infer test_infer
 
@@ -143,7 +146,7 @@ CUDA_PROGRAMS := train_gpt2cu train_gpt2cu_fp32 train_gpt2cu_fp16 test_gpt2cu te
 $(addprefix dev/cuda/,$(LADDERS)): dev/cuda/%: dev/cuda/%.cu dev/cuda/common.h dev/cuda/precision.h
 	$(NVCC) $(NVCC_FLAGS) -DENABLE_$(if $(filter FP16,$(PRECISION)),BF16,$(PRECISION)) $< -lcublas -o $@
 $(addprefix dev/emu/,$(addsuffix _cpu,$(LADDERS))): dev/emu/%_cpu: dev/cuda/%.cu dev/cuda/common.h dev/cuda/precision.h $(EMU)
-	bash dev/emu/emu_build.sh $< $@ -DENABLE_BF16
+	$(emu_build) $< $@ -DENABLE_BF16
 # the GPU trainer, in the precision PRECISION chooses, and in FP32
 train_gpt2cu: train_gpt2.cu
 	$(NVCC) $(NVCC_FLAGS) -DENABLE_$(PRECISION) $(TRAINER_CUDNN) -Xcompiler "$(OMP_FLAGS)" $< -lcublas -lcublasLt $(TRAINER_CUDNN_LIBS) $(if $(filter -fopenmp,$(OMP_FLAGS)),-lgomp) -o $@
@@ -193,40 +196,39 @@ dev/emu/test_emu: dev/emu/test_emu.cu
 	$(NVCC) $(NVCC_FLAGS) $< -o $@
 cuda: $(CUDA_PROGRAMS)
 
-# The same kernels on the CPU, through the emulator (g++ and OpenMP, no CUDA
-# needed): how CI runs GPU code (dev/emu/cuda_emu.h says what it can and cannot do).
+# The same kernels on the CPU, through the emulator (g++ and OpenMP, no CUDA needed): how
+# CI runs GPU code. dev/emu/cuda_emu.h says what it catches; each program comes in up to
+# three builds: plain (NAME_cpu), the race detector (NAME_race) and AddressSanitizer
+# (NAME_asan). The programs' emulated builds are debug builds: a guard band after every
+# tensor they carve out of one allocation, checked after every step (-DGUARD_BYTES=256).
 EMU = dev/emu/cuda_emu.h dev/emu/include/cuda_runtime.h dev/emu/include/cublas_v2.h dev/emu/include/cublasLt.h dev/emu/include/cuda_bf16.h dev/emu/include/cuda_fp16.h dev/emu/emu_build.sh
-dev/emu/test_emu_cpu: dev/emu/test_emu.cu $(EMU)
-	bash dev/emu/emu_build.sh $< $@
-dev/emu/train_mlpcu_cpu: train_mlp.cu $(EMU)
+EMU_DEBUG = -DGUARD_BYTES=256
+# (from the target's name: the build, and the precision: test_gpt2cu_fp32_race -> race, -DENABLE_FP32)
+emu_build = bash dev/emu/emu_build.sh -m $(if $(filter %_race,$@),race,$(if $(filter %_asan,$@),asan,plain))
+emu_precision = $(subst fp32,-DENABLE_FP32,$(subst bf16,-DENABLE_BF16,$(subst fp16,-DENABLE_FP16,$(filter fp32 bf16 fp16,$(subst _, ,$(notdir $@))))))
+dev/emu/test_emu_cpu dev/emu/test_emu_race dev/emu/test_emu_asan: dev/emu/test_emu.cu $(EMU)
+	$(emu_build) $< $@
+dev/emu/train_mlpcu_cpu dev/emu/train_mlpcu_race: train_mlp.cu $(EMU)
 ifeq ($(HAVE_ZLIB),1)
-	bash dev/emu/emu_build.sh $< $@ $(ZLIB_CFLAGS) $(ZLIB_LIBS)
+	$(emu_build) $< $@ $(EMU_DEBUG) $(ZLIB_CFLAGS) $(ZLIB_LIBS)
 else
 	@echo "Error: train_mlp.cu needs zlib's header: apt-get install zlib1g-dev (Debian/Ubuntu)" && exit 1
 endif
 dev/emu/matmul_cpu: dev/cuda/matmul.cu dev/cuda/common.h $(EMU)
-	bash dev/emu/emu_build.sh $< $@
-dev/emu/train_gpt2cu_fp32_cpu: train_gpt2.cu $(EMU)
-	bash dev/emu/emu_build.sh $< $@ -DENABLE_FP32
-dev/emu/train_gpt2cu_bf16_cpu: train_gpt2.cu $(EMU)
-	bash dev/emu/emu_build.sh $< $@ -DENABLE_BF16
-dev/emu/test_gpt2cu_fp32_cpu: test_gpt2.cu train_gpt2.cu $(EMU)
-	bash dev/emu/emu_build.sh $< $@ -DENABLE_FP32
-dev/emu/test_gpt2cu_bf16_cpu: test_gpt2.cu train_gpt2.cu $(EMU)
-	bash dev/emu/emu_build.sh $< $@ -DENABLE_BF16
-dev/emu/train_gpt2cu_fp16_cpu: train_gpt2.cu $(EMU)
-	bash dev/emu/emu_build.sh $< $@ -DENABLE_FP16
-dev/emu/test_gpt2cu_fp16_cpu: test_gpt2.cu train_gpt2.cu $(EMU)
-	bash dev/emu/emu_build.sh $< $@ -DENABLE_FP16
-INFER_EMU = dev/emu/infercu_fp32_cpu dev/emu/infercu_bf16_cpu dev/emu/test_infercu_fp32_cpu dev/emu/test_infercu_bf16_cpu
-dev/emu/infercu_fp32_cpu: infer.cu $(EMU)
-	bash dev/emu/emu_build.sh $< $@ -DENABLE_FP32
-dev/emu/infercu_bf16_cpu: infer.cu $(EMU)
-	bash dev/emu/emu_build.sh $< $@ -DENABLE_BF16
-dev/emu/test_infercu_fp32_cpu: test_infer.cu infer.cu $(EMU)
-	bash dev/emu/emu_build.sh $< $@ -DENABLE_FP32
-dev/emu/test_infercu_bf16_cpu: test_infer.cu infer.cu $(EMU)
-	bash dev/emu/emu_build.sh $< $@ -DENABLE_BF16
+	$(emu_build) $< $@
+EMU_GPT2 = $(foreach p,fp32 bf16 fp16,dev/emu/train_gpt2cu_$(p)_cpu dev/emu/test_gpt2cu_$(p)_cpu) dev/emu/test_gpt2cu_fp32_race dev/emu/test_gpt2cu_fp16_asan
+$(filter dev/emu/train_gpt2cu_%,$(EMU_GPT2)): train_gpt2.cu $(EMU)
+	$(emu_build) $< $@ $(emu_precision) $(EMU_DEBUG)
+$(filter dev/emu/test_gpt2cu_%,$(EMU_GPT2)): test_gpt2.cu train_gpt2.cu $(EMU)
+	$(emu_build) $< $@ $(emu_precision) $(EMU_DEBUG)
+INFER_EMU = dev/emu/infercu_fp32_cpu dev/emu/infercu_bf16_cpu dev/emu/test_infercu_fp32_cpu dev/emu/test_infercu_bf16_cpu \
+            dev/emu/test_infercu_fp32_race dev/emu/test_infercu_bf16_asan
+$(filter dev/emu/infercu_%,$(INFER_EMU)): infer.cu $(EMU)
+	$(emu_build) $< $@ $(emu_precision) $(EMU_DEBUG)
+$(filter dev/emu/test_infercu_%,$(INFER_EMU)): test_infer.cu infer.cu $(EMU)
+	$(emu_build) $< $@ $(emu_precision) $(EMU_DEBUG)
+EMU_PROGRAMS = dev/emu/test_emu_cpu dev/emu/test_emu_race dev/emu/test_emu_asan dev/emu/matmul_cpu dev/emu/train_mlpcu_cpu \
+               dev/emu/train_mlpcu_race $(EMU_GPT2) $(INFER_EMU) $(addprefix dev/emu/,$(addsuffix _cpu,$(LADDERS)))
 
 # On a machine with a GPU: build every CUDA program for it, run every GPU test and
 # the benchmarks, one summary table; logs in gpu-check-logs/ (dev/test/gpu_check.sh)
@@ -266,41 +268,44 @@ fuzz: $(addprefix dev/fuzz/fuzz_,$(FUZZ_TARGETS))
 test_tokenizer: test_tokenizer.c data/tokenizer.c data/unicode_tables.h
 	$(CC) -O3 -march=native -Wall -Wextra -std=c11 $< -o $@
 
+# Every emulated test runs under two schedules of the emulator (dev/emu/run_schedules.sh:
+# each run must pass, and all the results copied from the device must be bit-identical);
+# where a program has a race-detector or AddressSanitizer build, the second run is that one.
+SCHED = bash dev/emu/run_schedules.sh
+LADDER_TESTS = $(foreach l,matmul $(LADDERS),"$(SCHED) ascending './dev/emu/$(l)_cpu -c' descending './dev/emu/$(l)_cpu -c'")
+GPT2_TWIN = bash dev/test/test_train_gpt2_cuda.sh ./train_gpt2 ./dev/emu/train_gpt2cu_fp32_cpu ./dev/emu/train_gpt2cu_bf16_cpu ./dev/emu/train_gpt2cu_fp16_cpu
+INFER_TWIN = bash dev/test/test_infer_cuda.sh ./infer ./dev/emu/infercu_fp32_cpu ./dev/emu/infercu_bf16_cpu
 TESTS = ./test_gpt2 \
-        ./dev/emu/test_emu_cpu \
-        "./dev/emu/matmul_cpu -c" \
-        "./dev/emu/layernorm_forward_cpu -c" \
-        "./dev/emu/causal_softmax_cpu -c" \
-        "./dev/emu/fused_classifier_cpu -c" \
-        "./dev/emu/encoder_forward_cpu -c" \
-        "./dev/emu/encoder_backward_cpu -c" \
-        "./dev/emu/layernorm_backward_cpu -c" \
-        "./dev/emu/softmax_backward_cpu -c" \
-        "./dev/emu/gelu_cpu -c" \
-        "./dev/emu/adamw_cpu -c" \
-        "./dev/emu/gemv_cpu -c" \
-        "bash dev/test/test_train_mlp_cuda.sh ./dev/emu/train_mlpcu_cpu ./train_mlp" \
-        ./dev/emu/test_gpt2cu_fp32_cpu \
-        ./dev/emu/test_gpt2cu_bf16_cpu \
-        ./dev/emu/test_gpt2cu_fp16_cpu \
-        "bash dev/test/test_train_gpt2_cuda.sh ./train_gpt2 ./dev/emu/train_gpt2cu_fp32_cpu ./dev/emu/train_gpt2cu_bf16_cpu ./dev/emu/train_gpt2cu_fp16_cpu" \
+        "$(SCHED) ascending ./dev/emu/test_emu_cpu descending ./dev/emu/test_emu_cpu" \
+        "EMU_SCHEDULE=descending ./dev/emu/test_emu_race" \
+        "EMU_SCHEDULE=random:1 ./dev/emu/test_emu_asan" \
+        $(LADDER_TESTS) \
+        "$(SCHED) ascending 'bash dev/test/test_train_mlp_cuda.sh ./dev/emu/train_mlpcu_cpu ./train_mlp' descending 'bash dev/test/test_train_mlp_cuda.sh ./dev/emu/train_mlpcu_race ./train_mlp'" \
+        "$(SCHED) ascending ./dev/emu/test_gpt2cu_fp32_cpu descending ./dev/emu/test_gpt2cu_fp32_race" \
+        "$(SCHED) ascending ./dev/emu/test_gpt2cu_bf16_cpu descending ./dev/emu/test_gpt2cu_bf16_cpu" \
+        "$(SCHED) ascending ./dev/emu/test_gpt2cu_fp16_cpu random:1 ./dev/emu/test_gpt2cu_fp16_asan" \
+        "$(SCHED) ascending '$(GPT2_TWIN)' descending '$(GPT2_TWIN)'" \
         ./test_mlp \
         ./test_tokenizer \
         ./test_infer \
         ./test_infer_asan \
         "bash dev/test/test_infer_cli.sh ./infer" \
-        ./dev/emu/test_infercu_fp32_cpu \
-        ./dev/emu/test_infercu_bf16_cpu \
-        "bash dev/test/test_infer_cuda.sh ./infer ./dev/emu/infercu_fp32_cpu ./dev/emu/infercu_bf16_cpu" \
+        "$(SCHED) ascending ./dev/emu/test_infercu_fp32_cpu descending ./dev/emu/test_infercu_fp32_race" \
+        "$(SCHED) ascending ./dev/emu/test_infercu_bf16_cpu random:1 ./dev/emu/test_infercu_bf16_asan" \
+        "$(SCHED) ascending '$(INFER_TWIN)' descending '$(INFER_TWIN)'" \
         "bash dev/test/test_tokenizer_cli.sh ./data/tokenizer" \
         "bash dev/test/test_train_gpt2_cli.sh ./train_gpt2" \
         "bash dev/test/test_train_mlp_cli.sh ./train_mlp" \
         "bash dev/test/check_shared_copies.sh" \
         "bash dev/test/check_ladder_copies.sh" \
         "bash dev/test/check_cuda_builds.sh"
-test: train_gpt2 test_gpt2 data/tokenizer test_tokenizer train_mlp test_mlp infer test_infer test_infer_asan $(INFER_EMU) dev/emu/test_emu_cpu dev/emu/matmul_cpu dev/emu/train_mlpcu_cpu dev/emu/train_gpt2cu_fp32_cpu dev/emu/train_gpt2cu_bf16_cpu dev/emu/train_gpt2cu_fp16_cpu dev/emu/test_gpt2cu_fp32_cpu dev/emu/test_gpt2cu_bf16_cpu dev/emu/test_gpt2cu_fp16_cpu \
-      $(addprefix dev/emu/,$(addsuffix _cpu,$(LADDERS)))
+test: train_gpt2 test_gpt2 data/tokenizer test_tokenizer train_mlp test_mlp infer test_infer test_infer_asan $(EMU_PROGRAMS)
 	@bash dev/test/run_tests.sh $(TESTS)
+
+# Plant realistic GPU bugs in train_gpt2.cu, infer.cu and train_mlp.cu, one at a time in a
+# scratch copy, and check that the emulated test meant to catch each fails (about 30 minutes)
+mutants: data
+	@bash dev/test/mutants.sh
 
 # Regenerate the committed fixtures the tests compare against. Needs Python with
 # the packages in dev/reference/requirements.txt (pip install -r ...; torch is large).
@@ -330,7 +335,7 @@ print-%:
 	@echo '$($*)'
 
 clean:
-	rm -f train_gpt2 test_gpt2 test_tokenizer infer test_infer test_infer_asan $(addprefix dev/fuzz/fuzz_,$(FUZZ_TARGETS)) data/tokenizer dev/cpu/bench_train_gpt2 dev/cpu/bench_infer train_mlp test_mlp $(CUDA_PROGRAMS) train_gpt2cu_cudnn test_gpt2cu_cudnn dev/cuda/attention_cudnn dev/emu/test_emu_cpu dev/emu/matmul_cpu dev/emu/train_mlpcu_cpu dev/emu/train_gpt2cu_fp32_cpu dev/emu/train_gpt2cu_bf16_cpu dev/emu/train_gpt2cu_fp16_cpu dev/emu/test_gpt2cu_fp32_cpu dev/emu/test_gpt2cu_bf16_cpu dev/emu/test_gpt2cu_fp16_cpu $(INFER_EMU) $(addprefix dev/emu/,$(addsuffix _cpu,$(LADDERS)))
+	rm -f train_gpt2 test_gpt2 test_tokenizer infer test_infer test_infer_asan $(addprefix dev/fuzz/fuzz_,$(FUZZ_TARGETS)) data/tokenizer dev/cpu/bench_train_gpt2 dev/cpu/bench_infer train_mlp test_mlp $(CUDA_PROGRAMS) train_gpt2cu_cudnn test_gpt2cu_cudnn dev/cuda/attention_cudnn $(EMU_PROGRAMS)
 	rm -f $(TINYSHAKESPEARE) data/gpt2_tokenizer.bin
 
 help:
@@ -341,6 +346,7 @@ help:
 	@echo "make infer && ./infer -i \"ROMEO:\"  generate text (newest log_gpt2 checkpoint; -m a Hugging Face GPT-2 folder)"
 	@echo "make bench                        time a GPT-2 124M training step, inference, and the tokenizer"
 	@echo "make fuzz                         fuzz the safetensors / JSON parsers (clang, FUZZ_SECONDS=60 each)"
+	@echo "make mutants                      plant GPU bugs one at a time: the emulated tests must catch each (~30 min)"
 	@echo "make reference                    regenerate the test fixtures (Python, dev/reference/)"
 	@echo "make train_mlpcu && ./train_mlpcu the same MLP on the GPU (--check: against the CPU, --time: step times)"
 	@echo "make train_gpt2cu && ./train_gpt2cu   the GPT-2 trainer on the GPU (PRECISION=BF16, FP16 or FP32; USE_CUDNN=1)"

@@ -56,7 +56,7 @@ pass, NL rows with logits, C channels, NH heads, HS = C/NH, V, Vp, L, maxT.
 
 // Debug builds (make test's emulated ones) pass -DGUARD_BYTES=256: every tensor carved out
 // of one GPU allocation (the weights, each layer's keys and values, the row buffers) is
-// then followed by a guard band of 0xFF bytes, checked after every forward pass, so that a
+// then followed by a guard band (a pattern: guard-bands below), checked after every forward pass, so that a
 // kernel writing past the end of its tensor is caught on the step it does (guard_check).
 // 0: no bands, no checks, and the memory laid out exactly as without them.
 #ifndef GUARD_BYTES
@@ -753,7 +753,7 @@ static const char *const ROW_BUFFER_NAMES[NUM_ROW_BUFFERS] = {
 // Tensors carved out of one GPU allocation (the weights; the KV cache, a slice per layer
 // for keys, then one per layer for values; the row buffers). Tensor k is bytes [begin[k],
 // end[k]) of memory. With GUARD_BYTES > 0, the bytes from its end to where the next one
-// begins (or the allocation ends) are its guard band: 0xFF, and checked after every pass.
+// begins (or the allocation ends) are its guard band: its pattern (guard-bands), checked after every pass.
 typedef struct {
     const char *group;        // for messages: "weight", "KV cache", "row buffer"
     const char *const *names; // (n) the tensors' names; NULL for the KV cache's slices
@@ -810,30 +810,59 @@ static void *cuda_malloc_check(size_t bytes, const char *what) {
 
 static size_t guard_band_end(const DeviceTable *t, int k) { return k + 1 < t->n ? t->begin[k + 1] : t->bytes; }
 
-// 0xFF in every guard band: after allocating, and after anything that sets a whole table
+// --- begin shared-copy: guard-bands ---
+// What a guard band holds (debug builds, GUARD_BYTES > 0): the 16-bit word 0xFF81 + k % 63,
+// over and over, in the band after tensor k of a table: a signaling NaN as a bf16 or an
+// fp16 and, two of them, as an fp32. So a kernel that writes past a tensor's end breaks
+// the pattern whatever it writes: a number; a NaN copied from another band (another k);
+// or a NaN computed from this one (arithmetic on a signaling NaN gives a quiet one, on
+// the CPU as on the GPU). And a kernel that reads past the end reads a NaN. (Bands of
+// 0xFF bytes, a quiet NaN, missed an overrun in the emulator: x86 arithmetic passes a
+// quiet NaN operand through bit for bit, and 0xFF + 0xFF came back as 0xFF.)
+static uint8_t guard_byte(int k, uintptr_t address) {
+    unsigned word = 0xFF81u + (unsigned)k % 63u;
+    return (uint8_t)(address % 2 == 0 ? word & 0xFFu : word >> 8); // (little-endian: the low byte first)
+}
+// band k of `bytes` bytes at p, in device memory
+static void guard_fill_band(void *p, size_t bytes, int k) {
+    uint8_t *host = (uint8_t *)mallocCheck(bytes > 0 ? bytes : 1);
+    for (size_t i = 0; i < bytes; i++) { host[i] = guard_byte(k, (uintptr_t)p + i); }
+    cudaCheck(cudaMemcpy(p, host, bytes, cudaMemcpyHostToDevice));
+    free(host);
+}
+// the first byte of band k at p that lost its pattern, or -1 if none did
+static long guard_band_broken(const void *p, size_t bytes, int k) {
+    uint8_t *host = (uint8_t *)mallocCheck(bytes > 0 ? bytes : 1);
+    cudaCheck(cudaMemcpy(host, p, bytes, cudaMemcpyDeviceToHost));
+    long broken = -1;
+    for (size_t i = 0; i < bytes && broken < 0; i++) {
+        if (host[i] != guard_byte(k, (uintptr_t)p + i)) { broken = (long)i; }
+    }
+    free(host);
+    return broken;
+}
+// --- end shared-copy: guard-bands ---
+
+// every band of a table holds its pattern: after allocating, and after anything that sets a whole table
 static void guard_fill(const DeviceTable *t) {
     if (GUARD_BYTES > 0) {
-        for (int k = 0; k < t->n; k++) { cudaCheck(cudaMemset(t->memory + t->end[k], 0xFF, guard_band_end(t, k) - t->end[k])); }
+        for (int k = 0; k < t->n; k++) { guard_fill_band(t->memory + t->end[k], guard_band_end(t, k) - t->end[k], k); }
     }
 }
 
-// After a forward pass (debug builds): a byte of a band that is no longer 0xFF means a
-// kernel wrote past the end of the tensor before it. Says which, and exits.
+// After a forward pass (debug builds): a band that lost its pattern means a kernel wrote
+// past the end of the tensor before it. Says which, and exits.
 static void guard_check(const DeviceTable *t) {
     for (int k = 0; k < t->n; k++) {
         size_t len = guard_band_end(t, k) - t->end[k];
-        uint8_t *band = (uint8_t *)mallocCheck(len);
-        cudaCheck(cudaMemcpy(band, t->memory + t->end[k], len, cudaMemcpyDeviceToHost));
-        for (size_t i = 0; i < len; i++) {
-            if (band[i] == 0xFF) { continue; }
-            char name[64];
-            if (t->names != NULL) { snprintf(name, sizeof(name), "%s", t->names[k]); }
-            else { snprintf(name, sizeof(name), "%s of layer %d", k < t->n / 2 ? "keys" : "values", k % (t->n / 2)); }
-            fprintf(stderr, "Error: a kernel wrote past the end of %s tensor %s (guard band after it overwritten at byte %zu of %zu)\n",
-                    t->group, name, i, len);
-            exit(EXIT_FAILURE);
-        }
-        free(band);
+        long at = guard_band_broken(t->memory + t->end[k], len, k);
+        if (at < 0) { continue; }
+        char name[64];
+        if (t->names != NULL) { snprintf(name, sizeof(name), "%s", t->names[k]); }
+        else { snprintf(name, sizeof(name), "%s of layer %d", k < t->n / 2 ? "keys" : "values", k % (t->n / 2)); }
+        fprintf(stderr, "Error: a kernel wrote past the end of %s tensor %s (guard band after it overwritten at byte %ld of %zu)\n",
+                t->group, name, at, len);
+        exit(EXIT_FAILURE);
     }
 }
 

@@ -225,7 +225,7 @@ static void test_fixture(const char *dir, const char *fixture) {
     printf("%-9s %9s %10s %10s %10s\n", "tensor", "entries", "max|ref|", "max abs", "max rel");
     for (int p = 0; p < f.P; p++) {
         int T = f.len[p] + f.G;
-        char name[32];
+        char name[48];
         float *all = prefill_all(&model, f.tokens[p], T);
         snprintf(name, sizeof(name), "prefill%d", p);
         check_rows(name, all, f.logits[p], (size_t)T * V, TOL[TOL_LOGITS]);

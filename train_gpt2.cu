@@ -81,7 +81,7 @@ residual stream's one running gradient); other activation gradients are WRITTEN.
 #define PROGRAM "./train_gpt2cu" // in messages: how the user runs this program
 // Guard bands, for debug builds (-DGUARD_BYTES=256): each tensor carved out of a
 // shared allocation (parameters, gradients, activations, activation gradients) is
-// followed by at least this many bytes of 0xFF, and after every training step we
+// followed by at least this many bytes of a pattern (guard-bands below), and after every training step we
 // read them back: a kernel that writes past the end of its tensor (an `i <= N`, one
 // block too many) is named, instead of silently corrupting its neighbour. The
 // default 0 costs nothing: no bands, no checks, slices rounded to 256 bytes as ever.
@@ -1301,18 +1301,47 @@ static size_t slice_bytes(const size_t *sizes, const int *is_fp32, int i) {
 }
 static size_t slice_stride(size_t bytes) { return (bytes + GUARD_BYTES + 255) / 256 * 256; }
 
-// With GUARD_BYTES > 0: everything from each tensor's end to the next one's start
-// (the band and the alignment padding) set to 0xFF bytes (a NaN in every precision,
-// so a kernel that reads past its tensor's end is noticed too). Again after every
-// memset of a whole table. A blind spot: a NaN computed from other bands' 0xFFs
-// keeps those bits on the CPU (x86 passes a NaN operand through), so under the
-// emulator an `i <= N` in the residual add (whose inputs overrun into bands too)
-// leaves its band looking whole; an overrun that writes a number is caught.
+// --- begin shared-copy: guard-bands ---
+// What a guard band holds (debug builds, GUARD_BYTES > 0): the 16-bit word 0xFF81 + k % 63,
+// over and over, in the band after tensor k of a table: a signaling NaN as a bf16 or an
+// fp16 and, two of them, as an fp32. So a kernel that writes past a tensor's end breaks
+// the pattern whatever it writes: a number; a NaN copied from another band (another k);
+// or a NaN computed from this one (arithmetic on a signaling NaN gives a quiet one, on
+// the CPU as on the GPU). And a kernel that reads past the end reads a NaN. (Bands of
+// 0xFF bytes, a quiet NaN, missed an overrun in the emulator: x86 arithmetic passes a
+// quiet NaN operand through bit for bit, and 0xFF + 0xFF came back as 0xFF.)
+static uint8_t guard_byte(int k, uintptr_t address) {
+    unsigned word = 0xFF81u + (unsigned)k % 63u;
+    return (uint8_t)(address % 2 == 0 ? word & 0xFFu : word >> 8); // (little-endian: the low byte first)
+}
+// band k of `bytes` bytes at p, in device memory
+static void guard_fill_band(void *p, size_t bytes, int k) {
+    uint8_t *host = (uint8_t *)mallocCheck(bytes > 0 ? bytes : 1);
+    for (size_t i = 0; i < bytes; i++) { host[i] = guard_byte(k, (uintptr_t)p + i); }
+    cudaCheck(cudaMemcpy(p, host, bytes, cudaMemcpyHostToDevice));
+    free(host);
+}
+// the first byte of band k at p that lost its pattern, or -1 if none did
+static long guard_band_broken(const void *p, size_t bytes, int k) {
+    uint8_t *host = (uint8_t *)mallocCheck(bytes > 0 ? bytes : 1);
+    cudaCheck(cudaMemcpy(host, p, bytes, cudaMemcpyDeviceToHost));
+    long broken = -1;
+    for (size_t i = 0; i < bytes && broken < 0; i++) {
+        if (host[i] != guard_byte(k, (uintptr_t)p + i)) { broken = (long)i; }
+    }
+    free(host);
+    return broken;
+}
+// --- end shared-copy: guard-bands ---
+
+// With GUARD_BYTES > 0: everything from each tensor's end to the next one's start (the
+// band and the alignment padding) holds its band's pattern; again after every memset of
+// a whole table.
 static void guard_fill(void *const *slices, const size_t *sizes, const int *is_fp32, int n) {
     if (GUARD_BYTES > 0) {
         for (int i = 0; i < n; i++) {
             size_t bytes = slice_bytes(sizes, is_fp32, i);
-            cudaCheck(cudaMemset((char *)slices[i] + bytes, 0xFF, slice_stride(bytes) - bytes));
+            guard_fill_band((char *)slices[i] + bytes, slice_stride(bytes) - bytes, i);
         }
     }
 }
@@ -1322,16 +1351,13 @@ static void guard_fill(void *const *slices, const size_t *sizes, const int *is_f
 static void guard_check(void *const *slices, const size_t *sizes, const int *is_fp32, int n, const char *const *names,
                         const char *what) {
     if (GUARD_BYTES > 0) {
-        unsigned char band[GUARD_BYTES + 256];
         for (int i = 0; i < n; i++) {
-            size_t bytes = slice_bytes(sizes, is_fp32, i), len = slice_stride(bytes) - bytes;
-            cudaCheck(cudaMemcpy(band, (char *)slices[i] + bytes, len, cudaMemcpyDeviceToHost));
-            for (size_t k = 0; k < len; k++) {
-                if (band[k] != 0xFF) {
-                    fprintf(stderr, "Error: a kernel wrote past the end of the %s tensor %s (guard band after it"
-                            " overwritten at byte %zu)\n", what, names[i], k);
-                    exit(EXIT_FAILURE);
-                }
+            size_t bytes = slice_bytes(sizes, is_fp32, i);
+            long at = guard_band_broken((char *)slices[i] + bytes, slice_stride(bytes) - bytes, i);
+            if (at >= 0) {
+                fprintf(stderr, "Error: a kernel wrote past the end of the %s tensor %s (guard band after it overwritten"
+                        " at byte %ld)\n", what, names[i], at);
+                exit(EXIT_FAILURE);
             }
         }
     }

@@ -57,7 +57,7 @@ ACCUMULATES (+=) into its parameter gradients.
 #define PROGRAM "./train_mlpcu" // in messages: how the user runs this program
 // Guard bands, for debug builds (-DGUARD_BYTES=256): each tensor carved out of a
 // shared allocation (the parameters, their gradients, the optimizer state, the
-// activations) is followed by this many bytes of 0xFF, and after every update we
+// activations) is followed by this many bytes of a pattern (guard-bands below), and after every update we
 // read them back: a kernel that writes past the end of its tensor (an `i <= N`, a
 // tile without its bounds check) is named, instead of silently corrupting its
 // neighbour. The default 0 costs nothing: no bands, no checks, the packed layout.
@@ -641,23 +641,52 @@ typedef struct {
     uint8_t *cached_pixels[2];
 } MLP;
 
-// Guard bands (debug builds, GUARD_BYTES > 0): set the GUARD_BYTES after the n
-// floats at p to 0xFF (a NaN, so a kernel that reads past its tensor is noticed
-// too); and check that they still are, else name the tensor (`what` its kind,
-// `name` the tensor) and stop. Byte K of a band is the K-th byte past the tensor.
-static void guard_fill(float *p, size_t n) {
-    if (GUARD_BYTES > 0) { cudaCheck(cudaMemset(p + n, 0xFF, GUARD_BYTES)); }
+// --- begin shared-copy: guard-bands ---
+// What a guard band holds (debug builds, GUARD_BYTES > 0): the 16-bit word 0xFF81 + k % 63,
+// over and over, in the band after tensor k of a table: a signaling NaN as a bf16 or an
+// fp16 and, two of them, as an fp32. So a kernel that writes past a tensor's end breaks
+// the pattern whatever it writes: a number; a NaN copied from another band (another k);
+// or a NaN computed from this one (arithmetic on a signaling NaN gives a quiet one, on
+// the CPU as on the GPU). And a kernel that reads past the end reads a NaN. (Bands of
+// 0xFF bytes, a quiet NaN, missed an overrun in the emulator: x86 arithmetic passes a
+// quiet NaN operand through bit for bit, and 0xFF + 0xFF came back as 0xFF.)
+static uint8_t guard_byte(int k, uintptr_t address) {
+    unsigned word = 0xFF81u + (unsigned)k % 63u;
+    return (uint8_t)(address % 2 == 0 ? word & 0xFFu : word >> 8); // (little-endian: the low byte first)
 }
-static void guard_check(const float *p, size_t n, const char *what, const char *name) {
+// band k of `bytes` bytes at p, in device memory
+static void guard_fill_band(void *p, size_t bytes, int k) {
+    uint8_t *host = (uint8_t *)mallocCheck(bytes > 0 ? bytes : 1);
+    for (size_t i = 0; i < bytes; i++) { host[i] = guard_byte(k, (uintptr_t)p + i); }
+    cudaCheck(cudaMemcpy(p, host, bytes, cudaMemcpyHostToDevice));
+    free(host);
+}
+// the first byte of band k at p that lost its pattern, or -1 if none did
+static long guard_band_broken(const void *p, size_t bytes, int k) {
+    uint8_t *host = (uint8_t *)mallocCheck(bytes > 0 ? bytes : 1);
+    cudaCheck(cudaMemcpy(host, p, bytes, cudaMemcpyDeviceToHost));
+    long broken = -1;
+    for (size_t i = 0; i < bytes && broken < 0; i++) {
+        if (host[i] != guard_byte(k, (uintptr_t)p + i)) { broken = (long)i; }
+    }
+    free(host);
+    return broken;
+}
+// --- end shared-copy: guard-bands ---
+
+// Tensor k's band: the GUARD_BYTES after the n floats at p. Fill it, or check that it is
+// still whole, else name the tensor (`what` its kind, `name` the tensor) and stop. Byte K
+// of a band is the K-th byte past the tensor.
+static void guard_fill(float *p, size_t n, int k) {
+    if (GUARD_BYTES > 0) { guard_fill_band(p + n, GUARD_BYTES, k); }
+}
+static void guard_check(const float *p, size_t n, int k, const char *what, const char *name) {
     if (GUARD_BYTES > 0) {
-        unsigned char band[GUARD_BYTES + 1];
-        cudaCheck(cudaMemcpy(band, p + n, GUARD_BYTES, cudaMemcpyDeviceToHost));
-        for (int k = 0; k < GUARD_BYTES; k++) {
-            if (band[k] != 0xFF) {
-                fprintf(stderr, "Error: a kernel wrote past the end of the %s tensor %s (guard band after it overwritten"
-                        " at byte %d)\n", what, name, k);
-                exit(EXIT_FAILURE);
-            }
+        long at = guard_band_broken(p + n, GUARD_BYTES, k);
+        if (at >= 0) {
+            fprintf(stderr, "Error: a kernel wrote past the end of the %s tensor %s (guard band after it overwritten at byte %ld)\n",
+                    what, name, at);
+            exit(EXIT_FAILURE);
         }
     }
 }
@@ -677,7 +706,7 @@ static void mlp_block_guards(const MLP *m, float *block, const char *what, int c
             char name[16];
             snprintf(name, sizeof(name), "%c%d", i % 2 ? 'b' : 'W', i / 2);
             float *t = block + mlp_tensor_offset(m, i);
-            if (check) { guard_check(t, mlp_tensor_floats(m, i), what, name); } else { guard_fill(t, mlp_tensor_floats(m, i)); }
+            if (check) { guard_check(t, mlp_tensor_floats(m, i), i, what, name); } else { guard_fill(t, mlp_tensor_floats(m, i), i); }
         }
     }
 }
@@ -812,7 +841,7 @@ static void mlp_activation_guards(const MLP *m, int check) {
         char names[4 * MAX_LAYERS + 4][16];
         int n = mlp_activation_tensors(m, start, floats, names);
         for (int i = 0; i < n; i++) {
-            if (check) { guard_check(start[i], floats[i], "activation", names[i]); } else { guard_fill(start[i], floats[i]); }
+            if (check) { guard_check(start[i], floats[i], i, "activation", names[i]); } else { guard_fill(start[i], floats[i], i); }
         }
     }
 }

@@ -10,8 +10,6 @@ for fp32; the arithmetic is fp32 either way. Every variant is deterministic.
        softmax for the max and the sum, a second pass writes the gradient   — ./dev/cuda/fused_classifier -v 1
     2: fewer instructions per logit: 128-bit loads and stores (8 bf16 each),
        the online softmax per pack of 8, exp2f instead of expf              — ./dev/cuda/fused_classifier -v 2
-    3: variant 2 with the row kept in registers (56 floatX per thread, rows
-       up to 57344 at 1024 threads): the logits are read once, not twice     — ./dev/cuda/fused_classifier -v 3
 
 main checks every variant at block sizes 128 to 1024, on fresh random logits
 (seeded, -s), against a CPU reference in double computed from the same floatX
@@ -22,11 +20,15 @@ It ends with "N passed, M failed" and exits non-zero if a check failed.
 
     make dev/cuda/fused_classifier && ./dev/cuda/fused_classifier   (-c checks only, -v N one variant, -h all flags)
     make dev/cuda/fused_classifier PRECISION=FP32                     (fp32 logits: nvcc -DENABLE_FP32)
-Without a GPU, the CPU emulator runs the checks of all three variants at small sizes:
+Without a GPU, the CPU emulator runs the checks of both variants at small sizes:
     make dev/emu/fused_classifier_cpu && ./dev/emu/fused_classifier_cpu -c
     (or: bash dev/emu/emu_build.sh dev/cuda/fused_classifier.cu /tmp/fc_cpu && /tmp/fc_cpu -c)
 
-Left out, for later: cache hints (__ldcs/__stcs; the emulator lacks them), a row split
+Dropped: a variant 3 that kept each thread's part of the row in registers between the
+passes (56 floatX a thread: the logits read once, not twice). At 1024 threads a block
+leaves 64 registers a thread, and it spilled (24 bytes on sm_90, 190 on sm_120, 270 in
+fp32); the build refuses kernels that spill (-Xptxas -warn-spills as an error), and it
+never ran on a GPU. Left out, for later: cache hints (__ldcs/__stcs; the emulator lacks them), a row split
 over a thread-block cluster (Hopper's distributed shared memory), fusing the
 classifier into the matmul that writes the logits.
 */
@@ -98,7 +100,7 @@ __global__ void fused_classifier_kernel1(floatX *logits, float *losses, const in
     }
 }
 
-// Variants 2 and 3 move the logits in Packs (precision.h: 16 bytes of floatX, 8 bf16 or
+// Variant 2 moves the logits in Packs (precision.h: 16 bytes of floatX, 8 bf16 or
 // 4 fp32, one 128-bit load or store, LDG.E.128 in the SASS). They need Vp % PACK == 0
 // (the trainer pads Vp to a multiple of 128), so that every row is 16-byte aligned.
 #define LOG2E 1.4426950408889634f
@@ -160,93 +162,15 @@ __global__ void __launch_bounds__(1024) fused_classifier_kernel2(floatX *logits,
     }
 }
 
-// 3: variant 2 with each thread's part of the row kept in registers between the passes,
-// so the logits are read once, not twice: 4 bytes move per bf16 logit, not 6. A thread
-// issues its loads before it needs them (ptxas issues 5 of the 7 at once: 80 KB in
-// flight per SM, plenty). The price: a row must fit, Vp <= ROW_CACHE3 x threads (57344
-// at 1024: GPT-2 needs 1024 threads), and the cache takes 28 of the 64 registers a
-// thread of a 1024-thread block may have, so an SM holds one row at a time and cannot
-// overlap one row's loads with another's arithmetic. __launch_bounds__(1024, 1) lets
-// ptxas use all 64; it spills 24 bytes for sm_90, ~190 for sm_120, and ~270 in fp32
-// (a 56-register cache): correct, but those are not the cases to time.
-#define ROW_CACHE3 56 // floatX per thread: 7 packs of bf16, 14 of fp32
-constexpr int PACKS3 = ROW_CACHE3 / PACK;
-// The cache is 32-bit words: kept as floatX, ptxas spilled 3x as much. word_float unpacks
-// logit j of a pack (a bf16 is the top half of an fp32: a shift or a mask).
-struct alignas(16) Words128 {
-    uint32_t w[4];
-};
-__device__ inline float word_float(const Words128 &c, int j) {
-    uint32_t word = c.w[j * (int)sizeof(floatX) / 4];
-    uint32_t bits = sizeof(floatX) == 4 ? word : (j % 2 ? word & 0xFFFF0000u : word << 16);
-    float f;
-    memcpy(&f, &bits, sizeof(f));
-    return f;
-}
-__global__ void __launch_bounds__(1024, 1) fused_classifier_kernel3(floatX *logits, float *losses, const int *targets,
-                                                                 float dloss, int V, int Vp) {
-    size_t bt = blockIdx.x;
-    Pack *z = (Pack *)(logits + bt * Vp);
-    int target = targets[bt], packs = Vp / PACK;
-    float target_logit = threadIdx.x == 0 ? to_float(logits[bt * Vp + target]) : 0.0f;
-    // pack k of this thread is pack k * blockDim.x + threadIdx.x of the row, so a warp's
-    // loads are 512 contiguous bytes. Every loop over k is unrolled, so row[] stays in
-    // registers (an array indexed at run time would live in local memory).
-    Words128 row[PACKS3];
-#pragma unroll
-    for (int k = 0; k < PACKS3; k++) {
-        int p = k * blockDim.x + threadIdx.x;
-        Pack in;
-        if (p < packs) { in = z[p]; }
-        // padding, or past the row, becomes -inf, whose exp is 0: no later pass checks i < V.
-        // (Doing this only in packs that reach past V, behind a branch, made ptxas spill 10x.)
-#pragma unroll
-        for (int j = 0; j < PACK; j++) {
-            if (p * PACK + j >= V) { in.v[j] = from_float(-INFINITY); }
-        }
-        memcpy(&row[k], &in, sizeof(in));
-    }
-    // this thread's max and sum, then the two combined across the block as in variant 1
-    float m = -INFINITY, s = 0.0f;
-#pragma unroll
-    for (int k = 0; k < PACKS3; k++) {
-#pragma unroll
-        for (int j = 0; j < PACK; j++) { m = fmaxf(m, word_float(row[k], j)); }
-    }
-#pragma unroll
-    for (int k = 0; k < PACKS3; k++) {
-#pragma unroll
-        for (int j = 0; j < PACK; j++) { s += exp2f(fmaf(word_float(row[k], j), LOG2E, -m * LOG2E)); }
-    }
-    // (a thread that holds only padding has m = -inf and s = NaN, dropped here)
-    float block_m = block_max(m);
-    s = block_sum(m == -INFINITY ? 0.0f : s * exp2f((m - block_m) * LOG2E));
-    float lse = block_m + logf(s), lse2 = lse * LOG2E;
-    if (threadIdx.x == 0) { losses[bt] = lse - target_logit; }
-    if (dloss <= 0.0f) { return; }
-#pragma unroll
-    for (int k = 0; k < PACKS3; k++) {
-        int p = k * blockDim.x + threadIdx.x, t = target - p * PACK; // t: the target's place in this pack
-        if (p >= packs) { continue; }
-        Pack out;
-#pragma unroll
-        for (int j = 0; j < PACK; j++) { // padding: exp2f(-inf) - 0 = 0, as it must be
-            out.v[j] = from_float((exp2f(fmaf(word_float(row[k], j), LOG2E, -lse2)) - (j == t ? 1.0f : 0.0f)) * dloss);
-        }
-        z[p] = out;
-    }
-}
-
 // ----------------------------------------------------------------------------
 // the launcher, as train_gpt2.cu's fused_classifier with a variant and a block size
 
-static const char *variant_names[4] = {"", "1 trainer", "2 vec128+exp2", "3 registers"};
+static const char *variant_names[3] = {"", "1 trainer", "2 vec128+exp2"};
 
 // NULL if the variant runs with this many threads per block at this Vp, else why not
 static const char *cannot_run(int variant, int block, size_t Vp) {
     if (block < 32 || block > 1024 || block % 32 != 0) { return "a block is 1 to 32 whole warps"; }
     if (variant >= 2 && Vp % PACK != 0) { return "Vp is not a whole number of 16-byte packs"; }
-    if (variant == 3 && Vp > (size_t)ROW_CACHE3 * block) { return "the row does not fit in the block's registers"; }
     return NULL;
 }
 
@@ -262,7 +186,6 @@ static void fused_classifier(int variant, int block, floatX *logits, float *loss
     switch (variant) {
     case 1: fused_classifier_kernel1<<<(unsigned)N, threads>>>(logits, losses, targets, dloss, (int)V, (int)Vp); break;
     case 2: fused_classifier_kernel2<<<(unsigned)N, threads>>>(logits, losses, targets, dloss, (int)V, (int)Vp); break;
-    case 3: fused_classifier_kernel3<<<(unsigned)N, threads>>>(logits, losses, targets, dloss, (int)V, (int)Vp); break;
     default: fprintf(stderr, "Error: no variant %d\n", variant); exit(EXIT_FAILURE);
     }
     cudaCheck(cudaGetLastError());
@@ -383,17 +306,17 @@ static float time_variant(int variant, int block, float dloss, size_t N, size_t 
 
 static void usage(void) {
     printf("usage: fused_classifier [-v N] [-c] [-s SEED] [-h]\n"
-           "  -v N     only variant N, checked and then timed (default: all of 1-3)\n"
-           "           1 the trainer's, 2 128-bit loads and exp2f, 3 and the row in registers\n"
+           "  -v N     only variant N, checked and then timed (default: both, 1-2)\n"
+           "           1 the trainer's, 2 128-bit loads and exp2f\n"
            "  -c       check only, no timing (default: check, then time)\n"
            "  -s SEED  seed of the random logits and targets (default: 1337)\n"
            "  -h       this help\n");
 }
 
 int main(int argc, char **argv) {
-    LadderArgs args = parse_args(argc, argv, 3, 0, usage); // variants 1-3, with -v only
+    LadderArgs args = parse_args(argc, argv, 2, 0, usage); // variants 1-2, with -v only
     rng_state = args.seed;
-    int first = args.only ? args.only : 1, last = args.only ? args.only : 3;
+    int first = args.only ? args.only : 1, last = args.only ? args.only : 2;
 #ifdef CUDA_EMU_H
     // on the CPU every thread of a block is a fiber: small rows, and nothing to time. At
     // V = 3000 a thread of a 128- or 256-thread block holds more than one pack, so the
@@ -438,8 +361,8 @@ int main(int argc, char **argv) {
 #ifndef CUDA_EMU_H
     // 2. timing at GPT-2's vocabulary. We count 3 x N x Vp x sizeof(floatX) bytes for
     // every variant (the logits read twice, written once), so GB/s compares times; the
-    // least DRAM traffic is 2 of those 3 (variant 3 moves only that; the others' second
-    // read mostly hits L2), so a kernel at the DRAM floor shows 150% of 4.8 TB/s.
+    // least DRAM traffic is 2 of those 3 (the second read mostly hits L2), so a kernel at
+    // the DRAM floor shows 150% of 4.8 TB/s.
     if (!args.check_only) {
         const size_t V = 50257, Vp = 50304, N = 8 * 1024;
         const double peak_gbs = 4800.0; // H200 HBM3e, from the data sheet: other GPUs are still compared to it

@@ -319,8 +319,11 @@ static const char *unsupported(int variant, int C) {
 }
 
 // The fewest packs a lane that hold a row of C channels, from the sizes compiled: 3, 6, 7
-// and 13 fit GPT-2 small (C = 768) and XL (1600) exactly in bf16 and in fp32. Kernels are
-// picked as pointers, so that one launch line serves all template instances.
+// and 13 fit GPT-2 small (C = 768) and XL (1600) exactly in bf16 and in fp32. Only sizes up
+// to MAX_C's are compiled: 8 packs a lane in bf16, 16 in fp32 (a bf16 instance of 16 would
+// never run, and spills: the build refuses kernels that spill). Kernels are picked as
+// pointers, so that one launch line serves all template instances.
+constexpr int MAX_PPL = MAX_C / PACK / 32;
 static int packs_per_lane(int C) {
     int need = (int)ceil_div(C / PACK, 32);
     const int sizes[] = {1, 2, 3, 4, 6, 7, 8, 13, 16};
@@ -329,11 +332,17 @@ static int packs_per_lane(int C) {
     }
     return 16;
 }
-#define PICK(kernel, ppl)                                                                                              \
-    ((ppl) == 1 ? kernel<1> : (ppl) == 2 ? kernel<2> : (ppl) == 3 ? kernel<3> : (ppl) == 4 ? kernel<4>                 \
-     : (ppl) == 6 ? kernel<6> : (ppl) == 7 ? kernel<7> : (ppl) == 8 ? kernel<8> : (ppl) == 13 ? kernel<13> : kernel<16>)
-static dinp_kernel kernel2_for(int C) { return PICK(layernorm_backward_kernel2, packs_per_lane(C)); }
-static fused_kernel kernel3_for(int C) { return PICK(layernorm_backward_kernel3, packs_per_lane(C)); }
+template <int PPL> static dinp_kernel kernel2_of() {
+    if constexpr (PPL <= MAX_PPL) { return layernorm_backward_kernel2<PPL>; } else { return nullptr; }
+}
+template <int PPL> static fused_kernel kernel3_of() {
+    if constexpr (PPL <= MAX_PPL) { return layernorm_backward_kernel3<PPL>; } else { return nullptr; }
+}
+#define PICK(of, ppl)                                                                                                  \
+    ((ppl) == 1 ? of<1>() : (ppl) == 2 ? of<2>() : (ppl) == 3 ? of<3>() : (ppl) == 4 ? of<4>() : (ppl) == 6 ? of<6>() \
+     : (ppl) == 7 ? of<7>() : (ppl) == 8 ? of<8>() : (ppl) == 13 ? of<13>() : of<16>())
+static dinp_kernel kernel2_for(int C) { return PICK(kernel2_of, packs_per_lane(C)); }
+static fused_kernel kernel3_for(int C) { return PICK(kernel3_of, packs_per_lane(C)); }
 
 // Whether a block of `block` threads can run variant v's register-hungry kernel. An SM
 // has 64K registers, so a 1024-thread block allows 64 a thread; in bf16 at C = 768 both 2

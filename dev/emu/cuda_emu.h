@@ -7,7 +7,8 @@ How a .cu file becomes a CPU program (dev/emu/emu_build.sh does it):
      becomes  emu::Launch{grid, block, shared, stream}.named("kernel").run(kernel, args)
      (C++ has no <<< >>>); __launch_bounds__(N) moves into the kernel's body as a check;
      extern __shared__ arrays point at the launch's dynamic shared memory; each
-     __shared__ array registers its bounds the first time its kernel runs;
+     __shared__ variable becomes a reference to an allocation of its own, made the first
+     time its declaration runs (emu::shared_alloc);
   2. g++ compiles the result with this header force-included and without CUDA's headers.
      Three builds (emu_build.sh's first argument -m): plain (the default), asan
      (AddressSanitizer and UBSan over everything, each cudaMalloc its own exact-size
@@ -25,10 +26,10 @@ What the emulation does:
     without a race gives bit-identical results under all of them; make test runs every
     emulated test under two and compares (dev/emu/run_schedules.sh).
   - threadIdx / blockIdx are set for each fiber as it resumes; blockDim / gridDim are
-    global. __shared__ variables live in one linker section, filled with 0xFF bytes (NaN)
-    at the start of every block, as a GPU gives each block fresh, uninitialised shared
-    memory; so does the dynamic shared memory of a launch (its size is checked against
-    the device's limits, with cudaFuncSetAttribute's opt-in).
+    global. Every __shared__ variable is filled with 0xFF bytes (NaN) at the start of every
+    block, as a GPU gives each block fresh, uninitialised shared memory (not what the
+    block before it left); so is the dynamic shared memory of a launch (its size is
+    checked against the device's limits, with cudaFuncSetAttribute's opt-in).
   - __syncthreads() parks the thread until every thread of the block that has not
     returned waits there too; threads waiting at different __syncthreads (different
     lines: a divergent barrier) are an error, and so are threads that can never meet
@@ -595,13 +596,15 @@ inline std::map<uintptr_t, Alloc> &allocations() { // by raw start
     static std::map<uintptr_t, Alloc> m;
     return m;
 }
-// Every allocation's span starts on 256 bytes and is a multiple of 256 long, so each
-// 256-byte granule of the address space belongs to one allocation or to none: a cache by
-// granule answers most lookups (the race detector makes one per load and store).
+// In the plain and race builds every allocation's span starts on 256 bytes and is a
+// multiple of 256 long, so each 256-byte granule of the address space belongs to one
+// allocation or to none: a cache by granule answers most lookups (the race detector makes
+// one per load and store). (A hit is checked against the span all the same: the asan
+// build's allocations have their exact sizes.)
 const size_t GRANULE_CACHE = 1 << 16;
 struct GranuleEntry { uintptr_t granule; Alloc *alloc; };
 inline GranuleEntry granule_cache[GRANULE_CACHE];
-inline void forget_recent() { memset(granule_cache, 0, sizeof(granule_cache)); }
+inline void forget_cached() { memset(granule_cache, 0, sizeof(granule_cache)); }
 // the allocation (live or freed) whose span holds p, or null
 EMU_NO_RACE inline Alloc *find_alloc(const void *p) {
     uintptr_t a = (uintptr_t)p, g = (a >> 8) + 1; // (+1: granule 0 would look cached)
@@ -627,22 +630,11 @@ inline size_t quarantine_bytes = 0;
 const size_t QUARANTINE_LIMIT = 256u << 20;
 inline void race_forget(Alloc &a);
 
-EMU_NO_RACE inline void poison(void *p, size_t bytes) {
-#if defined(EMU_ASAN)
-    // (the shared section may hold AddressSanitizer's red zones: those bytes stay as they are)
-    if (__asan_region_is_poisoned(p, bytes) != nullptr) {
-        for (size_t i = 0; i < bytes; i++) {
-            if (!__asan_address_is_poisoned((char *)p + i)) { ((volatile char *)p)[i] = (char)0xff; }
-        }
-        return;
-    }
-#endif
-    memset(p, 0xff, bytes);
-}
+EMU_NO_RACE inline void poison(void *p, size_t bytes) { memset(p, 0xff, bytes); }
 inline Alloc *register_alloc(char *base, size_t size, char *raw, size_t span, int shared) {
     Alloc &a = allocations()[(uintptr_t)raw];
     a = Alloc{base, size, raw, span, 0, shared, nullptr, nullptr, 0};
-    forget_recent();
+    forget_cached();
     return &a;
 }
 inline void release_alloc(uintptr_t raw) {
@@ -651,7 +643,7 @@ inline void release_alloc(uintptr_t raw) {
     race_forget(it->second);
     free(it->second.raw);
     m.erase(it);
-    forget_recent();
+    forget_cached();
 }
 
 // checks of the runtime API's pointer arguments: [p, p + bytes) inside one live
@@ -1096,7 +1088,7 @@ EMU_NO_RACE inline void race_launch_end() {
         race_forget_impl(*dynamic_shared_alloc);
         allocations().erase((uintptr_t)dynamic_shared_alloc->raw);
         dynamic_shared_alloc = nullptr;
-        forget_recent();
+        forget_cached();
     }
     if (reports > 0) {
         fprintf(stderr, "Error: emulation: kernel %s: %d problem(s) found by the race detector%s\n", kernel_name, reports,

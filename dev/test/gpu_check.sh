@@ -196,6 +196,21 @@ else
     rows+=("| train_mlpcu rows | skipped: no Fashion-MNIST (FASHION_MNIST=dir) | - | - |")
 fi
 
+# compute-sanitizer on the GPU tests (last: the slowest rows, and the least needed if time
+# runs short; GPU_CHECK_SANITIZE=0 skips them): memcheck (out-of-bounds and misaligned
+# accesses, leaks), racecheck (shared-memory races), synccheck (barrier misuse), initcheck
+# (reads of device memory never written), each with a time limit
+if [ "${GPU_CHECK_SANITIZE:-1}" = 1 ] && command -v compute-sanitizer > /dev/null 2>&1; then
+    for tool in memcheck racecheck synccheck initcheck; do
+        step "sanitize_${tool}_gpt2" "compute-sanitizer --tool $tool: test_gpt2cu_fp32 --tiny (tiny model, every option)" \
+            timeout 120 compute-sanitizer --tool $tool --error-exitcode 1 ./test_gpt2cu_fp32 --tiny
+        step "sanitize_${tool}_infer" "compute-sanitizer --tool $tool: test_infercu_fp32 (fixtures, graphs, uneven shapes)" \
+            timeout 120 compute-sanitizer --tool $tool --error-exitcode 1 ./test_infercu_fp32
+    done
+else
+    rows+=("| compute-sanitizer rows | skipped: GPU_CHECK_SANITIZE=0 or no compute-sanitizer | - | - |")
+fi
+
 # --- the summary table
 echo
 echo "## gpu-check $(date -u '+%Y-%m-%d') | $gpu | sm_$arch | commit $commit"

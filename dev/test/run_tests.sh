@@ -10,11 +10,13 @@ total_failed=0
 failed_cmds=()
 for cmd in "$@"; do
     echo "==== $cmd"
+    start=$(date +%s)
     out=$(mktemp)
     bash -c "$cmd" 2>&1 | tee "$out"
     rc=${PIPESTATUS[0]}
     line=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$out" | tail -1)
     rm -f "$out"
+    echo "==== ($(($(date +%s) - start)) s)"
     if [ -n "$line" ]; then
         p=$(echo "$line" | sed -E 's/^([0-9]+) passed.*/\1/')
         f=$(echo "$line" | sed -E 's/^[0-9]+ passed, ([0-9]+) failed.*/\1/')

@@ -25,7 +25,7 @@
 #      fixture of test_gpt2.cu has T equal to the head size. And a d1 model on
 #      B=3 x T=45 (row sums over two chunks, rows longer than a warp), and a
 #      model no d<N> makes (C=72, 3 heads of 24), written by this script.
-# Run it from the repository root, after make data.
+# Run it from the repository root, after make data. SECTIONS="1 6" runs only those.
 set -u
 CPU=${1:-./train_gpt2}
 FP32=${2:-./dev/emu/train_gpt2cu_fp32_cpu}
@@ -39,6 +39,8 @@ trap 'rm -rf "$TMP"' EXIT
 passed=0
 failed=0
 P=0 # the parameter count, from section 1's checkpoint (0 if that run failed: the size checks then fail too)
+# SECTIONS="1 6" (or 1,6): only those sections (2 to 5 need 1; 6 stands alone); all by default
+want() { local s=${SECTIONS:-}; [ -z "$s" ] || [[ " ${s//,/ } " == *" $1 "* ]]; }
 ok() { echo "OK      $1"; passed=$((passed + 1)); }
 not_ok() { echo "NOT OK  $1"; failed=$((failed + 1)); }
 
@@ -99,6 +101,7 @@ checkpoints_close() { # CPU-DIR GPU-DIR NAME STEP [SKIP]: the checkpoints of two
         not_ok "$3: the model file headers differ"
     fi
 }
+if want 1; then
 if run "$CPU" "$TMP/cpu" && run "$FP32" "$TMP/fp32"; then
     logs_close "$TMP/cpu/main.log" "$TMP/fp32/main.log" 1e-5 &&
         ok "FP32: train loss, gradient norm and validation loss of 4 steps within 1e-5 of train_gpt2.c" ||
@@ -110,8 +113,10 @@ if run "$CPU" "$TMP/cpu" && run "$FP32" "$TMP/fp32"; then
 else
     not_ok "FP32: a run failed (see above)"
 fi
+fi # (section 1)
 
 # --- 2. gradient accumulation: two micro-batches of 16 tokens per step
+if want 2; then
 if run "$CPU" "$TMP/cpu_acc" -d 32 && run "$FP32" "$TMP/fp32_acc" -d 32; then
     logs_close "$TMP/cpu_acc/main.log" "$TMP/fp32_acc/main.log" 1e-5 &&
         ok "FP32 with gradient accumulation (-d 32 = 2 x 16 tokens): logs within 1e-5 of train_gpt2.c" ||
@@ -119,6 +124,7 @@ if run "$CPU" "$TMP/cpu_acc" -d 32 && run "$FP32" "$TMP/fp32_acc" -d 32; then
 else
     not_ok "FP32 with gradient accumulation: a run failed (see above)"
 fi
+fi # (section 2)
 
 # --- 3. BF16: every stored value is rounded to 8 bits of mantissa (relative
 # error up to 2^-9 = 2e-3 each); the loss, an average over many, moved by 2e-5
@@ -130,6 +136,7 @@ half_logs_close() { # LOG [CPU-LOG]: losses within 1e-3 and norms within 1e-2 of
              NF == 8 { for (i = 2; i <= 4; i += 2) { d = $i - $(i + 4); if (d < 0) d = -d; if (d > (i == 2 ? 1e-3 : 1e-2) * $i) bad = 1 } }
              NF != 4 && NF != 8 { bad = 1 } END { exit bad }'
 }
+if want 3; then
 if run "$FP16" "$TMP/fp16"; then
     half_logs_close "$TMP/fp16/main.log" && grep -q "loss scale 65536" "$TMP/fp16.out" &&
         ok "FP16 (loss scale 65536): losses within 1e-3 and gradient norms within 1e-2 of train_gpt2.c's fp32" ||
@@ -149,8 +156,10 @@ if run "$BF16" "$TMP/bf16"; then
 else
     not_ok "BF16: the run failed (see above)"
 fi
+fi # (section 3)
 
 # --- 4. resume: from the GPU's own step-2 checkpoint, bit for bit; and from the CPU's
+if want 4; then
 for prec in fp32 bf16 fp16; do
     bin=$FP32 && [ $prec = bf16 ] && bin=$BF16
     [ $prec = fp16 ] && bin=$FP16
@@ -177,6 +186,7 @@ if [ -f "$TMP/cpu/state_00000002.bin" ]; then
         not_ok "FP32 GPU could not resume train_gpt2.c's checkpoint"; tail -n 3 "$TMP/cross.out"
     fi
 fi
+fi # (section 4)
 
 # --- 5. the GPU trainer's own flags. Recomputation (-r) replays the forward
 # kernels: -r 1 (the default, run above) and -r 2 must give identical files;
@@ -184,6 +194,7 @@ fi
 # train_gpt2.c like the default. BF16 without master weights (-w 0, stochastic
 # rounding): within the BF16 tolerances of section 3, no master weights in the
 # state file, and resumable bit for bit. Bad values are refused.
+if want 5; then
 for prec in fp32 bf16; do
     bin=$FP32 && [ $prec = bf16 ] && bin=$BF16
     if run "$bin" "$TMP/${prec}_r2" -r 2; then
@@ -275,6 +286,7 @@ bad_flag "flag -r is train_gpt2cu's" "$CPU" -r 1
 # activations at B=64, T=256 (the logits alone 1.6 GB) do not
 # (emulated binaries only: a real GPU has its own size)
 case "$BF16" in *_cpu) bad_flag "out of GPU memory: the activations need" env EMU_DEVICE_MIB=100 "$BF16" -e d1 -b 64 -t 256 -x 1 -v 0 -s 0 -o "" ;; esac
+fi # (section 5)
 
 # --- 6. uneven shapes. d2: C=128 in 2 heads of HS=64, so the bias gradients of
 # 3C=384 and 4C=512 columns take two blocks of 256 threads in y in the column
@@ -287,6 +299,7 @@ case "$BF16" in *_cpu) bad_flag "out of GPU memory: the activations need" env EM
 # every logged loss). One more FP32 run goes through -r 0 and gradient
 # accumulation at once. (4C*B*T is still a multiple of 256: every d<N> model has
 # 4C = 256N.)
+if want 6; then
 UNEVEN=(-e d2 -b 3 -t 7 -x 2 -u 1 -n 2)
 if run "$CPU" "$TMP/cpu_d2" "${UNEVEN[@]}" && run "$FP32" "$TMP/fp32_d2" "${UNEVEN[@]}"; then
     logs_close "$TMP/cpu_d2/main.log" "$TMP/fp32_d2/main.log" 1e-5 &&
@@ -349,6 +362,7 @@ if run "$CPU" "$TMP/cpu_c72" "${C72[@]}" && run "$FP32" "$TMP/fp32_c72" "${C72[@
 else
     not_ok "FP32 C=72, B=3 x T=7: a run failed (see above)"
 fi
+fi # (section 6)
 
 echo "$passed passed, $failed failed"
 [ $failed = 0 ]

@@ -1,6 +1,7 @@
 // Under emulation (dev/emu/emu_build.sh puts this folder first on the include
 // path) bfloat16 is this file: a 16-bit storage type that converts to and from
-// float as CUDA's does (round to nearest, ties to even; NaN stays NaN).
+// float as CUDA's does (round to nearest, ties to even; every NaN becomes the canonical
+// 0x7FFF, as in cuda_bf16.hpp and on the GPU).
 #ifndef CUDA_BF16_EMU_H
 #define CUDA_BF16_EMU_H
 #include "../cuda_emu.h"
@@ -9,7 +10,7 @@ namespace emu {
 inline uint16_t float_to_bf16_bits(float f) {
     uint32_t u;
     memcpy(&u, &f, sizeof(u));
-    if ((u & 0x7fffffffu) > 0x7f800000u) { return (uint16_t)((u >> 16) | 0x40u); } // NaN, kept quiet
+    if ((u & 0x7fffffffu) > 0x7f800000u) { return 0x7fffu; } // NaN: the canonical one
     u += 0x7fffu + ((u >> 16) & 1u);
     return (uint16_t)(u >> 16);
 }

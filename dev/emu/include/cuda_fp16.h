@@ -2,7 +2,8 @@
 // path) IEEE half precision is this file: a 16-bit storage type (1 sign, 5
 // exponent, 10 mantissa bits; largest finite 65504, subnormals down to 2^-24)
 // that converts to and from float as CUDA's __float2half does: round to nearest,
-// ties to even; too large becomes infinity; NaN stays NaN.
+// ties to even; too large becomes infinity; every NaN becomes CUDA's canonical 0x7FFF
+// (cuda_fp16.hpp's host code, and what the GPU's conversion gives).
 #ifndef CUDA_FP16_EMU_H
 #define CUDA_FP16_EMU_H
 #include "../cuda_emu.h"
@@ -13,7 +14,7 @@ inline uint16_t float_to_half_bits(float f) {
     memcpy(&u, &f, sizeof(u));
     uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
     uint32_t a = u & 0x7fffffffu;
-    if (a > 0x7f800000u) { return sign | 0x7e00u; }   // NaN
+    if (a > 0x7f800000u) { return 0x7fffu; }          // NaN: the canonical one
     if (a >= 0x477ff000u) { return sign | 0x7c00u; }  // 65520 and up (and inf) round to inf
     if (a >= 0x38800000u) {                            // a normal half: 2^-14 and up
         a += 0xfffu + ((a >> 13) & 1u);                // round the 13 dropped bits, ties to even
