@@ -216,7 +216,7 @@ else
 endif
 dev/emu/matmul_cpu: dev/cuda/matmul.cu dev/cuda/common.h $(EMU)
 	$(emu_build) $< $@
-EMU_GPT2 = $(foreach p,fp32 bf16 fp16,dev/emu/train_gpt2cu_$(p)_cpu dev/emu/test_gpt2cu_$(p)_cpu) dev/emu/test_gpt2cu_fp32_race dev/emu/test_gpt2cu_fp16_asan
+EMU_GPT2 = $(foreach p,fp32 bf16 fp16,dev/emu/train_gpt2cu_$(p)_cpu dev/emu/test_gpt2cu_$(p)_cpu) dev/emu/test_gpt2cu_fp32_race dev/emu/test_gpt2cu_bf16_race dev/emu/test_gpt2cu_fp16_asan
 $(filter dev/emu/train_gpt2cu_%,$(EMU_GPT2)): train_gpt2.cu $(EMU)
 	$(emu_build) $< $@ $(emu_precision) $(EMU_DEBUG)
 $(filter dev/emu/test_gpt2cu_%,$(EMU_GPT2)): test_gpt2.cu train_gpt2.cu $(EMU)
@@ -282,7 +282,7 @@ TESTS = ./test_gpt2 \
         $(LADDER_TESTS) \
         "$(SCHED) ascending 'bash dev/test/test_train_mlp_cuda.sh ./dev/emu/train_mlpcu_cpu ./train_mlp' descending 'bash dev/test/test_train_mlp_cuda.sh ./dev/emu/train_mlpcu_race ./train_mlp'" \
         "$(SCHED) ascending ./dev/emu/test_gpt2cu_fp32_cpu descending ./dev/emu/test_gpt2cu_fp32_race" \
-        "$(SCHED) ascending ./dev/emu/test_gpt2cu_bf16_cpu descending ./dev/emu/test_gpt2cu_bf16_cpu" \
+        "$(SCHED) ascending ./dev/emu/test_gpt2cu_bf16_cpu descending ./dev/emu/test_gpt2cu_bf16_race" \
         "$(SCHED) ascending ./dev/emu/test_gpt2cu_fp16_cpu random:1 ./dev/emu/test_gpt2cu_fp16_asan" \
         "$(SCHED) ascending '$(GPT2_TWIN)' descending '$(GPT2_TWIN)'" \
         ./test_mlp \

@@ -56,8 +56,9 @@ pass, NL rows with logits, C channels, NH heads, HS = C/NH, V, Vp, L, maxT.
 
 // Debug builds (make test's emulated ones) pass -DGUARD_BYTES=256: every tensor carved out
 // of one GPU allocation (the weights, each layer's keys and values, the row buffers) is
-// then followed by a guard band (a pattern: guard-bands below), checked after every forward pass, so that a
-// kernel writing past the end of its tensor is caught on the step it does (guard_check).
+// then followed by a guard band (a pattern: guard-bands below), checked after every
+// forward pass, so that a kernel writing past the end of its tensor is caught on the step
+// it does (guard_check).
 // 0: no bands, no checks, and the memory laid out exactly as without them.
 #ifndef GUARD_BYTES
 #define GUARD_BYTES 0
@@ -753,7 +754,8 @@ static const char *const ROW_BUFFER_NAMES[NUM_ROW_BUFFERS] = {
 // Tensors carved out of one GPU allocation (the weights; the KV cache, a slice per layer
 // for keys, then one per layer for values; the row buffers). Tensor k is bytes [begin[k],
 // end[k]) of memory. With GUARD_BYTES > 0, the bytes from its end to where the next one
-// begins (or the allocation ends) are its guard band: its pattern (guard-bands), checked after every pass.
+// begins (or the allocation ends) are its guard band: its pattern (guard-bands), checked
+// after every pass.
 typedef struct {
     const char *group;        // for messages: "weight", "KV cache", "row buffer"
     const char *const *names; // (n) the tensors' names; NULL for the KV cache's slices
@@ -812,13 +814,14 @@ static size_t guard_band_end(const DeviceTable *t, int k) { return k + 1 < t->n 
 
 // --- begin shared-copy: guard-bands ---
 // What a guard band holds (debug builds, GUARD_BYTES > 0): the 16-bit word 0xFF81 + k % 63,
-// over and over, in the band after tensor k of a table: a signaling NaN as a bf16 or an
-// fp16 and, two of them, as an fp32. So a kernel that writes past a tensor's end breaks
-// the pattern whatever it writes: a number; a NaN copied from another band (another k);
-// or a NaN computed from this one (arithmetic on a signaling NaN gives a quiet one, on
-// the CPU as on the GPU). And a kernel that reads past the end reads a NaN. (Bands of
-// 0xFF bytes, a quiet NaN, missed an overrun in the emulator: x86 arithmetic passes a
-// quiet NaN operand through bit for bit, and 0xFF + 0xFF came back as 0xFF.)
+// over and over, in the band after tensor k of a table: a NaN as a bf16 or an fp16 and,
+// two of them, as an fp32 (a signaling one in bf16 and fp32). So a kernel that writes past
+// a tensor's end breaks the pattern whatever it writes: a number; a NaN copied from
+// another band (another k); or a NaN computed from this one (fp32 arithmetic on a
+// signaling NaN gives a quiet one, and a conversion to bf16 or fp16 gives CUDA's 0x7FFF,
+// on the CPU as on the GPU). A kernel that reads past the end reads a NaN. (Bands of 0xFF
+// bytes, a quiet NaN, missed an overrun in the emulator: x86 arithmetic passes a quiet NaN
+// operand through bit for bit, and 0xFF + 0xFF came back as 0xFF.)
 static uint8_t guard_byte(int k, uintptr_t address) {
     unsigned word = 0xFF81u + (unsigned)k % 63u;
     return (uint8_t)(address % 2 == 0 ? word & 0xFFu : word >> 8); // (little-endian: the low byte first)

@@ -57,8 +57,8 @@ ACCUMULATES (+=) into its parameter gradients.
 #define PROGRAM "./train_mlpcu" // in messages: how the user runs this program
 // Guard bands, for debug builds (-DGUARD_BYTES=256): each tensor carved out of a
 // shared allocation (the parameters, their gradients, the optimizer state, the
-// activations) is followed by this many bytes of a pattern (guard-bands below), and after every update we
-// read them back: a kernel that writes past the end of its tensor (an `i <= N`, a
+// activations) is followed by this many bytes of a pattern (guard-bands below), and
+// after every update we read them back: a kernel that writes past the end of its tensor (an `i <= N`, a
 // tile without its bounds check) is named, instead of silently corrupting its
 // neighbour. The default 0 costs nothing: no bands, no checks, the packed layout.
 #ifndef GUARD_BYTES
@@ -643,13 +643,14 @@ typedef struct {
 
 // --- begin shared-copy: guard-bands ---
 // What a guard band holds (debug builds, GUARD_BYTES > 0): the 16-bit word 0xFF81 + k % 63,
-// over and over, in the band after tensor k of a table: a signaling NaN as a bf16 or an
-// fp16 and, two of them, as an fp32. So a kernel that writes past a tensor's end breaks
-// the pattern whatever it writes: a number; a NaN copied from another band (another k);
-// or a NaN computed from this one (arithmetic on a signaling NaN gives a quiet one, on
-// the CPU as on the GPU). And a kernel that reads past the end reads a NaN. (Bands of
-// 0xFF bytes, a quiet NaN, missed an overrun in the emulator: x86 arithmetic passes a
-// quiet NaN operand through bit for bit, and 0xFF + 0xFF came back as 0xFF.)
+// over and over, in the band after tensor k of a table: a NaN as a bf16 or an fp16 and,
+// two of them, as an fp32 (a signaling one in bf16 and fp32). So a kernel that writes past
+// a tensor's end breaks the pattern whatever it writes: a number; a NaN copied from
+// another band (another k); or a NaN computed from this one (fp32 arithmetic on a
+// signaling NaN gives a quiet one, and a conversion to bf16 or fp16 gives CUDA's 0x7FFF,
+// on the CPU as on the GPU). A kernel that reads past the end reads a NaN. (Bands of 0xFF
+// bytes, a quiet NaN, missed an overrun in the emulator: x86 arithmetic passes a quiet NaN
+// operand through bit for bit, and 0xFF + 0xFF came back as 0xFF.)
 static uint8_t guard_byte(int k, uintptr_t address) {
     unsigned word = 0xFF81u + (unsigned)k % 63u;
     return (uint8_t)(address % 2 == 0 ? word & 0xFFu : word >> 8); // (little-endian: the low byte first)

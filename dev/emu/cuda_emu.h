@@ -80,6 +80,7 @@ correctness tool, not a performance one.
 #include <functional>
 #include <vector>
 #include <map>
+#include <deque>
 #include <ucontext.h>
 #include <unistd.h>
 #include <dlfcn.h>
@@ -125,6 +126,10 @@ inline int linear_tid() { return (int)(thread_idx.x + block_dim.x * (thread_idx.
 #define __launch_bounds__(...) // (emu_build.sh turns it into emu::check_launch_bounds in the body)
 #define __align__(n) alignas(n)
 #define __syncthreads() emu::barrier(__LINE__)
+#define __syncthreads_count(p) emu::barrier(__LINE__, (p) != 0)
+#define __syncthreads_and(p) (emu::barrier(__LINE__, (p) != 0) == emu::block.barrier_arrived)
+#define __syncthreads_or(p) (emu::barrier(__LINE__, (p) != 0) != 0)
+#define __activemask() emu::active_mask()
 #define __syncwarp(...) emu::At{__LINE__}.syncwarp(__VA_ARGS__)
 #define __threadfence() ((void)0)
 #define __threadfence_block() ((void)0)
@@ -135,6 +140,11 @@ constexpr int warpSize = 32;
 
 namespace emu {
 inline const char *kernel_name = "(no kernel)"; // of the launch running now
+inline int library_calls = 0; // > 0 while a cuBLAS stand-in runs: host code that may touch device memory
+struct LibraryCall {
+    EMU_NO_RACE LibraryCall() { library_calls++; }
+    EMU_NO_RACE ~LibraryCall() { library_calls--; }
+};
 inline uint32_t launch_id = 0;                   // counts launches (the race detector's clock)
 [[noreturn]] inline void fail() {
     fflush(stdout);
@@ -280,8 +290,11 @@ inline void fiber_entered() {}
 
 // A warp operation (shuffle, vote, __syncwarp) in flight: the lanes of its mask post
 // their values as they arrive; when the last one arrives all of them go on and read.
+// Lanes of the mask that have returned count as arrived (sm_70 and later: a warp
+// operation waits for the lanes of its mask that have not exited), with a 0 for a vote;
+// a shuffle that reads one is an error.
 struct WarpOp {
-    unsigned mask;
+    unsigned mask, gone; // gone: lanes of the mask that have returned
     int line, arrived, needed, unread;
     const char *what; // (a string literal: compared as a pointer)
     unsigned char values[32][16];
@@ -294,8 +307,10 @@ struct WarpOp {
 const int MAX_PENDING = 4; // warp operations with different masks waiting at once, per warp
 struct Block {
     int threads, live, at_barrier, barrier_line;
+    int barrier_count, barrier_result, barrier_arrived; // __syncthreads_count/and/or: predicates so far, and of the last barrier
     uint32_t epoch;                        // __syncthreads passed by the block
     uint32_t warp_epoch[32];               // __syncwarps passed by each warp
+    unsigned sync_mask[32][64];            // the masks of each warp's last 64 __syncwarps, by epoch % 64
     int warp_lanes[32];                    // threads in each warp (the last may be partial)
     WarpOp *pending[32][MAX_PENDING];      // each warp's operations waiting for lanes
     int npending[32];
@@ -337,11 +352,17 @@ inline void fiber_entry() {
 }
 
 EMU_INTERNAL inline void barrier_open() {
+    block.barrier_result = block.barrier_count;
+    block.barrier_arrived = block.at_barrier;
+    block.barrier_count = 0;
     block.at_barrier = 0;
     block.epoch++;
     release_all(AT_BLOCK_BARRIER, 0, block.threads);
 }
-EMU_INTERNAL inline void barrier(int line) {
+// returns how many threads arrived with a non-zero predicate (__syncthreads_count); read
+// before the next barrier can open, which needs this thread too
+EMU_INTERNAL inline int barrier(int line, int predicate = 0) {
+    block.barrier_count += predicate;
     if (block.at_barrier == 0) {
         block.barrier_line = line;
     } else if (line != block.barrier_line) {
@@ -352,20 +373,26 @@ EMU_INTERNAL inline void barrier(int line) {
     if (++block.at_barrier == block.live) { // the last to arrive opens it and goes on
         barrier_open();
         race_stamp();
-        return;
+        return block.barrier_result;
     }
     park(AT_BLOCK_BARRIER);
+    return block.barrier_result;
 }
 
 EMU_INTERNAL inline void thread_exited() {
     int t = current_fiber, w = t / 32, lane = t % 32;
     fibers[t].state = DONE;
     block.live--;
-    for (int i = 0; i < block.npending[w]; i++) {
+    for (int i = 0; i < block.npending[w]; i++) { // an operation waiting for this lane waits no more
         WarpOp *op = block.pending[w][i];
         if (op->mask >> lane & 1u) {
-            EMU_ERROR("returns while %d lane(s) of its warp wait for it in %s at line %d (mask 0x%08x names it)",
-                      op->arrived, op->what, op->line, op->mask);
+            op->gone |= 1u << lane;
+            memset(op->values[lane], 0, sizeof(op->values[lane]));
+            if (op->arrived == --op->needed) {
+                block.pending[w][i--] = block.pending[w][--block.npending[w]];
+                op->unread = op->arrived;
+                release_all(AT_WARP_OP, 32 * w, 32 * w + block.warp_lanes[w], op->mask);
+            }
         }
     }
     if (block.at_barrier > 0 && block.at_barrier == block.live) { barrier_open(); }
@@ -395,22 +422,24 @@ EMU_INTERNAL inline WarpOp *warp_arrive(unsigned mask, const char *what, int lin
         }
     }
     if (op == nullptr) {
-        for (int j = 0; j < block.warp_lanes[w]; j++) {
-            if ((mask >> j & 1u) && fibers[32 * w + j].state == DONE) {
-                EMU_ERROR("%s at line %d with mask 0x%08x, but lane %d of the mask has returned", what, line, mask, j);
-            }
-        }
         op = new_warp_op();
         op->mask = mask;
+        op->gone = 0;
+        for (int j = 0; j < block.warp_lanes[w]; j++) {
+            if ((mask >> j & 1u) && fibers[32 * w + j].state == DONE) {
+                op->gone |= 1u << j;
+                memset(op->values[j], 0, sizeof(op->values[j]));
+            }
+        }
         op->line = line;
         op->arrived = 0;
-        op->needed = __builtin_popcount(mask);
+        op->needed = __builtin_popcount(mask & ~op->gone);
         op->unread = 0;
         op->what = what;
         if (block.npending[w] == MAX_PENDING) { EMU_ERROR("%s at line %d: more than %d warp operations with different masks at once in one warp (the emulator's limit)", what, line, MAX_PENDING); }
         block.pending[w][block.npending[w]++] = op;
-    } else if (op->line != line || op->what != what) {
-        EMU_ERROR("%s at line %d, while lanes of mask 0x%08x wait in %s at line %d (divergent warp operations)", what, line,
+    } else if (op->what != what) { // (at another line is fine: sm_70 and later match them)
+        EMU_ERROR("%s at line %d, while lanes of mask 0x%08x wait in %s at line %d (different warp operations)", what, line,
                   mask, op->what, op->line);
     }
     if (bytes > 0) { memcpy(op->values[lane], value, bytes); }
@@ -434,7 +463,10 @@ EMU_INTERNAL inline void warp_done(WarpOp *op) {
 EMU_INTERNAL inline void syncwarp(int line, unsigned mask = 0xffffffffu) {
     int w = current_fiber / 32;
     WarpOp *op = warp_arrive(mask, "__syncwarp", line, nullptr, 0);
-    if (op->unread == op->arrived) { block.warp_epoch[w]++; } // (the first lane to go on: once per __syncwarp)
+    if (op->unread == op->arrived) { // (the first lane to go on: once per __syncwarp)
+        block.warp_epoch[w]++;
+        block.sync_mask[w][block.warp_epoch[w] % 64] = mask;
+    }
     warp_done(op);
     race_stamp();
 }
@@ -445,6 +477,7 @@ EMU_INTERNAL inline void run_block(int threads) {
     block.threads = threads;
     block.live = threads;
     block.at_barrier = 0;
+    block.barrier_count = 0;
     block.epoch = 0;
     for (int w = 0; w * 32 < threads; w++) {
         block.warp_epoch[w] = 0;
@@ -504,6 +537,10 @@ inline float __uint_as_float(unsigned u) { float x; memcpy(&x, &u, sizeof(x)); r
 inline int __float_as_int(float x) { int u; memcpy(&u, &x, sizeof(u)); return u; }
 inline float __int_as_float(int u) { float x; memcpy(&x, &u, sizeof(x)); return x; }
 template <typename T> inline T __ldg(const T *p) { return *p; }
+inline int __popc(unsigned x) { return __builtin_popcount(x); }
+inline int __popcll(unsigned long long x) { return __builtin_popcountll(x); }
+inline int __ffs(int x) { return __builtin_ffs(x); }
+inline int __clz(int x) { return x == 0 ? 32 : __builtin_clz((unsigned)x); }
 
 // ----------------------------------------------------------------------------
 // warp shuffles and votes
@@ -517,6 +554,9 @@ template <typename T> EMU_INTERNAL inline T shuffle(unsigned mask, T v, int src,
     if (src != lane && !(mask >> src & 1u)) {
         EMU_ERROR("%s at line %d: lane %d reads lane %d, which is not in the mask 0x%08x (undefined on a GPU)", what, line,
                   lane, src, mask);
+    }
+    if (op->gone >> src & 1u) {
+        EMU_ERROR("%s at line %d: lane %d reads lane %d, which has returned (undefined on a GPU)", what, line, lane, src);
     }
     T r;
     memcpy(&r, op->values[src], sizeof(T));
@@ -537,6 +577,13 @@ EMU_INTERNAL inline unsigned vote(unsigned mask, int predicate, const char *what
     return bits;
 }
 inline int lane_id() { return current_fiber % 32; }
+// the lanes of the caller's warp that have not returned
+inline unsigned active_mask() {
+    int w = current_fiber / 32;
+    unsigned m = 0;
+    for (int j = 0; j < block.warp_lanes[w]; j++) { m |= (unsigned)(fibers[32 * w + j].state != DONE) << j; }
+    return m;
+}
 }
 // The warp operations are macros, so that they know their line: each becomes a call on
 // emu::At{__LINE__}, whose member functions take CUDA's arguments, defaults included.
@@ -554,7 +601,7 @@ struct At {
     int line;
     template <typename T> T shfl(unsigned mask, T v, int src, int width = 32) const {
         int lane = lane_id();
-        return shuffle(mask, v, lane - lane % width + src % width, "__shfl_sync", line);
+        return shuffle(mask, v, lane - lane % width + (src % width + width) % width, "__shfl_sync", line);
     }
     template <typename T> T shfl_down(unsigned mask, T v, unsigned delta, int width = 32) const {
         int lane = lane_id();
@@ -593,7 +640,8 @@ struct Alloc {
     size_t npages;
 };
 inline std::map<uintptr_t, Alloc> &allocations() { // by raw start
-    static std::map<uintptr_t, Alloc> m;
+    // (never destroyed: the race build's checks look allocations up until the process ends)
+    static std::map<uintptr_t, Alloc> &m = *new std::map<uintptr_t, Alloc>;
     return m;
 }
 // In the plain and race builds every allocation's span starts on 256 bytes and is a
@@ -617,6 +665,9 @@ EMU_NO_RACE inline Alloc *find_alloc(const void *p) {
         --it;
         if (a < it->first + it->second.span) { found = &it->second; }
     }
+#if defined(EMU_ASAN)
+    if (found == nullptr) { return nullptr; } // (exact sizes: a granule may hold the end of one and nothing else)
+#endif
     e = GranuleEntry{g, found};
     return found;
 }
@@ -625,7 +676,7 @@ inline size_t device_limit() {
     static size_t limit = getenv("EMU_DEVICE_MIB") != nullptr ? (size_t)strtoull(getenv("EMU_DEVICE_MIB"), nullptr, 10) << 20 : 0;
     return limit;
 }
-inline std::vector<uintptr_t> quarantine; // freed allocations not yet given back, oldest first
+inline std::deque<uintptr_t> quarantine; // freed allocations not yet given back, oldest first
 inline size_t quarantine_bytes = 0;
 const size_t QUARANTINE_LIMIT = 256u << 20;
 inline void race_forget(Alloc &a);
@@ -768,7 +819,7 @@ inline cudaError_t cudaFree(void *p) {
     while (emu::quarantine_bytes > emu::QUARANTINE_LIMIT) {
         emu::quarantine_bytes -= emu::allocations()[emu::quarantine.front()].span;
         emu::release_alloc(emu::quarantine.front());
-        emu::quarantine.erase(emu::quarantine.begin());
+        emu::quarantine.pop_front();
     }
 #endif
     return cudaSuccess;
@@ -847,6 +898,8 @@ namespace emu {
 inline std::vector<Alloc *> shared_slots;
 inline char *dynamic_shared_memory = nullptr;
 inline size_t dynamic_shared_bytes = 0;
+inline char *dynamic_shared_raw = nullptr; // (the block it lies in, red zones included)
+inline size_t dynamic_shared_span = 0;
 inline char *dynamic_shared() { return dynamic_shared_memory; }
 inline char *shared_block(size_t bytes, const char *name, size_t *span_out, char **raw_out) {
 #if defined(EMU_ASAN)
@@ -875,6 +928,7 @@ EMU_NO_RACE inline void *shared_alloc(size_t bytes, const char *name) {
 }
 inline void poison_shared() {
     for (Alloc *a : shared_slots) { poison(a->base, a->size); }
+    if (dynamic_shared_bytes > 0) { poison(dynamic_shared_memory, dynamic_shared_bytes); }
 }
 inline void check_launch_bounds(int max_threads, const char *kernel) {
     if (team_size() > max_threads) {
@@ -901,7 +955,8 @@ struct Access {
 inline int32_t pc_offset(const void *pc) { return (int32_t)((intptr_t)pc - (intptr_t)&fiber_entry); }
 inline const void *pc_of(int32_t offset) { return (const void *)((intptr_t)&fiber_entry + offset); }
 struct Cell {
-    Access write, read1, read2;            // the last write; the last two readers (different threads)
+    Access write, write2, read1, read2;    // the last write, and one before it to other bytes of the word (two
+                                           // 16-bit halves); the last two readers (different threads)
     uint32_t init_launch, init_block;      // shared memory: which bytes this block has written
     uint8_t init_mask;
 };
@@ -952,7 +1007,17 @@ EMU_NO_RACE inline bool ordered(const Access &a, const Access &b, bool shared) {
     if (a.block != b.block) { return shared; }  // blocks never wait for each other (and have their own shared memory)
     if (a.tid == b.tid) { return true; }
     if (a.epoch != b.epoch) { return true; }     // a __syncthreads in between
-    return a.tid / 32 == b.tid / 32 && a.warp_epoch != b.warp_epoch; // same warp, a __syncwarp in between
+    if (a.tid / 32 != b.tid / 32) { return false; }
+    // same warp: a __syncwarp since a whose mask holds both lanes (b's lane passed it, since
+    // it completed before b; a's lane after a, as it was not waiting there at a). Further
+    // back than the last 64 __syncwarps: taken as ordered.
+    unsigned both = 1u << (a.tid % 32) | 1u << (b.tid % 32);
+    uint16_t since = (uint16_t)(b.warp_epoch - a.warp_epoch);
+    if (since > 64) { return true; }
+    for (uint16_t k = 1; k <= since; k++) {
+        if ((block.sync_mask[a.tid / 32][(uint16_t)(a.warp_epoch + k) % 64] & both) == both) { return true; }
+    }
+    return false;
 }
 // "byte 12 of __shared__ partial (128 bytes)", "byte 4096 of a device allocation of 4096 bytes"
 EMU_NO_RACE inline void describe_place(const Alloc &al, const char *p, char *out, size_t n) {
@@ -1004,6 +1069,8 @@ EMU_NO_RACE inline void record_word(Alloc &al, const char *word, uint8_t mask, b
     auto live = [&](const Access &a) { return a.launch == cur.launch && a.launch != 0 && (a.mask & mask) && (!shared || a.block == cur.block); };
     if (live(c->write) && !ordered(c->write, cur, shared) && !(c->write.atomic && atomic)) {
         race_report(write ? "writes" : "reads", "wrote", al, p, size, c->write, shared);
+    } else if (live(c->write2) && !ordered(c->write2, cur, shared) && !(c->write2.atomic && atomic)) {
+        race_report(write ? "writes" : "reads", "wrote", al, p, size, c->write2, shared);
     }
     if (write) {
         const Access *readers[2] = {&c->read1, &c->read2};
@@ -1013,7 +1080,17 @@ EMU_NO_RACE inline void record_word(Alloc &al, const char *word, uint8_t mask, b
                 break;
             }
         }
+        bool other_bytes = c->write.launch == cur.launch && !(c->write.mask & mask);
+        if (other_bytes) { c->write2 = c->write; }
         c->write = cur;
+        if (shared && atomic && !(c->init_launch == cur.launch && c->init_block == cur.block && (c->init_mask & mask) == mask) &&
+            (report_start(), reporting())) { // (an atomic reads the old value first)
+            char a[800], place[200];
+            who(cur, a, sizeof(a));
+            describe_place(al, p, place, sizeof(place));
+            fprintf(stderr, "Error: emulation: kernel %s: %s updates %u bytes at %s atomically, which no thread of its block has "
+                    "written (on a GPU: garbage, e.g. what the previous block left there)\n", kernel_name, a, size, place);
+        }
         if (shared) {
             if (c->init_launch != cur.launch || c->init_block != cur.block) {
                 c->init_launch = cur.launch;
@@ -1076,11 +1153,21 @@ EMU_NO_RACE inline void access(const void *addr, unsigned size, bool write, bool
     }
 }
 inline Alloc *dynamic_shared_alloc = nullptr;
+EMU_NO_RACE inline void host_access(const void *p, unsigned size, bool write, const void *pc) {
+    LibraryCall self; // (find_alloc's std::map is instrumented too: not again from here)
+    Alloc *a = find_alloc(p);
+    if (a == nullptr || a->shared) { return; }
+    char where[600], place[200];
+    describe_pc(pc, where, sizeof(where));
+    describe_place(*a, (const char *)p, place, sizeof(place));
+    EMU_HOST_ERROR("host code %s %u bytes at %s [%s]: device memory, which on a GPU machine the host cannot touch "
+                   "(a crash): copy it with cudaMemcpy", write ? "writes" : "reads", size, place, where);
+}
 EMU_NO_RACE inline void race_launch_start() {
     reports = 0;
     if (dynamic_shared_bytes > 0) {
-        dynamic_shared_alloc = register_alloc(dynamic_shared_memory, dynamic_shared_bytes, dynamic_shared_memory - RED_ZONE,
-                                              dynamic_shared_bytes + 2 * RED_ZONE, 1);
+        dynamic_shared_alloc = register_alloc(dynamic_shared_memory, dynamic_shared_bytes, dynamic_shared_raw,
+                                              dynamic_shared_span, 1);
     }
 }
 EMU_NO_RACE inline void race_launch_end() {
@@ -1105,9 +1192,17 @@ extern "C" {
 EMU_NO_RACE void __tsan_init() {}
 EMU_NO_RACE void __tsan_func_entry(void *) {}
 EMU_NO_RACE void __tsan_func_exit() {}
-// (in_kernel is cleared while we record: the library code access() calls is instrumented too)
-#define EMU_RECORD(p, n, write) \
-    if (emu::in_kernel) { emu::in_kernel = 0; emu::access(p, n, write, false, __builtin_return_address(0)); emu::in_kernel = 1; }
+// (in_kernel is cleared while we record: the library code access() calls is instrumented
+// too.) Outside kernels, host code must not touch device memory (on a GPU machine a
+// device pointer dereferenced on the host crashes), except in the cuBLAS stand-ins.
+#define EMU_RECORD(p, n, write)                                                                                          \
+    if (emu::in_kernel) {                                                                                                \
+        emu::in_kernel = 0;                                                                                              \
+        emu::access(p, n, write, false, __builtin_return_address(0));                                                    \
+        emu::in_kernel = 1;                                                                                              \
+    } else if (emu::library_calls == 0) {                                                                                \
+        emu::host_access(p, n, write, __builtin_return_address(0));                                                      \
+    }
 #define EMU_TSAN_HOOKS(n)                                                                                                \
     EMU_NO_RACE void __tsan_read##n(void *p) { EMU_RECORD(p, n, false) }                                                 \
     EMU_NO_RACE void __tsan_write##n(void *p) { EMU_RECORD(p, n, true) }                                                 \
@@ -1178,7 +1273,8 @@ inline void kernel_mode(int) {}
 // detector records them as atomics (two atomics to one address never race)
 
 #define EMU_ATOMIC(name, expr)                                                                                           \
-    template <typename T> EMU_NO_RACE inline T name(T *address, T val) {                                                 \
+    template <typename T, typename U> EMU_NO_RACE inline T name(T *address, U value) {                                   \
+        T val = (T)value;                                                                                                \
         emu::on_atomic(address, sizeof(T));                                                                              \
         T old = *address;                                                                                                \
         *address = (expr);                                                                                               \
@@ -1191,7 +1287,8 @@ EMU_ATOMIC(atomicMin, val < old ? val : old)
 EMU_ATOMIC(atomicExch, val)
 EMU_ATOMIC(atomicAnd, old & val)
 EMU_ATOMIC(atomicOr, old | val)
-template <typename T> EMU_NO_RACE inline T atomicCAS(T *address, T compare, T val) {
+template <typename T, typename U, typename V> EMU_NO_RACE inline T atomicCAS(T *address, U compare_, V val_) {
+    T compare = (T)compare_, val = (T)val_;
     emu::on_atomic(address, sizeof(T));
     T old = *address;
     if (old == compare) { *address = val; }
@@ -1210,6 +1307,15 @@ namespace emu {
 // captured), and pinned versus pageable host memory, which a GPU's capture tells apart.)
 struct Graph { std::vector<std::function<void()>> ops; };
 inline Graph *capture = nullptr; // the graph being captured, or none
+inline void *capture_stream = nullptr; // and the stream it captures
+// work issued during a capture must go to the capturing stream: to another, or to the
+// default stream, a GPU fails the capture (cudaErrorStreamCaptureImplicit)
+inline void capture_stream_check(const char *what, const char *name, void *stream) {
+    if (capture != nullptr && stream != capture_stream) {
+        EMU_HOST_ERROR("%s %s issued to %s during a capture of another stream (a GPU fails the capture: "
+                       "cudaErrorStreamCaptureImplicit)", what, name, stream == nullptr ? "the default stream" : "a stream");
+    }
+}
 inline void capture_forbidden(const char *what) {
     if (capture != nullptr) { EMU_HOST_ERROR("%s during a stream capture (a GPU refuses it too)", what); }
 }
@@ -1244,9 +1350,10 @@ struct Launch {
         block_dim = block;
         kernel_body = body;
         dynamic_shared_bytes = shared_bytes;
-        size_t dynamic_span = 0;
-        char *dynamic_raw = nullptr;
-        if (shared_bytes > 0) { dynamic_shared_memory = shared_block(shared_bytes, "(dynamic)", &dynamic_span, &dynamic_raw); }
+        dynamic_shared_raw = nullptr;
+        if (shared_bytes > 0) {
+            dynamic_shared_memory = shared_block(shared_bytes, "(dynamic)", &dynamic_shared_span, &dynamic_shared_raw);
+        }
         race_launch_start();
         // the blocks, in the schedule's order
         uint64_t n = (uint64_t)grid.x * grid.y * grid.z;
@@ -1267,7 +1374,7 @@ struct Launch {
             run_block(threads);
         }
         race_launch_end();
-        free(dynamic_raw);
+        free(dynamic_shared_raw);
         dynamic_shared_bytes = 0;
         dynamic_shared_memory = nullptr;
         kernel_name = "(no kernel)";
@@ -1276,6 +1383,7 @@ struct Launch {
         // the arguments converted to the kernel's parameter types once, as a launch does
         std::function<void()> body = [kernel, params = std::tuple<P...>(args...)]() { std::apply(kernel, params); };
         if (capture != nullptr) {
+            capture_stream_check("kernel", name, stream);
             Launch launch = *this;
             capture->ops.push_back([launch, body, kernel]() { launch.execute(body, (const void *)kernel); });
             return;
@@ -1299,20 +1407,22 @@ typedef void *cudaStream_t; // one stream, in effect: work runs as it is issued
 inline cudaError_t cudaStreamCreate(cudaStream_t *s) { *s = new int(0); return cudaSuccess; }
 inline cudaError_t cudaStreamDestroy(cudaStream_t s) { delete (int *)s; return cudaSuccess; }
 inline cudaError_t cudaStreamSynchronize(cudaStream_t) { emu::capture_forbidden("cudaStreamSynchronize"); return cudaSuccess; }
-inline cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind, cudaStream_t = nullptr) {
+inline cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind, cudaStream_t stream = nullptr) {
     if (emu::capture != nullptr) {
+        emu::capture_stream_check("cudaMemcpyAsync", "", stream);
         emu::capture->ops.push_back([=]() { emu::memcpy_checked("cudaMemcpyAsync (replayed from a graph)", dst, src, bytes, kind); });
         return cudaSuccess;
     }
     emu::memcpy_checked("cudaMemcpyAsync", dst, src, bytes, kind);
     return cudaSuccess;
 }
-inline cudaError_t cudaMemsetAsync(void *dst, int value, size_t bytes, cudaStream_t = nullptr) {
+inline cudaError_t cudaMemsetAsync(void *dst, int value, size_t bytes, cudaStream_t stream = nullptr) {
     auto op = [=]() {
         emu::check_range("cudaMemsetAsync", "destination", (uintptr_t)dst, bytes, 1);
         memset(dst, value, bytes);
     };
     if (emu::capture != nullptr) {
+        emu::capture_stream_check("cudaMemsetAsync", "", stream);
         emu::capture->ops.push_back(op);
         return cudaSuccess;
     }
@@ -1323,9 +1433,11 @@ inline cudaError_t cudaMemsetAsync(void *dst, int value, size_t bytes, cudaStrea
 enum cudaStreamCaptureMode { cudaStreamCaptureModeGlobal = 0, cudaStreamCaptureModeThreadLocal = 1, cudaStreamCaptureModeRelaxed = 2 };
 typedef emu::Graph *cudaGraph_t;
 typedef emu::Graph *cudaGraphExec_t;
-inline cudaError_t cudaStreamBeginCapture(cudaStream_t, cudaStreamCaptureMode) {
+inline cudaError_t cudaStreamBeginCapture(cudaStream_t stream, cudaStreamCaptureMode) {
     emu::capture_forbidden("cudaStreamBeginCapture");
+    if (stream == nullptr) { EMU_HOST_ERROR("cudaStreamBeginCapture of the default stream (a GPU refuses it)"); }
     emu::capture = new emu::Graph();
+    emu::capture_stream = stream;
     return cudaSuccess;
 }
 inline cudaError_t cudaStreamEndCapture(cudaStream_t, cudaGraph_t *graph) {

@@ -47,7 +47,11 @@ awk -v dir="$(dirname "$src")" -v src="$src" 'NR == 1 { print "#line 1 \"" src "
     {
         line = $0
         done = 0
-        if (bound != "") { line = insert_check(line, 1); if (done) bound = "" }
+        if (bound != "") {
+            line = insert_check(line, 1)
+            if (done) bound = ""
+            else if (index(line, ";") > 0) bound = "" # (a prototype: its body is elsewhere)
+        }
         j = index(line, "__launch_bounds__(")
         c = index(line, "//")
         if (j > 0 && (c == 0 || c > j) && line !~ /^[ \t]*#/) {
@@ -74,6 +78,13 @@ awk -v dir="$(dirname "$src")" -v src="$src" 'NR == 1 { print "#line 1 \"" src "
         -e ':split' -e 's/__shared__ ((__align__\([0-9]+\) )?[^,;=\[(){}]*[^ ,;=\[(){}]) +([A-Za-z_][A-Za-z0-9_]*(\[[^];]*\])*), *([A-Za-z_])/__shared__ \1 \3; __shared__ \1 \5/' -e 'tsplit' \
         -e 's/__shared__ (__align__\([0-9]+\) )?([^,;=\[(){}]*[^ ,;=\[(){}]) +([A-Za-z_][A-Za-z0-9_]*)((\[[^];]*\])+);/static \2 (\&\3)\4 = *reinterpret_cast<\2 (*)\4>(emu::shared_alloc(sizeof(\2\4), "\3"));/g' \
         -e 's/__shared__ (__align__\([0-9]+\) )?([^,;=\[(){}]*[^ ,;=\[(){}]) +([A-Za-z_][A-Za-z0-9_]*);/static \2 \&\3 = *reinterpret_cast<\2 *>(emu::shared_alloc(sizeof(\2), "\3"));/g' > "$tmp"
+# a __shared__ declaration the rewrite did not understand would stay a plain static (shared by
+# every block, never poisoned or checked): refuse it, with its line
+if left=$(grep -nE '(^|[;{])[ \t]*__shared__[ \t]' "$tmp" | head -3) && [ -n "$left" ]; then
+    echo "Error: emu_build.sh: $src: a __shared__ declaration it cannot rewrite (one declaration a statement, on one line, please):" >&2
+    echo "$left" >&2
+    exit 1
+fi
 common=(-std=c++17 -fopenmp -fcf-protection=none -Wall -Wextra -Wno-unknown-pragmas -I "$here/include" -I "$(dirname "$src")")
 case $mode in
 plain) g++ "${common[@]}" -O2 -x c++ "$tmp" -o "$out" -lm "$@" ;;

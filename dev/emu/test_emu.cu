@@ -130,6 +130,25 @@ __global__ void warp_ops(int *out, const int *x) {
     o[5] = next;
 }
 
+// legal on sm_70 and later: a vote and a __syncwarp after half the warp has returned (the
+// operations wait only for lanes that have not exited), __syncwarp from two branches
+// (Volta's independent thread scheduling matches them), and __syncthreads_count
+__global__ void warp_exits(int *out) {
+    __shared__ int box[32];
+    int lane = threadIdx.x;
+    int count = __syncthreads_count(lane % 3 == 0);
+    if (lane >= 16) { return; }
+    unsigned odd = __ballot_sync(0xffffffffu, lane % 2);
+    if (lane < 8) {
+        box[lane] = lane;
+        __syncwarp();
+    } else {
+        box[lane] = -lane;
+        __syncwarp();
+    }
+    out[lane] = (int)odd + 1000 * box[15 - lane] + 100000 * count;
+}
+
 __global__ void histogram(int *bins, const int *values, int n) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) { atomicAdd(&bins[values[i]], 1); }
@@ -215,6 +234,39 @@ __global__ void deadlock(int *out) {
     out[threadIdx.x] = 1;
 }
 __global__ void __launch_bounds__(64) bounded(int *out) { out[threadIdx.x] = 1; }
+// lanes 0-15 write, lanes 16-31 pass a __syncwarp of their own and read: nothing orders them
+__global__ void partial_syncwarp(int *out) {
+    __shared__ int buf[32];
+    int lane = threadIdx.x;
+    if (lane < 16) { buf[lane] = lane; }
+    int dummy = __shfl_sync(0xffffffffu, lane, 0); // (makes every lane wait for lanes 0-15's writes)
+    if (lane >= 16) {
+        __syncwarp(0xffff0000u);
+        out[lane] = buf[lane - 16] + dummy;
+    }
+}
+// 16-bit halves: thread t writes its short; thread t+1 of another warp reads it without a barrier
+__global__ void half_words(int *out) {
+    __shared__ short buf[64];
+    int t = threadIdx.x;
+    buf[t] = (short)t;
+    int dummy = __shfl_sync(0xffffffffu, t, 0);
+    if (t < 32 && t % 2 == 0) { out[t] = buf[t + 33] + dummy; }
+}
+// an atomic on shared memory no thread zeroed
+__global__ void shared_histogram(int *out) {
+    __shared__ int bins[4];
+    atomicAdd(&bins[threadIdx.x % 4], 1);
+    __syncthreads();
+    if (threadIdx.x < 4) { out[threadIdx.x] = bins[threadIdx.x]; }
+}
+// dynamic shared memory read before any thread of the block wrote it
+__global__ void dynamic_not_written(float *out) {
+    extern __shared__ float scratch[];
+    if (blockIdx.x == 0) { scratch[threadIdx.x] = 1.0f; }
+    __syncthreads();
+    out[blockIdx.x * blockDim.x + threadIdx.x] = scratch[threadIdx.x];
+}
 
 #ifdef CUDA_EMU_H
 // The child: run one bug, check what a plain run can check itself (wrong values)
@@ -252,6 +304,23 @@ static int run_case(const char *name) {
         shuffle_mask<<<1, 16>>>(iout, 0x0000ffffu, 20);
     } else if (strcmp(name, "lane_returned") == 0) {
         shuffle_after_return<<<1, 32>>>(iout);
+    } else if (strcmp(name, "partial_syncwarp") == 0) {
+        partial_syncwarp<<<1, 32>>>(iout);
+    } else if (strcmp(name, "half_words") == 0) {
+        half_words<<<1, 64>>>(iout);
+    } else if (strcmp(name, "shared_atomic") == 0) {
+        shared_histogram<<<1, 32>>>(iout);
+    } else if (strcmp(name, "dynamic_not_written") == 0) {
+        dynamic_not_written<<<2, 32, 32 * sizeof(float)>>>(out);
+    } else if (strcmp(name, "host_deref") == 0) {
+        out[3] = 1.0f; // a device pointer written on the host
+    } else if (strcmp(name, "capture_default_stream") == 0) {
+        cudaStream_t stream;
+        cudaCheck(cudaStreamCreate(&stream));
+        cudaGraph_t graph;
+        cudaCheck(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+        saxpy<<<1, 64>>>(out, x, 2.0f, 64); // (no stream: the default one)
+        cudaCheck(cudaStreamEndCapture(stream, &graph));
     } else if (strcmp(name, "divergent_barrier") == 0) {
         divergent_barrier<<<1, 32>>>(iout);
     } else if (strcmp(name, "deadlock") == 0) {
@@ -323,8 +392,14 @@ static const Case CASES[] = {
     {"mask_without_caller", "plain asan race", "ascending", "does not include the calling lane"},
     {"mask_past_blockdim", "plain asan race", "ascending", "has only 16 threads"},
     {"source_outside_mask", "plain asan race", "ascending", "which is not in the mask"},
-    {"lane_returned", "plain asan race", "ascending", "returns while"},
-    {"lane_returned", "plain", "descending", "has returned"},
+    {"lane_returned", "plain asan race", "ascending", "which has returned"},
+    {"lane_returned", "plain", "descending", "which has returned"},
+    {"partial_syncwarp", "race", "random:2", "a race on shared memory"},
+    {"half_words", "race", "descending", "a race on shared memory"},
+    {"shared_atomic", "race", "ascending", "atomically, which no thread of its block has written"},
+    {"dynamic_not_written", "race", "ascending", "which no thread of its block has written"},
+    {"host_deref", "race", "ascending", "device memory, which on a GPU machine the host cannot touch"},
+    {"capture_default_stream", "plain asan race", "ascending", "issued to the default stream during a capture"},
     {"divergent_barrier", "plain asan race", "random:5", "divergent barrier"},
     {"deadlock", "plain asan race", "ascending", "deadlock: 1 thread(s) wait at the __syncthreads"},
     {"launch_bounds", "plain asan race", "ascending", "__launch_bounds__ allows at most 64"},
@@ -486,6 +561,20 @@ int main(int argc, char **argv) {
         }
         report("shuffles of width 16, votes, __syncwarp; warps of 32 and 16 lanes", wrong, 0);
         cudaCheck(cudaFree(dx));
+        cudaCheck(cudaFree(dout));
+    }
+    // a vote and __syncwarp after half the warp returned, __syncwarp from two branches, __syncthreads_count
+    {
+        int *dout;
+        cudaCheck(cudaMalloc(&dout, 16 * sizeof(int)));
+        warp_exits<<<1, 32>>>(dout);
+        std::vector<int> out = to_host(dout, 16);
+        double wrong = 0;
+        for (int lane = 0; lane < 16; lane++) {
+            int other = 15 - lane, box = other < 8 ? other : -other;
+            wrong += out[lane] != 0xAAAA + 1000 * box + 100000 * 11; // (odd lanes of 0-15; 11 of 32 lanes are multiples of 3)
+        }
+        report("votes and __syncwarp after lanes return; __syncthreads_count", wrong, 0);
         cudaCheck(cudaFree(dout));
     }
     // histogram of 3000 values into 10 bins with atomicAdd, and one total from every block

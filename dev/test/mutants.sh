@@ -12,7 +12,10 @@
 #     make mutants                        (all; about 30 minutes on 2 cores)
 #     bash dev/test/mutants.sh -l          (list them)
 #     bash dev/test/mutants.sh NAME ...    (only these)
-# It ends with "N passed, M failed": a mutant passes when its test fails.
+# First every test runs on the unchanged tree and must pass. Then a mutant passes when its
+# test fails for the right reason: the race builds' tests with the race detector's report,
+# the others with a check's NOT OK or an error line (not a time-out, not a silent crash).
+# It ends with "N passed, M failed".
 set -u
 cd "$(dirname "$0")/../.." || exit 1
 only=("$@")
@@ -44,6 +47,14 @@ test_command() {
     infer_race) echo "EMU_SCHEDULE=descending ./dev/emu/test_infercu_fp32_race" ;;
     mlp) echo "bash dev/test/test_train_mlp_cuda.sh ./dev/emu/train_mlpcu_cpu ./train_mlp" ;;
     mlp_race) echo "bash dev/test/test_train_mlp_cuda.sh ./dev/emu/train_mlpcu_race ./train_mlp" ;;
+    esac
+}
+
+# what a catch must print (grep -E), by test
+test_expects() {
+    case $1 in
+    *_race) echo 'a race on|past its end|device memory that was freed|no thread of its block has written' ;;
+    *) echo 'NOT OK|^Error|runtime error|ERROR: AddressSanitizer| [1-9][0-9]* failed$' ;;
     esac
 }
 
@@ -201,9 +212,30 @@ for f in data/tinyshakespeare/tiny_shakespeare_train.bin data/tinyshakespeare/ti
 done
 passed=0
 failed=0
+selected() { [ ${#only[@]} = 0 ] || [[ " ${only[*]} " == *" $1 "* ]]; }
+# the tests on the unchanged tree: each must pass, or a failure below would mean nothing
+declare -A baseline=()
+for i in "${!names[@]}"; do
+    t=${tests[$i]}
+    selected "${names[$i]}" || continue
+    [ -n "${baseline[$t]:-}" ] && continue
+    baseline[$t]=1
+    # shellcheck disable=SC2046
+    if make -C "$scratch" -s $(test_targets "$t") > "$scratch/baseline.log" 2>&1 &&
+        (cd "$scratch" && timeout 900 bash -c "$(test_command "$t")") >> "$scratch/baseline.log" 2>&1; then
+        echo "OK      test $t passes on the unchanged tree"
+        passed=$((passed + 1))
+    else
+        echo "NOT OK  test $t fails on the unchanged tree: no mutant it catches counts"
+        tail -n 5 "$scratch/baseline.log"
+        failed=$((failed + 1))
+        baseline[$t]=broken
+    fi
+done
 for i in "${!names[@]}"; do
     name=${names[$i]} file=${files[$i]} t=${tests[$i]}
-    if [ ${#only[@]} -gt 0 ] && [[ " ${only[*]} " != *" $name "* ]]; then continue; fi
+    selected "$name" || continue
+    [ "${baseline[$t]}" = broken ] && { echo "NOT OK  $name: not tried (its test fails unchanged)"; failed=$((failed + 1)); continue; }
     log="$scratch/$name.log"
     cp "$scratch/$file" "$scratch/$file.orig"
     if ! OLD=${olds[$i]} NEW=${news[$i]} perl -0777 -i -pe \
@@ -225,15 +257,16 @@ for i in "${!names[@]}"; do
     else
         (cd "$scratch" && timeout 900 bash -c "$(test_command "$t")") >> "$log" 2>&1
         rc=$?
-        caught=$([ $rc != 0 ] && echo 1 || echo 0)
-        verdict="exit $rc: $(grep -m1 -E '^Error|NOT OK|runtime error|ERROR: AddressSanitizer' "$log" | cut -c 1-160)"
+        line=$(grep -m1 -E "$(test_expects "$t")" "$log" | cut -c 1-160)
+        caught=$([ $rc != 0 ] && [ $rc != 124 ] && [ $rc != 137 ] && [ -n "$line" ] && echo 1 || echo 0)
+        verdict="exit $rc: $line"
     fi
     secs=$(($(date +%s) - start))
     if [ "$caught" = 1 ]; then
         echo "OK      $name ($file): ${classes[$i]}: caught by $t (${secs} s; $verdict)"
         passed=$((passed + 1))
     else
-        echo "NOT OK  $name ($file): ${classes[$i]}: SURVIVED $t (${secs} s)"
+        echo "NOT OK  $name ($file): ${classes[$i]}: SURVIVED $t (${secs} s; exit $rc$([ -z "$line" ] && echo ", no report of the expected kind"))"
         failed=$((failed + 1))
     fi
     cp "$scratch/$file.orig" "$scratch/$file"

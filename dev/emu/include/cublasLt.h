@@ -183,6 +183,7 @@ inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d,
                                      cublasLtMatrixLayout_t Ad, const void *B, cublasLtMatrixLayout_t Bd, const void *beta,
                                      const void *C, cublasLtMatrixLayout_t Cd, void *D, cublasLtMatrixLayout_t Dd,
                                      const cublasLtMatmulAlgo_t *, void *, size_t, cudaStream_t) {
+    emu::LibraryCall library_call; // (reads and writes device memory on the host: allowed here)
     emu::capture_forbidden("cublasLtMatmul (the emulator records only cublasGemmEx in graphs)");
     if (h == nullptr) { return CUBLAS_STATUS_NOT_INITIALIZED; }
     cublasStatus_t status = emu::lt_validate(d, Ad, Bd, Cd, Dd);

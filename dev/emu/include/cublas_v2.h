@@ -20,17 +20,17 @@ typedef enum {
 } cublasStatus_t;
 typedef enum { CUBLAS_OP_N = 0, CUBLAS_OP_T = 1 } cublasOperation_t;
 typedef enum { CUBLAS_DEFAULT_MATH = 0, CUBLAS_PEDANTIC_MATH = 2, CUBLAS_TF32_TENSOR_OP_MATH = 3 } cublasMath_t;
-struct cublasContext { int math_mode; };
+struct cublasContext { int math_mode; void *stream; };
 typedef cublasContext *cublasHandle_t;
 
 inline const char *cublasGetStatusString(cublasStatus_t s) {
     return s == CUBLAS_STATUS_SUCCESS ? "CUBLAS_STATUS_SUCCESS" : s == CUBLAS_STATUS_NOT_INITIALIZED ? "CUBLAS_STATUS_NOT_INITIALIZED"
          : s == CUBLAS_STATUS_NOT_SUPPORTED ? "CUBLAS_STATUS_NOT_SUPPORTED" : "CUBLAS_STATUS_INVALID_VALUE";
 }
-inline cublasStatus_t cublasCreate(cublasHandle_t *h) { *h = new cublasContext{0}; return CUBLAS_STATUS_SUCCESS; }
+inline cublasStatus_t cublasCreate(cublasHandle_t *h) { *h = new cublasContext{0, nullptr}; return CUBLAS_STATUS_SUCCESS; }
 inline cublasStatus_t cublasDestroy(cublasHandle_t h) { delete h; return CUBLAS_STATUS_SUCCESS; }
 inline cublasStatus_t cublasSetMathMode(cublasHandle_t h, cublasMath_t mode) { h->math_mode = mode; return CUBLAS_STATUS_SUCCESS; }
-inline cublasStatus_t cublasSetStream(cublasHandle_t, void *) { return CUBLAS_STATUS_SUCCESS; }
+inline cublasStatus_t cublasSetStream(cublasHandle_t h, void *stream) { h->stream = stream; return CUBLAS_STATUS_SUCCESS; }
 inline cublasStatus_t cublasSetWorkspace(cublasHandle_t, void *, size_t) { return CUBLAS_STATUS_SUCCESS; }
 
 // Below this many multiply-adds a matmul runs on one thread: starting OpenMP's team costs
@@ -43,6 +43,7 @@ namespace emu {
 inline cublasStatus_t gemm_f32(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, float alpha,
                                const float *A, int lda, long long sa, const float *B, int ldb, long long sb, float beta,
                                float *C, int ldc, long long sc, int batch) {
+    emu::LibraryCall library_call; // (reads and writes device memory on the host: allowed here)
     if (m < 0 || n < 0 || k < 0 || ldc < (m > 1 ? m : 1) || lda < ((ta == CUBLAS_OP_N ? m : k) > 1 ? (ta == CUBLAS_OP_N ? m : k) : 1) ||
         ldb < ((tb == CUBLAS_OP_N ? k : n) > 1 ? (tb == CUBLAS_OP_N ? k : n) : 1)) {
         return CUBLAS_STATUS_INVALID_VALUE;
@@ -90,6 +91,7 @@ inline cublasStatus_t gemm_ex(cublasOperation_t ta, cublasOperation_t tb, int m,
                               const void *A, cudaDataType_t at, int lda, long long sa, const void *B, cudaDataType_t bt,
                               int ldb, long long sb, float beta, void *C, cudaDataType_t ct, int ldc, long long sc,
                               int batch) {
+    emu::LibraryCall library_call; // (reads and writes device memory on the host: allowed here)
     if (m < 0 || n < 0 || k < 0 || (at != CUDA_R_32F && at != CUDA_R_16BF && at != CUDA_R_16F) ||
         (bt != CUDA_R_32F && bt != CUDA_R_16BF && bt != CUDA_R_16F) || (ct != CUDA_R_32F && ct != CUDA_R_16BF && ct != CUDA_R_16F)) {
         return CUBLAS_STATUS_INVALID_VALUE;
@@ -119,6 +121,7 @@ inline cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cubla
                                    cudaDataType_t bt, int ldb, const void *beta, void *C, cudaDataType_t ct, int ldc,
                                    cublasComputeType_t compute, cublasGemmAlgo_t algo) {
     // (replayed from a graph, alpha and beta are read then: keep them alive, e.g. static)
+    if (h != nullptr) { emu::capture_stream_check("cublasGemmEx", "(cublasSetStream's stream)", h->stream); }
     EMU_RECORD_IF_CAPTURING(cublasGemmEx(h, ta, tb, m, n, k, alpha, A, at, lda, B, bt, ldb, beta, C, ct, ldc, compute, algo),
                             CUBLAS_STATUS_SUCCESS)
     if (h == nullptr) { return CUBLAS_STATUS_NOT_INITIALIZED; }
