@@ -105,7 +105,7 @@ endif
 # --- programs ---------------------------------------------------------------------
 .PHONY: all data test reference bench clean help cuda gpu-check fuzz mutants
 
-all: train_gpt2 test_gpt2 data/tokenizer test_tokenizer train_mlp test_mlp infer test_infer
+all: train_gpt2 test_gpt2 data/tokenizer test_tokenizer train_mlp test_mlp infer test_infer convert test_convert
 
 # the GPT-2 BPE tokenizer and data preparation (writes token shards + tokenizer.bin)
 data/tokenizer: data/tokenizer.c data/unicode_tables.h
@@ -129,9 +129,20 @@ endif
 train_gpt2: train_gpt2.c | data
 	$(CC) $(CFLAGS) $(OMP_FLAGS) $< $(LDLIBS) -o $@
 
-# chapter 5b: inference on the CPU (prefill, KV-cache decode, sampling, HF interop)
+# chapter 5b: inference on the CPU (prefill, KV-cache decode, sampling)
 infer: infer.c
 	$(CC) $(CFLAGS) $(OMP_FLAGS) $< $(LDLIBS) -o $@
+
+# every model-file conversion: Hugging Face folders <-> llm.c checkpoints (and tokenizers)
+convert: convert.c
+	$(CC) $(CFLAGS) $(OMP_FLAGS) $< $(LDLIBS) -o $@
+
+# the reference's Hugging Face folders as our checkpoints, for the inference tests (infer.c
+# and infer.cu read only checkpoints): fp32 and fp16 as version 3, bf16 as version 5
+CONVERTED = build/hf_tiny_fp32.bin build/hf_tiny_bf16.bin build/hf_tiny_fp16.bin
+$(CONVERTED): build/hf_tiny_%.bin: convert dev/reference/fixtures/hf_tiny_%/config.json dev/reference/fixtures/hf_tiny_%/model.safetensors
+	@mkdir -p build
+	./convert -i dev/reference/fixtures/hf_tiny_$* -o $@
 
 # --- CUDA: the first GPU programs (dev/) -------------------------------------------
 # the kernel ladders of train_gpt2.cu's kernels and infer.cu's gemv (dev/cuda/<op>.cu), in PRECISION
@@ -225,7 +236,7 @@ INFER_EMU = dev/emu/infercu_fp32_cpu dev/emu/infercu_bf16_cpu dev/emu/test_infer
             dev/emu/test_infercu_fp32_race dev/emu/test_infercu_bf16_asan
 $(filter dev/emu/infercu_%,$(INFER_EMU)): infer.cu $(EMU)
 	$(emu_build) $< $@ $(emu_precision) $(EMU_DEBUG)
-$(filter dev/emu/test_infercu_%,$(INFER_EMU)): test_infer.cu infer.cu $(EMU)
+$(filter dev/emu/test_infercu_%,$(INFER_EMU)): test_infer.cu infer.cu $(EMU) | $(CONVERTED)
 	$(emu_build) $< $@ $(emu_precision) $(EMU_DEBUG)
 EMU_PROGRAMS = dev/emu/test_emu_cpu dev/emu/test_emu_race dev/emu/test_emu_asan dev/emu/matmul_cpu dev/emu/train_mlpcu_cpu \
                dev/emu/train_mlpcu_race $(EMU_GPT2) $(INFER_EMU) $(addprefix dev/emu/,$(addsuffix _cpu,$(LADDERS)))
@@ -246,21 +257,26 @@ else
 	@echo "Error: test_mlp needs zlib's header: apt-get install zlib1g-dev (Debian/Ubuntu)" && exit 1
 endif
 
-test_infer: test_infer.c infer.c
+test_infer: test_infer.c infer.c | $(CONVERTED)
 	$(CC) $(CFLAGS) $(OMP_FLAGS) $< $(LDLIBS) -o $@
-# the same test under AddressSanitizer and UBSan: the JSON and safetensors parsers read
-# files we did not write, so every out-of-bounds read must show up as a failure
+test_convert: test_convert.c convert.c
+	$(CC) $(CFLAGS) $(OMP_FLAGS) $< $(LDLIBS) -o $@
+# the same tests under AddressSanitizer and UBSan: the JSON and safetensors parsers read
+# files we did not write (and infer.c's prompt files and tokenizer), so every
+# out-of-bounds read must show up as a failure
 SANITIZE = -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
-test_infer_asan: test_infer.c infer.c
+test_infer_asan: test_infer.c infer.c | $(CONVERTED)
+	$(CC) $(SANITIZE) -march=native -Wall -Wextra $(OMP_FLAGS) $< $(LDLIBS) -o $@
+test_convert_asan: test_convert.c convert.c
 	$(CC) $(SANITIZE) -march=native -Wall -Wextra $(OMP_FLAGS) $< $(LDLIBS) -o $@
 
-# Fuzz the parsers of untrusted input (safetensors headers, config.json, JSON) with
-# libFuzzer, FUZZ_SECONDS each (needs clang: apt-get install clang). Crashes and the
-# inputs that caused them land in dev/fuzz/crashes/; the corpus grows in dev/fuzz/corpus/.
+# Fuzz the parsers of untrusted input (safetensors headers, shard indexes, config.json,
+# JSON) with libFuzzer, FUZZ_SECONDS each (needs clang: apt-get install clang). Crashes and
+# the inputs that caused them land in dev/fuzz/crashes/; the corpus grows in dev/fuzz/corpus/.
 FUZZ_SECONDS ?= 60
 FUZZ_TARGETS = safetensors config json
 FUZZ_CC ?= clang
-$(addprefix dev/fuzz/fuzz_,$(FUZZ_TARGETS)): dev/fuzz/fuzz_%: dev/fuzz/fuzz_infer.c infer.c
+$(addprefix dev/fuzz/fuzz_,$(FUZZ_TARGETS)): dev/fuzz/fuzz_%: dev/fuzz/fuzz_convert.c convert.c
 	$(FUZZ_CC) -O1 -g -fsanitize=fuzzer,address,undefined -Wno-unknown-pragmas -DFUZZ_$(shell echo $* | tr a-z A-Z) $< -lm -o $@
 fuzz: $(addprefix dev/fuzz/fuzz_,$(FUZZ_TARGETS))
 	@bash dev/fuzz/run_fuzz.sh $(FUZZ_SECONDS) $(FUZZ_TARGETS)
@@ -289,7 +305,10 @@ TESTS = ./test_gpt2 \
         ./test_tokenizer \
         ./test_infer \
         ./test_infer_asan \
+        ./test_convert \
+        ./test_convert_asan \
         "bash dev/test/test_infer_cli.sh ./infer" \
+        "bash dev/test/test_convert_cli.sh ./convert" \
         "$(SCHED) ascending ./dev/emu/test_infercu_fp32_cpu descending ./dev/emu/test_infercu_fp32_race" \
         "$(SCHED) ascending ./dev/emu/test_infercu_bf16_cpu random:1 ./dev/emu/test_infercu_bf16_asan" \
         "$(SCHED) ascending '$(INFER_TWIN)' descending '$(INFER_TWIN)'" \
@@ -299,7 +318,7 @@ TESTS = ./test_gpt2 \
         "bash dev/test/check_shared_copies.sh" \
         "bash dev/test/check_ladder_copies.sh" \
         "bash dev/test/check_cuda_builds.sh"
-test: train_gpt2 test_gpt2 data/tokenizer test_tokenizer train_mlp test_mlp infer test_infer test_infer_asan $(EMU_PROGRAMS)
+test: train_gpt2 test_gpt2 data/tokenizer test_tokenizer train_mlp test_mlp infer test_infer test_infer_asan convert test_convert test_convert_asan $(EMU_PROGRAMS)
 	@bash dev/test/run_tests.sh $(TESTS)
 
 # Plant realistic GPU bugs in train_gpt2.cu, infer.cu and train_mlp.cu, one at a time in a
@@ -309,12 +328,13 @@ mutants: data
 
 # Regenerate the committed fixtures the tests compare against. Needs Python with
 # the packages in dev/reference/requirements.txt (pip install -r ...; torch is large).
-reference: data/tokenizer infer
+reference: data/tokenizer convert
 	HF_HUB_OFFLINE=1 $(PYTHON) dev/reference/gpt2_reference.py
 	$(PYTHON) dev/reference/tokenizer_reference.py
 	$(PYTHON) dev/reference/mlp_reference.py   # reads Fashion-MNIST (apt-get install dataset-fashion-mnist)
 	HF_HUB_OFFLINE=1 $(PYTHON) dev/reference/infer_reference.py
-	HF_HUB_OFFLINE=1 $(PYTHON) dev/reference/infer_reference.py --check-export   # runs ./infer -e
+	HF_HUB_OFFLINE=1 $(PYTHON) dev/reference/infer_reference.py --check-export   # runs ./convert into a HF folder
+	$(PYTHON) dev/reference/convert_reference.py
 
 # --- benchmarks (tables, not tests) -------------------------------------------------
 dev/cpu/bench_train_gpt2: dev/cpu/bench_train_gpt2.c train_gpt2.c
@@ -335,7 +355,7 @@ print-%:
 	@echo '$($*)'
 
 clean:
-	rm -f train_gpt2 test_gpt2 test_tokenizer infer test_infer test_infer_asan $(addprefix dev/fuzz/fuzz_,$(FUZZ_TARGETS)) data/tokenizer dev/cpu/bench_train_gpt2 dev/cpu/bench_infer train_mlp test_mlp $(CUDA_PROGRAMS) train_gpt2cu_cudnn test_gpt2cu_cudnn dev/cuda/attention_cudnn $(EMU_PROGRAMS)
+	rm -f train_gpt2 test_gpt2 test_tokenizer infer test_infer test_infer_asan convert test_convert test_convert_asan $(CONVERTED) $(addprefix dev/fuzz/fuzz_,$(FUZZ_TARGETS)) data/tokenizer dev/cpu/bench_train_gpt2 dev/cpu/bench_infer train_mlp test_mlp $(CUDA_PROGRAMS) train_gpt2cu_cudnn test_gpt2cu_cudnn dev/cuda/attention_cudnn $(EMU_PROGRAMS)
 	rm -f $(TINYSHAKESPEARE) data/gpt2_tokenizer.bin
 
 help:
@@ -343,14 +363,15 @@ help:
 	@echo "make train_mlp && ./train_mlp     an MLP by hand on Fashion-MNIST (apt-get install dataset-fashion-mnist)"
 	@echo "make test                         build and run every test; exits non-zero on a failure"
 	@echo "make data                         tokenize tinyshakespeare, write data/gpt2_tokenizer.bin"
-	@echo "make infer && ./infer -i \"ROMEO:\"  generate text (newest log_gpt2 checkpoint; -m a Hugging Face GPT-2 folder)"
+	@echo "make infer && ./infer -i \"ROMEO:\"  generate text (the newest log_gpt2 checkpoint, or -m a checkpoint)"
+	@echo "make convert && ./convert -i DIR -o gpt2.bin   a Hugging Face GPT-2 folder -> a checkpoint (and back: -o DIR)"
 	@echo "make bench                        time a GPT-2 124M training step, inference, and the tokenizer"
-	@echo "make fuzz                         fuzz the safetensors / JSON parsers (clang, FUZZ_SECONDS=60 each)"
+	@echo "make fuzz                         fuzz convert's safetensors / JSON parsers (clang, FUZZ_SECONDS=60 each)"
 	@echo "make mutants                      plant GPU bugs one at a time: the emulated tests must catch each (~30 min)"
 	@echo "make reference                    regenerate the test fixtures (Python, dev/reference/)"
 	@echo "make train_mlpcu && ./train_mlpcu the same MLP on the GPU (--check: against the CPU, --time: step times)"
 	@echo "make train_gpt2cu && ./train_gpt2cu   the GPT-2 trainer on the GPU (PRECISION=BF16, FP16 or FP32; USE_CUDNN=1)"
-	@echo "make infercu && ./infercu -m DIR   generation on the GPU (PRECISION=BF16 or FP32), the same flags as ./infer"
+	@echo "make infercu && ./infercu -m FILE  generation on the GPU (PRECISION=BF16 or FP32), the same flags as ./infer"
 	@echo "make cuda                         build the GPU programs (needs nvcc; GPU_ARCH=\"90 120\")"
 	@echo "make gpu-check                    on a GPU machine: build and run every GPU program, one summary"
 	@echo "make clean                        remove what make built"

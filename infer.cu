@@ -1,7 +1,7 @@
 /*
 infer.cu: GPT-2 inference on one GPU, checked against infer.c.
 
-The same program as infer.c (flags, models in and out, tokenizer, sampling, batches,
+The same program as infer.c (flags, models in, tokenizer, sampling, batches,
 instruction mode, reports, the benchmark: all shared copies), with the forward pass on
 the GPU:
   - weights, KV cache and the matmuls' inputs in floatX (PRECISION=BF16, the default, or
@@ -25,7 +25,7 @@ FP32 builds compute what infer.c computes up to the order of sums: the greedy to
 are the same (test_infer.cu, dev/test/test_infer_cuda.sh).
 
 Build and run:
-    make infercu && ./infercu -m path/to/gpt2 -i "Hello, I'm"    # bf16
+    make infercu && ./infercu -m gpt2.bin -i "Hello, I'm"        # bf16 (./convert makes gpt2.bin)
     make infercu PRECISION=FP32                                   # fp32 (also built as infercu_fp32)
     ./infercu -m d12 -B 1 -b 1,8,64                               # the benchmark
 Without a GPU, make test runs this file through the CPU emulator (dev/emu) and compares
@@ -198,7 +198,7 @@ static uint8_t *read_whole_file(const char *path, size_t *len, const char *hint)
 }
 
 // --- end shared-copy: file-helpers ---
-// --- begin shared-copy: atomic-write ---
+// --- begin shared-copy: format-path ---
 // snprintf into a path buffer, or exit if the path does not fit (a silently
 // truncated path would read or write the wrong file)
 static void format_path(char *out, size_t size, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -212,35 +212,7 @@ static void format_path(char *out, size_t size, const char *fmt, ...) {
         exit(EXIT_FAILURE);
     }
 }
-
-// Write each of n buffers, in order, to `path` atomically: write path.tmp, flush,
-// fsync, rename over path, fsync the directory (so that the rename itself is on
-// disk before we write the next file). A crash or a full disk leaves either the
-// old file or the new one, never half of one; on failure the .tmp is removed.
-static void write_file_atomic(const char *path, const void **bufs, const size_t *sizes, int n) {
-    char tmp[4096], dir[4096];
-    format_path(tmp, sizeof(tmp), "%s.tmp", path);
-    FILE *fp = fopenCheck(tmp, "wb");
-    int ok = 1;
-    for (int i = 0; i < n && ok; i++) { ok = sizes[i] == 0 || fwrite(bufs[i], 1, sizes[i], fp) == sizes[i]; }
-    ok = ok && fflush(fp) == 0 && fsync(fileno(fp)) == 0;
-    ok = (fclose(fp) == 0) && ok;
-    if (!ok || rename(tmp, path) != 0) {
-        fprintf(stderr, "Error: could not write %s: %s (the previous file, if any, is untouched)\n", path, strerror(errno));
-        remove(tmp);
-        exit(EXIT_FAILURE);
-    }
-    // the directory entry: fsync the folder the file is in
-    format_path(dir, sizeof(dir), "%s", path);
-    char *slash = strrchr(dir, '/');
-    if (slash != NULL) { *slash = '\0'; } else { strcpy(dir, "."); }
-    int dfd = open(dir, O_RDONLY);
-    if (dfd >= 0) {
-        fsync(dfd); // best effort: some file systems refuse fsync on a directory
-        close(dfd);
-    }
-}
-// --- end shared-copy: atomic-write ---
+// --- end shared-copy: format-path ---
 // --- begin shared-copy: splitmix-rng ---
 // One small generator for everything random: SplitMix64 (Steele, Lea, Flood 2014).
 // Used two ways. As a hash of a counter it gives random numbers that depend only
@@ -682,7 +654,7 @@ static size_t gpt2_count_parameters(GPT2Config config) {
 }
 
 // --- end shared-copy: gpt2-shapes ---
-// --- begin shared-copy: infer-weights-table ---
+// --- begin shared-copy: gpt2-weights ---
 // One allocation for a whole table; the struct's pointers are slices of it.
 float *malloc_and_point(float **slices, const size_t *sizes, int n) {
     size_t total = 0;
@@ -704,7 +676,7 @@ typedef struct {
     size_t param_sizes[NUM_PARAMETER_TENSORS];
     float *params_memory;
     size_t num_parameters;
-    int from_bf16;     // they came from a bf16 file: exports keep them bf16 (exactly)
+    int from_bf16;     // they came from a bf16 file (./convert -d auto keeps them bf16: exact)
     char source[4096]; // where they came from, for messages
 } GPT2Weights;
 
@@ -719,13 +691,13 @@ void gpt2_weights_free(GPT2Weights *w) {
     free(w->params_memory);
     w->params_memory = NULL;
 }
+// --- end shared-copy: gpt2-weights ---
 
 // bytes of keys and values one token adds to the cache
 static size_t kv_bytes_per_token(GPT2Config c) { return 2 * (size_t)c.num_layers * c.channels * KV_ELEMENT_BYTES; }
 
-// the model from -m: a Hugging Face folder, a checkpoint, or d<N> (models in and out, below)
+// the model from -m: a checkpoint or d<N> (models in, below)
 void gpt2_weights_build(GPT2Weights *w, const char *source, uint64_t seed);
-// --- end shared-copy: infer-weights-table ---
 
 // the 16 tensors of ParameterTensors, as floatX on the GPU (same order and shapes)
 typedef struct {
@@ -1174,7 +1146,7 @@ GPT2Config gpt2_config_from_descriptor(const char *descriptor) {
     long depth = descriptor[0] == 'd' ? strtol(descriptor + 1, &end, 10) : 0;
     if (end == NULL || *end != '\0' || depth < 1 || depth > 64) {
         fprintf(stderr, "Error: model '%s' is neither an existing file nor a descriptor d<N> (1 <= N <= 64)\n", descriptor);
-        fprintf(stderr, "HINT: -e d4 makes a new 4-layer model; -e path/model.bin loads a checkpoint\n");
+        fprintf(stderr, "HINT: d4 makes a new 4-layer model; path/model.bin loads a checkpoint\n");
         exit(EXIT_FAILURE);
     }
     GPT2Config c = {1024, 50257, 50304, (int)depth, (int)depth, 64 * (int)depth};
@@ -1182,18 +1154,18 @@ GPT2Config gpt2_config_from_descriptor(const char *descriptor) {
 }
 // --- end shared-copy: gpt2-init ---
 
-// --- begin shared-copy: infer-checkpoints ---
+// --- begin shared-copy: checkpoint-read ---
 // Reads an llm.c / train_gpt2 checkpoint: version 3 (fp32) or 5 (bf16, widened to fp32).
 void gpt2_build_from_checkpoint(GPT2Weights *w, const char *path) {
     FILE *fp = fopenCheck(path, "rb");
     int header[256];
     if (fread(header, sizeof(int), 256, fp) != 256) {
-        die_file(path, "pass a model file (model_<step>.bin from train_gpt2) or a Hugging Face GPT-2 folder",
+        die_file(path, "pass a model file (model_<step>.bin from train_gpt2; ./convert makes one from a Hugging Face folder)",
                  "file too short for a model header (256 x int32)");
     }
     if (header[0] != MODEL_MAGIC) {
-        die_file(path, "pass a model file (model_<step>.bin, llm.c's gpt2_124M.bin), a Hugging Face GPT-2 folder"
-                 " or d<N> for a random model", "bad magic number: expected %d (llm.c GPT-2 model), found %d",
+        die_file(path, "pass a model file (model_<step>.bin, llm.c's gpt2_124M.bin; ./convert makes one from a Hugging Face"
+                 " folder) or d<N> for a random model", "bad magic number: expected %d (llm.c GPT-2 model), found %d",
                  MODEL_MAGIC, header[0]);
     }
     if (header[1] != MODEL_VERSION_FP32 && header[1] != MODEL_VERSION_BF16) {
@@ -1229,878 +1201,19 @@ void gpt2_build_from_checkpoint(GPT2Weights *w, const char *path) {
     }
     fcloseCheck(fp);
 }
+// --- end shared-copy: checkpoint-read ---
 
-// Writes an llm.c checkpoint: version 3 (fp32) or, with bf16, version 5.
-void gpt2_save_checkpoint(const GPT2Weights *w, const char *path, int bf16) {
-    int header[256] = {0};
-    header[0] = MODEL_MAGIC;
-    header[1] = bf16 ? MODEL_VERSION_BF16 : MODEL_VERSION_FP32;
-    header[2] = w->config.max_seq_len;
-    header[3] = w->config.vocab_size;
-    header[4] = w->config.num_layers;
-    header[5] = w->config.num_heads;
-    header[6] = w->config.channels;
-    header[7] = w->config.padded_vocab_size;
-    uint16_t *narrow = NULL;
-    const void *bufs[2] = {header, w->params_memory};
-    size_t sizes[2] = {sizeof(header), w->num_parameters * sizeof(float)};
-    if (bf16) {
-        narrow = (uint16_t *)mallocCheck(w->num_parameters * sizeof(uint16_t));
-        for (size_t i = 0; i < w->num_parameters; i++) { narrow[i] = float_to_bf16(w->params_memory[i]); }
-        bufs[1] = narrow;
-        sizes[1] = w->num_parameters * sizeof(uint16_t);
-    }
-    write_file_atomic(path, bufs, sizes, 2);
-    free(narrow);
-}
-
-// --- end shared-copy: infer-checkpoints ---
-
-// --- begin shared-copy: infer-json-safetensors ---
-// ----------------------------------------------------------------------------
-// JSON: just enough of a parser for config.json and safetensors headers
-
-// A whole JSON text becomes a flat array of tokens in document order (the idea of jsmn):
-// a container's children follow it, and `next` skips over its whole subtree. Nothing is
-// copied: a token is a span of the text. The grammar is RFC 8259's, checked strictly
-// (numbers, escapes, no control characters in strings, no trailing commas, nesting at most
-// JSON_MAX_DEPTH deep); any error is a message with the byte offset, never a crash.
-// Strings may contain any bytes >= 0x20 (we do not validate UTF-8; nothing here needs it).
-enum { JSON_OBJECT, JSON_ARRAY, JSON_STRING, JSON_NUMBER, JSON_TRUE, JSON_FALSE, JSON_NULL };
-#define JSON_MAX_DEPTH 64
-typedef struct {
-    int type;
-    size_t start, end; // the text: a string's bytes between its quotes, escapes not decoded
-    int size;          // children: an object's key/value pairs, an array's elements
-    int next;          // index of the first token after this one's subtree
-} JsonToken;
-
-typedef struct {
-    const char *text;
-    size_t len;
-    JsonToken *tokens;
-    int num, cap;
-    char *err;      // where a parse error is written
-    size_t err_size;
-} Json;
-
-static int json_fail(Json *j, size_t at, const char *what) {
-    snprintf(j->err, j->err_size, "JSON error at byte %zu: %s", at, what);
-    return -1;
-}
-
-static void json_skip_space(const Json *j, size_t *at) {
-    while (*at < j->len && (j->text[*at] == ' ' || j->text[*at] == '\t' || j->text[*at] == '\n' || j->text[*at] == '\r')) {
-        (*at)++;
-    }
-}
-
-static int json_new_token(Json *j, int type, size_t start) {
-    if (j->num == j->cap) {
-        if (j->cap > (1 << 26)) { return json_fail(j, start, "more than 2^26 values"); }
-        j->cap = j->cap == 0 ? 256 : 2 * j->cap;
-        JsonToken *grown = (JsonToken *)realloc(j->tokens, (size_t)j->cap * sizeof(JsonToken));
-        if (grown == NULL) { return json_fail(j, start, "out of memory"); }
-        j->tokens = grown;
-    }
-    JsonToken *t = &j->tokens[j->num];
-    t->type = type;
-    t->start = t->end = start;
-    t->size = 0;
-    t->next = j->num + 1;
-    return j->num++;
-}
-
-static int is_digit(char ch) { return ch >= '0' && ch <= '9'; }
-static int is_hex(char ch) { return is_digit(ch) || (ch >= 'a' && ch <= 'f') || (ch >= 'A' && ch <= 'F'); }
-// the value of 4 hex digits (checked by the parser)
-static unsigned hex4(const char *s) {
-    unsigned v = 0;
-    for (int k = 0; k < 4; k++) { v = 16 * v + (unsigned)(is_digit(s[k]) ? s[k] - '0' : (s[k] | 0x20) - 'a' + 10); }
-    return v;
-}
-
-// the string starting at the quote at *at; leaves *at after the closing quote
-static int json_parse_string(Json *j, size_t *at) {
-    int index = json_new_token(j, JSON_STRING, *at + 1);
-    if (index < 0) { return -1; }
-    size_t i = *at + 1;
-    for (;;) {
-        if (i >= j->len) { return json_fail(j, *at, "unterminated string"); }
-        unsigned char ch = (unsigned char)j->text[i];
-        if (ch == '"') { break; }
-        if (ch < 0x20) { return json_fail(j, i, "control character in a string"); }
-        if (ch == '\\') {
-            if (i + 1 >= j->len) { return json_fail(j, i, "unterminated escape"); }
-            char e = j->text[i + 1];
-            if (e == 'u') {
-                for (int k = 2; k < 6; k++) {
-                    if (i + k >= j->len || !is_hex(j->text[i + k])) { return json_fail(j, i, "bad \\u escape"); }
-                }
-                i += 6;
-                continue;
-            }
-            if (strchr("\"\\/bfnrt", e) == NULL || e == '\0') { return json_fail(j, i, "unknown escape"); }
-            i += 2;
-            continue;
-        }
-        i++;
-    }
-    j->tokens[index].end = i;
-    *at = i + 1;
-    return index;
-}
-
-static int json_parse_value(Json *j, size_t *at, int depth) {
-    json_skip_space(j, at);
-    if (*at >= j->len) { return json_fail(j, *at, "expected a value, found the end"); }
-    if (depth > JSON_MAX_DEPTH) { return json_fail(j, *at, "nested too deeply"); }
-    char ch = j->text[*at];
-    if (ch == '"') { return json_parse_string(j, at); }
-    if (ch == '{' || ch == '[') {
-        int is_object = ch == '{';
-        int index = json_new_token(j, is_object ? JSON_OBJECT : JSON_ARRAY, *at);
-        if (index < 0) { return -1; }
-        (*at)++;
-        json_skip_space(j, at);
-        char close = is_object ? '}' : ']';
-        if (*at < j->len && j->text[*at] == close) {
-            (*at)++;
-        } else {
-            for (;;) {
-                if (is_object) {
-                    json_skip_space(j, at);
-                    if (*at >= j->len || j->text[*at] != '"') { return json_fail(j, *at, "expected a key (a string)"); }
-                    if (json_parse_string(j, at) < 0) { return -1; }
-                    json_skip_space(j, at);
-                    if (*at >= j->len || j->text[*at] != ':') { return json_fail(j, *at, "expected ':'"); }
-                    (*at)++;
-                }
-                if (json_parse_value(j, at, depth + 1) < 0) { return -1; }
-                j->tokens[index].size++;
-                json_skip_space(j, at);
-                if (*at < j->len && j->text[*at] == ',') { (*at)++; continue; }
-                if (*at < j->len && j->text[*at] == close) { (*at)++; break; }
-                return json_fail(j, *at, is_object ? "expected ',' or '}'" : "expected ',' or ']'");
-            }
-        }
-        j->tokens[index].end = *at;
-        j->tokens[index].next = j->num;
-        return index;
-    }
-    if (ch == '-' || is_digit(ch)) { // -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)?
-        int index = json_new_token(j, JSON_NUMBER, *at);
-        if (index < 0) { return -1; }
-        size_t i = *at;
-        if (j->text[i] == '-') { i++; }
-        if (i < j->len && j->text[i] == '0') {
-            i++;
-        } else if (i < j->len && is_digit(j->text[i])) {
-            while (i < j->len && is_digit(j->text[i])) { i++; }
-        } else {
-            return json_fail(j, i, "bad number");
-        }
-        if (i < j->len && j->text[i] == '.') {
-            i++;
-            if (i >= j->len || !is_digit(j->text[i])) { return json_fail(j, i, "bad number: no digit after '.'"); }
-            while (i < j->len && is_digit(j->text[i])) { i++; }
-        }
-        if (i < j->len && (j->text[i] == 'e' || j->text[i] == 'E')) {
-            i++;
-            if (i < j->len && (j->text[i] == '+' || j->text[i] == '-')) { i++; }
-            if (i >= j->len || !is_digit(j->text[i])) { return json_fail(j, i, "bad number: no digit in the exponent"); }
-            while (i < j->len && is_digit(j->text[i])) { i++; }
-        }
-        j->tokens[index].end = i;
-        *at = i;
-        return index;
-    }
-    static const char *const literals[3] = {"true", "false", "null"};
-    static const int literal_types[3] = {JSON_TRUE, JSON_FALSE, JSON_NULL};
-    for (int k = 0; k < 3; k++) {
-        size_t n = strlen(literals[k]);
-        if (j->len - *at >= n && memcmp(j->text + *at, literals[k], n) == 0) {
-            int index = json_new_token(j, literal_types[k], *at);
-            if (index < 0) { return -1; }
-            *at += n;
-            j->tokens[index].end = *at;
-            return index;
-        }
-    }
-    return json_fail(j, *at, "unexpected character");
-}
-
-// Parses text[0..len) (one value, white space around it allowed). 0 on success, -1 with
-// a message in err on failure. json_free releases the tokens either way.
-int json_parse(Json *j, const char *text, size_t len, char *err, size_t err_size) {
-    memset(j, 0, sizeof(*j));
-    j->text = text;
-    j->len = len;
-    j->err = err;
-    j->err_size = err_size;
-    size_t at = 0;
-    if (json_parse_value(j, &at, 0) < 0) { return -1; }
-    json_skip_space(j, &at);
-    if (at != len) { return json_fail(j, at, "text after the JSON value"); }
-    return 0;
-}
-
-void json_free(Json *j) {
-    free(j->tokens);
-    j->tokens = NULL;
-    j->num = j->cap = 0;
-}
-
-// Decodes string token `index` into out (room for cap bytes including a final 0): the
-// escapes become their characters, \uXXXX (and surrogate pairs) UTF-8. Returns the
-// length, or -1 if it does not fit or holds a lone surrogate or a \u0000.
-int json_string(const Json *j, int index, char *out, size_t cap) {
-    const JsonToken *t = &j->tokens[index];
-    if (t->type != JSON_STRING || cap == 0) { return -1; }
-    size_t n = 0;
-    for (size_t i = t->start; i < t->end;) {
-        char buf[4];
-        size_t len = 1;
-        if (j->text[i] != '\\') {
-            buf[0] = j->text[i++];
-        } else {
-            char e = j->text[i + 1];
-            i += 2;
-            if (e != 'u') {
-                static const char from[] = "\"\\/bfnrt", to[] = "\"\\/\b\f\n\r\t";
-                buf[0] = to[strchr(from, e) - from];
-            } else {
-                unsigned cp = hex4(j->text + i);
-                i += 4;
-                if (cp >= 0xDC00 && cp <= 0xDFFF) { return -1; }
-                if (cp >= 0xD800 && cp <= 0xDBFF) { // a high surrogate needs its low half next
-                    if (i + 6 > t->end || j->text[i] != '\\' || j->text[i + 1] != 'u') { return -1; }
-                    unsigned lo = hex4(j->text + i + 2);
-                    if (lo < 0xDC00 || lo > 0xDFFF) { return -1; }
-                    cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
-                    i += 6;
-                }
-                if (cp == 0) { return -1; } // would end our C string early
-                if (cp < 0x80) { buf[0] = (char)cp; }
-                else if (cp < 0x800) { buf[0] = (char)(0xC0 | (cp >> 6)); buf[1] = (char)(0x80 | (cp & 0x3F)); len = 2; }
-                else if (cp < 0x10000) {
-                    buf[0] = (char)(0xE0 | (cp >> 12)); buf[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
-                    buf[2] = (char)(0x80 | (cp & 0x3F)); len = 3;
-                } else {
-                    buf[0] = (char)(0xF0 | (cp >> 18)); buf[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
-                    buf[2] = (char)(0x80 | ((cp >> 6) & 0x3F)); buf[3] = (char)(0x80 | (cp & 0x3F)); len = 4;
-                }
-            }
-        }
-        if (n + len >= cap) { return -1; }
-        memcpy(out + n, buf, len);
-        n += len;
-    }
-    out[n] = '\0';
-    return (int)n;
-}
-
-// The value of key in object token `object`, or -1 if absent. Keys are compared after
-// decoding, so "n_\u0065mbd" is n_embd, as JSON says.
-int json_get(const Json *j, int object, const char *key) {
-    if (object < 0 || j->tokens[object].type != JSON_OBJECT) { return -1; }
-    int at = object + 1;
-    for (int k = 0; k < j->tokens[object].size; k++) {
-        char name[256];
-        int value = at + 1;
-        if (json_string(j, at, name, sizeof(name)) >= 0 && strcmp(name, key) == 0) { return value; }
-        at = j->tokens[value].next;
-    }
-    return -1;
-}
-
-// A number token as an integer: digits only (an optional minus sign), at most 18 of them.
-int json_int64(const Json *j, int index, int64_t *out) {
-    if (index < 0 || j->tokens[index].type != JSON_NUMBER) { return -1; }
-    const JsonToken *t = &j->tokens[index];
-    size_t i = t->start, digits = 0;
-    int negative = j->text[i] == '-';
-    if (negative) { i++; }
-    int64_t v = 0;
-    for (; i < t->end; i++, digits++) {
-        if (!is_digit(j->text[i]) || digits == 18) { return -1; }
-        v = v * 10 + (j->text[i] - '0');
-    }
-    *out = negative ? -v : v;
-    return 0;
-}
-
-int json_double(const Json *j, int index, double *out) {
-    if (index < 0 || j->tokens[index].type != JSON_NUMBER) { return -1; }
-    char buf[64];
-    size_t n = j->tokens[index].end - j->tokens[index].start;
-    if (n >= sizeof(buf)) { return -1; }
-    memcpy(buf, j->text + j->tokens[index].start, n);
-    buf[n] = '\0';
-    *out = strtod(buf, NULL);
-    return 0;
-}
-
-// ----------------------------------------------------------------------------
-// safetensors: the file format of Hugging Face models
-
-// A .safetensors file (https://github.com/huggingface/safetensors, "Format"):
-//   8 bytes         N, the header's length, unsigned little endian
-//   N bytes         a JSON object: "name": {"dtype": "F32", "shape": [2, 3],
-//                   "data_offsets": [begin, end]}, ..., plus an optional "__metadata__"
-//                   object of strings; may be padded with spaces
-//   the rest        the data: tensor "name" is bytes [begin, end) of it, row-major
-// We check what the format promises before reading any data: every entry has a known
-// dtype, a shape whose size times the dtype's matches its byte range, ranges inside the
-// file, and (as the reference implementation requires) the ranges tile the data exactly:
-// no overlaps, no holes, nothing after the last one.
-#define ST_MAX_DIMS 8
-#define ST_MAX_HEADER (100u << 20) // the reference implementation's limit: 100 MB
-typedef struct {
-    char name[256];
-    char dtype[16];
-    int ndim;
-    int64_t shape[ST_MAX_DIMS];
-    uint64_t begin, end;    // byte range within the data
-    size_t element_bytes;
-} StTensor;
-
-typedef struct {
-    StTensor *tensors;
-    int num;
-    uint64_t data_start; // file offset of the data: 8 + N
-} SafeTensors;
-
-static const struct { const char *name; size_t bytes; } ST_DTYPES[] = {
-    {"F64", 8}, {"F32", 4}, {"F16", 2}, {"BF16", 2}, {"I64", 8}, {"I32", 4}, {"I16", 2}, {"I8", 1},
-    {"U64", 8}, {"U32", 4}, {"U16", 2}, {"U8", 1}, {"BOOL", 1}, {"F8_E4M3", 1}, {"F8_E5M2", 1}};
-
-static int st_fail(char *err, size_t err_size, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int st_fail(char *err, size_t err_size, const char *fmt, ...) {
-    va_list args;
-    va_start(args, fmt);
-    vsnprintf(err, err_size, fmt, args);
-    va_end(args);
-    return -1;
-}
-
-static int st_compare_name(const void *a, const void *b) {
-    return strcmp((*(const StTensor *const *)a)->name, (*(const StTensor *const *)b)->name);
-}
-
-static int st_compare_begin(const void *a, const void *b) {
-    uint64_t x = (*(const StTensor *const *)a)->begin, y = (*(const StTensor *const *)b)->begin;
-    return x < y ? -1 : x > y;
-}
-
-// Checks the entries of a parsed header into st->tensors (room for all) and order (the
-// same, to be sorted by offset). 0, or -1 and a message in err.
-static int st_check_entries(SafeTensors *st, const Json *j, StTensor **order, uint64_t data_len, char *err, size_t err_size) {
-    int at = 1;
-    for (int k = 0; k < j->tokens[0].size; k++, at = j->tokens[at + 1].next) {
-        int value = at + 1;
-        StTensor *t = &st->tensors[st->num];
-        if (json_string(j, at, t->name, sizeof(t->name)) < 0) {
-            return st_fail(err, err_size, "entry %d: name too long (over %zu bytes) or malformed", k, sizeof(t->name) - 1);
-        }
-        if (strcmp(t->name, "__metadata__") == 0) { // free-form strings: only their types are checked
-            if (j->tokens[value].type != JSON_OBJECT) { return st_fail(err, err_size, "__metadata__ is not an object"); }
-            for (int m = value + 2; m < j->tokens[value].next; m = j->tokens[m].next + 1) {
-                if (j->tokens[m].type != JSON_STRING) { return st_fail(err, err_size, "__metadata__ holds a value that is not a string"); }
-            }
-            continue;
-        }
-        if (j->tokens[value].type != JSON_OBJECT) { return st_fail(err, err_size, "tensor %s: entry is not an object", t->name); }
-        int dtype = json_get(j, value, "dtype"), shape = json_get(j, value, "shape");
-        int offsets = json_get(j, value, "data_offsets");
-        if (dtype < 0 || shape < 0 || offsets < 0 || j->tokens[value].size != 3) {
-            return st_fail(err, err_size, "tensor %s: needs exactly dtype, shape and data_offsets", t->name);
-        }
-        if (json_string(j, dtype, t->dtype, sizeof(t->dtype)) < 0) { return st_fail(err, err_size, "tensor %s: bad dtype", t->name); }
-        for (size_t d = 0; d < sizeof(ST_DTYPES) / sizeof(ST_DTYPES[0]); d++) {
-            if (strcmp(t->dtype, ST_DTYPES[d].name) == 0) { t->element_bytes = ST_DTYPES[d].bytes; }
-        }
-        if (t->element_bytes == 0) { return st_fail(err, err_size, "tensor %s: unknown dtype %s", t->name, t->dtype); }
-        if (j->tokens[shape].type != JSON_ARRAY || j->tokens[shape].size > ST_MAX_DIMS) {
-            return st_fail(err, err_size, "tensor %s: shape is not an array of at most %d sizes", t->name, ST_MAX_DIMS);
-        }
-        t->ndim = j->tokens[shape].size;
-        uint64_t elements = 1;
-        for (int d = 0; d < t->ndim; d++) {
-            int64_t size;
-            if (json_int64(j, shape + 1 + d, &size) != 0 || size < 0 || size > ((int64_t)1 << 40)) {
-                return st_fail(err, err_size, "tensor %s: shape[%d] is not a size in [0, 2^40]", t->name, d);
-            }
-            t->shape[d] = size;
-            if (size != 0 && elements > (UINT64_MAX >> 4) / (uint64_t)size) { return st_fail(err, err_size, "tensor %s: shape too large", t->name); }
-            elements *= (uint64_t)size;
-        }
-        int64_t begin, end;
-        if (j->tokens[offsets].type != JSON_ARRAY || j->tokens[offsets].size != 2 || json_int64(j, offsets + 1, &begin) != 0 ||
-            json_int64(j, offsets + 2, &end) != 0 || begin < 0 || end < begin) {
-            return st_fail(err, err_size, "tensor %s: data_offsets is not [begin, end] with 0 <= begin <= end", t->name);
-        }
-        t->begin = (uint64_t)begin;
-        t->end = (uint64_t)end;
-        if (t->end > data_len) {
-            return st_fail(err, err_size, "tensor %s: bytes [%" PRIu64 ", %" PRIu64 ") run past the end of the data (%" PRIu64
-                           " bytes): truncated file?", t->name, t->begin, t->end, data_len);
-        }
-        if (t->end - t->begin != elements * t->element_bytes) {
-            return st_fail(err, err_size, "tensor %s: shape and %s need %" PRIu64 " bytes, data_offsets give %" PRIu64, t->name,
-                           t->dtype, elements * t->element_bytes, t->end - t->begin);
-        }
-        order[st->num] = t;
-        st->num++;
-    }
-    // no name twice: sorted by name, equal names are neighbours (n log n: a header may
-    // hold millions of entries)
-    qsort(order, (size_t)st->num, sizeof(StTensor *), st_compare_name);
-    for (int k = 1; k < st->num; k++) {
-        if (strcmp(order[k - 1]->name, order[k]->name) == 0) { return st_fail(err, err_size, "tensor %s appears twice", order[k]->name); }
-    }
-    // the byte ranges, sorted, must tile [0, data_len)
-    qsort(order, (size_t)st->num, sizeof(StTensor *), st_compare_begin);
-    uint64_t covered = 0;
-    for (int k = 0; k < st->num; k++) {
-        if (order[k]->begin != covered) {
-            return st_fail(err, err_size, "tensor %s starts at byte %" PRIu64 " of the data, expected %" PRIu64 " (%s)", order[k]->name,
-                           order[k]->begin, covered, order[k]->begin < covered ? "overlaps the tensor before it" : "a hole before it");
-        }
-        covered = order[k]->end;
-    }
-    if (covered != data_len) {
-        return st_fail(err, err_size, "the tensors cover %" PRIu64 " bytes of data, the file holds %" PRIu64, covered, data_len);
-    }
-    return 0;
-}
-
-// Parses and checks the header text (N bytes) of a file whose data part has data_len
-// bytes. 0 on success; -1 with a message in err (st is then empty).
-int safetensors_parse_header(SafeTensors *st, const char *header, size_t N, uint64_t data_len, char *err, size_t err_size) {
-    memset(st, 0, sizeof(*st));
-    Json j;
-    int ok = json_parse(&j, header, N, err, err_size) == 0;
-    StTensor **order = NULL;
-    if (ok && j.tokens[0].type != JSON_OBJECT) { ok = 0; st_fail(err, err_size, "header is not a JSON object"); }
-    if (ok) {
-        st->tensors = (StTensor *)calloc((size_t)j.tokens[0].size + 1, sizeof(StTensor));
-        order = (StTensor **)calloc((size_t)j.tokens[0].size + 1, sizeof(StTensor *));
-        if (st->tensors == NULL || order == NULL) { ok = 0; st_fail(err, err_size, "out of memory"); }
-    }
-    ok = ok && st_check_entries(st, &j, order, data_len, err, err_size) == 0;
-    json_free(&j);
-    free(order);
-    if (!ok) {
-        free(st->tensors);
-        memset(st, 0, sizeof(*st));
-        return -1;
-    }
-    st->data_start = 8 + (uint64_t)N;
-    return 0;
-}
-
-// The first step of reading a file of file_len bytes that starts with head (at least
-// min(8, file_len) bytes): the header length N, checked against the file. -1 and a
-// message if it cannot be a safetensors file.
-int safetensors_header_length(const uint8_t *head, uint64_t file_len, size_t *N, char *err, size_t err_size) {
-    if (file_len < 8) { return st_fail(err, err_size, "only %" PRIu64 " bytes: too short for a safetensors file", file_len); }
-    uint64_t n = 0;
-    for (int i = 7; i >= 0; i--) { n = (n << 8) | head[i]; }
-    if (n > ST_MAX_HEADER || n > file_len - 8) {
-        return st_fail(err, err_size, "header length %" PRIu64 " is impossible (file: %" PRIu64 " bytes, limit %u):"
-                       " not a safetensors file, or truncated", n, file_len, ST_MAX_HEADER);
-    }
-    if (n < 2) { return st_fail(err, err_size, "header length %" PRIu64 ": too short for a JSON object", n); }
-    *N = (size_t)n;
-    return 0;
-}
-
-// A whole file in memory (the fuzzer's entry point; the loader reads just the header).
-int safetensors_parse_buffer(SafeTensors *st, const uint8_t *buf, size_t len, char *err, size_t err_size) {
-    size_t N = 0;
-    memset(st, 0, sizeof(*st));
-    if (safetensors_header_length(buf, len, &N, err, err_size) != 0) { return -1; }
-    return safetensors_parse_header(st, (const char *)buf + 8, N, len - 8 - N, err, err_size);
-}
-
-void safetensors_free(SafeTensors *st) {
-    free(st->tensors);
-    memset(st, 0, sizeof(*st));
-}
-
-const StTensor *safetensors_find(const SafeTensors *st, const char *name) {
-    for (int k = 0; k < st->num; k++) {
-        if (strcmp(st->tensors[k].name, name) == 0) { return &st->tensors[k]; }
-    }
-    return NULL;
-}
-// --- end shared-copy: infer-json-safetensors ---
-
-// --- begin shared-copy: infer-hf ---
-// ----------------------------------------------------------------------------
-// models in and out (2): Hugging Face GPT-2 folders
-
-// HF's names for our 16 tensors (GPT2LMHeadModel's state_dict, which save_pretrained
-// prefixes with "transformer."; the files on the Hub for gpt2 ... gpt2-xl have no prefix).
-// The per-layer ones (2..13) are h.<l>.<name>. Conv1D weights are (in, out): transposed.
-static const char *const HF_NAMES[NUM_PARAMETER_TENSORS] = {
-    "wte.weight", "wpe.weight", "ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias",
-    "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight", "ln_2.bias", "mlp.c_fc.weight", "mlp.c_fc.bias",
-    "mlp.c_proj.weight", "mlp.c_proj.bias", "ln_f.weight", "ln_f.bias"};
-static const int HF_TRANSPOSED[NUM_PARAMETER_TENSORS] = {0, 0, 0, 0, 1, 0, 1, 0, 0, 0, 1, 0, 1, 0, 0, 0};
-static int hf_per_layer(int k) { return k >= 2 && k <= 13; }
-
-// HF's shape of tensor k (one layer's slice for the per-layer ones): ndim, and dims
-static int hf_shape(GPT2Config c, int k, int64_t *dims) {
-    int64_t C = c.channels;
-    switch (k) {
-    case 0: dims[0] = c.vocab_size; dims[1] = C; return 2;
-    case 1: dims[0] = c.max_seq_len; dims[1] = C; return 2;
-    case 4: dims[0] = C; dims[1] = 3 * C; return 2;
-    case 5: dims[0] = 3 * C; return 1;
-    case 6: dims[0] = C; dims[1] = C; return 2;
-    case 10: dims[0] = C; dims[1] = 4 * C; return 2;
-    case 11: dims[0] = 4 * C; return 1;
-    case 12: dims[0] = 4 * C; dims[1] = C; return 2;
-    default: dims[0] = C; return 1; // LayerNorms and the C-sized biases
-    }
-}
-
-// GPT2Config from a parsed config.json. Refuses what our forward pass does not compute:
-// another activation, epsilon, head scaling, or untied output weights. 0, or -1 and err.
-static int hf_config_fields(GPT2Config *c, const Json *j, char *err, size_t err_size) {
-    if (j->tokens[0].type != JSON_OBJECT) { return st_fail(err, err_size, "not a JSON object"); }
-    char s[64];
-    int model_type = json_get(j, 0, "model_type");
-    if (model_type >= 0 && (json_string(j, model_type, s, sizeof(s)) < 0 || strcmp(s, "gpt2") != 0)) {
-        return st_fail(err, err_size, "model_type is not \"gpt2\": only GPT-2 is supported");
-    }
-    static const char *const keys[5] = {"n_layer", "n_head", "n_embd", "vocab_size", "n_positions"};
-    int64_t v[5];
-    for (int k = 0; k < 5; k++) {
-        int at = json_get(j, 0, keys[k]);
-        if (at < 0 && k == 4) { at = json_get(j, 0, "n_ctx"); } // very old configs
-        if (at < 0 || json_int64(j, at, &v[k]) != 0 || v[k] <= 0 || v[k] > (1 << 24)) {
-            return st_fail(err, err_size, "%s is missing or not a positive integer", keys[k]);
-        }
-    }
-    int act = json_get(j, 0, "activation_function");
-    if (act >= 0 && (json_string(j, act, s, sizeof(s)) < 0 || (strcmp(s, "gelu_new") != 0 && strcmp(s, "gelu_pytorch_tanh") != 0))) {
-        return st_fail(err, err_size, "activation_function must be gelu_new (GPT-2's tanh GELU), found something else");
-    }
-    int eps = json_get(j, 0, "layer_norm_epsilon");
-    double e;
-    if (eps >= 0 && (json_double(j, eps, &e) != 0 || fabs(e - 1e-5) > 1e-12)) {
-        return st_fail(err, err_size, "layer_norm_epsilon must be 1e-5 (GPT-2's; our LayerNorm has it built in)");
-    }
-    int inner = json_get(j, 0, "n_inner");
-    int64_t n_inner;
-    if (inner >= 0 && j->tokens[inner].type != JSON_NULL && (json_int64(j, inner, &n_inner) != 0 || n_inner != 4 * v[2])) {
-        return st_fail(err, err_size, "n_inner must be null or 4 x n_embd");
-    }
-    // flags whose non-default value changes the computation
-    static const char *const must_be_true[2] = {"scale_attn_weights", "tie_word_embeddings"};
-    static const char *const must_be_false[2] = {"scale_attn_by_inverse_layer_idx", "reorder_and_upcast_attn"};
-    for (int k = 0; k < 2; k++) {
-        int at = json_get(j, 0, must_be_true[k]);
-        if (at >= 0 && j->tokens[at].type != JSON_TRUE) { return st_fail(err, err_size, "%s must be true", must_be_true[k]); }
-        at = json_get(j, 0, must_be_false[k]);
-        if (at >= 0 && j->tokens[at].type != JSON_FALSE) { return st_fail(err, err_size, "%s must be false", must_be_false[k]); }
-    }
-    if (v[2] % v[1] != 0) { return st_fail(err, err_size, "n_embd %" PRId64 " is not divisible by n_head %" PRId64, v[2], v[1]); }
-    c->num_layers = (int)v[0];
-    c->num_heads = (int)v[1];
-    c->channels = (int)v[2];
-    c->vocab_size = (int)v[3];
-    c->max_seq_len = (int)v[4];
-    c->padded_vocab_size = (int)((v[3] + 127) / 128 * 128); // as llm.c pads: a multiple of 128
-    return 0;
-}
-
-// GPT2Config from a config.json text: 0, or -1 and a message in err.
-int gpt2_config_from_hf_json(GPT2Config *c, const char *text, size_t len, char *err, size_t err_size) {
-    Json j;
-    int ok = json_parse(&j, text, len, err, err_size) == 0 && hf_config_fields(c, &j, err, err_size) == 0;
-    json_free(&j);
-    return ok ? 0 : -1;
-}
-
-// Which of our tensors an HF name is: k (and the layer in *layer), -1 for a name we
-// accept and ignore (attention-mask buffers of old files; lm_head.weight, checked
-// separately), -2 for a name that has no place in GPT-2.
-static int hf_tensor_index(const char *name, int *layer) {
-    if (strncmp(name, "transformer.", 12) == 0) { name += 12; }
-    *layer = 0;
-    if (strcmp(name, "lm_head.weight") == 0) { return -1; }
-    if (strncmp(name, "h.", 2) == 0) {
-        char *end;
-        long l = strtol(name + 2, &end, 10);
-        if (end == name + 2 || *end != '.' || l < 0 || l > 100000) { return -2; }
-        *layer = (int)l;
-        if (strcmp(end + 1, "attn.bias") == 0 || strcmp(end + 1, "attn.masked_bias") == 0) { return -1; }
-        for (int k = 2; k <= 13; k++) {
-            if (strcmp(end + 1, HF_NAMES[k]) == 0) { return k; }
-        }
-        return -2;
-    }
-    for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {
-        if (!hf_per_layer(k) && strcmp(name, HF_NAMES[k]) == 0) { return k; }
-    }
-    return -2;
-}
-
-// the dtypes we read weights from
-static int st_float_dtype(const char *dtype) {
-    return strcmp(dtype, "F32") == 0 || strcmp(dtype, "F16") == 0 || strcmp(dtype, "BF16") == 0 || strcmp(dtype, "F64") == 0;
-}
-
-// reads tensor t (F32, F16, BF16 or F64: st_float_dtype) of an open file and widens it to float32
-static void st_read_floats(FILE *fp, const SafeTensors *st, const StTensor *t, float *out, void *buf, const char *path) {
-    size_t n = (size_t)(t->end - t->begin) / t->element_bytes;
-    if (fseeko(fp, (off_t)(st->data_start + t->begin), SEEK_SET) != 0) {
-        die_file(path, NULL, "cannot seek to tensor %s: %s", t->name, strerror(errno));
-    }
-    freadCheck(buf, t->element_bytes, n, fp);
-    if (strcmp(t->dtype, "F32") == 0) {
-        memcpy(out, buf, n * sizeof(float));
-    } else if (strcmp(t->dtype, "BF16") == 0) {
-        for (size_t i = 0; i < n; i++) { out[i] = bf16_to_float(((const uint16_t *)buf)[i]); }
-    } else if (strcmp(t->dtype, "F16") == 0) {
-        for (size_t i = 0; i < n; i++) { out[i] = fp16_to_float(((const uint16_t *)buf)[i]); }
-    } else if (strcmp(t->dtype, "F64") == 0) {
-        for (size_t i = 0; i < n; i++) { out[i] = (float)((const double *)buf)[i]; }
-    } else {
-        die_file(path, NULL, "tensor %s has dtype %s; we read F32, F16, BF16 and F64", t->name, t->dtype);
-    }
-}
-
-#define HF_HINT "a Hugging Face GPT-2 folder holds config.json and model.safetensors (e.g. a download of gpt2, or ./infer -e DIR)"
-
-void gpt2_build_from_hf(GPT2Weights *w, const char *dir) {
-    char config_path[MAX_PATH_LEN], weights_path[MAX_PATH_LEN], err[512];
-    path_concat(config_path, dir, "/config.json");
-    path_concat(weights_path, dir, "/model.safetensors");
-    size_t len;
-    uint8_t *text = read_whole_file(config_path, &len, HF_HINT);
-    if (gpt2_config_from_hf_json(&w->config, (const char *)text, len, err, sizeof(err)) != 0) {
-        die_file(config_path, HF_HINT, "%s", err);
-    }
-    free(text);
-    gpt2_validate_config(w->config, config_path);
-
-    // the header, checked in full before any data is read
-    FILE *fp = fopenCheck(weights_path, "rb");
-    if (fseeko(fp, 0, SEEK_END) != 0) { die_file(weights_path, NULL, "cannot seek: %s", strerror(errno)); }
-    off_t file_len = ftello(fp);
-    uint8_t head[8] = {0};
-    size_t N;
-    if (fseeko(fp, 0, SEEK_SET) != 0 || file_len < 0) { die_file(weights_path, NULL, "cannot seek: %s", strerror(errno)); }
-    if (file_len >= 8) { freadCheck(head, 1, 8, fp); }
-    if (safetensors_header_length(head, (uint64_t)file_len, &N, err, sizeof(err)) != 0) { die_file(weights_path, HF_HINT, "%s", err); }
-    char *header = (char *)mallocCheck(N);
-    freadCheck(header, 1, N, fp);
-    SafeTensors st;
-    if (safetensors_parse_header(&st, header, N, (uint64_t)file_len - 8 - N, err, sizeof(err)) != 0) {
-        die_file(weights_path, HF_HINT, "%s", err);
-    }
-    free(header);
-
-    // every tensor must be found once, with GPT-2's shape for this config
-    GPT2Config c = w->config;
-    int L = c.num_layers;
-    const StTensor **found = (const StTensor **)calloc((size_t)NUM_PARAMETER_TENSORS * L, sizeof(StTensor *));
-    const StTensor *lm_head = NULL;
-    if (found == NULL) { die_file(weights_path, NULL, "out of memory"); }
-    size_t largest = 0;
-    int all_bf16 = 1;
-    for (int i = 0; i < st.num; i++) {
-        const StTensor *t = &st.tensors[i];
-        int layer, k = hf_tensor_index(t->name, &layer);
-        if (k == -2) { die_file(weights_path, HF_HINT, "tensor %s is not part of GPT-2", t->name); }
-        if (!(k == -1 && strstr(t->name, "lm_head") == NULL) && !st_float_dtype(t->dtype)) {
-            die_file(weights_path, NULL, "tensor %s has dtype %s; we read F32, F16, BF16 and F64", t->name, t->dtype);
-        }
-        if (k == -1) { // lm_head (checked against wte below) or an attention-mask buffer (not a weight)
-            if (strstr(t->name, "lm_head") != NULL) {
-                if (lm_head != NULL) { die_file(weights_path, NULL, "tensors %s and %s are the same weight", lm_head->name, t->name); }
-                lm_head = t;
-            }
-            continue;
-        }
-        if (layer >= L) { die_file(weights_path, NULL, "tensor %s: layer %d, but config.json says n_layer=%d", t->name, layer, L); }
-        const StTensor **slot = &found[k * L + (hf_per_layer(k) ? layer : 0)];
-        if (*slot != NULL) { die_file(weights_path, NULL, "tensors %s and %s are the same weight", (*slot)->name, t->name); }
-        *slot = t;
-        int64_t dims[2] = {0, 0};
-        int ndim = hf_shape(c, k, dims);
-        if (t->ndim != ndim || t->shape[0] != dims[0] || (ndim == 2 && t->shape[1] != dims[1])) {
-            char got[160] = "", want[64];
-            for (int d = 0; d < t->ndim; d++) {
-                snprintf(got + strlen(got), sizeof(got) - strlen(got), "%s%" PRId64, d ? " x " : "", t->shape[d]);
-            }
-            if (ndim == 2) { snprintf(want, sizeof(want), "%" PRId64 " x %" PRId64, dims[0], dims[1]); }
-            else { snprintf(want, sizeof(want), "%" PRId64, dims[0]); }
-            die_file(weights_path, NULL, "tensor %s has shape [%s], config.json (L=%d C=%d V=%d maxT=%d) needs [%s]",
-                     t->name, got, L, c.channels, c.vocab_size, c.max_seq_len, want);
-        }
-
-        if (t->end - t->begin > largest) { largest = t->end - t->begin; }
-        all_bf16 = all_bf16 && strcmp(t->dtype, "BF16") == 0;
-    }
-    for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {
-        for (int l = 0; l < (hf_per_layer(k) ? L : 1); l++) {
-            if (found[k * L + l] == NULL) {
-                char name[64];
-                if (hf_per_layer(k)) { snprintf(name, sizeof(name), "h.%d.%s", l, HF_NAMES[k]); }
-                else { snprintf(name, sizeof(name), "%s", HF_NAMES[k]); }
-                die_file(weights_path, HF_HINT, "tensor %s is missing (with or without the transformer. prefix)", name);
-            }
-        }
-    }
-
-    // now the data: read, widen to float32, transpose the Conv1D weights into place
-    gpt2_weights_allocate(w);
-    w->from_bf16 = all_bf16;
-    memset(w->params_memory, 0, w->num_parameters * sizeof(float)); // wte's padding rows stay 0
-    void *buf = mallocCheck(largest);
-    float *slice = (float *)mallocCheck(largest / 2 * sizeof(float) + sizeof(float)); // enough for 2-byte dtypes
-    float **tables = (float **)&w->params;
-    for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {
-        for (int l = 0; l < (hf_per_layer(k) ? L : 1); l++) {
-            const StTensor *t = found[k * L + l];
-            float *dst = tables[k] + (size_t)l * (w->param_sizes[k] / (hf_per_layer(k) ? (size_t)L : 1));
-            if (!HF_TRANSPOSED[k]) { // (wte: the file's V rows, then our padding rows, already 0)
-                st_read_floats(fp, &st, t, dst, buf, weights_path);
-            } else { // HF (in, out) -> ours (out, in)
-                st_read_floats(fp, &st, t, slice, buf, weights_path);
-                size_t in = (size_t)t->shape[0], out = (size_t)t->shape[1];
-                for (size_t o = 0; o < out; o++) {
-                    for (size_t i = 0; i < in; i++) { dst[o * in + i] = slice[i * out + o]; }
-                }
-            }
-        }
-    }
-    // a stored lm_head must be wte itself: we compute logits with the tied wte
-    if (lm_head != NULL) {
-        size_t n = (size_t)c.vocab_size * c.channels;
-        if (lm_head->ndim != 2 || lm_head->shape[0] != c.vocab_size || lm_head->shape[1] != c.channels ||
-            lm_head->end - lm_head->begin > largest) {
-            die_file(weights_path, NULL, "tensor %s does not have wte's shape: untied output layers are not supported", lm_head->name);
-        }
-        st_read_floats(fp, &st, lm_head, slice, buf, weights_path);
-        if (memcmp(slice, w->params.wte, n * sizeof(float)) != 0) {
-            die_file(weights_path, NULL, "tensor %s differs from wte: untied output layers are not supported", lm_head->name);
-        }
-    }
-    free(buf);
-    free(slice);
-    free(found);
-    safetensors_free(&st);
-    fcloseCheck(fp);
-}
-
-// The config.json transformers needs to build this model (its defaults cover the rest).
-static int hf_config_text(const GPT2Weights *w, const char *dtype, char *out, size_t size) {
-    GPT2Config c = w->config;
-    char special[96] = ""; // <|endoftext|> is GPT-2's bos and eos, where the vocabulary has it
-    if (c.vocab_size > 50256) { snprintf(special, sizeof(special), "  \"bos_token_id\": 50256,\n  \"eos_token_id\": 50256,\n"); }
-    return snprintf(out, size,
-                    "{\n  \"architectures\": [\"GPT2LMHeadModel\"],\n  \"model_type\": \"gpt2\",\n"
-                    "  \"activation_function\": \"gelu_new\",\n%s  \"dtype\": \"%s\",\n  \"layer_norm_epsilon\": 1e-05,\n"
-                    "  \"n_ctx\": %d,\n  \"n_embd\": %d,\n  \"n_head\": %d,\n  \"n_layer\": %d,\n  \"n_positions\": %d,\n"
-                    "  \"tie_word_embeddings\": true,\n  \"vocab_size\": %d\n}\n",
-                    special, dtype, c.max_seq_len, c.channels, c.num_heads, c.num_layers, c.max_seq_len, c.vocab_size);
-}
-
-// Writes dir/config.json and dir/model.safetensors (F32, or BF16 for weights that came
-// from a bf16 file: exact both ways), each atomically. Tensor names as save_pretrained
-// writes them; wte without its padding rows; Conv1D weights transposed back to (in, out).
-void gpt2_export_hf(const GPT2Weights *w, const char *dir) {
-    if (mkdir(dir, 0777) != 0 && errno != EEXIST) { die_file(dir, NULL, "cannot create the folder: %s", strerror(errno)); }
-    GPT2Config c = w->config;
-    int L = c.num_layers, bf16 = w->from_bf16;
-    size_t element = bf16 ? 2 : 4;
-    // the header: names, dtypes, shapes and byte ranges, in the order we write the data
-    size_t cap = 4096 + (size_t)L * NUM_PARAMETER_TENSORS * 160, used = 0, offset = 0;
-    char *header = (char *)mallocCheck(cap);
-    used += (size_t)snprintf(header, cap, "{\"__metadata__\":{\"format\":\"pt\"}");
-    for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {
-        for (int l = 0; l < (hf_per_layer(k) ? L : 1); l++) {
-            int64_t dims[2] = {0, 0};
-            int ndim = hf_shape(c, k, dims);
-            size_t bytes = (size_t)dims[0] * (ndim == 2 ? (size_t)dims[1] : 1) * element;
-            char name[64], shape[64];
-            if (hf_per_layer(k)) { snprintf(name, sizeof(name), "transformer.h.%d.%s", l, HF_NAMES[k]); }
-            else { snprintf(name, sizeof(name), "transformer.%s", HF_NAMES[k]); }
-            if (ndim == 2) { snprintf(shape, sizeof(shape), "%" PRId64 ",%" PRId64, dims[0], dims[1]); }
-            else { snprintf(shape, sizeof(shape), "%" PRId64, dims[0]); }
-            used += (size_t)snprintf(header + used, cap - used, ",\"%s\":{\"dtype\":\"%s\",\"shape\":[%s],\"data_offsets\":[%zu,%zu]}",
-                                     name, bf16 ? "BF16" : "F32", shape, offset, offset + bytes);
-            offset += bytes;
-        }
-    }
-    used += (size_t)snprintf(header + used, cap - used, "}");
-    while (used % 8 != 0) { header[used++] = ' '; } // the data starts 8-byte aligned, as safetensors pads it
-    char path[MAX_PATH_LEN], tmp[MAX_PATH_LEN];
-    path_concat(path, dir, "/model.safetensors");
-    path_concat(tmp, path, ".tmp");
-    FILE *fp = fopenCheck(tmp, "wb");
-    uint8_t length[8];
-    for (int i = 0; i < 8; i++) { length[i] = (uint8_t)((uint64_t)used >> (8 * i)); }
-    int ok = fwrite(length, 1, 8, fp) == 8 && fwrite(header, 1, used, fp) == used;
-    // the data, one tensor slice at a time (transposed or narrowed in a scratch buffer)
-    const float *const *tables = (const float *const *)&w->params;
-    size_t largest = 4 * (size_t)c.channels * c.channels;
-    if ((size_t)c.vocab_size * c.channels > largest) { largest = (size_t)c.vocab_size * c.channels; }
-    if ((size_t)c.max_seq_len * c.channels > largest) { largest = (size_t)c.max_seq_len * c.channels; }
-    float *slice = (float *)mallocCheck(largest * sizeof(float));
-    uint16_t *narrow = (uint16_t *)mallocCheck(largest * sizeof(uint16_t));
-    for (int k = 0; k < NUM_PARAMETER_TENSORS && ok; k++) {
-        size_t per = w->param_sizes[k] / (hf_per_layer(k) ? (size_t)L : 1);
-        for (int l = 0; l < (hf_per_layer(k) ? L : 1) && ok; l++) {
-            const float *src = tables[k] + (size_t)l * per;
-            int64_t dims[2] = {0, 0};
-            int ndim = hf_shape(c, k, dims);
-            size_t n = (size_t)dims[0] * (ndim == 2 ? (size_t)dims[1] : 1);
-            if (HF_TRANSPOSED[k]) { // ours (out, in) -> HF (in, out)
-                size_t in = (size_t)dims[0], out = (size_t)dims[1];
-                for (size_t i = 0; i < in; i++) {
-                    for (size_t o = 0; o < out; o++) { slice[i * out + o] = src[o * in + i]; }
-                }
-                src = slice;
-            }
-            if (bf16) {
-                for (size_t i = 0; i < n; i++) { narrow[i] = float_to_bf16(src[i]); }
-                ok = fwrite(narrow, 2, n, fp) == n;
-            } else {
-                ok = fwrite(src, 4, n, fp) == n;
-            }
-        }
-    }
-    ok = ok && fflush(fp) == 0 && fsync(fileno(fp)) == 0;
-    ok = (fclose(fp) == 0) && ok;
-    if (!ok || rename(tmp, path) != 0) {
-        remove(tmp);
-        die_file(path, NULL, "could not write it: %s (the previous file, if any, is untouched)", strerror(errno));
-    }
-    free(slice);
-    free(narrow);
-    free(header);
-    char config[2048], config_path[MAX_PATH_LEN];
-    int n = hf_config_text(w, bf16 ? "bfloat16" : "float32", config, sizeof(config));
-    path_concat(config_path, dir, "/config.json");
-    const void *bufs[1] = {config};
-    size_t sizes[1] = {(size_t)n};
-    write_file_atomic(config_path, bufs, sizes, 1);
-}
-
-// -m: a Hugging Face folder, a checkpoint file, or d<N> for a new random model
+// -m: a checkpoint file, or d<N> for a new random model. We read only the project's own
+// files: a Hugging Face folder goes through ./convert first (a one-line hint says how).
 void gpt2_weights_build(GPT2Weights *w, const char *source, uint64_t seed) {
     memset(w, 0, sizeof(*w));
     struct stat info;
     if (stat(source, &info) == 0 && S_ISDIR(info.st_mode)) {
-        gpt2_build_from_hf(w, source);
+        char name[MAX_PATH_LEN];
+        format_path(name, sizeof(name), "%s", source);
+        for (size_t n = strlen(name); n > 1 && name[n - 1] == '/'; n--) { name[n - 1] = '\0'; }
+        die_file(source, NULL, "is a folder; " PROGRAM " reads llm.c checkpoints (a Hugging Face folder: "
+                 "./convert -i %s -o %s.bin, then -m %s.bin)", name, name, name);
     } else if (stat(source, &info) == 0) {
         gpt2_build_from_checkpoint(w, source);
     } else if (source[0] == 'd' && source[1] >= '0' && source[1] <= '9') {
@@ -2108,12 +1221,10 @@ void gpt2_weights_build(GPT2Weights *w, const char *source, uint64_t seed) {
         gpt2_weights_allocate(w);
         init_parameters(w->params_memory, w->param_sizes, w->config, seed, 0);
     } else {
-        die_file(source, "-m takes a checkpoint file, a Hugging Face GPT-2 folder, or d<N> (a random model, for benchmarks)",
-                 "no such file or folder");
+        die_file(source, "-m takes a checkpoint file, or d<N> (a random model, for benchmarks)", "no such file or folder");
     }
     snprintf(w->source, sizeof(w->source), "%s", source);
 }
-// --- end shared-copy: infer-hf ---
 
 // ----------------------------------------------------------------------------
 // the prompt: GPT-2's BPE tokenizer, the same code as data/tokenizer.c
@@ -3301,6 +2412,292 @@ void bench(GPT2 *model, const int *batches, int nb, const int *prompts, int np, 
 }
 // --- end shared-copy: infer-reports ---
 
+// ----------------------------------------------------------------------------
+// JSON: just enough of a parser for prompt files (-f), the same as convert.c's
+
+// --- begin shared-copy: json ---
+// A whole JSON text becomes a flat array of tokens in document order (the idea of jsmn):
+// a container's children follow it, and `next` skips over its whole subtree. Nothing is
+// copied: a token is a span of the text. The grammar is RFC 8259's, checked strictly
+// (numbers, escapes, no control characters in strings, no trailing commas, nesting at most
+// JSON_MAX_DEPTH deep); any error is a message with the byte offset, never a crash.
+// Strings may contain any bytes >= 0x20 (we do not validate UTF-8; nothing here needs it).
+enum { JSON_OBJECT, JSON_ARRAY, JSON_STRING, JSON_NUMBER, JSON_TRUE, JSON_FALSE, JSON_NULL };
+#define JSON_MAX_DEPTH 64
+typedef struct {
+    int type;
+    size_t start, end; // the text: a string's bytes between its quotes, escapes not decoded
+    int size;          // children: an object's key/value pairs, an array's elements
+    int next;          // index of the first token after this one's subtree
+} JsonToken;
+
+typedef struct {
+    const char *text;
+    size_t len;
+    JsonToken *tokens;
+    int num, cap;
+    char *err;      // where a parse error is written
+    size_t err_size;
+} Json;
+
+static int json_fail(Json *j, size_t at, const char *what) {
+    snprintf(j->err, j->err_size, "JSON error at byte %zu: %s", at, what);
+    return -1;
+}
+
+static void json_skip_space(const Json *j, size_t *at) {
+    while (*at < j->len && (j->text[*at] == ' ' || j->text[*at] == '\t' || j->text[*at] == '\n' || j->text[*at] == '\r')) {
+        (*at)++;
+    }
+}
+
+static int json_new_token(Json *j, int type, size_t start) {
+    if (j->num == j->cap) {
+        if (j->cap > (1 << 26)) { return json_fail(j, start, "more than 2^26 values"); }
+        j->cap = j->cap == 0 ? 256 : 2 * j->cap;
+        JsonToken *grown = (JsonToken *)realloc(j->tokens, (size_t)j->cap * sizeof(JsonToken));
+        if (grown == NULL) { return json_fail(j, start, "out of memory"); }
+        j->tokens = grown;
+    }
+    JsonToken *t = &j->tokens[j->num];
+    t->type = type;
+    t->start = t->end = start;
+    t->size = 0;
+    t->next = j->num + 1;
+    return j->num++;
+}
+
+static int is_digit(char ch) { return ch >= '0' && ch <= '9'; }
+static int is_hex(char ch) { return is_digit(ch) || (ch >= 'a' && ch <= 'f') || (ch >= 'A' && ch <= 'F'); }
+// the value of 4 hex digits (checked by the parser)
+static unsigned hex4(const char *s) {
+    unsigned v = 0;
+    for (int k = 0; k < 4; k++) { v = 16 * v + (unsigned)(is_digit(s[k]) ? s[k] - '0' : (s[k] | 0x20) - 'a' + 10); }
+    return v;
+}
+
+// the string starting at the quote at *at; leaves *at after the closing quote
+static int json_parse_string(Json *j, size_t *at) {
+    int index = json_new_token(j, JSON_STRING, *at + 1);
+    if (index < 0) { return -1; }
+    size_t i = *at + 1;
+    for (;;) {
+        if (i >= j->len) { return json_fail(j, *at, "unterminated string"); }
+        unsigned char ch = (unsigned char)j->text[i];
+        if (ch == '"') { break; }
+        if (ch < 0x20) { return json_fail(j, i, "control character in a string"); }
+        if (ch == '\\') {
+            if (i + 1 >= j->len) { return json_fail(j, i, "unterminated escape"); }
+            char e = j->text[i + 1];
+            if (e == 'u') {
+                for (int k = 2; k < 6; k++) {
+                    if (i + k >= j->len || !is_hex(j->text[i + k])) { return json_fail(j, i, "bad \\u escape"); }
+                }
+                i += 6;
+                continue;
+            }
+            if (strchr("\"\\/bfnrt", e) == NULL || e == '\0') { return json_fail(j, i, "unknown escape"); }
+            i += 2;
+            continue;
+        }
+        i++;
+    }
+    j->tokens[index].end = i;
+    *at = i + 1;
+    return index;
+}
+
+static int json_parse_value(Json *j, size_t *at, int depth) {
+    json_skip_space(j, at);
+    if (*at >= j->len) { return json_fail(j, *at, "expected a value, found the end"); }
+    if (depth > JSON_MAX_DEPTH) { return json_fail(j, *at, "nested too deeply"); }
+    char ch = j->text[*at];
+    if (ch == '"') { return json_parse_string(j, at); }
+    if (ch == '{' || ch == '[') {
+        int is_object = ch == '{';
+        int index = json_new_token(j, is_object ? JSON_OBJECT : JSON_ARRAY, *at);
+        if (index < 0) { return -1; }
+        (*at)++;
+        json_skip_space(j, at);
+        char close = is_object ? '}' : ']';
+        if (*at < j->len && j->text[*at] == close) {
+            (*at)++;
+        } else {
+            for (;;) {
+                if (is_object) {
+                    json_skip_space(j, at);
+                    if (*at >= j->len || j->text[*at] != '"') { return json_fail(j, *at, "expected a key (a string)"); }
+                    if (json_parse_string(j, at) < 0) { return -1; }
+                    json_skip_space(j, at);
+                    if (*at >= j->len || j->text[*at] != ':') { return json_fail(j, *at, "expected ':'"); }
+                    (*at)++;
+                }
+                if (json_parse_value(j, at, depth + 1) < 0) { return -1; }
+                j->tokens[index].size++;
+                json_skip_space(j, at);
+                if (*at < j->len && j->text[*at] == ',') { (*at)++; continue; }
+                if (*at < j->len && j->text[*at] == close) { (*at)++; break; }
+                return json_fail(j, *at, is_object ? "expected ',' or '}'" : "expected ',' or ']'");
+            }
+        }
+        j->tokens[index].end = *at;
+        j->tokens[index].next = j->num;
+        return index;
+    }
+    if (ch == '-' || is_digit(ch)) { // -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)?
+        int index = json_new_token(j, JSON_NUMBER, *at);
+        if (index < 0) { return -1; }
+        size_t i = *at;
+        if (j->text[i] == '-') { i++; }
+        if (i < j->len && j->text[i] == '0') {
+            i++;
+        } else if (i < j->len && is_digit(j->text[i])) {
+            while (i < j->len && is_digit(j->text[i])) { i++; }
+        } else {
+            return json_fail(j, i, "bad number");
+        }
+        if (i < j->len && j->text[i] == '.') {
+            i++;
+            if (i >= j->len || !is_digit(j->text[i])) { return json_fail(j, i, "bad number: no digit after '.'"); }
+            while (i < j->len && is_digit(j->text[i])) { i++; }
+        }
+        if (i < j->len && (j->text[i] == 'e' || j->text[i] == 'E')) {
+            i++;
+            if (i < j->len && (j->text[i] == '+' || j->text[i] == '-')) { i++; }
+            if (i >= j->len || !is_digit(j->text[i])) { return json_fail(j, i, "bad number: no digit in the exponent"); }
+            while (i < j->len && is_digit(j->text[i])) { i++; }
+        }
+        j->tokens[index].end = i;
+        *at = i;
+        return index;
+    }
+    static const char *const literals[3] = {"true", "false", "null"};
+    static const int literal_types[3] = {JSON_TRUE, JSON_FALSE, JSON_NULL};
+    for (int k = 0; k < 3; k++) {
+        size_t n = strlen(literals[k]);
+        if (j->len - *at >= n && memcmp(j->text + *at, literals[k], n) == 0) {
+            int index = json_new_token(j, literal_types[k], *at);
+            if (index < 0) { return -1; }
+            *at += n;
+            j->tokens[index].end = *at;
+            return index;
+        }
+    }
+    return json_fail(j, *at, "unexpected character");
+}
+
+// Parses text[0..len) (one value, white space around it allowed). 0 on success, -1 with
+// a message in err on failure. json_free releases the tokens either way.
+int json_parse(Json *j, const char *text, size_t len, char *err, size_t err_size) {
+    memset(j, 0, sizeof(*j));
+    j->text = text;
+    j->len = len;
+    j->err = err;
+    j->err_size = err_size;
+    size_t at = 0;
+    if (json_parse_value(j, &at, 0) < 0) { return -1; }
+    json_skip_space(j, &at);
+    if (at != len) { return json_fail(j, at, "text after the JSON value"); }
+    return 0;
+}
+
+void json_free(Json *j) {
+    free(j->tokens);
+    j->tokens = NULL;
+    j->num = j->cap = 0;
+}
+
+// Decodes string token `index` into out (room for cap bytes including a final 0): the
+// escapes become their characters, \uXXXX (and surrogate pairs) UTF-8. Returns the
+// length, or -1 if it does not fit or holds a lone surrogate or a \u0000.
+int json_string(const Json *j, int index, char *out, size_t cap) {
+    const JsonToken *t = &j->tokens[index];
+    if (t->type != JSON_STRING || cap == 0) { return -1; }
+    size_t n = 0;
+    for (size_t i = t->start; i < t->end;) {
+        char buf[4];
+        size_t len = 1;
+        if (j->text[i] != '\\') {
+            buf[0] = j->text[i++];
+        } else {
+            char e = j->text[i + 1];
+            i += 2;
+            if (e != 'u') {
+                static const char from[] = "\"\\/bfnrt", to[] = "\"\\/\b\f\n\r\t";
+                buf[0] = to[strchr(from, e) - from];
+            } else {
+                unsigned cp = hex4(j->text + i);
+                i += 4;
+                if (cp >= 0xDC00 && cp <= 0xDFFF) { return -1; }
+                if (cp >= 0xD800 && cp <= 0xDBFF) { // a high surrogate needs its low half next
+                    if (i + 6 > t->end || j->text[i] != '\\' || j->text[i + 1] != 'u') { return -1; }
+                    unsigned lo = hex4(j->text + i + 2);
+                    if (lo < 0xDC00 || lo > 0xDFFF) { return -1; }
+                    cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+                    i += 6;
+                }
+                if (cp == 0) { return -1; } // would end our C string early
+                if (cp < 0x80) { buf[0] = (char)cp; }
+                else if (cp < 0x800) { buf[0] = (char)(0xC0 | (cp >> 6)); buf[1] = (char)(0x80 | (cp & 0x3F)); len = 2; }
+                else if (cp < 0x10000) {
+                    buf[0] = (char)(0xE0 | (cp >> 12)); buf[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
+                    buf[2] = (char)(0x80 | (cp & 0x3F)); len = 3;
+                } else {
+                    buf[0] = (char)(0xF0 | (cp >> 18)); buf[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
+                    buf[2] = (char)(0x80 | ((cp >> 6) & 0x3F)); buf[3] = (char)(0x80 | (cp & 0x3F)); len = 4;
+                }
+            }
+        }
+        if (n + len >= cap) { return -1; }
+        memcpy(out + n, buf, len);
+        n += len;
+    }
+    out[n] = '\0';
+    return (int)n;
+}
+
+// The value of key in object token `object`, or -1 if absent. Keys are compared after
+// decoding, so "n_\u0065mbd" is n_embd, as JSON says.
+int json_get(const Json *j, int object, const char *key) {
+    if (object < 0 || j->tokens[object].type != JSON_OBJECT) { return -1; }
+    int at = object + 1;
+    for (int k = 0; k < j->tokens[object].size; k++) {
+        char name[256];
+        int value = at + 1;
+        if (json_string(j, at, name, sizeof(name)) >= 0 && strcmp(name, key) == 0) { return value; }
+        at = j->tokens[value].next;
+    }
+    return -1;
+}
+
+// A number token as an integer: digits only (an optional minus sign), at most 18 of them.
+int json_int64(const Json *j, int index, int64_t *out) {
+    if (index < 0 || j->tokens[index].type != JSON_NUMBER) { return -1; }
+    const JsonToken *t = &j->tokens[index];
+    size_t i = t->start, digits = 0;
+    int negative = j->text[i] == '-';
+    if (negative) { i++; }
+    int64_t v = 0;
+    for (; i < t->end; i++, digits++) {
+        if (!is_digit(j->text[i]) || digits == 18) { return -1; }
+        v = v * 10 + (j->text[i] - '0');
+    }
+    *out = negative ? -v : v;
+    return 0;
+}
+
+int json_double(const Json *j, int index, double *out) {
+    if (index < 0 || j->tokens[index].type != JSON_NUMBER) { return -1; }
+    char buf[64];
+    size_t n = j->tokens[index].end - j->tokens[index].start;
+    if (n >= sizeof(buf)) { return -1; }
+    memcpy(buf, j->text + j->tokens[index].start, n);
+    buf[n] = '\0';
+    *out = strtod(buf, NULL);
+    return 0;
+}
+// --- end shared-copy: json ---
+
 // --- begin shared-copy: infer-prompts ---
 // ----------------------------------------------------------------------------
 // prompts from the command line or a file
@@ -3401,7 +2798,7 @@ int find_latest_checkpoint(const char *out_dir) {
 
 // --- begin shared-copy: infer-options ---
 typedef struct {
-    const char *model, *gpt2_dir, *prompt, *prompts_file, *input, *stop, *export_dir, *out_path, *out_dtype;
+    const char *model, *gpt2_dir, *prompt, *prompts_file, *input, *stop;
     int instruct, max_new, top_k, ids, bench;
     float temperature, top_p;
     long seed;
@@ -3410,8 +2807,8 @@ typedef struct {
 
 static void print_usage(const Options *d) {
     printf("Usage: %s [options]      GPT-2 text generation on %s (prefill, KV-cache decode, sampling)\n", PROGRAM, hardware_name());
-    printf("  -m <model>    a checkpoint (.bin, fp32 or bf16), a Hugging Face GPT-2 folder (config.json +\n"
-           "                model.safetensors), or d<N>: a random model [newest log_gpt2/model_*.bin; d12 with -B 1]\n");
+    printf("  -m <model>    a checkpoint (.bin, fp32 or bf16; ./convert makes one from a Hugging Face folder),\n"
+           "                or d<N>: a random model [newest log_gpt2/model_*.bin; d12 with -B 1]\n");
     printf("  -g <dir>      folder of GPT-2's encoder.json and vocab.bpe [%s]\n", d->gpt2_dir);
     printf("  -i <text>     the prompt; \"\" starts from <|endoftext|> [\"%s\"]\n", d->prompt);
     printf("  -f <file>     a batch: one prompt per line (a line starting with { is JSON: {\"prompt\": ...})\n");
@@ -3425,8 +2822,6 @@ static void print_usage(const Options *d) {
     printf("  -s <int>      random seed [%ld]\n", d->seed);
     printf("  -x <text>     stop string: stop when it appears (it is not printed) [\"%s\"]\n", d->stop);
     printf("  -z <0|1>      token ids instead of text: -i takes ids (\"15496,995\"), ids are printed [%d]\n", d->ids);
-    printf("  -e <dir>      export the model to a Hugging Face folder (config.json + model.safetensors) and exit\n");
-    printf("  -o <file>     write the model as a checkpoint and exit; -d chooses fp32 (version 3) or bf16 (5) [%s]\n", d->out_dtype);
     printf("  -B <0|1>      benchmark: sweep batch sizes -b, prompt lengths -l, generation lengths -N [%d]\n", d->bench);
     printf("  -b <list>     [%s]   -l <list> [%s]   -N <list> [%s]\n", d->batches, d->prompt_lengths, d->gen_lengths);
     printf("  -h            this help\n");
@@ -3485,7 +2880,7 @@ static float parse_float(const char *flag, const char *s) {
 int main(int argc, char **argv) {
     // Defaults: transformers' generate() sampling defaults (temperature 1, top-k 50, top-p 1).
     Options o = {.model = NULL, .gpt2_dir = "data/gpt2", .prompt = "", .prompts_file = NULL, .input = "",
-                 .stop = "", .export_dir = NULL, .out_path = NULL, .out_dtype = "fp32", .instruct = 0, .max_new = 128,
+                 .stop = "", .instruct = 0, .max_new = 128,
                  .top_k = 50, .ids = 0, .bench = 0, .temperature = 1.0f, .top_p = 1.0f, .seed = 1337,
                  .batches = "1,4,16", .prompt_lengths = "16,128", .gen_lengths = "16,64"};
     const Options defaults = o;
@@ -3509,9 +2904,6 @@ int main(int argc, char **argv) {
         case 's': o.seed = parse_int(flag, v, 0); break;
         case 'x': o.stop = v; break;
         case 'z': o.ids = (int)parse_int(flag, v, 0); break;
-        case 'e': o.export_dir = v; break;
-        case 'o': o.out_path = v; break;
-        case 'd': o.out_dtype = v; break;
         case 'B': o.bench = (int)parse_int(flag, v, 0); break;
         case 'b': o.batches = v; break;
         case 'l': o.prompt_lengths = v; break;
@@ -3521,7 +2913,6 @@ int main(int argc, char **argv) {
     }
     if (o.instruct > 1 || o.ids > 1 || o.bench > 1) { usage_error("flags -a, -z and -B take 0 or 1%s", ""); }
     if (o.top_p > 1.0f || o.top_p == 0.0f) { usage_error("-p (top-p) must be in (0, 1]%s", ""); }
-    if (strcmp(o.out_dtype, "fp32") != 0 && strcmp(o.out_dtype, "bf16") != 0) { usage_error("-d takes fp32 or bf16, not '%s'", o.out_dtype); }
     if (o.ids && (o.instruct || o.stop[0] != '\0')) { usage_error("-z 1 (token ids) works without -a and -x%s", ""); }
     if (o.instruct && o.prompts_file == NULL && o.prompt[0] == '\0') { usage_error("-a 1 needs an instruction: -i \"...\" (or -f)%s", ""); }
 
@@ -3531,8 +2922,8 @@ int main(int argc, char **argv) {
         int step = find_latest_checkpoint("log_gpt2");
         if (step < 0) {
             fprintf(stderr, "Error: no -m given and no checkpoint in log_gpt2/\n");
-            fprintf(stderr, "HINT: train one (./train_gpt2 -n 100 writes log_gpt2/model_*.bin), or -m a checkpoint or a "
-                    "Hugging Face GPT-2 folder\n");
+            fprintf(stderr, "HINT: train one (./train_gpt2 -n 100 writes log_gpt2/model_*.bin), or -m a checkpoint (./convert "
+                    "makes one from a Hugging Face GPT-2 folder)\n");
             return EXIT_FAILURE;
         }
         format_path(latest, sizeof(latest), "log_gpt2/model_%08d.bin", step);
@@ -3542,19 +2933,6 @@ int main(int argc, char **argv) {
     gpt2_build(&model, o.model, (uint64_t)o.seed);
     print_model(&model);
     GPT2Config c = model.w.config;
-    if (o.export_dir != NULL || o.out_path != NULL) {
-        if (o.export_dir != NULL) {
-            gpt2_export_hf(&model.w, o.export_dir);
-            fprintf(stderr, "wrote %s/config.json and %s/model.safetensors (%s)\n", o.export_dir, o.export_dir,
-                    model.w.from_bf16 ? "BF16" : "F32");
-        }
-        if (o.out_path != NULL) {
-            gpt2_save_checkpoint(&model.w, o.out_path, strcmp(o.out_dtype, "bf16") == 0);
-            fprintf(stderr, "wrote %s (%s)\n", o.out_path, o.out_dtype);
-        }
-        gpt2_free(&model);
-        return 0;
-    }
     if (o.bench) {
         int batches[32], prompts[32], gens[32];
         int nb = parse_list(o.batches, batches, 32), np = parse_list(o.prompt_lengths, prompts, 32);

@@ -108,6 +108,9 @@ enum { TOL_LOGITS, TOL_CACHED };
 
 // --- begin shared-copy: infer-test-fixture ---
 #define FIXTURES "dev/reference/fixtures/"
+// the reference's Hugging Face folders (fixtures/hf_tiny_*) as our checkpoints: make writes
+// them with ./convert (fp32 and fp16 as version 3, bf16 as version 5)
+#define CONVERTED "build/"
 #define INFER_MAGIC 20261130
 
 typedef struct {
@@ -215,10 +218,10 @@ static int greedy_matches(GPT2 *model, const LogitsFixture *f, int copies, int o
     return same;
 }
 
-static void test_fixture(const char *dir, const char *fixture) {
-    printf("\n%s against %s (%s)\n", dir, fixture, WEIGHTS_TYPE);
+static void test_fixture(const char *path, const char *fixture) {
+    printf("\n%s against %s (%s)\n", path, fixture, WEIGHTS_TYPE);
     GPT2 model;
-    gpt2_build(&model, dir, 1);
+    gpt2_build(&model, path, 1);
     LogitsFixture f;
     read_logits_fixture(&f, fixture);
     int V = model.w.config.vocab_size;
@@ -289,8 +292,14 @@ static void build_uneven(GPT2 *model, int C, int NH) {
     char path[] = "/tmp/test_infercu_XXXXXX";
     int fd = mkstemp(path);
     if (fd < 0) { fprintf(stderr, "Error: mkstemp %s: %s\n", path, strerror(errno)); exit(EXIT_FAILURE); }
-    close(fd);
-    gpt2_save_checkpoint(&w, path, 0);
+    // an llm.c checkpoint, version 3: the header, then the tensors in table order
+    int header[256] = {MODEL_MAGIC, MODEL_VERSION_FP32, 64, 301, 2, NH, C, 384};
+    FILE *fp = fdopen(fd, "wb");
+    if (fp == NULL || fwrite(header, sizeof(int), 256, fp) != 256 ||
+        fwrite(w.params_memory, sizeof(float), w.num_parameters, fp) != w.num_parameters || fclose(fp) != 0) {
+        fprintf(stderr, "Error: writing %s: %s\n", path, strerror(errno));
+        exit(EXIT_FAILURE);
+    }
     gpt2_weights_free(&w);
     gpt2_build(model, path, 1);
     remove(path);
@@ -454,9 +463,9 @@ int main(void) {
     }
     printf("device: %s\n", hardware_name());
 #if defined(ENABLE_FP32)
-    test_fixture(FIXTURES "hf_tiny_fp32", FIXTURES "infer_tiny_fp32.bin");
+    test_fixture(CONVERTED "hf_tiny_fp32.bin", FIXTURES "infer_tiny_fp32.bin");
 #else
-    test_fixture(FIXTURES "hf_tiny_bf16", FIXTURES "infer_tiny_bf16.bin");
+    test_fixture(CONVERTED "hf_tiny_bf16.bin", FIXTURES "infer_tiny_bf16.bin");
 #endif
     test_uneven(36, 4);
     test_uneven(42, 3);

@@ -819,7 +819,7 @@ static void gpt2_allocate_parameters(GPT2 *model) {
     model->mean_loss = -1.0f;
 }
 
-// --- begin shared-copy: atomic-write ---
+// --- begin shared-copy: format-path ---
 // snprintf into a path buffer, or exit if the path does not fit (a silently
 // truncated path would read or write the wrong file)
 static void format_path(char *out, size_t size, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -833,7 +833,8 @@ static void format_path(char *out, size_t size, const char *fmt, ...) {
         exit(EXIT_FAILURE);
     }
 }
-
+// --- end shared-copy: format-path ---
+// --- begin shared-copy: atomic-write ---
 // Write each of n buffers, in order, to `path` atomically: write path.tmp, flush,
 // fsync, rename over path, fsync the directory (so that the rename itself is on
 // disk before we write the next file). A crash or a full disk leaves either the
@@ -984,7 +985,7 @@ GPT2Config gpt2_config_from_descriptor(const char *descriptor) {
     long depth = descriptor[0] == 'd' ? strtol(descriptor + 1, &end, 10) : 0;
     if (end == NULL || *end != '\0' || depth < 1 || depth > 64) {
         fprintf(stderr, "Error: model '%s' is neither an existing file nor a descriptor d<N> (1 <= N <= 64)\n", descriptor);
-        fprintf(stderr, "HINT: -e d4 makes a new 4-layer model; -e path/model.bin loads a checkpoint\n");
+        fprintf(stderr, "HINT: d4 makes a new 4-layer model; path/model.bin loads a checkpoint\n");
         exit(EXIT_FAILURE);
     }
     GPT2Config c = {1024, 50257, 50304, (int)depth, (int)depth, 64 * (int)depth};

@@ -1048,7 +1048,7 @@ typedef struct {
 } Position;
 // --- end shared-copy: mlp-checkpoint-format ---
 
-// --- begin shared-copy: atomic-write ---
+// --- begin shared-copy: format-path ---
 // snprintf into a path buffer, or exit if the path does not fit (a silently
 // truncated path would read or write the wrong file)
 static void format_path(char *out, size_t size, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -1062,7 +1062,8 @@ static void format_path(char *out, size_t size, const char *fmt, ...) {
         exit(EXIT_FAILURE);
     }
 }
-
+// --- end shared-copy: format-path ---
+// --- begin shared-copy: atomic-write ---
 // Write each of n buffers, in order, to `path` atomically: write path.tmp, flush,
 // fsync, rename over path, fsync the directory (so that the rename itself is on
 // disk before we write the next file). A crash or a full disk leaves either the

@@ -50,8 +50,8 @@ What it does
        minus tied aliases" is checked against the real tiny file and against transformers'
        own remove_tied_weights_from_state_dict).
 
-    4. --check-export (needs ./infer, `make infer`): runs
-           ./infer -m dev/reference/fixtures/gpt2_tiny_model.bin -e <tmpdir>
+    4. --check-export (needs ./convert, `make convert`): runs
+           ./convert -i dev/reference/fixtures/gpt2_tiny_model.bin -o <tmpdir>
        then checks (a) every tensor of tmpdir/model.safetensors against our own reading of
        gpt2_tiny_model.bin, bit for bit (Conv1D weights are the transposes of our (out, in)
        ones, wte loses the padding rows V..Vp-1), with an independent parser of the
@@ -63,13 +63,13 @@ What it does
        files, so the C test can check without Python that it still writes the bytes
        transformers accepted). --check-export --check compares with those files instead.
        --fake-infer is a TEST AID ONLY: a Python exporter written from the safetensors spec
-       stands in for ./infer, and everything is written to a temporary directory, never to
+       stands in for ./convert, and everything is written to a temporary directory, never to
        fixtures/ (the export fixtures must come from the real binary).
 
 How to run
     python dev/reference/infer_reference.py                  # writes items 1-3 (~10 s)
     python dev/reference/infer_reference.py --check          # recomputes 1-3, compares
-    make infer && python dev/reference/infer_reference.py --check-export          # item 4
+    make convert && python dev/reference/infer_reference.py --check-export          # item 4
     python dev/reference/infer_reference.py --check-export --check   # compares item 4
     Pinned: transformers 5.24.0, safetensors 0.8.0, torch 2.9.1, numpy 2.4.6 (a warning if
     others are installed). Runs offline: HF_HUB_OFFLINE=1 and TRANSFORMERS_OFFLINE=1 are
@@ -654,7 +654,7 @@ def hf_tensors_from_llmc(dims, ws):
 
 
 def fake_infer_export(model_path, out_dir):
-    """TEST AID ONLY (--fake-infer): stands in for `./infer -m model -e out_dir` until infer.c
+    """TEST AID ONLY (--fake-infer): stands in for `./convert -i model -o out_dir` until convert.c
     exists, so the checks below can be tested. Never used to write fixtures."""
     dims, ws = read_llmc(model_path)
     os.makedirs(out_dir, exist_ok=True)
@@ -668,7 +668,7 @@ def fake_infer_export(model_path, out_dir):
                  st_write(hf_tensors_from_llmc(dims, ws), {"format": "pt"}))
 
 
-def check_export(check_only, fake, infer_path, keep):
+def check_export(check_only, fake, convert_path, keep):
     t0 = time.time()
     model_path = os.path.join(FIXTURES, "gpt2_tiny_model.bin")
     tmp = tempfile.mkdtemp(prefix="infer_export_")
@@ -677,15 +677,15 @@ def check_export(check_only, fake, infer_path, keep):
     res_dir = tmp if fake else FIXTURES
     try:
         if fake:
-            print("--fake-infer: TEST AID, a Python exporter stands in for ./infer; "
+            print("--fake-infer: TEST AID, a Python exporter stands in for ./convert; "
                   f"results go to {tmp}, not to fixtures/")
             fake_infer_export(model_path, out_dir)
         else:
-            exe = os.path.normpath(os.path.join(REPO_ROOT, infer_path))
+            exe = os.path.normpath(os.path.join(REPO_ROOT, convert_path))
             if not (os.path.isfile(exe) and os.access(exe, os.X_OK)):
-                sys.exit(f"error: {exe} not found or not executable; build it first with `make infer`")
+                sys.exit(f"error: {exe} not found or not executable; build it first with `make convert`")
             os.makedirs(out_dir)
-            cmd = [exe, "-m", os.path.relpath(model_path, REPO_ROOT), "-e", out_dir]
+            cmd = [exe, "-i", os.path.relpath(model_path, REPO_ROOT), "-o", out_dir]
             print("running: " + " ".join(cmd))
             r = subprocess.run(cmd, cwd=REPO_ROOT)
             if r.returncode != 0:
@@ -792,11 +792,11 @@ def main():
     ap.add_argument("--check", action="store_true",
                     help="recompute and compare with the fixtures on disk instead of writing")
     ap.add_argument("--check-export", action="store_true",
-                    help="run ./infer -e on fixtures/gpt2_tiny_model.bin, check the export, "
+                    help="run ./convert on fixtures/gpt2_tiny_model.bin into a folder, check the export, "
                          "write fixtures/infer_export.{bin,fnv1a64} (compare with --check)")
-    ap.add_argument("--infer", default="./infer", help="the infer binary (default ./infer, repo root)")
+    ap.add_argument("--convert", default="./convert", help="the convert binary (default ./convert, repo root)")
     ap.add_argument("--fake-infer", action="store_true",
-                    help="TEST AID: a Python exporter instead of ./infer; writes nothing to fixtures/")
+                    help="TEST AID: a Python exporter instead of ./convert; writes nothing to fixtures/")
     ap.add_argument("--keep", action="store_true", help="keep the temporary export directory")
     args = ap.parse_args()
     check_versions()
@@ -806,7 +806,7 @@ def main():
     if args.fake_infer and not args.check_export:
         ap.error("--fake-infer goes with --check-export")
     if args.check_export:
-        check_export(args.check, args.fake_infer, args.infer, args.keep)
+        check_export(args.check, args.fake_infer, args.convert, args.keep)
     else:
         os.makedirs(FIXTURES, exist_ok=True)
         build_all(args.check)

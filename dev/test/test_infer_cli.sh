@@ -1,16 +1,19 @@
 #!/usr/bin/env bash
-# infer as a user runs it: flags, batches, instruction mode, stops, export / import from
-# the command line, the benchmark table, and one clear error for each kind of bad input.
+# infer as a user runs it: flags, batches, instruction mode, stops, the benchmark table,
+# and one clear error for each kind of bad input.
 #
-#     make infer && bash dev/test/test_infer_cli.sh ./infer
+#     make infer build/hf_tiny_fp32.bin && bash dev/test/test_infer_cli.sh ./infer
 #
-# Small models only (the V=300 fixtures and a random d1), so it takes seconds.
+# Small models only (the V=300 fixtures, one converted by ./convert into build/, and a random
+# d1), so it takes seconds.
 set -u
 BIN=$(realpath "${1:-./infer}")
 [ -x "$BIN" ] || { echo "Error: $BIN is not built (make infer)"; echo "0 passed, 1 failed"; exit 1; }
 TMP=$(mktemp -d /tmp/test_infer_cli.XXXXXX)
 trap 'rm -rf "$TMP"' EXIT
 F=dev/reference/fixtures
+H=build/hf_tiny_fp32.bin # fixtures/hf_tiny_fp32 as a checkpoint (make converts it)
+[ -f $H ] || { echo "Error: $H is missing (make $H)"; echo "0 passed, 1 failed"; exit 1; }
 passed=0
 failed=0
 ok() { echo "OK      $1"; passed=$((passed + 1)); }
@@ -31,37 +34,37 @@ expect_error "an unknown flag" "unknown flag -q" "$BIN" -q 1
 expect_error "a flag without a value" "needs a value" "$BIN" -n
 expect_error "top-p above 1" "-p (top-p) must be in (0, 1]" "$BIN" -p 1.5
 expect_error "a negative temperature" "needs a non-negative number" "$BIN" -t -1
-expect_error "-d other than fp32/bf16" "-d takes fp32 or bf16" "$BIN" -d fp8
 expect_error "-a 2" "take 0 or 1" "$BIN" -a 2
 expect_error "-a without an instruction" "-a 1 needs an instruction" "$BIN" -a 1
-expect_error "a bad -b list" "lists of positive integers" "$BIN" -m $F/hf_tiny_fp32 -B 1 -b 1,x
+expect_error "a bad -b list" "lists of positive integers" "$BIN" -m $H -B 1 -b 1,x
 
 # --- models that are not there or not right
 (cd "$TMP" && expect_error "no -m and no checkpoint in log_gpt2/" "no -m given and no checkpoint in log_gpt2/" "$BIN" -i hi)
 expect_error "a model that does not exist" "no/such: no such file or folder" "$BIN" -m no/such
-head -c 1000 $F/hf_tiny_fp32/model.safetensors > "$TMP/head.safetensors"
-mkdir -p "$TMP/trunc" && cp $F/hf_tiny_fp32/config.json "$TMP/trunc/" && cp "$TMP/head.safetensors" "$TMP/trunc/model.safetensors"
-expect_error "a truncated model.safetensors" "$TMP/trunc/model.safetensors: header length" "$BIN" -m "$TMP/trunc" -z 1 -i 1
-expect_error "a GPT-2 folder as -g" "encoder.json: cannot read it" "$BIN" -m d1 -g $F/hf_tiny_fp32 -i hi
-expect_error "a model whose vocabulary is not GPT-2's, as text" "no/such/dir/encoder.json" "$BIN" -m $F/hf_tiny_fp32 -g no/such/dir -i hi
+expect_error "a Hugging Face folder: the ./convert command that makes a checkpoint of it" \
+    "./convert -i $F/hf_tiny_fp32 -o $F/hf_tiny_fp32.bin" "$BIN" -m $F/hf_tiny_fp32/ -z 1 -i 1
+head -c 5000 $H > "$TMP/trunc.bin"
+expect_error "a truncated checkpoint" "$TMP/trunc.bin: file has 5000 bytes" "$BIN" -m "$TMP/trunc.bin" -z 1 -i 1
+expect_error "a folder without the tokenizer as -g" "encoder.json: cannot read it" "$BIN" -m d1 -g $F/hf_tiny_fp32 -i hi
+expect_error "a model whose vocabulary is not GPT-2's, as text" "no/such/dir/encoder.json" "$BIN" -m $H -g no/such/dir -i hi
 
 # --- prompts that do not fit
 long=$(seq -s, 1 40)
 expect_error "a prompt longer than the context" "is 40 tokens long; the model's context is 32 tokens" "$BIN" -m $F/gpt2_tiny_model.bin -z 1 -i "$long"
-expect_error "a token id outside the vocabulary" "'300' is not a token id in [0, 300)" "$BIN" -m $F/hf_tiny_fp32 -z 1 -i "1,300"
+expect_error "a token id outside the vocabulary" "'300' is not a token id in [0, 300)" "$BIN" -m $H -z 1 -i "1,300"
 printf '1,2\n\n{"prompt": "5, 999"}\n' > "$TMP/bad_prompts"
-expect_error "a bad id in a prompt file" "prompt 2: '999' is not a token id" "$BIN" -m $F/hf_tiny_fp32 -z 1 -f "$TMP/bad_prompts"
+expect_error "a bad id in a prompt file" "prompt 2: '999' is not a token id" "$BIN" -m $H -z 1 -f "$TMP/bad_prompts"
 printf '{"prompt": 5}\n' > "$TMP/bad_json"
-expect_error "a JSON line without a string prompt" "line 1: no string \"prompt\"" "$BIN" -m $F/hf_tiny_fp32 -z 1 -f "$TMP/bad_json"
+expect_error "a JSON line without a string prompt" "line 1: no string \"prompt\"" "$BIN" -m $H -z 1 -f "$TMP/bad_json"
 printf '{"prompt": "1,2"\n' > "$TMP/bad_json"
-expect_error "a line that is not JSON" "line 1 starts with '{' but is not a JSON object" "$BIN" -m $F/hf_tiny_fp32 -z 1 -f "$TMP/bad_json"
+expect_error "a line that is not JSON" "line 1 starts with '{' but is not a JSON object" "$BIN" -m $H -z 1 -f "$TMP/bad_json"
 
 # --- generation: a batch gives each prompt what it gets alone; the context caps -n
 run() { "$BIN" "$@" 2> "$TMP/stderr"; }
-a=$(run -m $F/hf_tiny_fp32 -z 1 -t 0 -n 20 -i "1,2,3")
-b=$(run -m $F/hf_tiny_fp32 -z 1 -t 0 -n 20 -i "7")
+a=$(run -m $H -z 1 -t 0 -n 20 -i "1,2,3")
+b=$(run -m $H -z 1 -t 0 -n 20 -i "7")
 printf '1,2,3\n\n{"prompt": "7"}\n' > "$TMP/prompts"
-run -m $F/hf_tiny_fp32 -z 1 -t 0 -n 20 -f "$TMP/prompts" > "$TMP/batch"
+run -m $H -z 1 -t 0 -n 20 -f "$TMP/prompts" > "$TMP/batch"
 if [ "$(sed -n 2p "$TMP/batch")" = "$a" ] && [ "$(sed -n 4p "$TMP/batch")" = "$b" ] && grep -q -- "--- 2 of 2 (1 prompt tokens, 20 generated" "$TMP/batch"; then
     ok "a batch from -f (a blank line, a JSON line) gives each prompt its text alone"
 else not_ok "batch vs single:"; cat "$TMP/batch"; echo "$a"; echo "$b"; fi
@@ -85,19 +88,8 @@ sec1=$(awk '/^--- 1 of 2/{f=1;next} /^--- 2 of 2/{f=0} f' "$TMP/ibatch")
 sec2=$(awk '/^--- 2 of 2/{f=1;next} f' "$TMP/ibatch")
 [ "$sec1" = "$r" ] && [ "$sec2" = "$r" ] && ! grep -q "Instruction" "$TMP/ibatch" && ok "instruction mode: the response only, -i and JSON lines alike" || { not_ok "instruction mode"; cat "$TMP/ibatch"; echo "[$r]"; }
 
-# --- export and import from the command line: HF folder <-> checkpoint, byte for byte
-run -m $F/gpt2_tiny_model.bin -e "$TMP/hf" && run -m "$TMP/hf" -o "$TMP/back.bin" && cmp -s "$TMP/back.bin" $F/gpt2_tiny_model.bin &&
-    ok "checkpoint -> -e folder -> -o checkpoint: the same bytes" || not_ok "export/import round trip"
-run -m $F/gpt2_tiny_model.bin -o "$TMP/bf16.bin" -d bf16 && run -m "$TMP/bf16.bin" -e "$TMP/hf16" && grep -q '"dtype": "bfloat16"' "$TMP/hf16/config.json" &&
-    run -m "$TMP/hf16" -o "$TMP/bf16_again.bin" -d bf16 && cmp -s "$TMP/bf16.bin" "$TMP/bf16_again.bin" &&
-    ok "bf16 checkpoint (v5) -> BF16 folder -> v5: the same bytes" || not_ok "bf16 round trip"
-cp "$TMP/back.bin" "$TMP/keep.bin"
-expect_error "-o into a missing folder" "cannot open '$TMP/no/dir/x.bin.tmp'" "$BIN" -m $F/gpt2_tiny_model.bin -o "$TMP/no/dir/x.bin"
-"$BIN" -m "$TMP/trunc" -o "$TMP/keep.bin" > /dev/null 2>&1
-cmp -s "$TMP/back.bin" "$TMP/keep.bin" && [ ! -e "$TMP/keep.bin.tmp" ] && ok "a failed run leaves the file it would have written untouched" || not_ok "file overwritten"
-
 # --- the benchmark: one row per (batch, prompt, generated), the cache growing with them
-run -m $F/hf_tiny_fp32 -B 1 -b 1,2 -l 4,8 -N 3 > "$TMP/bench"
+run -m $H -B 1 -b 1,2 -l 4,8 -N 3 > "$TMP/bench"
 rows=$(grep -c '^| *[0-9]' "$TMP/bench")
 [ "$rows" = 4 ] && grep -q "^| *2 | *8 | *3 |.*| *0.02 |$" "$TMP/bench" && ok "-B 1: a 4-row table; 2 x (8 + 3) tokens of cache = 0.02 MiB" || { not_ok "bench table"; cat "$TMP/bench"; }
 

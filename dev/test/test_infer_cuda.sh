@@ -18,6 +18,8 @@ done
 TMP=$(mktemp -d /tmp/test_infer_cuda.XXXXXX)
 trap 'rm -rf "$TMP"' EXIT
 F=dev/reference/fixtures
+H=build # the reference's Hugging Face folders as checkpoints (make converts them)
+CONVERT=${CONVERT:-./convert}
 passed=0
 failed=0
 ok() { echo "OK      $1"; passed=$((passed + 1)); }
@@ -35,16 +37,16 @@ same() {
 }
 
 printf '1,2,3\n{"prompt": "7"}\n5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20\n42\n' > "$TMP/prompts"
-same "greedy, one prompt, 64 tokens" -m $F/hf_tiny_fp32 -z 1 -t 0 -n 64 -i "1,2,3"
-same "greedy, a batch of 4 (different lengths)" -m $F/hf_tiny_fp32 -z 1 -t 0 -n 64 -f "$TMP/prompts"
-same "sampled: -t 0.9 -k 40 -p 0.95 -s 5, a batch of 4" -m $F/hf_tiny_fp32 -z 1 -t 0.9 -k 40 -p 0.95 -s 5 -n 48 -f "$TMP/prompts"
-same "sampled from the bf16 checkpoint's weights" -m $F/hf_tiny_bf16 -z 1 -s 9 -n 32 -i "3,1,4,1,5"
+same "greedy, one prompt, 64 tokens" -m $H/hf_tiny_fp32.bin -z 1 -t 0 -n 64 -i "1,2,3"
+same "greedy, a batch of 4 (different lengths)" -m $H/hf_tiny_fp32.bin -z 1 -t 0 -n 64 -f "$TMP/prompts"
+same "sampled: -t 0.9 -k 40 -p 0.95 -s 5, a batch of 4" -m $H/hf_tiny_fp32.bin -z 1 -t 0.9 -k 40 -p 0.95 -s 5 -n 48 -f "$TMP/prompts"
+same "sampled from the bf16 checkpoint's weights" -m $H/hf_tiny_bf16.bin -z 1 -s 9 -n 32 -i "3,1,4,1,5"
 same "text: GPT-2's vocabulary (a random d1), greedy" -m d1 -t 0 -n 24 -i "The meaning of life is"
 same "text: a stop string" -m d1 -t 0 -n 24 -i "The meaning of life is" -x "$(cut -c 30-32 "$TMP/cpu" | head -1)"
 same "text: instruction mode, sampled" -m d1 -a 1 -i "Name three colors." -n 16 -s 2
 # heads of other widths: a d4 model (C=256) with its header's head count set to 2 and 1,
 # so one head is 128 or 256 channels, as wide as the attention kernel's block and wider
-"$CPU" -m d4 -o "$TMP/d4.bin" 2> /dev/null
+"$CONVERT" -i d4 -o "$TMP/d4.bin" 2> /dev/null
 for nh in 2 1; do
     cp "$TMP/d4.bin" "$TMP/d4_nh$nh.bin"
     printf "\\x0$nh\\x00\\x00\\x00" | dd of="$TMP/d4_nh$nh.bin" bs=1 seek=20 conv=notrunc status=none # header[5] = NH
@@ -99,20 +101,18 @@ for shape in 36,4 42,3; do
     [ "$full" = 4 ] && [ "$limit" = 7 ] && grep -q "time to first token" "$TMP/bf16.err" && ok "BF16, C=$C NH=$NH V=301: 11 at once, 4 stopped by the context, 7 by the length" ||
         { not_ok "BF16, C=$C NH=$NH: $full and $limit sequences stopped as expected"; tail -3 "$TMP/bf16.err"; }
 done
-# the shared code: exports are the same bytes
-"$CPU" -m $F/gpt2_tiny_model.bin -e "$TMP/cpu_export" 2> /dev/null && "$FP32" -m $F/gpt2_tiny_model.bin -e "$TMP/gpu_export" 2> /dev/null &&
-    cmp -s "$TMP/cpu_export/model.safetensors" "$TMP/gpu_export/model.safetensors" && ok "-e: the same folder" || not_ok "-e differs"
 "$FP32" -m no/such -i 1 2> "$TMP/err"; [ $? = 1 ] && grep -q "no/such: no such file or folder" "$TMP/err" && ok "a missing model: the same error" || not_ok "missing model"
+"$FP32" -m $F/hf_tiny_fp32 -i 1 2> "$TMP/err"; [ $? = 1 ] && grep -q -- "./convert -i $F/hf_tiny_fp32 -o" "$TMP/err" && ok "a Hugging Face folder: the ./convert command" || not_ok "a folder"
 
 # BF16: it runs to the end, 64 tokens each, and its reports are there
-"$BF16" -m $F/hf_tiny_bf16 -z 1 -t 0 -n 64 -f "$TMP/prompts" > "$TMP/bf16" 2> "$TMP/bf16.err"
+"$BF16" -m $H/hf_tiny_bf16.bin -z 1 -t 0 -n 64 -f "$TMP/prompts" > "$TMP/bf16" 2> "$TMP/bf16.err"
 n=$(grep -c -- "64 generated, stopped at the length limit" "$TMP/bf16")
 [ "$n" = 4 ] && grep -q "time to first token" "$TMP/bf16.err" && grep -q "in bf16" "$TMP/bf16.err" && ok "BF16: 4 sequences of 64 tokens, bf16 weights, reports" || { not_ok "BF16 run"; tail -3 "$TMP/bf16.err"; }
-"$CPU" -m $F/hf_tiny_bf16 -z 1 -t 0 -n 64 -f "$TMP/prompts" > "$TMP/bf16_cpu" 2> /dev/null
+"$CPU" -m $H/hf_tiny_bf16.bin -z 1 -t 0 -n 64 -f "$TMP/prompts" > "$TMP/bf16_cpu" 2> /dev/null
 agree=$(paste -d'\n' <(grep -v -- '^---' "$TMP/bf16_cpu") <(grep -v -- '^---' "$TMP/bf16") | awk 'NR % 2 { a = $0; next } { n = split(a, x, " "); split($0, y, " "); k = 0; while (k < n && x[k + 1] == y[k + 1]) k++; s += k } END { print s }')
 echo "        (BF16 greedy vs infer.c on the same weights: $agree leading tokens agree in total, not checked)"
 # the benchmark table
-"$FP32" -m $F/hf_tiny_fp32 -B 1 -b 1,2 -l 4 -N 3 > "$TMP/bench" 2> /dev/null
+"$FP32" -m $H/hf_tiny_fp32.bin -B 1 -b 1,2 -l 4 -N 3 > "$TMP/bench" 2> /dev/null
 [ "$(grep -c '^| *[0-9]' "$TMP/bench")" = 2 ] && ok "-B 1: the benchmark table" || { not_ok "bench"; cat "$TMP/bench"; }
 
 echo "$passed passed, $failed failed"

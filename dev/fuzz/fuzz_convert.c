@@ -1,5 +1,5 @@
 /*
-fuzz_infer.c: libFuzzer targets for the parsers in infer.c that read files we did not
+fuzz_convert.c: libFuzzer targets for the parsers in convert.c that read files we did not
 write. Each is built with AddressSanitizer and UBSan, so an out-of-bounds read, a leak, an
 overflow or an endless loop is a finding; a parse error is the expected outcome for
 almost every input, and must come back as a return value with a message, never an exit.
@@ -13,7 +13,7 @@ Targets (chosen with -DFUZZ_<NAME>):
     JSON         the input is any JSON text; every string is also decoded, every number read
 */
 #define TESTING
-#include "../../infer.c"
+#include "../../convert.c"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {

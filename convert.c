@@ -1,0 +1,1740 @@
+/*
+convert.c: every model-file conversion of the book, in one program (what llama2.c's export.py
+and llm.c's train_gpt2.py are to those projects, but in C). The chapters' programs read only
+the project's own files; this one turns other people's files into ours and ours into theirs.
+
+Formats today (GPT-2):
+  in:  a Hugging Face GPT-2 folder: config.json + model.safetensors, or several shards named
+       by model.safetensors.index.json (as save_pretrained writes big models); F32, F16, BF16
+       or F64 tensors; names with or without "transformer."; gpt2 ... gpt2-xl as downloaded.
+       An llm.c checkpoint (version 3 fp32, version 5 bf16). d<N>: a new random model.
+  out: an llm.c checkpoint (a name ending in .bin; -d fp32 or bf16), or a Hugging Face folder
+       (anything else) that transformers loads: config.json, model.safetensors (or shards of
+       at most -S MiB and their index), and the tokenizer's vocab.json + merges.txt.
+  the tokenizer: GPT-2's encoder.json + vocab.bpe (ours, in data/gpt2/) are Hugging Face's
+       vocab.json + merges.txt under other names; -t DIR copies them across (-t data/gpt2 is
+       the default for exports).
+HF's GPT-2 keeps its linear weights as Conv1D, (in, out): transposed relative to ours
+(out, in), as nn.Linear keeps them. Our safetensors reader and JSON parser check every
+offset, dtype and shape before they touch the data (fuzzed by make fuzz).
+
+How it is built, so that the later chapters' formats (Llama-family folders, GGUF, PEFT
+adapters) slot in: one reader per container format (JSON, safetensors), one writer per
+target (llm.c checkpoint, safetensors folder), and per model family a table that maps our
+tensors to the other format's names and layouts (GPT2_HF below), plus its config.json fields.
+
+What it leaves out on purpose: pickled PyTorch files (.bin / .pt: they run code when
+loaded), TensorFlow and Flax checkpoints, and any architecture but GPT-2 (for now).
+
+Build and run (from the repository root):
+    make convert
+    ./convert -i path/to/gpt2 -o gpt2_124M.bin           # a Hugging Face folder -> a checkpoint
+    ./convert -i log_gpt2/model_00005000.bin -o my_gpt2  # a checkpoint -> a Hugging Face folder
+    ./convert -i gpt2_124M.bin -o gpt2_124M_bf16.bin -d bf16
+    ./convert -h                                          # every flag with its default
+Checked by test_convert.c: Hugging Face folders written by transformers
+(dev/reference/infer_reference.py: F32, F16, BF16, with and without the prefix, sharded) to
+our checkpoint and back, byte for byte; our exported folder's bytes are the ones transformers
+loaded and matched (fixtures/infer_export.fnv1a64); every kind of broken file is one error
+message; test_infer.c then runs the converted checkpoints against transformers' logits.
+
+Sizes: C channels, NH heads, V vocabulary, Vp padded vocabulary, L layers, maxT the context.
+*/
+
+// fsync, mkdir, fseeko, M_PI are POSIX / X/Open, not ISO C
+#define _XOPEN_SOURCE 700
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define PROGRAM "./convert" // in messages: how the user runs this program
+
+// ----------------------------------------------------------------------------
+// utilities: checked calls, files, random numbers, 16-bit floats
+
+// --- begin shared-copy: check-macros ---
+// Every libc call that can fail goes through one of these wrappers. On failure each prints one
+// line saying what failed, the C library's own reason (strerror) and where in our source it
+// happened, then exits with status 1. They are static inline so that a program using only
+// some of them still compiles cleanly under -Wall -Wextra -Werror.
+
+static inline FILE *fopen_check(const char *path, const char *mode, const char *file, int line) {
+    FILE *fp = fopen(path, mode);
+    if (fp == NULL) {
+        fprintf(stderr, "Error: cannot open '%s' (mode \"%s\"): %s [%s:%d]\n",
+                path, mode, strerror(errno), file, line);
+        exit(EXIT_FAILURE);
+    }
+    return fp;
+}
+#define fopenCheck(path, mode) fopen_check(path, mode, __FILE__, __LINE__)
+
+static inline void fread_check(void *ptr, size_t size, size_t nmemb, FILE *stream,
+                               const char *file, int line) {
+    size_t got = fread(ptr, size, nmemb, stream);
+    if (got != nmemb) {
+        // a short read is either the file ending early or a real I/O error; say which
+        if (feof(stream)) {
+            fprintf(stderr, "Error: file ended early: read %zu of %zu items of %zu bytes [%s:%d]\n",
+                    got, nmemb, size, file, line);
+        } else {
+            fprintf(stderr, "Error: read failed after %zu of %zu items: %s [%s:%d]\n",
+                    got, nmemb, strerror(errno), file, line);
+        }
+        exit(EXIT_FAILURE);
+    }
+}
+#define freadCheck(ptr, size, nmemb, stream) fread_check(ptr, size, nmemb, stream, __FILE__, __LINE__)
+
+static inline void fwrite_check(const void *ptr, size_t size, size_t nmemb, FILE *stream,
+                                const char *file, int line) {
+    size_t put = fwrite(ptr, size, nmemb, stream);
+    if (put != nmemb) {
+        fprintf(stderr, "Error: write failed after %zu of %zu items: %s [%s:%d]\n",
+                put, nmemb, strerror(errno), file, line);
+        exit(EXIT_FAILURE);
+    }
+}
+#define fwriteCheck(ptr, size, nmemb, stream) fwrite_check(ptr, size, nmemb, stream, __FILE__, __LINE__)
+
+static inline void fclose_check(FILE *fp, const char *file, int line) {
+    // fclose flushes buffered writes, so a full disk often shows up only here
+    if (fclose(fp) != 0) {
+        fprintf(stderr, "Error: closing a file failed: %s [%s:%d]\n", strerror(errno), file, line);
+        exit(EXIT_FAILURE);
+    }
+}
+#define fcloseCheck(fp) fclose_check(fp, __FILE__, __LINE__)
+
+static inline void *malloc_check(size_t size, const char *file, int line) {
+    // malloc(0) may legally return NULL; ask for one byte so that is never mistaken for failure
+    void *ptr = malloc(size > 0 ? size : 1);
+    if (ptr == NULL) {
+        fprintf(stderr, "Error: out of memory: could not allocate %zu bytes [%s:%d]\n",
+                size, file, line);
+        exit(EXIT_FAILURE);
+    }
+    return ptr;
+}
+#define mallocCheck(size) malloc_check(size, __FILE__, __LINE__)
+// --- end shared-copy: check-macros ---
+// --- begin shared-copy: file-helpers ---
+#define MAX_PATH_LEN 4096
+
+// Bad input (as opposed to a failing libc call) gets one line naming the file and the
+// problem, an optional HINT line saying what to do about it, and exit status 1.
+static void die_file(const char *path, const char *hint, const char *fmt, ...) {
+    va_list args;
+    va_start(args, fmt);
+    fprintf(stderr, "Error: %s: ", path);
+    vfprintf(stderr, fmt, args);
+    fprintf(stderr, "\n");
+    va_end(args);
+    if (hint != NULL) { fprintf(stderr, "HINT: %s\n", hint); }
+    exit(EXIT_FAILURE);
+}
+
+// out = a followed by b, for building file names; a name that does not fit is an error.
+static void path_concat(char out[], const char *a, const char *b) {
+    int n = snprintf(out, MAX_PATH_LEN, "%s%s", a, b);
+    if (n < 0 || n >= MAX_PATH_LEN) { die_file(a, NULL, "path is too long (over %d bytes)", MAX_PATH_LEN - 1); }
+}
+
+// Reads a whole file into memory (plus a terminating 0 byte that parsers may rely on).
+// We look at the path with access() and stat() first only to print a HINT with the error
+// (and because fopen happily opens a folder); fopenCheck stays the real check.
+static uint8_t *read_whole_file(const char *path, size_t *len, const char *hint) {
+    struct stat st;
+    if (access(path, R_OK) != 0) { die_file(path, hint, "cannot read it: %s", strerror(errno)); }
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) { die_file(path, hint, "is a folder, not a file"); }
+    FILE *f = fopenCheck(path, "rb");
+    if (fseek(f, 0, SEEK_END) != 0) { die_file(path, NULL, "cannot seek: %s", strerror(errno)); }
+    long size = ftell(f);
+    if (size < 0) { die_file(path, NULL, "cannot tell its size: %s", strerror(errno)); }
+    if (fseek(f, 0, SEEK_SET) != 0) { die_file(path, NULL, "cannot seek: %s", strerror(errno)); }
+    uint8_t *data = (uint8_t *)mallocCheck((size_t)size + 1);
+    freadCheck(data, 1, (size_t)size, f);
+    fcloseCheck(f);
+    data[size] = 0;
+    *len = (size_t)size;
+    return data;
+}
+
+// --- end shared-copy: file-helpers ---
+// --- begin shared-copy: format-path ---
+// snprintf into a path buffer, or exit if the path does not fit (a silently
+// truncated path would read or write the wrong file)
+static void format_path(char *out, size_t size, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void format_path(char *out, size_t size, const char *fmt, ...) {
+    va_list args;
+    va_start(args, fmt);
+    int n = vsnprintf(out, size, fmt, args);
+    va_end(args);
+    if (n < 0 || (size_t)n >= size) {
+        fprintf(stderr, "Error: a path is longer than %zu bytes: %.60s...\n", size - 1, out);
+        exit(EXIT_FAILURE);
+    }
+}
+// --- end shared-copy: format-path ---
+// --- begin shared-copy: atomic-write ---
+// Write each of n buffers, in order, to `path` atomically: write path.tmp, flush,
+// fsync, rename over path, fsync the directory (so that the rename itself is on
+// disk before we write the next file). A crash or a full disk leaves either the
+// old file or the new one, never half of one; on failure the .tmp is removed.
+static void write_file_atomic(const char *path, const void **bufs, const size_t *sizes, int n) {
+    char tmp[4096], dir[4096];
+    format_path(tmp, sizeof(tmp), "%s.tmp", path);
+    FILE *fp = fopenCheck(tmp, "wb");
+    int ok = 1;
+    for (int i = 0; i < n && ok; i++) { ok = sizes[i] == 0 || fwrite(bufs[i], 1, sizes[i], fp) == sizes[i]; }
+    ok = ok && fflush(fp) == 0 && fsync(fileno(fp)) == 0;
+    ok = (fclose(fp) == 0) && ok;
+    if (!ok || rename(tmp, path) != 0) {
+        fprintf(stderr, "Error: could not write %s: %s (the previous file, if any, is untouched)\n", path, strerror(errno));
+        remove(tmp);
+        exit(EXIT_FAILURE);
+    }
+    // the directory entry: fsync the folder the file is in
+    format_path(dir, sizeof(dir), "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (slash != NULL) { *slash = '\0'; } else { strcpy(dir, "."); }
+    int dfd = open(dir, O_RDONLY);
+    if (dfd >= 0) {
+        fsync(dfd); // best effort: some file systems refuse fsync on a directory
+        close(dfd);
+    }
+}
+// --- end shared-copy: atomic-write ---
+// --- begin shared-copy: splitmix-rng ---
+// One small generator for everything random: SplitMix64 (Steele, Lea, Flood 2014).
+// Used two ways. As a hash of a counter it gives random numbers that depend only
+// on (seed, stream, index): weight init can run in any order, in parallel, and
+// numpy can reproduce it vectorised (dev/reference/gpt2_reference.py does). As a
+// sequential generator (state += golden ratio) it shuffles and samples.
+static inline uint64_t splitmix64(uint64_t z) {
+    z += 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+// The key of one random stream (each program lists its streams; in train_gpt2.c
+// 0..15 are the parameter tensors, which the reference reproduces). A stream can
+// be split further by an index (an epoch, a step) with rng_subkey.
+static inline uint64_t rng_key(uint64_t seed, uint64_t stream) { return splitmix64((seed << 32) ^ stream); }
+static inline uint64_t rng_subkey(uint64_t seed, uint64_t stream, uint64_t index) { return splitmix64(rng_key(seed, stream) ^ index); }
+// uniform in [0, 1) with 24 random bits, so the value is exact in a float
+static inline double rng_uniform_at(uint64_t key, uint64_t i) { return (double)(splitmix64(key + i) >> 40) * 0x1p-24; }
+// standard normal by Box-Muller, from the uniforms at 2i and 2i+1
+static inline double rng_normal_at(uint64_t key, uint64_t i) {
+    double u1 = rng_uniform_at(key, 2 * i), u2 = rng_uniform_at(key, 2 * i + 1);
+    return sqrt(-2.0 * log(1.0 - u1)) * cos(2.0 * M_PI * u2);
+}
+// sequential use: *state is the counter
+static inline uint64_t rng_next(uint64_t *state) { return splitmix64((*state)++); }
+static inline float rng_float(uint64_t *state) { return (float)((rng_next(state) >> 40) * 0x1p-24); }
+// --- end shared-copy: splitmix-rng ---
+// --- begin shared-copy: half-floats ---
+// 16-bit floats to and from float. bf16 is the top half of a float, so widening is a shift;
+// narrowing rounds to nearest even (llm.c writes its version-5 files the same way). fp16
+// (IEEE binary16: 5 exponent bits, 10 mantissa bits) needs its exponent rebiased, and its
+// subnormals (exponent 0) scaled by hand.
+static inline float bf16_to_float(uint16_t h) {
+    uint32_t bits = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &bits, sizeof(f));
+    return f;
+}
+
+static inline uint16_t float_to_bf16(float f) {
+    uint32_t bits;
+    memcpy(&bits, &f, sizeof(bits));
+    if ((bits & 0x7fffffffu) > 0x7f800000u) { return (uint16_t)((bits >> 16) | 0x40); } // NaN stays NaN
+    bits += 0x7fffu + ((bits >> 16) & 1u);
+    return (uint16_t)(bits >> 16);
+}
+
+static inline float fp16_to_float(uint16_t h) {
+    uint32_t sign = (uint32_t)(h >> 15) << 31, exponent = (h >> 10) & 0x1f, mantissa = h & 0x3ff;
+    float magnitude;
+    if (exponent == 0) {
+        magnitude = ldexpf((float)mantissa, -24); // subnormal (or zero): mantissa x 2^-24
+    } else if (exponent == 31) {
+        magnitude = mantissa == 0 ? INFINITY : NAN;
+    } else {
+        magnitude = ldexpf((float)(mantissa | 0x400), (int)exponent - 25); // 1.mantissa x 2^(e-15)
+    }
+    uint32_t bits;
+    memcpy(&bits, &magnitude, sizeof(bits));
+    bits |= sign;
+    float f;
+    memcpy(&f, &bits, sizeof(f));
+    return f;
+}
+// --- end shared-copy: half-floats ---
+
+// ----------------------------------------------------------------------------
+// the model in memory (GPT-2), and llm.c checkpoints: the same code as infer.c's
+
+// --- begin shared-copy: gpt2-config ---
+typedef struct {
+    int max_seq_len;       // maxT, e.g. 1024
+    int vocab_size;        // V, e.g. 50257
+    int padded_vocab_size; // Vp, V rounded up to a multiple of 128, e.g. 50304
+    int num_layers;        // L
+    int num_heads;         // NH
+    int channels;          // C
+} GPT2Config;
+
+// The parameters, in the order of llm.c's checkpoint files (which we read and write).
+#define NUM_PARAMETER_TENSORS 16
+// --- end shared-copy: gpt2-config ---
+// --- begin shared-copy: infer-weights ---
+typedef struct {
+    float *wte;      // (Vp, C) token embeddings, tied with the output layer
+    float *wpe;      // (maxT, C) position embeddings
+    float *ln1w;     // (L, C)
+    float *ln1b;     // (L, C)
+    float *qkvw;     // (L, 3*C, C)
+    float *qkvb;     // (L, 3*C)
+    float *attprojw; // (L, C, C)
+    float *attprojb; // (L, C)
+    float *ln2w;     // (L, C)
+    float *ln2b;     // (L, C)
+    float *fcw;      // (L, 4*C, C)
+    float *fcb;      // (L, 4*C)
+    float *fcprojw;  // (L, C, 4*C)
+    float *fcprojb;  // (L, C)
+    float *lnfw;     // (C)
+    float *lnfb;     // (C)
+} ParameterTensors;
+// --- end shared-copy: infer-weights ---
+// --- begin shared-copy: gpt2-shapes ---
+const char *const PARAMETER_NAMES[NUM_PARAMETER_TENSORS] = {
+    "wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",
+    "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb", "lnfw", "lnfb"};
+
+void fill_in_parameter_sizes(size_t *sizes, GPT2Config config) {
+    size_t Vp = config.padded_vocab_size, C = config.channels, maxT = config.max_seq_len, L = config.num_layers;
+    size_t shapes[NUM_PARAMETER_TENSORS] = {
+        Vp * C, maxT * C, L * C, L * C, L * 3 * C * C, L * 3 * C, L * C * C, L * C,
+        L * C, L * C, L * 4 * C * C, L * 4 * C, L * C * 4 * C, L * C, C, C};
+    memcpy(sizes, shapes, sizeof(shapes));
+}
+
+// Check a configuration for sizes that cannot work; `source` names where it came
+// from. The caps are far above any GPT-2 (V 50257, L 48, C 1600, maxT 1024) and
+// keep every size product far from overflowing: a corrupt header is then reported
+// as such, not as an attempt to allocate petabytes.
+static void gpt2_validate_config(GPT2Config c, const char *source) {
+    if (c.max_seq_len <= 0 || c.max_seq_len > (1 << 20) || c.vocab_size <= 0 || c.vocab_size > (1 << 24) ||
+        c.padded_vocab_size < c.vocab_size || c.padded_vocab_size > (1 << 24) || c.num_layers <= 0 ||
+        c.num_layers > 1024 || c.num_heads <= 0 || c.channels <= 0 || c.channels > (1 << 16) ||
+        c.channels % c.num_heads != 0) {
+        fprintf(stderr, "Error: %s: impossible model shape maxT=%d V=%d Vp=%d L=%d NH=%d C=%d (need all > 0,"
+                " Vp >= V, C divisible by NH, maxT <= 2^20, V and Vp <= 2^24, L <= 1024, C <= 2^16): corrupt header?\n",
+                source, c.max_seq_len, c.vocab_size, c.padded_vocab_size, c.num_layers, c.num_heads, c.channels);
+        exit(EXIT_FAILURE);
+    }
+}
+
+static size_t gpt2_count_parameters(GPT2Config config) {
+    size_t sizes[NUM_PARAMETER_TENSORS], n = 0;
+    fill_in_parameter_sizes(sizes, config);
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) { n += sizes[i]; }
+    return n;
+}
+
+// --- end shared-copy: gpt2-shapes ---
+
+// --- begin shared-copy: gpt2-weights ---
+// One allocation for a whole table; the struct's pointers are slices of it.
+float *malloc_and_point(float **slices, const size_t *sizes, int n) {
+    size_t total = 0;
+    for (int i = 0; i < n; i++) { total += sizes[i]; }
+    float *memory = (float *)mallocCheck(total * sizeof(float));
+    float *p = memory;
+    for (int i = 0; i < n; i++) {
+        slices[i] = p;
+        p += sizes[i];
+    }
+    return memory;
+}
+
+// The weights as loaded, fp32 in host memory whatever the file held (infer.cu uploads
+// them to the GPU in its precision).
+typedef struct {
+    GPT2Config config;
+    ParameterTensors params;
+    size_t param_sizes[NUM_PARAMETER_TENSORS];
+    float *params_memory;
+    size_t num_parameters;
+    int from_bf16;     // they came from a bf16 file (./convert -d auto keeps them bf16: exact)
+    char source[4096]; // where they came from, for messages
+} GPT2Weights;
+
+static void gpt2_weights_allocate(GPT2Weights *w) {
+    fill_in_parameter_sizes(w->param_sizes, w->config);
+    w->num_parameters = 0;
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) { w->num_parameters += w->param_sizes[i]; }
+    w->params_memory = malloc_and_point((float **)&w->params, w->param_sizes, NUM_PARAMETER_TENSORS);
+}
+
+void gpt2_weights_free(GPT2Weights *w) {
+    free(w->params_memory);
+    w->params_memory = NULL;
+}
+// --- end shared-copy: gpt2-weights ---
+
+// --- begin shared-copy: gpt2-model-file ---
+// The size of an open file in bytes; the position is left just after the 256 x
+// int32 header that all our binary files start with.
+static long file_size(FILE *fp, const char *path) {
+    long bytes = -1;
+    if (fseek(fp, 0, SEEK_END) == 0) { bytes = ftell(fp); }
+    if (bytes < 0 || fseek(fp, 256 * sizeof(int), SEEK_SET) != 0) {
+        fprintf(stderr, "Error: %s: cannot seek: %s\n", path, strerror(errno));
+        exit(EXIT_FAILURE);
+    }
+    return bytes;
+}
+
+// Model checkpoints use llm.c's format, so its GPT-2 files load here unchanged:
+// a header of 256 int32 (magic 20240326, version 3 = fp32, maxT, V, L, NH, C, Vp),
+// then the 16 parameter tensors in table order, float32.
+#define MODEL_MAGIC 20240326
+#define MODEL_VERSION_FP32 3
+#define MODEL_VERSION_BF16 5
+// --- end shared-copy: gpt2-model-file ---
+// --- begin shared-copy: gpt2-init ---
+// Fill the parameters with random numbers: tensor k gets mean_k + std_k * N(0,1)
+// from random stream k of `seed`, then the vocabulary padding rows are zeroed.
+// GPT-2's scheme (Radford et al. 2019, and its released code): weights N(0, 0.02),
+// the two projections that feed the residual stream scaled by 1/sqrt(2L) so the
+// stream's variance does not grow with depth, biases 0, LayerNorms 1 and 0.
+// With noisy = 1, biases and LayerNorms get noise too: the tests use that, so a
+// bias or a LayerNorm weight that is ignored somewhere cannot go unnoticed.
+// params: all of them, fp32, in table order (sizes: param_sizes).
+void init_parameters(float *params, const size_t *param_sizes, GPT2Config config, uint64_t seed, int noisy) {
+    double std_w = 0.02, std_proj = 0.02 / sqrt(2.0 * config.num_layers);
+    double std_b = noisy ? 0.02 : 0.0, std_ln = noisy ? 0.1 : 0.0;
+    //                                   wte    wpe    ln1w   ln1b   qkvw   qkvb   attprojw  attprojb
+    double means[NUM_PARAMETER_TENSORS] = {0,     0,     1,     0,     0,     0,     0,        0,
+    //                                   ln2w   ln2b   fcw    fcb    fcprojw   fcprojb lnfw lnfb
+                                         1,     0,     0,     0,     0,        0,      1,   0};
+    double stds[NUM_PARAMETER_TENSORS] = {std_w, std_w, std_ln, std_ln, std_w, std_b, std_proj, std_b,
+                                          std_ln, std_ln, std_w, std_b, std_proj, std_b, std_ln, std_ln};
+    float *p = params;
+    for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {
+        uint64_t key = rng_key(seed, (uint64_t)k);
+        double mean = means[k], std = stds[k];
+        #pragma omp parallel for
+        for (size_t i = 0; i < param_sizes[k]; i++) {
+            // the product is rounded before the add, as numpy does it: GCC would
+            // otherwise fuse the two into an FMA, which can differ in the last bit
+            volatile double scaled = std * rng_normal_at(key, i);
+            p[i] = (float)(mean + scaled);
+        }
+        p += param_sizes[k];
+    }
+    // wte is the first tensor: its rows V..Vp-1 are the padding
+    size_t V = config.vocab_size, Vp = config.padded_vocab_size, C = config.channels;
+    memset(params + V * C, 0, (Vp - V) * C * sizeof(float));
+}
+
+// The configuration of a new model from a short descriptor "d<N>": depth L = N,
+// channels C = 64 N, heads NH = N (so the head size is always 64, as in every
+// GPT-2), maxT = 1024, GPT-2's vocabulary. d12 is GPT-2 small (124M parameters).
+GPT2Config gpt2_config_from_descriptor(const char *descriptor) {
+    char *end = NULL;
+    long depth = descriptor[0] == 'd' ? strtol(descriptor + 1, &end, 10) : 0;
+    if (end == NULL || *end != '\0' || depth < 1 || depth > 64) {
+        fprintf(stderr, "Error: model '%s' is neither an existing file nor a descriptor d<N> (1 <= N <= 64)\n", descriptor);
+        fprintf(stderr, "HINT: d4 makes a new 4-layer model; path/model.bin loads a checkpoint\n");
+        exit(EXIT_FAILURE);
+    }
+    GPT2Config c = {1024, 50257, 50304, (int)depth, (int)depth, 64 * (int)depth};
+    return c;
+}
+// --- end shared-copy: gpt2-init ---
+
+// --- begin shared-copy: checkpoint-read ---
+// Reads an llm.c / train_gpt2 checkpoint: version 3 (fp32) or 5 (bf16, widened to fp32).
+void gpt2_build_from_checkpoint(GPT2Weights *w, const char *path) {
+    FILE *fp = fopenCheck(path, "rb");
+    int header[256];
+    if (fread(header, sizeof(int), 256, fp) != 256) {
+        die_file(path, "pass a model file (model_<step>.bin from train_gpt2; ./convert makes one from a Hugging Face folder)",
+                 "file too short for a model header (256 x int32)");
+    }
+    if (header[0] != MODEL_MAGIC) {
+        die_file(path, "pass a model file (model_<step>.bin, llm.c's gpt2_124M.bin; ./convert makes one from a Hugging Face"
+                 " folder) or d<N> for a random model", "bad magic number: expected %d (llm.c GPT-2 model), found %d",
+                 MODEL_MAGIC, header[0]);
+    }
+    if (header[1] != MODEL_VERSION_FP32 && header[1] != MODEL_VERSION_BF16) {
+        die_file(path, NULL, "model file version %d, expected %d (fp32) or %d (bf16)", header[1],
+                 MODEL_VERSION_FP32, MODEL_VERSION_BF16);
+    }
+    w->config.max_seq_len = header[2];
+    w->config.vocab_size = header[3];
+    w->config.num_layers = header[4];
+    w->config.num_heads = header[5];
+    w->config.channels = header[6];
+    w->config.padded_vocab_size = header[7];
+    gpt2_validate_config(w->config, path);
+    size_t bytes_per = header[1] == MODEL_VERSION_BF16 ? 2 : 4;
+    size_t expected = 256 * sizeof(int) + gpt2_count_parameters(w->config) * bytes_per;
+    long actual = file_size(fp, path);
+    if ((size_t)actual != expected) {
+        die_file(path, NULL, "file has %ld bytes, its header (version %d, L=%d C=%d Vp=%d maxT=%d) needs %zu:"
+                 " truncated or corrupt", actual, header[1], header[4], header[6], header[7], header[2], expected);
+    }
+    gpt2_weights_allocate(w);
+    w->from_bf16 = header[1] == MODEL_VERSION_BF16;
+    if (!w->from_bf16) {
+        freadCheck(w->params_memory, sizeof(float), w->num_parameters, fp);
+    } else { // in chunks, widening as we go
+        uint16_t buf[1 << 16];
+        for (size_t done = 0; done < w->num_parameters;) {
+            size_t n = w->num_parameters - done < (1 << 16) ? w->num_parameters - done : (1 << 16);
+            freadCheck(buf, sizeof(uint16_t), n, fp);
+            for (size_t i = 0; i < n; i++) { w->params_memory[done + i] = bf16_to_float(buf[i]); }
+            done += n;
+        }
+    }
+    fcloseCheck(fp);
+}
+// --- end shared-copy: checkpoint-read ---
+
+// Writes an llm.c checkpoint: version 3 (fp32) or, with bf16, version 5.
+void gpt2_save_checkpoint(const GPT2Weights *w, const char *path, int bf16) {
+    int header[256] = {0};
+    header[0] = MODEL_MAGIC;
+    header[1] = bf16 ? MODEL_VERSION_BF16 : MODEL_VERSION_FP32;
+    header[2] = w->config.max_seq_len;
+    header[3] = w->config.vocab_size;
+    header[4] = w->config.num_layers;
+    header[5] = w->config.num_heads;
+    header[6] = w->config.channels;
+    header[7] = w->config.padded_vocab_size;
+    uint16_t *narrow = NULL;
+    const void *bufs[2] = {header, w->params_memory};
+    size_t sizes[2] = {sizeof(header), w->num_parameters * sizeof(float)};
+    if (bf16) {
+        narrow = (uint16_t *)mallocCheck(w->num_parameters * sizeof(uint16_t));
+        for (size_t i = 0; i < w->num_parameters; i++) { narrow[i] = float_to_bf16(w->params_memory[i]); }
+        bufs[1] = narrow;
+        sizes[1] = w->num_parameters * sizeof(uint16_t);
+    }
+    write_file_atomic(path, bufs, sizes, 2);
+    free(narrow);
+}
+
+// ----------------------------------------------------------------------------
+// JSON: just enough of a parser for config.json and safetensors headers
+
+// --- begin shared-copy: json ---
+// A whole JSON text becomes a flat array of tokens in document order (the idea of jsmn):
+// a container's children follow it, and `next` skips over its whole subtree. Nothing is
+// copied: a token is a span of the text. The grammar is RFC 8259's, checked strictly
+// (numbers, escapes, no control characters in strings, no trailing commas, nesting at most
+// JSON_MAX_DEPTH deep); any error is a message with the byte offset, never a crash.
+// Strings may contain any bytes >= 0x20 (we do not validate UTF-8; nothing here needs it).
+enum { JSON_OBJECT, JSON_ARRAY, JSON_STRING, JSON_NUMBER, JSON_TRUE, JSON_FALSE, JSON_NULL };
+#define JSON_MAX_DEPTH 64
+typedef struct {
+    int type;
+    size_t start, end; // the text: a string's bytes between its quotes, escapes not decoded
+    int size;          // children: an object's key/value pairs, an array's elements
+    int next;          // index of the first token after this one's subtree
+} JsonToken;
+
+typedef struct {
+    const char *text;
+    size_t len;
+    JsonToken *tokens;
+    int num, cap;
+    char *err;      // where a parse error is written
+    size_t err_size;
+} Json;
+
+static int json_fail(Json *j, size_t at, const char *what) {
+    snprintf(j->err, j->err_size, "JSON error at byte %zu: %s", at, what);
+    return -1;
+}
+
+static void json_skip_space(const Json *j, size_t *at) {
+    while (*at < j->len && (j->text[*at] == ' ' || j->text[*at] == '\t' || j->text[*at] == '\n' || j->text[*at] == '\r')) {
+        (*at)++;
+    }
+}
+
+static int json_new_token(Json *j, int type, size_t start) {
+    if (j->num == j->cap) {
+        if (j->cap > (1 << 26)) { return json_fail(j, start, "more than 2^26 values"); }
+        j->cap = j->cap == 0 ? 256 : 2 * j->cap;
+        JsonToken *grown = (JsonToken *)realloc(j->tokens, (size_t)j->cap * sizeof(JsonToken));
+        if (grown == NULL) { return json_fail(j, start, "out of memory"); }
+        j->tokens = grown;
+    }
+    JsonToken *t = &j->tokens[j->num];
+    t->type = type;
+    t->start = t->end = start;
+    t->size = 0;
+    t->next = j->num + 1;
+    return j->num++;
+}
+
+static int is_digit(char ch) { return ch >= '0' && ch <= '9'; }
+static int is_hex(char ch) { return is_digit(ch) || (ch >= 'a' && ch <= 'f') || (ch >= 'A' && ch <= 'F'); }
+// the value of 4 hex digits (checked by the parser)
+static unsigned hex4(const char *s) {
+    unsigned v = 0;
+    for (int k = 0; k < 4; k++) { v = 16 * v + (unsigned)(is_digit(s[k]) ? s[k] - '0' : (s[k] | 0x20) - 'a' + 10); }
+    return v;
+}
+
+// the string starting at the quote at *at; leaves *at after the closing quote
+static int json_parse_string(Json *j, size_t *at) {
+    int index = json_new_token(j, JSON_STRING, *at + 1);
+    if (index < 0) { return -1; }
+    size_t i = *at + 1;
+    for (;;) {
+        if (i >= j->len) { return json_fail(j, *at, "unterminated string"); }
+        unsigned char ch = (unsigned char)j->text[i];
+        if (ch == '"') { break; }
+        if (ch < 0x20) { return json_fail(j, i, "control character in a string"); }
+        if (ch == '\\') {
+            if (i + 1 >= j->len) { return json_fail(j, i, "unterminated escape"); }
+            char e = j->text[i + 1];
+            if (e == 'u') {
+                for (int k = 2; k < 6; k++) {
+                    if (i + k >= j->len || !is_hex(j->text[i + k])) { return json_fail(j, i, "bad \\u escape"); }
+                }
+                i += 6;
+                continue;
+            }
+            if (strchr("\"\\/bfnrt", e) == NULL || e == '\0') { return json_fail(j, i, "unknown escape"); }
+            i += 2;
+            continue;
+        }
+        i++;
+    }
+    j->tokens[index].end = i;
+    *at = i + 1;
+    return index;
+}
+
+static int json_parse_value(Json *j, size_t *at, int depth) {
+    json_skip_space(j, at);
+    if (*at >= j->len) { return json_fail(j, *at, "expected a value, found the end"); }
+    if (depth > JSON_MAX_DEPTH) { return json_fail(j, *at, "nested too deeply"); }
+    char ch = j->text[*at];
+    if (ch == '"') { return json_parse_string(j, at); }
+    if (ch == '{' || ch == '[') {
+        int is_object = ch == '{';
+        int index = json_new_token(j, is_object ? JSON_OBJECT : JSON_ARRAY, *at);
+        if (index < 0) { return -1; }
+        (*at)++;
+        json_skip_space(j, at);
+        char close = is_object ? '}' : ']';
+        if (*at < j->len && j->text[*at] == close) {
+            (*at)++;
+        } else {
+            for (;;) {
+                if (is_object) {
+                    json_skip_space(j, at);
+                    if (*at >= j->len || j->text[*at] != '"') { return json_fail(j, *at, "expected a key (a string)"); }
+                    if (json_parse_string(j, at) < 0) { return -1; }
+                    json_skip_space(j, at);
+                    if (*at >= j->len || j->text[*at] != ':') { return json_fail(j, *at, "expected ':'"); }
+                    (*at)++;
+                }
+                if (json_parse_value(j, at, depth + 1) < 0) { return -1; }
+                j->tokens[index].size++;
+                json_skip_space(j, at);
+                if (*at < j->len && j->text[*at] == ',') { (*at)++; continue; }
+                if (*at < j->len && j->text[*at] == close) { (*at)++; break; }
+                return json_fail(j, *at, is_object ? "expected ',' or '}'" : "expected ',' or ']'");
+            }
+        }
+        j->tokens[index].end = *at;
+        j->tokens[index].next = j->num;
+        return index;
+    }
+    if (ch == '-' || is_digit(ch)) { // -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)?
+        int index = json_new_token(j, JSON_NUMBER, *at);
+        if (index < 0) { return -1; }
+        size_t i = *at;
+        if (j->text[i] == '-') { i++; }
+        if (i < j->len && j->text[i] == '0') {
+            i++;
+        } else if (i < j->len && is_digit(j->text[i])) {
+            while (i < j->len && is_digit(j->text[i])) { i++; }
+        } else {
+            return json_fail(j, i, "bad number");
+        }
+        if (i < j->len && j->text[i] == '.') {
+            i++;
+            if (i >= j->len || !is_digit(j->text[i])) { return json_fail(j, i, "bad number: no digit after '.'"); }
+            while (i < j->len && is_digit(j->text[i])) { i++; }
+        }
+        if (i < j->len && (j->text[i] == 'e' || j->text[i] == 'E')) {
+            i++;
+            if (i < j->len && (j->text[i] == '+' || j->text[i] == '-')) { i++; }
+            if (i >= j->len || !is_digit(j->text[i])) { return json_fail(j, i, "bad number: no digit in the exponent"); }
+            while (i < j->len && is_digit(j->text[i])) { i++; }
+        }
+        j->tokens[index].end = i;
+        *at = i;
+        return index;
+    }
+    static const char *const literals[3] = {"true", "false", "null"};
+    static const int literal_types[3] = {JSON_TRUE, JSON_FALSE, JSON_NULL};
+    for (int k = 0; k < 3; k++) {
+        size_t n = strlen(literals[k]);
+        if (j->len - *at >= n && memcmp(j->text + *at, literals[k], n) == 0) {
+            int index = json_new_token(j, literal_types[k], *at);
+            if (index < 0) { return -1; }
+            *at += n;
+            j->tokens[index].end = *at;
+            return index;
+        }
+    }
+    return json_fail(j, *at, "unexpected character");
+}
+
+// Parses text[0..len) (one value, white space around it allowed). 0 on success, -1 with
+// a message in err on failure. json_free releases the tokens either way.
+int json_parse(Json *j, const char *text, size_t len, char *err, size_t err_size) {
+    memset(j, 0, sizeof(*j));
+    j->text = text;
+    j->len = len;
+    j->err = err;
+    j->err_size = err_size;
+    size_t at = 0;
+    if (json_parse_value(j, &at, 0) < 0) { return -1; }
+    json_skip_space(j, &at);
+    if (at != len) { return json_fail(j, at, "text after the JSON value"); }
+    return 0;
+}
+
+void json_free(Json *j) {
+    free(j->tokens);
+    j->tokens = NULL;
+    j->num = j->cap = 0;
+}
+
+// Decodes string token `index` into out (room for cap bytes including a final 0): the
+// escapes become their characters, \uXXXX (and surrogate pairs) UTF-8. Returns the
+// length, or -1 if it does not fit or holds a lone surrogate or a \u0000.
+int json_string(const Json *j, int index, char *out, size_t cap) {
+    const JsonToken *t = &j->tokens[index];
+    if (t->type != JSON_STRING || cap == 0) { return -1; }
+    size_t n = 0;
+    for (size_t i = t->start; i < t->end;) {
+        char buf[4];
+        size_t len = 1;
+        if (j->text[i] != '\\') {
+            buf[0] = j->text[i++];
+        } else {
+            char e = j->text[i + 1];
+            i += 2;
+            if (e != 'u') {
+                static const char from[] = "\"\\/bfnrt", to[] = "\"\\/\b\f\n\r\t";
+                buf[0] = to[strchr(from, e) - from];
+            } else {
+                unsigned cp = hex4(j->text + i);
+                i += 4;
+                if (cp >= 0xDC00 && cp <= 0xDFFF) { return -1; }
+                if (cp >= 0xD800 && cp <= 0xDBFF) { // a high surrogate needs its low half next
+                    if (i + 6 > t->end || j->text[i] != '\\' || j->text[i + 1] != 'u') { return -1; }
+                    unsigned lo = hex4(j->text + i + 2);
+                    if (lo < 0xDC00 || lo > 0xDFFF) { return -1; }
+                    cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+                    i += 6;
+                }
+                if (cp == 0) { return -1; } // would end our C string early
+                if (cp < 0x80) { buf[0] = (char)cp; }
+                else if (cp < 0x800) { buf[0] = (char)(0xC0 | (cp >> 6)); buf[1] = (char)(0x80 | (cp & 0x3F)); len = 2; }
+                else if (cp < 0x10000) {
+                    buf[0] = (char)(0xE0 | (cp >> 12)); buf[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
+                    buf[2] = (char)(0x80 | (cp & 0x3F)); len = 3;
+                } else {
+                    buf[0] = (char)(0xF0 | (cp >> 18)); buf[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
+                    buf[2] = (char)(0x80 | ((cp >> 6) & 0x3F)); buf[3] = (char)(0x80 | (cp & 0x3F)); len = 4;
+                }
+            }
+        }
+        if (n + len >= cap) { return -1; }
+        memcpy(out + n, buf, len);
+        n += len;
+    }
+    out[n] = '\0';
+    return (int)n;
+}
+
+// The value of key in object token `object`, or -1 if absent. Keys are compared after
+// decoding, so "n_\u0065mbd" is n_embd, as JSON says.
+int json_get(const Json *j, int object, const char *key) {
+    if (object < 0 || j->tokens[object].type != JSON_OBJECT) { return -1; }
+    int at = object + 1;
+    for (int k = 0; k < j->tokens[object].size; k++) {
+        char name[256];
+        int value = at + 1;
+        if (json_string(j, at, name, sizeof(name)) >= 0 && strcmp(name, key) == 0) { return value; }
+        at = j->tokens[value].next;
+    }
+    return -1;
+}
+
+// A number token as an integer: digits only (an optional minus sign), at most 18 of them.
+int json_int64(const Json *j, int index, int64_t *out) {
+    if (index < 0 || j->tokens[index].type != JSON_NUMBER) { return -1; }
+    const JsonToken *t = &j->tokens[index];
+    size_t i = t->start, digits = 0;
+    int negative = j->text[i] == '-';
+    if (negative) { i++; }
+    int64_t v = 0;
+    for (; i < t->end; i++, digits++) {
+        if (!is_digit(j->text[i]) || digits == 18) { return -1; }
+        v = v * 10 + (j->text[i] - '0');
+    }
+    *out = negative ? -v : v;
+    return 0;
+}
+
+int json_double(const Json *j, int index, double *out) {
+    if (index < 0 || j->tokens[index].type != JSON_NUMBER) { return -1; }
+    char buf[64];
+    size_t n = j->tokens[index].end - j->tokens[index].start;
+    if (n >= sizeof(buf)) { return -1; }
+    memcpy(buf, j->text + j->tokens[index].start, n);
+    buf[n] = '\0';
+    *out = strtod(buf, NULL);
+    return 0;
+}
+// --- end shared-copy: json ---
+
+// ----------------------------------------------------------------------------
+// safetensors: the file format of Hugging Face models
+
+// A .safetensors file (https://github.com/huggingface/safetensors, "Format"):
+//   8 bytes         N, the header's length, unsigned little endian
+//   N bytes         a JSON object: "name": {"dtype": "F32", "shape": [2, 3],
+//                   "data_offsets": [begin, end]}, ..., plus an optional "__metadata__"
+//                   object of strings; may be padded with spaces
+//   the rest        the data: tensor "name" is bytes [begin, end) of it, row-major
+// We check what the format promises before reading any data: every entry has a known
+// dtype, a shape whose size times the dtype's matches its byte range, ranges inside the
+// file, and (as the reference implementation requires) the ranges tile the data exactly:
+// no overlaps, no holes, nothing after the last one.
+#define ST_MAX_DIMS 8
+#define ST_MAX_HEADER (100u << 20) // the reference implementation's limit: 100 MB
+typedef struct {
+    char name[256];
+    char dtype[16];
+    int ndim;
+    int64_t shape[ST_MAX_DIMS];
+    uint64_t begin, end;    // byte range within the data
+    size_t element_bytes;
+} StTensor;
+
+typedef struct {
+    StTensor *tensors;
+    int num;
+    uint64_t data_start; // file offset of the data: 8 + N
+} SafeTensors;
+
+static const struct { const char *name; size_t bytes; } ST_DTYPES[] = {
+    {"F64", 8}, {"F32", 4}, {"F16", 2}, {"BF16", 2}, {"I64", 8}, {"I32", 4}, {"I16", 2}, {"I8", 1},
+    {"U64", 8}, {"U32", 4}, {"U16", 2}, {"U8", 1}, {"BOOL", 1}, {"F8_E4M3", 1}, {"F8_E5M2", 1}};
+
+static int st_fail(char *err, size_t err_size, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int st_fail(char *err, size_t err_size, const char *fmt, ...) {
+    va_list args;
+    va_start(args, fmt);
+    vsnprintf(err, err_size, fmt, args);
+    va_end(args);
+    return -1;
+}
+
+static int st_compare_name(const void *a, const void *b) {
+    return strcmp((*(const StTensor *const *)a)->name, (*(const StTensor *const *)b)->name);
+}
+
+static int st_compare_begin(const void *a, const void *b) {
+    uint64_t x = (*(const StTensor *const *)a)->begin, y = (*(const StTensor *const *)b)->begin;
+    return x < y ? -1 : x > y;
+}
+
+// Checks the entries of a parsed header into st->tensors (room for all) and order (the
+// same, to be sorted by offset). 0, or -1 and a message in err.
+static int st_check_entries(SafeTensors *st, const Json *j, StTensor **order, uint64_t data_len, char *err, size_t err_size) {
+    int at = 1;
+    for (int k = 0; k < j->tokens[0].size; k++, at = j->tokens[at + 1].next) {
+        int value = at + 1;
+        StTensor *t = &st->tensors[st->num];
+        if (json_string(j, at, t->name, sizeof(t->name)) < 0) {
+            return st_fail(err, err_size, "entry %d: name too long (over %zu bytes) or malformed", k, sizeof(t->name) - 1);
+        }
+        if (strcmp(t->name, "__metadata__") == 0) { // free-form strings: only their types are checked
+            if (j->tokens[value].type != JSON_OBJECT) { return st_fail(err, err_size, "__metadata__ is not an object"); }
+            for (int m = value + 2; m < j->tokens[value].next; m = j->tokens[m].next + 1) {
+                if (j->tokens[m].type != JSON_STRING) { return st_fail(err, err_size, "__metadata__ holds a value that is not a string"); }
+            }
+            continue;
+        }
+        if (j->tokens[value].type != JSON_OBJECT) { return st_fail(err, err_size, "tensor %s: entry is not an object", t->name); }
+        int dtype = json_get(j, value, "dtype"), shape = json_get(j, value, "shape");
+        int offsets = json_get(j, value, "data_offsets");
+        if (dtype < 0 || shape < 0 || offsets < 0 || j->tokens[value].size != 3) {
+            return st_fail(err, err_size, "tensor %s: needs exactly dtype, shape and data_offsets", t->name);
+        }
+        if (json_string(j, dtype, t->dtype, sizeof(t->dtype)) < 0) { return st_fail(err, err_size, "tensor %s: bad dtype", t->name); }
+        for (size_t d = 0; d < sizeof(ST_DTYPES) / sizeof(ST_DTYPES[0]); d++) {
+            if (strcmp(t->dtype, ST_DTYPES[d].name) == 0) { t->element_bytes = ST_DTYPES[d].bytes; }
+        }
+        if (t->element_bytes == 0) { return st_fail(err, err_size, "tensor %s: unknown dtype %s", t->name, t->dtype); }
+        if (j->tokens[shape].type != JSON_ARRAY || j->tokens[shape].size > ST_MAX_DIMS) {
+            return st_fail(err, err_size, "tensor %s: shape is not an array of at most %d sizes", t->name, ST_MAX_DIMS);
+        }
+        t->ndim = j->tokens[shape].size;
+        uint64_t elements = 1;
+        for (int d = 0; d < t->ndim; d++) {
+            int64_t size;
+            if (json_int64(j, shape + 1 + d, &size) != 0 || size < 0 || size > ((int64_t)1 << 40)) {
+                return st_fail(err, err_size, "tensor %s: shape[%d] is not a size in [0, 2^40]", t->name, d);
+            }
+            t->shape[d] = size;
+            if (size != 0 && elements > (UINT64_MAX >> 4) / (uint64_t)size) { return st_fail(err, err_size, "tensor %s: shape too large", t->name); }
+            elements *= (uint64_t)size;
+        }
+        int64_t begin, end;
+        if (j->tokens[offsets].type != JSON_ARRAY || j->tokens[offsets].size != 2 || json_int64(j, offsets + 1, &begin) != 0 ||
+            json_int64(j, offsets + 2, &end) != 0 || begin < 0 || end < begin) {
+            return st_fail(err, err_size, "tensor %s: data_offsets is not [begin, end] with 0 <= begin <= end", t->name);
+        }
+        t->begin = (uint64_t)begin;
+        t->end = (uint64_t)end;
+        if (t->end > data_len) {
+            return st_fail(err, err_size, "tensor %s: bytes [%" PRIu64 ", %" PRIu64 ") run past the end of the data (%" PRIu64
+                           " bytes): truncated file?", t->name, t->begin, t->end, data_len);
+        }
+        if (t->end - t->begin != elements * t->element_bytes) {
+            return st_fail(err, err_size, "tensor %s: shape and %s need %" PRIu64 " bytes, data_offsets give %" PRIu64, t->name,
+                           t->dtype, elements * t->element_bytes, t->end - t->begin);
+        }
+        order[st->num] = t;
+        st->num++;
+    }
+    // no name twice: sorted by name, equal names are neighbours (n log n: a header may
+    // hold millions of entries)
+    qsort(order, (size_t)st->num, sizeof(StTensor *), st_compare_name);
+    for (int k = 1; k < st->num; k++) {
+        if (strcmp(order[k - 1]->name, order[k]->name) == 0) { return st_fail(err, err_size, "tensor %s appears twice", order[k]->name); }
+    }
+    // the byte ranges, sorted, must tile [0, data_len)
+    qsort(order, (size_t)st->num, sizeof(StTensor *), st_compare_begin);
+    uint64_t covered = 0;
+    for (int k = 0; k < st->num; k++) {
+        if (order[k]->begin != covered) {
+            return st_fail(err, err_size, "tensor %s starts at byte %" PRIu64 " of the data, expected %" PRIu64 " (%s)", order[k]->name,
+                           order[k]->begin, covered, order[k]->begin < covered ? "overlaps the tensor before it" : "a hole before it");
+        }
+        covered = order[k]->end;
+    }
+    if (covered != data_len) {
+        return st_fail(err, err_size, "the tensors cover %" PRIu64 " bytes of data, the file holds %" PRIu64, covered, data_len);
+    }
+    return 0;
+}
+
+// Parses and checks the header text (N bytes) of a file whose data part has data_len
+// bytes. 0 on success; -1 with a message in err (st is then empty).
+int safetensors_parse_header(SafeTensors *st, const char *header, size_t N, uint64_t data_len, char *err, size_t err_size) {
+    memset(st, 0, sizeof(*st));
+    Json j;
+    int ok = json_parse(&j, header, N, err, err_size) == 0;
+    StTensor **order = NULL;
+    if (ok && j.tokens[0].type != JSON_OBJECT) { ok = 0; st_fail(err, err_size, "header is not a JSON object"); }
+    if (ok) {
+        st->tensors = (StTensor *)calloc((size_t)j.tokens[0].size + 1, sizeof(StTensor));
+        order = (StTensor **)calloc((size_t)j.tokens[0].size + 1, sizeof(StTensor *));
+        if (st->tensors == NULL || order == NULL) { ok = 0; st_fail(err, err_size, "out of memory"); }
+    }
+    ok = ok && st_check_entries(st, &j, order, data_len, err, err_size) == 0;
+    json_free(&j);
+    free(order);
+    if (!ok) {
+        free(st->tensors);
+        memset(st, 0, sizeof(*st));
+        return -1;
+    }
+    st->data_start = 8 + (uint64_t)N;
+    return 0;
+}
+
+// The first step of reading a file of file_len bytes that starts with head (at least
+// min(8, file_len) bytes): the header length N, checked against the file. -1 and a
+// message if it cannot be a safetensors file.
+int safetensors_header_length(const uint8_t *head, uint64_t file_len, size_t *N, char *err, size_t err_size) {
+    if (file_len < 8) { return st_fail(err, err_size, "only %" PRIu64 " bytes: too short for a safetensors file", file_len); }
+    uint64_t n = 0;
+    for (int i = 7; i >= 0; i--) { n = (n << 8) | head[i]; }
+    if (n > ST_MAX_HEADER || n > file_len - 8) {
+        return st_fail(err, err_size, "header length %" PRIu64 " is impossible (file: %" PRIu64 " bytes, limit %u):"
+                       " not a safetensors file, or truncated", n, file_len, ST_MAX_HEADER);
+    }
+    if (n < 2) { return st_fail(err, err_size, "header length %" PRIu64 ": too short for a JSON object", n); }
+    *N = (size_t)n;
+    return 0;
+}
+
+// A whole file in memory (the fuzzer's entry point; the loader reads just the header).
+int safetensors_parse_buffer(SafeTensors *st, const uint8_t *buf, size_t len, char *err, size_t err_size) {
+    size_t N = 0;
+    memset(st, 0, sizeof(*st));
+    if (safetensors_header_length(buf, len, &N, err, err_size) != 0) { return -1; }
+    return safetensors_parse_header(st, (const char *)buf + 8, N, len - 8 - N, err, err_size);
+}
+
+void safetensors_free(SafeTensors *st) {
+    free(st->tensors);
+    memset(st, 0, sizeof(*st));
+}
+
+const StTensor *safetensors_find(const SafeTensors *st, const char *name) {
+    for (int k = 0; k < st->num; k++) {
+        if (strcmp(st->tensors[k].name, name) == 0) { return &st->tensors[k]; }
+    }
+    return NULL;
+}
+
+// Reads and checks the header of the safetensors file at path (any error: one message
+// naming the file, and exit). The data is read later, tensor by tensor.
+static void safetensors_open(SafeTensors *st, const char *path, const char *hint) {
+    char err[512];
+    struct stat info;
+    if (stat(path, &info) != 0) { die_file(path, hint, "cannot read it: %s", strerror(errno)); }
+    FILE *fp = fopenCheck(path, "rb");
+    if (fseeko(fp, 0, SEEK_END) != 0) { die_file(path, NULL, "cannot seek: %s", strerror(errno)); }
+    off_t file_len = ftello(fp);
+    uint8_t head[8] = {0};
+    size_t N;
+    if (fseeko(fp, 0, SEEK_SET) != 0 || file_len < 0) { die_file(path, NULL, "cannot seek: %s", strerror(errno)); }
+    if (file_len >= 8) { freadCheck(head, 1, 8, fp); }
+    if (safetensors_header_length(head, (uint64_t)file_len, &N, err, sizeof(err)) != 0) { die_file(path, hint, "%s", err); }
+    char *header = (char *)mallocCheck(N);
+    freadCheck(header, 1, N, fp);
+    fcloseCheck(fp);
+    if (safetensors_parse_header(st, header, N, (uint64_t)file_len - 8 - N, err, sizeof(err)) != 0) { die_file(path, hint, "%s", err); }
+    free(header);
+}
+
+// the dtypes we read weights from
+static int st_float_dtype(const char *dtype) {
+    return strcmp(dtype, "F32") == 0 || strcmp(dtype, "F16") == 0 || strcmp(dtype, "BF16") == 0 || strcmp(dtype, "F64") == 0;
+}
+
+// Reads tensor t (F32, F16, BF16 or F64: st_float_dtype) of an open file and widens it to
+// float32 into out; buf holds its bytes on the way.
+static void st_read_floats(FILE *fp, const SafeTensors *st, const StTensor *t, float *out, void *buf, const char *path) {
+    size_t n = (size_t)(t->end - t->begin) / t->element_bytes;
+    if (fseeko(fp, (off_t)(st->data_start + t->begin), SEEK_SET) != 0) {
+        die_file(path, NULL, "cannot seek to tensor %s: %s", t->name, strerror(errno));
+    }
+    freadCheck(buf, t->element_bytes, n, fp);
+    if (strcmp(t->dtype, "F32") == 0) {
+        memcpy(out, buf, n * sizeof(float));
+    } else if (strcmp(t->dtype, "BF16") == 0) {
+        for (size_t i = 0; i < n; i++) { out[i] = bf16_to_float(((const uint16_t *)buf)[i]); }
+    } else if (strcmp(t->dtype, "F16") == 0) {
+        for (size_t i = 0; i < n; i++) { out[i] = fp16_to_float(((const uint16_t *)buf)[i]); }
+    } else if (strcmp(t->dtype, "F64") == 0) {
+        for (size_t i = 0; i < n; i++) { out[i] = (float)((const double *)buf)[i]; }
+    } else {
+        die_file(path, NULL, "tensor %s has dtype %s; we read F32, F16, BF16 and F64", t->name, t->dtype);
+    }
+}
+
+// ----------------------------------------------------------------------------
+// a Hugging Face folder's weights: one model.safetensors, or shards and their index
+
+// Big models come in shards: model-00001-of-00004.safetensors ... and an index,
+// model.safetensors.index.json = {"metadata": {...}, "weight_map": {"<tensor>": "<shard file>", ...}}
+// (transformers' save_pretrained with max_shard_size). We open every shard the index names,
+// and check that each tensor is where the index says and that no tensor is in two shards.
+#define HF_MAX_SHARDS 4096
+typedef struct {
+    int num;             // shards: 1 for a single model.safetensors
+    char (*paths)[MAX_PATH_LEN];
+    SafeTensors *st;     // the header of each
+} HfWeights;
+
+static void hf_weights_free(HfWeights *h) {
+    for (int s = 0; s < h->num; s++) { safetensors_free(&h->st[s]); }
+    free(h->paths);
+    free(h->st);
+    memset(h, 0, sizeof(*h));
+}
+
+// a shard's file name as the index gives it: a plain name in the same folder
+static int hf_shard_name_ok(const char *name) {
+    size_t n = strlen(name);
+    return n > 12 && n < 256 && strchr(name, '/') == NULL && strcmp(name + n - 12, ".safetensors") == 0;
+}
+
+// the index of the shard called name in h, adding it if new; -1 if there are too many
+static int hf_shard(HfWeights *h, const char *dir, const char *name) {
+    char path[MAX_PATH_LEN];
+    format_path(path, sizeof(path), "%s/%s", dir, name);
+    for (int s = 0; s < h->num; s++) {
+        if (strcmp(h->paths[s], path) == 0) { return s; }
+    }
+    if (h->num == HF_MAX_SHARDS) { return -1; }
+    memcpy(h->paths[h->num], path, MAX_PATH_LEN);
+    return h->num++;
+}
+
+static void hf_weights_open(HfWeights *h, const char *dir, const char *hint) {
+    memset(h, 0, sizeof(*h));
+    h->paths = (char (*)[MAX_PATH_LEN])mallocCheck((size_t)HF_MAX_SHARDS * MAX_PATH_LEN);
+    char single[MAX_PATH_LEN], index[MAX_PATH_LEN], err[512];
+    path_concat(single, dir, "/model.safetensors");
+    path_concat(index, dir, "/model.safetensors.index.json");
+    if (access(single, F_OK) == 0 || access(index, F_OK) != 0) { // one file (or neither: the error names it)
+        h->num = 1;
+        memcpy(h->paths[0], single, MAX_PATH_LEN);
+        h->st = (SafeTensors *)mallocCheck(sizeof(SafeTensors));
+        safetensors_open(&h->st[0], single, hint);
+        return;
+    }
+    size_t len;
+    uint8_t *text = read_whole_file(index, &len, hint);
+    Json j;
+    if (json_parse(&j, (const char *)text, len, err, sizeof(err)) != 0) { die_file(index, hint, "%s", err); }
+    int map = j.tokens[0].type == JSON_OBJECT ? json_get(&j, 0, "weight_map") : -1;
+    if (map < 0 || j.tokens[map].type != JSON_OBJECT || j.tokens[map].size == 0) {
+        die_file(index, hint, "no \"weight_map\" object naming the shard of each tensor");
+    }
+    // the shards, in the order the index first names them
+    int entries = j.tokens[map].size;
+    int *shard_of = (int *)mallocCheck((size_t)entries * sizeof(int));
+    char name[256], file[256];
+    int at = map + 1;
+    for (int e = 0; e < entries; e++, at = j.tokens[at + 1].next) {
+        if (json_string(&j, at, name, sizeof(name)) < 0 || json_string(&j, at + 1, file, sizeof(file)) < 0 || !hf_shard_name_ok(file)) {
+            die_file(index, hint, "weight_map entry %d is not \"tensor name\": \"<file>.safetensors\" (a file in this folder)", e);
+        }
+        shard_of[e] = hf_shard(h, dir, file);
+        if (shard_of[e] < 0) { die_file(index, NULL, "names more than %d shards", HF_MAX_SHARDS); }
+    }
+    h->st = (SafeTensors *)mallocCheck((size_t)h->num * sizeof(SafeTensors));
+    for (int s = 0; s < h->num; s++) { safetensors_open(&h->st[s], h->paths[s], hint); }
+    // every tensor in the shard the index names; every tensor of every shard in the index
+    int listed = 0;
+    at = map + 1;
+    for (int e = 0; e < entries; e++, at = j.tokens[at + 1].next) {
+        json_string(&j, at, name, sizeof(name));
+        if (safetensors_find(&h->st[shard_of[e]], name) == NULL) {
+            die_file(index, hint, "says tensor %s is in %s, which has no such tensor", name, h->paths[shard_of[e]]);
+        }
+    }
+    for (int s = 0; s < h->num; s++) { listed += h->st[s].num; }
+    if (listed != entries) { // (an entry names each tensor once, and each was found where it says)
+        die_file(index, hint, "lists %d tensors, its %d shards hold %d: a tensor in two shards, or one the index leaves out",
+                 entries, h->num, listed);
+    }
+    free(shard_of);
+    json_free(&j);
+    free(text);
+}
+
+// ----------------------------------------------------------------------------
+// writing safetensors: one file, or shards of at most max_bytes and their index
+
+// A tensor to write: our float32 data, written as F32 or BF16 in HF's layout.
+typedef struct {
+    char name[128];
+    int ndim;
+    int64_t dims[2];    // HF's shape
+    const float *src;   // our data; for a transposed tensor (dims[1], dims[0]) row-major
+    int transposed;     // HF keeps it (in, out), we (out, in)
+} OutTensor;
+
+static size_t out_numel(const OutTensor *t) { return (size_t)t->dims[0] * (t->ndim == 2 ? (size_t)t->dims[1] : 1); }
+
+// Writes tensors [0, n) into one safetensors file, atomically. The header lists them in
+// order, with "__metadata__": {"format": "pt"} as transformers writes it, padded with
+// spaces to 8 bytes so the data is aligned.
+static void safetensors_write(const char *path, const OutTensor *t, int n, int bf16) {
+    size_t element = bf16 ? 2 : 4, cap = 4096 + (size_t)n * 256, used = 0, offset = 0, largest = 1;
+    char *header = (char *)mallocCheck(cap);
+    used += (size_t)snprintf(header, cap, "{\"__metadata__\":{\"format\":\"pt\"}");
+    for (int i = 0; i < n; i++) {
+        size_t bytes = out_numel(&t[i]) * element;
+        char shape[64];
+        if (t[i].ndim == 2) { snprintf(shape, sizeof(shape), "%" PRId64 ",%" PRId64, t[i].dims[0], t[i].dims[1]); }
+        else { snprintf(shape, sizeof(shape), "%" PRId64, t[i].dims[0]); }
+        used += (size_t)snprintf(header + used, cap - used, ",\"%s\":{\"dtype\":\"%s\",\"shape\":[%s],\"data_offsets\":[%zu,%zu]}",
+                                 t[i].name, bf16 ? "BF16" : "F32", shape, offset, offset + bytes);
+        offset += bytes;
+        if (out_numel(&t[i]) > largest) { largest = out_numel(&t[i]); }
+    }
+    used += (size_t)snprintf(header + used, cap - used, "}");
+    while (used % 8 != 0) { header[used++] = ' '; }
+    char tmp[MAX_PATH_LEN];
+    path_concat(tmp, path, ".tmp");
+    FILE *fp = fopenCheck(tmp, "wb");
+    uint8_t length[8];
+    for (int i = 0; i < 8; i++) { length[i] = (uint8_t)((uint64_t)used >> (8 * i)); }
+    int ok = fwrite(length, 1, 8, fp) == 8 && fwrite(header, 1, used, fp) == used;
+    // the data, one tensor at a time (transposed or narrowed in a scratch buffer)
+    float *slice = (float *)mallocCheck(largest * sizeof(float));
+    uint16_t *narrow = (uint16_t *)mallocCheck(largest * sizeof(uint16_t));
+    for (int i = 0; i < n && ok; i++) {
+        const float *src = t[i].src;
+        size_t numel = out_numel(&t[i]);
+        if (t[i].transposed) { // ours (out, in) -> HF (in, out)
+            size_t in = (size_t)t[i].dims[0], out = (size_t)t[i].dims[1];
+            for (size_t r = 0; r < in; r++) {
+                for (size_t o = 0; o < out; o++) { slice[r * out + o] = src[o * in + r]; }
+            }
+            src = slice;
+        }
+        if (bf16) {
+            for (size_t k = 0; k < numel; k++) { narrow[k] = float_to_bf16(src[k]); }
+            ok = fwrite(narrow, 2, numel, fp) == numel;
+        } else {
+            ok = fwrite(src, 4, numel, fp) == numel;
+        }
+    }
+    ok = ok && fflush(fp) == 0 && fsync(fileno(fp)) == 0;
+    ok = (fclose(fp) == 0) && ok;
+    if (!ok || rename(tmp, path) != 0) {
+        remove(tmp);
+        die_file(path, NULL, "could not write it: %s (the previous file, if any, is untouched)", strerror(errno));
+    }
+    free(slice);
+    free(narrow);
+    free(header);
+}
+
+// Writes the weights into dir: model.safetensors, or (max_bytes > 0) shards of at most
+// max_bytes each (a tensor bigger than that gets a shard of its own) and their index.
+// We refuse a folder that holds the other layout: transformers would load the stale one.
+static void hf_weights_write(const char *dir, const OutTensor *t, int n, int bf16, size_t max_bytes) {
+    char single[MAX_PATH_LEN], index[MAX_PATH_LEN];
+    path_concat(single, dir, "/model.safetensors");
+    path_concat(index, dir, "/model.safetensors.index.json");
+    const char *stale = max_bytes > 0 ? single : index;
+    if (access(stale, F_OK) == 0) {
+        die_file(dir, "export into a new folder, or remove the old weights first",
+                 "holds %s: a model in the other layout (%s), which transformers would load instead",
+                 stale + strlen(dir) + 1, max_bytes > 0 ? "one file" : "sharded");
+    }
+    if (max_bytes == 0) {
+        safetensors_write(single, t, n, bf16);
+        return;
+    }
+    size_t element = bf16 ? 2 : 4;
+    int *first = (int *)mallocCheck(((size_t)n + 1) * sizeof(int)), shards = 0;
+    size_t total = 0, bytes = 0;
+    for (int i = 0; i < n; i++) { // greedy, in order, as save_pretrained splits
+        size_t b = out_numel(&t[i]) * element;
+        if (i == 0 || bytes + b > max_bytes) { first[shards++] = i; bytes = 0; }
+        bytes += b;
+        total += b;
+    }
+    first[shards] = n;
+    size_t cap = 4096 + (size_t)n * 256, used = 0;
+    char *json = (char *)mallocCheck(cap);
+    used += (size_t)snprintf(json, cap, "{\n  \"metadata\": {\n    \"total_size\": %zu\n  },\n  \"weight_map\": {", total);
+    for (int s = 0; s < shards; s++) {
+        char file[64], path[MAX_PATH_LEN];
+        snprintf(file, sizeof(file), "model-%05d-of-%05d.safetensors", s + 1, shards);
+        format_path(path, sizeof(path), "%s/%s", dir, file);
+        safetensors_write(path, t + first[s], first[s + 1] - first[s], bf16);
+        for (int i = first[s]; i < first[s + 1]; i++) {
+            used += (size_t)snprintf(json + used, cap - used, "%s\n    \"%s\": \"%s\"", i ? "," : "", t[i].name, file);
+        }
+    }
+    used += (size_t)snprintf(json + used, cap - used, "\n  }\n}\n");
+    const void *bufs[1] = {json};
+    size_t sizes[1] = {used};
+    write_file_atomic(index, bufs, sizes, 1); // last: until now, no index points at the new shards
+    free(json);
+    free(first);
+}
+
+// ----------------------------------------------------------------------------
+// the GPT-2 family: tensor names, config.json
+
+
+// HF's names for our 16 tensors (GPT2LMHeadModel's state_dict, which save_pretrained
+// prefixes with "transformer."; the files on the Hub for gpt2 ... gpt2-xl have no prefix).
+// The per-layer ones (2..13) are h.<l>.<name>. Conv1D weights are (in, out): transposed.
+static const char *const HF_NAMES[NUM_PARAMETER_TENSORS] = {
+    "wte.weight", "wpe.weight", "ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias",
+    "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight", "ln_2.bias", "mlp.c_fc.weight", "mlp.c_fc.bias",
+    "mlp.c_proj.weight", "mlp.c_proj.bias", "ln_f.weight", "ln_f.bias"};
+static const int HF_TRANSPOSED[NUM_PARAMETER_TENSORS] = {0, 0, 0, 0, 1, 0, 1, 0, 0, 0, 1, 0, 1, 0, 0, 0};
+static int hf_per_layer(int k) { return k >= 2 && k <= 13; }
+
+// HF's shape of tensor k (one layer's slice for the per-layer ones): ndim, and dims
+static int hf_shape(GPT2Config c, int k, int64_t *dims) {
+    int64_t C = c.channels;
+    switch (k) {
+    case 0: dims[0] = c.vocab_size; dims[1] = C; return 2;
+    case 1: dims[0] = c.max_seq_len; dims[1] = C; return 2;
+    case 4: dims[0] = C; dims[1] = 3 * C; return 2;
+    case 5: dims[0] = 3 * C; return 1;
+    case 6: dims[0] = C; dims[1] = C; return 2;
+    case 10: dims[0] = C; dims[1] = 4 * C; return 2;
+    case 11: dims[0] = 4 * C; return 1;
+    case 12: dims[0] = 4 * C; dims[1] = C; return 2;
+    default: dims[0] = C; return 1; // LayerNorms and the C-sized biases
+    }
+}
+
+// GPT2Config from a parsed config.json. Refuses what our forward pass does not compute:
+// another activation, epsilon, head scaling, or untied output weights. 0, or -1 and err.
+static int hf_config_fields(GPT2Config *c, const Json *j, char *err, size_t err_size) {
+    if (j->tokens[0].type != JSON_OBJECT) { return st_fail(err, err_size, "not a JSON object"); }
+    char s[64];
+    int model_type = json_get(j, 0, "model_type");
+    if (model_type >= 0 && (json_string(j, model_type, s, sizeof(s)) < 0 || strcmp(s, "gpt2") != 0)) {
+        return st_fail(err, err_size, "model_type is not \"gpt2\": only GPT-2 is supported");
+    }
+    static const char *const keys[5] = {"n_layer", "n_head", "n_embd", "vocab_size", "n_positions"};
+    int64_t v[5];
+    for (int k = 0; k < 5; k++) {
+        int at = json_get(j, 0, keys[k]);
+        if (at < 0 && k == 4) { at = json_get(j, 0, "n_ctx"); } // very old configs
+        if (at < 0 || json_int64(j, at, &v[k]) != 0 || v[k] <= 0 || v[k] > (1 << 24)) {
+            return st_fail(err, err_size, "%s is missing or not a positive integer", keys[k]);
+        }
+    }
+    int act = json_get(j, 0, "activation_function");
+    if (act >= 0 && (json_string(j, act, s, sizeof(s)) < 0 || (strcmp(s, "gelu_new") != 0 && strcmp(s, "gelu_pytorch_tanh") != 0))) {
+        return st_fail(err, err_size, "activation_function must be gelu_new (GPT-2's tanh GELU), found something else");
+    }
+    int eps = json_get(j, 0, "layer_norm_epsilon");
+    double e;
+    if (eps >= 0 && (json_double(j, eps, &e) != 0 || fabs(e - 1e-5) > 1e-12)) {
+        return st_fail(err, err_size, "layer_norm_epsilon must be 1e-5 (GPT-2's; our LayerNorm has it built in)");
+    }
+    int inner = json_get(j, 0, "n_inner");
+    int64_t n_inner;
+    if (inner >= 0 && j->tokens[inner].type != JSON_NULL && (json_int64(j, inner, &n_inner) != 0 || n_inner != 4 * v[2])) {
+        return st_fail(err, err_size, "n_inner must be null or 4 x n_embd");
+    }
+    // flags whose non-default value changes the computation
+    static const char *const must_be_true[2] = {"scale_attn_weights", "tie_word_embeddings"};
+    static const char *const must_be_false[2] = {"scale_attn_by_inverse_layer_idx", "reorder_and_upcast_attn"};
+    for (int k = 0; k < 2; k++) {
+        int at = json_get(j, 0, must_be_true[k]);
+        if (at >= 0 && j->tokens[at].type != JSON_TRUE) { return st_fail(err, err_size, "%s must be true", must_be_true[k]); }
+        at = json_get(j, 0, must_be_false[k]);
+        if (at >= 0 && j->tokens[at].type != JSON_FALSE) { return st_fail(err, err_size, "%s must be false", must_be_false[k]); }
+    }
+    if (v[2] % v[1] != 0) { return st_fail(err, err_size, "n_embd %" PRId64 " is not divisible by n_head %" PRId64, v[2], v[1]); }
+    c->num_layers = (int)v[0];
+    c->num_heads = (int)v[1];
+    c->channels = (int)v[2];
+    c->vocab_size = (int)v[3];
+    c->max_seq_len = (int)v[4];
+    c->padded_vocab_size = (int)((v[3] + 127) / 128 * 128); // as llm.c pads: a multiple of 128
+    return 0;
+}
+
+// GPT2Config from a config.json text: 0, or -1 and a message in err.
+int gpt2_config_from_hf_json(GPT2Config *c, const char *text, size_t len, char *err, size_t err_size) {
+    Json j;
+    int ok = json_parse(&j, text, len, err, err_size) == 0 && hf_config_fields(c, &j, err, err_size) == 0;
+    json_free(&j);
+    return ok ? 0 : -1;
+}
+
+// Which of our tensors an HF name is: k (and the layer in *layer), -1 for a name we
+// accept and ignore (attention-mask buffers of old files; lm_head.weight, checked
+// separately), -2 for a name that has no place in GPT-2.
+static int hf_tensor_index(const char *name, int *layer) {
+    if (strncmp(name, "transformer.", 12) == 0) { name += 12; }
+    *layer = 0;
+    if (strcmp(name, "lm_head.weight") == 0) { return -1; }
+    if (strncmp(name, "h.", 2) == 0) {
+        char *end;
+        long l = strtol(name + 2, &end, 10);
+        if (end == name + 2 || *end != '.' || l < 0 || l > 100000) { return -2; }
+        *layer = (int)l;
+        if (strcmp(end + 1, "attn.bias") == 0 || strcmp(end + 1, "attn.masked_bias") == 0) { return -1; }
+        for (int k = 2; k <= 13; k++) {
+            if (strcmp(end + 1, HF_NAMES[k]) == 0) { return k; }
+        }
+        return -2;
+    }
+    for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {
+        if (!hf_per_layer(k) && strcmp(name, HF_NAMES[k]) == 0) { return k; }
+    }
+    return -2;
+}
+
+
+// ----------------------------------------------------------------------------
+// Hugging Face GPT-2 folders in and out
+
+#define HF_HINT "a Hugging Face GPT-2 folder holds config.json and model.safetensors (or shards and model.safetensors.index.json)"
+
+void gpt2_build_from_hf(GPT2Weights *w, const char *dir) {
+    char config_path[MAX_PATH_LEN], err[512];
+    path_concat(config_path, dir, "/config.json");
+    size_t len;
+    uint8_t *text = read_whole_file(config_path, &len, HF_HINT);
+    if (gpt2_config_from_hf_json(&w->config, (const char *)text, len, err, sizeof(err)) != 0) {
+        die_file(config_path, HF_HINT, "%s", err);
+    }
+    free(text);
+    gpt2_validate_config(w->config, config_path);
+    // the headers, checked in full before any data is read
+    HfWeights h;
+    hf_weights_open(&h, dir, HF_HINT);
+
+    // every tensor must be found once, with GPT-2's shape for this config
+    GPT2Config c = w->config;
+    int L = c.num_layers;
+    typedef struct { int shard; const StTensor *t; } Found;
+    Found *found = (Found *)calloc((size_t)NUM_PARAMETER_TENSORS * L, sizeof(Found));
+    Found lm_head = {0, NULL};
+    if (found == NULL) { die_file(dir, NULL, "out of memory"); }
+    size_t largest = 0;
+    int all_bf16 = 1;
+    for (int s = 0; s < h.num; s++) {
+        const char *path = h.paths[s];
+        for (int i = 0; i < h.st[s].num; i++) {
+            const StTensor *t = &h.st[s].tensors[i];
+            int layer, k = hf_tensor_index(t->name, &layer);
+            if (k == -2) { die_file(path, HF_HINT, "tensor %s is not part of GPT-2", t->name); }
+            int is_lm_head = k == -1 && strstr(t->name, "lm_head") != NULL;
+            if ((k >= 0 || is_lm_head) && !st_float_dtype(t->dtype)) {
+                die_file(path, NULL, "tensor %s has dtype %s; we read F32, F16, BF16 and F64", t->name, t->dtype);
+            }
+            if (k == -1) { // lm_head (checked against wte below) or an attention-mask buffer (not a weight)
+                if (is_lm_head) {
+                    if (lm_head.t != NULL) { die_file(path, NULL, "tensors %s and %s are the same weight", lm_head.t->name, t->name); }
+                    lm_head = (Found){s, t};
+                }
+                continue;
+            }
+            if (layer >= L) { die_file(path, NULL, "tensor %s: layer %d, but config.json says n_layer=%d", t->name, layer, L); }
+            Found *slot = &found[k * L + (hf_per_layer(k) ? layer : 0)];
+            if (slot->t != NULL) { die_file(path, NULL, "tensors %s and %s are the same weight", slot->t->name, t->name); }
+            *slot = (Found){s, t};
+            int64_t dims[2] = {0, 0};
+            int ndim = hf_shape(c, k, dims);
+            if (t->ndim != ndim || t->shape[0] != dims[0] || (ndim == 2 && t->shape[1] != dims[1])) {
+                char got[160] = "", want[64];
+                for (int d = 0; d < t->ndim; d++) {
+                    snprintf(got + strlen(got), sizeof(got) - strlen(got), "%s%" PRId64, d ? " x " : "", t->shape[d]);
+                }
+                if (ndim == 2) { snprintf(want, sizeof(want), "%" PRId64 " x %" PRId64, dims[0], dims[1]); }
+                else { snprintf(want, sizeof(want), "%" PRId64, dims[0]); }
+                die_file(path, NULL, "tensor %s has shape [%s], config.json (L=%d C=%d V=%d maxT=%d) needs [%s]",
+                         t->name, got, L, c.channels, c.vocab_size, c.max_seq_len, want);
+            }
+            if (t->end - t->begin > largest) { largest = t->end - t->begin; }
+            all_bf16 = all_bf16 && strcmp(t->dtype, "BF16") == 0;
+        }
+    }
+    for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {
+        for (int l = 0; l < (hf_per_layer(k) ? L : 1); l++) {
+            if (found[k * L + l].t == NULL) {
+                char name[64];
+                if (hf_per_layer(k)) { snprintf(name, sizeof(name), "h.%d.%s", l, HF_NAMES[k]); }
+                else { snprintf(name, sizeof(name), "%s", HF_NAMES[k]); }
+                die_file(h.paths[0], HF_HINT, "tensor %s is missing (with or without the transformer. prefix)", name);
+            }
+        }
+    }
+
+    // now the data, shard by shard: read, widen to float32, transpose the Conv1D weights
+    gpt2_weights_allocate(w);
+    w->from_bf16 = all_bf16;
+    memset(w->params_memory, 0, w->num_parameters * sizeof(float)); // wte's padding rows stay 0
+    void *buf = mallocCheck(largest);
+    float *slice = (float *)mallocCheck(largest / 2 * sizeof(float) + sizeof(float)); // enough for 2-byte dtypes
+    float **tables = (float **)&w->params;
+    for (int s = 0; s < h.num; s++) {
+        FILE *fp = fopenCheck(h.paths[s], "rb");
+        for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {
+            for (int l = 0; l < (hf_per_layer(k) ? L : 1); l++) {
+                const StTensor *t = found[k * L + l].t;
+                if (found[k * L + l].shard != s) { continue; }
+                float *dst = tables[k] + (size_t)l * (w->param_sizes[k] / (hf_per_layer(k) ? (size_t)L : 1));
+                if (!HF_TRANSPOSED[k]) { // (wte: the file's V rows, then our padding rows, already 0)
+                    st_read_floats(fp, &h.st[s], t, dst, buf, h.paths[s]);
+                } else { // HF (in, out) -> ours (out, in)
+                    st_read_floats(fp, &h.st[s], t, slice, buf, h.paths[s]);
+                    size_t in = (size_t)t->shape[0], out = (size_t)t->shape[1];
+                    for (size_t o = 0; o < out; o++) {
+                        for (size_t i = 0; i < in; i++) { dst[o * in + i] = slice[i * out + o]; }
+                    }
+                }
+            }
+        }
+        fcloseCheck(fp);
+    }
+    // a stored lm_head must be wte itself: our GPT-2 computes logits with the tied wte
+    if (lm_head.t != NULL) {
+        const StTensor *t = lm_head.t;
+        const char *path = h.paths[lm_head.shard];
+        size_t n = (size_t)c.vocab_size * c.channels;
+        if (t->ndim != 2 || t->shape[0] != c.vocab_size || t->shape[1] != c.channels || t->end - t->begin > largest) {
+            die_file(path, NULL, "tensor %s does not have wte's shape: untied output layers are not supported", t->name);
+        }
+        FILE *fp = fopenCheck(path, "rb");
+        st_read_floats(fp, &h.st[lm_head.shard], t, slice, buf, path);
+        fcloseCheck(fp);
+        if (memcmp(slice, w->params.wte, n * sizeof(float)) != 0) {
+            die_file(path, NULL, "tensor %s differs from wte: untied output layers are not supported", t->name);
+        }
+    }
+    free(buf);
+    free(slice);
+    free(found);
+    hf_weights_free(&h);
+}
+
+// The config.json transformers needs to build this model (its defaults cover the rest).
+// The config.json transformers needs to build this model (its defaults cover the rest).
+static int hf_config_text(const GPT2Weights *w, const char *dtype, char *out, size_t size) {
+    GPT2Config c = w->config;
+    char special[96] = ""; // <|endoftext|> is GPT-2's bos and eos, where the vocabulary has it
+    if (c.vocab_size > 50256) { snprintf(special, sizeof(special), "  \"bos_token_id\": 50256,\n  \"eos_token_id\": 50256,\n"); }
+    return snprintf(out, size,
+                    "{\n  \"architectures\": [\"GPT2LMHeadModel\"],\n  \"model_type\": \"gpt2\",\n"
+                    "  \"activation_function\": \"gelu_new\",\n%s  \"dtype\": \"%s\",\n  \"layer_norm_epsilon\": 1e-05,\n"
+                    "  \"n_ctx\": %d,\n  \"n_embd\": %d,\n  \"n_head\": %d,\n  \"n_layer\": %d,\n  \"n_positions\": %d,\n"
+                    "  \"tie_word_embeddings\": true,\n  \"vocab_size\": %d\n}\n",
+                    special, dtype, c.max_seq_len, c.channels, c.num_heads, c.num_layers, c.max_seq_len, c.vocab_size);
+}
+
+// Writes dir/config.json and dir/model.safetensors (F32, or BF16 for weights that came
+
+// Writes dir/config.json and the weights (model.safetensors, or shards of at most max_bytes),
+// F32, or BF16 with bf16 (exact for weights that came from a bf16 file), each file
+// atomically. Tensor names as save_pretrained writes them; wte without its padding rows;
+// Conv1D weights transposed back to (in, out).
+void gpt2_export_hf(const GPT2Weights *w, const char *dir, int bf16, size_t max_bytes) {
+    if (mkdir(dir, 0777) != 0 && errno != EEXIST) { die_file(dir, NULL, "cannot create the folder: %s", strerror(errno)); }
+    GPT2Config c = w->config;
+    int L = c.num_layers, n = 0;
+    OutTensor *t = (OutTensor *)mallocCheck((size_t)NUM_PARAMETER_TENSORS * L * sizeof(OutTensor));
+    const float *const *tables = (const float *const *)&w->params;
+    for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {
+        size_t per = w->param_sizes[k] / (hf_per_layer(k) ? (size_t)L : 1);
+        for (int l = 0; l < (hf_per_layer(k) ? L : 1); l++, n++) {
+            if (hf_per_layer(k)) { snprintf(t[n].name, sizeof(t[n].name), "transformer.h.%d.%s", l, HF_NAMES[k]); }
+            else { snprintf(t[n].name, sizeof(t[n].name), "transformer.%s", HF_NAMES[k]); }
+            t[n].ndim = hf_shape(c, k, t[n].dims);
+            t[n].src = tables[k] + (size_t)l * per;
+            t[n].transposed = HF_TRANSPOSED[k];
+        }
+    }
+    hf_weights_write(dir, t, n, bf16, max_bytes);
+    free(t);
+    char config[2048], config_path[MAX_PATH_LEN];
+    int len = hf_config_text(w, bf16 ? "bfloat16" : "float32", config, sizeof(config));
+    path_concat(config_path, dir, "/config.json");
+    const void *bufs[1] = {config};
+    size_t sizes[1] = {(size_t)len};
+    write_file_atomic(config_path, bufs, sizes, 1);
+}
+
+// ----------------------------------------------------------------------------
+// the tokenizer: GPT-2's encoder.json + vocab.bpe are HF's vocab.json + merges.txt
+
+// Copies the tokenizer's two files from one folder to the other, renamed; each is checked
+// first (the vocabulary parses as a JSON object, the merges start with their #version line).
+static void copy_tokenizer(const char *from, const char *to, int to_hf) {
+    static const char *const ours[2] = {"/encoder.json", "/vocab.bpe"}, *const theirs[2] = {"/vocab.json", "/merges.txt"};
+    for (int i = 0; i < 2; i++) {
+        char src[MAX_PATH_LEN], dst[MAX_PATH_LEN], err[512];
+        path_concat(src, from, to_hf ? ours[i] : theirs[i]);
+        path_concat(dst, to, to_hf ? theirs[i] : ours[i]);
+        size_t len;
+        uint8_t *text = read_whole_file(src, &len, "GPT-2's tokenizer: encoder.json + vocab.bpe (ours, in data/gpt2), "
+                                        "vocab.json + merges.txt (a Hugging Face folder)");
+        if (i == 0) {
+            Json j;
+            if (json_parse(&j, (const char *)text, len, err, sizeof(err)) != 0 || j.tokens[0].type != JSON_OBJECT) {
+                die_file(src, NULL, "not a vocabulary (a JSON object of token: id): %s", err);
+            }
+            json_free(&j);
+        } else if (len < 8 || memcmp(text, "#version", 8) != 0) {
+            die_file(src, NULL, "not a BPE merges file: it should start with a #version line");
+        }
+        const void *bufs[1] = {text};
+        write_file_atomic(dst, bufs, &len, 1);
+        free(text);
+    }
+}
+
+// ----------------------------------------------------------------------------
+// the model from -i: a Hugging Face folder, a checkpoint file, or d<N> for a new random model
+
+void gpt2_weights_build(GPT2Weights *w, const char *source, uint64_t seed) {
+    memset(w, 0, sizeof(*w));
+    struct stat info;
+    if (stat(source, &info) == 0 && S_ISDIR(info.st_mode)) {
+        gpt2_build_from_hf(w, source);
+    } else if (stat(source, &info) == 0) {
+        gpt2_build_from_checkpoint(w, source);
+    } else if (source[0] == 'd' && source[1] >= '0' && source[1] <= '9') {
+        w->config = gpt2_config_from_descriptor(source);
+        gpt2_weights_allocate(w);
+        init_parameters(w->params_memory, w->param_sizes, w->config, seed, 0);
+    } else {
+        die_file(source, "-i takes a Hugging Face GPT-2 folder, a checkpoint file, or d<N> (a new random model)",
+                 "no such file or folder");
+    }
+    snprintf(w->source, sizeof(w->source), "%s", source);
+}
+
+// ----------------------------------------------------------------------------
+// main
+
+#ifndef TESTING
+typedef struct {
+    const char *input, *output, *dtype, *tokenizer;
+    long seed;
+    size_t shard_bytes;
+} Options;
+
+static void print_usage(const Options *d) {
+    printf("Usage: %s -i <model> -o <output> [flags]\n", PROGRAM);
+    printf("  -i <model>    a Hugging Face GPT-2 folder, an llm.c checkpoint, or d<N> (a new random model)\n");
+    printf("  -o <output>   a name ending in .bin: an llm.c checkpoint; anything else: a Hugging Face folder\n");
+    printf("  -d <dtype>    fp32, bf16, or auto (bf16 if every weight read was bf16, else fp32) [%s]\n", d->dtype);
+    printf("  -t <dir>      the tokenizer's folder: into a Hugging Face folder, its encoder.json + vocab.bpe\n");
+    printf("                become vocab.json + merges.txt; from one, those two are copied into <dir> [%s]\n",
+           d->tokenizer ? d->tokenizer : "data/gpt2 for exports, none for imports");
+    printf("  -S <size>     into a Hugging Face folder: shards of at most this many bytes (suffix K, M or G:\n");
+    printf("                2G, 500M), as save_pretrained's max_shard_size; 0 = one model.safetensors [%zu]\n", d->shard_bytes);
+    printf("  -s <int>      seed of a new random model [%ld]\n", d->seed);
+    printf("Examples:\n");
+    printf("  %s -i path/to/gpt2 -o gpt2_124M.bin                  a Hugging Face download -> a checkpoint\n", PROGRAM);
+    printf("  %s -i log_gpt2/model_00005000.bin -o my_gpt2         a checkpoint -> transformers\n", PROGRAM);
+    printf("  %s -i gpt2_124M.bin -o gpt2_124M_bf16.bin -d bf16    fp32 -> bf16\n", PROGRAM);
+}
+
+static void usage_error(const char *fmt, const char *arg) {
+    fprintf(stderr, "Error: ");
+    fprintf(stderr, fmt, arg);
+    fprintf(stderr, "\nHINT: %s -h lists every flag\n", PROGRAM);
+    exit(EXIT_FAILURE);
+}
+
+// --- begin shared-copy: parse-int ---
+// a whole-string integer in [lo, 2^31), or a usage error naming the flag
+static long parse_int(const char *flag, const char *s, long lo) {
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno != 0 || end == s || *end != '\0' || v < lo || v > 2147483647L) {
+        char msg[256];
+        snprintf(msg, sizeof(msg), "flag %s needs an integer >= %ld, got '%%s'", flag, lo);
+        usage_error(msg, s);
+    }
+    return v;
+}
+// --- end shared-copy: parse-int ---
+
+// a size in bytes with an optional K, M or G (powers of 1024), or a usage error
+static size_t parse_size(const char *flag, const char *s) {
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    int shift = *end == 'K' ? 10 : *end == 'M' ? 20 : *end == 'G' ? 30 : 0;
+    if (shift != 0) { end++; }
+    if (errno != 0 || end == s || *end != '\0' || s[0] == '-' || v > (1ull << (62 - shift))) {
+        char msg[256];
+        snprintf(msg, sizeof(msg), "flag %s needs a size like 2G, 500M, 64K or 0, got '%%s'", flag);
+        usage_error(msg, s);
+    }
+    return (size_t)(v << shift);
+}
+
+static int ends_with(const char *s, const char *suffix) {
+    size_t n = strlen(s), m = strlen(suffix);
+    return n >= m && strcmp(s + n - m, suffix) == 0;
+}
+
+int main(int argc, char **argv) {
+    Options o = {.input = NULL, .output = NULL, .dtype = "auto", .tokenizer = NULL, .seed = 1337, .shard_bytes = 0};
+    const Options defaults = o;
+    for (int i = 1; i < argc; i += 2) {
+        const char *flag = argv[i];
+        if (strcmp(flag, "-h") == 0) { print_usage(&defaults); return 0; }
+        if (flag[0] != '-' || strlen(flag) != 2) { usage_error("unknown argument '%s'", flag); }
+        if (i + 1 >= argc) { usage_error("flag %s needs a value", flag); }
+        const char *v = argv[i + 1];
+        switch (flag[1]) {
+        case 'i': o.input = v; break;
+        case 'o': o.output = v; break;
+        case 'd': o.dtype = v; break;
+        case 't': o.tokenizer = v; break;
+        case 'S': o.shard_bytes = parse_size(flag, v); break;
+        case 's': o.seed = parse_int(flag, v, 0); break;
+        default: usage_error("unknown flag %s", flag);
+        }
+    }
+    if (o.input == NULL || o.output == NULL) { usage_error("-i (the model to read) and -o (what to write) are both needed%s", ""); }
+    if (strcmp(o.dtype, "auto") != 0 && strcmp(o.dtype, "fp32") != 0 && strcmp(o.dtype, "bf16") != 0) {
+        usage_error("-d takes auto, fp32 or bf16, not '%s'", o.dtype);
+    }
+    int to_checkpoint = ends_with(o.output, ".bin");
+    if (to_checkpoint && o.shard_bytes > 0) { usage_error("-S (shards) is for Hugging Face folders, not %s", o.output); }
+    struct stat info;
+    int from_hf = stat(o.input, &info) == 0 && S_ISDIR(info.st_mode);
+
+    GPT2Weights w;
+    gpt2_weights_build(&w, o.input, (uint64_t)o.seed);
+    GPT2Config c = w.config;
+    int bf16 = strcmp(o.dtype, "bf16") == 0 || (strcmp(o.dtype, "auto") == 0 && w.from_bf16);
+    fprintf(stderr, "read %s: GPT-2, L=%d C=%d NH=%d V=%d maxT=%d, %zu parameters%s\n", o.input, c.num_layers, c.channels,
+            c.num_heads, c.vocab_size, c.max_seq_len, gpt2_count_parameters(c), w.from_bf16 ? " (bf16)" : "");
+    if (to_checkpoint) {
+        gpt2_save_checkpoint(&w, o.output, bf16);
+        fprintf(stderr, "wrote %s (llm.c checkpoint, version %d: %s)\n", o.output, bf16 ? MODEL_VERSION_BF16 : MODEL_VERSION_FP32,
+                bf16 ? "bf16" : "fp32");
+        if (from_hf && o.tokenizer != NULL) {
+            if (mkdir(o.tokenizer, 0777) != 0 && errno != EEXIST) { die_file(o.tokenizer, NULL, "cannot create the folder: %s", strerror(errno)); }
+            copy_tokenizer(o.input, o.tokenizer, 0);
+            fprintf(stderr, "wrote %s/encoder.json and %s/vocab.bpe\n", o.tokenizer, o.tokenizer);
+        }
+    } else {
+        gpt2_export_hf(&w, o.output, bf16, o.shard_bytes);
+        fprintf(stderr, "wrote %s/config.json and the weights (%s%s)\n", o.output, bf16 ? "BF16" : "F32",
+                o.shard_bytes > 0 ? ", sharded" : "");
+        // the tokenizer, where the model has GPT-2's vocabulary (our own models of other
+        // vocabularies have no tokenizer files to give)
+        const char *tok = o.tokenizer != NULL ? o.tokenizer : "data/gpt2";
+        if (c.vocab_size == 50257 || o.tokenizer != NULL) {
+            copy_tokenizer(tok, o.output, 1);
+            fprintf(stderr, "wrote %s/vocab.json and %s/merges.txt (from %s)\n", o.output, o.output, tok);
+        }
+    }
+    gpt2_weights_free(&w);
+    return 0;
+}
+#endif

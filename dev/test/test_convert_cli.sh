@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# convert as a user runs it: flags, every direction (Hugging Face folder <-> checkpoint,
+# fp32 <-> bf16, shards, the tokenizer's files), byte-for-byte round trips from the command
+# line, and one clear error for each kind of bad input, with nothing on disk lost.
+#
+#     make convert && bash dev/test/test_convert_cli.sh ./convert
+#
+# Small models only (the V=300 fixtures and a random d1), so it takes seconds.
+set -u
+BIN=$(realpath "${1:-./convert}")
+[ -x "$BIN" ] || { echo "Error: $BIN is not built (make convert)"; echo "0 passed, 1 failed"; exit 1; }
+TMP=$(mktemp -d /tmp/test_convert_cli.XXXXXX)
+trap 'rm -rf "$TMP"' EXIT
+F=dev/reference/fixtures
+passed=0
+failed=0
+ok() { echo "OK      $1"; passed=$((passed + 1)); }
+not_ok() { echo "NOT OK  $1"; failed=$((failed + 1)); }
+# expect_error NAME TEXT COMMAND...: exits 1, stderr holds TEXT, no crash
+expect_error() {
+    local name=$1 text=$2
+    shift 2
+    "$@" > "$TMP/out" 2> "$TMP/err"
+    local rc=$?
+    if [ $rc = 1 ] && grep -qF -- "$text" "$TMP/err"; then ok "$name: $(grep -m1 -F -- "$text" "$TMP/err")"
+    else not_ok "$name (exit $rc, wanted 1 and \"$text\"):"; head -3 "$TMP/err"; fi
+}
+run() { "$BIN" "$@" 2> "$TMP/stderr"; }
+
+# --- flags
+"$BIN" -h > "$TMP/help" && grep -q -- "-S <size>" "$TMP/help" && grep -q "auto" "$TMP/help" && ok "-h lists the flags with defaults" || not_ok "-h"
+expect_error "an unknown flag" "unknown flag -q" "$BIN" -q 1
+expect_error "a flag without a value" "needs a value" "$BIN" -i
+expect_error "no -o" "-i (the model to read) and -o (what to write) are both needed" "$BIN" -i d1
+expect_error "-d other than auto/fp32/bf16" "-d takes auto, fp32 or bf16" "$BIN" -i d1 -o x.bin -d fp8
+expect_error "-S into a checkpoint" "-S (shards) is for Hugging Face folders" "$BIN" -i d1 -o x.bin -S 1M
+expect_error "-S without a size" "needs a size like 2G" "$BIN" -i d1 -o dir -S 5Q
+expect_error "a model that does not exist" "no/such: no such file or folder" "$BIN" -i no/such -o x.bin
+
+# --- round trips from the command line, byte for byte
+run -i $F/gpt2_tiny_model.bin -o "$TMP/hf" && run -i "$TMP/hf" -o "$TMP/back.bin" && cmp -s "$TMP/back.bin" $F/gpt2_tiny_model.bin &&
+    ok "checkpoint -> folder -> checkpoint: the same bytes" || not_ok "export/import round trip"
+run -i $F/gpt2_tiny_model.bin -o "$TMP/bf16.bin" -d bf16 && run -i "$TMP/bf16.bin" -o "$TMP/hf16" && grep -q '"dtype": "bfloat16"' "$TMP/hf16/config.json" &&
+    run -i "$TMP/hf16" -o "$TMP/bf16_again.bin" && cmp -s "$TMP/bf16.bin" "$TMP/bf16_again.bin" &&
+    ok "bf16 checkpoint (v5) -> BF16 folder -> v5 (-d auto keeps bf16): the same bytes" || not_ok "bf16 round trip"
+run -i "$TMP/bf16.bin" -o "$TMP/widened.bin" -d fp32 && [ "$(od -An -tu4 -j4 -N4 "$TMP/widened.bin" | tr -d ' ')" = 3 ] &&
+    ok "-d fp32 widens a bf16 checkpoint to version 3" || not_ok "-d fp32"
+run -i $F/gpt2_tiny_model.bin -o "$TMP/sharded" -S 100K && [ "$(ls "$TMP/sharded" | grep -c -- '-of-00006.safetensors')" = 6 ] &&
+    run -i "$TMP/sharded" -o "$TMP/sharded.bin" && cmp -s "$TMP/sharded.bin" $F/gpt2_tiny_model.bin &&
+    ok "-S 100K: 6 shards and an index; back: the same bytes" || not_ok "shards"
+run -i d1 -o "$TMP/d1" && cmp -s "$TMP/d1/vocab.json" data/gpt2/encoder.json && cmp -s "$TMP/d1/merges.txt" data/gpt2/vocab.bpe &&
+    ok "a model with GPT-2's vocabulary gets vocab.json + merges.txt (data/gpt2's)" || not_ok "tokenizer into the folder"
+[ ! -e "$TMP/hf/vocab.json" ] && ok "a model with another vocabulary (V=300) gets no tokenizer files" || not_ok "V=300 got GPT-2's tokenizer"
+run -i "$TMP/d1" -o "$TMP/d1.bin" -t "$TMP/tok" && cmp -s "$TMP/tok/encoder.json" data/gpt2/encoder.json && cmp -s "$TMP/tok/vocab.bpe" data/gpt2/vocab.bpe &&
+    ok "-t DIR: the folder's vocab.json + merges.txt become DIR/encoder.json + vocab.bpe" || not_ok "-t on import"
+
+# --- bad input: one message, nothing on disk lost
+head -c 1000 $F/hf_tiny_fp32/model.safetensors > "$TMP/head.safetensors"
+mkdir -p "$TMP/trunc" && cp $F/hf_tiny_fp32/config.json "$TMP/trunc/" && cp "$TMP/head.safetensors" "$TMP/trunc/model.safetensors"
+expect_error "a truncated model.safetensors" "$TMP/trunc/model.safetensors: header length" "$BIN" -i "$TMP/trunc" -o "$TMP/x.bin"
+expect_error "-o into a missing folder" "cannot open '$TMP/no/dir/x.bin.tmp'" "$BIN" -i $F/gpt2_tiny_model.bin -o "$TMP/no/dir/x.bin"
+cp "$TMP/back.bin" "$TMP/keep.bin"
+"$BIN" -i "$TMP/trunc" -o "$TMP/keep.bin" > /dev/null 2>&1
+cmp -s "$TMP/back.bin" "$TMP/keep.bin" && [ ! -e "$TMP/keep.bin.tmp" ] && ok "a failed run leaves the file it would have written untouched" || not_ok "file overwritten"
+cp -r "$TMP/hf" "$TMP/hf_keep"
+expect_error "shards into a folder that holds model.safetensors" "holds model.safetensors: a model in the other layout" "$BIN" -i d1 -o "$TMP/hf" -S 1M
+diff -r "$TMP/hf" "$TMP/hf_keep" > /dev/null && ok "... and the folder is as it was" || not_ok "the folder changed"
+
+echo "$passed passed, $failed failed"
+[ $failed = 0 ]

@@ -1,0 +1,536 @@
+/*
+test_convert.c: convert.c against transformers' files, and its parsers against bad input.
+
+The reference (dev/reference/infer_reference.py) saved random GPT2LMHeadModels with
+transformers' save_pretrained (F32, BF16 and F16 copies of one model: V=300, L=2, NH=4, C=64,
+maxT=128) and, for GPT-2's four sizes, the tensor names and shapes transformers saves; it also
+loaded our export of fixtures/gpt2_tiny_model.bin back into transformers (its logits matched)
+and wrote the hashes of the two files it loaded. dev/reference/convert_reference.py wrote a
+sharded copy of the F32 folder with the safetensors library (names without "transformer.").
+We check:
+  - GPT-2's four sizes: every name and shape transformers saves is one of ours, none missing
+  - export: our folder still has the bytes transformers loaded
+  - round trips, bit for bit: HF folder <-> checkpoint v3, v5; BF16 and F16 folders; names
+    with and without "transformer."; shards (the reference's, and our own of several sizes);
+    the tokenizer's files
+  - bad input: the JSON and safetensors parsers return an error, never crash, on each kind
+    of broken file; every broken folder, shard index or checkpoint makes the loader exit
+    with a message naming the file (run in a child)
+The whole test also runs under AddressSanitizer + UBSan (make test_convert_asan); the
+parsers are fuzzed by make fuzz.
+
+    make test_convert && ./test_convert        (make reference regenerates the fixtures)
+*/
+#define TESTING
+#include "convert.c"
+#include <sys/wait.h>
+
+#define FIXTURES "dev/reference/fixtures/"
+
+static int num_passed = 0, num_failed = 0;
+
+static void record(int ok) {
+    if (ok) { num_passed++; } else { num_failed++; }
+}
+
+static void check(const char *name, int ok, const char *detail) {
+    printf("%-44s %s%s%s\n", name, ok ? "OK" : "NOT OK", detail[0] ? ": " : "", detail);
+    record(ok);
+}
+
+static void write_bytes(const char *path, const void *data, size_t n) {
+    FILE *fp = fopenCheck(path, "wb");
+    if (n > 0 && fwrite(data, 1, n, fp) != n) { die_file(path, NULL, "write failed"); }
+    fcloseCheck(fp);
+}
+
+static uint8_t *read_bytes(const char *path, size_t *n) { return read_whole_file(path, n, NULL); }
+
+// FNV-1a, 64 bits: the hash infer_reference.py wrote for the files transformers loaded
+static uint64_t fnv1a64(const uint8_t *s, size_t n) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (size_t i = 0; i < n; i++) { h = (h ^ s[i]) * 0x100000001b3ull; }
+    return h;
+}
+
+static int files_equal(const char *a, const char *b) {
+    size_t na, nb;
+    uint8_t *x = read_bytes(a, &na), *y = read_bytes(b, &nb);
+    int same = na == nb && memcmp(x, y, na) == 0;
+    free(x);
+    free(y);
+    return same;
+}
+
+static int weights_equal(const GPT2Weights *a, const GPT2Weights *b) {
+    return a->num_parameters == b->num_parameters &&
+           memcmp(a->params_memory, b->params_memory, a->num_parameters * sizeof(float)) == 0;
+}
+
+// ----------------------------------------------------------------------------
+// running a loader that is supposed to fail, in a child process
+
+// --- begin shared-copy: expect-exit ---
+// Runs fn(arg) in a child with stderr going to a file; passes if the child exits non-zero
+// (not by a signal: a crash is a failure) and its message contains `expect`.
+static void expect_exit(const char *name, void (*fn)(const void *), const void *arg, const char *expect) {
+    char log[] = "/tmp/expect_exit_XXXXXX";
+    int fd = mkstemp(log);
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid == 0) {
+        dup2(fd, 2);
+        fn(arg);
+        _exit(0);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    char msg[2048] = "";
+    ssize_t n = pread(fd, msg, sizeof(msg) - 1, 0);
+    msg[n > 0 ? n : 0] = '\0';
+    close(fd);
+    remove(log);
+    int ok = WIFEXITED(status) && WEXITSTATUS(status) != 0 && strstr(msg, expect) != NULL;
+    char *newline = strchr(msg, '\n');
+    if (newline != NULL) { *newline = '\0'; }
+    printf("%-40s %s: %s\n", name, ok ? "OK" : "NOT OK", WIFSIGNALED(status) ? "killed by a signal" : msg);
+    record(ok);
+}
+// --- end shared-copy: expect-exit ---
+
+static void load_model(const void *path) {
+    GPT2Weights w;
+    gpt2_weights_build(&w, (const char *)path, 1);
+    gpt2_weights_free(&w);
+}
+
+// ----------------------------------------------------------------------------
+// the parsers
+
+static void test_json(void) {
+    printf("\nJSON parser\n");
+    static const char *const good[] = {
+        "{}", "[]", " {\"a\" : [1, -2.5e3, 0.25E-2, true, false, null, \"x\\u00e9\\ud83d\\ude00\\n\"]} ", "0", "\"\"", "[[[]]]"};
+    static const char *const bad[] = {
+        "", " ", "{", "{\"a\":}", "{\"a\":1,}", "[1,]", "01", "1.", "-", "1e", "\"\x01\"", "\"\\q\"", "\"\\u12\"",
+        "{\"a\" 1}", "[1] x", "tru", "{\"a\":1}}", "{1:2}", "[1 2]", "\"abc", "nul", "-x", "{\"a\":[}"};
+    int ok = 1;
+    char err[256];
+    for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+        Json j;
+        if (json_parse(&j, good[i], strlen(good[i]), err, sizeof(err)) != 0) { printf("  rejected %s: %s\n", good[i], err); ok = 0; }
+        json_free(&j);
+    }
+    check("well-formed JSON parses", ok, "");
+    ok = 1;
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        Json j;
+        if (json_parse(&j, bad[i], strlen(bad[i]), err, sizeof(err)) == 0) { printf("  accepted '%s'\n", bad[i]); ok = 0; }
+        json_free(&j);
+    }
+    check("malformed JSON is an error (23 kinds)", ok, "");
+    char deep[300];
+    memset(deep, '[', 150);
+    memset(deep + 150, ']', 150);
+    Json j;
+    int rejected = json_parse(&j, deep, 300, err, sizeof(err)) != 0 && strstr(err, "deeply") != NULL;
+    json_free(&j);
+    check("nesting 150 deep is refused", rejected, err);
+    // decoding strings: escapes, \u, surrogate pairs; a lone surrogate is an error
+    const char *text = "[\"a\\\"b\\\\c\\/\\t\\u00e9\\ud83d\\ude00\", \"\\udc00\", \"n_\\u0065mbd\"]";
+    json_parse(&j, text, strlen(text), err, sizeof(err));
+    char out[64];
+    int n = json_string(&j, 1, out, sizeof(out));
+    check("string escapes decode", n == 13 && memcmp(out, "a\"b\\c/\t\xc3\xa9\xf0\x9f\x98\x80", 13) == 0, "");
+    check("a lone surrogate is an error", json_string(&j, 2, out, sizeof(out)) < 0, "");
+    json_free(&j);
+    const char *obj = "{\"n_\\u0065mbd\": 7}";
+    json_parse(&j, obj, strlen(obj), err, sizeof(err));
+    int64_t v = 0;
+    check("keys compare after decoding", json_int64(&j, json_get(&j, 0, "n_embd"), &v) == 0 && v == 7, "");
+    json_free(&j);
+}
+
+// A small valid safetensors file: a F32 [2] and b F16 [2, 2], then edits of its header.
+static size_t make_st(uint8_t *buf, const char *header, size_t data_len) {
+    size_t n = strlen(header);
+    for (int i = 0; i < 8; i++) { buf[i] = (uint8_t)((uint64_t)n >> (8 * i)); }
+    memcpy(buf + 8, header, n);
+    for (size_t i = 0; i < data_len; i++) { buf[8 + n + i] = (uint8_t)(i * 37); }
+    return 8 + n + data_len;
+}
+
+static void test_safetensors(void) {
+    printf("\nsafetensors parser: every broken header is an error, with a message\n");
+    static const struct { const char *name, *header; size_t data; const char *expect; } cases[] = {
+        {"valid", "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+                  "\"b\":{\"dtype\":\"F16\",\"shape\":[2,2],\"data_offsets\":[8,16]}}", 16, NULL},
+        {"valid, __metadata__, reordered", "{\"__metadata__\":{\"format\":\"pt\"},\"b\":{\"shape\":[2,2],\"dtype\":\"F16\","
+                  "\"data_offsets\":[8,16]},\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}  ", 16, NULL},
+        {"offsets past the end", "{\"a\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]}}", 12, "past the end"},
+        {"overlapping tensors", "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+                  "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]}}", 12, "overlaps"},
+        {"a hole between tensors", "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+                  "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[12,20]}}", 20, "hole"},
+        {"data after the last tensor", "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", 12, "cover"},
+        {"unknown dtype", "{\"a\":{\"dtype\":\"F33\",\"shape\":[2],\"data_offsets\":[0,8]}}", 8, "unknown dtype"},
+        {"shape disagrees with offsets", "{\"a\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[0,8]}}", 8, "need"},
+        {"dtype disagrees with offsets", "{\"a\":{\"dtype\":\"F16\",\"shape\":[2],\"data_offsets\":[0,8]}}", 8, "need"},
+        {"the same name twice", "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
+                  "\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}", 8, "twice"},
+        {"negative size", "{\"a\":{\"dtype\":\"F32\",\"shape\":[-2],\"data_offsets\":[0,8]}}", 8, "shape[0]"},
+        {"overflowing shape", "{\"a\":{\"dtype\":\"F32\",\"shape\":[1099511627776,1099511627776,64],\"data_offsets\":[0,8]}}", 8, "too large"},
+        {"fractional offset", "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8.0]}}", 8, "data_offsets"},
+        {"end before begin", "{\"a\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[8,0]}}", 8, "data_offsets"},
+        {"missing data_offsets", "{\"a\":{\"dtype\":\"F32\",\"shape\":[2]}}", 8, "needs exactly"},
+        {"extra field", "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8],\"x\":1}}", 8, "needs exactly"},
+        {"nine dimensions", "{\"a\":{\"dtype\":\"F32\",\"shape\":[1,1,1,1,1,1,1,1,2],\"data_offsets\":[0,8]}}", 8, "at most"},
+        {"metadata not strings", "{\"__metadata__\":{\"format\":1}}", 0, "__metadata__"},
+        {"header not an object", "[1, 2]", 0, "not a JSON object"},
+        {"header not JSON", "{\"a\":{\"dtype\":\"F32\",}", 0, "JSON error"},
+    };
+    uint8_t buf[1024];
+    char err[512];
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        size_t len = make_st(buf, cases[i].header, cases[i].data);
+        SafeTensors st;
+        int rc = safetensors_parse_buffer(&st, buf, len, err, sizeof(err));
+        int ok = cases[i].expect == NULL ? rc == 0 && st.num == 2 : rc != 0 && strstr(err, cases[i].expect) != NULL;
+        if (cases[i].expect == NULL && rc == 0) {
+            const StTensor *b = safetensors_find(&st, "b");
+            ok = ok && b != NULL && b->ndim == 2 && b->shape[1] == 2 && b->begin == 8 && strcmp(b->dtype, "F16") == 0;
+        }
+        check(cases[i].name, ok, rc != 0 ? err : "parsed");
+        safetensors_free(&st);
+    }
+    // the 8-byte length itself
+    size_t len = make_st(buf, cases[0].header, 16);
+    SafeTensors st;
+    check("shorter than 8 bytes", safetensors_parse_buffer(&st, buf, 5, err, sizeof(err)) != 0 && strstr(err, "too short"), err);
+    check("header longer than the file", safetensors_parse_buffer(&st, buf, 40, err, sizeof(err)) != 0 && strstr(err, "impossible"), err);
+    buf[7] = 0x80; // 2^63
+    check("a length of 2^63", safetensors_parse_buffer(&st, buf, len, err, sizeof(err)) != 0 && strstr(err, "impossible"), err);
+    // every truncation of a valid file is an error, none reads out of bounds (ASan watches)
+    len = make_st(buf, cases[0].header, 16);
+    int all = 1;
+    for (size_t cut = 0; cut < len; cut++) {
+        uint8_t *copy = (uint8_t *)mallocCheck(cut + 1); // exactly cut bytes matter
+        memcpy(copy, buf, cut);
+        all = all && safetensors_parse_buffer(&st, copy, cut, err, sizeof(err)) != 0;
+        free(copy);
+    }
+    check("every truncation of a valid file fails", all, "");
+}
+
+// ----------------------------------------------------------------------------
+// GPT-2's four sizes: names and shapes against what transformers would save
+
+static void test_layouts(void) {
+    printf("\nGPT-2 sizes: tensor names and shapes against transformers\n");
+    size_t len;
+    char *text = (char *)read_bytes(FIXTURES "gpt2_hf_layouts.txt", &len);
+    char *save = NULL;
+    char *line = strtok_r(text, "\n", &save);
+    while (line != NULL) {
+        char name[64];
+        if (sscanf(line, "model %63s", name) != 1) { printf("bad line %s NOT OK\n", line); record(0); break; }
+        char path[256], err[256];
+        snprintf(path, sizeof(path), FIXTURES "gpt2_hf_configs/%s.json", name);
+        size_t clen;
+        char *config_text = (char *)read_bytes(path, &clen);
+        GPT2Config c;
+        int ok = gpt2_config_from_hf_json(&c, config_text, clen, err, sizeof(err)) == 0;
+        free(config_text);
+        if (!ok) { printf("%s: %s\n", path, err); }
+        int L = ok ? c.num_layers : 1, count = 0, bad = 0;
+        char *seen = (char *)calloc((size_t)NUM_PARAMETER_TENSORS * L, 1);
+        while ((line = strtok_r(NULL, "\n", &save)) != NULL && strncmp(line, "model ", 6) != 0) {
+            char key[128], dims[64], want[64];
+            if (sscanf(line, "%127s %63s", key, dims) != 2) { bad++; continue; }
+            int layer, k = hf_tensor_index(key, &layer);
+            if (!ok || k < 0 || layer >= L || seen[k * L + layer]) { bad++; continue; }
+            seen[k * L + layer] = 1;
+            int64_t d[2];
+            int ndim = hf_shape(c, k, d);
+            if (ndim == 2) { snprintf(want, sizeof(want), "%" PRId64 "x%" PRId64, d[0], d[1]); }
+            else { snprintf(want, sizeof(want), "%" PRId64, d[0]); }
+            if (strcmp(want, dims) != 0) { bad++; }
+            count++;
+        }
+        int expected = ok ? 4 + 12 * L : -1;
+        ok = ok && bad == 0 && count == expected;
+        printf("%-12s L=%d C=%d NH=%d V=%d maxT=%d: %d tensors, %d mismatched  %s\n", name, c.num_layers, c.channels,
+               c.num_heads, c.vocab_size, c.max_seq_len, count, bad, ok ? "OK" : "NOT OK");
+        record(ok);
+        free(seen);
+    }
+    free(text);
+}
+
+// ----------------------------------------------------------------------------
+// export and import
+
+static void test_export(const char *tmp) {
+    printf("\nexport and import\n");
+    GPT2Weights model, back, again;
+    gpt2_weights_build(&model, FIXTURES "gpt2_tiny_model.bin", 1);
+    char dir[512], path[600], detail[512];
+    snprintf(dir, sizeof(dir), "%s/export", tmp);
+    gpt2_export_hf(&model, dir, 0, 0);
+    // the bytes transformers loaded (infer_reference.py --check-export wrote their hashes;
+    // test_infer.c checks our logits against the ones transformers computed from them)
+    size_t n;
+    uint8_t *hashes = read_bytes(FIXTURES "infer_export.fnv1a64", &n);
+    static const char *const files[2] = {"config.json", "model.safetensors"};
+    for (int i = 0; i < 2; i++) {
+        snprintf(path, sizeof(path), "%s/%s", dir, files[i]);
+        size_t len;
+        uint8_t *bytes = read_bytes(path, &len);
+        char line[128];
+        snprintf(line, sizeof(line), "%s %016" PRIx64, files[i], fnv1a64(bytes, len));
+        snprintf(detail, sizeof(detail), "%s", line);
+        check(i == 0 ? "export: config.json as transformers loaded" : "export: model.safetensors as loaded",
+              strstr((const char *)hashes, line) != NULL, detail);
+        free(bytes);
+    }
+    free(hashes);
+    gpt2_weights_build(&back, dir, 1);
+    check("HF folder -> ours: identical weights", weights_equal(&model, &back) && !back.from_bf16, "");
+    gpt2_weights_free(&back);
+    // the Hub's own GPT-2 files name the tensors without "transformer.": the same header
+    // without the prefix (padded with spaces to its old length, so the offsets still hold)
+    {
+        size_t len;
+        snprintf(path, sizeof(path), "%s/model.safetensors", dir);
+        uint8_t *bytes = read_bytes(path, &len);
+        size_t header_len = 0;
+        for (int i = 7; i >= 0; i--) { header_len = (header_len << 8) | bytes[i]; }
+        char *h = (char *)bytes + 8, *out = h;
+        for (size_t i = 0; i < header_len;) {
+            if (i + 12 <= header_len && memcmp(h + i, "transformer.", 12) == 0) { i += 12; continue; }
+            *out++ = h[i++];
+        }
+        while (out < h + header_len) { *out++ = ' '; }
+        write_bytes(path, bytes, len);
+        free(bytes);
+        gpt2_weights_build(&back, dir, 1);
+        check("names without transformer. (as on the Hub)", weights_equal(&model, &back), "");
+        gpt2_weights_free(&back);
+    }
+    snprintf(path, sizeof(path), "%s/model_v3.bin", tmp);
+    gpt2_save_checkpoint(&model, path, 0);
+    check("checkpoint v3: the same bytes as the file read", files_equal(path, FIXTURES "gpt2_tiny_model.bin"), "");
+    snprintf(path, sizeof(path), "%s/model_v5.bin", tmp);
+    gpt2_save_checkpoint(&model, path, 1);
+    gpt2_weights_build(&back, path, 1);
+    int rounded = back.from_bf16;
+    for (size_t i = 0; i < model.num_parameters && rounded; i++) {
+        rounded = back.params_memory[i] == bf16_to_float(float_to_bf16(model.params_memory[i]));
+    }
+    check("checkpoint v5: the weights rounded to bf16", rounded, "");
+    snprintf(dir, sizeof(dir), "%s/export_bf16", tmp);
+    gpt2_export_hf(&back, dir, 1, 0);
+    gpt2_weights_build(&again, dir, 1);
+    check("bf16 checkpoint -> BF16 folder -> ours", weights_equal(&back, &again) && again.from_bf16, "");
+    gpt2_weights_free(&again);
+    gpt2_weights_free(&back);
+    // transformers' own BF16 and F16 files: exact through our fp32
+    static const char *const dtypes[2] = {"bf16", "fp16"};
+    for (int i = 0; i < 2; i++) {
+        char src[256];
+        snprintf(src, sizeof(src), FIXTURES "hf_tiny_%s", dtypes[i]);
+        snprintf(dir, sizeof(dir), "%s/export_%s", tmp, dtypes[i]);
+        gpt2_weights_build(&back, src, 1);
+        gpt2_export_hf(&back, dir, 0, 0);
+        gpt2_weights_build(&again, dir, 1);
+        snprintf(detail, sizeof(detail), "%s -> ours -> F32 folder -> ours", src);
+        check("HF round trip", weights_equal(&back, &again), detail);
+        gpt2_weights_free(&again);
+        gpt2_weights_free(&back);
+    }
+    // the three copies of one model: F16 and BF16 hold the F32 weights rounded
+    gpt2_weights_build(&back, FIXTURES "hf_tiny_fp32", 1);
+    gpt2_weights_build(&again, FIXTURES "hf_tiny_bf16", 1);
+    int same = 1;
+    for (size_t i = 0; i < back.num_parameters; i++) {
+        same = same && again.params_memory[i] == bf16_to_float(float_to_bf16(back.params_memory[i]));
+    }
+    check("BF16 folder = F32 folder rounded (our bf16)", same, "");
+    gpt2_weights_free(&again);
+    // shards: the reference's (written by the safetensors library, not by us), then our own
+    gpt2_weights_build(&again, FIXTURES "hf_tiny_fp32_sharded", 1);
+    check("the reference's 3 shards = its one file", weights_equal(&back, &again), "");
+    gpt2_weights_free(&again);
+    static const size_t shard_sizes[3] = {1, 100000, 300000}; // every tensor alone; several; two shards
+    for (int i = 0; i < 3; i++) {
+        snprintf(dir, sizeof(dir), "%s/shards%d", tmp, i);
+        gpt2_export_hf(&back, dir, 0, shard_sizes[i]);
+        gpt2_weights_build(&again, dir, 1);
+        snprintf(path, sizeof(path), "%s/model.safetensors.index.json", dir);
+        size_t len;
+        uint8_t *index = read_bytes(path, &len);
+        char *last = strstr((char *)index, "-of-");
+        snprintf(detail, sizeof(detail), "at most %zu bytes a shard: %.5s shards", shard_sizes[i], last != NULL ? last + 4 : "?");
+        check("our shards -> ours", weights_equal(&back, &again), detail);
+        free(index);
+        gpt2_weights_free(&again);
+    }
+    gpt2_weights_free(&back);
+    gpt2_weights_free(&model);
+}
+
+// the tokenizer: data/gpt2's two files into a Hugging Face folder and back, unchanged
+static void test_tokenizer_files(const char *tmp) {
+    printf("\nthe tokenizer's files\n");
+    char hf[512], ours[512], a[600], b[600];
+    snprintf(hf, sizeof(hf), "%s/tok_hf", tmp);
+    snprintf(ours, sizeof(ours), "%s/tok_ours", tmp);
+    mkdir(hf, 0777);
+    mkdir(ours, 0777);
+    copy_tokenizer("data/gpt2", hf, 1);
+    copy_tokenizer(hf, ours, 0);
+    static const char *const names[2][2] = {{"encoder.json", "vocab.json"}, {"vocab.bpe", "merges.txt"}};
+    for (int i = 0; i < 2; i++) {
+        snprintf(a, sizeof(a), "data/gpt2/%s", names[i][0]);
+        snprintf(b, sizeof(b), "%s/%s", hf, names[i][1]);
+        int ok = files_equal(a, b);
+        snprintf(b, sizeof(b), "%s/%s", ours, names[i][0]);
+        ok = ok && files_equal(a, b);
+        snprintf(b, sizeof(b), "%s -> %s -> %s", names[i][0], names[i][1], names[i][0]);
+        check("tokenizer round trip", ok, b);
+    }
+}
+
+// ----------------------------------------------------------------------------
+// bad input: the loaders, each in a child process
+
+// copies the fixture folder to dir, editing the safetensors header (same-length edits
+// keep the offsets) and config.json
+static void broken_folder(const char *dir, const char *header_from, const char *header_to, const char *config_from,
+                          const char *config_to, size_t truncate_to) {
+    mkdir(dir, 0777);
+    char path[600];
+    size_t n;
+    uint8_t *bytes = read_bytes(FIXTURES "hf_tiny_fp32/model.safetensors", &n);
+    if (header_from != NULL) {
+        char *at = strstr((char *)bytes + 8, header_from);
+        if (at != NULL) { memcpy(at, header_to, strlen(header_to)); }
+    }
+    snprintf(path, sizeof(path), "%s/model.safetensors", dir);
+    write_bytes(path, bytes, truncate_to != 0 ? truncate_to : n);
+    free(bytes);
+    bytes = read_bytes(FIXTURES "hf_tiny_fp32/config.json", &n);
+    char *text = (char *)mallocCheck(n + 64);
+    memcpy(text, bytes, n + 1);
+    if (config_from != NULL) {
+        char *at = strstr(text, config_from);
+        if (at != NULL) {
+            memmove(at + strlen(config_to), at + strlen(config_from), strlen(at + strlen(config_from)) + 1);
+            memcpy(at, config_to, strlen(config_to));
+        }
+    }
+    snprintf(path, sizeof(path), "%s/config.json", dir);
+    write_bytes(path, text, strlen(text));
+    free(text);
+    free(bytes);
+}
+
+// copies the reference's sharded folder to dir, with its index edited (from -> to)
+static void broken_shards(const char *dir, const char *from, const char *to, const char *drop) {
+    static const char *const files[5] = {"config.json", "model.safetensors.index.json", "model-00001-of-00003.safetensors",
+                                         "model-00002-of-00003.safetensors", "model-00003-of-00003.safetensors"};
+    mkdir(dir, 0777);
+    for (int i = 0; i < 5; i++) {
+        if (drop != NULL && strcmp(files[i], drop) == 0) { continue; }
+        char src[600], dst[600];
+        snprintf(src, sizeof(src), FIXTURES "hf_tiny_fp32_sharded/%s", files[i]);
+        snprintf(dst, sizeof(dst), "%s/%s", dir, files[i]);
+        size_t n;
+        uint8_t *bytes = read_bytes(src, &n);
+        char *text = (char *)mallocCheck(n + 256);
+        memcpy(text, bytes, n + 1);
+        if (i == 1 && from != NULL) {
+            char *at = strstr(text, from);
+            if (at != NULL) {
+                memmove(at + strlen(to), at + strlen(from), strlen(at + strlen(from)) + 1);
+                memcpy(at, to, strlen(to));
+            }
+            n = strlen(text);
+        }
+        write_bytes(dst, text, n);
+        free(text);
+        free(bytes);
+    }
+}
+
+static void test_bad_files(const char *tmp) {
+    printf("\nbad files: the loaders exit with a message naming the problem\n");
+    char dir[512];
+    struct { const char *name, *hf, *ht, *cf, *ct; size_t cut; const char *expect; } cases[] = {
+        {"truncated model.safetensors", NULL, NULL, NULL, NULL, 300000, "run past the end"},
+        {"only the header survived", NULL, NULL, NULL, NULL, 100, "impossible"},
+        {"a missing tensor", "transformer.ln_f.bias", "h.10.attn.masked_bias", NULL, NULL, 0, "ln_f.bias is missing"},
+        {"a tensor GPT-2 does not have", "transformer.ln_f.bias", "transformer.ln_f.bxas", NULL, NULL, 0, "not part of GPT-2"},
+        {"a tensor in the wrong dtype", "\"F32\"", "\"I32\"", NULL, NULL, 0, "dtype I32"},
+        {"a shape that does not fit", NULL, NULL, "\"n_positions\": 128", "\"n_positions\": 64", 0, "has shape"},
+        {"config: another activation", NULL, NULL, "gelu_new", "relu", 0, "activation_function"},
+        {"config: untied output layer", NULL, NULL, "\"tie_word_embeddings\": true", "\"tie_word_embeddings\": false", 0, "must be true"},
+        {"config: not GPT-2", NULL, NULL, "\"model_type\": \"gpt2\"", "\"model_type\": \"llama\"", 0, "model_type"},
+        {"config: not JSON", NULL, NULL, "\"n_layer\": 2,", "\"n_layer\": 2,,", 0, "JSON error"},
+        {"config: no n_embd", NULL, NULL, "\"n_embd\"", "\"n_embx\"", 0, "n_embd is missing"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        snprintf(dir, sizeof(dir), "%s/broken%zu", tmp, i);
+        broken_folder(dir, cases[i].hf, cases[i].ht, cases[i].cf, cases[i].ct, cases[i].cut);
+        expect_exit(cases[i].name, load_model, dir, cases[i].expect);
+    }
+    snprintf(dir, sizeof(dir), "%s/empty", tmp);
+    mkdir(dir, 0777);
+    expect_exit("a folder without config.json", load_model, dir, "config.json: cannot read it");
+    // sharded folders whose index and shards disagree
+    struct { const char *name, *from, *to, *drop, *expect; } shards[] = {
+        {"shards: a shard missing", NULL, NULL, "model-00002-of-00003.safetensors", "cannot read it"},
+        {"shards: a tensor in another shard", "\"wte.weight\": \"model-00003", "\"wte.weight\": \"model-00001", NULL, "which has no such tensor"},
+        {"shards: a tensor the index leaves out", "\"ln_f.bias\": \"model-00003-of-00003.safetensors\",", "", NULL, "the index leaves out"},
+        {"shards: a file outside the folder", "\"model-00003-of-00003.safetensors\"", "\"../model-00003-of-00003.safetensors\"", NULL, "a file in this folder"},
+        {"shards: no weight_map", "weight_map", "weight_mop", NULL, "weight_map"},
+        {"shards: the index is not JSON", "{", "{,", NULL, "JSON error"},
+    };
+    for (size_t i = 0; i < sizeof(shards) / sizeof(shards[0]); i++) {
+        snprintf(dir, sizeof(dir), "%s/shards_broken%zu", tmp, i);
+        broken_shards(dir, shards[i].from, shards[i].to, shards[i].drop);
+        expect_exit(shards[i].name, load_model, dir, shards[i].expect);
+    }
+    // llm.c checkpoints
+    char path[600];
+    size_t n;
+    uint8_t *bytes = read_bytes(FIXTURES "gpt2_tiny_model.bin", &n);
+    snprintf(path, sizeof(path), "%s/truncated.bin", tmp);
+    write_bytes(path, bytes, n - 4);
+    expect_exit("a truncated checkpoint", load_model, path, "truncated or corrupt");
+    bytes[0] ^= 1;
+    snprintf(path, sizeof(path), "%s/magic.bin", tmp);
+    write_bytes(path, bytes, n);
+    expect_exit("a checkpoint with a wrong magic number", load_model, path, "bad magic number");
+    free(bytes);
+    expect_exit("no such model", load_model, "no/such/model.bin", "no such file or folder");
+}
+
+// ----------------------------------------------------------------------------
+
+int main(void) {
+    char tmp[] = "/tmp/test_convert_dir_XXXXXX";
+    if (mkdtemp(tmp) == NULL) { perror("mkdtemp"); return 1; }
+    test_json();
+    test_safetensors();
+    test_layouts();
+    test_export(tmp);
+    test_tokenizer_files(tmp);
+    test_bad_files(tmp);
+    char cmd[600];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", tmp);
+    if (system(cmd) != 0) { printf("could not remove %s\n", tmp); }
+    printf("\n%d passed, %d failed\n", num_passed, num_failed);
+    return num_failed == 0 ? 0 : 1;
+}
