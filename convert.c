@@ -541,7 +541,7 @@ void gpt2_save_checkpoint(const GPT2Weights *w, const char *path, int bf16) {
 // ----------------------------------------------------------------------------
 // JSON: just enough of a parser for config.json and safetensors headers
 
-// --- begin shared-copy: json ---
+// --- begin shared-copy: json-api ---
 // A whole JSON text becomes a flat array of tokens in document order (the idea of jsmn):
 // a container's children follow it, and `next` skips over its whole subtree. Nothing is
 // copied: a token is a span of the text. The grammar is RFC 8259's, checked strictly
@@ -566,6 +566,15 @@ typedef struct {
     size_t err_size;
 } Json;
 
+// the parser's interface (the code follows)
+int json_parse(Json *j, const char *text, size_t len, char *err, size_t err_size);
+void json_free(Json *j);
+int json_string(const Json *j, int index, char *out, size_t cap);
+int json_get(const Json *j, int object, const char *key);
+int json_int64(const Json *j, int index, int64_t *out);
+int json_double(const Json *j, int index, double *out);
+// --- end shared-copy: json-api ---
+// --- begin shared-copy: json ---
 static int json_fail(Json *j, size_t at, const char *what) {
     snprintf(j->err, j->err_size, "JSON error at byte %zu: %s", at, what);
     return -1;

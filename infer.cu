@@ -31,6 +31,11 @@ Build and run:
 Without a GPU, make test runs this file through the CPU emulator (dev/emu) and compares
 it with infer.c. Debug builds add -DGUARD_BYTES=256 (guard bands after every tensor, below).
 
+The file follows infer.c's order, with the GPU part in one stretch where infer.c has its
+layers: precision, kernels, launchers; then the same model (its tables uploaded to the GPU),
+forward pass, sampling, generation, reports, prompts and main, and at the end the tokenizer
+and the JSON reader, as shared copies.
+
 Sizes: as infer.c. B sequences, S positions of cache per sequence, N rows of a forward
 pass, NL rows with logits, C channels, NH heads, HS = C/NH, V, Vp, L, maxT.
 */
@@ -984,103 +989,7 @@ void gpt2_free(GPT2 *model) {
 }
 
 // ----------------------------------------------------------------------------
-// the forward pass with a KV cache
-
-// The kernels of one forward pass over the N rows in model->rows (tokens, seq, pos,
-// logit_rows: already on the GPU), logits for NL rows, and their argmax if asked. Only
-// launches on model->stream: this is what a decode graph captures.
-static void gpt2_forward_launch(GPT2 *model, int N, int NL, int argmax) {
-    GPT2Config c = model->w.config;
-    int C = c.channels, NH = c.num_heads, L = c.num_layers, S = model->cache_len;
-    DeviceParameters p = model->params;
-    RowBuffers r = model->rows;
-    cudaStream_t stream = model->stream;
-    encoder_forward_kernel<<<ceil_div((size_t)N * C, BLOCK), BLOCK, 0, stream>>>(r.residual, r.tokens, r.pos, p.wte, p.wpe, N, C);
-    unsigned ln_blocks = ceil_div(N, BLOCK / 32);
-    for (int l = 0; l < L; l++) {
-        size_t cache_layer = (size_t)l * model->cache_layer;
-        Epilogue qkv = {EPI_QKV, p.qkvb + (size_t)l * 3 * C, NULL, r.q, model->key_cache + cache_layer,
-                        model->value_cache + cache_layer, r.seq, r.pos, S};
-        Epilogue proj = {EPI_RESIDUAL, p.attprojb + (size_t)l * C, r.residual, NULL, NULL, NULL, NULL, NULL, 0};
-        Epilogue fc = {EPI_GELU, p.fcb + (size_t)l * 4 * C, NULL, r.fch, NULL, NULL, NULL, NULL, 0};
-        Epilogue fcproj = {EPI_RESIDUAL, p.fcprojb + (size_t)l * C, r.residual, NULL, NULL, NULL, NULL, NULL, 0};
-        layernorm_forward_kernel<<<ln_blocks, BLOCK, 0, stream>>>(r.ln, r.residual, nullptr, p.ln1w + (size_t)l * C, p.ln1b + (size_t)l * C, N, C);
-        linear_forward(model->cublas, stream, r.ln, p.qkvw + (size_t)l * 3 * C * C, qkv, r.scratch, N, C, 3 * C);
-        attention_forward_kernel<<<dim3(N, NH), ATT_BLOCK, 0, stream>>>(r.atty, r.att, r.q, model->key_cache + cache_layer,
-                                                                        model->value_cache + cache_layer, r.seq, r.pos, S, C, NH);
-        linear_forward(model->cublas, stream, r.atty, p.attprojw + (size_t)l * C * C, proj, r.scratch, N, C, C);
-        layernorm_forward_kernel<<<ln_blocks, BLOCK, 0, stream>>>(r.ln, r.residual, nullptr, p.ln2w + (size_t)l * C, p.ln2b + (size_t)l * C, N, C);
-        linear_forward(model->cublas, stream, r.ln, p.fcw + (size_t)l * 4 * C * C, fc, r.scratch, N, C, 4 * C);
-        linear_forward(model->cublas, stream, r.fch, p.fcprojw + (size_t)l * C * 4 * C, fcproj, r.scratch, N, 4 * C, C);
-    }
-    if (NL == 0) { return; } // (a prefill chunk in which no prompt ends)
-    // the logits of the rows that need them: the final LayerNorm, then the tied wte
-    layernorm_forward_kernel<<<ceil_div(NL, BLOCK / 32), BLOCK, 0, stream>>>(r.ln, r.residual, r.logit_rows, p.lnfw, p.lnfb, NL, C);
-    Epilogue logits = {EPI_LOGITS, NULL, r.logits, NULL, NULL, NULL, NULL, NULL, 0};
-    linear_forward(model->cublas, stream, r.ln, p.wte, logits, r.scratch, NL, C, c.padded_vocab_size);
-    if (argmax) { argmax_kernel<<<NL, ARGMAX_BLOCK, 0, stream>>>(r.argmax, r.logits, c.vocab_size, c.padded_vocab_size); }
-    cudaCheck(cudaGetLastError());
-}
-
-// One forward pass, as infer.c's gpt2_forward: rows (tokens, seq, pos) in host memory,
-// the logits of logit_rows copied back to host_logits (NL, Vp) if it is not NULL, the
-// argmax of each to host_argmax if that is not NULL. A decode step (every row a logit
-// row, rows 0..N-1) replays the graph captured for N rows, capturing it the first time.
-void gpt2_forward(GPT2 *model, const int *tokens, const int *seq, const int *pos, int N, const int *logit_rows, int NL,
-                  float *host_logits, int *host_argmax) {
-    GPT2Config c = model->w.config;
-    if (N > model->max_rows || NL > model->max_logit_rows || NL > N) {
-        fprintf(stderr, "Error: gpt2_forward: %d rows (%d with logits), buffers hold %d (%d)\n", N, NL, model->max_rows,
-                model->max_logit_rows);
-        exit(EXIT_FAILURE);
-    }
-    for (int n = 0; n < N; n++) { // the callers check their input; this catches our own bugs
-        if (seq[n] < 0 || seq[n] >= model->cache_batch || pos[n] < 0 || pos[n] >= model->cache_len || tokens[n] < 0 ||
-            tokens[n] >= c.vocab_size) {
-            fprintf(stderr, "Error: gpt2_forward: row %d (token %d, sequence %d, position %d) is outside V=%d, B=%d, S=%d\n",
-                    n, tokens[n], seq[n], pos[n], c.vocab_size, model->cache_batch, model->cache_len);
-            exit(EXIT_FAILURE);
-        }
-    }
-    cudaStream_t stream = model->stream;
-    RowBuffers r = model->rows;
-    cudaCheck(cudaMemcpyAsync(r.tokens, tokens, N * sizeof(int), cudaMemcpyHostToDevice, stream));
-    cudaCheck(cudaMemcpyAsync(r.seq, seq, N * sizeof(int), cudaMemcpyHostToDevice, stream));
-    cudaCheck(cudaMemcpyAsync(r.pos, pos, N * sizeof(int), cudaMemcpyHostToDevice, stream));
-    cudaCheck(cudaMemcpyAsync(r.logit_rows, logit_rows, NL * sizeof(int), cudaMemcpyHostToDevice, stream));
-    int decode = NL == N && N < MAX_GRAPHS && model->use_graphs;
-    for (int j = 0; j < NL && decode; j++) { decode = logit_rows[j] == j; }
-    int argmax = host_argmax != NULL;
-    if (decode && (model->graphs[N] == NULL || model->graph_argmax[N] != argmax)) {
-        if (model->graphs[N] != NULL) { cudaCheck(cudaGraphExecDestroy(model->graphs[N])); }
-        cudaGraph_t graph;
-        cudaCheck(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
-        gpt2_forward_launch(model, N, NL, argmax);
-        cudaCheck(cudaStreamEndCapture(stream, &graph));
-        cudaCheck(cudaGraphInstantiate(&model->graphs[N], graph, 0));
-        cudaCheck(cudaGraphDestroy(graph));
-        model->graph_argmax[N] = argmax;
-    }
-    if (decode) {
-        cudaCheck(cudaGraphLaunch(model->graphs[N], stream));
-    } else {
-        gpt2_forward_launch(model, N, NL, argmax);
-    }
-    if (host_logits != NULL) {
-        cudaCheck(cudaMemcpyAsync(host_logits, r.logits, (size_t)NL * c.padded_vocab_size * sizeof(float),
-                                  cudaMemcpyDeviceToHost, stream));
-    }
-    if (host_argmax != NULL) { cudaCheck(cudaMemcpyAsync(host_argmax, r.argmax, NL * sizeof(int), cudaMemcpyDeviceToHost, stream)); }
-    cudaCheck(cudaStreamSynchronize(stream));
-    if (GUARD_BYTES > 0) { // debug builds: did a kernel of this pass write past the end of a tensor?
-        guard_check(&model->params_table);
-        guard_check(&model->cache_table);
-        guard_check(&model->rows_table);
-    }
-}
-
-// ----------------------------------------------------------------------------
-// models in and out: llm.c checkpoints, Hugging Face folders (as infer.c)
+// models in: llm.c checkpoints and new random models
 
 // --- begin shared-copy: gpt2-model-file ---
 // The size of an open file in bytes; the position is left just after the 256 x
@@ -1227,7 +1136,928 @@ void gpt2_weights_build(GPT2Weights *w, const char *source, uint64_t seed) {
 }
 
 // ----------------------------------------------------------------------------
-// the prompt: GPT-2's BPE tokenizer, the same code as data/tokenizer.c
+// the forward pass with a KV cache
+
+// The kernels of one forward pass over the N rows in model->rows (tokens, seq, pos,
+// logit_rows: already on the GPU), logits for NL rows, and their argmax if asked. Only
+// launches on model->stream: this is what a decode graph captures.
+static void gpt2_forward_launch(GPT2 *model, int N, int NL, int argmax) {
+    GPT2Config c = model->w.config;
+    int C = c.channels, NH = c.num_heads, L = c.num_layers, S = model->cache_len;
+    DeviceParameters p = model->params;
+    RowBuffers r = model->rows;
+    cudaStream_t stream = model->stream;
+    encoder_forward_kernel<<<ceil_div((size_t)N * C, BLOCK), BLOCK, 0, stream>>>(r.residual, r.tokens, r.pos, p.wte, p.wpe, N, C);
+    unsigned ln_blocks = ceil_div(N, BLOCK / 32);
+    for (int l = 0; l < L; l++) {
+        size_t cache_layer = (size_t)l * model->cache_layer;
+        Epilogue qkv = {EPI_QKV, p.qkvb + (size_t)l * 3 * C, NULL, r.q, model->key_cache + cache_layer,
+                        model->value_cache + cache_layer, r.seq, r.pos, S};
+        Epilogue proj = {EPI_RESIDUAL, p.attprojb + (size_t)l * C, r.residual, NULL, NULL, NULL, NULL, NULL, 0};
+        Epilogue fc = {EPI_GELU, p.fcb + (size_t)l * 4 * C, NULL, r.fch, NULL, NULL, NULL, NULL, 0};
+        Epilogue fcproj = {EPI_RESIDUAL, p.fcprojb + (size_t)l * C, r.residual, NULL, NULL, NULL, NULL, NULL, 0};
+        layernorm_forward_kernel<<<ln_blocks, BLOCK, 0, stream>>>(r.ln, r.residual, nullptr, p.ln1w + (size_t)l * C, p.ln1b + (size_t)l * C, N, C);
+        linear_forward(model->cublas, stream, r.ln, p.qkvw + (size_t)l * 3 * C * C, qkv, r.scratch, N, C, 3 * C);
+        attention_forward_kernel<<<dim3(N, NH), ATT_BLOCK, 0, stream>>>(r.atty, r.att, r.q, model->key_cache + cache_layer,
+                                                                        model->value_cache + cache_layer, r.seq, r.pos, S, C, NH);
+        linear_forward(model->cublas, stream, r.atty, p.attprojw + (size_t)l * C * C, proj, r.scratch, N, C, C);
+        layernorm_forward_kernel<<<ln_blocks, BLOCK, 0, stream>>>(r.ln, r.residual, nullptr, p.ln2w + (size_t)l * C, p.ln2b + (size_t)l * C, N, C);
+        linear_forward(model->cublas, stream, r.ln, p.fcw + (size_t)l * 4 * C * C, fc, r.scratch, N, C, 4 * C);
+        linear_forward(model->cublas, stream, r.fch, p.fcprojw + (size_t)l * C * 4 * C, fcproj, r.scratch, N, 4 * C, C);
+    }
+    if (NL == 0) { return; } // (a prefill chunk in which no prompt ends)
+    // the logits of the rows that need them: the final LayerNorm, then the tied wte
+    layernorm_forward_kernel<<<ceil_div(NL, BLOCK / 32), BLOCK, 0, stream>>>(r.ln, r.residual, r.logit_rows, p.lnfw, p.lnfb, NL, C);
+    Epilogue logits = {EPI_LOGITS, NULL, r.logits, NULL, NULL, NULL, NULL, NULL, 0};
+    linear_forward(model->cublas, stream, r.ln, p.wte, logits, r.scratch, NL, C, c.padded_vocab_size);
+    if (argmax) { argmax_kernel<<<NL, ARGMAX_BLOCK, 0, stream>>>(r.argmax, r.logits, c.vocab_size, c.padded_vocab_size); }
+    cudaCheck(cudaGetLastError());
+}
+
+// One forward pass, as infer.c's gpt2_forward: rows (tokens, seq, pos) in host memory,
+// the logits of logit_rows copied back to host_logits (NL, Vp) if it is not NULL, the
+// argmax of each to host_argmax if that is not NULL. A decode step (every row a logit
+// row, rows 0..N-1) replays the graph captured for N rows, capturing it the first time.
+void gpt2_forward(GPT2 *model, const int *tokens, const int *seq, const int *pos, int N, const int *logit_rows, int NL,
+                  float *host_logits, int *host_argmax) {
+    GPT2Config c = model->w.config;
+    if (N > model->max_rows || NL > model->max_logit_rows || NL > N) {
+        fprintf(stderr, "Error: gpt2_forward: %d rows (%d with logits), buffers hold %d (%d)\n", N, NL, model->max_rows,
+                model->max_logit_rows);
+        exit(EXIT_FAILURE);
+    }
+    for (int n = 0; n < N; n++) { // the callers check their input; this catches our own bugs
+        if (seq[n] < 0 || seq[n] >= model->cache_batch || pos[n] < 0 || pos[n] >= model->cache_len || tokens[n] < 0 ||
+            tokens[n] >= c.vocab_size) {
+            fprintf(stderr, "Error: gpt2_forward: row %d (token %d, sequence %d, position %d) is outside V=%d, B=%d, S=%d\n",
+                    n, tokens[n], seq[n], pos[n], c.vocab_size, model->cache_batch, model->cache_len);
+            exit(EXIT_FAILURE);
+        }
+    }
+    cudaStream_t stream = model->stream;
+    RowBuffers r = model->rows;
+    cudaCheck(cudaMemcpyAsync(r.tokens, tokens, N * sizeof(int), cudaMemcpyHostToDevice, stream));
+    cudaCheck(cudaMemcpyAsync(r.seq, seq, N * sizeof(int), cudaMemcpyHostToDevice, stream));
+    cudaCheck(cudaMemcpyAsync(r.pos, pos, N * sizeof(int), cudaMemcpyHostToDevice, stream));
+    cudaCheck(cudaMemcpyAsync(r.logit_rows, logit_rows, NL * sizeof(int), cudaMemcpyHostToDevice, stream));
+    int decode = NL == N && N < MAX_GRAPHS && model->use_graphs;
+    for (int j = 0; j < NL && decode; j++) { decode = logit_rows[j] == j; }
+    int argmax = host_argmax != NULL;
+    if (decode && (model->graphs[N] == NULL || model->graph_argmax[N] != argmax)) {
+        if (model->graphs[N] != NULL) { cudaCheck(cudaGraphExecDestroy(model->graphs[N])); }
+        cudaGraph_t graph;
+        cudaCheck(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+        gpt2_forward_launch(model, N, NL, argmax);
+        cudaCheck(cudaStreamEndCapture(stream, &graph));
+        cudaCheck(cudaGraphInstantiate(&model->graphs[N], graph, 0));
+        cudaCheck(cudaGraphDestroy(graph));
+        model->graph_argmax[N] = argmax;
+    }
+    if (decode) {
+        cudaCheck(cudaGraphLaunch(model->graphs[N], stream));
+    } else {
+        gpt2_forward_launch(model, N, NL, argmax);
+    }
+    if (host_logits != NULL) {
+        cudaCheck(cudaMemcpyAsync(host_logits, r.logits, (size_t)NL * c.padded_vocab_size * sizeof(float),
+                                  cudaMemcpyDeviceToHost, stream));
+    }
+    if (host_argmax != NULL) { cudaCheck(cudaMemcpyAsync(host_argmax, r.argmax, NL * sizeof(int), cudaMemcpyDeviceToHost, stream)); }
+    cudaCheck(cudaStreamSynchronize(stream));
+    if (GUARD_BYTES > 0) { // debug builds: did a kernel of this pass write past the end of a tensor?
+        guard_check(&model->params_table);
+        guard_check(&model->cache_table);
+        guard_check(&model->rows_table);
+    }
+}
+
+// ----------------------------------------------------------------------------
+// the tokenizer: what generation and main use of it (its code is at the end of the file)
+
+// --- begin shared-copy: bpe-tokenizer-api ---
+// Limits of what we accept: GPT-2's longest token is 128 bytes and the file format stores
+// each token's length in one byte.
+#define MAX_TOKEN_BYTES 255
+#define SPECIAL_TEXT "<|endoftext|>"
+#define SPECIAL_LEN 13
+
+// Pieces we have already run through BPE, so that each distinct word is merged only once.
+// Fixed capacity: once full we stop adding (every piece still encodes, just without the
+// shortcut). Only short pieces are cached; long ones are rare and would crowd the arenas.
+#define CACHE_SLOTS (1u << 18)             // hash slots, a power of two
+#define CACHE_MAX_ENTRIES (CACHE_SLOTS / 2)  // keep the table at most half full
+#define CACHE_MAX_PIECE 64                 // bytes
+#define CACHE_KEY_ARENA (CACHE_MAX_ENTRIES * 8)
+#define CACHE_TOKEN_ARENA (CACHE_MAX_ENTRIES * 2)
+typedef struct {
+    uint32_t key_offset;    // into cache_keys
+    uint32_t token_offset;  // into cache_tokens
+    uint8_t key_len;        // 0 marks an empty slot (pieces are never empty)
+    uint8_t num_tokens;
+} CacheSlot;
+
+typedef struct Tokenizer {
+    int vocab_size;          // V: 256 single bytes + the merges + <|endoftext|> (50257)
+    int eot_token;           // id of <|endoftext|> (50256), the last id
+    int num_mergeable;       // ids below this are BPE tokens, the rest are special
+    uint8_t *token_bytes;    // every token's raw bytes, back to back
+    uint32_t *token_offset;  // (V+1,) token i is token_bytes[token_offset[i] .. token_offset[i+1])
+    size_t max_token_len;    // bytes of the longest mergeable token
+    int32_t *rank_table;     // open addressing: byte string -> id of a mergeable token, -1 = empty
+    size_t rank_mask;        // number of slots - 1
+    CacheSlot *cache;        // (CACHE_SLOTS,)
+    uint8_t *cache_keys;     // (CACHE_KEY_ARENA,)
+    int32_t *cache_tokens;   // (CACHE_TOKEN_ARENA,)
+    size_t cache_entries, cache_key_used, cache_token_used;
+} Tokenizer;
+
+// the tokenizer's interface (the code follows)
+void tokenizer_init(Tokenizer *t, const char *dir);
+void tokenizer_free(Tokenizer *t);
+size_t tokenizer_encode(Tokenizer *t, const uint8_t *text, size_t len, int allow_special, int32_t *out);
+size_t tokenizer_decode(const Tokenizer *t, const int32_t *ids, size_t n, uint8_t *out, size_t cap);
+const uint8_t *tokenizer_token(const Tokenizer *t, int id, size_t *len);
+// --- end shared-copy: bpe-tokenizer-api ---
+
+// --- begin shared-copy: infer-sampling ---
+// ----------------------------------------------------------------------------
+// sampling: temperature, top-k, top-p
+
+typedef struct {
+    float temperature; // 0: greedy (always the most probable token)
+    int top_k;         // keep the k most probable tokens; 0: all
+    float top_p;       // then the fewest most probable tokens whose probabilities sum to >= p; 1: all
+    float *probs;      // (V) scratch
+} Sampler;
+
+typedef struct {
+    float prob;
+    int id;
+} Candidate;
+
+// more probable first; equal probabilities by id, so the order (and the draw) is fixed
+static int candidate_better(Candidate a, Candidate b) { return a.prob > b.prob || (a.prob == b.prob && a.id < b.id); }
+static int candidate_compare(const void *a, const void *b) {
+    Candidate x = *(const Candidate *)a, y = *(const Candidate *)b;
+    return candidate_better(x, y) ? -1 : candidate_better(y, x) ? 1 : 0;
+}
+
+// The tokens a draw chooses from, with their renormalised probabilities, into out (room
+// for V); returns how many. The order of the filters is transformers' (temperature, top-k,
+// top-p, as in its logits warpers), so -t/-k/-p mean what they mean in generate().
+// Top-p (Holtzman et al. 2019, "nucleus sampling") keeps the smallest set of most probable
+// tokens whose probabilities sum to at least p.
+int sample_candidates(const float *logits, int V, Sampler *s, Candidate *out) {
+    int argmax = 0;
+    for (int i = 1; i < V; i++) {
+        if (logits[i] > logits[argmax]) { argmax = i; }
+    }
+    if (s->temperature == 0.0f) {
+        out[0] = (Candidate){1.0f, argmax};
+        return 1;
+    }
+    double sum = 0.0; // softmax(logits / temperature), shifted by the max for stability
+    for (int i = 0; i < V; i++) {
+        s->probs[i] = expf((logits[i] - logits[argmax]) / s->temperature);
+        sum += s->probs[i];
+    }
+    for (int i = 0; i < V; i++) { s->probs[i] = (float)(s->probs[i] / sum); }
+    int n = 0;
+    if (s->top_k > 0 && s->top_k < V) {
+        // the k best through a min-heap of size k: out[0] is the worst kept so far
+        int k = s->top_k;
+        for (int i = 0; i < V; i++) {
+            Candidate c = {s->probs[i], i};
+            if (n < k) { // sift up
+                int at = n++;
+                while (at > 0 && candidate_better(out[(at - 1) / 2], c)) { out[at] = out[(at - 1) / 2]; at = (at - 1) / 2; }
+                out[at] = c;
+            } else if (candidate_better(c, out[0])) { // replace the worst, sift down
+                int at = 0;
+                for (;;) {
+                    int child = 2 * at + 1;
+                    if (child >= k) { break; }
+                    if (child + 1 < k && candidate_better(out[child], out[child + 1])) { child++; }
+                    if (!candidate_better(c, out[child])) { break; }
+                    out[at] = out[child];
+                    at = child;
+                }
+                out[at] = c;
+            }
+        }
+    } else if (s->top_p < 1.0f) {
+        // no token below (1 - p) / (V - 1) can be in the nucleus (all of them together hold
+        // less than 1 - p), so only the others need sorting: a few hundred, not 50257
+        float threshold = (1.0f - s->top_p) / (float)(V > 1 ? V - 1 : 1);
+        for (int i = 0; i < V; i++) {
+            if (s->probs[i] >= threshold) { out[n++] = (Candidate){s->probs[i], i}; }
+        }
+        if (n == 0) { // can only happen when p < 1/V: then the nucleus is the best token
+            out[n++] = (Candidate){s->probs[argmax], argmax};
+        }
+    } else {
+        for (int i = 0; i < V; i++) { out[n++] = (Candidate){s->probs[i], i}; }
+        return n; // the whole distribution, in id order: no sort needed
+    }
+    qsort(out, (size_t)n, sizeof(Candidate), candidate_compare);
+    // the mass top-p takes its share of: what top-k kept, or all of it (1, whatever the
+    // prefilter above dropped)
+    double total = 1.0;
+    if (s->top_k > 0 && s->top_k < V) {
+        total = 0.0;
+        for (int i = 0; i < n; i++) { total += out[i].prob; }
+    }
+    if (s->top_p < 1.0f) {
+        double cumulative = 0.0;
+        int m = 0;
+        while (m < n) {
+            cumulative += out[m++].prob;
+            if (cumulative >= s->top_p * total) { break; }
+        }
+        n = m;
+        total = cumulative;
+    }
+    for (int i = 0; i < n; i++) { out[i].prob = (float)(out[i].prob / total); }
+    return n;
+}
+
+// One token: the candidates, then the first whose cumulative probability passes the coin
+// (uniform in [0, 1)).
+int sample_token(const float *logits, int V, Sampler *s, Candidate *scratch, float coin) {
+    int n = sample_candidates(logits, V, s, scratch);
+    float cdf = 0.0f;
+    for (int i = 0; i < n; i++) {
+        cdf += scratch[i].prob;
+        if (coin < cdf) { return scratch[i].id; }
+    }
+    return scratch[n - 1].id; // rounding left the cdf a hair below 1
+}
+
+// --- end shared-copy: infer-sampling ---
+
+// --- begin shared-copy: infer-sequences ---
+// ----------------------------------------------------------------------------
+// generation: prefill, then decode, for a batch of sequences
+
+// infer.c's random streams (rng_key(seed, stream)): 0..15 the weights of a d<N> model
+// (gpt2-init), then:
+#define STREAM_SAMPLING 16 // subkey: the sequence's index; index: the generated token's
+#define STREAM_BENCH 17    // the benchmark's random prompts
+
+typedef struct {
+    const char *prompt;  // its text (NULL with token ids)
+    int *tokens;         // (max_tokens) the prompt, then what we generate
+    int num_prompt, num_tokens, max_tokens;
+    int context_full;    // max_tokens is the model's context, not the length asked for
+    int done;
+    const char *stop;    // why it stopped
+    char *text;          // the generated text so far (stop strings, output)
+    size_t text_len, text_cap, printed;
+} Sequence;
+
+typedef struct {
+    int max_new;             // tokens to generate at most
+    const char *stop_string; // "" for none
+    int eot_token;           // stop when it is sampled; -1 never
+    uint64_t seed;
+    Sampler sampler;
+    const Tokenizer *tok;    // NULL: token ids in and out
+    FILE *stream;            // print as we go (one sequence), or NULL
+} GenerateOptions;
+
+typedef struct {
+    size_t prompt_tokens, decoded_tokens, steps;
+    double prefill_seconds, first_token_seconds, decode_seconds;
+} GenerateStats;
+
+// prefill: rows per forward pass. Long prompts (and batches of them) go through in chunks,
+// each attending to the cache the chunks before it wrote: same result, bounded memory.
+#define PREFILL_CHUNK 256
+
+void sequence_init(Sequence *s, const char *prompt, const int *tokens, int n, int max_new, int maxT) {
+    memset(s, 0, sizeof(*s));
+    s->prompt = prompt;
+    s->num_prompt = s->num_tokens = n;
+    s->max_tokens = (long)n + max_new < maxT ? n + max_new : maxT; // (long: -n may be up to 2^31 - 1)
+    s->context_full = (long)n + max_new > maxT;
+    s->tokens = (int *)mallocCheck((size_t)s->max_tokens * sizeof(int));
+    memcpy(s->tokens, tokens, (size_t)n * sizeof(int));
+    s->text_cap = 256;
+    s->text = (char *)mallocCheck(s->text_cap);
+    if (s->max_tokens == n) { s->done = 1; s->stop = "no room in the context"; }
+}
+
+void sequence_free(Sequence *s) {
+    free(s->tokens);
+    free(s->text);
+}
+
+// how many bytes at the end of text could still grow into the stop string
+static size_t stop_prefix_at_end(const char *text, size_t len, const char *stop) {
+    size_t n = strlen(stop);
+    if (n == 0) { return 0; }
+    for (size_t k = n > len + 1 ? len : n - 1; k > 0; k--) {
+        if (memcmp(text + len - k, stop, k) == 0) { return k; }
+    }
+    return 0;
+}
+
+// A sampled token joins its sequence: check the stops, keep the text, stream what is safe
+// to print (never part of what may turn out to be the stop string, which is not printed).
+static void sequence_add(Sequence *s, int token, const GenerateOptions *o) {
+    if (token == o->eot_token) { s->done = 1; s->stop = "<|endoftext|>"; }
+    if (!s->done) {
+        s->tokens[s->num_tokens++] = token;
+        char ids[16];
+        size_t len;
+        const uint8_t *bytes = (const uint8_t *)ids;
+        if (o->tok != NULL) { bytes = tokenizer_token(o->tok, token, &len); }
+        else { len = (size_t)snprintf(ids, sizeof(ids), " %d", token); }
+        if (s->text_len + len + 1 > s->text_cap) {
+            s->text_cap = 2 * (s->text_len + len + 1);
+            s->text = (char *)realloc(s->text, s->text_cap);
+            if (s->text == NULL) { fprintf(stderr, "Error: out of memory for the generated text\n"); exit(EXIT_FAILURE); }
+        }
+        size_t before = s->text_len;
+        memcpy(s->text + s->text_len, bytes, len);
+        s->text_len += len;
+        s->text[s->text_len] = '\0';
+        size_t n = strlen(o->stop_string);
+        if (n > 0) { // search only where the new bytes could complete a match
+            for (size_t at = before >= n - 1 ? before - (n - 1) : 0; at + n <= s->text_len; at++) {
+                if (memcmp(s->text + at, o->stop_string, n) == 0) {
+                    s->text_len = at;
+                    s->text[at] = '\0';
+                    s->done = 1;
+                    s->stop = "the stop string";
+                    break;
+                }
+            }
+        }
+        if (!s->done && s->num_tokens == s->max_tokens) {
+            s->done = 1;
+            s->stop = s->context_full ? "the end of the model's context" : "the length limit";
+        }
+    }
+    if (o->stream != NULL) {
+        size_t safe = s->done ? s->text_len : s->text_len - stop_prefix_at_end(s->text, s->text_len, o->stop_string);
+        if (safe > s->printed) {
+            fwrite(s->text + s->printed, 1, safe - s->printed, o->stream);
+            s->printed = safe;
+        }
+        fflush(o->stream);
+    }
+}
+
+static void sample_into(GPT2 *model, Sequence *s, int b, const float *logits, const GenerateOptions *o, Candidate *scratch) {
+    Sampler sampler = o->sampler;
+    float coin = (float)rng_uniform_at(rng_subkey(o->seed, STREAM_SAMPLING, (uint64_t)b), (uint64_t)(s->num_tokens - s->num_prompt));
+    sequence_add(s, sample_token(logits, model->w.config.vocab_size, &sampler, scratch, coin), o);
+}
+
+// --- end shared-copy: infer-sequences ---
+
+// Generates for B sequences at once until each has stopped, as infer.c's generate. Greedy
+// takes the argmax kernel's tokens; other sampling copies the logits back and draws on the
+// host, with infer.c's sampler and the same random numbers.
+void generate(GPT2 *model, Sequence *seqs, int B, const GenerateOptions *o, GenerateStats *stats) {
+    GPT2Config c = model->w.config;
+    int S = 1;
+    size_t total_prompt = 0;
+    for (int b = 0; b < B; b++) {
+        if (seqs[b].max_tokens > S) { S = seqs[b].max_tokens; }
+        total_prompt += (size_t)seqs[b].num_prompt;
+    }
+    if (model->cache_batch < B || model->cache_len < S) { gpt2_allocate_cache(model, B, S); }
+    int rows = PREFILL_CHUNK > B ? PREFILL_CHUNK : B;
+    if (model->max_rows < rows || model->max_logit_rows < B) { gpt2_allocate_rows(model, rows, B); }
+    int *tokens = (int *)mallocCheck(3 * (size_t)rows * sizeof(int)), *seq = tokens + rows, *pos = tokens + 2 * rows;
+    int *logit_rows = (int *)mallocCheck((size_t)B * sizeof(int)), *logit_seq = (int *)mallocCheck((size_t)B * sizeof(int));
+    int greedy = o->sampler.temperature == 0.0f;
+    int *argmax = greedy ? (int *)mallocCheck((size_t)B * sizeof(int)) : NULL;
+    float *logits = greedy ? NULL : (float *)mallocCheck((size_t)B * c.padded_vocab_size * sizeof(float));
+    Candidate *scratch = (Candidate *)mallocCheck((size_t)c.vocab_size * sizeof(Candidate));
+    GenerateOptions opts = *o;
+    opts.sampler.probs = (float *)mallocCheck((size_t)c.vocab_size * sizeof(float));
+    memset(stats, 0, sizeof(*stats));
+    stats->prompt_tokens = total_prompt;
+    for (int b = 0; b < B; b++) { seqs[b].printed = seqs[b].text_len; }
+
+    // prefill: every prompt position, in chunks of rows; logits only at each prompt's end
+    double t0 = wall_seconds();
+    int n = 0, nl = 0;
+    for (int b = 0; b < B; b++) {
+        for (int t = 0; t < seqs[b].num_prompt; t++) {
+            tokens[n] = seqs[b].tokens[t];
+            seq[n] = b;
+            pos[n] = t;
+            if (t == seqs[b].num_prompt - 1 && !seqs[b].done) { logit_rows[nl] = n; logit_seq[nl++] = b; }
+            n++;
+            int last = b == B - 1 && t == seqs[b].num_prompt - 1;
+            if (n == rows || last) {
+                gpt2_forward(model, tokens, seq, pos, n, logit_rows, nl, logits, argmax);
+                for (int j = 0; j < nl; j++) {
+                    Sequence *s = &seqs[logit_seq[j]];
+                    if (greedy) { sequence_add(s, argmax[j], &opts); }
+                    else { sample_into(model, s, logit_seq[j], logits + (size_t)j * c.padded_vocab_size, &opts, scratch); }
+                }
+                n = nl = 0;
+            }
+        }
+    }
+    double t1 = wall_seconds();
+    stats->prefill_seconds = stats->first_token_seconds = t1 - t0;
+
+    // decode: one row per unfinished sequence: its newest token, at its newest position
+    for (;;) {
+        n = 0;
+        for (int b = 0; b < B; b++) {
+            if (seqs[b].done) { continue; }
+            tokens[n] = seqs[b].tokens[seqs[b].num_tokens - 1];
+            seq[n] = b;
+            pos[n] = seqs[b].num_tokens - 1;
+            logit_rows[n] = n;
+            n++;
+        }
+        if (n == 0) { break; }
+        gpt2_forward(model, tokens, seq, pos, n, logit_rows, n, logits, argmax);
+        for (int j = 0; j < n; j++) {
+            if (greedy) { sequence_add(&seqs[seq[j]], argmax[j], &opts); }
+            else { sample_into(model, &seqs[seq[j]], seq[j], logits + (size_t)j * c.padded_vocab_size, &opts, scratch); }
+        }
+        stats->decoded_tokens += (size_t)n;
+        stats->steps++;
+    }
+    stats->decode_seconds = wall_seconds() - t1;
+    free(tokens);
+    free(logit_rows);
+    free(logit_seq);
+    free(argmax);
+    free(logits);
+    free(scratch);
+    free(opts.sampler.probs);
+}
+
+// --- begin shared-copy: infer-reports ---
+// ----------------------------------------------------------------------------
+// reports and the benchmark
+
+void print_model(const GPT2 *model) {
+    GPT2Config c = model->w.config;
+    fprintf(stderr, "model: %s: GPT-2 L=%d C=%d NH=%d V=%d maxT=%d, %.1fM parameters (%.0f MiB in " WEIGHTS_TYPE ")\n",
+            model->w.source, c.num_layers, c.channels, c.num_heads, c.vocab_size, c.max_seq_len,
+            (double)model->w.num_parameters / 1e6, (double)model->w.num_parameters * WEIGHT_BYTES / (1 << 20));
+    fprintf(stderr, "KV cache: %.1f KiB per token (2 x L x C x %zu bytes), %.1f MiB for one full %d-token sequence\n",
+            (double)kv_bytes_per_token(c) / 1024, (size_t)KV_ELEMENT_BYTES, (double)kv_bytes_per_token(c) * c.max_seq_len / (1 << 20), c.max_seq_len);
+}
+
+void print_stats(const GPT2 *model, const Sequence *seqs, int B, const GenerateStats *s) {
+    size_t in_use = 0;
+    for (int b = 0; b < B; b++) { in_use += (size_t)seqs[b].num_tokens; }
+    double per = (double)kv_bytes_per_token(model->w.config);
+    fprintf(stderr, "prefill: %zu prompt tokens in %.1f ms (%.0f tokens/s); time to first token %.1f ms\n",
+            s->prompt_tokens, 1e3 * s->prefill_seconds, s->prompt_tokens / s->prefill_seconds, 1e3 * s->first_token_seconds);
+    if (s->steps > 0) {
+        fprintf(stderr, "decode: %zu tokens in %zu steps, %.1f ms (%.1f tokens/s, %.2f ms per step)\n", s->decoded_tokens,
+                s->steps, 1e3 * s->decode_seconds, s->decoded_tokens / s->decode_seconds, 1e3 * s->decode_seconds / s->steps);
+    }
+    fprintf(stderr, "KV cache: %zu tokens in use = %.2f MiB, %d x %d allocated = %.2f MiB\n", in_use, in_use * per / (1 << 20),
+            model->cache_batch, model->cache_len, (double)model->cache_batch * model->cache_len * per / (1 << 20));
+}
+
+// How prefill and decode scale with the prompt length, the generation length and the
+// batch size, and how the cache grows. Random prompts, greedy, no early stops; each row
+// is one generate() call (after one warm-up call), so TTFT includes the first sampling.
+void bench(GPT2 *model, const int *batches, int nb, const int *prompts, int np, const int *gens, int ng, uint64_t seed) {
+    GPT2Config c = model->w.config;
+    fprintf(stderr, "benchmark on %s; decode is bound by reading the weights (%.0f MiB per step at any batch size)\n",
+            hardware_name(), (double)model->w.num_parameters * WEIGHT_BYTES / (1 << 20));
+    printf("| batch | prompt | generated | TTFT ms | prefill tok/s | decode tok/s | ms/step | KV cache MiB |\n");
+    printf("|------:|-------:|----------:|--------:|--------------:|-------------:|--------:|-------------:|\n");
+    GenerateOptions o = {.max_new = 0, .stop_string = "", .eot_token = -1, .seed = seed,
+                         .sampler = {.temperature = 0.0f, .top_k = 0, .top_p = 1.0f, .probs = NULL}, .tok = NULL, .stream = NULL};
+    uint64_t key = rng_key(seed, STREAM_BENCH);
+    int warmed_up = 0;
+    for (int ib = 0; ib < nb; ib++) {
+        for (int ip = 0; ip < np; ip++) {
+            for (int ig = 0; ig < ng; ig++) {
+                int B = batches[ib], P = prompts[ip], G = gens[ig];
+                if (P + G > c.max_seq_len) {
+                    fprintf(stderr, "skipped: prompt %d + %d generated is beyond the context (%d)\n", P, G, c.max_seq_len);
+                    continue;
+                }
+                int *prompt = (int *)mallocCheck((size_t)P * sizeof(int));
+                Sequence *seqs = (Sequence *)mallocCheck((size_t)B * sizeof(Sequence));
+                GenerateStats s;
+                for (int rep = warmed_up; rep < 2; rep++) { // the very first run warms caches and pages up
+                    for (int b = 0; b < B; b++) {
+                        for (int t = 0; t < P; t++) {
+                            prompt[t] = (int)(rng_uniform_at(key, (uint64_t)b * P + t) * c.vocab_size);
+                        }
+                        sequence_init(&seqs[b], NULL, prompt, P, G, c.max_seq_len);
+                    }
+                    o.max_new = G;
+                    generate(model, seqs, B, &o, &s);
+                    size_t in_use = 0;
+                    for (int b = 0; b < B; b++) { in_use += (size_t)seqs[b].num_tokens; sequence_free(&seqs[b]); }
+                    if (rep == 1) {
+                        printf("| %5d | %6d | %9d | %7.1f | %13.0f | %12.1f | %7.2f | %12.2f |\n", B, P, G,
+                               1e3 * s.first_token_seconds, s.prompt_tokens / s.prefill_seconds,
+                               s.steps > 0 ? s.decoded_tokens / s.decode_seconds : 0.0,
+                               s.steps > 0 ? 1e3 * s.decode_seconds / s.steps : 0.0,
+                               (double)in_use * kv_bytes_per_token(c) / (1 << 20));
+                        fflush(stdout);
+                    }
+                }
+                warmed_up = 1;
+                free(prompt);
+                free(seqs);
+            }
+        }
+    }
+}
+// --- end shared-copy: infer-reports ---
+
+// ----------------------------------------------------------------------------
+// prompts from the command line or a file
+
+// --- begin shared-copy: alpaca-template ---
+// The instruction template of the fine-tuning chapter (Alpaca's, Taori et al. 2023): the
+// one place it is written down. finetune_lora.c trains on exactly this text, so a model it
+// tuned answers the instruction when prompted the same way (-a 1).
+#define ALPACA_WITH_INPUT                                                                                  \
+    "Below is an instruction that describes a task, paired with an input that provides further context. " \
+    "Write a response that appropriately completes the request.\n\n"                                       \
+    "### Instruction:\n%s\n\n### Input:\n%s\n\n### Response:\n"
+#define ALPACA_NO_INPUT                                                                                    \
+    "Below is an instruction that describes a task. Write a response that appropriately completes the "   \
+    "request.\n\n### Instruction:\n%s\n\n### Response:\n"
+
+// The prompt text for an instruction (and an optional input, NULL or "" for none); malloc'ed.
+char *alpaca_prompt(const char *instruction, const char *input) {
+    int with_input = input != NULL && input[0] != '\0';
+    size_t n = strlen(ALPACA_WITH_INPUT) + strlen(instruction) + (with_input ? strlen(input) : 0) + 1;
+    char *text = (char *)mallocCheck(n);
+    if (with_input) { snprintf(text, n, ALPACA_WITH_INPUT, instruction, input); }
+    else { snprintf(text, n, ALPACA_NO_INPUT, instruction); }
+    return text;
+}
+
+// --- end shared-copy: alpaca-template ---
+
+// --- begin shared-copy: json-api ---
+// A whole JSON text becomes a flat array of tokens in document order (the idea of jsmn):
+// a container's children follow it, and `next` skips over its whole subtree. Nothing is
+// copied: a token is a span of the text. The grammar is RFC 8259's, checked strictly
+// (numbers, escapes, no control characters in strings, no trailing commas, nesting at most
+// JSON_MAX_DEPTH deep); any error is a message with the byte offset, never a crash.
+// Strings may contain any bytes >= 0x20 (we do not validate UTF-8; nothing here needs it).
+enum { JSON_OBJECT, JSON_ARRAY, JSON_STRING, JSON_NUMBER, JSON_TRUE, JSON_FALSE, JSON_NULL };
+#define JSON_MAX_DEPTH 64
+typedef struct {
+    int type;
+    size_t start, end; // the text: a string's bytes between its quotes, escapes not decoded
+    int size;          // children: an object's key/value pairs, an array's elements
+    int next;          // index of the first token after this one's subtree
+} JsonToken;
+
+typedef struct {
+    const char *text;
+    size_t len;
+    JsonToken *tokens;
+    int num, cap;
+    char *err;      // where a parse error is written
+    size_t err_size;
+} Json;
+
+// the parser's interface (the code follows)
+int json_parse(Json *j, const char *text, size_t len, char *err, size_t err_size);
+void json_free(Json *j);
+int json_string(const Json *j, int index, char *out, size_t cap);
+int json_get(const Json *j, int object, const char *key);
+int json_int64(const Json *j, int index, int64_t *out);
+int json_double(const Json *j, int index, double *out);
+// --- end shared-copy: json-api ---
+
+// --- begin shared-copy: infer-prompts ---
+// -f: one prompt per line. A line that starts with '{' is a JSON object: {"prompt": ...},
+// or {"instruction": ..., "input": ...} (Alpaca's fields; "input" optional) for -a 1;
+// JSON is also how a prompt holds a newline. Blank lines are skipped. Returns the
+// number of prompts; *texts are malloc'ed (already wrapped in the template with -a 1).
+int read_prompts(const char *path, int instruct, char ***texts) {
+    size_t len;
+    uint8_t *data = read_whole_file(path, &len, "-f takes a text file with one prompt per line");
+    int cap = 16, n = 0, line_no = 0;
+    *texts = (char **)mallocCheck((size_t)cap * sizeof(char *));
+    for (size_t start = 0; start < len;) {
+        size_t end = start;
+        while (end < len && data[end] != '\n') { end++; }
+        size_t next = end + 1, stop = end;
+        line_no++;
+        if (stop > start && data[stop - 1] == '\r') { stop--; }
+        data[stop] = '\0';
+        const char *line = (const char *)data + start;
+        start = next;
+        if (stop == (size_t)(line - (const char *)data)) { continue; } // blank
+        if (n == cap) { cap *= 2; *texts = (char **)realloc(*texts, (size_t)cap * sizeof(char *)); }
+        if (*texts == NULL) { die_file(path, NULL, "out of memory"); }
+        if (line[0] != '{') {
+            (*texts)[n++] = instruct ? alpaca_prompt(line, NULL) : strdup(line);
+            continue;
+        }
+        Json j;
+        char err[256];
+        if (json_parse(&j, line, strlen(line), err, sizeof(err)) != 0 || j.tokens[0].type != JSON_OBJECT) {
+            die_file(path, NULL, "line %d starts with '{' but is not a JSON object: %s", line_no, err);
+        }
+        size_t cap_text = strlen(line) + 1; // decoding never makes a string longer
+        char *first = (char *)mallocCheck(cap_text), *second = (char *)mallocCheck(cap_text);
+        int a = json_get(&j, 0, instruct ? "instruction" : "prompt"), b = instruct ? json_get(&j, 0, "input") : -1;
+        if (a < 0 || json_string(&j, a, first, cap_text) < 0) {
+            die_file(path, NULL, "line %d: no string \"%s\"", line_no, instruct ? "instruction" : "prompt");
+        }
+        second[0] = '\0';
+        if (b >= 0 && json_string(&j, b, second, cap_text) < 0) { die_file(path, NULL, "line %d: \"input\" is not a string", line_no); }
+        (*texts)[n++] = instruct ? alpaca_prompt(first, second) : strdup(first);
+        free(first);
+        free(second);
+        json_free(&j);
+    }
+    free(data);
+    if (n == 0) { die_file(path, "-f takes a text file with one prompt per line", "holds no prompt"); }
+    return n;
+}
+
+// "15496, 995" -> ids, for -z 1 (models without GPT-2's vocabulary)
+int parse_ids(const char *s, int V, int *out, const char *what) {
+    int n = 0;
+    while (*s != '\0') {
+        while (*s == ' ' || *s == ',') { s++; }
+        if (*s == '\0') { break; }
+        char *end;
+        long v = strtol(s, &end, 10);
+        if (end == s || v < 0 || v >= V) {
+            fprintf(stderr, "Error: %s: '%.20s' is not a token id in [0, %d)\n", what, s, V);
+            exit(EXIT_FAILURE);
+        }
+        out[n++] = (int)v;
+        s = end;
+    }
+    return n;
+}
+
+// --- end shared-copy: infer-prompts ---
+// ----------------------------------------------------------------------------
+// main
+
+#ifndef TESTING
+// --- begin shared-copy: gpt2-find-checkpoint ---
+// The step of the newest complete checkpoint in out_dir, or -1 if none.
+int find_latest_checkpoint(const char *out_dir) {
+    char pattern[4096];
+    format_path(pattern, sizeof(pattern), "%s/state_*.bin", out_dir);
+    glob_t g;
+    int latest = -1;
+    if (glob(pattern, 0, NULL, &g) == 0) {
+        for (size_t i = 0; i < g.gl_pathc; i++) {
+            const char *name = strrchr(g.gl_pathv[i], '/') + 1;
+            int step;
+            char model_path[4096];
+            if (sscanf(name, "state_%d.bin", &step) != 1) { continue; }
+            format_path(model_path, sizeof(model_path), "%s/model_%08d.bin", out_dir, step);
+            if (access(model_path, R_OK) == 0 && step > latest) { latest = step; }
+        }
+        globfree(&g);
+    }
+    return latest;
+}
+
+// --- end shared-copy: gpt2-find-checkpoint ---
+
+// --- begin shared-copy: infer-options ---
+typedef struct {
+    const char *model, *gpt2_dir, *prompt, *prompts_file, *input, *stop;
+    int instruct, max_new, top_k, ids, bench;
+    float temperature, top_p;
+    long seed;
+    const char *batches, *prompt_lengths, *gen_lengths;
+} Options;
+
+static void print_usage(const Options *d) {
+    printf("Usage: %s [options]      GPT-2 text generation on %s (prefill, KV-cache decode, sampling)\n", PROGRAM, hardware_name());
+    printf("  -m <model>    a checkpoint (.bin, fp32 or bf16; ./convert makes one from a Hugging Face folder),\n"
+           "                or d<N>: a random model [newest log_gpt2/model_*.bin; d12 with -B 1]\n");
+    printf("  -g <dir>      folder of GPT-2's encoder.json and vocab.bpe [%s]\n", d->gpt2_dir);
+    printf("  -i <text>     the prompt; \"\" starts from <|endoftext|> [\"%s\"]\n", d->prompt);
+    printf("  -f <file>     a batch: one prompt per line (a line starting with { is JSON: {\"prompt\": ...})\n");
+    printf("  -a <0|1>      instruction mode: -i (or each line of -f) is an instruction, wrapped in the\n"
+           "                Alpaca template; -f lines may be {\"instruction\": ..., \"input\": ...} [%d]\n", d->instruct);
+    printf("  -c <text>     the instruction's input, for -a 1 with -i [\"%s\"]\n", d->input);
+    printf("  -n <int>      tokens to generate at most (fewer if the context fills up) [%d]\n", d->max_new);
+    printf("  -t <float>    temperature; 0 = greedy [%g]\n", d->temperature);
+    printf("  -k <int>      top-k: sample among the k most probable tokens; 0 = all [%d]\n", d->top_k);
+    printf("  -p <float>    top-p: ... the fewest whose probabilities sum to p; 1 = all [%g]\n", d->top_p);
+    printf("  -s <int>      random seed [%ld]\n", d->seed);
+    printf("  -x <text>     stop string: stop when it appears (it is not printed) [\"%s\"]\n", d->stop);
+    printf("  -z <0|1>      token ids instead of text: -i takes ids (\"15496,995\"), ids are printed [%d]\n", d->ids);
+    printf("  -B <0|1>      benchmark: sweep batch sizes -b, prompt lengths -l, generation lengths -N [%d]\n", d->bench);
+    printf("  -b <list>     [%s]   -l <list> [%s]   -N <list> [%s]\n", d->batches, d->prompt_lengths, d->gen_lengths);
+    printf("  -h            this help\n");
+    printf("Generated text goes to stdout; the model, timing and memory reports to stderr.\n");
+}
+
+static void usage_error(const char *fmt, const char *arg) {
+    fprintf(stderr, "Error: ");
+    fprintf(stderr, fmt, arg);
+    fprintf(stderr, "\nHINT: %s -h lists every flag\n", PROGRAM);
+    exit(EXIT_FAILURE);
+}
+// --- end shared-copy: infer-options ---
+
+// --- begin shared-copy: parse-int ---
+// a whole-string integer in [lo, 2^31), or a usage error naming the flag
+static long parse_int(const char *flag, const char *s, long lo) {
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno != 0 || end == s || *end != '\0' || v < lo || v > 2147483647L) {
+        char msg[256];
+        snprintf(msg, sizeof(msg), "flag %s needs an integer >= %ld, got '%%s'", flag, lo);
+        usage_error(msg, s);
+    }
+    return v;
+}
+// --- end shared-copy: parse-int ---
+
+// --- begin shared-copy: infer-main ---
+// parses "1,4,16" into up to max positive integers; returns how many, -1 if malformed
+static int parse_list(const char *s, int *out, int max) {
+    int n = 0;
+    while (*s != '\0') {
+        char *end;
+        long v = strtol(s, &end, 10);
+        if (end == s || v <= 0 || v > (1 << 20) || n == max || (*end != ',' && *end != '\0')) { return -1; }
+        out[n++] = (int)v;
+        s = *end == ',' ? end + 1 : end;
+    }
+    return n;
+}
+
+static float parse_float(const char *flag, const char *s) {
+    char *end;
+    errno = 0;
+    float v = strtof(s, &end);
+    if (errno != 0 || end == s || *end != '\0' || !(v >= 0.0f) || isinf(v)) {
+        char msg[256];
+        snprintf(msg, sizeof(msg), "flag %s needs a non-negative number, got '%%s'", flag);
+        usage_error(msg, s);
+    }
+    return v;
+}
+
+int main(int argc, char **argv) {
+    // Defaults: transformers' generate() sampling defaults (temperature 1, top-k 50, top-p 1).
+    Options o = {.model = NULL, .gpt2_dir = "data/gpt2", .prompt = "", .prompts_file = NULL, .input = "",
+                 .stop = "", .instruct = 0, .max_new = 128,
+                 .top_k = 50, .ids = 0, .bench = 0, .temperature = 1.0f, .top_p = 1.0f, .seed = 1337,
+                 .batches = "1,4,16", .prompt_lengths = "16,128", .gen_lengths = "16,64"};
+    const Options defaults = o;
+    for (int i = 1; i < argc; i += 2) {
+        const char *flag = argv[i];
+        if (strcmp(flag, "-h") == 0) { print_usage(&defaults); return 0; }
+        if (flag[0] != '-' || strlen(flag) != 2) { usage_error("unknown argument '%s'", flag); }
+        if (i + 1 >= argc) { usage_error("flag %s needs a value", flag); }
+        const char *v = argv[i + 1];
+        switch (flag[1]) {
+        case 'm': o.model = v; break;
+        case 'g': o.gpt2_dir = v; break;
+        case 'i': o.prompt = v; break;
+        case 'f': o.prompts_file = v; break;
+        case 'a': o.instruct = (int)parse_int(flag, v, 0); break;
+        case 'c': o.input = v; break;
+        case 'n': o.max_new = (int)parse_int(flag, v, 1); break;
+        case 't': o.temperature = parse_float(flag, v); break;
+        case 'k': o.top_k = (int)parse_int(flag, v, 0); break;
+        case 'p': o.top_p = parse_float(flag, v); break;
+        case 's': o.seed = parse_int(flag, v, 0); break;
+        case 'x': o.stop = v; break;
+        case 'z': o.ids = (int)parse_int(flag, v, 0); break;
+        case 'B': o.bench = (int)parse_int(flag, v, 0); break;
+        case 'b': o.batches = v; break;
+        case 'l': o.prompt_lengths = v; break;
+        case 'N': o.gen_lengths = v; break;
+        default: usage_error("unknown flag %s", flag);
+        }
+    }
+    if (o.instruct > 1 || o.ids > 1 || o.bench > 1) { usage_error("flags -a, -z and -B take 0 or 1%s", ""); }
+    if (o.top_p > 1.0f || o.top_p == 0.0f) { usage_error("-p (top-p) must be in (0, 1]%s", ""); }
+    if (o.ids && (o.instruct || o.stop[0] != '\0')) { usage_error("-z 1 (token ids) works without -a and -x%s", ""); }
+    if (o.instruct && o.prompts_file == NULL && o.prompt[0] == '\0') { usage_error("-a 1 needs an instruction: -i \"...\" (or -f)%s", ""); }
+
+    char latest[4096];
+    if (o.model == NULL && o.bench) { o.model = "d12"; }
+    if (o.model == NULL) {
+        int step = find_latest_checkpoint("log_gpt2");
+        if (step < 0) {
+            fprintf(stderr, "Error: no -m given and no checkpoint in log_gpt2/\n");
+            fprintf(stderr, "HINT: train one (./train_gpt2 -n 100 writes log_gpt2/model_*.bin), or -m a checkpoint (./convert "
+                    "makes one from a Hugging Face GPT-2 folder)\n");
+            return EXIT_FAILURE;
+        }
+        format_path(latest, sizeof(latest), "log_gpt2/model_%08d.bin", step);
+        o.model = latest;
+    }
+    GPT2 model;
+    gpt2_build(&model, o.model, (uint64_t)o.seed);
+    print_model(&model);
+    GPT2Config c = model.w.config;
+    if (o.bench) {
+        int batches[32], prompts[32], gens[32];
+        int nb = parse_list(o.batches, batches, 32), np = parse_list(o.prompt_lengths, prompts, 32);
+        int ng = parse_list(o.gen_lengths, gens, 32);
+        if (nb <= 0 || np <= 0 || ng <= 0) { usage_error("-b, -l and -N take lists of positive integers like 1,4,16%s", ""); }
+        bench(&model, batches, nb, prompts, np, gens, ng, (uint64_t)o.seed);
+        gpt2_free(&model);
+        return 0;
+    }
+
+    // the prompts, as token ids
+    Tokenizer tok;
+    if (!o.ids) {
+        tokenizer_init(&tok, o.gpt2_dir);
+        if (c.vocab_size > tok.vocab_size) {
+            fprintf(stderr, "Error: %s: the model has %d tokens, GPT-2's vocabulary %d: its text cannot be decoded\n",
+                    o.model, c.vocab_size, tok.vocab_size);
+            fprintf(stderr, "HINT: -z 1 works in token ids\n");
+            return EXIT_FAILURE;
+        }
+    }
+    char **texts;
+    int B = 1;
+    if (o.prompts_file != NULL) {
+        B = read_prompts(o.prompts_file, o.instruct, &texts);
+    } else {
+        texts = (char **)mallocCheck(sizeof(char *));
+        texts[0] = o.instruct ? alpaca_prompt(o.prompt, o.input) : strdup(o.prompt);
+    }
+    Sequence *seqs = (Sequence *)mallocCheck((size_t)B * sizeof(Sequence));
+    int eot = o.ids ? (c.vocab_size > 50256 ? 50256 : -1) : tok.eot_token;
+    for (int b = 0; b < B; b++) {
+        size_t len = strlen(texts[b]);
+        int *ids = (int *)mallocCheck((len + 1) * sizeof(int));
+        int n;
+        char what[64];
+        snprintf(what, sizeof(what), "prompt %d", b + 1);
+        if (o.ids) { n = parse_ids(texts[b], c.vocab_size, ids, what); }
+        else { n = (int)tokenizer_encode(&tok, (const uint8_t *)texts[b], len, 1, ids); }
+        if (n == 0) { ids[n++] = eot >= 0 ? eot : 0; } // an empty prompt: start a new document
+        for (int t = 0; t < n; t++) {
+            if (ids[t] >= c.vocab_size) {
+                fprintf(stderr, "Error: %s: token %d is outside the model's vocabulary (%d tokens)\n", what, ids[t], c.vocab_size);
+                return EXIT_FAILURE;
+            }
+        }
+        if (n >= c.max_seq_len) {
+            fprintf(stderr, "Error: %s%s%s is %d tokens long; the model's context is %d tokens, which leaves no room to generate\n",
+                    what, o.prompts_file ? " of " : "", o.prompts_file ? o.prompts_file : "", n, c.max_seq_len);
+            return EXIT_FAILURE;
+        }
+        sequence_init(&seqs[b], texts[b], ids, n, o.max_new, c.max_seq_len);
+        free(ids);
+    }
+    GenerateOptions g = {.max_new = o.max_new, .stop_string = o.stop, .eot_token = eot, .seed = (uint64_t)o.seed,
+                         .sampler = {.temperature = o.temperature, .top_k = o.top_k, .top_p = o.top_p, .probs = NULL},
+                         .tok = o.ids ? NULL : &tok, .stream = B == 1 ? stdout : NULL};
+    // one sequence streams: first the prompt as given (not in instruction mode), then tokens
+    if (B == 1 && !o.instruct) { fputs(o.ids ? texts[0] : seqs[0].prompt, stdout); fflush(stdout); }
+    GenerateStats stats;
+    generate(&model, seqs, B, &g, &stats);
+    for (int b = 0; b < B; b++) {
+        if (B > 1) {
+            printf("--- %d of %d (%d prompt tokens, %d generated, stopped at %s) ---\n", b + 1, B, seqs[b].num_prompt,
+                   seqs[b].num_tokens - seqs[b].num_prompt, seqs[b].stop);
+            if (!o.instruct) { fputs(texts[b], stdout); }
+            fwrite(seqs[b].text, 1, seqs[b].text_len, stdout);
+        }
+        printf("\n");
+    }
+    if (B == 1) {
+        fprintf(stderr, "stopped at %s: %d prompt tokens, %d generated\n", seqs[0].stop, seqs[0].num_prompt,
+                seqs[0].num_tokens - seqs[0].num_prompt);
+    }
+    print_stats(&model, seqs, B, &stats);
+    for (int b = 0; b < B; b++) { sequence_free(&seqs[b]); free(texts[b]); }
+    free(seqs);
+    free(texts);
+    if (!o.ids) { tokenizer_free(&tok); }
+    gpt2_free(&model);
+    return 0;
+}
+// --- end shared-copy: infer-main ---
+#endif
+
+// ----------------------------------------------------------------------------
+// the prompt's tokenizer: GPT-2's BPE, the same code as data/tokenizer.c
 
 // --- begin shared-copy: unicode-tables ---
 #define UNICODE_TABLES_VERSION "16.0.0"
@@ -1544,42 +2374,6 @@ static void byte_alphabet_init(ByteAlphabet *a) {
 }
 
 #define ENCODER_JSON_HINT "encoder.json must be GPT-2's original file; -g names the folder holding it"
-
-// Limits of what we accept: GPT-2's longest token is 128 bytes and the file format stores
-// each token's length in one byte.
-#define MAX_TOKEN_BYTES 255
-#define SPECIAL_TEXT "<|endoftext|>"
-#define SPECIAL_LEN 13
-
-// Pieces we have already run through BPE, so that each distinct word is merged only once.
-// Fixed capacity: once full we stop adding (every piece still encodes, just without the
-// shortcut). Only short pieces are cached; long ones are rare and would crowd the arenas.
-#define CACHE_SLOTS (1u << 18)             // hash slots, a power of two
-#define CACHE_MAX_ENTRIES (CACHE_SLOTS / 2)  // keep the table at most half full
-#define CACHE_MAX_PIECE 64                 // bytes
-#define CACHE_KEY_ARENA (CACHE_MAX_ENTRIES * 8)
-#define CACHE_TOKEN_ARENA (CACHE_MAX_ENTRIES * 2)
-typedef struct {
-    uint32_t key_offset;    // into cache_keys
-    uint32_t token_offset;  // into cache_tokens
-    uint8_t key_len;        // 0 marks an empty slot (pieces are never empty)
-    uint8_t num_tokens;
-} CacheSlot;
-
-typedef struct {
-    int vocab_size;          // V: 256 single bytes + the merges + <|endoftext|> (50257)
-    int eot_token;           // id of <|endoftext|> (50256), the last id
-    int num_mergeable;       // ids below this are BPE tokens, the rest are special
-    uint8_t *token_bytes;    // every token's raw bytes, back to back
-    uint32_t *token_offset;  // (V+1,) token i is token_bytes[token_offset[i] .. token_offset[i+1])
-    size_t max_token_len;    // bytes of the longest mergeable token
-    int32_t *rank_table;     // open addressing: byte string -> id of a mergeable token, -1 = empty
-    size_t rank_mask;        // number of slots - 1
-    CacheSlot *cache;        // (CACHE_SLOTS,)
-    uint8_t *cache_keys;     // (CACHE_KEY_ARENA,)
-    int32_t *cache_tokens;   // (CACHE_TOKEN_ARENA,)
-    size_t cache_entries, cache_key_used, cache_token_used;
-} Tokenizer;
 
 // FNV-1a: short, good enough for the short byte strings we hash
 static uint64_t hash_bytes(const uint8_t *s, size_t n) {
@@ -1989,457 +2783,10 @@ size_t tokenizer_decode(const Tokenizer *t, const int32_t *ids, size_t n, uint8_
 
 // --- end shared-copy: bpe-tokenizer ---
 
-// --- begin shared-copy: alpaca-template ---
-// The instruction template of the fine-tuning chapter (Alpaca's, Taori et al. 2023): the
-// one place it is written down. finetune_lora.c trains on exactly this text, so a model it
-// tuned answers the instruction when prompted the same way (-a 1).
-#define ALPACA_WITH_INPUT                                                                                  \
-    "Below is an instruction that describes a task, paired with an input that provides further context. " \
-    "Write a response that appropriately completes the request.\n\n"                                       \
-    "### Instruction:\n%s\n\n### Input:\n%s\n\n### Response:\n"
-#define ALPACA_NO_INPUT                                                                                    \
-    "Below is an instruction that describes a task. Write a response that appropriately completes the "   \
-    "request.\n\n### Instruction:\n%s\n\n### Response:\n"
-
-// The prompt text for an instruction (and an optional input, NULL or "" for none); malloc'ed.
-char *alpaca_prompt(const char *instruction, const char *input) {
-    int with_input = input != NULL && input[0] != '\0';
-    size_t n = strlen(ALPACA_WITH_INPUT) + strlen(instruction) + (with_input ? strlen(input) : 0) + 1;
-    char *text = (char *)mallocCheck(n);
-    if (with_input) { snprintf(text, n, ALPACA_WITH_INPUT, instruction, input); }
-    else { snprintf(text, n, ALPACA_NO_INPUT, instruction); }
-    return text;
-}
-
-// --- end shared-copy: alpaca-template ---
-
-// --- begin shared-copy: infer-sampling ---
-// ----------------------------------------------------------------------------
-// sampling: temperature, top-k, top-p
-
-typedef struct {
-    float temperature; // 0: greedy (always the most probable token)
-    int top_k;         // keep the k most probable tokens; 0: all
-    float top_p;       // then the fewest most probable tokens whose probabilities sum to >= p; 1: all
-    float *probs;      // (V) scratch
-} Sampler;
-
-typedef struct {
-    float prob;
-    int id;
-} Candidate;
-
-// more probable first; equal probabilities by id, so the order (and the draw) is fixed
-static int candidate_better(Candidate a, Candidate b) { return a.prob > b.prob || (a.prob == b.prob && a.id < b.id); }
-static int candidate_compare(const void *a, const void *b) {
-    Candidate x = *(const Candidate *)a, y = *(const Candidate *)b;
-    return candidate_better(x, y) ? -1 : candidate_better(y, x) ? 1 : 0;
-}
-
-// The tokens a draw chooses from, with their renormalised probabilities, into out (room
-// for V); returns how many. The order of the filters is transformers' (temperature, top-k,
-// top-p, as in its logits warpers), so -t/-k/-p mean what they mean in generate().
-// Top-p (Holtzman et al. 2019, "nucleus sampling") keeps the smallest set of most probable
-// tokens whose probabilities sum to at least p.
-int sample_candidates(const float *logits, int V, Sampler *s, Candidate *out) {
-    int argmax = 0;
-    for (int i = 1; i < V; i++) {
-        if (logits[i] > logits[argmax]) { argmax = i; }
-    }
-    if (s->temperature == 0.0f) {
-        out[0] = (Candidate){1.0f, argmax};
-        return 1;
-    }
-    double sum = 0.0; // softmax(logits / temperature), shifted by the max for stability
-    for (int i = 0; i < V; i++) {
-        s->probs[i] = expf((logits[i] - logits[argmax]) / s->temperature);
-        sum += s->probs[i];
-    }
-    for (int i = 0; i < V; i++) { s->probs[i] = (float)(s->probs[i] / sum); }
-    int n = 0;
-    if (s->top_k > 0 && s->top_k < V) {
-        // the k best through a min-heap of size k: out[0] is the worst kept so far
-        int k = s->top_k;
-        for (int i = 0; i < V; i++) {
-            Candidate c = {s->probs[i], i};
-            if (n < k) { // sift up
-                int at = n++;
-                while (at > 0 && candidate_better(out[(at - 1) / 2], c)) { out[at] = out[(at - 1) / 2]; at = (at - 1) / 2; }
-                out[at] = c;
-            } else if (candidate_better(c, out[0])) { // replace the worst, sift down
-                int at = 0;
-                for (;;) {
-                    int child = 2 * at + 1;
-                    if (child >= k) { break; }
-                    if (child + 1 < k && candidate_better(out[child], out[child + 1])) { child++; }
-                    if (!candidate_better(c, out[child])) { break; }
-                    out[at] = out[child];
-                    at = child;
-                }
-                out[at] = c;
-            }
-        }
-    } else if (s->top_p < 1.0f) {
-        // no token below (1 - p) / (V - 1) can be in the nucleus (all of them together hold
-        // less than 1 - p), so only the others need sorting: a few hundred, not 50257
-        float threshold = (1.0f - s->top_p) / (float)(V > 1 ? V - 1 : 1);
-        for (int i = 0; i < V; i++) {
-            if (s->probs[i] >= threshold) { out[n++] = (Candidate){s->probs[i], i}; }
-        }
-        if (n == 0) { // can only happen when p < 1/V: then the nucleus is the best token
-            out[n++] = (Candidate){s->probs[argmax], argmax};
-        }
-    } else {
-        for (int i = 0; i < V; i++) { out[n++] = (Candidate){s->probs[i], i}; }
-        return n; // the whole distribution, in id order: no sort needed
-    }
-    qsort(out, (size_t)n, sizeof(Candidate), candidate_compare);
-    // the mass top-p takes its share of: what top-k kept, or all of it (1, whatever the
-    // prefilter above dropped)
-    double total = 1.0;
-    if (s->top_k > 0 && s->top_k < V) {
-        total = 0.0;
-        for (int i = 0; i < n; i++) { total += out[i].prob; }
-    }
-    if (s->top_p < 1.0f) {
-        double cumulative = 0.0;
-        int m = 0;
-        while (m < n) {
-            cumulative += out[m++].prob;
-            if (cumulative >= s->top_p * total) { break; }
-        }
-        n = m;
-        total = cumulative;
-    }
-    for (int i = 0; i < n; i++) { out[i].prob = (float)(out[i].prob / total); }
-    return n;
-}
-
-// One token: the candidates, then the first whose cumulative probability passes the coin
-// (uniform in [0, 1)).
-int sample_token(const float *logits, int V, Sampler *s, Candidate *scratch, float coin) {
-    int n = sample_candidates(logits, V, s, scratch);
-    float cdf = 0.0f;
-    for (int i = 0; i < n; i++) {
-        cdf += scratch[i].prob;
-        if (coin < cdf) { return scratch[i].id; }
-    }
-    return scratch[n - 1].id; // rounding left the cdf a hair below 1
-}
-
-// --- end shared-copy: infer-sampling ---
-
-// --- begin shared-copy: infer-sequences ---
-// ----------------------------------------------------------------------------
-// generation: prefill, then decode, for a batch of sequences
-
-// infer.c's random streams (rng_key(seed, stream)): 0..15 the weights of a d<N> model
-// (gpt2-init), then:
-#define STREAM_SAMPLING 16 // subkey: the sequence's index; index: the generated token's
-#define STREAM_BENCH 17    // the benchmark's random prompts
-
-typedef struct {
-    const char *prompt;  // its text (NULL with token ids)
-    int *tokens;         // (max_tokens) the prompt, then what we generate
-    int num_prompt, num_tokens, max_tokens;
-    int context_full;    // max_tokens is the model's context, not the length asked for
-    int done;
-    const char *stop;    // why it stopped
-    char *text;          // the generated text so far (stop strings, output)
-    size_t text_len, text_cap, printed;
-} Sequence;
-
-typedef struct {
-    int max_new;             // tokens to generate at most
-    const char *stop_string; // "" for none
-    int eot_token;           // stop when it is sampled; -1 never
-    uint64_t seed;
-    Sampler sampler;
-    const Tokenizer *tok;    // NULL: token ids in and out
-    FILE *stream;            // print as we go (one sequence), or NULL
-} GenerateOptions;
-
-typedef struct {
-    size_t prompt_tokens, decoded_tokens, steps;
-    double prefill_seconds, first_token_seconds, decode_seconds;
-} GenerateStats;
-
-// prefill: rows per forward pass. Long prompts (and batches of them) go through in chunks,
-// each attending to the cache the chunks before it wrote: same result, bounded memory.
-#define PREFILL_CHUNK 256
-
-void sequence_init(Sequence *s, const char *prompt, const int *tokens, int n, int max_new, int maxT) {
-    memset(s, 0, sizeof(*s));
-    s->prompt = prompt;
-    s->num_prompt = s->num_tokens = n;
-    s->max_tokens = (long)n + max_new < maxT ? n + max_new : maxT; // (long: -n may be up to 2^31 - 1)
-    s->context_full = (long)n + max_new > maxT;
-    s->tokens = (int *)mallocCheck((size_t)s->max_tokens * sizeof(int));
-    memcpy(s->tokens, tokens, (size_t)n * sizeof(int));
-    s->text_cap = 256;
-    s->text = (char *)mallocCheck(s->text_cap);
-    if (s->max_tokens == n) { s->done = 1; s->stop = "no room in the context"; }
-}
-
-void sequence_free(Sequence *s) {
-    free(s->tokens);
-    free(s->text);
-}
-
-// how many bytes at the end of text could still grow into the stop string
-static size_t stop_prefix_at_end(const char *text, size_t len, const char *stop) {
-    size_t n = strlen(stop);
-    if (n == 0) { return 0; }
-    for (size_t k = n > len + 1 ? len : n - 1; k > 0; k--) {
-        if (memcmp(text + len - k, stop, k) == 0) { return k; }
-    }
-    return 0;
-}
-
-// A sampled token joins its sequence: check the stops, keep the text, stream what is safe
-// to print (never part of what may turn out to be the stop string, which is not printed).
-static void sequence_add(Sequence *s, int token, const GenerateOptions *o) {
-    if (token == o->eot_token) { s->done = 1; s->stop = "<|endoftext|>"; }
-    if (!s->done) {
-        s->tokens[s->num_tokens++] = token;
-        char ids[16];
-        size_t len;
-        const uint8_t *bytes = (const uint8_t *)ids;
-        if (o->tok != NULL) { bytes = tokenizer_token(o->tok, token, &len); }
-        else { len = (size_t)snprintf(ids, sizeof(ids), " %d", token); }
-        if (s->text_len + len + 1 > s->text_cap) {
-            s->text_cap = 2 * (s->text_len + len + 1);
-            s->text = (char *)realloc(s->text, s->text_cap);
-            if (s->text == NULL) { fprintf(stderr, "Error: out of memory for the generated text\n"); exit(EXIT_FAILURE); }
-        }
-        size_t before = s->text_len;
-        memcpy(s->text + s->text_len, bytes, len);
-        s->text_len += len;
-        s->text[s->text_len] = '\0';
-        size_t n = strlen(o->stop_string);
-        if (n > 0) { // search only where the new bytes could complete a match
-            for (size_t at = before >= n - 1 ? before - (n - 1) : 0; at + n <= s->text_len; at++) {
-                if (memcmp(s->text + at, o->stop_string, n) == 0) {
-                    s->text_len = at;
-                    s->text[at] = '\0';
-                    s->done = 1;
-                    s->stop = "the stop string";
-                    break;
-                }
-            }
-        }
-        if (!s->done && s->num_tokens == s->max_tokens) {
-            s->done = 1;
-            s->stop = s->context_full ? "the end of the model's context" : "the length limit";
-        }
-    }
-    if (o->stream != NULL) {
-        size_t safe = s->done ? s->text_len : s->text_len - stop_prefix_at_end(s->text, s->text_len, o->stop_string);
-        if (safe > s->printed) {
-            fwrite(s->text + s->printed, 1, safe - s->printed, o->stream);
-            s->printed = safe;
-        }
-        fflush(o->stream);
-    }
-}
-
-static void sample_into(GPT2 *model, Sequence *s, int b, const float *logits, const GenerateOptions *o, Candidate *scratch) {
-    Sampler sampler = o->sampler;
-    float coin = (float)rng_uniform_at(rng_subkey(o->seed, STREAM_SAMPLING, (uint64_t)b), (uint64_t)(s->num_tokens - s->num_prompt));
-    sequence_add(s, sample_token(logits, model->w.config.vocab_size, &sampler, scratch, coin), o);
-}
-
-// --- end shared-copy: infer-sequences ---
-
-// Generates for B sequences at once until each has stopped, as infer.c's generate. Greedy
-// takes the argmax kernel's tokens; other sampling copies the logits back and draws on the
-// host, with infer.c's sampler and the same random numbers.
-void generate(GPT2 *model, Sequence *seqs, int B, const GenerateOptions *o, GenerateStats *stats) {
-    GPT2Config c = model->w.config;
-    int S = 1;
-    size_t total_prompt = 0;
-    for (int b = 0; b < B; b++) {
-        if (seqs[b].max_tokens > S) { S = seqs[b].max_tokens; }
-        total_prompt += (size_t)seqs[b].num_prompt;
-    }
-    if (model->cache_batch < B || model->cache_len < S) { gpt2_allocate_cache(model, B, S); }
-    int rows = PREFILL_CHUNK > B ? PREFILL_CHUNK : B;
-    if (model->max_rows < rows || model->max_logit_rows < B) { gpt2_allocate_rows(model, rows, B); }
-    int *tokens = (int *)mallocCheck(3 * (size_t)rows * sizeof(int)), *seq = tokens + rows, *pos = tokens + 2 * rows;
-    int *logit_rows = (int *)mallocCheck((size_t)B * sizeof(int)), *logit_seq = (int *)mallocCheck((size_t)B * sizeof(int));
-    int greedy = o->sampler.temperature == 0.0f;
-    int *argmax = greedy ? (int *)mallocCheck((size_t)B * sizeof(int)) : NULL;
-    float *logits = greedy ? NULL : (float *)mallocCheck((size_t)B * c.padded_vocab_size * sizeof(float));
-    Candidate *scratch = (Candidate *)mallocCheck((size_t)c.vocab_size * sizeof(Candidate));
-    GenerateOptions opts = *o;
-    opts.sampler.probs = (float *)mallocCheck((size_t)c.vocab_size * sizeof(float));
-    memset(stats, 0, sizeof(*stats));
-    stats->prompt_tokens = total_prompt;
-    for (int b = 0; b < B; b++) { seqs[b].printed = seqs[b].text_len; }
-
-    // prefill: every prompt position, in chunks of rows; logits only at each prompt's end
-    double t0 = wall_seconds();
-    int n = 0, nl = 0;
-    for (int b = 0; b < B; b++) {
-        for (int t = 0; t < seqs[b].num_prompt; t++) {
-            tokens[n] = seqs[b].tokens[t];
-            seq[n] = b;
-            pos[n] = t;
-            if (t == seqs[b].num_prompt - 1 && !seqs[b].done) { logit_rows[nl] = n; logit_seq[nl++] = b; }
-            n++;
-            int last = b == B - 1 && t == seqs[b].num_prompt - 1;
-            if (n == rows || last) {
-                gpt2_forward(model, tokens, seq, pos, n, logit_rows, nl, logits, argmax);
-                for (int j = 0; j < nl; j++) {
-                    Sequence *s = &seqs[logit_seq[j]];
-                    if (greedy) { sequence_add(s, argmax[j], &opts); }
-                    else { sample_into(model, s, logit_seq[j], logits + (size_t)j * c.padded_vocab_size, &opts, scratch); }
-                }
-                n = nl = 0;
-            }
-        }
-    }
-    double t1 = wall_seconds();
-    stats->prefill_seconds = stats->first_token_seconds = t1 - t0;
-
-    // decode: one row per unfinished sequence: its newest token, at its newest position
-    for (;;) {
-        n = 0;
-        for (int b = 0; b < B; b++) {
-            if (seqs[b].done) { continue; }
-            tokens[n] = seqs[b].tokens[seqs[b].num_tokens - 1];
-            seq[n] = b;
-            pos[n] = seqs[b].num_tokens - 1;
-            logit_rows[n] = n;
-            n++;
-        }
-        if (n == 0) { break; }
-        gpt2_forward(model, tokens, seq, pos, n, logit_rows, n, logits, argmax);
-        for (int j = 0; j < n; j++) {
-            if (greedy) { sequence_add(&seqs[seq[j]], argmax[j], &opts); }
-            else { sample_into(model, &seqs[seq[j]], seq[j], logits + (size_t)j * c.padded_vocab_size, &opts, scratch); }
-        }
-        stats->decoded_tokens += (size_t)n;
-        stats->steps++;
-    }
-    stats->decode_seconds = wall_seconds() - t1;
-    free(tokens);
-    free(logit_rows);
-    free(logit_seq);
-    free(argmax);
-    free(logits);
-    free(scratch);
-    free(opts.sampler.probs);
-}
-
-// --- begin shared-copy: infer-reports ---
-// ----------------------------------------------------------------------------
-// reports and the benchmark
-
-void print_model(const GPT2 *model) {
-    GPT2Config c = model->w.config;
-    fprintf(stderr, "model: %s: GPT-2 L=%d C=%d NH=%d V=%d maxT=%d, %.1fM parameters (%.0f MiB in " WEIGHTS_TYPE ")\n",
-            model->w.source, c.num_layers, c.channels, c.num_heads, c.vocab_size, c.max_seq_len,
-            (double)model->w.num_parameters / 1e6, (double)model->w.num_parameters * WEIGHT_BYTES / (1 << 20));
-    fprintf(stderr, "KV cache: %.1f KiB per token (2 x L x C x %zu bytes), %.1f MiB for one full %d-token sequence\n",
-            (double)kv_bytes_per_token(c) / 1024, (size_t)KV_ELEMENT_BYTES, (double)kv_bytes_per_token(c) * c.max_seq_len / (1 << 20), c.max_seq_len);
-}
-
-void print_stats(const GPT2 *model, const Sequence *seqs, int B, const GenerateStats *s) {
-    size_t in_use = 0;
-    for (int b = 0; b < B; b++) { in_use += (size_t)seqs[b].num_tokens; }
-    double per = (double)kv_bytes_per_token(model->w.config);
-    fprintf(stderr, "prefill: %zu prompt tokens in %.1f ms (%.0f tokens/s); time to first token %.1f ms\n",
-            s->prompt_tokens, 1e3 * s->prefill_seconds, s->prompt_tokens / s->prefill_seconds, 1e3 * s->first_token_seconds);
-    if (s->steps > 0) {
-        fprintf(stderr, "decode: %zu tokens in %zu steps, %.1f ms (%.1f tokens/s, %.2f ms per step)\n", s->decoded_tokens,
-                s->steps, 1e3 * s->decode_seconds, s->decoded_tokens / s->decode_seconds, 1e3 * s->decode_seconds / s->steps);
-    }
-    fprintf(stderr, "KV cache: %zu tokens in use = %.2f MiB, %d x %d allocated = %.2f MiB\n", in_use, in_use * per / (1 << 20),
-            model->cache_batch, model->cache_len, (double)model->cache_batch * model->cache_len * per / (1 << 20));
-}
-
-// How prefill and decode scale with the prompt length, the generation length and the
-// batch size, and how the cache grows. Random prompts, greedy, no early stops; each row
-// is one generate() call (after one warm-up call), so TTFT includes the first sampling.
-void bench(GPT2 *model, const int *batches, int nb, const int *prompts, int np, const int *gens, int ng, uint64_t seed) {
-    GPT2Config c = model->w.config;
-    fprintf(stderr, "benchmark on %s; decode is bound by reading the weights (%.0f MiB per step at any batch size)\n",
-            hardware_name(), (double)model->w.num_parameters * WEIGHT_BYTES / (1 << 20));
-    printf("| batch | prompt | generated | TTFT ms | prefill tok/s | decode tok/s | ms/step | KV cache MiB |\n");
-    printf("|------:|-------:|----------:|--------:|--------------:|-------------:|--------:|-------------:|\n");
-    GenerateOptions o = {.max_new = 0, .stop_string = "", .eot_token = -1, .seed = seed,
-                         .sampler = {.temperature = 0.0f, .top_k = 0, .top_p = 1.0f, .probs = NULL}, .tok = NULL, .stream = NULL};
-    uint64_t key = rng_key(seed, STREAM_BENCH);
-    int warmed_up = 0;
-    for (int ib = 0; ib < nb; ib++) {
-        for (int ip = 0; ip < np; ip++) {
-            for (int ig = 0; ig < ng; ig++) {
-                int B = batches[ib], P = prompts[ip], G = gens[ig];
-                if (P + G > c.max_seq_len) {
-                    fprintf(stderr, "skipped: prompt %d + %d generated is beyond the context (%d)\n", P, G, c.max_seq_len);
-                    continue;
-                }
-                int *prompt = (int *)mallocCheck((size_t)P * sizeof(int));
-                Sequence *seqs = (Sequence *)mallocCheck((size_t)B * sizeof(Sequence));
-                GenerateStats s;
-                for (int rep = warmed_up; rep < 2; rep++) { // the very first run warms caches and pages up
-                    for (int b = 0; b < B; b++) {
-                        for (int t = 0; t < P; t++) {
-                            prompt[t] = (int)(rng_uniform_at(key, (uint64_t)b * P + t) * c.vocab_size);
-                        }
-                        sequence_init(&seqs[b], NULL, prompt, P, G, c.max_seq_len);
-                    }
-                    o.max_new = G;
-                    generate(model, seqs, B, &o, &s);
-                    size_t in_use = 0;
-                    for (int b = 0; b < B; b++) { in_use += (size_t)seqs[b].num_tokens; sequence_free(&seqs[b]); }
-                    if (rep == 1) {
-                        printf("| %5d | %6d | %9d | %7.1f | %13.0f | %12.1f | %7.2f | %12.2f |\n", B, P, G,
-                               1e3 * s.first_token_seconds, s.prompt_tokens / s.prefill_seconds,
-                               s.steps > 0 ? s.decoded_tokens / s.decode_seconds : 0.0,
-                               s.steps > 0 ? 1e3 * s.decode_seconds / s.steps : 0.0,
-                               (double)in_use * kv_bytes_per_token(c) / (1 << 20));
-                        fflush(stdout);
-                    }
-                }
-                warmed_up = 1;
-                free(prompt);
-                free(seqs);
-            }
-        }
-    }
-}
-// --- end shared-copy: infer-reports ---
-
 // ----------------------------------------------------------------------------
 // JSON: just enough of a parser for prompt files (-f), the same as convert.c's
 
 // --- begin shared-copy: json ---
-// A whole JSON text becomes a flat array of tokens in document order (the idea of jsmn):
-// a container's children follow it, and `next` skips over its whole subtree. Nothing is
-// copied: a token is a span of the text. The grammar is RFC 8259's, checked strictly
-// (numbers, escapes, no control characters in strings, no trailing commas, nesting at most
-// JSON_MAX_DEPTH deep); any error is a message with the byte offset, never a crash.
-// Strings may contain any bytes >= 0x20 (we do not validate UTF-8; nothing here needs it).
-enum { JSON_OBJECT, JSON_ARRAY, JSON_STRING, JSON_NUMBER, JSON_TRUE, JSON_FALSE, JSON_NULL };
-#define JSON_MAX_DEPTH 64
-typedef struct {
-    int type;
-    size_t start, end; // the text: a string's bytes between its quotes, escapes not decoded
-    int size;          // children: an object's key/value pairs, an array's elements
-    int next;          // index of the first token after this one's subtree
-} JsonToken;
-
-typedef struct {
-    const char *text;
-    size_t len;
-    JsonToken *tokens;
-    int num, cap;
-    char *err;      // where a parse error is written
-    size_t err_size;
-} Json;
-
 static int json_fail(Json *j, size_t at, const char *what) {
     snprintf(j->err, j->err_size, "JSON error at byte %zu: %s", at, what);
     return -1;
@@ -2697,323 +3044,3 @@ int json_double(const Json *j, int index, double *out) {
     return 0;
 }
 // --- end shared-copy: json ---
-
-// --- begin shared-copy: infer-prompts ---
-// ----------------------------------------------------------------------------
-// prompts from the command line or a file
-
-// -f: one prompt per line. A line that starts with '{' is a JSON object: {"prompt": ...},
-// or {"instruction": ..., "input": ...} (Alpaca's fields; "input" optional) for -a 1;
-// JSON is also how a prompt holds a newline. Blank lines are skipped. Returns the
-// number of prompts; *texts are malloc'ed (already wrapped in the template with -a 1).
-int read_prompts(const char *path, int instruct, char ***texts) {
-    size_t len;
-    uint8_t *data = read_whole_file(path, &len, "-f takes a text file with one prompt per line");
-    int cap = 16, n = 0, line_no = 0;
-    *texts = (char **)mallocCheck((size_t)cap * sizeof(char *));
-    for (size_t start = 0; start < len;) {
-        size_t end = start;
-        while (end < len && data[end] != '\n') { end++; }
-        size_t next = end + 1, stop = end;
-        line_no++;
-        if (stop > start && data[stop - 1] == '\r') { stop--; }
-        data[stop] = '\0';
-        const char *line = (const char *)data + start;
-        start = next;
-        if (stop == (size_t)(line - (const char *)data)) { continue; } // blank
-        if (n == cap) { cap *= 2; *texts = (char **)realloc(*texts, (size_t)cap * sizeof(char *)); }
-        if (*texts == NULL) { die_file(path, NULL, "out of memory"); }
-        if (line[0] != '{') {
-            (*texts)[n++] = instruct ? alpaca_prompt(line, NULL) : strdup(line);
-            continue;
-        }
-        Json j;
-        char err[256];
-        if (json_parse(&j, line, strlen(line), err, sizeof(err)) != 0 || j.tokens[0].type != JSON_OBJECT) {
-            die_file(path, NULL, "line %d starts with '{' but is not a JSON object: %s", line_no, err);
-        }
-        size_t cap_text = strlen(line) + 1; // decoding never makes a string longer
-        char *first = (char *)mallocCheck(cap_text), *second = (char *)mallocCheck(cap_text);
-        int a = json_get(&j, 0, instruct ? "instruction" : "prompt"), b = instruct ? json_get(&j, 0, "input") : -1;
-        if (a < 0 || json_string(&j, a, first, cap_text) < 0) {
-            die_file(path, NULL, "line %d: no string \"%s\"", line_no, instruct ? "instruction" : "prompt");
-        }
-        second[0] = '\0';
-        if (b >= 0 && json_string(&j, b, second, cap_text) < 0) { die_file(path, NULL, "line %d: \"input\" is not a string", line_no); }
-        (*texts)[n++] = instruct ? alpaca_prompt(first, second) : strdup(first);
-        free(first);
-        free(second);
-        json_free(&j);
-    }
-    free(data);
-    if (n == 0) { die_file(path, "-f takes a text file with one prompt per line", "holds no prompt"); }
-    return n;
-}
-
-// "15496, 995" -> ids, for -z 1 (models without GPT-2's vocabulary)
-int parse_ids(const char *s, int V, int *out, const char *what) {
-    int n = 0;
-    while (*s != '\0') {
-        while (*s == ' ' || *s == ',') { s++; }
-        if (*s == '\0') { break; }
-        char *end;
-        long v = strtol(s, &end, 10);
-        if (end == s || v < 0 || v >= V) {
-            fprintf(stderr, "Error: %s: '%.20s' is not a token id in [0, %d)\n", what, s, V);
-            exit(EXIT_FAILURE);
-        }
-        out[n++] = (int)v;
-        s = end;
-    }
-    return n;
-}
-
-// --- end shared-copy: infer-prompts ---
-// ----------------------------------------------------------------------------
-// main
-
-#ifndef TESTING
-// --- begin shared-copy: gpt2-find-checkpoint ---
-// The step of the newest complete checkpoint in out_dir, or -1 if none.
-int find_latest_checkpoint(const char *out_dir) {
-    char pattern[4096];
-    format_path(pattern, sizeof(pattern), "%s/state_*.bin", out_dir);
-    glob_t g;
-    int latest = -1;
-    if (glob(pattern, 0, NULL, &g) == 0) {
-        for (size_t i = 0; i < g.gl_pathc; i++) {
-            const char *name = strrchr(g.gl_pathv[i], '/') + 1;
-            int step;
-            char model_path[4096];
-            if (sscanf(name, "state_%d.bin", &step) != 1) { continue; }
-            format_path(model_path, sizeof(model_path), "%s/model_%08d.bin", out_dir, step);
-            if (access(model_path, R_OK) == 0 && step > latest) { latest = step; }
-        }
-        globfree(&g);
-    }
-    return latest;
-}
-
-// --- end shared-copy: gpt2-find-checkpoint ---
-
-// --- begin shared-copy: infer-options ---
-typedef struct {
-    const char *model, *gpt2_dir, *prompt, *prompts_file, *input, *stop;
-    int instruct, max_new, top_k, ids, bench;
-    float temperature, top_p;
-    long seed;
-    const char *batches, *prompt_lengths, *gen_lengths;
-} Options;
-
-static void print_usage(const Options *d) {
-    printf("Usage: %s [options]      GPT-2 text generation on %s (prefill, KV-cache decode, sampling)\n", PROGRAM, hardware_name());
-    printf("  -m <model>    a checkpoint (.bin, fp32 or bf16; ./convert makes one from a Hugging Face folder),\n"
-           "                or d<N>: a random model [newest log_gpt2/model_*.bin; d12 with -B 1]\n");
-    printf("  -g <dir>      folder of GPT-2's encoder.json and vocab.bpe [%s]\n", d->gpt2_dir);
-    printf("  -i <text>     the prompt; \"\" starts from <|endoftext|> [\"%s\"]\n", d->prompt);
-    printf("  -f <file>     a batch: one prompt per line (a line starting with { is JSON: {\"prompt\": ...})\n");
-    printf("  -a <0|1>      instruction mode: -i (or each line of -f) is an instruction, wrapped in the\n"
-           "                Alpaca template; -f lines may be {\"instruction\": ..., \"input\": ...} [%d]\n", d->instruct);
-    printf("  -c <text>     the instruction's input, for -a 1 with -i [\"%s\"]\n", d->input);
-    printf("  -n <int>      tokens to generate at most (fewer if the context fills up) [%d]\n", d->max_new);
-    printf("  -t <float>    temperature; 0 = greedy [%g]\n", d->temperature);
-    printf("  -k <int>      top-k: sample among the k most probable tokens; 0 = all [%d]\n", d->top_k);
-    printf("  -p <float>    top-p: ... the fewest whose probabilities sum to p; 1 = all [%g]\n", d->top_p);
-    printf("  -s <int>      random seed [%ld]\n", d->seed);
-    printf("  -x <text>     stop string: stop when it appears (it is not printed) [\"%s\"]\n", d->stop);
-    printf("  -z <0|1>      token ids instead of text: -i takes ids (\"15496,995\"), ids are printed [%d]\n", d->ids);
-    printf("  -B <0|1>      benchmark: sweep batch sizes -b, prompt lengths -l, generation lengths -N [%d]\n", d->bench);
-    printf("  -b <list>     [%s]   -l <list> [%s]   -N <list> [%s]\n", d->batches, d->prompt_lengths, d->gen_lengths);
-    printf("  -h            this help\n");
-    printf("Generated text goes to stdout; the model, timing and memory reports to stderr.\n");
-}
-
-static void usage_error(const char *fmt, const char *arg) {
-    fprintf(stderr, "Error: ");
-    fprintf(stderr, fmt, arg);
-    fprintf(stderr, "\nHINT: %s -h lists every flag\n", PROGRAM);
-    exit(EXIT_FAILURE);
-}
-// --- end shared-copy: infer-options ---
-
-// --- begin shared-copy: parse-int ---
-// a whole-string integer in [lo, 2^31), or a usage error naming the flag
-static long parse_int(const char *flag, const char *s, long lo) {
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno != 0 || end == s || *end != '\0' || v < lo || v > 2147483647L) {
-        char msg[256];
-        snprintf(msg, sizeof(msg), "flag %s needs an integer >= %ld, got '%%s'", flag, lo);
-        usage_error(msg, s);
-    }
-    return v;
-}
-// --- end shared-copy: parse-int ---
-
-// --- begin shared-copy: infer-main ---
-// parses "1,4,16" into up to max positive integers; returns how many, -1 if malformed
-static int parse_list(const char *s, int *out, int max) {
-    int n = 0;
-    while (*s != '\0') {
-        char *end;
-        long v = strtol(s, &end, 10);
-        if (end == s || v <= 0 || v > (1 << 20) || n == max || (*end != ',' && *end != '\0')) { return -1; }
-        out[n++] = (int)v;
-        s = *end == ',' ? end + 1 : end;
-    }
-    return n;
-}
-
-static float parse_float(const char *flag, const char *s) {
-    char *end;
-    errno = 0;
-    float v = strtof(s, &end);
-    if (errno != 0 || end == s || *end != '\0' || !(v >= 0.0f) || isinf(v)) {
-        char msg[256];
-        snprintf(msg, sizeof(msg), "flag %s needs a non-negative number, got '%%s'", flag);
-        usage_error(msg, s);
-    }
-    return v;
-}
-
-int main(int argc, char **argv) {
-    // Defaults: transformers' generate() sampling defaults (temperature 1, top-k 50, top-p 1).
-    Options o = {.model = NULL, .gpt2_dir = "data/gpt2", .prompt = "", .prompts_file = NULL, .input = "",
-                 .stop = "", .instruct = 0, .max_new = 128,
-                 .top_k = 50, .ids = 0, .bench = 0, .temperature = 1.0f, .top_p = 1.0f, .seed = 1337,
-                 .batches = "1,4,16", .prompt_lengths = "16,128", .gen_lengths = "16,64"};
-    const Options defaults = o;
-    for (int i = 1; i < argc; i += 2) {
-        const char *flag = argv[i];
-        if (strcmp(flag, "-h") == 0) { print_usage(&defaults); return 0; }
-        if (flag[0] != '-' || strlen(flag) != 2) { usage_error("unknown argument '%s'", flag); }
-        if (i + 1 >= argc) { usage_error("flag %s needs a value", flag); }
-        const char *v = argv[i + 1];
-        switch (flag[1]) {
-        case 'm': o.model = v; break;
-        case 'g': o.gpt2_dir = v; break;
-        case 'i': o.prompt = v; break;
-        case 'f': o.prompts_file = v; break;
-        case 'a': o.instruct = (int)parse_int(flag, v, 0); break;
-        case 'c': o.input = v; break;
-        case 'n': o.max_new = (int)parse_int(flag, v, 1); break;
-        case 't': o.temperature = parse_float(flag, v); break;
-        case 'k': o.top_k = (int)parse_int(flag, v, 0); break;
-        case 'p': o.top_p = parse_float(flag, v); break;
-        case 's': o.seed = parse_int(flag, v, 0); break;
-        case 'x': o.stop = v; break;
-        case 'z': o.ids = (int)parse_int(flag, v, 0); break;
-        case 'B': o.bench = (int)parse_int(flag, v, 0); break;
-        case 'b': o.batches = v; break;
-        case 'l': o.prompt_lengths = v; break;
-        case 'N': o.gen_lengths = v; break;
-        default: usage_error("unknown flag %s", flag);
-        }
-    }
-    if (o.instruct > 1 || o.ids > 1 || o.bench > 1) { usage_error("flags -a, -z and -B take 0 or 1%s", ""); }
-    if (o.top_p > 1.0f || o.top_p == 0.0f) { usage_error("-p (top-p) must be in (0, 1]%s", ""); }
-    if (o.ids && (o.instruct || o.stop[0] != '\0')) { usage_error("-z 1 (token ids) works without -a and -x%s", ""); }
-    if (o.instruct && o.prompts_file == NULL && o.prompt[0] == '\0') { usage_error("-a 1 needs an instruction: -i \"...\" (or -f)%s", ""); }
-
-    char latest[4096];
-    if (o.model == NULL && o.bench) { o.model = "d12"; }
-    if (o.model == NULL) {
-        int step = find_latest_checkpoint("log_gpt2");
-        if (step < 0) {
-            fprintf(stderr, "Error: no -m given and no checkpoint in log_gpt2/\n");
-            fprintf(stderr, "HINT: train one (./train_gpt2 -n 100 writes log_gpt2/model_*.bin), or -m a checkpoint (./convert "
-                    "makes one from a Hugging Face GPT-2 folder)\n");
-            return EXIT_FAILURE;
-        }
-        format_path(latest, sizeof(latest), "log_gpt2/model_%08d.bin", step);
-        o.model = latest;
-    }
-    GPT2 model;
-    gpt2_build(&model, o.model, (uint64_t)o.seed);
-    print_model(&model);
-    GPT2Config c = model.w.config;
-    if (o.bench) {
-        int batches[32], prompts[32], gens[32];
-        int nb = parse_list(o.batches, batches, 32), np = parse_list(o.prompt_lengths, prompts, 32);
-        int ng = parse_list(o.gen_lengths, gens, 32);
-        if (nb <= 0 || np <= 0 || ng <= 0) { usage_error("-b, -l and -N take lists of positive integers like 1,4,16%s", ""); }
-        bench(&model, batches, nb, prompts, np, gens, ng, (uint64_t)o.seed);
-        gpt2_free(&model);
-        return 0;
-    }
-
-    // the prompts, as token ids
-    Tokenizer tok;
-    if (!o.ids) {
-        tokenizer_init(&tok, o.gpt2_dir);
-        if (c.vocab_size > tok.vocab_size) {
-            fprintf(stderr, "Error: %s: the model has %d tokens, GPT-2's vocabulary %d: its text cannot be decoded\n",
-                    o.model, c.vocab_size, tok.vocab_size);
-            fprintf(stderr, "HINT: -z 1 works in token ids\n");
-            return EXIT_FAILURE;
-        }
-    }
-    char **texts;
-    int B = 1;
-    if (o.prompts_file != NULL) {
-        B = read_prompts(o.prompts_file, o.instruct, &texts);
-    } else {
-        texts = (char **)mallocCheck(sizeof(char *));
-        texts[0] = o.instruct ? alpaca_prompt(o.prompt, o.input) : strdup(o.prompt);
-    }
-    Sequence *seqs = (Sequence *)mallocCheck((size_t)B * sizeof(Sequence));
-    int eot = o.ids ? (c.vocab_size > 50256 ? 50256 : -1) : tok.eot_token;
-    for (int b = 0; b < B; b++) {
-        size_t len = strlen(texts[b]);
-        int *ids = (int *)mallocCheck((len + 1) * sizeof(int));
-        int n;
-        char what[64];
-        snprintf(what, sizeof(what), "prompt %d", b + 1);
-        if (o.ids) { n = parse_ids(texts[b], c.vocab_size, ids, what); }
-        else { n = (int)tokenizer_encode(&tok, (const uint8_t *)texts[b], len, 1, ids); }
-        if (n == 0) { ids[n++] = eot >= 0 ? eot : 0; } // an empty prompt: start a new document
-        for (int t = 0; t < n; t++) {
-            if (ids[t] >= c.vocab_size) {
-                fprintf(stderr, "Error: %s: token %d is outside the model's vocabulary (%d tokens)\n", what, ids[t], c.vocab_size);
-                return EXIT_FAILURE;
-            }
-        }
-        if (n >= c.max_seq_len) {
-            fprintf(stderr, "Error: %s%s%s is %d tokens long; the model's context is %d tokens, which leaves no room to generate\n",
-                    what, o.prompts_file ? " of " : "", o.prompts_file ? o.prompts_file : "", n, c.max_seq_len);
-            return EXIT_FAILURE;
-        }
-        sequence_init(&seqs[b], texts[b], ids, n, o.max_new, c.max_seq_len);
-        free(ids);
-    }
-    GenerateOptions g = {.max_new = o.max_new, .stop_string = o.stop, .eot_token = eot, .seed = (uint64_t)o.seed,
-                         .sampler = {.temperature = o.temperature, .top_k = o.top_k, .top_p = o.top_p, .probs = NULL},
-                         .tok = o.ids ? NULL : &tok, .stream = B == 1 ? stdout : NULL};
-    // one sequence streams: first the prompt as given (not in instruction mode), then tokens
-    if (B == 1 && !o.instruct) { fputs(o.ids ? texts[0] : seqs[0].prompt, stdout); fflush(stdout); }
-    GenerateStats stats;
-    generate(&model, seqs, B, &g, &stats);
-    for (int b = 0; b < B; b++) {
-        if (B > 1) {
-            printf("--- %d of %d (%d prompt tokens, %d generated, stopped at %s) ---\n", b + 1, B, seqs[b].num_prompt,
-                   seqs[b].num_tokens - seqs[b].num_prompt, seqs[b].stop);
-            if (!o.instruct) { fputs(texts[b], stdout); }
-            fwrite(seqs[b].text, 1, seqs[b].text_len, stdout);
-        }
-        printf("\n");
-    }
-    if (B == 1) {
-        fprintf(stderr, "stopped at %s: %d prompt tokens, %d generated\n", seqs[0].stop, seqs[0].num_prompt,
-                seqs[0].num_tokens - seqs[0].num_prompt);
-    }
-    print_stats(&model, seqs, B, &stats);
-    for (int b = 0; b < B; b++) { sequence_free(&seqs[b]); free(texts[b]); }
-    free(seqs);
-    free(texts);
-    if (!o.ids) { tokenizer_free(&tok); }
-    gpt2_free(&model);
-    return 0;
-}
-// --- end shared-copy: infer-main ---
-#endif

@@ -156,163 +156,15 @@ static inline double wall_seconds(void) {
 }
 
 // ----------------------------------------------------------------------------
-// matmul: the one hot spot (about 90% of a training step is spent here)
-
-// --- begin shared-copy: gemm ---
-// C(M,N) (+)= A(M,K) B(K,N), where every operand is addressed through a row
-// and a column stride (element (i,j) of C is C[i*c_rs + j*c_cs]), so that the
-// transposes a linear layer needs cost nothing. With accumulate = 0, C is
-// overwritten instead of added to.
-//
-// This is the blocked GEMM of Goto & van de Geijn ("Anatomy of High-Performance
-// Matrix Multiplication", 2008), cut down to what our shapes need. One of the two
-// sizes N or K is always small here (B*T or C), so:
-//   - a KC x NC block of B is copied ("packed") into panels of 16 columns, so the
-//     micro-kernel reads it contiguously and it stays in the L2 cache;
-//   - A is read in place, 6 rows at a time; the callers arrange for A to be the
-//     big operand (a weight matrix, or dlogits) so that it streams through once;
-//   - the micro-kernel keeps a 6 x 16 tile of C in 12 AVX registers and does 12
-//     fused multiply-adds per step of k: all the FLOPs happen there.
-// Each element of C is summed in the same order whatever the number of threads,
-// so results are deterministic and a run reproduces exactly.
-#define GEMM_MR 6   // rows of the register tile
-#define GEMM_NR 16  // columns of the register tile: two 8-float vectors
-#ifndef GEMM_KC
-#define GEMM_KC 256 // depth of a packed block
-#endif
-#ifndef GEMM_NC
-#define GEMM_NC 256 // columns of a packed block: KC x NC x 4 bytes = 256 KiB, half an L2
-#endif
-
-// GCC's auto-vectoriser keeps a plain float acc[6][16] in memory and spills; a
-// vector type (a GCC/Clang extension: no intrinsics, compiles to AVX, NEON or
-// SSE) makes the register tile explicit. This is the only place we use one.
-typedef float vec8 __attribute__((vector_size(32)));
-
-static void gemm_micro_kernel(float *c, size_t c_rs, size_t c_cs, const float *a, size_t a_rs, size_t a_cs,
-                              const float *bp, int kc, int mr, int nr, int accumulate) {
-    // rows past the edge of A repeat row 0: computed, never stored
-    const float *arow[GEMM_MR];
-    for (int i = 0; i < GEMM_MR; i++) { arow[i] = a + (size_t)(i < mr ? i : 0) * a_rs; }
-    vec8 acc[GEMM_MR][2];
-    memset(acc, 0, sizeof(acc));
-    for (int k = 0; k < kc; k++) { // most of the training time is spent in this loop
-        vec8 b0, b1;
-        memcpy(&b0, bp + (size_t)k * GEMM_NR, sizeof(vec8));
-        memcpy(&b1, bp + (size_t)k * GEMM_NR + 8, sizeof(vec8));
-        size_t ak = (size_t)k * a_cs;
-        for (int i = 0; i < GEMM_MR; i++) {
-            float ai = arow[i][ak];
-            acc[i][0] += ai * b0;
-            acc[i][1] += ai * b1;
-        }
-    }
-    if (c_cs == 1 && nr == GEMM_NR) {
-        // rows of C are contiguous: two vector loads and stores per row
-        for (int i = 0; i < mr; i++) {
-            float *ci = c + i * c_rs;
-            vec8 c0 = acc[i][0], c1 = acc[i][1];
-            if (accumulate) {
-                vec8 old0, old1;
-                memcpy(&old0, ci, sizeof(vec8));
-                memcpy(&old1, ci + 8, sizeof(vec8));
-                c0 += old0;
-                c1 += old1;
-            }
-            memcpy(ci, &c0, sizeof(vec8));
-            memcpy(ci + 8, &c1, sizeof(vec8));
-        }
-        return;
-    }
-    for (int i = 0; i < mr; i++) {
-        for (int j = 0; j < nr; j++) {
-            float *cij = c + i * c_rs + j * c_cs;
-            float v = acc[i][j / 8][j % 8];
-            *cij = accumulate ? *cij + v : v;
-        }
-    }
-}
-
-static void gemm(float *C, size_t c_rs, size_t c_cs, const float *A, size_t a_rs, size_t a_cs,
-                 const float *B, size_t b_rs, size_t b_cs, int M, int N, int K, int accumulate) {
-    // The packed block, shared by the threads. It lives as long as the program:
-    // a fresh 256 KiB malloc per call is an mmap, and the kernel would zero its
-    // pages again on every one of the ~100 calls per step (measured: 5% of a step).
-    static float *bp = NULL;
-    if (bp == NULL) { bp = (float *)mallocCheck(sizeof(float) * GEMM_KC * GEMM_NC); }
-    int strips = (M + GEMM_MR - 1) / GEMM_MR;
-    // threads only for products big enough to pay for waking them (each barrier
-    // costs microseconds, and much more when another program holds a core)
-    #pragma omp parallel if ((double)M * N * K > 1e7)
-    for (int jc = 0; jc < N; jc += GEMM_NC) {
-        int panels = ((N - jc < GEMM_NC ? N - jc : GEMM_NC) + GEMM_NR - 1) / GEMM_NR;
-        for (int pc = 0; pc < K; pc += GEMM_KC) {
-            int kc = K - pc < GEMM_KC ? K - pc : GEMM_KC;
-            // pack B[pc:pc+kc, jc:jc+NC] as panels of NR columns, zero-padded
-            #pragma omp for schedule(static)
-            for (int p = 0; p < panels; p++) {
-                int j0 = jc + p * GEMM_NR, nr = N - j0 < GEMM_NR ? N - j0 : GEMM_NR;
-                float *dst = bp + (size_t)p * kc * GEMM_NR;
-                for (int k = 0; k < kc; k++) {
-                    const float *src = B + (size_t)(pc + k) * b_rs + (size_t)j0 * b_cs;
-                    for (int j = 0; j < GEMM_NR; j++) { dst[k * GEMM_NR + j] = j < nr ? src[j * b_cs] : 0.0f; }
-                }
-            }
-            // (the implicit barrier: the block is packed) then 6-row strips of A against every panel
-            #pragma omp for schedule(static)
-            for (int s = 0; s < strips; s++) {
-                int i0 = s * GEMM_MR, mr = M - i0 < GEMM_MR ? M - i0 : GEMM_MR;
-                const float *a = A + (size_t)i0 * a_rs + (size_t)pc * a_cs;
-                size_t strip_rs = a_rs, strip_cs = a_cs;
-                float ap[GEMM_KC * GEMM_MR];
-                if (a_cs != 1) {
-                    // A is a transpose (dout^T for dweight): its 6 rows at one k sit
-                    // in one row of memory, and successive k are a whole row apart,
-                    // a stride that lands every k in the same few L1 sets. Copying
-                    // the strip to a contiguous buffer once is cheaper than the misses.
-                    for (int k = 0; k < kc; k++) {
-                        for (int i = 0; i < GEMM_MR; i++) { ap[k * GEMM_MR + i] = a[(size_t)(i < mr ? i : 0) * a_rs + (size_t)k * a_cs]; }
-                    }
-                    a = ap;
-                    strip_rs = 1;
-                    strip_cs = GEMM_MR;
-                }
-                for (int p = 0; p < panels; p++) {
-                    int j0 = jc + p * GEMM_NR, nr = N - j0 < GEMM_NR ? N - j0 : GEMM_NR;
-                    gemm_micro_kernel(C + (size_t)i0 * c_rs + (size_t)j0 * c_cs, c_rs, c_cs, a, strip_rs, strip_cs,
-                                      bp + (size_t)p * kc * GEMM_NR, kc, mr, nr, accumulate || pc > 0);
-                }
-            }
-        }
-    }
-}
-// --- end shared-copy: gemm ---
-
-// --- begin shared-copy: exp-fast ---
-// e^x in a form the compiler can vectorise (libm's expf is a function call per
-// element, and the softmaxes and GELUs call it ~50 million times a step).
-// e^x = 2^n e^r with n = round(x / ln 2) and |r| <= ln(2)/2; e^r from its Taylor
-// series to degree 6; 2^n built directly in the float's exponent bits. ln 2 is
-// split in two (Cody & Waite) so that r = x - n ln2 stays exact. Max relative
-// error 2.3e-7 (4 ulp) over the clamped range; below -87 the result is 1e-38
-// rather than a denormal or 0, which no sum of probabilities can tell apart.
-// (GCC vectorises the clamp's comparisons only with -fno-trapping-math, which
-// the Makefile sets; without it this is still correct, just scalar.)
-static inline float exp_fast(float x) {
-    x = x < -87.0f ? -87.0f : x;
-    x = x > 88.0f ? 88.0f : x;
-    float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f; // round to nearest via 1.5 * 2^23
-    float r = x - n * 0.693145751953125f - n * 1.42860682030941723e-6f; // ln 2 = hi + lo
-    float p = 1.0f + r * (1.0f + r * (0.5f + r * (1.0f / 6 + r * (1.0f / 24 + r * (1.0f / 120 + r * (1.0f / 720))))));
-    int32_t bits = ((int32_t)n + 127) << 23; // 2^n as a float: n in the exponent field
-    float two_n;
-    memcpy(&two_n, &bits, sizeof(two_n));
-    return p * two_n;
-}
-// --- end shared-copy: exp-fast ---
-
-// ----------------------------------------------------------------------------
 // the layers, forward and backward, in the order data flows through GPT-2
+
+// The fast paths these layers call come after them, in their own section: the blocked
+// GEMM behind matmul_forward/backward (about 90% of a training step is spent there), an
+// exp the compiler can vectorise, a dot product in independent partial sums.
+static void gemm(float *C, size_t c_rs, size_t c_cs, const float *A, size_t a_rs, size_t a_cs,
+                 const float *B, size_t b_rs, size_t b_cs, int M, int N, int K, int accumulate);
+static inline float exp_fast(float x);
+static inline float dot8(const float *a, const float *b, size_t n);
 
 void encoder_forward(float *out, const int *inp, const float *wte, const float *wpe, size_t B, size_t T, size_t C) {
     // out[b,t,:] = wte[token] + wpe[t]: token embedding plus learned position embedding
@@ -455,19 +307,6 @@ void matmul_backward(float *dinp, float *dweight, float *dbias, const float *dou
     }
 }
 
-// --- begin shared-copy: dot8 ---
-// Dot product in 8 interleaved partial sums: the compiler may not reorder a
-// single running sum, but it can turn 8 independent ones into one vector.
-static inline float dot8(const float *a, const float *b, size_t n) {
-    float lanes[8] = {0};
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        for (int j = 0; j < 8; j++) { lanes[j] += a[i + j] * b[i + j]; }
-    }
-    for (; i < n; i++) { lanes[0] += a[i] * b[i]; }
-    return ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
-}
-// --- end shared-copy: dot8 ---
 
 void attention_forward(float *out, float *att, const float *qkv, size_t B, size_t T, size_t C, size_t NH) {
     // qkv (B,T,3C) holds query, key, value side by side; head h uses channels
@@ -627,6 +466,176 @@ void crossentropy_softmax_backward(float *dlogits, const float *probs, const int
         dlogits_bt[targets[bt]] -= dloss;
     }
 }
+
+// ----------------------------------------------------------------------------
+// fast paths: the blocked GEMM (the one hot spot), exp, a dot product
+
+// --- begin shared-copy: gemm ---
+// C(M,N) (+)= A(M,K) B(K,N), where every operand is addressed through a row
+// and a column stride (element (i,j) of C is C[i*c_rs + j*c_cs]), so that the
+// transposes a linear layer needs cost nothing. With accumulate = 0, C is
+// overwritten instead of added to.
+//
+// This is the blocked GEMM of Goto & van de Geijn ("Anatomy of High-Performance
+// Matrix Multiplication", 2008), cut down to what our shapes need. One of the two
+// sizes N or K is always small here (B*T or C), so:
+//   - a KC x NC block of B is copied ("packed") into panels of 16 columns, so the
+//     micro-kernel reads it contiguously and it stays in the L2 cache;
+//   - A is read in place, 6 rows at a time; the callers arrange for A to be the
+//     big operand (a weight matrix, or dlogits) so that it streams through once;
+//   - the micro-kernel keeps a 6 x 16 tile of C in 12 AVX registers and does 12
+//     fused multiply-adds per step of k: all the FLOPs happen there.
+// Each element of C is summed in the same order whatever the number of threads,
+// so results are deterministic and a run reproduces exactly.
+#define GEMM_MR 6   // rows of the register tile
+#define GEMM_NR 16  // columns of the register tile: two 8-float vectors
+#ifndef GEMM_KC
+#define GEMM_KC 256 // depth of a packed block
+#endif
+#ifndef GEMM_NC
+#define GEMM_NC 256 // columns of a packed block: KC x NC x 4 bytes = 256 KiB, half an L2
+#endif
+
+// GCC's auto-vectoriser keeps a plain float acc[6][16] in memory and spills; a
+// vector type (a GCC/Clang extension: no intrinsics, compiles to AVX, NEON or
+// SSE) makes the register tile explicit. This is the only place we use one.
+typedef float vec8 __attribute__((vector_size(32)));
+
+static void gemm_micro_kernel(float *c, size_t c_rs, size_t c_cs, const float *a, size_t a_rs, size_t a_cs,
+                              const float *bp, int kc, int mr, int nr, int accumulate) {
+    // rows past the edge of A repeat row 0: computed, never stored
+    const float *arow[GEMM_MR];
+    for (int i = 0; i < GEMM_MR; i++) { arow[i] = a + (size_t)(i < mr ? i : 0) * a_rs; }
+    vec8 acc[GEMM_MR][2];
+    memset(acc, 0, sizeof(acc));
+    for (int k = 0; k < kc; k++) { // most of the training time is spent in this loop
+        vec8 b0, b1;
+        memcpy(&b0, bp + (size_t)k * GEMM_NR, sizeof(vec8));
+        memcpy(&b1, bp + (size_t)k * GEMM_NR + 8, sizeof(vec8));
+        size_t ak = (size_t)k * a_cs;
+        for (int i = 0; i < GEMM_MR; i++) {
+            float ai = arow[i][ak];
+            acc[i][0] += ai * b0;
+            acc[i][1] += ai * b1;
+        }
+    }
+    if (c_cs == 1 && nr == GEMM_NR) {
+        // rows of C are contiguous: two vector loads and stores per row
+        for (int i = 0; i < mr; i++) {
+            float *ci = c + i * c_rs;
+            vec8 c0 = acc[i][0], c1 = acc[i][1];
+            if (accumulate) {
+                vec8 old0, old1;
+                memcpy(&old0, ci, sizeof(vec8));
+                memcpy(&old1, ci + 8, sizeof(vec8));
+                c0 += old0;
+                c1 += old1;
+            }
+            memcpy(ci, &c0, sizeof(vec8));
+            memcpy(ci + 8, &c1, sizeof(vec8));
+        }
+        return;
+    }
+    for (int i = 0; i < mr; i++) {
+        for (int j = 0; j < nr; j++) {
+            float *cij = c + i * c_rs + j * c_cs;
+            float v = acc[i][j / 8][j % 8];
+            *cij = accumulate ? *cij + v : v;
+        }
+    }
+}
+
+static void gemm(float *C, size_t c_rs, size_t c_cs, const float *A, size_t a_rs, size_t a_cs,
+                 const float *B, size_t b_rs, size_t b_cs, int M, int N, int K, int accumulate) {
+    // The packed block, shared by the threads. It lives as long as the program:
+    // a fresh 256 KiB malloc per call is an mmap, and the kernel would zero its
+    // pages again on every one of the ~100 calls per step (measured: 5% of a step).
+    static float *bp = NULL;
+    if (bp == NULL) { bp = (float *)mallocCheck(sizeof(float) * GEMM_KC * GEMM_NC); }
+    int strips = (M + GEMM_MR - 1) / GEMM_MR;
+    // threads only for products big enough to pay for waking them (each barrier
+    // costs microseconds, and much more when another program holds a core)
+    #pragma omp parallel if ((double)M * N * K > 1e7)
+    for (int jc = 0; jc < N; jc += GEMM_NC) {
+        int panels = ((N - jc < GEMM_NC ? N - jc : GEMM_NC) + GEMM_NR - 1) / GEMM_NR;
+        for (int pc = 0; pc < K; pc += GEMM_KC) {
+            int kc = K - pc < GEMM_KC ? K - pc : GEMM_KC;
+            // pack B[pc:pc+kc, jc:jc+NC] as panels of NR columns, zero-padded
+            #pragma omp for schedule(static)
+            for (int p = 0; p < panels; p++) {
+                int j0 = jc + p * GEMM_NR, nr = N - j0 < GEMM_NR ? N - j0 : GEMM_NR;
+                float *dst = bp + (size_t)p * kc * GEMM_NR;
+                for (int k = 0; k < kc; k++) {
+                    const float *src = B + (size_t)(pc + k) * b_rs + (size_t)j0 * b_cs;
+                    for (int j = 0; j < GEMM_NR; j++) { dst[k * GEMM_NR + j] = j < nr ? src[j * b_cs] : 0.0f; }
+                }
+            }
+            // (the implicit barrier: the block is packed) then 6-row strips of A against every panel
+            #pragma omp for schedule(static)
+            for (int s = 0; s < strips; s++) {
+                int i0 = s * GEMM_MR, mr = M - i0 < GEMM_MR ? M - i0 : GEMM_MR;
+                const float *a = A + (size_t)i0 * a_rs + (size_t)pc * a_cs;
+                size_t strip_rs = a_rs, strip_cs = a_cs;
+                float ap[GEMM_KC * GEMM_MR];
+                if (a_cs != 1) {
+                    // A is a transpose (dout^T for dweight): its 6 rows at one k sit
+                    // in one row of memory, and successive k are a whole row apart,
+                    // a stride that lands every k in the same few L1 sets. Copying
+                    // the strip to a contiguous buffer once is cheaper than the misses.
+                    for (int k = 0; k < kc; k++) {
+                        for (int i = 0; i < GEMM_MR; i++) { ap[k * GEMM_MR + i] = a[(size_t)(i < mr ? i : 0) * a_rs + (size_t)k * a_cs]; }
+                    }
+                    a = ap;
+                    strip_rs = 1;
+                    strip_cs = GEMM_MR;
+                }
+                for (int p = 0; p < panels; p++) {
+                    int j0 = jc + p * GEMM_NR, nr = N - j0 < GEMM_NR ? N - j0 : GEMM_NR;
+                    gemm_micro_kernel(C + (size_t)i0 * c_rs + (size_t)j0 * c_cs, c_rs, c_cs, a, strip_rs, strip_cs,
+                                      bp + (size_t)p * kc * GEMM_NR, kc, mr, nr, accumulate || pc > 0);
+                }
+            }
+        }
+    }
+}
+// --- end shared-copy: gemm ---
+
+// --- begin shared-copy: exp-fast ---
+// e^x in a form the compiler can vectorise (libm's expf is a function call per
+// element, and the softmaxes and GELUs call it ~50 million times a step).
+// e^x = 2^n e^r with n = round(x / ln 2) and |r| <= ln(2)/2; e^r from its Taylor
+// series to degree 6; 2^n built directly in the float's exponent bits. ln 2 is
+// split in two (Cody & Waite) so that r = x - n ln2 stays exact. Max relative
+// error 2.3e-7 (4 ulp) over the clamped range; below -87 the result is 1e-38
+// rather than a denormal or 0, which no sum of probabilities can tell apart.
+// (GCC vectorises the clamp's comparisons only with -fno-trapping-math, which
+// the Makefile sets; without it this is still correct, just scalar.)
+static inline float exp_fast(float x) {
+    x = x < -87.0f ? -87.0f : x;
+    x = x > 88.0f ? 88.0f : x;
+    float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f; // round to nearest via 1.5 * 2^23
+    float r = x - n * 0.693145751953125f - n * 1.42860682030941723e-6f; // ln 2 = hi + lo
+    float p = 1.0f + r * (1.0f + r * (0.5f + r * (1.0f / 6 + r * (1.0f / 24 + r * (1.0f / 120 + r * (1.0f / 720))))));
+    int32_t bits = ((int32_t)n + 127) << 23; // 2^n as a float: n in the exponent field
+    float two_n;
+    memcpy(&two_n, &bits, sizeof(two_n));
+    return p * two_n;
+}
+// --- end shared-copy: exp-fast ---
+
+// --- begin shared-copy: dot8 ---
+// Dot product in 8 interleaved partial sums: the compiler may not reorder a
+// single running sum, but it can turn 8 independent ones into one vector.
+static inline float dot8(const float *a, const float *b, size_t n) {
+    float lanes[8] = {0};
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        for (int j = 0; j < 8; j++) { lanes[j] += a[i + j] * b[i + j]; }
+    }
+    for (; i < n; i++) { lanes[0] += a[i] * b[i]; }
+    return ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
+}
+// --- end shared-copy: dot8 ---
 
 // ----------------------------------------------------------------------------
 // the model: configuration, parameter and activation tables
@@ -1239,6 +1248,23 @@ void gpt2_update(GPT2 *model, float learning_rate, float beta1, float beta2, flo
     }
 }
 
+// the learning rate schedule: linear warm-up, then cosine decay to a floor
+// --- begin shared-copy: gpt2-lr-schedule ---
+// Step s (counting from 0) uses lr(s): warm-up from max_lr/warmup up to max_lr
+// at s = warmup-1, then a cosine from max_lr (at s = warmup) towards
+// max_lr*final_frac, which the curve would reach at s = max_steps, one past the
+// last step. (llm.c's schedule; the peak is used twice, at warmup-1 and warmup.)
+float get_learning_rate(int step, float max_lr, int warmup_steps, int max_steps, float final_frac) {
+    if (step < warmup_steps) { return max_lr * (step + 1) / warmup_steps; }
+    if (max_steps <= warmup_steps) { return max_lr; }
+    float progress = (float)(step - warmup_steps) / (float)(max_steps - warmup_steps);
+    float cosine = 0.5f * (1.0f + cosf((float)M_PI * progress)); // 1 -> 0
+    float min_lr = max_lr * final_frac;
+    return min_lr + (max_lr - min_lr) * cosine;
+}
+
+// --- end shared-copy: gpt2-lr-schedule ---
+
 void gpt2_free(GPT2 *model) {
     free(model->params_memory);
     free(model->grads_memory);
@@ -1736,25 +1762,6 @@ void log_truncate_after(const char *path, const char *key_format, int last) {
 // --- end shared-copy: log-truncate ---
 
 // ----------------------------------------------------------------------------
-// learning rate schedule: linear warm-up, then cosine decay to a floor
-
-// --- begin shared-copy: gpt2-lr-schedule ---
-// Step s (counting from 0) uses lr(s): warm-up from max_lr/warmup up to max_lr
-// at s = warmup-1, then a cosine from max_lr (at s = warmup) towards
-// max_lr*final_frac, which the curve would reach at s = max_steps, one past the
-// last step. (llm.c's schedule; the peak is used twice, at warmup-1 and warmup.)
-float get_learning_rate(int step, float max_lr, int warmup_steps, int max_steps, float final_frac) {
-    if (step < warmup_steps) { return max_lr * (step + 1) / warmup_steps; }
-    if (max_steps <= warmup_steps) { return max_lr; }
-    float progress = (float)(step - warmup_steps) / (float)(max_steps - warmup_steps);
-    float cosine = 0.5f * (1.0f + cosf((float)M_PI * progress)); // 1 -> 0
-    float min_lr = max_lr * final_frac;
-    return min_lr + (max_lr - min_lr) * cosine;
-}
-
-// --- end shared-copy: gpt2-lr-schedule ---
-
-// ----------------------------------------------------------------------------
 // main: argument parsing and the training loop
 
 // Nothing to set up on the CPU (train_gpt2.cu finds the GPU and starts cuBLAS here).
@@ -1893,11 +1900,11 @@ static float parse_float(const char *flag, const char *s) {
     return v;
 }
 
-int main(int argc, char **argv) {
-    // The defaults are the embedded default run. lr 1e-3 with a short warm-up suits
-    // a 4-layer model (GPT-2 small trained at 6e-4); betas (0.9, 0.95) and weight
-    // decay 0.1 are GPT-3's and nanoGPT's; B x T = 512 tokens keeps a step near half
-    // a second on 2 cores, so the validation loss visibly falls within a minute.
+// The flags. The defaults are the embedded default run. lr 1e-3 with a short warm-up suits
+// a 4-layer model (GPT-2 small trained at 6e-4); betas (0.9, 0.95) and weight decay 0.1
+// are GPT-3's and nanoGPT's; B x T = 512 tokens keeps a step near half a second on 2
+// cores, so the validation loss visibly falls within a minute.
+static Options parse_args(int argc, char **argv) {
     Options o = {
         .train_pattern = "data/tinyshakespeare/tiny_shakespeare_train.bin",
         .val_pattern = "data/tinyshakespeare/tiny_shakespeare_val.bin",
@@ -1912,7 +1919,7 @@ int main(int argc, char **argv) {
     // every flag is "-x value"; anything else is an error, never silently ignored
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) { print_usage(&defaults); return 0; }
+        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) { print_usage(&defaults); exit(0); }
         if (a[0] != '-' || a[1] == '\0' || a[2] != '\0') { usage_error("unknown argument '%s'", a); }
         if (i + 1 >= argc) { usage_error("flag %s needs a value", a); }
         const char *v = argv[++i];
@@ -1942,196 +1949,236 @@ int main(int argc, char **argv) {
             if (!parse_device_flag(a, v)) { usage_error("unknown flag '%s'", a); }
         }
     }
-    setup_hardware();
-    // sizes that fit: B*T*Vp floats of logits must be addressable, and gemm takes ints
-    size_t tokens_per_batch = (size_t)o.B * o.T;
-    if (o.B > (1 << 16) || o.T > (1 << 20) || tokens_per_batch > (1 << 24)) {
-        fprintf(stderr, "Error: -b %d x -t %d = %zu tokens per batch is more than this trainer handles (2^24)\n",
-                o.B, o.T, tokens_per_batch);
-        return EXIT_FAILURE;
-    }
-    if (o.total_batch_size == 0) { o.total_batch_size = (int)tokens_per_batch; }
-    if (o.total_batch_size % tokens_per_batch != 0) {
-        fprintf(stderr, "Error: total batch size -d %d is not a multiple of B*T = %zu\n", o.total_batch_size, tokens_per_batch);
-        return EXIT_FAILURE;
-    }
-    // gradient accumulation: this many forward/backward passes of B x T per update
-    int accum_steps = (int)(o.total_batch_size / tokens_per_batch);
-    int have_out = o.out_dir[0] != '\0'; // -o "" runs without log and checkpoints
-    if ((o.resume || o.checkpoint_every > 0) && !have_out) {
-        fprintf(stderr, "Error: -n and -y need an output directory (-o)\n");
-        return EXIT_FAILURE;
-    }
-    if (have_out && mkdir(o.out_dir, 0755) != 0 && errno != EEXIST) {
-        fprintf(stderr, "Error: could not create output directory %s: %s\n", o.out_dir, strerror(errno));
-        return EXIT_FAILURE;
-    }
+    return o;
+}
 
-    // the model: resumed, loaded, or new
-    GPT2 model;
-    TrainState st;
-    memset(&st, 0, sizeof(st));
-    int resume_step = o.resume ? find_latest_checkpoint(o.out_dir) : -1;
-    if (o.resume && resume_step < 0) {
-        fprintf(stderr, "Error: -y 1 but no checkpoint (state_*.bin with its model_*.bin) in %s\n%s\n", o.out_dir, STATE_HINT);
-        return EXIT_FAILURE;
+// What main carries from one step of setting up to the next.
+typedef struct {
+    Options o;
+    int accum_steps;       // forward/backward passes of B x T per update
+    int have_out;          // an output directory (-o "" runs without log and checkpoints)
+    int resume_step;       // the checkpoint this run resumes from, -1 for none
+    char state_path[4096]; // its training state
+    TrainState st;         // where the run starts: step 0, or the checkpoint's step and data position
+} Run;
+
+// Batch sizes that fit, gradient accumulation, the output directory.
+static void plan_run(Run *r) {
+    Options *o = &r->o;
+    // sizes that fit: B*T*Vp floats of logits must be addressable, and gemm takes ints
+    size_t tokens_per_batch = (size_t)o->B * o->T;
+    if (o->B > (1 << 16) || o->T > (1 << 20) || tokens_per_batch > (1 << 24)) {
+        fprintf(stderr, "Error: -b %d x -t %d = %zu tokens per batch is more than this trainer handles (2^24)\n",
+                o->B, o->T, tokens_per_batch);
+        exit(EXIT_FAILURE);
     }
-    if (!o.resume && o.checkpoint_every > 0 && find_latest_checkpoint(o.out_dir) >= 0) {
+    if (o->total_batch_size == 0) { o->total_batch_size = (int)tokens_per_batch; }
+    if (o->total_batch_size % tokens_per_batch != 0) {
+        fprintf(stderr, "Error: total batch size -d %d is not a multiple of B*T = %zu\n", o->total_batch_size, tokens_per_batch);
+        exit(EXIT_FAILURE);
+    }
+    r->accum_steps = (int)(o->total_batch_size / tokens_per_batch);
+    r->have_out = o->out_dir[0] != '\0';
+    if ((o->resume || o->checkpoint_every > 0) && !r->have_out) {
+        fprintf(stderr, "Error: -n and -y need an output directory (-o)\n");
+        exit(EXIT_FAILURE);
+    }
+    if (r->have_out && mkdir(o->out_dir, 0755) != 0 && errno != EEXIST) {
+        fprintf(stderr, "Error: could not create output directory %s: %s\n", o->out_dir, strerror(errno));
+        exit(EXIT_FAILURE);
+    }
+}
+
+// The model: resumed from the newest checkpoint (-y 1), loaded (-e file), or new (-e d<N>).
+static void build_model(Run *r, GPT2 *model) {
+    Options *o = &r->o;
+    memset(&r->st, 0, sizeof(r->st));
+    r->resume_step = o->resume ? find_latest_checkpoint(o->out_dir) : -1;
+    if (o->resume && r->resume_step < 0) {
+        fprintf(stderr, "Error: -y 1 but no checkpoint (state_*.bin with its model_*.bin) in %s\n%s\n", o->out_dir, STATE_HINT);
+        exit(EXIT_FAILURE);
+    }
+    if (!o->resume && o->checkpoint_every > 0 && find_latest_checkpoint(o->out_dir) >= 0) {
         // a new run would write its checkpoints over these, step by step
         fprintf(stderr, "Error: %s already holds checkpoints (newest: step %d); not overwriting them\n"
-                "HINT: resume them with -y 1, or pick another -o\n", o.out_dir, find_latest_checkpoint(o.out_dir));
-        return EXIT_FAILURE;
+                "HINT: resume them with -y 1, or pick another -o\n", o->out_dir, find_latest_checkpoint(o->out_dir));
+        exit(EXIT_FAILURE);
     }
-    char state_path[4096] = "";
-    if (resume_step >= 0) {
+    if (r->resume_step >= 0) {
         // The model comes from the checkpoint (-e is not used). The flags that
         // decide what the next batch is must be the same as before; the others
         // (-x to train longer, -l, -v, ...) may change, at the cost of exactness.
-        char model_path[4096];
-        format_path(model_path, sizeof(model_path), "%s/model_%08d.bin", o.out_dir, resume_step);
-        format_path(state_path, sizeof(state_path), "%s/state_%08d.bin", o.out_dir, resume_step);
-        gpt2_build_from_checkpoint(&model, model_path);
-        load_state(state_path, &model, &st);
-        if (st.B != (size_t)o.B || st.T != (size_t)o.T || st.total_batch_size != (size_t)o.total_batch_size || st.seed != o.seed) {
+        static char model_path[4096];
+        TrainState *st = &r->st;
+        format_path(model_path, sizeof(model_path), "%s/model_%08d.bin", o->out_dir, r->resume_step);
+        format_path(r->state_path, sizeof(r->state_path), "%s/state_%08d.bin", o->out_dir, r->resume_step);
+        gpt2_build_from_checkpoint(model, model_path);
+        load_state(r->state_path, model, st);
+        if (st->B != (size_t)o->B || st->T != (size_t)o->T || st->total_batch_size != (size_t)o->total_batch_size || st->seed != o->seed) {
             fprintf(stderr, "Error: %s was written with -b %zu -t %zu -d %zu -p %llu; resume with the same flags\n",
-                    state_path, st.B, st.T, st.total_batch_size, (unsigned long long)st.seed);
-            return EXIT_FAILURE;
+                    r->state_path, st->B, st->T, st->total_batch_size, (unsigned long long)st->seed);
+            exit(EXIT_FAILURE);
         }
-        if (st.step != resume_step || st.step >= o.max_steps) {
-            fprintf(stderr, "Error: %s is the state after step %d%s\n", state_path, st.step,
-                    st.step != resume_step ? ", not the step in its name: corrupt" : "; nothing left to do (raise -x to train longer)");
-            return EXIT_FAILURE;
+        if (st->step != r->resume_step || st->step >= o->max_steps) {
+            fprintf(stderr, "Error: %s is the state after step %d%s\n", r->state_path, st->step,
+                    st->step != r->resume_step ? ", not the step in its name: corrupt" : "; nothing left to do (raise -x to train longer)");
+            exit(EXIT_FAILURE);
         }
-        printf("resuming from %s at step %d\n", state_path, st.step);
-        o.model = model_path;
-    } else if (access(o.model, F_OK) == 0) {
-        gpt2_build_from_checkpoint(&model, o.model);
+        printf("resuming from %s at step %d\n", r->state_path, st->step);
+        o->model = model_path;
+    } else if (access(o->model, F_OK) == 0) {
+        gpt2_build_from_checkpoint(model, o->model);
     } else {
-        gpt2_build_from_descriptor(&model, o.model, o.seed);
+        gpt2_build_from_descriptor(model, o->model, o->seed);
     }
-    GPT2Config c = model.config;
-    if (o.T > c.max_seq_len) {
-        fprintf(stderr, "Error: -t %d is longer than the model's maximum sequence length %d\n", o.T, c.max_seq_len);
-        return EXIT_FAILURE;
+    if (o->T > model->config.max_seq_len) {
+        fprintf(stderr, "Error: -t %d is longer than the model's maximum sequence length %d\n", o->T, model->config.max_seq_len);
+        exit(EXIT_FAILURE);
     }
+}
 
-    // the data: training batches shuffled, validation always the same first batches
-    // (so validation losses of different steps and runs compare like with like)
-    // (without validation, -v 0, the validation data is not read at all)
-    DataLoader train_loader, val_loader;
-    dataloader_init(&train_loader, o.train_pattern, o.B, o.T, c.vocab_size, 1, o.seed);
-    if (o.val_every > 0) { dataloader_init(&val_loader, o.val_pattern, o.B, o.T, c.vocab_size, 0, o.seed); }
-    if (resume_step >= 0 && !dataloader_seek(&train_loader, st.epoch, st.shard_pos, st.sample_pos)) {
+// The data: training batches shuffled, validation always the same first batches (so
+// validation losses of different steps and runs compare like with like; without
+// validation, -v 0, the validation data is not read at all).
+static void open_data(const Run *r, const GPT2 *model, DataLoader *train, DataLoader *val) {
+    const Options *o = &r->o;
+    const TrainState *st = &r->st;
+    int V = model->config.vocab_size;
+    dataloader_init(train, o->train_pattern, o->B, o->T, V, 1, o->seed);
+    if (o->val_every > 0) { dataloader_init(val, o->val_pattern, o->B, o->T, V, 0, o->seed); }
+    if (r->resume_step >= 0 && !dataloader_seek(train, st->epoch, st->shard_pos, st->sample_pos)) {
         fprintf(stderr, "Error: %s: its data position (shard %zu, sequence %zu) does not exist in '%s'\n"
-                "HINT: resume with the same -i data the run started with\n", state_path, st.shard_pos, st.sample_pos,
-                o.train_pattern);
-        return EXIT_FAILURE;
+                "HINT: resume with the same -i data the run started with\n", r->state_path, st->shard_pos, st->sample_pos,
+                o->train_pattern);
+        exit(EXIT_FAILURE);
     }
-    if (o.val_every > 0 && (size_t)o.val_batches * o.B > val_loader.num_samples_total) {
+    if (o->val_every > 0 && (size_t)o->val_batches * o->B > val->num_samples_total) {
         fprintf(stderr, "Error: -m %d validation batches of -b %d need %zu sequences, '%s' holds %zu\n"
-                "HINT: lower -m\n", o.val_batches, o.B, (size_t)o.val_batches * o.B, o.val_pattern, val_loader.num_samples_total);
-        return EXIT_FAILURE;
+                "HINT: lower -m\n", o->val_batches, o->B, (size_t)o->val_batches * o->B, o->val_pattern, val->num_samples_total);
+        exit(EXIT_FAILURE);
     }
-    if (o.sample_every > 0 && o.gen_tokens >= o.T) {
+    if (o->sample_every > 0 && o->gen_tokens >= o->T) {
         fprintf(stderr, "Error: -g %d tokens per sample do not fit after the prompt token in -t %d\n"
-                "HINT: -g at most %d\n", o.gen_tokens, o.T, o.T - 1);
-        return EXIT_FAILURE;
+                "HINT: -g at most %d\n", o->gen_tokens, o->T, o->T - 1);
+        exit(EXIT_FAILURE);
     }
+}
+
+// The mean loss over the first val_batches batches of the validation data.
+static double validation_loss(GPT2 *model, DataLoader *val, const Options *o) {
+    dataloader_seek(val, 0, 0, 0);
+    double val_loss = 0.0;
+    for (int i = 0; i < o->val_batches; i++) {
+        dataloader_next_batch(val);
+        gpt2_forward(model, val->inputs, val->targets, o->B, o->T);
+        val_loss += model->mean_loss;
+    }
+    return val_loss / o->val_batches;
+}
+
+// One optimizer step (step counts from 0): accumulate gradients over accum_steps
+// micro-batches, each backward scaled so that the sum is the gradient of the mean loss;
+// clip; update; print and log the step's line.
+static void train_step(const Run *r, GPT2 *model, DataLoader *train, int step, FILE *logfile) {
+    const Options *o = &r->o;
+    double t0 = wall_seconds();
+    gpt2_zero_grad(model);
+    double loss = 0.0;
+    for (int micro = 0; micro < r->accum_steps; micro++) {
+        dataloader_next_batch(train);
+        gpt2_forward(model, train->inputs, train->targets, o->B, o->T);
+        gpt2_backward(model, 1.0f / r->accum_steps);
+        loss += model->mean_loss;
+    }
+    loss /= r->accum_steps;
+    float norm = gpt2_grad_norm(model);
+    // (train_gpt2.cu in FP16: gradients that overflowed skip the update and
+    // lower the loss scale; otherwise skip is 0 and note empty)
+    char note[128];
+    int skip = gpt2_loss_scale_update(model, norm, note, sizeof(note));
+    if (!isfinite(loss) || (!isfinite(norm) && !skip)) {
+        // nothing good can come of the next step: stop while the checkpoints are sound
+        fprintf(stderr, "Error: step %d: loss %g, gradient norm %g: training diverged\n"
+                "HINT: lower the learning rate (-l), or keep gradient clipping on (-z)\n", step + 1, loss, norm);
+        exit(EXIT_FAILURE);
+    }
+    // clip as torch.nn.utils.clip_grad_norm_: scale by max_norm / (norm + 1e-6) when above 1
+    float grad_scale = 1.0f;
+    if (o->grad_clip > 0.0f && o->grad_clip / (norm + 1e-6f) < 1.0f) { grad_scale = o->grad_clip / (norm + 1e-6f); }
+    float lr = get_learning_rate(step, o->lr, o->warmup, o->max_steps, o->final_lr_frac);
+    if (!skip) { gpt2_update(model, lr, o->beta1, o->beta2, o->eps, o->weight_decay, grad_scale, step + 1); }
+    double ms = (wall_seconds() - t0) * 1000.0;
+    printf("step %4d/%d | loss %.6f | lr %.2e | norm %.4f | %.1f ms | %.0f tok/s", step + 1, o->max_steps,
+           loss, lr, norm, ms, o->total_batch_size / (ms / 1000.0));
+    double mfu = model_flops_utilization(model, (size_t)o->total_batch_size, (size_t)o->T, ms / 1000.0);
+    if (mfu >= 0.0) { printf(" | MFU %.1f%%", 100.0 * mfu); }
+    printf("%s\n", note);
+    if (logfile != NULL) {
+        // %.9g prints a float so that it reads back exactly: logs can be compared bit for bit
+        fprintf(logfile, "s:%d trl:%.9g lr:%.9g norm:%.9g ms:%.1f\n", step + 1, (float)loss, lr, norm, ms);
+        fflush(logfile);
+    }
+}
+
+int main(int argc, char **argv) {
+    Run r;
+    memset(&r, 0, sizeof(r));
+    r.o = parse_args(argc, argv);
+    const Options *o = &r.o;
+    setup_hardware();
+    plan_run(&r);
+    GPT2 model;
+    build_model(&r, &model);
+    GPT2Config c = model.config;
+    DataLoader train_loader, val_loader;
+    open_data(&r, &model, &train_loader, &val_loader);
     Tokenizer tokenizer;
-    tokenizer_init(&tokenizer, o.tokenizer_path, c.vocab_size);
+    tokenizer_init(&tokenizer, o->tokenizer_path, c.vocab_size);
 
     // the run, and its memory: parameters, gradients, AdamW moments, activations
-    gpt2_allocate_activations(&model, o.B, o.T);
-    printf("model: %s | maxT %d | V %d (padded %d) | L %d | NH %d | C %d | seed %llu\n", o.model,
+    gpt2_allocate_activations(&model, o->B, o->T);
+    printf("model: %s | maxT %d | V %d (padded %d) | L %d | NH %d | C %d | seed %llu\n", o->model,
            c.max_seq_len, c.vocab_size, c.padded_vocab_size, c.num_layers, c.num_heads, c.channels,
-           (unsigned long long)o.seed);
-    printf("data: %s (%zu shards) | val %s\n", o.train_pattern, train_loader.num_shards, o.val_every > 0 ? o.val_pattern : "none (-v 0)");
+           (unsigned long long)o->seed);
+    printf("data: %s (%zu shards) | val %s\n", o->train_pattern, train_loader.num_shards, o->val_every > 0 ? o->val_pattern : "none (-v 0)");
     printf("batch: B %d x T %d x %d accumulation steps = %d tokens | steps %d | lr %g warm-up %d\n",
-           o.B, o.T, accum_steps, o.total_batch_size, o.max_steps, o.lr, o.warmup);
+           o->B, o->T, r.accum_steps, o->total_batch_size, o->max_steps, o->lr, o->warmup);
     print_hardware();
-    gpt2_print_memory(&model, o.B, o.T);
-
+    gpt2_print_memory(&model, o->B, o->T);
     FILE *logfile = NULL;
-    if (have_out) {
+    if (r.have_out) {
         char path[4096];
-        format_path(path, sizeof(path), "%s/main.log", o.out_dir);
-        if (resume_step >= 0) { log_truncate_after(path, "s:%d", resume_step); }
-        logfile = fopenCheck(path, resume_step >= 0 ? "a" : "w");
+        format_path(path, sizeof(path), "%s/main.log", o->out_dir);
+        if (r.resume_step >= 0) { log_truncate_after(path, "s:%d", r.resume_step); }
+        logfile = fopenCheck(path, r.resume_step >= 0 ? "a" : "w");
     }
 
-    for (int step = st.step; step <= o.max_steps; step++) {
-        int last_step = step == o.max_steps;
+    for (int step = r.st.step; step <= o->max_steps; step++) {
+        int last_step = step == o->max_steps;
         // A resumed run starts where the checkpoint was taken: after that step's
         // validation and sample, which the first run already did and logged.
-        int resumed_here = resume_step >= 0 && step == st.step;
-        // validation loss, over the first val_batches batches of the validation data
-        if (o.val_every > 0 && (step % o.val_every == 0 || last_step) && !resumed_here) {
-            dataloader_seek(&val_loader, 0, 0, 0);
-            double val_loss = 0.0;
-            for (int i = 0; i < o.val_batches; i++) {
-                dataloader_next_batch(&val_loader);
-                gpt2_forward(&model, val_loader.inputs, val_loader.targets, o.B, o.T);
-                val_loss += model.mean_loss;
-            }
-            val_loss /= o.val_batches;
+        int resumed_here = r.resume_step >= 0 && step == r.st.step;
+        if (o->val_every > 0 && (step % o->val_every == 0 || last_step) && !resumed_here) {
+            double val_loss = validation_loss(&model, &val_loader, o);
             printf("step %d | val loss %.6f\n", step, val_loss);
             if (logfile != NULL) { fprintf(logfile, "s:%d tel:%.9g\n", step, val_loss); fflush(logfile); }
         }
-        if (o.sample_every > 0 && (step % o.sample_every == 0 || last_step) && !resumed_here) {
-            gpt2_sample(&model, &tokenizer, (size_t)o.gen_tokens, o.seed, step);
+        if (o->sample_every > 0 && (step % o->sample_every == 0 || last_step) && !resumed_here) {
+            gpt2_sample(&model, &tokenizer, (size_t)o->gen_tokens, o->seed, step);
         }
         // a checkpoint after `step` steps (not at the step we resumed from: it exists)
-        if (o.checkpoint_every > 0 && step > st.step && (step % o.checkpoint_every == 0 || last_step)) {
-            TrainState now = {step, o.seed, (size_t)o.B, (size_t)o.T, (size_t)o.total_batch_size,
+        if (o->checkpoint_every > 0 && step > r.st.step && (step % o->checkpoint_every == 0 || last_step)) {
+            TrainState now = {step, o->seed, (size_t)o->B, (size_t)o->T, (size_t)o->total_batch_size,
                               model.num_parameters, train_loader.epoch, train_loader.shard_pos, train_loader.sample_pos};
-            save_checkpoint(o.out_dir, &model, &now);
+            save_checkpoint(o->out_dir, &model, &now);
         }
         if (last_step) { break; }
-
-        // one optimizer step: accumulate gradients over accum_steps micro-batches,
-        // each backward scaled so that the sum is the gradient of the mean loss
-        double t0 = wall_seconds();
-        gpt2_zero_grad(&model);
-        double loss = 0.0;
-        for (int micro = 0; micro < accum_steps; micro++) {
-            dataloader_next_batch(&train_loader);
-            gpt2_forward(&model, train_loader.inputs, train_loader.targets, o.B, o.T);
-            gpt2_backward(&model, 1.0f / accum_steps);
-            loss += model.mean_loss;
-        }
-        loss /= accum_steps;
-        float norm = gpt2_grad_norm(&model);
-        // (train_gpt2.cu in FP16: gradients that overflowed skip the update and
-        // lower the loss scale; otherwise skip is 0 and note empty)
-        char note[128];
-        int skip = gpt2_loss_scale_update(&model, norm, note, sizeof(note));
-        if (!isfinite(loss) || (!isfinite(norm) && !skip)) {
-            // nothing good can come of the next step: stop while the checkpoints are sound
-            fprintf(stderr, "Error: step %d: loss %g, gradient norm %g: training diverged\n"
-                    "HINT: lower the learning rate (-l), or keep gradient clipping on (-z)\n", step + 1, loss, norm);
-            return EXIT_FAILURE;
-        }
-        // clip as torch.nn.utils.clip_grad_norm_: scale by max_norm / (norm + 1e-6) when above 1
-        float grad_scale = 1.0f;
-        if (o.grad_clip > 0.0f && o.grad_clip / (norm + 1e-6f) < 1.0f) { grad_scale = o.grad_clip / (norm + 1e-6f); }
-        float lr = get_learning_rate(step, o.lr, o.warmup, o.max_steps, o.final_lr_frac);
-        if (!skip) { gpt2_update(&model, lr, o.beta1, o.beta2, o.eps, o.weight_decay, grad_scale, step + 1); }
-        double ms = (wall_seconds() - t0) * 1000.0;
-        printf("step %4d/%d | loss %.6f | lr %.2e | norm %.4f | %.1f ms | %.0f tok/s", step + 1, o.max_steps,
-               loss, lr, norm, ms, o.total_batch_size / (ms / 1000.0));
-        double mfu = model_flops_utilization(&model, (size_t)o.total_batch_size, (size_t)o.T, ms / 1000.0);
-        if (mfu >= 0.0) { printf(" | MFU %.1f%%", 100.0 * mfu); }
-        printf("%s\n", note);
-        if (logfile != NULL) {
-            // %.9g prints a float so that it reads back exactly: logs can be compared bit for bit
-            fprintf(logfile, "s:%d trl:%.9g lr:%.9g norm:%.9g ms:%.1f\n", step + 1, (float)loss, lr, norm, ms);
-            fflush(logfile);
-        }
+        train_step(&r, &model, &train_loader, step, logfile);
     }
 
     if (logfile != NULL) { fcloseCheck(logfile); }
     dataloader_free(&train_loader);
-    if (o.val_every > 0) { dataloader_free(&val_loader); }
+    if (o->val_every > 0) { dataloader_free(&val_loader); }
     tokenizer_free(&tokenizer);
     gpt2_free(&model);
     return 0;

@@ -883,222 +883,11 @@ void attention_backward(floatX *dqkv, floatX *dqkvr, floatX *datt, floatX *dyr, 
 }
 
 #if defined(ENABLE_CUDNN)
-// The same attention through cuDNN's fused flash attention (Dao et al. 2022,
-// "FlashAttention"): q, k and v read in place from qkv, the (T, T) scores never
-// stored; the backward rebuilds them from a logsumexp per row (stats, fp32). Written
-// and checked on its own in dev/cuda/attention_cudnn.cu; this is a marked copy.
-// --- begin shared-copy: cudnn-attention ---
-void cudnn_create(void);
-void cudnn_destroy(void);
-void cudnn_describe(char *buf, size_t size);
-int cudnn_backward_is_deterministic(void);
-size_t cudnn_workspace_bytes(void);
+// The same attention through cuDNN's fused flash attention (USE_CUDNN=1): its code is in
+// its own section, next to main.
 void attention_forward_cudnn(floatX *out, float *stats, const floatX *qkv, size_t B, size_t T, size_t NH, size_t C);
 void attention_backward_cudnn(floatX *dqkv, const floatX *dout, const floatX *qkv, const floatX *out,
                               const float *stats, size_t B, size_t T, size_t NH, size_t C);
-
-#ifndef __CUDA_ARCH__
-namespace fe = cudnn_frontend;
-#if defined(ENABLE_FP16)
-static const fe::DataType_t CUDNN_FLOATX = fe::DataType_t::HALF;
-#else
-static const fe::DataType_t CUDNN_FLOATX = fe::DataType_t::BFLOAT16;
-#endif
-
-// check macros in the style of cudaCheck: the library's message, file and line, exit 1
-static void cudnn_check(cudnnStatus_t status, const char *file, int line) {
-    if (status != CUDNN_STATUS_SUCCESS) {
-        fprintf(stderr, "Error: cuDNN: %s [%s:%d]\n", cudnnGetErrorString(status), file, line);
-        exit(EXIT_FAILURE);
-    }
-}
-#define cudnnCheck(status) cudnn_check(status, __FILE__, __LINE__)
-static void cudnn_fe_check(const fe::error_object &e, const char *file, int line) {
-    if (e.is_bad()) {
-        fprintf(stderr, "Error: cuDNN frontend: %s [%s:%d]\n", e.err_msg.c_str(), file, line);
-        exit(EXIT_FAILURE);
-    }
-}
-#define cudnnFECheck(err) cudnn_fe_check(err, __FILE__, __LINE__)
-
-static cudnnHandle_t cudnn_handle;
-// one workspace for every graph, grown to the largest any of them asks for (cuDNN's
-// backward wants some for its fp32 dq accumulator; the forward often none)
-static void *cudnn_workspace = NULL;
-static size_t cudnn_workspace_size = 0;
-// Building a graph takes cuDNN's heuristics and plan compilation, from tens of ms to
-// seconds, so we build each shape once and keep it. The trainer meets one or two
-// shapes (B,T for training and for evaluation); NH and HS are in the key for main's checks.
-typedef std::array<int64_t, 4> GraphKey; // B, T, NH, HS
-static std::map<GraphKey, std::shared_ptr<fe::graph::Graph>> forward_graphs, backward_graphs;
-static int backward_deterministic = 1; // cleared if cuDNN has no deterministic backward for a shape
-
-// Each tensor of a graph has a number (UID); at run time a map from these numbers to
-// device pointers binds the graph to the buffers of one call.
-enum { Q_UID = 1, K_UID, V_UID, O_UID, STATS_UID, DO_UID, DQ_UID, DK_UID, DV_UID };
-
-void cudnn_create(void) { cudnnCheck(cudnnCreate(&cudnn_handle)); }
-
-void cudnn_destroy(void) {
-    forward_graphs.clear(); // the plans first: they were built on the handle
-    backward_graphs.clear();
-    if (cudnn_workspace != NULL) { cudaCheck(cudaFree(cudnn_workspace)); }
-    cudnn_workspace = NULL;
-    cudnn_workspace_size = 0;
-    cudnnCheck(cudnnDestroy(cudnn_handle));
-}
-
-void cudnn_describe(char *buf, size_t size) {
-    snprintf(buf, size, "cuDNN %zu (headers %d), cudnn-frontend %d.%d.%d", cudnnGetVersion(), (int)CUDNN_VERSION,
-             CUDNN_FRONTEND_MAJOR_VERSION, CUDNN_FRONTEND_MINOR_VERSION, CUDNN_FRONTEND_PATCH_VERSION);
-}
-
-int cudnn_backward_is_deterministic(void) { return backward_deterministic; }
-size_t cudnn_workspace_bytes(void) { return cudnn_workspace_size; }
-
-// (B,NH,T,HS) views. One of q, k, v inside qkv (B,T,3C): heads HS apart within a token's
-// row, tokens 3C apart, sequences 3C*T apart; the pointer bound at run time (qkv, +C or
-// +2C) picks which of the three. The same strides serve dq, dk, dv inside dqkv.
-static std::vector<int64_t> qkv_strides(int64_t T, int64_t NH, int64_t HS) {
-    return {3 * NH * HS * T, HS, 3 * NH * HS, 1};
-}
-// out and dout (B,T,C): the same with C in place of 3C
-static std::vector<int64_t> out_strides(int64_t T, int64_t NH, int64_t HS) { return {NH * HS * T, HS, NH * HS, 1}; }
-
-static std::shared_ptr<fe::graph::Tensor_attributes> input_tensor(fe::graph::Graph &graph, const char *name, int64_t uid,
-                                                                  std::vector<int64_t> dim, std::vector<int64_t> stride) {
-    return graph.tensor(fe::graph::Tensor_attributes().set_name(name).set_uid(uid).set_dim(dim).set_stride(stride));
-}
-
-// The steps from a described graph to a runnable plan; the first error stops them.
-// Heuristic mode A: cuDNN's fast heuristic, which ranks its engines for the shape.
-static fe::error_object build_graph(fe::graph::Graph &graph) {
-    if (fe::error_object e = graph.validate(); e.is_bad()) { return e; }
-    if (fe::error_object e = graph.build_operation_graph(cudnn_handle); e.is_bad()) { return e; }
-    if (fe::error_object e = graph.create_execution_plans({fe::HeurMode_t::A}); e.is_bad()) { return e; }
-    if (fe::error_object e = graph.check_support(); e.is_bad()) { return e; }
-    if (fe::error_object e = graph.build_plans(); e.is_bad()) { return e; }
-    int64_t bytes = 0;
-    if (fe::error_object e = graph.get_workspace_size(bytes); e.is_bad()) { return e; }
-    if ((size_t)bytes > cudnn_workspace_size) {
-        if (cudnn_workspace != NULL) { cudaCheck(cudaFree(cudnn_workspace)); } // (waits for the GPU)
-        cudaCheck(cudaMalloc(&cudnn_workspace, (size_t)bytes));
-        cudnn_workspace_size = (size_t)bytes;
-    }
-    return fe::error_object();
-}
-
-// The forward graph of one shape: one SDPA node. Scale and causal mask are fixed, so
-// they are baked into the graph instead of being passed at every call.
-static std::shared_ptr<fe::graph::Graph> forward_graph(int64_t B, int64_t T, int64_t NH, int64_t HS) {
-    GraphKey key = {B, T, NH, HS};
-    auto found = forward_graphs.find(key);
-    if (found != forward_graphs.end()) { return found->second; }
-    auto graph = std::make_shared<fe::graph::Graph>();
-    graph->set_io_data_type(CUDNN_FLOATX)
-        .set_intermediate_data_type(fe::DataType_t::FLOAT)
-        .set_compute_data_type(fe::DataType_t::FLOAT);
-    std::vector<int64_t> dim = {B, NH, T, HS}, qkv_stride = qkv_strides(T, NH, HS);
-    auto Q = input_tensor(*graph, "Q", Q_UID, dim, qkv_stride);
-    auto K = input_tensor(*graph, "K", K_UID, dim, qkv_stride);
-    auto V = input_tensor(*graph, "V", V_UID, dim, qkv_stride);
-    // causal: query t sees keys 0..t, the band's right edge on the diagonal (right
-    // bound 0), the diagonal starting at the top left as q and k have the same length
-    auto options = fe::graph::SDPA_attributes()
-                       .set_name("attention_forward")
-                       .set_generate_stats(true)
-                       .set_attn_scale(1.0f / sqrtf((float)HS))
-                       .set_diagonal_alignment(fe::DiagonalAlignment_t::TOP_LEFT)
-                       .set_diagonal_band_right_bound(0);
-    auto [O, stats] = graph->sdpa(Q, K, V, options);
-    // out (B,T,C) as the trainer lays it out: the heads side by side in a token's row
-    O->set_output(true).set_uid(O_UID).set_dim(dim).set_stride(out_strides(T, NH, HS));
-    // stats (B,NH,T,1) fp32, logsumexp in natural log: what the backward reads back
-    stats->set_output(true).set_uid(STATS_UID).set_data_type(fe::DataType_t::FLOAT)
-        .set_dim({B, NH, T, 1}).set_stride({NH * T, T, 1, 1});
-    cudnnFECheck(build_graph(*graph));
-    forward_graphs[key] = graph;
-    return graph;
-}
-
-// The backward graph's description; deterministic or not (see backward_graph).
-static std::shared_ptr<fe::graph::Graph> describe_backward(int64_t B, int64_t T, int64_t NH, int64_t HS, bool deterministic) {
-    auto graph = std::make_shared<fe::graph::Graph>();
-    graph->set_io_data_type(CUDNN_FLOATX)
-        .set_intermediate_data_type(fe::DataType_t::FLOAT)
-        .set_compute_data_type(fe::DataType_t::FLOAT);
-    std::vector<int64_t> dim = {B, NH, T, HS}, qkv_stride = qkv_strides(T, NH, HS), out_stride = out_strides(T, NH, HS);
-    auto Q = input_tensor(*graph, "Q", Q_UID, dim, qkv_stride);
-    auto K = input_tensor(*graph, "K", K_UID, dim, qkv_stride);
-    auto V = input_tensor(*graph, "V", V_UID, dim, qkv_stride);
-    auto O = input_tensor(*graph, "O", O_UID, dim, out_stride);
-    auto dO = input_tensor(*graph, "dO", DO_UID, dim, out_stride);
-    auto stats = input_tensor(*graph, "stats", STATS_UID, {B, NH, T, 1}, {NH * T, T, 1, 1});
-    stats->set_data_type(fe::DataType_t::FLOAT);
-    // the same scale and mask as the forward, or the rebuilt probabilities would differ
-    auto options = fe::graph::SDPA_backward_attributes()
-                       .set_name("attention_backward")
-                       .set_attn_scale(1.0f / sqrtf((float)HS))
-                       .set_diagonal_alignment(fe::DiagonalAlignment_t::TOP_LEFT)
-                       .set_diagonal_band_right_bound(0)
-                       .set_deterministic_algorithm(deterministic);
-    auto [dQ, dK, dV] = graph->sdpa_backward(Q, K, V, O, dO, stats, options);
-    // dq, dk, dv land in their thirds of dqkv (B,T,3C), the layout the qkv matmul's backward reads
-    dQ->set_output(true).set_uid(DQ_UID).set_dim(dim).set_stride(qkv_stride);
-    dK->set_output(true).set_uid(DK_UID).set_dim(dim).set_stride(qkv_stride);
-    dV->set_output(true).set_uid(DV_UID).set_dim(dim).set_stride(qkv_stride);
-    return graph;
-}
-
-// The backward walks the keys block by block, and each block adds its share to dq. By
-// default those adds are fp32 atomics, in an order that changes from run to run, and so
-// do the last bits of dq; we ask for cuDNN's deterministic algorithm instead. Where this
-// cuDNN and GPU have none (the frontend names Blackwell before cuDNN 9.18), we say so and
-// take the other.
-static std::shared_ptr<fe::graph::Graph> backward_graph(int64_t B, int64_t T, int64_t NH, int64_t HS) {
-    GraphKey key = {B, T, NH, HS};
-    auto found = backward_graphs.find(key);
-    if (found != backward_graphs.end()) { return found->second; }
-    auto graph = describe_backward(B, T, NH, HS, true);
-    fe::error_object e = build_graph(*graph);
-    if (e.is_bad()) {
-        fprintf(stderr, "Warning: cuDNN has no deterministic attention backward for B %lld T %lld NH %lld HS %lld (%s); "
-                "using the non-deterministic one\n", (long long)B, (long long)T, (long long)NH, (long long)HS,
-                e.err_msg.c_str());
-        graph = describe_backward(B, T, NH, HS, false);
-        cudnnFECheck(build_graph(*graph));
-        backward_deterministic = 0;
-    }
-    backward_graphs[key] = graph;
-    return graph;
-}
-
-// out (B,T,C) and stats (B,NH,T) written, from qkv (B,T,3C); on the default stream
-void attention_forward_cudnn(floatX *out, float *stats, const floatX *qkv, size_t B, size_t T, size_t NH, size_t C) {
-    size_t HS = C / NH;
-    auto graph = forward_graph((int64_t)B, (int64_t)T, (int64_t)NH, (int64_t)HS);
-    floatX *q = (floatX *)qkv; // cuDNN takes void *, also for what it only reads
-    std::unordered_map<int64_t, void *> pointers = {
-        {Q_UID, q}, {K_UID, q + C}, {V_UID, q + 2 * C}, {O_UID, out}, {STATS_UID, stats}};
-    cudnnFECheck(graph->execute(cudnn_handle, pointers, cudnn_workspace));
-    cudaCheck(cudaGetLastError());
-}
-
-// dqkv (B,T,3C) written, from dout (B,T,C) and the forward's qkv, out and stats
-void attention_backward_cudnn(floatX *dqkv, const floatX *dout, const floatX *qkv, const floatX *out,
-                              const float *stats, size_t B, size_t T, size_t NH, size_t C) {
-    size_t HS = C / NH;
-    auto graph = backward_graph((int64_t)B, (int64_t)T, (int64_t)NH, (int64_t)HS);
-    floatX *q = (floatX *)qkv;
-    std::unordered_map<int64_t, void *> pointers = {
-        {Q_UID, q},             {K_UID, q + C},         {V_UID, q + 2 * C},
-        {O_UID, (void *)out},   {DO_UID, (void *)dout}, {STATS_UID, (void *)stats},
-        {DQ_UID, dqkv},         {DK_UID, dqkv + C},     {DV_UID, dqkv + 2 * C}};
-    cudnnFECheck(graph->execute(cudnn_handle, pointers, cudnn_workspace));
-    cudaCheck(cudaGetLastError());
-}
-#endif // __CUDA_ARCH__
-// --- end shared-copy: cudnn-attention ---
 #endif
 
 void gelu_forward(floatX *out, const floatX *inp, size_t N) {
@@ -1996,6 +1785,23 @@ void gpt2_update(GPT2 *model, float learning_rate, float beta1, float beta2, flo
     gpt2_check_guard_bands(model); // (debug builds: the step's kernels stayed inside their tensors?)
 }
 
+// the learning rate schedule: linear warm-up, then cosine decay to a floor
+// --- begin shared-copy: gpt2-lr-schedule ---
+// Step s (counting from 0) uses lr(s): warm-up from max_lr/warmup up to max_lr
+// at s = warmup-1, then a cosine from max_lr (at s = warmup) towards
+// max_lr*final_frac, which the curve would reach at s = max_steps, one past the
+// last step. (llm.c's schedule; the peak is used twice, at warmup-1 and warmup.)
+float get_learning_rate(int step, float max_lr, int warmup_steps, int max_steps, float final_frac) {
+    if (step < warmup_steps) { return max_lr * (step + 1) / warmup_steps; }
+    if (max_steps <= warmup_steps) { return max_lr; }
+    float progress = (float)(step - warmup_steps) / (float)(max_steps - warmup_steps);
+    float cosine = 0.5f * (1.0f + cosf((float)M_PI * progress)); // 1 -> 0
+    float min_lr = max_lr * final_frac;
+    return min_lr + (max_lr - min_lr) * cosine;
+}
+
+// --- end shared-copy: gpt2-lr-schedule ---
+
 void gpt2_free(GPT2 *model) {
     gpt2_check_guard_bands(model); // (debug builds: nor did the evaluations and samples since)
     cudaCheck(cudaFree(model->params_memory));
@@ -2552,23 +2358,226 @@ void log_truncate_after(const char *path, const char *key_format, int last) {
 // --- end shared-copy: log-truncate ---
 
 // ----------------------------------------------------------------------------
-// learning rate schedule: linear warm-up, then cosine decay to a floor
+// cuDNN's attention (USE_CUDNN=1): building and running its graphs
 
-// --- begin shared-copy: gpt2-lr-schedule ---
-// Step s (counting from 0) uses lr(s): warm-up from max_lr/warmup up to max_lr
-// at s = warmup-1, then a cosine from max_lr (at s = warmup) towards
-// max_lr*final_frac, which the curve would reach at s = max_steps, one past the
-// last step. (llm.c's schedule; the peak is used twice, at warmup-1 and warmup.)
-float get_learning_rate(int step, float max_lr, int warmup_steps, int max_steps, float final_frac) {
-    if (step < warmup_steps) { return max_lr * (step + 1) / warmup_steps; }
-    if (max_steps <= warmup_steps) { return max_lr; }
-    float progress = (float)(step - warmup_steps) / (float)(max_steps - warmup_steps);
-    float cosine = 0.5f * (1.0f + cosf((float)M_PI * progress)); // 1 -> 0
-    float min_lr = max_lr * final_frac;
-    return min_lr + (max_lr - min_lr) * cosine;
+#if defined(ENABLE_CUDNN)
+// The same attention through cuDNN's fused flash attention (Dao et al. 2022,
+// "FlashAttention"): q, k and v read in place from qkv, the (T, T) scores never
+// stored; the backward rebuilds them from a logsumexp per row (stats, fp32). Written
+// and checked on its own in dev/cuda/attention_cudnn.cu; this is a marked copy.
+// --- begin shared-copy: cudnn-attention ---
+void cudnn_create(void);
+void cudnn_destroy(void);
+void cudnn_describe(char *buf, size_t size);
+int cudnn_backward_is_deterministic(void);
+size_t cudnn_workspace_bytes(void);
+void attention_forward_cudnn(floatX *out, float *stats, const floatX *qkv, size_t B, size_t T, size_t NH, size_t C);
+void attention_backward_cudnn(floatX *dqkv, const floatX *dout, const floatX *qkv, const floatX *out,
+                              const float *stats, size_t B, size_t T, size_t NH, size_t C);
+
+#ifndef __CUDA_ARCH__
+namespace fe = cudnn_frontend;
+#if defined(ENABLE_FP16)
+static const fe::DataType_t CUDNN_FLOATX = fe::DataType_t::HALF;
+#else
+static const fe::DataType_t CUDNN_FLOATX = fe::DataType_t::BFLOAT16;
+#endif
+
+// check macros in the style of cudaCheck: the library's message, file and line, exit 1
+static void cudnn_check(cudnnStatus_t status, const char *file, int line) {
+    if (status != CUDNN_STATUS_SUCCESS) {
+        fprintf(stderr, "Error: cuDNN: %s [%s:%d]\n", cudnnGetErrorString(status), file, line);
+        exit(EXIT_FAILURE);
+    }
+}
+#define cudnnCheck(status) cudnn_check(status, __FILE__, __LINE__)
+static void cudnn_fe_check(const fe::error_object &e, const char *file, int line) {
+    if (e.is_bad()) {
+        fprintf(stderr, "Error: cuDNN frontend: %s [%s:%d]\n", e.err_msg.c_str(), file, line);
+        exit(EXIT_FAILURE);
+    }
+}
+#define cudnnFECheck(err) cudnn_fe_check(err, __FILE__, __LINE__)
+
+static cudnnHandle_t cudnn_handle;
+// one workspace for every graph, grown to the largest any of them asks for (cuDNN's
+// backward wants some for its fp32 dq accumulator; the forward often none)
+static void *cudnn_workspace = NULL;
+static size_t cudnn_workspace_size = 0;
+// Building a graph takes cuDNN's heuristics and plan compilation, from tens of ms to
+// seconds, so we build each shape once and keep it. The trainer meets one or two
+// shapes (B,T for training and for evaluation); NH and HS are in the key for main's checks.
+typedef std::array<int64_t, 4> GraphKey; // B, T, NH, HS
+static std::map<GraphKey, std::shared_ptr<fe::graph::Graph>> forward_graphs, backward_graphs;
+static int backward_deterministic = 1; // cleared if cuDNN has no deterministic backward for a shape
+
+// Each tensor of a graph has a number (UID); at run time a map from these numbers to
+// device pointers binds the graph to the buffers of one call.
+enum { Q_UID = 1, K_UID, V_UID, O_UID, STATS_UID, DO_UID, DQ_UID, DK_UID, DV_UID };
+
+void cudnn_create(void) { cudnnCheck(cudnnCreate(&cudnn_handle)); }
+
+void cudnn_destroy(void) {
+    forward_graphs.clear(); // the plans first: they were built on the handle
+    backward_graphs.clear();
+    if (cudnn_workspace != NULL) { cudaCheck(cudaFree(cudnn_workspace)); }
+    cudnn_workspace = NULL;
+    cudnn_workspace_size = 0;
+    cudnnCheck(cudnnDestroy(cudnn_handle));
 }
 
-// --- end shared-copy: gpt2-lr-schedule ---
+void cudnn_describe(char *buf, size_t size) {
+    snprintf(buf, size, "cuDNN %zu (headers %d), cudnn-frontend %d.%d.%d", cudnnGetVersion(), (int)CUDNN_VERSION,
+             CUDNN_FRONTEND_MAJOR_VERSION, CUDNN_FRONTEND_MINOR_VERSION, CUDNN_FRONTEND_PATCH_VERSION);
+}
+
+int cudnn_backward_is_deterministic(void) { return backward_deterministic; }
+size_t cudnn_workspace_bytes(void) { return cudnn_workspace_size; }
+
+// (B,NH,T,HS) views. One of q, k, v inside qkv (B,T,3C): heads HS apart within a token's
+// row, tokens 3C apart, sequences 3C*T apart; the pointer bound at run time (qkv, +C or
+// +2C) picks which of the three. The same strides serve dq, dk, dv inside dqkv.
+static std::vector<int64_t> qkv_strides(int64_t T, int64_t NH, int64_t HS) {
+    return {3 * NH * HS * T, HS, 3 * NH * HS, 1};
+}
+// out and dout (B,T,C): the same with C in place of 3C
+static std::vector<int64_t> out_strides(int64_t T, int64_t NH, int64_t HS) { return {NH * HS * T, HS, NH * HS, 1}; }
+
+static std::shared_ptr<fe::graph::Tensor_attributes> input_tensor(fe::graph::Graph &graph, const char *name, int64_t uid,
+                                                                  std::vector<int64_t> dim, std::vector<int64_t> stride) {
+    return graph.tensor(fe::graph::Tensor_attributes().set_name(name).set_uid(uid).set_dim(dim).set_stride(stride));
+}
+
+// The steps from a described graph to a runnable plan; the first error stops them.
+// Heuristic mode A: cuDNN's fast heuristic, which ranks its engines for the shape.
+static fe::error_object build_graph(fe::graph::Graph &graph) {
+    if (fe::error_object e = graph.validate(); e.is_bad()) { return e; }
+    if (fe::error_object e = graph.build_operation_graph(cudnn_handle); e.is_bad()) { return e; }
+    if (fe::error_object e = graph.create_execution_plans({fe::HeurMode_t::A}); e.is_bad()) { return e; }
+    if (fe::error_object e = graph.check_support(); e.is_bad()) { return e; }
+    if (fe::error_object e = graph.build_plans(); e.is_bad()) { return e; }
+    int64_t bytes = 0;
+    if (fe::error_object e = graph.get_workspace_size(bytes); e.is_bad()) { return e; }
+    if ((size_t)bytes > cudnn_workspace_size) {
+        if (cudnn_workspace != NULL) { cudaCheck(cudaFree(cudnn_workspace)); } // (waits for the GPU)
+        cudaCheck(cudaMalloc(&cudnn_workspace, (size_t)bytes));
+        cudnn_workspace_size = (size_t)bytes;
+    }
+    return fe::error_object();
+}
+
+// The forward graph of one shape: one SDPA node. Scale and causal mask are fixed, so
+// they are baked into the graph instead of being passed at every call.
+static std::shared_ptr<fe::graph::Graph> forward_graph(int64_t B, int64_t T, int64_t NH, int64_t HS) {
+    GraphKey key = {B, T, NH, HS};
+    auto found = forward_graphs.find(key);
+    if (found != forward_graphs.end()) { return found->second; }
+    auto graph = std::make_shared<fe::graph::Graph>();
+    graph->set_io_data_type(CUDNN_FLOATX)
+        .set_intermediate_data_type(fe::DataType_t::FLOAT)
+        .set_compute_data_type(fe::DataType_t::FLOAT);
+    std::vector<int64_t> dim = {B, NH, T, HS}, qkv_stride = qkv_strides(T, NH, HS);
+    auto Q = input_tensor(*graph, "Q", Q_UID, dim, qkv_stride);
+    auto K = input_tensor(*graph, "K", K_UID, dim, qkv_stride);
+    auto V = input_tensor(*graph, "V", V_UID, dim, qkv_stride);
+    // causal: query t sees keys 0..t, the band's right edge on the diagonal (right
+    // bound 0), the diagonal starting at the top left as q and k have the same length
+    auto options = fe::graph::SDPA_attributes()
+                       .set_name("attention_forward")
+                       .set_generate_stats(true)
+                       .set_attn_scale(1.0f / sqrtf((float)HS))
+                       .set_diagonal_alignment(fe::DiagonalAlignment_t::TOP_LEFT)
+                       .set_diagonal_band_right_bound(0);
+    auto [O, stats] = graph->sdpa(Q, K, V, options);
+    // out (B,T,C) as the trainer lays it out: the heads side by side in a token's row
+    O->set_output(true).set_uid(O_UID).set_dim(dim).set_stride(out_strides(T, NH, HS));
+    // stats (B,NH,T,1) fp32, logsumexp in natural log: what the backward reads back
+    stats->set_output(true).set_uid(STATS_UID).set_data_type(fe::DataType_t::FLOAT)
+        .set_dim({B, NH, T, 1}).set_stride({NH * T, T, 1, 1});
+    cudnnFECheck(build_graph(*graph));
+    forward_graphs[key] = graph;
+    return graph;
+}
+
+// The backward graph's description; deterministic or not (see backward_graph).
+static std::shared_ptr<fe::graph::Graph> describe_backward(int64_t B, int64_t T, int64_t NH, int64_t HS, bool deterministic) {
+    auto graph = std::make_shared<fe::graph::Graph>();
+    graph->set_io_data_type(CUDNN_FLOATX)
+        .set_intermediate_data_type(fe::DataType_t::FLOAT)
+        .set_compute_data_type(fe::DataType_t::FLOAT);
+    std::vector<int64_t> dim = {B, NH, T, HS}, qkv_stride = qkv_strides(T, NH, HS), out_stride = out_strides(T, NH, HS);
+    auto Q = input_tensor(*graph, "Q", Q_UID, dim, qkv_stride);
+    auto K = input_tensor(*graph, "K", K_UID, dim, qkv_stride);
+    auto V = input_tensor(*graph, "V", V_UID, dim, qkv_stride);
+    auto O = input_tensor(*graph, "O", O_UID, dim, out_stride);
+    auto dO = input_tensor(*graph, "dO", DO_UID, dim, out_stride);
+    auto stats = input_tensor(*graph, "stats", STATS_UID, {B, NH, T, 1}, {NH * T, T, 1, 1});
+    stats->set_data_type(fe::DataType_t::FLOAT);
+    // the same scale and mask as the forward, or the rebuilt probabilities would differ
+    auto options = fe::graph::SDPA_backward_attributes()
+                       .set_name("attention_backward")
+                       .set_attn_scale(1.0f / sqrtf((float)HS))
+                       .set_diagonal_alignment(fe::DiagonalAlignment_t::TOP_LEFT)
+                       .set_diagonal_band_right_bound(0)
+                       .set_deterministic_algorithm(deterministic);
+    auto [dQ, dK, dV] = graph->sdpa_backward(Q, K, V, O, dO, stats, options);
+    // dq, dk, dv land in their thirds of dqkv (B,T,3C), the layout the qkv matmul's backward reads
+    dQ->set_output(true).set_uid(DQ_UID).set_dim(dim).set_stride(qkv_stride);
+    dK->set_output(true).set_uid(DK_UID).set_dim(dim).set_stride(qkv_stride);
+    dV->set_output(true).set_uid(DV_UID).set_dim(dim).set_stride(qkv_stride);
+    return graph;
+}
+
+// The backward walks the keys block by block, and each block adds its share to dq. By
+// default those adds are fp32 atomics, in an order that changes from run to run, and so
+// do the last bits of dq; we ask for cuDNN's deterministic algorithm instead. Where this
+// cuDNN and GPU have none (the frontend names Blackwell before cuDNN 9.18), we say so and
+// take the other.
+static std::shared_ptr<fe::graph::Graph> backward_graph(int64_t B, int64_t T, int64_t NH, int64_t HS) {
+    GraphKey key = {B, T, NH, HS};
+    auto found = backward_graphs.find(key);
+    if (found != backward_graphs.end()) { return found->second; }
+    auto graph = describe_backward(B, T, NH, HS, true);
+    fe::error_object e = build_graph(*graph);
+    if (e.is_bad()) {
+        fprintf(stderr, "Warning: cuDNN has no deterministic attention backward for B %lld T %lld NH %lld HS %lld (%s); "
+                "using the non-deterministic one\n", (long long)B, (long long)T, (long long)NH, (long long)HS,
+                e.err_msg.c_str());
+        graph = describe_backward(B, T, NH, HS, false);
+        cudnnFECheck(build_graph(*graph));
+        backward_deterministic = 0;
+    }
+    backward_graphs[key] = graph;
+    return graph;
+}
+
+// out (B,T,C) and stats (B,NH,T) written, from qkv (B,T,3C); on the default stream
+void attention_forward_cudnn(floatX *out, float *stats, const floatX *qkv, size_t B, size_t T, size_t NH, size_t C) {
+    size_t HS = C / NH;
+    auto graph = forward_graph((int64_t)B, (int64_t)T, (int64_t)NH, (int64_t)HS);
+    floatX *q = (floatX *)qkv; // cuDNN takes void *, also for what it only reads
+    std::unordered_map<int64_t, void *> pointers = {
+        {Q_UID, q}, {K_UID, q + C}, {V_UID, q + 2 * C}, {O_UID, out}, {STATS_UID, stats}};
+    cudnnFECheck(graph->execute(cudnn_handle, pointers, cudnn_workspace));
+    cudaCheck(cudaGetLastError());
+}
+
+// dqkv (B,T,3C) written, from dout (B,T,C) and the forward's qkv, out and stats
+void attention_backward_cudnn(floatX *dqkv, const floatX *dout, const floatX *qkv, const floatX *out,
+                              const float *stats, size_t B, size_t T, size_t NH, size_t C) {
+    size_t HS = C / NH;
+    auto graph = backward_graph((int64_t)B, (int64_t)T, (int64_t)NH, (int64_t)HS);
+    floatX *q = (floatX *)qkv;
+    std::unordered_map<int64_t, void *> pointers = {
+        {Q_UID, q},             {K_UID, q + C},         {V_UID, q + 2 * C},
+        {O_UID, (void *)out},   {DO_UID, (void *)dout}, {STATS_UID, (void *)stats},
+        {DQ_UID, dqkv},         {DK_UID, dqkv + C},     {DV_UID, dqkv + 2 * C}};
+    cudnnFECheck(graph->execute(cudnn_handle, pointers, cudnn_workspace));
+    cudaCheck(cudaGetLastError());
+}
+#endif // __CUDA_ARCH__
+// --- end shared-copy: cudnn-attention ---
+#endif
 
 // ----------------------------------------------------------------------------
 // main: argument parsing and the training loop
@@ -2797,11 +2806,11 @@ static float parse_float(const char *flag, const char *s) {
     return v;
 }
 
-int main(int argc, char **argv) {
-    // The defaults are the embedded default run. lr 1e-3 with a short warm-up suits
-    // a 4-layer model (GPT-2 small trained at 6e-4); betas (0.9, 0.95) and weight
-    // decay 0.1 are GPT-3's and nanoGPT's; B x T = 512 tokens keeps a step near half
-    // a second on 2 cores, so the validation loss visibly falls within a minute.
+// The flags. The defaults are the embedded default run. lr 1e-3 with a short warm-up suits
+// a 4-layer model (GPT-2 small trained at 6e-4); betas (0.9, 0.95) and weight decay 0.1
+// are GPT-3's and nanoGPT's; B x T = 512 tokens keeps a step near half a second on 2
+// cores, so the validation loss visibly falls within a minute.
+static Options parse_args(int argc, char **argv) {
     Options o = {
         .train_pattern = "data/tinyshakespeare/tiny_shakespeare_train.bin",
         .val_pattern = "data/tinyshakespeare/tiny_shakespeare_val.bin",
@@ -2816,7 +2825,7 @@ int main(int argc, char **argv) {
     // every flag is "-x value"; anything else is an error, never silently ignored
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) { print_usage(&defaults); return 0; }
+        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) { print_usage(&defaults); exit(0); }
         if (a[0] != '-' || a[1] == '\0' || a[2] != '\0') { usage_error("unknown argument '%s'", a); }
         if (i + 1 >= argc) { usage_error("flag %s needs a value", a); }
         const char *v = argv[++i];
@@ -2846,196 +2855,236 @@ int main(int argc, char **argv) {
             if (!parse_device_flag(a, v)) { usage_error("unknown flag '%s'", a); }
         }
     }
-    setup_hardware();
-    // sizes that fit: B*T*Vp floats of logits must be addressable, and gemm takes ints
-    size_t tokens_per_batch = (size_t)o.B * o.T;
-    if (o.B > (1 << 16) || o.T > (1 << 20) || tokens_per_batch > (1 << 24)) {
-        fprintf(stderr, "Error: -b %d x -t %d = %zu tokens per batch is more than this trainer handles (2^24)\n",
-                o.B, o.T, tokens_per_batch);
-        return EXIT_FAILURE;
-    }
-    if (o.total_batch_size == 0) { o.total_batch_size = (int)tokens_per_batch; }
-    if (o.total_batch_size % tokens_per_batch != 0) {
-        fprintf(stderr, "Error: total batch size -d %d is not a multiple of B*T = %zu\n", o.total_batch_size, tokens_per_batch);
-        return EXIT_FAILURE;
-    }
-    // gradient accumulation: this many forward/backward passes of B x T per update
-    int accum_steps = (int)(o.total_batch_size / tokens_per_batch);
-    int have_out = o.out_dir[0] != '\0'; // -o "" runs without log and checkpoints
-    if ((o.resume || o.checkpoint_every > 0) && !have_out) {
-        fprintf(stderr, "Error: -n and -y need an output directory (-o)\n");
-        return EXIT_FAILURE;
-    }
-    if (have_out && mkdir(o.out_dir, 0755) != 0 && errno != EEXIST) {
-        fprintf(stderr, "Error: could not create output directory %s: %s\n", o.out_dir, strerror(errno));
-        return EXIT_FAILURE;
-    }
+    return o;
+}
 
-    // the model: resumed, loaded, or new
-    GPT2 model;
-    TrainState st;
-    memset(&st, 0, sizeof(st));
-    int resume_step = o.resume ? find_latest_checkpoint(o.out_dir) : -1;
-    if (o.resume && resume_step < 0) {
-        fprintf(stderr, "Error: -y 1 but no checkpoint (state_*.bin with its model_*.bin) in %s\n%s\n", o.out_dir, STATE_HINT);
-        return EXIT_FAILURE;
+// What main carries from one step of setting up to the next.
+typedef struct {
+    Options o;
+    int accum_steps;       // forward/backward passes of B x T per update
+    int have_out;          // an output directory (-o "" runs without log and checkpoints)
+    int resume_step;       // the checkpoint this run resumes from, -1 for none
+    char state_path[4096]; // its training state
+    TrainState st;         // where the run starts: step 0, or the checkpoint's step and data position
+} Run;
+
+// Batch sizes that fit, gradient accumulation, the output directory.
+static void plan_run(Run *r) {
+    Options *o = &r->o;
+    // sizes that fit: B*T*Vp floats of logits must be addressable, and gemm takes ints
+    size_t tokens_per_batch = (size_t)o->B * o->T;
+    if (o->B > (1 << 16) || o->T > (1 << 20) || tokens_per_batch > (1 << 24)) {
+        fprintf(stderr, "Error: -b %d x -t %d = %zu tokens per batch is more than this trainer handles (2^24)\n",
+                o->B, o->T, tokens_per_batch);
+        exit(EXIT_FAILURE);
     }
-    if (!o.resume && o.checkpoint_every > 0 && find_latest_checkpoint(o.out_dir) >= 0) {
+    if (o->total_batch_size == 0) { o->total_batch_size = (int)tokens_per_batch; }
+    if (o->total_batch_size % tokens_per_batch != 0) {
+        fprintf(stderr, "Error: total batch size -d %d is not a multiple of B*T = %zu\n", o->total_batch_size, tokens_per_batch);
+        exit(EXIT_FAILURE);
+    }
+    r->accum_steps = (int)(o->total_batch_size / tokens_per_batch);
+    r->have_out = o->out_dir[0] != '\0';
+    if ((o->resume || o->checkpoint_every > 0) && !r->have_out) {
+        fprintf(stderr, "Error: -n and -y need an output directory (-o)\n");
+        exit(EXIT_FAILURE);
+    }
+    if (r->have_out && mkdir(o->out_dir, 0755) != 0 && errno != EEXIST) {
+        fprintf(stderr, "Error: could not create output directory %s: %s\n", o->out_dir, strerror(errno));
+        exit(EXIT_FAILURE);
+    }
+}
+
+// The model: resumed from the newest checkpoint (-y 1), loaded (-e file), or new (-e d<N>).
+static void build_model(Run *r, GPT2 *model) {
+    Options *o = &r->o;
+    memset(&r->st, 0, sizeof(r->st));
+    r->resume_step = o->resume ? find_latest_checkpoint(o->out_dir) : -1;
+    if (o->resume && r->resume_step < 0) {
+        fprintf(stderr, "Error: -y 1 but no checkpoint (state_*.bin with its model_*.bin) in %s\n%s\n", o->out_dir, STATE_HINT);
+        exit(EXIT_FAILURE);
+    }
+    if (!o->resume && o->checkpoint_every > 0 && find_latest_checkpoint(o->out_dir) >= 0) {
         // a new run would write its checkpoints over these, step by step
         fprintf(stderr, "Error: %s already holds checkpoints (newest: step %d); not overwriting them\n"
-                "HINT: resume them with -y 1, or pick another -o\n", o.out_dir, find_latest_checkpoint(o.out_dir));
-        return EXIT_FAILURE;
+                "HINT: resume them with -y 1, or pick another -o\n", o->out_dir, find_latest_checkpoint(o->out_dir));
+        exit(EXIT_FAILURE);
     }
-    char state_path[4096] = "";
-    if (resume_step >= 0) {
+    if (r->resume_step >= 0) {
         // The model comes from the checkpoint (-e is not used). The flags that
         // decide what the next batch is must be the same as before; the others
         // (-x to train longer, -l, -v, ...) may change, at the cost of exactness.
-        char model_path[4096];
-        format_path(model_path, sizeof(model_path), "%s/model_%08d.bin", o.out_dir, resume_step);
-        format_path(state_path, sizeof(state_path), "%s/state_%08d.bin", o.out_dir, resume_step);
-        gpt2_build_from_checkpoint(&model, model_path);
-        load_state(state_path, &model, &st);
-        if (st.B != (size_t)o.B || st.T != (size_t)o.T || st.total_batch_size != (size_t)o.total_batch_size || st.seed != o.seed) {
+        static char model_path[4096];
+        TrainState *st = &r->st;
+        format_path(model_path, sizeof(model_path), "%s/model_%08d.bin", o->out_dir, r->resume_step);
+        format_path(r->state_path, sizeof(r->state_path), "%s/state_%08d.bin", o->out_dir, r->resume_step);
+        gpt2_build_from_checkpoint(model, model_path);
+        load_state(r->state_path, model, st);
+        if (st->B != (size_t)o->B || st->T != (size_t)o->T || st->total_batch_size != (size_t)o->total_batch_size || st->seed != o->seed) {
             fprintf(stderr, "Error: %s was written with -b %zu -t %zu -d %zu -p %llu; resume with the same flags\n",
-                    state_path, st.B, st.T, st.total_batch_size, (unsigned long long)st.seed);
-            return EXIT_FAILURE;
+                    r->state_path, st->B, st->T, st->total_batch_size, (unsigned long long)st->seed);
+            exit(EXIT_FAILURE);
         }
-        if (st.step != resume_step || st.step >= o.max_steps) {
-            fprintf(stderr, "Error: %s is the state after step %d%s\n", state_path, st.step,
-                    st.step != resume_step ? ", not the step in its name: corrupt" : "; nothing left to do (raise -x to train longer)");
-            return EXIT_FAILURE;
+        if (st->step != r->resume_step || st->step >= o->max_steps) {
+            fprintf(stderr, "Error: %s is the state after step %d%s\n", r->state_path, st->step,
+                    st->step != r->resume_step ? ", not the step in its name: corrupt" : "; nothing left to do (raise -x to train longer)");
+            exit(EXIT_FAILURE);
         }
-        printf("resuming from %s at step %d\n", state_path, st.step);
-        o.model = model_path;
-    } else if (access(o.model, F_OK) == 0) {
-        gpt2_build_from_checkpoint(&model, o.model);
+        printf("resuming from %s at step %d\n", r->state_path, st->step);
+        o->model = model_path;
+    } else if (access(o->model, F_OK) == 0) {
+        gpt2_build_from_checkpoint(model, o->model);
     } else {
-        gpt2_build_from_descriptor(&model, o.model, o.seed);
+        gpt2_build_from_descriptor(model, o->model, o->seed);
     }
-    GPT2Config c = model.config;
-    if (o.T > c.max_seq_len) {
-        fprintf(stderr, "Error: -t %d is longer than the model's maximum sequence length %d\n", o.T, c.max_seq_len);
-        return EXIT_FAILURE;
+    if (o->T > model->config.max_seq_len) {
+        fprintf(stderr, "Error: -t %d is longer than the model's maximum sequence length %d\n", o->T, model->config.max_seq_len);
+        exit(EXIT_FAILURE);
     }
+}
 
-    // the data: training batches shuffled, validation always the same first batches
-    // (so validation losses of different steps and runs compare like with like)
-    // (without validation, -v 0, the validation data is not read at all)
-    DataLoader train_loader, val_loader;
-    dataloader_init(&train_loader, o.train_pattern, o.B, o.T, c.vocab_size, 1, o.seed);
-    if (o.val_every > 0) { dataloader_init(&val_loader, o.val_pattern, o.B, o.T, c.vocab_size, 0, o.seed); }
-    if (resume_step >= 0 && !dataloader_seek(&train_loader, st.epoch, st.shard_pos, st.sample_pos)) {
+// The data: training batches shuffled, validation always the same first batches (so
+// validation losses of different steps and runs compare like with like; without
+// validation, -v 0, the validation data is not read at all).
+static void open_data(const Run *r, const GPT2 *model, DataLoader *train, DataLoader *val) {
+    const Options *o = &r->o;
+    const TrainState *st = &r->st;
+    int V = model->config.vocab_size;
+    dataloader_init(train, o->train_pattern, o->B, o->T, V, 1, o->seed);
+    if (o->val_every > 0) { dataloader_init(val, o->val_pattern, o->B, o->T, V, 0, o->seed); }
+    if (r->resume_step >= 0 && !dataloader_seek(train, st->epoch, st->shard_pos, st->sample_pos)) {
         fprintf(stderr, "Error: %s: its data position (shard %zu, sequence %zu) does not exist in '%s'\n"
-                "HINT: resume with the same -i data the run started with\n", state_path, st.shard_pos, st.sample_pos,
-                o.train_pattern);
-        return EXIT_FAILURE;
+                "HINT: resume with the same -i data the run started with\n", r->state_path, st->shard_pos, st->sample_pos,
+                o->train_pattern);
+        exit(EXIT_FAILURE);
     }
-    if (o.val_every > 0 && (size_t)o.val_batches * o.B > val_loader.num_samples_total) {
+    if (o->val_every > 0 && (size_t)o->val_batches * o->B > val->num_samples_total) {
         fprintf(stderr, "Error: -m %d validation batches of -b %d need %zu sequences, '%s' holds %zu\n"
-                "HINT: lower -m\n", o.val_batches, o.B, (size_t)o.val_batches * o.B, o.val_pattern, val_loader.num_samples_total);
-        return EXIT_FAILURE;
+                "HINT: lower -m\n", o->val_batches, o->B, (size_t)o->val_batches * o->B, o->val_pattern, val->num_samples_total);
+        exit(EXIT_FAILURE);
     }
-    if (o.sample_every > 0 && o.gen_tokens >= o.T) {
+    if (o->sample_every > 0 && o->gen_tokens >= o->T) {
         fprintf(stderr, "Error: -g %d tokens per sample do not fit after the prompt token in -t %d\n"
-                "HINT: -g at most %d\n", o.gen_tokens, o.T, o.T - 1);
-        return EXIT_FAILURE;
+                "HINT: -g at most %d\n", o->gen_tokens, o->T, o->T - 1);
+        exit(EXIT_FAILURE);
     }
+}
+
+// The mean loss over the first val_batches batches of the validation data.
+static double validation_loss(GPT2 *model, DataLoader *val, const Options *o) {
+    dataloader_seek(val, 0, 0, 0);
+    double val_loss = 0.0;
+    for (int i = 0; i < o->val_batches; i++) {
+        dataloader_next_batch(val);
+        gpt2_forward(model, val->inputs, val->targets, o->B, o->T);
+        val_loss += model->mean_loss;
+    }
+    return val_loss / o->val_batches;
+}
+
+// One optimizer step (step counts from 0): accumulate gradients over accum_steps
+// micro-batches, each backward scaled so that the sum is the gradient of the mean loss;
+// clip; update; print and log the step's line.
+static void train_step(const Run *r, GPT2 *model, DataLoader *train, int step, FILE *logfile) {
+    const Options *o = &r->o;
+    double t0 = wall_seconds();
+    gpt2_zero_grad(model);
+    double loss = 0.0;
+    for (int micro = 0; micro < r->accum_steps; micro++) {
+        dataloader_next_batch(train);
+        gpt2_forward(model, train->inputs, train->targets, o->B, o->T);
+        gpt2_backward(model, 1.0f / r->accum_steps);
+        loss += model->mean_loss;
+    }
+    loss /= r->accum_steps;
+    float norm = gpt2_grad_norm(model);
+    // (train_gpt2.cu in FP16: gradients that overflowed skip the update and
+    // lower the loss scale; otherwise skip is 0 and note empty)
+    char note[128];
+    int skip = gpt2_loss_scale_update(model, norm, note, sizeof(note));
+    if (!isfinite(loss) || (!isfinite(norm) && !skip)) {
+        // nothing good can come of the next step: stop while the checkpoints are sound
+        fprintf(stderr, "Error: step %d: loss %g, gradient norm %g: training diverged\n"
+                "HINT: lower the learning rate (-l), or keep gradient clipping on (-z)\n", step + 1, loss, norm);
+        exit(EXIT_FAILURE);
+    }
+    // clip as torch.nn.utils.clip_grad_norm_: scale by max_norm / (norm + 1e-6) when above 1
+    float grad_scale = 1.0f;
+    if (o->grad_clip > 0.0f && o->grad_clip / (norm + 1e-6f) < 1.0f) { grad_scale = o->grad_clip / (norm + 1e-6f); }
+    float lr = get_learning_rate(step, o->lr, o->warmup, o->max_steps, o->final_lr_frac);
+    if (!skip) { gpt2_update(model, lr, o->beta1, o->beta2, o->eps, o->weight_decay, grad_scale, step + 1); }
+    double ms = (wall_seconds() - t0) * 1000.0;
+    printf("step %4d/%d | loss %.6f | lr %.2e | norm %.4f | %.1f ms | %.0f tok/s", step + 1, o->max_steps,
+           loss, lr, norm, ms, o->total_batch_size / (ms / 1000.0));
+    double mfu = model_flops_utilization(model, (size_t)o->total_batch_size, (size_t)o->T, ms / 1000.0);
+    if (mfu >= 0.0) { printf(" | MFU %.1f%%", 100.0 * mfu); }
+    printf("%s\n", note);
+    if (logfile != NULL) {
+        // %.9g prints a float so that it reads back exactly: logs can be compared bit for bit
+        fprintf(logfile, "s:%d trl:%.9g lr:%.9g norm:%.9g ms:%.1f\n", step + 1, (float)loss, lr, norm, ms);
+        fflush(logfile);
+    }
+}
+
+int main(int argc, char **argv) {
+    Run r;
+    memset(&r, 0, sizeof(r));
+    r.o = parse_args(argc, argv);
+    const Options *o = &r.o;
+    setup_hardware();
+    plan_run(&r);
+    GPT2 model;
+    build_model(&r, &model);
+    GPT2Config c = model.config;
+    DataLoader train_loader, val_loader;
+    open_data(&r, &model, &train_loader, &val_loader);
     Tokenizer tokenizer;
-    tokenizer_init(&tokenizer, o.tokenizer_path, c.vocab_size);
+    tokenizer_init(&tokenizer, o->tokenizer_path, c.vocab_size);
 
     // the run, and its memory: parameters, gradients, AdamW moments, activations
-    gpt2_allocate_activations(&model, o.B, o.T);
-    printf("model: %s | maxT %d | V %d (padded %d) | L %d | NH %d | C %d | seed %llu\n", o.model,
+    gpt2_allocate_activations(&model, o->B, o->T);
+    printf("model: %s | maxT %d | V %d (padded %d) | L %d | NH %d | C %d | seed %llu\n", o->model,
            c.max_seq_len, c.vocab_size, c.padded_vocab_size, c.num_layers, c.num_heads, c.channels,
-           (unsigned long long)o.seed);
-    printf("data: %s (%zu shards) | val %s\n", o.train_pattern, train_loader.num_shards, o.val_every > 0 ? o.val_pattern : "none (-v 0)");
+           (unsigned long long)o->seed);
+    printf("data: %s (%zu shards) | val %s\n", o->train_pattern, train_loader.num_shards, o->val_every > 0 ? o->val_pattern : "none (-v 0)");
     printf("batch: B %d x T %d x %d accumulation steps = %d tokens | steps %d | lr %g warm-up %d\n",
-           o.B, o.T, accum_steps, o.total_batch_size, o.max_steps, o.lr, o.warmup);
+           o->B, o->T, r.accum_steps, o->total_batch_size, o->max_steps, o->lr, o->warmup);
     print_hardware();
-    gpt2_print_memory(&model, o.B, o.T);
-
+    gpt2_print_memory(&model, o->B, o->T);
     FILE *logfile = NULL;
-    if (have_out) {
+    if (r.have_out) {
         char path[4096];
-        format_path(path, sizeof(path), "%s/main.log", o.out_dir);
-        if (resume_step >= 0) { log_truncate_after(path, "s:%d", resume_step); }
-        logfile = fopenCheck(path, resume_step >= 0 ? "a" : "w");
+        format_path(path, sizeof(path), "%s/main.log", o->out_dir);
+        if (r.resume_step >= 0) { log_truncate_after(path, "s:%d", r.resume_step); }
+        logfile = fopenCheck(path, r.resume_step >= 0 ? "a" : "w");
     }
 
-    for (int step = st.step; step <= o.max_steps; step++) {
-        int last_step = step == o.max_steps;
+    for (int step = r.st.step; step <= o->max_steps; step++) {
+        int last_step = step == o->max_steps;
         // A resumed run starts where the checkpoint was taken: after that step's
         // validation and sample, which the first run already did and logged.
-        int resumed_here = resume_step >= 0 && step == st.step;
-        // validation loss, over the first val_batches batches of the validation data
-        if (o.val_every > 0 && (step % o.val_every == 0 || last_step) && !resumed_here) {
-            dataloader_seek(&val_loader, 0, 0, 0);
-            double val_loss = 0.0;
-            for (int i = 0; i < o.val_batches; i++) {
-                dataloader_next_batch(&val_loader);
-                gpt2_forward(&model, val_loader.inputs, val_loader.targets, o.B, o.T);
-                val_loss += model.mean_loss;
-            }
-            val_loss /= o.val_batches;
+        int resumed_here = r.resume_step >= 0 && step == r.st.step;
+        if (o->val_every > 0 && (step % o->val_every == 0 || last_step) && !resumed_here) {
+            double val_loss = validation_loss(&model, &val_loader, o);
             printf("step %d | val loss %.6f\n", step, val_loss);
             if (logfile != NULL) { fprintf(logfile, "s:%d tel:%.9g\n", step, val_loss); fflush(logfile); }
         }
-        if (o.sample_every > 0 && (step % o.sample_every == 0 || last_step) && !resumed_here) {
-            gpt2_sample(&model, &tokenizer, (size_t)o.gen_tokens, o.seed, step);
+        if (o->sample_every > 0 && (step % o->sample_every == 0 || last_step) && !resumed_here) {
+            gpt2_sample(&model, &tokenizer, (size_t)o->gen_tokens, o->seed, step);
         }
         // a checkpoint after `step` steps (not at the step we resumed from: it exists)
-        if (o.checkpoint_every > 0 && step > st.step && (step % o.checkpoint_every == 0 || last_step)) {
-            TrainState now = {step, o.seed, (size_t)o.B, (size_t)o.T, (size_t)o.total_batch_size,
+        if (o->checkpoint_every > 0 && step > r.st.step && (step % o->checkpoint_every == 0 || last_step)) {
+            TrainState now = {step, o->seed, (size_t)o->B, (size_t)o->T, (size_t)o->total_batch_size,
                               model.num_parameters, train_loader.epoch, train_loader.shard_pos, train_loader.sample_pos};
-            save_checkpoint(o.out_dir, &model, &now);
+            save_checkpoint(o->out_dir, &model, &now);
         }
         if (last_step) { break; }
-
-        // one optimizer step: accumulate gradients over accum_steps micro-batches,
-        // each backward scaled so that the sum is the gradient of the mean loss
-        double t0 = wall_seconds();
-        gpt2_zero_grad(&model);
-        double loss = 0.0;
-        for (int micro = 0; micro < accum_steps; micro++) {
-            dataloader_next_batch(&train_loader);
-            gpt2_forward(&model, train_loader.inputs, train_loader.targets, o.B, o.T);
-            gpt2_backward(&model, 1.0f / accum_steps);
-            loss += model.mean_loss;
-        }
-        loss /= accum_steps;
-        float norm = gpt2_grad_norm(&model);
-        // (train_gpt2.cu in FP16: gradients that overflowed skip the update and
-        // lower the loss scale; otherwise skip is 0 and note empty)
-        char note[128];
-        int skip = gpt2_loss_scale_update(&model, norm, note, sizeof(note));
-        if (!isfinite(loss) || (!isfinite(norm) && !skip)) {
-            // nothing good can come of the next step: stop while the checkpoints are sound
-            fprintf(stderr, "Error: step %d: loss %g, gradient norm %g: training diverged\n"
-                    "HINT: lower the learning rate (-l), or keep gradient clipping on (-z)\n", step + 1, loss, norm);
-            return EXIT_FAILURE;
-        }
-        // clip as torch.nn.utils.clip_grad_norm_: scale by max_norm / (norm + 1e-6) when above 1
-        float grad_scale = 1.0f;
-        if (o.grad_clip > 0.0f && o.grad_clip / (norm + 1e-6f) < 1.0f) { grad_scale = o.grad_clip / (norm + 1e-6f); }
-        float lr = get_learning_rate(step, o.lr, o.warmup, o.max_steps, o.final_lr_frac);
-        if (!skip) { gpt2_update(&model, lr, o.beta1, o.beta2, o.eps, o.weight_decay, grad_scale, step + 1); }
-        double ms = (wall_seconds() - t0) * 1000.0;
-        printf("step %4d/%d | loss %.6f | lr %.2e | norm %.4f | %.1f ms | %.0f tok/s", step + 1, o.max_steps,
-               loss, lr, norm, ms, o.total_batch_size / (ms / 1000.0));
-        double mfu = model_flops_utilization(&model, (size_t)o.total_batch_size, (size_t)o.T, ms / 1000.0);
-        if (mfu >= 0.0) { printf(" | MFU %.1f%%", 100.0 * mfu); }
-        printf("%s\n", note);
-        if (logfile != NULL) {
-            // %.9g prints a float so that it reads back exactly: logs can be compared bit for bit
-            fprintf(logfile, "s:%d trl:%.9g lr:%.9g norm:%.9g ms:%.1f\n", step + 1, (float)loss, lr, norm, ms);
-            fflush(logfile);
-        }
+        train_step(&r, &model, &train_loader, step, logfile);
     }
 
     if (logfile != NULL) { fcloseCheck(logfile); }
     dataloader_free(&train_loader);
-    if (o.val_every > 0) { dataloader_free(&val_loader); }
+    if (o->val_every > 0) { dataloader_free(&val_loader); }
     tokenizer_free(&tokenizer);
     gpt2_free(&model);
     return 0;

@@ -253,6 +253,50 @@ static double now_seconds(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+// --- begin shared-copy: bpe-tokenizer-api ---
+// Limits of what we accept: GPT-2's longest token is 128 bytes and the file format stores
+// each token's length in one byte.
+#define MAX_TOKEN_BYTES 255
+#define SPECIAL_TEXT "<|endoftext|>"
+#define SPECIAL_LEN 13
+
+// Pieces we have already run through BPE, so that each distinct word is merged only once.
+// Fixed capacity: once full we stop adding (every piece still encodes, just without the
+// shortcut). Only short pieces are cached; long ones are rare and would crowd the arenas.
+#define CACHE_SLOTS (1u << 18)             // hash slots, a power of two
+#define CACHE_MAX_ENTRIES (CACHE_SLOTS / 2)  // keep the table at most half full
+#define CACHE_MAX_PIECE 64                 // bytes
+#define CACHE_KEY_ARENA (CACHE_MAX_ENTRIES * 8)
+#define CACHE_TOKEN_ARENA (CACHE_MAX_ENTRIES * 2)
+typedef struct {
+    uint32_t key_offset;    // into cache_keys
+    uint32_t token_offset;  // into cache_tokens
+    uint8_t key_len;        // 0 marks an empty slot (pieces are never empty)
+    uint8_t num_tokens;
+} CacheSlot;
+
+typedef struct Tokenizer {
+    int vocab_size;          // V: 256 single bytes + the merges + <|endoftext|> (50257)
+    int eot_token;           // id of <|endoftext|> (50256), the last id
+    int num_mergeable;       // ids below this are BPE tokens, the rest are special
+    uint8_t *token_bytes;    // every token's raw bytes, back to back
+    uint32_t *token_offset;  // (V+1,) token i is token_bytes[token_offset[i] .. token_offset[i+1])
+    size_t max_token_len;    // bytes of the longest mergeable token
+    int32_t *rank_table;     // open addressing: byte string -> id of a mergeable token, -1 = empty
+    size_t rank_mask;        // number of slots - 1
+    CacheSlot *cache;        // (CACHE_SLOTS,)
+    uint8_t *cache_keys;     // (CACHE_KEY_ARENA,)
+    int32_t *cache_tokens;   // (CACHE_TOKEN_ARENA,)
+    size_t cache_entries, cache_key_used, cache_token_used;
+} Tokenizer;
+
+// the tokenizer's interface (the code follows)
+void tokenizer_init(Tokenizer *t, const char *dir);
+void tokenizer_free(Tokenizer *t);
+size_t tokenizer_encode(Tokenizer *t, const uint8_t *text, size_t len, int allow_special, int32_t *out);
+size_t tokenizer_decode(const Tokenizer *t, const int32_t *ids, size_t n, uint8_t *out, size_t cap);
+const uint8_t *tokenizer_token(const Tokenizer *t, int id, size_t *len);
+// --- end shared-copy: bpe-tokenizer-api ---
 // --- begin shared-copy: bpe-tokenizer ---
 // ----------------------------------------------------------------------------
 // UTF-8 and the three Unicode classes of the pre-tokenizer
@@ -414,42 +458,6 @@ static void byte_alphabet_init(ByteAlphabet *a) {
 }
 
 #define ENCODER_JSON_HINT "encoder.json must be GPT-2's original file; -g names the folder holding it"
-
-// Limits of what we accept: GPT-2's longest token is 128 bytes and the file format stores
-// each token's length in one byte.
-#define MAX_TOKEN_BYTES 255
-#define SPECIAL_TEXT "<|endoftext|>"
-#define SPECIAL_LEN 13
-
-// Pieces we have already run through BPE, so that each distinct word is merged only once.
-// Fixed capacity: once full we stop adding (every piece still encodes, just without the
-// shortcut). Only short pieces are cached; long ones are rare and would crowd the arenas.
-#define CACHE_SLOTS (1u << 18)             // hash slots, a power of two
-#define CACHE_MAX_ENTRIES (CACHE_SLOTS / 2)  // keep the table at most half full
-#define CACHE_MAX_PIECE 64                 // bytes
-#define CACHE_KEY_ARENA (CACHE_MAX_ENTRIES * 8)
-#define CACHE_TOKEN_ARENA (CACHE_MAX_ENTRIES * 2)
-typedef struct {
-    uint32_t key_offset;    // into cache_keys
-    uint32_t token_offset;  // into cache_tokens
-    uint8_t key_len;        // 0 marks an empty slot (pieces are never empty)
-    uint8_t num_tokens;
-} CacheSlot;
-
-typedef struct {
-    int vocab_size;          // V: 256 single bytes + the merges + <|endoftext|> (50257)
-    int eot_token;           // id of <|endoftext|> (50256), the last id
-    int num_mergeable;       // ids below this are BPE tokens, the rest are special
-    uint8_t *token_bytes;    // every token's raw bytes, back to back
-    uint32_t *token_offset;  // (V+1,) token i is token_bytes[token_offset[i] .. token_offset[i+1])
-    size_t max_token_len;    // bytes of the longest mergeable token
-    int32_t *rank_table;     // open addressing: byte string -> id of a mergeable token, -1 = empty
-    size_t rank_mask;        // number of slots - 1
-    CacheSlot *cache;        // (CACHE_SLOTS,)
-    uint8_t *cache_keys;     // (CACHE_KEY_ARENA,)
-    int32_t *cache_tokens;   // (CACHE_TOKEN_ARENA,)
-    size_t cache_entries, cache_key_used, cache_token_used;
-} Tokenizer;
 
 // FNV-1a: short, good enough for the short byte strings we hash
 static uint64_t hash_bytes(const uint8_t *s, size_t n) {
