@@ -77,12 +77,15 @@ files=$(sort -u "$tmp/marked" "$tmp/ladders")
 # counts to $tmp/counts, the ladder markers to $tmp/ladder_markers, and one line per block
 # for --table and --where ($tmp/blocks, $tmp/where).
 echo "$files" | tr '\n' '\0' | xargs -0 -r awk -v tmp="$tmp" -v order="$HOME_ORDER" -v home_of="$HOME_OF" '
-    function err(msg) { print "NOT OK  " FILENAME ":" FNR ": " msg; failed++; bad[FILENAME] = 1 }
-    # a line belongs to every block open at that point
-    function append(line,   i) { for (i = 1; i <= depth; i++) body[stk[i], FILENAME] = body[stk[i], FILENAME] line "\n" }
+    # a marker error; the copy of block b in this file (if any) is then not compared
+    function err(msg, b) { print "NOT OK  " FILENAME ":" FNR ": " msg; failed++; if (b != "") broken[b, FILENAME] = 1 }
+    # a line belongs to every block open at that point (but a block repeated in a file,
+    # which is reported, and whose lines are kept once)
+    function append(line,   i) { for (i = 1; i <= depth; i++) if (!repeat[i]) body[stk[i], FILENAME] = body[stk[i], FILENAME] line "\n" }
+    function push(name, is_repeat) { stk[++depth] = name; stkline[depth] = FNR; repeat[depth] = is_repeat }
     function end_of_file(   i) {
         for (i = depth; i >= 1; i--) {
-            print "NOT OK  " file ":" stkline[i] ": begin of " stk[i] " has no end"; failed++; bad[file] = 1
+            print "NOT OK  " file ":" stkline[i] ": begin of " stk[i] " has no end"; failed++; broken[stk[i], file] = 1
         }
         depth = 0
     }
@@ -98,26 +101,29 @@ echo "$files" | tr '\n' '\0' | xargs -0 -r awk -v tmp="$tmp" -v order="$HOME_ORD
     FNR == 1 { if (file != "") end_of_file(); file = FILENAME; if (!(FILENAME in rank)) rank[FILENAME] = 1000 }
     $0 ~ BEGIN_RE {
         name = $5
-        for (i = 1; i <= depth; i++) if (stk[i] == name) { err("begin of " name " inside " name " (begun on line " stkline[i] ")"); next }
-        if ((name, FILENAME) in first) { err("a second block " name " in this file (the first begins on line " first[name, FILENAME] ")"); next }
+        for (i = 1; i <= depth; i++) if (stk[i] == name) { err("begin of " name " inside " name " (begun on line " stkline[i] ")", name); push(name, 1); next }
+        if ((name, FILENAME) in first) { err("a second block " name " in this file (the first begins on line " first[name, FILENAME] ")", name); push(name, 1); next }
         append($0)
         if (!(name in ncopies)) names[++nnames] = name
         copy[name, ++ncopies[name]] = FILENAME
         first[name, FILENAME] = FNR; body[name, FILENAME] = ""
         if (depth > 0 && index(" " inside[name] " ", " " stk[depth] " ") == 0) inside[name] = inside[name] (inside[name] == "" ? "" : " ") stk[depth]
-        stk[++depth] = name; stkline[depth] = FNR
+        push(name, 0)
         next
     }
     $0 ~ END_RE {
         name = $5
         for (i = depth; i >= 1 && stk[i] != name; i--) ;
-        if (i < 1) { err("end of " name " without its begin"); next }
+        if (i < 1) { err("end of " name " without its begin"); append($0); next }
         if (i < depth) {
-            err("end of " name " crosses block " stk[depth] " (begun on line " stkline[depth] " inside it, not ended yet)")
-            for (; i < depth; i++) { stk[i] = stk[i + 1]; stkline[i] = stkline[i + 1] }
+            # the blocks crossed are broken here too; they stay open, so their ends are no error
+            err("end of " name " crosses block " stk[depth] " (begun on line " stkline[depth] " inside it, not ended yet)", name)
+            for (j = i + 1; j <= depth; j++) broken[stk[j], FILENAME] = 1
+            for (; i < depth; i++) { stk[i] = stk[i + 1]; stkline[i] = stkline[i + 1]; repeat[i] = repeat[i + 1] }
             depth--; next
         }
-        depth--; last[name, FILENAME] = FNR
+        if (!repeat[depth]) last[name, FILENAME] = FNR
+        depth--
         append($0)
         next
     }
@@ -130,7 +136,7 @@ echo "$files" | tr '\n' '\0' | xargs -0 -r awk -v tmp="$tmp" -v order="$HOME_ORD
         next
     }
     /\/\/ ---.*shared-copy/ || /^[ \t]*\/\/ [A-Za-z_.]*\047s copy: / {
-        err("not a marker this checker knows: \"" $0 "\" (dev/README.md has the two forms)"); next
+        err("not a marker this checker knows: \"" $0 "\" (dev/README.md has the two forms)"); append($0); next
     }
     { append($0) }
     END {
@@ -158,9 +164,9 @@ echo "$files" | tr '\n' '\0' | xargs -0 -r awk -v tmp="$tmp" -v order="$HOME_ORD
             }
             print name "\t" home "\t" others "\t" inside[name] > (tmp "/blocks")
             print where > (tmp "/where")
-            broken = ""
-            for (i = 1; i <= n; i++) if (copy[name, i] in bad) broken = broken " " copy[name, i]
-            if (broken != "") { print "NOT OK  shared-copy \047" name "\047: not compared, the markers of" broken " are broken"; failed++; continue }
+            bad = ""
+            for (i = 1; i <= n; i++) if ((name, copy[name, i]) in broken) bad = bad " " copy[name, i]
+            if (bad != "") { print "NOT OK  shared-copy \047" name "\047: not compared, its markers in" bad " are broken"; failed++; continue }
             if (n < 2) {
                 print "NOT OK  shared-copy \047" name "\047 is only in " home ": a shared copy needs two files at least (a mistyped name? a lost copy?)"
                 failed++; continue
@@ -279,7 +285,7 @@ if [ "$mode" = check ]; then
             passed=$((passed + 1))
         else
             echo "NOT OK  $what differs from $prog:$pline (- $prog, + the copy renamed):"
-            diff -u --label "$prog" --label "$f" "$tmp/program" "$tmp/renamed" | head -12
+            diff -u -w --label "$prog" --label "$f" "$tmp/program" "$tmp/renamed" | head -12
             failed=$((failed + 1))
         fi
     done < "$tmp/ladder_markers" >> "$tmp/report"

@@ -83,6 +83,8 @@ case_ "crossing markers" 1 "a.c:6: end of outer crosses block inner" \
     "sed -i -e 's/end shared-copy: inner/END_INNER/' -e 's/end shared-copy: outer/end shared-copy: inner/' -e 's/END_INNER/end shared-copy: outer/' a.c"
 case_ "a begin without its end" 1 "b.c:3: begin of outer has no end" \
     "sed -i '/end shared-copy: outer/d' b.c"
+case_ "a broken block does not stop the others from being compared" 1 "OK      shared-copy 'inner': 3 identical copies" \
+    "sed -i '/end shared-copy: outer/d' b.c"
 case_ "an end without its begin" 1 "c.c:5: end of stray without its begin" \
     "echo '// --- end shared-copy: stray ---' >> c.c"
 case_ "a block in one file only" 1 "NOT OK  shared-copy 'solo' is only in c.c" \
