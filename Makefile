@@ -315,8 +315,8 @@ TESTS = ./test_gpt2 \
         "bash dev/test/test_tokenizer_cli.sh ./data/tokenizer" \
         "bash dev/test/test_train_gpt2_cli.sh ./train_gpt2" \
         "bash dev/test/test_train_mlp_cli.sh ./train_mlp" \
-        "bash dev/test/check_shared_copies.sh" \
-        "bash dev/test/check_ladder_copies.sh" \
+        "bash dev/test/check_copies.sh" \
+        "bash dev/test/test_check_copies.sh" \
         "bash dev/test/check_cuda_builds.sh"
 test: train_gpt2 test_gpt2 data/tokenizer test_tokenizer train_mlp test_mlp infer test_infer test_infer_asan convert test_convert test_convert_asan $(EMU_PROGRAMS)
 	@bash dev/test/run_tests.sh $(TESTS)

@@ -47,8 +47,8 @@ times each variant and block size on GPT-2 small's 16 tensors (124M parameters),
 master weights and without (warm-up, CUDA events, median of 20 updates) and prints ms,
 GB/s and % of the H200's 4.8 TB/s. It ends with "N passed, M failed" and exits non-zero
 if a check failed. That variant 1 is still the trainer's kernel, and precision.h's
-hash_u32 and from_float_stochastic still the trainer's, dev/test/check_ladder_copies.sh
-checks (the "trainer's copy" markers).
+hash_u32 and from_float_stochastic still the trainer's, dev/test/check_copies.sh
+checks (the "shared-copy of train_gpt2.cu" markers).
 TODO: the H200 timings. Written on a machine without a GPU; so far only the emulator has
 run its checks.
 
@@ -120,7 +120,7 @@ static RefOut adamw_cpu(double p0, double g0, double m0, double v0, double decay
 // a bf16 parameter is rounded stochastically (seed: random bits for this call).
 // A warp's accesses are 64 bytes of grad and param and 128 of each fp32 array: 4 to 5
 // small requests an element, for ~20 flops.
-// trainer's copy: adamw_kernel
+// --- shared-copy of train_gpt2.cu: adamw_kernel (as adamw_kernel1) ---
 __global__ void adamw_kernel1(floatX *param, float *master, const floatX *grad, float *m, float *v, size_t n, float beta1,
                               float beta2, float step_size, float sqrt_bc2, float eps, float decay, float grad_scale,
                               uint32_t seed) {

@@ -70,7 +70,7 @@ static void causal_softmax_cpu(double *ref, const floatX *att, size_t rows, int 
 // t+1 entries are read three times; L1 and L2 catch most repeats of a 2 KB row, so
 // the cost is less in DRAM traffic than in a long dependent chain per row: each
 // pass waits on the one before, with only a few loads in flight per lane.
-// trainer's copy: causal_softmax_kernel
+// --- shared-copy of train_gpt2.cu: causal_softmax_kernel (as causal_softmax_kernel1) ---
 __global__ void causal_softmax_kernel1(floatX *att, int rows, int T) {
     int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
     if (row >= rows) { return; }

@@ -141,7 +141,7 @@ static void buckets_make(Buckets &bk, const int *inp, size_t N, int max_rows) {
 // fixed. (Atomics would be simpler and not reproducible.)
 // The loop over the bucket has a trip count known only at run time and a load that
 // depends on order[i]: a thread has one or two 2-byte loads in flight at a time.
-// trainer's copy: encoder_backward_wte_kernel
+// --- shared-copy of train_gpt2.cu: encoder_backward_wte_kernel (as encoder_backward_wte_kernel1) ---
 __global__ void encoder_backward_wte_kernel1(floatX *dwte, const floatX *dout, const int *order, const int *seg_start,
                                              const int *seg_token, int C) {
     int s = blockIdx.x;
@@ -154,7 +154,7 @@ __global__ void encoder_backward_wte_kernel1(floatX *dwte, const floatX *dout, c
 }
 
 // dwpe[t, c] += sum over the batch of dout[b, t, c]
-// trainer's copy: encoder_backward_wpe_kernel
+// --- shared-copy of train_gpt2.cu: encoder_backward_wpe_kernel (as encoder_backward_wpe_kernel1) ---
 __global__ void encoder_backward_wpe_kernel1(floatX *dwpe, const floatX *dout, int B, int T, int C) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (size_t)T * C) { return; }

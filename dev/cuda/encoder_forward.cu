@@ -62,7 +62,7 @@ static void encoder_forward_cpu(double *out, const int *inp, const floatX *wte, 
 // A warp reads 64 contiguous bytes of a wte row in bf16 (two rows where it straddles a
 // row's end): coalesced, but 2-byte requests, and i / C, i % C and bt % T are 64-bit
 // divisions, several dozen instructions each, for one add.
-// trainer's copy: encoder_forward_kernel
+// --- shared-copy of train_gpt2.cu: encoder_forward_kernel (as encoder_forward_kernel1) ---
 __global__ void encoder_forward_kernel1(floatX *out, const int *inp, const floatX *wte, const floatX *wpe, int B, int T,
                                         int C) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;

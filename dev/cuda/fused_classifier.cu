@@ -71,7 +71,7 @@ static void fused_classifier_cpu(double *losses, double *probs, const floatX *lo
 // the loss is logsumexp - logit[target]. With dloss > 0 a second pass writes the
 // gradient (softmax - onehot) * dloss over the logits, in place; the padded
 // columns V..Vp-1 get 0. The probabilities are never stored.
-// trainer's copy: fused_classifier_kernel
+// --- shared-copy of train_gpt2.cu: fused_classifier_kernel (as fused_classifier_kernel1) ---
 __global__ void fused_classifier_kernel1(floatX *logits, float *losses, const int *targets, float dloss, int V, int Vp) {
     size_t bt = blockIdx.x;
     floatX *z = logits + bt * Vp;

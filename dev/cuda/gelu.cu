@@ -86,14 +86,14 @@ static void gelu_cpu(double *y, double *dy, double x) {
 
 // 1: train_gpt2.cu's gelu_forward_kernel, verbatim but for the name, and its former
 // gelu_backward_kernel, as of commit 46e22d5 (the trainer now has the DGELU epilogue
-// instead, so the backward has no marker: dev/test/check_ladder_copies.sh has nothing
+// instead, so the backward has no marker: dev/test/check_copies.sh has nothing
 // to compare it with). Their comment:
 // GELU, tanh approximation, as train_gpt2.c
 // A warp moves 64 bytes per load in bf16, and tanhf (no fast-math) is the bulk of the
 // instructions.
-// trainer's copy: GELU_SCALE
+// --- shared-copy of train_gpt2.cu: GELU_SCALE ---
 #define GELU_SCALE 0.7978845608028654f // sqrt(2/pi)
-// trainer's copy: gelu_forward_kernel
+// --- shared-copy of train_gpt2.cu: gelu_forward_kernel (as gelu_forward_kernel1) ---
 __global__ void gelu_forward_kernel1(floatX *out, const floatX *inp, size_t N) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= N) { return; }

@@ -143,9 +143,9 @@ static void gemv_cpu(double *out, double *mag, const floatX *inp, const floatX *
 // replace it.
 // What a linear layer does with out[n, o] = inp[n] . weight[o] (+ bias[o]): each layer of
 // the block has its own ending, fused into the matmul (or applied after cuBLAS).
-// infer's copy: EPI_LOGITS
+// --- shared-copy of infer.cu: EPI_LOGITS ---
 enum { EPI_LOGITS, EPI_QKV, EPI_GELU, EPI_RESIDUAL };
-// infer's copy: Epilogue
+// --- shared-copy of infer.cu: Epilogue ---
 typedef struct {
     int kind;
     const floatX *bias;  // (OC) or NULL
@@ -157,10 +157,10 @@ typedef struct {
     int S;
 } Epilogue;
 
-// infer's copy: GELU_SCALE
+// --- shared-copy of infer.cu: GELU_SCALE ---
 #define GELU_SCALE 0.7978845608028654f // sqrt(2/pi)
 
-// infer's copy: epilogue_apply
+// --- shared-copy of infer.cu: epilogue_apply ---
 __device__ inline void epilogue_apply(const Epilogue e, int n, int o, int OC, float v) {
     if (e.bias != NULL) { v += to_float(e.bias[o]); }
     if (e.kind == EPI_LOGITS) {
@@ -188,14 +188,14 @@ __device__ inline void epilogue_apply(const Epilogue e, int n, int o, int OC, fl
 // o. The lanes walk the weight row in 16-byte loads (8 bf16 or 4 fp32), each dotted with
 // all N inputs (which stay in L1/L2), so every weight is read once per step: the kernel
 // runs at the speed of memory. Most of decode's time goes here.
-// infer's copy: GEMV_MAX_ROWS
+// --- shared-copy of infer.cu: GEMV_MAX_ROWS ---
 #define GEMV_MAX_ROWS 8
-// infer's copy: GEMV_WARPS
+// --- shared-copy of infer.cu: GEMV_WARPS ---
 #define GEMV_WARPS 8 // outputs per block
-// infer's copy: VEC
+// --- shared-copy of infer.cu: VEC ---
 #define VEC (16 / (int)sizeof(floatX))
 
-// infer's copy: gemv_kernel
+// --- shared-copy of infer.cu: gemv_kernel (as gemv_kernel1) ---
 template <int N>
 __global__ void __launch_bounds__(GEMV_WARPS * 32) gemv_kernel1(const floatX *inp, const floatX *weight, Epilogue e, int C, int OC,
                                                                 int vectorized) {
@@ -225,7 +225,7 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32) gemv_kernel1(const floatX *in
 }
 
 // the epilogue after a cuBLAS matmul (variant 4, as infer.cu's prefill): scratch (N, OC) fp32
-// infer's copy: epilogue_kernel
+// --- shared-copy of infer.cu: epilogue_kernel ---
 __global__ void epilogue_kernel(const float *scratch, Epilogue e, int N, int OC) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (size_t)N * OC) { return; }

@@ -93,7 +93,7 @@ static void layernorm_backward_cpu(double *dx, double *dw, double *db, double *g
 // ----------------------------------------------------------------------------
 // the kernels, slowest first (warp_sum is train_gpt2.cu's, in common.h)
 
-// trainer's copy: ROWS_PER_CHUNK
+// --- shared-copy of train_gpt2.cu: ROWS_PER_CHUNK ---
 #define ROWS_PER_CHUNK 128 // rows summed by one block into one row of partial sums, as in the trainer
 #define MAX_C 2048         // widest row variants 2 and 3 hold in registers
 
@@ -102,7 +102,7 @@ static void layernorm_backward_cpu(double *dx, double *dw, double *db, double *g
 // dinp += rstd (g - mean(g) - xhat mean(g xhat)), g = dout * weight; a warp per position
 // Each lane reads 2 bytes at a time (bf16), and reads its part of dout, x and weight
 // twice: once for the two sums, once for dinp (the second time mostly from L1).
-// trainer's copy: layernorm_backward_kernel
+// --- shared-copy of train_gpt2.cu: layernorm_backward_kernel (as layernorm_backward_kernel1) ---
 __global__ void layernorm_backward_kernel1(floatX *dinp, const floatX *dout, const floatX *inp, const floatX *weight,
                                            const float *mean, const float *rstd, int N, int C) {
     int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -132,7 +132,7 @@ __global__ void layernorm_backward_kernel1(floatX *dinp, const floatX *dout, con
 // (the chunks run along grid.x, which has room for 2^31 of them; grid.y only 65535)
 // A thread per column walks 128 rows: a warp reads 64 contiguous bytes of a row each
 // step, and dout and x come from memory a second time (the dinp kernel read them).
-// trainer's copy: layernorm_param_partials_kernel
+// --- shared-copy of train_gpt2.cu: layernorm_param_partials_kernel (as layernorm_param_partials_kernel1) ---
 __global__ void layernorm_param_partials_kernel1(float *partial, const floatX *dout, const floatX *inp, const float *mean,
                                                  const float *rstd, int N, int C) {
     int c = blockIdx.y * blockDim.x + threadIdx.x, chunk = blockIdx.x;
@@ -149,7 +149,7 @@ __global__ void layernorm_param_partials_kernel1(float *partial, const floatX *d
 }
 
 // out[c] += sum over chunks of partial[chunk * stride + c], in chunk order
-// trainer's copy: reduce_partials_kernel
+// --- shared-copy of train_gpt2.cu: reduce_partials_kernel ---
 __global__ void reduce_partials_kernel(floatX *out, const float *partial, int chunks, int cols, int stride) {
     int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= cols) { return; }

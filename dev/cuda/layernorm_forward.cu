@@ -77,7 +77,7 @@ static void layernorm_forward_cpu(double *out, double *mean, double *rstd, const
 // The loops' trip count is known only at run time, so few loads are in flight per lane.
 // One warp per position: mean and variance over its C channels (two passes, as
 // train_gpt2.c), then the normalised, scaled and shifted output.
-// trainer's copy: layernorm_forward_kernel
+// --- shared-copy of train_gpt2.cu: layernorm_forward_kernel (as layernorm_forward_kernel1) ---
 __global__ void layernorm_forward_kernel1(floatX *out, float *mean, float *rstd, const floatX *inp, const floatX *weight,
                                           const floatX *bias, int N, int C) {
     int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;

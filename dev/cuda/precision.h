@@ -4,8 +4,8 @@ precision.h: floatX for the ladders of train_gpt2.cu's kernels in dev/cuda
 
 floatX is what the trainer stores activations in, and the definitions below are its
 own (train_gpt2.cu's precision section), so that variant 1 of each ladder, the
-trainer's kernel as it is, compiles here unchanged. The functions marked "trainer's
-copy" are checked against the trainer's by dev/test/check_ladder_copies.sh. Two
+trainer's kernel as it is, compiles here unchanged. The functions marked "shared-copy
+of train_gpt2.cu" are checked against the trainer's by dev/test/check_copies.sh. Two
 differences: the trainer stops without -DENABLE_FP32, -DENABLE_BF16 or -DENABLE_FP16,
 while here bf16 is the default, so the emulator builds (bash dev/emu/emu_build.sh, no
 -D) need no flag; and the ladders have no fp16 build yet (their tolerances know fp32
@@ -34,14 +34,14 @@ typedef __nv_bfloat16 floatX;
 #define PRECISION_NAME "bf16"
 #endif
 // all arithmetic is in fp32: values are converted on load and rounded on store
-// trainer's copy: to_float
+// --- shared-copy of train_gpt2.cu: to_float ---
 __device__ __host__ inline float to_float(floatX x) { return (float)x; }
-// trainer's copy: from_float
+// --- shared-copy of train_gpt2.cu: from_float ---
 __device__ __host__ inline floatX from_float(float x) { return (floatX)x; }
 
 // A 32-bit hash of two numbers (murmur3's finaliser): the random bits of
 // stochastic rounding, a fixed function of (step, tensor) and the element.
-// trainer's copy: hash_u32
+// --- shared-copy of train_gpt2.cu: hash_u32 ---
 __device__ __host__ inline uint32_t hash_u32(uint32_t a, uint32_t b) {
     uint32_t h = a ^ (b * 0x9e3779b9u);
     h ^= h >> 16;
@@ -55,7 +55,7 @@ __device__ __host__ inline uint32_t hash_u32(uint32_t a, uint32_t b) {
 // fraction of the step that x is above the lower one (so the expected result is
 // x): the 16 bits that bf16 drops plus 16 random bits carry into the kept ones
 // with just that probability. fp32 needs no rounding.
-// trainer's copy: from_float_stochastic
+// --- shared-copy of train_gpt2.cu: from_float_stochastic ---
 __device__ inline floatX from_float_stochastic(float x, uint32_t random) {
 #if defined(ENABLE_BF16)
     uint32_t bits = __float_as_uint(x);

@@ -86,7 +86,7 @@ static void softmax_backward_cpu(double *ref, double *dot, double *dot_abs, cons
 // Two lane-strided passes: the first reads att and datt up to t, the second reads them
 // again (mostly from L1) and writes the whole row. A lane has a 2-byte load or two in
 // flight at a time, and the second pass waits for the first's warp sum.
-// trainer's copy: causal_softmax_backward_kernel
+// --- shared-copy of train_gpt2.cu: causal_softmax_backward_kernel (as causal_softmax_backward_kernel1) ---
 __global__ void causal_softmax_backward_kernel1(floatX *datt, const floatX *att, int rows, int T, float scale) {
     int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
     if (row >= rows) { return; }

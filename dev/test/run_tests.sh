@@ -3,7 +3,7 @@
 # one summary line over all of them: "N passed, M failed", where N and M add up
 # the "N passed, M failed" lines the tests themselves print. A command that exits
 # non-zero, or prints no summary line, counts as one more failure.
-#     bash dev/test/run_tests.sh ./test_gpt2 "bash dev/test/check_shared_copies.sh"
+#     bash dev/test/run_tests.sh ./test_gpt2 "bash dev/test/check_copies.sh"
 set -u
 total_passed=0
 total_failed=0
