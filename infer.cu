@@ -401,6 +401,43 @@ typedef struct {
     int S;
 } Epilogue;
 
+// One constructor per kind, so that a call site names what it sets.
+static Epilogue epilogue_none(int kind) {
+    Epilogue e;
+    memset(&e, 0, sizeof(e));
+    e.kind = kind;
+    return e;
+}
+static Epilogue epilogue_logits(float *logits) { // (N, Vp) fp32, no bias (the tied wte has none)
+    Epilogue e = epilogue_none(EPI_LOGITS);
+    e.f32 = logits;
+    return e;
+}
+static Epilogue epilogue_qkv(const floatX *bias, floatX *q, floatX *key_cache, floatX *value_cache, const int *seq,
+                             const int *pos, int S) { // queries to q, keys and values into the layer's cache
+    Epilogue e = epilogue_none(EPI_QKV);
+    e.bias = bias;
+    e.x = q;
+    e.key_cache = key_cache;
+    e.value_cache = value_cache;
+    e.seq = seq;
+    e.pos = pos;
+    e.S = S;
+    return e;
+}
+static Epilogue epilogue_gelu(const floatX *bias, floatX *out) {
+    Epilogue e = epilogue_none(EPI_GELU);
+    e.bias = bias;
+    e.x = out;
+    return e;
+}
+static Epilogue epilogue_residual(const floatX *bias, float *residual) { // residual += out + bias
+    Epilogue e = epilogue_none(EPI_RESIDUAL);
+    e.bias = bias;
+    e.f32 = residual;
+    return e;
+}
+
 #define GELU_SCALE 0.7978845608028654f // sqrt(2/pi)
 
 __device__ inline void epilogue_apply(const Epilogue e, int n, int o, int OC, float v) {
@@ -1151,11 +1188,11 @@ static void gpt2_forward_launch(GPT2 *model, int N, int NL, int argmax) {
     unsigned ln_blocks = ceil_div(N, BLOCK / 32);
     for (int l = 0; l < L; l++) {
         size_t cache_layer = (size_t)l * model->cache_layer;
-        Epilogue qkv = {EPI_QKV, p.qkvb + (size_t)l * 3 * C, NULL, r.q, model->key_cache + cache_layer,
-                        model->value_cache + cache_layer, r.seq, r.pos, S};
-        Epilogue proj = {EPI_RESIDUAL, p.attprojb + (size_t)l * C, r.residual, NULL, NULL, NULL, NULL, NULL, 0};
-        Epilogue fc = {EPI_GELU, p.fcb + (size_t)l * 4 * C, NULL, r.fch, NULL, NULL, NULL, NULL, 0};
-        Epilogue fcproj = {EPI_RESIDUAL, p.fcprojb + (size_t)l * C, r.residual, NULL, NULL, NULL, NULL, NULL, 0};
+        Epilogue qkv = epilogue_qkv(p.qkvb + (size_t)l * 3 * C, r.q, model->key_cache + cache_layer,
+                                    model->value_cache + cache_layer, r.seq, r.pos, S);
+        Epilogue proj = epilogue_residual(p.attprojb + (size_t)l * C, r.residual);
+        Epilogue fc = epilogue_gelu(p.fcb + (size_t)l * 4 * C, r.fch);
+        Epilogue fcproj = epilogue_residual(p.fcprojb + (size_t)l * C, r.residual);
         layernorm_forward_kernel<<<ln_blocks, BLOCK, 0, stream>>>(r.ln, r.residual, nullptr, p.ln1w + (size_t)l * C, p.ln1b + (size_t)l * C, N, C);
         linear_forward(model->cublas, stream, r.ln, p.qkvw + (size_t)l * 3 * C * C, qkv, r.scratch, N, C, 3 * C);
         attention_forward_kernel<<<dim3(N, NH), ATT_BLOCK, 0, stream>>>(r.atty, r.att, r.q, model->key_cache + cache_layer,
@@ -1168,7 +1205,7 @@ static void gpt2_forward_launch(GPT2 *model, int N, int NL, int argmax) {
     if (NL == 0) { return; } // (a prefill chunk in which no prompt ends)
     // the logits of the rows that need them: the final LayerNorm, then the tied wte
     layernorm_forward_kernel<<<ceil_div(NL, BLOCK / 32), BLOCK, 0, stream>>>(r.ln, r.residual, r.logit_rows, p.lnfw, p.lnfb, NL, C);
-    Epilogue logits = {EPI_LOGITS, NULL, r.logits, NULL, NULL, NULL, NULL, NULL, 0};
+    Epilogue logits = epilogue_logits(r.logits);
     linear_forward(model->cublas, stream, r.ln, p.wte, logits, r.scratch, NL, C, c.padded_vocab_size);
     if (argmax) { argmax_kernel<<<NL, ARGMAX_BLOCK, 0, stream>>>(r.argmax, r.logits, c.vocab_size, c.padded_vocab_size); }
     cudaCheck(cudaGetLastError());
@@ -1186,11 +1223,10 @@ void gpt2_forward(GPT2 *model, const int *tokens, const int *seq, const int *pos
                 model->max_logit_rows);
         exit(EXIT_FAILURE);
     }
-    for (int n = 0; n < N; n++) { // the callers check their input; this catches our own bugs
-        if (seq[n] < 0 || seq[n] >= model->cache_batch || pos[n] < 0 || pos[n] >= model->cache_len || tokens[n] < 0 ||
-            tokens[n] >= c.vocab_size) {
-            fprintf(stderr, "Error: gpt2_forward: row %d (token %d, sequence %d, position %d) is outside V=%d, B=%d, S=%d\n",
-                    n, tokens[n], seq[n], pos[n], c.vocab_size, model->cache_batch, model->cache_len);
+    for (int n = 0; n < N; n++) { // rows must fit the cache (tokens: the loader and the sampler keep them < V)
+        if (seq[n] < 0 || seq[n] >= model->cache_batch || pos[n] < 0 || pos[n] >= model->cache_len) {
+            fprintf(stderr, "Error: gpt2_forward: row %d (sequence %d, position %d) is outside B=%d, S=%d\n",
+                    n, seq[n], pos[n], model->cache_batch, model->cache_len);
             exit(EXIT_FAILURE);
         }
     }
