@@ -102,17 +102,6 @@ static inline void fread_check(void *ptr, size_t size, size_t nmemb, FILE *strea
 }
 #define freadCheck(ptr, size, nmemb, stream) fread_check(ptr, size, nmemb, stream, __FILE__, __LINE__)
 
-static inline void fwrite_check(const void *ptr, size_t size, size_t nmemb, FILE *stream,
-                                const char *file, int line) {
-    size_t put = fwrite(ptr, size, nmemb, stream);
-    if (put != nmemb) {
-        fprintf(stderr, "Error: write failed after %zu of %zu items: %s [%s:%d]\n",
-                put, nmemb, strerror(errno), file, line);
-        exit(EXIT_FAILURE);
-    }
-}
-#define fwriteCheck(ptr, size, nmemb, stream) fwrite_check(ptr, size, nmemb, stream, __FILE__, __LINE__)
-
 static inline void fclose_check(FILE *fp, const char *file, int line) {
     // fclose flushes buffered writes, so a full disk often shows up only here
     if (fclose(fp) != 0) {
@@ -192,7 +181,7 @@ static void format_path(char *out, size_t size, const char *fmt, ...) {
     }
 }
 // --- end shared-copy: format-path ---
-// --- begin shared-copy: splitmix-rng ---
+// --- begin shared-copy: splitmix-counter ---
 // One small generator for everything random: SplitMix64 (Steele, Lea, Flood 2014).
 // Used two ways. As a hash of a counter it gives random numbers that depend only
 // on (seed, stream, index): weight init can run in any order, in parallel, and
@@ -216,10 +205,7 @@ static inline double rng_normal_at(uint64_t key, uint64_t i) {
     double u1 = rng_uniform_at(key, 2 * i), u2 = rng_uniform_at(key, 2 * i + 1);
     return sqrt(-2.0 * log(1.0 - u1)) * cos(2.0 * M_PI * u2);
 }
-// sequential use: *state is the counter
-static inline uint64_t rng_next(uint64_t *state) { return splitmix64((*state)++); }
-static inline float rng_float(uint64_t *state) { return (float)((rng_next(state) >> 40) * 0x1p-24); }
-// --- end shared-copy: splitmix-rng ---
+// --- end shared-copy: splitmix-counter ---
 
 static inline double wall_seconds(void) {
     struct timespec ts;
@@ -250,44 +236,15 @@ static int thread_id(void) {
 #endif
 }
 
-// --- begin shared-copy: half-floats ---
-// 16-bit floats to and from float. bf16 is the top half of a float, so widening is a shift;
-// narrowing rounds to nearest even (llm.c writes its version-5 files the same way). fp16
-// (IEEE binary16: 5 exponent bits, 10 mantissa bits) needs its exponent rebiased, and its
-// subnormals (exponent 0) scaled by hand.
+// --- begin shared-copy: bf16-to-float ---
+// bf16 is the top half of a float: widening it is a shift.
 static inline float bf16_to_float(uint16_t h) {
     uint32_t bits = (uint32_t)h << 16;
     float f;
     memcpy(&f, &bits, sizeof(f));
     return f;
 }
-
-static inline uint16_t float_to_bf16(float f) {
-    uint32_t bits;
-    memcpy(&bits, &f, sizeof(bits));
-    if ((bits & 0x7fffffffu) > 0x7f800000u) { return (uint16_t)((bits >> 16) | 0x40); } // NaN stays NaN
-    bits += 0x7fffu + ((bits >> 16) & 1u);
-    return (uint16_t)(bits >> 16);
-}
-
-static inline float fp16_to_float(uint16_t h) {
-    uint32_t sign = (uint32_t)(h >> 15) << 31, exponent = (h >> 10) & 0x1f, mantissa = h & 0x3ff;
-    float magnitude;
-    if (exponent == 0) {
-        magnitude = ldexpf((float)mantissa, -24); // subnormal (or zero): mantissa x 2^-24
-    } else if (exponent == 31) {
-        magnitude = mantissa == 0 ? INFINITY : NAN;
-    } else {
-        magnitude = ldexpf((float)(mantissa | 0x400), (int)exponent - 25); // 1.mantissa x 2^(e-15)
-    }
-    uint32_t bits;
-    memcpy(&bits, &magnitude, sizeof(bits));
-    bits |= sign;
-    float f;
-    memcpy(&f, &bits, sizeof(f));
-    return f;
-}
-// --- end shared-copy: half-floats ---
+// --- end shared-copy: bf16-to-float ---
 
 // ----------------------------------------------------------------------------
 // the layers, forward only, shared with train_gpt2.c where they are the same
@@ -679,6 +636,9 @@ typedef struct {
 } ParameterTensors;
 // --- end shared-copy: infer-weights ---
 // --- begin shared-copy: gpt2-shapes ---
+// (extern: in C++ a const array would have internal linkage, and a program that does not
+// print the names would be warned about it; the tests use them)
+extern const char *const PARAMETER_NAMES[NUM_PARAMETER_TENSORS];
 const char *const PARAMETER_NAMES[NUM_PARAMETER_TENSORS] = {
     "wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",
     "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb", "lnfw", "lnfb"};

@@ -236,7 +236,7 @@ static void load_tokenizer(const void *dir) {
 
 static void write_bytes(const char *path, const void *data, size_t n) {
     FILE *fp = fopenCheck(path, "wb");
-    if (n > 0) { fwriteCheck(data, 1, n, fp); }
+    if (n > 0 && fwrite(data, 1, n, fp) != n) { die_file(path, NULL, "write failed"); }
     fcloseCheck(fp);
 }
 

@@ -87,17 +87,6 @@ static inline void fread_check(void *ptr, size_t size, size_t nmemb, FILE *strea
 }
 #define freadCheck(ptr, size, nmemb, stream) fread_check(ptr, size, nmemb, stream, __FILE__, __LINE__)
 
-static inline void fwrite_check(const void *ptr, size_t size, size_t nmemb, FILE *stream,
-                                const char *file, int line) {
-    size_t put = fwrite(ptr, size, nmemb, stream);
-    if (put != nmemb) {
-        fprintf(stderr, "Error: write failed after %zu of %zu items: %s [%s:%d]\n",
-                put, nmemb, strerror(errno), file, line);
-        exit(EXIT_FAILURE);
-    }
-}
-#define fwriteCheck(ptr, size, nmemb, stream) fwrite_check(ptr, size, nmemb, stream, __FILE__, __LINE__)
-
 static inline void fclose_check(FILE *fp, const char *file, int line) {
     // fclose flushes buffered writes, so a full disk often shows up only here
     if (fclose(fp) != 0) {
@@ -121,6 +110,8 @@ static inline void *malloc_check(size_t size, const char *file, int line) {
 // --- end shared-copy: check-macros ---
 
 // --- begin shared-copy: splitmix-rng ---
+// --- begin shared-copy: splitmix-next ---
+// --- begin shared-copy: splitmix-counter ---
 // One small generator for everything random: SplitMix64 (Steele, Lea, Flood 2014).
 // Used two ways. As a hash of a counter it gives random numbers that depend only
 // on (seed, stream, index): weight init can run in any order, in parallel, and
@@ -144,8 +135,10 @@ static inline double rng_normal_at(uint64_t key, uint64_t i) {
     double u1 = rng_uniform_at(key, 2 * i), u2 = rng_uniform_at(key, 2 * i + 1);
     return sqrt(-2.0 * log(1.0 - u1)) * cos(2.0 * M_PI * u2);
 }
+// --- end shared-copy: splitmix-counter ---
 // sequential use: *state is the counter
 static inline uint64_t rng_next(uint64_t *state) { return splitmix64((*state)++); }
+// --- end shared-copy: splitmix-next ---
 static inline float rng_float(uint64_t *state) { return (float)((rng_next(state) >> 40) * 0x1p-24); }
 // --- end shared-copy: splitmix-rng ---
 
@@ -672,6 +665,9 @@ typedef struct {
     float *lnfb;     // (C)
 } ParameterTensors;
 // --- begin shared-copy: gpt2-shapes ---
+// (extern: in C++ a const array would have internal linkage, and a program that does not
+// print the names would be warned about it; the tests use them)
+extern const char *const PARAMETER_NAMES[NUM_PARAMETER_TENSORS];
 const char *const PARAMETER_NAMES[NUM_PARAMETER_TENSORS] = {
     "wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",
     "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb", "lnfw", "lnfb"};

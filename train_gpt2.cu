@@ -92,9 +92,6 @@ residual stream's one running gradient); other activation gradients are WRITTEN.
 // ----------------------------------------------------------------------------
 // utilities: checked calls, random numbers, timer
 
-// The shared copies of the check macros and the generator bring small helpers
-// this program does not call; nvcc's front end would warn about each unused one.
-#pragma nv_diag_suppress 177
 // --- begin shared-copy: check-macros ---
 // Every libc call that can fail goes through one of these wrappers. On failure each prints one
 // line saying what failed, the C library's own reason (strerror) and where in our source it
@@ -128,17 +125,6 @@ static inline void fread_check(void *ptr, size_t size, size_t nmemb, FILE *strea
     }
 }
 #define freadCheck(ptr, size, nmemb, stream) fread_check(ptr, size, nmemb, stream, __FILE__, __LINE__)
-
-static inline void fwrite_check(const void *ptr, size_t size, size_t nmemb, FILE *stream,
-                                const char *file, int line) {
-    size_t put = fwrite(ptr, size, nmemb, stream);
-    if (put != nmemb) {
-        fprintf(stderr, "Error: write failed after %zu of %zu items: %s [%s:%d]\n",
-                put, nmemb, strerror(errno), file, line);
-        exit(EXIT_FAILURE);
-    }
-}
-#define fwriteCheck(ptr, size, nmemb, stream) fwrite_check(ptr, size, nmemb, stream, __FILE__, __LINE__)
 
 static inline void fclose_check(FILE *fp, const char *file, int line) {
     // fclose flushes buffered writes, so a full disk often shows up only here
@@ -207,6 +193,8 @@ static void *cuda_malloc_check(size_t bytes, const char *what) {
 }
 
 // --- begin shared-copy: splitmix-rng ---
+// --- begin shared-copy: splitmix-next ---
+// --- begin shared-copy: splitmix-counter ---
 // One small generator for everything random: SplitMix64 (Steele, Lea, Flood 2014).
 // Used two ways. As a hash of a counter it gives random numbers that depend only
 // on (seed, stream, index): weight init can run in any order, in parallel, and
@@ -230,11 +218,12 @@ static inline double rng_normal_at(uint64_t key, uint64_t i) {
     double u1 = rng_uniform_at(key, 2 * i), u2 = rng_uniform_at(key, 2 * i + 1);
     return sqrt(-2.0 * log(1.0 - u1)) * cos(2.0 * M_PI * u2);
 }
+// --- end shared-copy: splitmix-counter ---
 // sequential use: *state is the counter
 static inline uint64_t rng_next(uint64_t *state) { return splitmix64((*state)++); }
+// --- end shared-copy: splitmix-next ---
 static inline float rng_float(uint64_t *state) { return (float)((rng_next(state) >> 40) * 0x1p-24); }
 // --- end shared-copy: splitmix-rng ---
-#pragma nv_diag_default 177
 
 static inline double wall_seconds(void) {
     struct timespec ts;
@@ -948,9 +937,10 @@ typedef struct {
 #define NUM_PARAMETER_TENSORS 16
 // --- end shared-copy: gpt2-config ---
 
-// (PARAMETER_NAMES is for the tests)
-#pragma nv_diag_suppress 177
 // --- begin shared-copy: gpt2-shapes ---
+// (extern: in C++ a const array would have internal linkage, and a program that does not
+// print the names would be warned about it; the tests use them)
+extern const char *const PARAMETER_NAMES[NUM_PARAMETER_TENSORS];
 const char *const PARAMETER_NAMES[NUM_PARAMETER_TENSORS] = {
     "wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",
     "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb", "lnfw", "lnfb"};
@@ -991,7 +981,6 @@ static size_t gpt2_count_parameters(GPT2Config config) {
 // Which tensors get weight decay: the matrices (embeddings and linear weights),
 // not the biases and LayerNorm parameters (as in nanoGPT and most GPT training).
 static const int WEIGHT_DECAYED[NUM_PARAMETER_TENSORS] = {1, 1, 0, 0, 1, 0, 1, 0, 0, 0, 1, 0, 1, 0, 0, 0};
-#pragma nv_diag_default 177
 
 // The parameters, in the order of llm.c's checkpoint files, as floatX on the GPU.
 typedef struct {

@@ -70,9 +70,6 @@ static_assert(GUARD_BYTES % sizeof(float) == 0, "GUARD_BYTES: a whole number of 
 // ----------------------------------------------------------------------------
 // utilities: check macros, random numbers, timer
 
-// The shared copies of the check macros and the generator bring small helpers
-// this program does not call; nvcc's front end would warn about each unused one.
-#pragma nv_diag_suppress 177
 // --- begin shared-copy: check-macros ---
 // Every libc call that can fail goes through one of these wrappers. On failure each prints one
 // line saying what failed, the C library's own reason (strerror) and where in our source it
@@ -106,17 +103,6 @@ static inline void fread_check(void *ptr, size_t size, size_t nmemb, FILE *strea
     }
 }
 #define freadCheck(ptr, size, nmemb, stream) fread_check(ptr, size, nmemb, stream, __FILE__, __LINE__)
-
-static inline void fwrite_check(const void *ptr, size_t size, size_t nmemb, FILE *stream,
-                                const char *file, int line) {
-    size_t put = fwrite(ptr, size, nmemb, stream);
-    if (put != nmemb) {
-        fprintf(stderr, "Error: write failed after %zu of %zu items: %s [%s:%d]\n",
-                put, nmemb, strerror(errno), file, line);
-        exit(EXIT_FAILURE);
-    }
-}
-#define fwriteCheck(ptr, size, nmemb, stream) fwrite_check(ptr, size, nmemb, stream, __FILE__, __LINE__)
 
 static inline void fclose_check(FILE *fp, const char *file, int line) {
     // fclose flushes buffered writes, so a full disk often shows up only here
@@ -173,7 +159,8 @@ static void *cuda_malloc_check(size_t bytes, const char *what) {
     return p;
 }
 
-// --- begin shared-copy: splitmix-rng ---
+// --- begin shared-copy: splitmix-next ---
+// --- begin shared-copy: splitmix-counter ---
 // One small generator for everything random: SplitMix64 (Steele, Lea, Flood 2014).
 // Used two ways. As a hash of a counter it gives random numbers that depend only
 // on (seed, stream, index): weight init can run in any order, in parallel, and
@@ -197,11 +184,10 @@ static inline double rng_normal_at(uint64_t key, uint64_t i) {
     double u1 = rng_uniform_at(key, 2 * i), u2 = rng_uniform_at(key, 2 * i + 1);
     return sqrt(-2.0 * log(1.0 - u1)) * cos(2.0 * M_PI * u2);
 }
+// --- end shared-copy: splitmix-counter ---
 // sequential use: *state is the counter
 static inline uint64_t rng_next(uint64_t *state) { return splitmix64((*state)++); }
-static inline float rng_float(uint64_t *state) { return (float)((rng_next(state) >> 40) * 0x1p-24); }
-// --- end shared-copy: splitmix-rng ---
-#pragma nv_diag_default 177
+// --- end shared-copy: splitmix-next ---
 
 // The same counter-based generator on the device, for the dropout masks: the
 // GPU draws exactly the numbers train_mlp.c draws (integer arithmetic, and a

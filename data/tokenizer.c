@@ -92,17 +92,6 @@ static inline void fread_check(void *ptr, size_t size, size_t nmemb, FILE *strea
 }
 #define freadCheck(ptr, size, nmemb, stream) fread_check(ptr, size, nmemb, stream, __FILE__, __LINE__)
 
-static inline void fwrite_check(const void *ptr, size_t size, size_t nmemb, FILE *stream,
-                                const char *file, int line) {
-    size_t put = fwrite(ptr, size, nmemb, stream);
-    if (put != nmemb) {
-        fprintf(stderr, "Error: write failed after %zu of %zu items: %s [%s:%d]\n",
-                put, nmemb, strerror(errno), file, line);
-        exit(EXIT_FAILURE);
-    }
-}
-#define fwriteCheck(ptr, size, nmemb, stream) fwrite_check(ptr, size, nmemb, stream, __FILE__, __LINE__)
-
 static inline void fclose_check(FILE *fp, const char *file, int line) {
     // fclose flushes buffered writes, so a full disk often shows up only here
     if (fclose(fp) != 0) {
@@ -124,6 +113,17 @@ static inline void *malloc_check(size_t size, const char *file, int line) {
 }
 #define mallocCheck(size) malloc_check(size, __FILE__, __LINE__)
 // --- end shared-copy: check-macros ---
+
+static inline void fwrite_check(const void *ptr, size_t size, size_t nmemb, FILE *stream,
+                                const char *file, int line) {
+    size_t put = fwrite(ptr, size, nmemb, stream);
+    if (put != nmemb) {
+        fprintf(stderr, "Error: write failed after %zu of %zu items: %s [%s:%d]\n",
+                put, nmemb, strerror(errno), file, line);
+        exit(EXIT_FAILURE);
+    }
+}
+#define fwriteCheck(ptr, size, nmemb, stream) fwrite_check(ptr, size, nmemb, stream, __FILE__, __LINE__)
 
 // --- begin shared-copy: file-helpers ---
 #define MAX_PATH_LEN 4096
