@@ -41,7 +41,7 @@ Checked against tiktoken 0.14.0 by test_tokenizer.c, which reads fixtures writte
 dev/reference/tokenizer_reference.py (regenerate: python dev/reference/tokenizer_reference.py).
 */
 
-// fsync, fileno, access, stat, mkdtemp and clock_gettime are POSIX, not C11
+// fsync, fileno, access, stat, mkdir, mkdtemp and clock_gettime are POSIX, not C11
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
 #include <fcntl.h>
@@ -190,6 +190,19 @@ static void remove_pending_outputs(void) {
     num_pending_outputs = 0;
 }
 
+// Makes the folders above path that do not exist yet, like `mkdir -p`, so that
+// `-o data/my/my` works without a separate mkdir. Says so for each new folder.
+static void make_parent_folders(const char *path) {
+    char dir[MAX_PATH_LEN];
+    path_concat(dir, path, "");
+    for (char *slash = strchr(dir + 1, '/'); slash != NULL; slash = strchr(slash + 1, '/')) {
+        *slash = '\0';
+        if (mkdir(dir, 0777) == 0) { printf("made folder %s\n", dir); }
+        else if (errno != EEXIST) { die_file(dir, NULL, "cannot make this folder: %s", strerror(errno)); }
+        *slash = '/';
+    }
+}
+
 static FILE *output_open(const char *path) {
     static int cleanup_registered = 0;
     if (!cleanup_registered) { atexit(remove_pending_outputs); cleanup_registered = 1; }
@@ -203,6 +216,7 @@ static FILE *output_open(const char *path) {
     // register before opening, so even a failed open is cleaned up consistently
     out->f = NULL;
     num_pending_outputs++;
+    make_parent_folders(path);
     out->f = fopenCheck(out->tmp_path, "wb");
     return out->f;
 }
@@ -964,7 +978,7 @@ void options_default(Options *o) {
 void tokenize_file(const Options *o) {
     Tokenizer t;
     tokenizer_init(&t, o->gpt2_dir);
-    printf("tokenizer: %d tokens from %s: 256 bytes + %d merges + <|endoftext|> = %d; Unicode %s tables\n",
+    printf("tokenizer: %d tokens from %s: 256 bytes + %d merges + <|endoftext|> (id %d); Unicode %s tables\n",
            t.vocab_size, o->gpt2_dir, t.num_mergeable - 256, t.eot_token, UNICODE_TABLES_VERSION);
     size_t len;
     uint8_t *text = read_whole_file(o->input_path, &len, "-i names the text file to tokenize");

@@ -86,9 +86,9 @@ expect_error "missing input is named" "$TMP/missing.txt" -i "$TMP/missing.txt" -
 expect_error "empty input is named" "$TMP/empty.txt" -i "$TMP/empty.txt" -o "$OUT/ts" -t "$OUT/tok.bin"
 expect_error "fewer tokens than the val split names the input" "$SMALL" -i "$SMALL" -o "$OUT/ts" -t "$OUT/tok.bin"
 report "  ... and prints a HINT" $(grep -q "^HINT: .*-v" "$TMP/stderr" && echo 1 || echo 0)
-expect_error "an output folder that does not exist is named" "$TMP/no_dir/ts_val.bin.tmp" -i "$SMALL" -v 1 -o "$TMP/no_dir/ts" -t ""
-# the val shard is written, then the tokenizer.bin into a missing folder fails: both must go
-expect_error "a failure after the first output removes it too" "$TMP/no_dir/tok.bin.tmp" -i "$SMALL" -v 1 -o "$OUT/ts" -t "$TMP/no_dir/tok.bin"
+expect_error "an output folder that cannot be made is named" "$SMALL" -i "$SMALL" -v 1 -o "$SMALL/sub/ts" -t ""
+# the val shard is written, then the tokenizer.bin under a file (not a folder) fails: both must go
+expect_error "a failure after the first output removes it too" "$SMALL/tok.bin.tmp" -i "$SMALL" -v 1 -o "$OUT/ts" -t "$SMALL/tok.bin"
 
 # --- successful runs
 "$BIN" -i "$SMALL" -v 1 -o "$OUT/ts" -t "" > /dev/null 2>&1
@@ -97,6 +97,13 @@ report "-v 1 on 'Hello world' writes val and train, -t '' skips tokenizer.bin" \
 # llm.c convention: [EOT] + "Hello world" = [50256, 15496, 995]; 1 val token, 2 train tokens
 report "  ... shard headers count 1 and 2 tokens" \
     $([ "$(od -An -tu4 -j8 -N4 "$OUT/ts_val.bin" | tr -d ' ')" = 1 ] && [ "$(od -An -tu4 -j8 -N4 "$OUT/ts_train.bin" | tr -d ' ')" = 2 ] && echo 1 || echo 0)
+# the README's own-text command, `-o data/my/my`, into folders that do not exist yet (mkdir -p)
+"$BIN" -i "$SMALL" -v 1 -o "$TMP/new/deeper/my" -t "$TMP/new/tok/tok.bin" > "$TMP/stdout" 2>&1
+report "-o and -t into missing folders make them (like mkdir -p) and say so" \
+    $([ $? -eq 0 ] && [ -s "$TMP/new/deeper/my_val.bin" ] && [ -s "$TMP/new/deeper/my_train.bin" ] && [ -s "$TMP/new/tok/tok.bin" ] \
+      && grep -qF "made folder $TMP/new/deeper" "$TMP/stdout" && echo 1 || echo 0)
+report "  ... and the start-up line counts 50257 tokens, EOT as id 50256" \
+    $(grep -qF "tokenizer: 50257 tokens from data/gpt2: 256 bytes + 50000 merges + <|endoftext|> (id 50256)" "$TMP/stdout" && echo 1 || echo 0)
 cp "$OUT/ts_val.bin" "$TMP/val_before.bin"
 "$BIN" -i "$TMP/empty.txt" -v 1 -o "$OUT/ts" -t "" > /dev/null 2>&1
 report "a failed run leaves the earlier good output untouched" \
