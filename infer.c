@@ -1687,8 +1687,9 @@ static float parse_float(const char *flag, const char *s) {
     return v;
 }
 
-int main(int argc, char **argv) {
-    // Defaults: transformers' generate() sampling defaults (temperature 1, top-k 50, top-p 1).
+// The flags, checked. Defaults: transformers' generate() sampling defaults (temperature 1,
+// top-k 50, top-p 1).
+static Options parse_args(int argc, char **argv) {
     Options o = {.model = NULL, .gpt2_dir = "data/gpt2", .prompt = "", .prompts_file = NULL, .input = "",
                  .stop = "", .instruct = 0, .max_new = 128,
                  .top_k = 50, .ids = 0, .bench = 0, .temperature = 1.0f, .top_p = 1.0f, .seed = 1337,
@@ -1696,7 +1697,7 @@ int main(int argc, char **argv) {
     const Options defaults = o;
     for (int i = 1; i < argc; i += 2) {
         const char *flag = argv[i];
-        if (strcmp(flag, "-h") == 0) { print_usage(&defaults); return 0; }
+        if (strcmp(flag, "-h") == 0) { print_usage(&defaults); exit(0); }
         if (flag[0] != '-' || strlen(flag) != 2) { usage_error("unknown argument '%s'", flag); }
         if (i + 1 >= argc) { usage_error("flag %s needs a value", flag); }
         const char *v = argv[i + 1];
@@ -1725,35 +1726,112 @@ int main(int argc, char **argv) {
     if (o.top_p > 1.0f || o.top_p == 0.0f) { usage_error("-p (top-p) must be in (0, 1]%s", ""); }
     if (o.ids && (o.instruct || o.stop[0] != '\0')) { usage_error("-z 1 (token ids) works without -a and -x%s", ""); }
     if (o.instruct && o.prompts_file == NULL && o.prompt[0] == '\0') { usage_error("-a 1 needs an instruction: -i \"...\" (or -f)%s", ""); }
-
-    char latest[4096];
+    // no -m: the newest checkpoint of ./train_gpt2 (or GPT-2 124M's shapes for the benchmark)
     if (o.model == NULL && o.bench) { o.model = "d12"; }
     if (o.model == NULL) {
+        static char latest[4096];
         int step = find_latest_checkpoint("log_gpt2");
         if (step < 0) {
             fprintf(stderr, "Error: no -m given and no checkpoint in log_gpt2/\n");
             fprintf(stderr, "HINT: train one (./train_gpt2 -n 100 writes log_gpt2/model_*.bin), or -m a checkpoint (./convert "
                     "makes one from a Hugging Face GPT-2 folder)\n");
-            return EXIT_FAILURE;
+            exit(EXIT_FAILURE);
         }
         format_path(latest, sizeof(latest), "log_gpt2/model_%08d.bin", step);
         o.model = latest;
     }
+    return o;
+}
+
+// -B 1: the benchmark sweep
+static void run_bench(GPT2 *model, const Options *o) {
+    int batches[32], prompts[32], gens[32];
+    int nb = parse_list(o->batches, batches, 32), np = parse_list(o->prompt_lengths, prompts, 32);
+    int ng = parse_list(o->gen_lengths, gens, 32);
+    if (nb <= 0 || np <= 0 || ng <= 0) { usage_error("-b, -l and -N take lists of positive integers like 1,4,16%s", ""); }
+    bench(model, batches, nb, prompts, np, gens, ng, (uint64_t)o->seed);
+}
+
+// The prompts (-i, or each line of -f; wrapped in the template with -a 1) as sequences of
+// token ids, checked against the model's vocabulary and context. Returns B; *texts holds
+// each prompt's text (what streaming and the batch report print before the generation).
+static int read_sequences(const Options *o, const GPT2Config *c, Tokenizer *tok, int eot, char ***texts_out,
+                          Sequence **seqs_out) {
+    char **texts;
+    int B = 1;
+    if (o->prompts_file != NULL) {
+        B = read_prompts(o->prompts_file, o->instruct, &texts);
+    } else {
+        texts = (char **)mallocCheck(sizeof(char *));
+        texts[0] = o->instruct ? alpaca_prompt(o->prompt, o->input) : strdup(o->prompt);
+    }
+    Sequence *seqs = (Sequence *)mallocCheck((size_t)B * sizeof(Sequence));
+    for (int b = 0; b < B; b++) {
+        size_t len = strlen(texts[b]);
+        int *ids = (int *)mallocCheck((len + 1) * sizeof(int));
+        int n;
+        char what[64];
+        snprintf(what, sizeof(what), "prompt %d", b + 1);
+        if (o->ids) { n = parse_ids(texts[b], c->vocab_size, ids, what); }
+        else { n = (int)tokenizer_encode(tok, (const uint8_t *)texts[b], len, 1, ids); }
+        if (n == 0) { // an empty prompt: start a new document, from <|endoftext|> (token 0 without one)
+            ids[n++] = eot >= 0 ? eot : 0;
+            fprintf(stderr, "%s is empty: the model starts from token %d%s\n", what, ids[0], eot >= 0 ? " (<|endoftext|>)" : "");
+            if (o->ids) { // in ids, print the id it starts from where the prompt would be
+                free(texts[b]);
+                texts[b] = (char *)mallocCheck(16);
+                snprintf(texts[b], 16, "%d", ids[0]);
+            }
+        }
+        for (int t = 0; t < n; t++) {
+            if (ids[t] >= c->vocab_size) {
+                fprintf(stderr, "Error: %s: token %d is outside the model's vocabulary (%d tokens)\n", what, ids[t], c->vocab_size);
+                exit(EXIT_FAILURE);
+            }
+        }
+        if (n >= c->max_seq_len) {
+            fprintf(stderr, "Error: %s%s%s is %d tokens long; the model's context is %d tokens, which leaves no room to generate\n",
+                    what, o->prompts_file ? " of " : "", o->prompts_file ? o->prompts_file : "", n, c->max_seq_len);
+            exit(EXIT_FAILURE);
+        }
+        sequence_init(&seqs[b], texts[b], ids, n, o->max_new, c->max_seq_len);
+        free(ids);
+    }
+    *texts_out = texts;
+    *seqs_out = seqs;
+    return B;
+}
+
+// After generation: one sequence was streamed as it went; a batch is printed now, each
+// sequence under a line that says how it ended.
+static void print_sequences(const Options *o, char **texts, const Sequence *seqs, int B) {
+    for (int b = 0; b < B; b++) {
+        if (B > 1) {
+            printf("--- %d of %d (%d prompt tokens, %d generated, stopped at %s) ---\n", b + 1, B, seqs[b].num_prompt,
+                   seqs[b].num_tokens - seqs[b].num_prompt, seqs[b].stop);
+            if (!o->instruct) { fputs(texts[b], stdout); }
+            fwrite(seqs[b].text, 1, seqs[b].text_len, stdout);
+        }
+        printf("\n");
+    }
+    if (B == 1) {
+        fprintf(stderr, "stopped at %s: %d prompt tokens, %d generated\n", seqs[0].stop, seqs[0].num_prompt,
+                seqs[0].num_tokens - seqs[0].num_prompt);
+    }
+}
+
+int main(int argc, char **argv) {
+    Options o = parse_args(argc, argv);
     GPT2 model;
     gpt2_build(&model, o.model, (uint64_t)o.seed);
     print_model(&model);
     GPT2Config c = model.w.config;
     if (o.bench) {
-        int batches[32], prompts[32], gens[32];
-        int nb = parse_list(o.batches, batches, 32), np = parse_list(o.prompt_lengths, prompts, 32);
-        int ng = parse_list(o.gen_lengths, gens, 32);
-        if (nb <= 0 || np <= 0 || ng <= 0) { usage_error("-b, -l and -N take lists of positive integers like 1,4,16%s", ""); }
-        bench(&model, batches, nb, prompts, np, gens, ng, (uint64_t)o.seed);
+        run_bench(&model, &o);
         gpt2_free(&model);
         return 0;
     }
-
-    // the prompts, as token ids
+    // the tokenizer (not with -z 1: ids in, ids out)
     Tokenizer tok;
     if (!o.ids) {
         tokenizer_init(&tok, o.gpt2_dir);
@@ -1764,39 +1842,10 @@ int main(int argc, char **argv) {
             return EXIT_FAILURE;
         }
     }
-    char **texts;
-    int B = 1;
-    if (o.prompts_file != NULL) {
-        B = read_prompts(o.prompts_file, o.instruct, &texts);
-    } else {
-        texts = (char **)mallocCheck(sizeof(char *));
-        texts[0] = o.instruct ? alpaca_prompt(o.prompt, o.input) : strdup(o.prompt);
-    }
-    Sequence *seqs = (Sequence *)mallocCheck((size_t)B * sizeof(Sequence));
     int eot = o.ids ? (c.vocab_size > 50256 ? 50256 : -1) : tok.eot_token;
-    for (int b = 0; b < B; b++) {
-        size_t len = strlen(texts[b]);
-        int *ids = (int *)mallocCheck((len + 1) * sizeof(int));
-        int n;
-        char what[64];
-        snprintf(what, sizeof(what), "prompt %d", b + 1);
-        if (o.ids) { n = parse_ids(texts[b], c.vocab_size, ids, what); }
-        else { n = (int)tokenizer_encode(&tok, (const uint8_t *)texts[b], len, 1, ids); }
-        if (n == 0) { ids[n++] = eot >= 0 ? eot : 0; } // an empty prompt: start a new document
-        for (int t = 0; t < n; t++) {
-            if (ids[t] >= c.vocab_size) {
-                fprintf(stderr, "Error: %s: token %d is outside the model's vocabulary (%d tokens)\n", what, ids[t], c.vocab_size);
-                return EXIT_FAILURE;
-            }
-        }
-        if (n >= c.max_seq_len) {
-            fprintf(stderr, "Error: %s%s%s is %d tokens long; the model's context is %d tokens, which leaves no room to generate\n",
-                    what, o.prompts_file ? " of " : "", o.prompts_file ? o.prompts_file : "", n, c.max_seq_len);
-            return EXIT_FAILURE;
-        }
-        sequence_init(&seqs[b], texts[b], ids, n, o.max_new, c.max_seq_len);
-        free(ids);
-    }
+    char **texts;
+    Sequence *seqs;
+    int B = read_sequences(&o, &c, o.ids ? NULL : &tok, eot, &texts, &seqs);
     GenerateOptions g = {.max_new = o.max_new, .stop_string = o.stop, .eot_token = eot, .seed = (uint64_t)o.seed,
                          .sampler = {.temperature = o.temperature, .top_k = o.top_k, .top_p = o.top_p, .probs = NULL},
                          .tok = o.ids ? NULL : &tok, .stream = B == 1 ? stdout : NULL};
@@ -1804,19 +1853,7 @@ int main(int argc, char **argv) {
     if (B == 1 && !o.instruct) { fputs(o.ids ? texts[0] : seqs[0].prompt, stdout); fflush(stdout); }
     GenerateStats stats;
     generate(&model, seqs, B, &g, &stats);
-    for (int b = 0; b < B; b++) {
-        if (B > 1) {
-            printf("--- %d of %d (%d prompt tokens, %d generated, stopped at %s) ---\n", b + 1, B, seqs[b].num_prompt,
-                   seqs[b].num_tokens - seqs[b].num_prompt, seqs[b].stop);
-            if (!o.instruct) { fputs(texts[b], stdout); }
-            fwrite(seqs[b].text, 1, seqs[b].text_len, stdout);
-        }
-        printf("\n");
-    }
-    if (B == 1) {
-        fprintf(stderr, "stopped at %s: %d prompt tokens, %d generated\n", seqs[0].stop, seqs[0].num_prompt,
-                seqs[0].num_tokens - seqs[0].num_prompt);
-    }
+    print_sequences(&o, texts, seqs, B);
     print_stats(&model, seqs, B, &stats);
     for (int b = 0; b < B; b++) { sequence_free(&seqs[b]); free(texts[b]); }
     free(seqs);

@@ -68,6 +68,13 @@ run -m $H -z 1 -t 0 -n 20 -f "$TMP/prompts" > "$TMP/batch"
 if [ "$(sed -n 2p "$TMP/batch")" = "$a" ] && [ "$(sed -n 4p "$TMP/batch")" = "$b" ] && grep -q -- "--- 2 of 2 (1 prompt tokens, 20 generated" "$TMP/batch"; then
     ok "a batch from -f (a blank line, a JSON line) gives each prompt its text alone"
 else not_ok "batch vs single:"; cat "$TMP/batch"; echo "$a"; echo "$b"; fi
+# an empty prompt starts a new document: from token 0 here (V=300 has no <|endoftext|>), and
+# what is printed says so: the same output as the prompt "0", and a line on stderr
+e=$(run -m $H -z 1 -t 0 -n 5 -i "")
+grep -q "prompt 1 is empty: the model starts from token 0$" "$TMP/stderr" && [ "$e" = "$(run -m $H -z 1 -t 0 -n 5 -i 0)" ] &&
+    ok "-z 1 -i \"\": prints the start token ('$e') and says so" || { not_ok "empty prompt in ids: '$e'"; cat "$TMP/stderr"; }
+run -m d1 -n 2 -i "" > /dev/null
+grep -q "prompt 1 is empty: the model starts from token 50256 (<|endoftext|>)" "$TMP/stderr" && ok "-i \"\" with GPT-2's vocabulary: starts from <|endoftext|> and says so" || { not_ok "empty text prompt"; cat "$TMP/stderr"; }
 out=$(run -m $F/gpt2_tiny_model.bin -z 1 -t 0 -n 100 -i "$(seq -s, 1 30)")
 [ "$(echo "$out" | wc -w)" = 3 ] && grep -q "stopped at the end of the model's context: 30 prompt tokens, 2 generated" "$TMP/stderr" && ok "the context (32) caps the generation: 2 tokens" || { not_ok "context cap"; echo "$out"; cat "$TMP/stderr"; }
 grep -q "KV cache: 32 tokens in use = 0.03 MiB" "$TMP/stderr" && grep -q "time to first token" "$TMP/stderr" && ok "reports: time to first token, KV cache in use" || { not_ok "reports"; cat "$TMP/stderr"; }
