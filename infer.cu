@@ -2437,101 +2437,47 @@ static int tokenizer_rank(const Tokenizer *t, const uint8_t *s, size_t n) {
     }
 }
 
-static void skip_json_space(const uint8_t *s, size_t *pos) {
-    while (s[*pos] == ' ' || s[*pos] == '\n' || s[*pos] == '\r' || s[*pos] == '\t') { (*pos)++; }
-}
-
-static int hex_value(uint8_t c) {
-    if (c >= '0' && c <= '9') { return c - '0'; }
-    if ((c | 0x20) >= 'a' && (c | 0x20) <= 'f') { return (c | 0x20) - 'a' + 10; }
-    return -1;
-}
-
-// Reads the JSON string at s[*pos] (which must be '"') and appends the bytes its characters
-// stand for in GPT-2's byte alphabet to out. Returns NULL on success, else what is wrong.
-// encoder.json writes most keys with \uXXXX escapes; we accept every JSON escape and raw UTF-8.
-static const char *read_json_token(const uint8_t *s, size_t len, size_t *pos, const ByteAlphabet *a,
-                                   uint8_t *out, size_t *out_len) {
-    if (s[*pos] != '"') { return "expected '\"' to start a key"; }
-    (*pos)++;
-    *out_len = 0;
-    while (*pos < len && s[*pos] != '"') {
-        uint32_t cp;
-        if (s[*pos] == '\\') {
-            uint8_t e = s[*pos + 1];  // safe: the buffer ends in a 0 byte
-            *pos += 2;
-            if (e == '"' || e == '\\' || e == '/') { cp = e; }
-            else if (e == 'b') { cp = '\b'; } else if (e == 'f') { cp = '\f'; }
-            else if (e == 'n') { cp = '\n'; } else if (e == 'r') { cp = '\r'; }
-            else if (e == 't') { cp = '\t'; }
-            else if (e == 'u') {
-                cp = 0;
-                for (int k = 0; k < 4; k++) {
-                    int h = hex_value(s[*pos]);  // stops at the 0 byte at the end at the latest
-                    if (h < 0) { return "bad \\u escape"; }
-                    cp = cp * 16 + (uint32_t)h;
-                    (*pos)++;
-                }
-                // surrogate pairs cannot occur in GPT-2's alphabet (all below U+0144)
-            } else { return "unknown escape in a string"; }
-        } else {
-            size_t n = utf8_decode(s + *pos, len - *pos, &cp);
-            if (n == 0) { return "invalid UTF-8 in a string"; }
-            *pos += n;
-        }
-        if (cp >= BYTE_ALPHABET_SIZE || a->byte_of_codepoint[cp] < 0) {
-            return "a key has a character outside GPT-2's byte alphabet";
-        }
-        if (*out_len == MAX_TOKEN_BYTES) { return "a key is longer than 255 bytes"; }
-        out[(*out_len)++] = (uint8_t)a->byte_of_codepoint[cp];
-    }
-    if (*pos >= len) { return "a string never ends"; }
-    (*pos)++;  // the closing quote
-    return NULL;
-}
-
 // Parses encoder.json, {"token text": id, ...}, into t->token_bytes / t->token_offset.
 // The ids must be exactly 0..V-1, each once. We do not yet know which ids are mergeable.
 static void load_encoder_json(Tokenizer *t, const char *path, const ByteAlphabet *a) {
     const char *hint = ENCODER_JSON_HINT;
     size_t len;
     uint8_t *s = read_whole_file(path, &len, hint);
+    Json j;
+    char err[256];
+    if (json_parse(&j, (const char *)s, len, err, sizeof(err)) != 0) { die_file(path, hint, "%s", err); }
+    if (j.tokens[0].type != JSON_OBJECT || j.tokens[0].size == 0) { die_file(path, hint, "not a JSON object of \"token\": id"); }
     // first pass: collect (id, bytes) pairs in file order into scratch arrays. Every token
     // takes fewer bytes than its JSON text, so the file size bounds both.
-    size_t max_entries = len / 4 + 1;  // an entry is at least '"x":0,'
-    int32_t *ids = (int32_t *)mallocCheck(max_entries * sizeof(int32_t));
-    uint32_t *offsets = (uint32_t *)mallocCheck((max_entries + 1) * sizeof(uint32_t));
+    size_t num = (size_t)j.tokens[0].size, used = 0;
+    int32_t *ids = (int32_t *)mallocCheck(num * sizeof(int32_t));
+    uint32_t *offsets = (uint32_t *)mallocCheck((num + 1) * sizeof(uint32_t));
     uint8_t *bytes = (uint8_t *)mallocCheck(len + 1);
-    size_t num = 0, used = 0, pos = 0;
-    skip_json_space(s, &pos);
-    if (s[pos] != '{') { die_file(path, hint, "not a JSON object (byte %zu)", pos); }
-    pos++;
-    skip_json_space(s, &pos);
-    while (s[pos] != '}') {
-        if (num == max_entries) { die_file(path, hint, "too many entries"); }
-        size_t entry_start = pos, tok_len;
-        const char *err = read_json_token(s, len, &pos, a, bytes + used, &tok_len);
-        if (err != NULL) { die_file(path, hint, "%s (entry %zu, byte %zu)", err, num, entry_start); }
-        skip_json_space(s, &pos);
-        if (s[pos] != ':') { die_file(path, hint, "expected ':' after a key (byte %zu)", pos); }
-        pos++;
-        skip_json_space(s, &pos);
-        if (s[pos] < '0' || s[pos] > '9') { die_file(path, hint, "expected a token id (byte %zu)", pos); }
-        long id = 0;
-        while (s[pos] >= '0' && s[pos] <= '9') {
-            id = id * 10 + (s[pos++] - '0');
-            if (id > 10000000) { die_file(path, hint, "token id too large (byte %zu)", pos); }
+    char key[4 * MAX_TOKEN_BYTES + 1]; // a token's text: at most 2 UTF-8 bytes per byte of it
+    int at = 1;
+    for (size_t e = 0; e < num; e++, at = j.tokens[at + 1].next) {
+        int64_t id;
+        int n = json_string(&j, at, key, sizeof(key));
+        if (n < 0) { die_file(path, hint, "entry %zu: a key longer than %d bytes, or malformed", e, MAX_TOKEN_BYTES); }
+        if (json_int64(&j, at + 1, &id) != 0 || id < 0 || id > 10000000) {
+            die_file(path, hint, "entry %zu: the value is not a token id (an integer in [0, 10^7])", e);
         }
-        ids[num] = (int32_t)id;
-        offsets[num] = (uint32_t)used;
-        used += tok_len;
-        num++;
-        skip_json_space(s, &pos);
-        if (s[pos] == ',') { pos++; skip_json_space(s, &pos); }
-        else if (s[pos] != '}') { die_file(path, hint, "expected ',' or '}' (byte %zu)", pos); }
+        // the key's characters, each one byte in GPT-2's alphabet
+        offsets[e] = (uint32_t)used;
+        for (size_t k = 0; k < (size_t)n;) {
+            uint32_t cp;
+            size_t step = utf8_decode((const uint8_t *)key + k, (size_t)n - k, &cp);
+            if (step == 0 || cp >= BYTE_ALPHABET_SIZE || a->byte_of_codepoint[cp] < 0) {
+                die_file(path, hint, "entry %zu: a key has a character outside GPT-2's byte alphabet", e);
+            }
+            if (used - offsets[e] == MAX_TOKEN_BYTES) { die_file(path, hint, "entry %zu: a key is longer than 255 bytes", e); }
+            bytes[used++] = (uint8_t)a->byte_of_codepoint[cp];
+            k += step;
+        }
+        ids[e] = (int32_t)id;
     }
     offsets[num] = (uint32_t)used;
-    if (num == 0) { die_file(path, hint, "no tokens in it"); }
+    json_free(&j);
 
     // second pass: place the tokens in id order, checking that the ids are 0..V-1, each once
     t->vocab_size = (int)num;
