@@ -157,6 +157,34 @@ static inline double wall_seconds(void) {
     return ts.tv_sec + 1e-9 * ts.tv_nsec;
 }
 
+// --- begin shared-copy: omp-wait-policy ---
+// How our OpenMP threads wait for each other. At the end of a parallel loop the threads
+// that are done wait at a barrier; libgomp's default makes them spin for up to 300,000
+// rounds (a millisecond or more) before they sleep. On an idle machine that is fast. But
+// when another process keeps the cores busy, a spinning thread holds a core that the
+// thread everyone waits for needs, and time slices are milliseconds long: with a busy
+// neighbour on both cores, a GPT-2 124M decode step took 10 times as long. So we spin
+// briefly (10,000 rounds), then sleep. Measured with ./dev/cpu/bench_infer (d12, decode
+// ms at positions 16/256/1000; 2-core Xeon VM, 2026-12-01, while a `make test` also ran):
+//   lightly loaded: default 27/29/34, GOMP_SPINCOUNT=10000 27/28/35, passive 32/32/39
+//   busy neighbour: default 330/914/375, GOMP_SPINCOUNT=10000 168/180/212, passive 141/148/183
+// Passive (never spin) is a little better under load, but 15% slower without it.
+// libgomp reads its settings once, when it is loaded, before main runs; setting them
+// in main is too late. So main sets ours and starts the program over (exec of
+// /proc/self/exe, same arguments), unless the user chose (OMP_WAIT_POLICY or
+// GOMP_SPINCOUNT set: then we leave theirs alone). Where exec fails (no /proc), we
+// carry on with libgomp's default.
+void set_omp_wait_policy(char **argv) {
+#ifdef _OPENMP
+    if (getenv("OMP_WAIT_POLICY") != NULL || getenv("GOMP_SPINCOUNT") != NULL) { return; }
+    setenv("GOMP_SPINCOUNT", "10000", 1);
+    execv("/proc/self/exe", argv);
+#else
+    (void)argv;
+#endif
+}
+// --- end shared-copy: omp-wait-policy ---
+
 // --- begin shared-copy: gemm ---
 // C(M,N) (+)= A(M,K) B(K,N), where every operand is addressed through a row
 // and a column stride (element (i,j) of C is C[i*c_rs + j*c_cs]), so that the
@@ -234,20 +262,28 @@ static void gemm_micro_kernel(float *c, size_t c_rs, size_t c_cs, const float *a
 
 static void gemm(float *C, size_t c_rs, size_t c_cs, const float *A, size_t a_rs, size_t a_cs,
                  const float *B, size_t b_rs, size_t b_cs, int M, int N, int K, int accumulate) {
-    // The packed block, shared by the threads. It lives as long as the program:
-    // a fresh 256 KiB malloc per call is an mmap, and the kernel would zero its
-    // pages again on every one of the ~100 calls per step (measured: 5% of a step).
-    static float *bp = NULL;
-    if (bp == NULL) { bp = (float *)mallocCheck(sizeof(float) * GEMM_KC * GEMM_NC); }
+    // The packed blocks, shared by the threads: two, used in turn, so that a thread
+    // that is done with one block can pack the next while others still read the last
+    // (one barrier per block instead of two: a barrier costs microseconds, and a time
+    // slice when another program holds a core). They live as long as the program: a
+    // fresh 256 KiB malloc per call is an mmap, and the kernel would zero its pages
+    // again on every one of the ~100 calls per step (measured: 5% of a step).
+    static float *packed[2] = {NULL, NULL};
+    if (packed[0] == NULL) {
+        packed[0] = (float *)mallocCheck(sizeof(float) * GEMM_KC * GEMM_NC);
+        packed[1] = (float *)mallocCheck(sizeof(float) * GEMM_KC * GEMM_NC);
+    }
     int strips = (M + GEMM_MR - 1) / GEMM_MR;
-    // threads only for products big enough to pay for waking them (each barrier
-    // costs microseconds, and much more when another program holds a core)
+    // threads only for products big enough to pay for waking them
     #pragma omp parallel if ((double)M * N * K > 1e7)
-    for (int jc = 0; jc < N; jc += GEMM_NC) {
+    for (int jc = 0, block = 0; jc < N; jc += GEMM_NC) {
         int panels = ((N - jc < GEMM_NC ? N - jc : GEMM_NC) + GEMM_NR - 1) / GEMM_NR;
-        for (int pc = 0; pc < K; pc += GEMM_KC) {
+        for (int pc = 0; pc < K; pc += GEMM_KC, block++) {
             int kc = K - pc < GEMM_KC ? K - pc : GEMM_KC;
-            // pack B[pc:pc+kc, jc:jc+NC] as panels of NR columns, zero-padded
+            float *bp = packed[block % 2];
+            // pack B[pc:pc+kc, jc:jc+NC] as panels of NR columns, zero-padded. No thread
+            // still reads this buffer: each passed the barrier after packing the block in
+            // between, and so had finished its strips of the block before that.
             #pragma omp for schedule(static)
             for (int p = 0; p < panels; p++) {
                 int j0 = jc + p * GEMM_NR, nr = N - j0 < GEMM_NR ? N - j0 : GEMM_NR;
@@ -257,8 +293,10 @@ static void gemm(float *C, size_t c_rs, size_t c_cs, const float *A, size_t a_rs
                     for (int j = 0; j < GEMM_NR; j++) { dst[k * GEMM_NR + j] = j < nr ? src[j * b_cs] : 0.0f; }
                 }
             }
-            // (the implicit barrier: the block is packed) then 6-row strips of A against every panel
-            #pragma omp for schedule(static)
+            // (the implicit barrier: the block is packed) then 6-row strips of A against every
+            // panel; no barrier after them (nowait): a thread gets the same strips, so the
+            // same rows of C, in every block (OpenMP's static schedule promises it)
+            #pragma omp for schedule(static) nowait
             for (int s = 0; s < strips; s++) {
                 int i0 = s * GEMM_MR, mr = M - i0 < GEMM_MR ? M - i0 : GEMM_MR;
                 const float *a = A + (size_t)i0 * a_rs + (size_t)pc * a_cs;
@@ -1488,6 +1526,7 @@ static int run(const Options *opts) {
 // --- end shared-copy: mlp-main ---
 
 int main(int argc, char **argv) {
+    set_omp_wait_policy(argv); // first of all: it may start the program over
     Options o = DEFAULTS;
     int check_gradients = 0;
     for (int i = 1; i < argc; i++) {

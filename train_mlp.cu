@@ -213,6 +213,34 @@ static inline double wall_seconds(void) {
     return ts.tv_sec + 1e-9 * ts.tv_nsec;
 }
 
+// --- begin shared-copy: omp-wait-policy ---
+// How our OpenMP threads wait for each other. At the end of a parallel loop the threads
+// that are done wait at a barrier; libgomp's default makes them spin for up to 300,000
+// rounds (a millisecond or more) before they sleep. On an idle machine that is fast. But
+// when another process keeps the cores busy, a spinning thread holds a core that the
+// thread everyone waits for needs, and time slices are milliseconds long: with a busy
+// neighbour on both cores, a GPT-2 124M decode step took 10 times as long. So we spin
+// briefly (10,000 rounds), then sleep. Measured with ./dev/cpu/bench_infer (d12, decode
+// ms at positions 16/256/1000; 2-core Xeon VM, 2026-12-01, while a `make test` also ran):
+//   lightly loaded: default 27/29/34, GOMP_SPINCOUNT=10000 27/28/35, passive 32/32/39
+//   busy neighbour: default 330/914/375, GOMP_SPINCOUNT=10000 168/180/212, passive 141/148/183
+// Passive (never spin) is a little better under load, but 15% slower without it.
+// libgomp reads its settings once, when it is loaded, before main runs; setting them
+// in main is too late. So main sets ours and starts the program over (exec of
+// /proc/self/exe, same arguments), unless the user chose (OMP_WAIT_POLICY or
+// GOMP_SPINCOUNT set: then we leave theirs alone). Where exec fails (no /proc), we
+// carry on with libgomp's default.
+void set_omp_wait_policy(char **argv) {
+#ifdef _OPENMP
+    if (getenv("OMP_WAIT_POLICY") != NULL || getenv("GOMP_SPINCOUNT") != NULL) { return; }
+    setenv("GOMP_SPINCOUNT", "10000", 1);
+    execv("/proc/self/exe", argv);
+#else
+    (void)argv;
+#endif
+}
+// --- end shared-copy: omp-wait-policy ---
+
 // ----------------------------------------------------------------------------
 // data: Fashion-MNIST's gzip'd idx files
 
@@ -1989,6 +2017,7 @@ static int time_steps(const Options *o, int steps) {
 
 
 int main(int argc, char **argv) {
+    set_omp_wait_policy(argv); // first of all: it may start the program over
     Options o = DEFAULTS;
     int check = 0, timing = 0, matmul_chosen = 0;
     for (int i = 1; i < argc; i++) {

@@ -7,14 +7,16 @@ compiled with -Ofast like llama2.c's `make runomp`).
 Builds a random GPT-2 (d12 = GPT-2 124M by default), fills the cache of one sequence up
 to a context position with a prefill, then times single-token decode steps at that
 position with both programs on the same weights, and checks that their logits agree.
-Prints the median of the timed steps. On shared VMs step times vary by 10% or more: run
-it a few times.
+Prints the median of the timed steps, then (unless -y 0) the medians again while a busy
+neighbour, one process spinning on each core, competes for the cores (dev/cpu/busy_neighbour.h).
+On shared VMs step times vary by 10% or more: run it a few times.
 
     make dev/cpu/bench_infer && ./dev/cpu/bench_infer            # d12, positions 16 256 1000
     ./dev/cpu/bench_infer -e d4 -n 20
 */
 #define TESTING
 #include "../../infer.c"
+#include "busy_neighbour.h"
 
 typedef struct {
     const float *wte, *wpe, *ln1w, *ln1b, *qkvw, *qkvb, *attprojw, *attprojb, *ln2w, *ln2b, *fcw, *fcb, *fcprojw,
@@ -28,13 +30,35 @@ static int compare_doubles(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
+// Times `steps` decode steps at position P with both programs (after one warm-up step each),
+// leaving the sorted times in ours and theirs.
+static void time_steps(GPT2 *model, const L2cWeights *w, float *l2c_keys, float *l2c_values, float *scratch,
+                       float *l2c_logits, const int *tokens, const int *seq, const int *pos, int P, int steps,
+                       double *ours, double *theirs) {
+    GPT2Config c = model->w.config;
+    for (int s = -1; s < steps; s++) { // the step at position P, again and again (it overwrites its own cache entry)
+        int zero = 0;
+        double t0 = wall_seconds();
+        gpt2_forward(model, tokens + P, seq, pos + P, 1, &zero, 1);
+        double t1 = wall_seconds();
+        l2c_forward(w, l2c_keys, l2c_values, scratch, l2c_logits, tokens[P], P, c.num_layers, c.channels, c.num_heads,
+                    c.max_seq_len, c.padded_vocab_size);
+        double t2 = wall_seconds();
+        if (s >= 0) { ours[s] = t1 - t0; theirs[s] = t2 - t1; }
+    }
+    qsort(ours, (size_t)steps, sizeof(double), compare_doubles);
+    qsort(theirs, (size_t)steps, sizeof(double), compare_doubles);
+}
+
 int main(int argc, char **argv) {
+    set_omp_wait_policy(argv); // as infer's main does, so that we time what it runs
     const char *descriptor = "d12";
-    int steps = 10;
+    int steps = 10, busy = 1;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (strcmp(argv[i], "-e") == 0) { descriptor = argv[i + 1]; }
         else if (strcmp(argv[i], "-n") == 0) { steps = atoi(argv[i + 1]); }
-        else { fprintf(stderr, "usage: %s [-e d12] [-n 10]\n", argv[0]); return 1; }
+        else if (strcmp(argv[i], "-y") == 0) { busy = atoi(argv[i + 1]); }
+        else { fprintf(stderr, "usage: %s [-e d12] [-n 10] [-y 1 (also with a busy neighbour)]\n", argv[0]); return 1; }
     }
     if (steps < 1) { fprintf(stderr, "Error: -n must be positive\n"); return 1; }
     GPT2 model;
@@ -52,10 +76,13 @@ int main(int argc, char **argv) {
     for (int t = 0; t < maxT; t++) { tokens[t] = (int)(rng_uniform_at(7, (uint64_t)t) * c.vocab_size); pos[t] = t; }
     gpt2_allocate_cache(&model, 1, maxT);
     gpt2_allocate_rows(&model, maxT, 1);
-    printf("decode step of %s (%.1fM parameters, %d threads), median of %d steps after a warm-up\n", descriptor,
-           model.w.num_parameters / 1e6, num_threads(), steps);
-    printf("| position | infer.c ms | llama2.c-style ms | infer.c tok/s | llama2.c-style tok/s | speed-up | max logit diff |\n");
-    printf("|---------:|-----------:|------------------:|--------------:|---------------------:|---------:|---------------:|\n");
+    printf("decode step of %s (%.1fM parameters, %d threads, %s), median of %d steps after a warm-up;\n", descriptor,
+           model.w.num_parameters / 1e6, num_threads(), wait_policy_in_effect(), steps);
+    printf("'busy': the same with a busy neighbour, one process spinning on each core\n");
+    printf("| position | infer.c ms | llama2.c-style ms | infer.c tok/s | llama2.c-style tok/s | speed-up | max logit diff |%s\n",
+           busy ? " infer.c ms, busy | llama2.c-style ms, busy |" : "");
+    printf("|---------:|-----------:|------------------:|--------------:|---------------------:|---------:|---------------:|%s\n",
+           busy ? "-----------------:|------------------------:|" : "");
     const int positions[3] = {16, 256, maxT - 24 > 256 ? maxT - 24 : 257};
     double *ours = (double *)mallocCheck((size_t)steps * sizeof(double)), *theirs = (double *)mallocCheck((size_t)steps * sizeof(double));
     for (int k = 0; k < 3; k++) {
@@ -65,21 +92,18 @@ int main(int argc, char **argv) {
         int last = P - 1;
         gpt2_forward(&model, tokens, seq, pos, P, &last, 1);
         for (int t = 0; t < P; t++) { l2c_forward(&w, l2c_keys, l2c_values, scratch, l2c_logits, tokens[t], t, L, C, NH, maxT, Vp); }
-        for (int s = -1; s < steps; s++) { // the step at position P, again and again (it overwrites its own cache entry)
-            int zero = 0;
-            double t0 = wall_seconds();
-            gpt2_forward(&model, tokens + P, seq, pos + P, 1, &zero, 1);
-            double t1 = wall_seconds();
-            l2c_forward(&w, l2c_keys, l2c_values, scratch, l2c_logits, tokens[P], P, L, C, NH, maxT, Vp);
-            double t2 = wall_seconds();
-            if (s >= 0) { ours[s] = t1 - t0; theirs[s] = t2 - t1; }
-        }
+        time_steps(&model, &w, l2c_keys, l2c_values, scratch, l2c_logits, tokens, seq, pos, P, steps, ours, theirs);
         float diff = 0.0f;
         for (int v = 0; v < c.vocab_size; v++) { diff = fmaxf(diff, fabsf(model.logits[v] - l2c_logits[v])); }
-        qsort(ours, (size_t)steps, sizeof(double), compare_doubles);
-        qsort(theirs, (size_t)steps, sizeof(double), compare_doubles);
         double a = ours[steps / 2], b = theirs[steps / 2];
-        printf("| %8d | %10.2f | %17.2f | %13.1f | %20.1f | %7.2fx | %14.2e |\n", P, 1e3 * a, 1e3 * b, 1 / a, 1 / b, b / a, diff);
+        printf("| %8d | %10.2f | %17.2f | %13.1f | %20.1f | %7.2fx | %14.2e |", P, 1e3 * a, 1e3 * b, 1 / a, 1 / b, b / a, diff);
+        if (busy) {
+            busy_neighbour_start();
+            time_steps(&model, &w, l2c_keys, l2c_values, scratch, l2c_logits, tokens, seq, pos, P, steps, ours, theirs);
+            busy_neighbour_stop();
+            printf(" %16.2f | %23.2f |", 1e3 * ours[steps / 2], 1e3 * theirs[steps / 2]);
+        }
+        printf("\n");
         fflush(stdout);
     }
     return 0;
