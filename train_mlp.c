@@ -55,7 +55,7 @@ ACCUMULATES (+=) into its parameter gradients.
 #define PROGRAM "./train_mlp" // in messages: how the user runs this program
 
 // ----------------------------------------------------------------------------
-// utilities: checked calls, random numbers, timer, the matrix multiply
+// utilities: checked calls, random numbers, timer
 
 // --- begin shared-copy: check-macros ---
 // Every libc call that can fail goes through one of these wrappers. On failure each prints one
@@ -184,6 +184,232 @@ void set_omp_wait_policy(char **argv) {
 #endif
 }
 // --- end shared-copy: omp-wait-policy ---
+
+// ----------------------------------------------------------------------------
+// data: Fashion-MNIST's gzip'd idx files
+
+// --- begin shared-copy: mlp-data ---
+// idx: a big-endian header (magic, then one uint32 per dimension), then the
+// data as unsigned bytes. 2051 = images (n, rows, cols), 2049 = labels (n).
+#define IDX_IMAGES 2051
+#define IDX_LABELS 2049
+#define DATA_HINT "HINT: apt-get install dataset-fashion-mnist (Debian), or download the four *-ubyte.gz files of Fashion-MNIST into a folder and pass it with -d"
+#define NUM_CLASSES 10
+static const char *CLASS_NAMES[NUM_CLASSES] = {"T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
+                                               "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot"};
+
+// Read exactly n bytes from a gzip stream, or exit naming the file.
+static void gz_read_exact(gzFile gz, void *buf, size_t n, const char *path, const char *what) {
+    size_t got = 0;
+    while (got < n) {
+        unsigned chunk = n - got > (1u << 30) ? (1u << 30) : (unsigned)(n - got);
+        int r = gzread(gz, (char *)buf + got, chunk);
+        if (r <= 0) {
+            int err;
+            const char *msg = gzerror(gz, &err);
+            fprintf(stderr, "Error: %s: %s after %zu of %zu bytes of %s%s%s\n%s\n", path,
+                    r == 0 ? "file ends" : "cannot decompress", got, n, what, err != Z_OK ? ": " : "",
+                    err != Z_OK ? msg : "", DATA_HINT);
+            exit(EXIT_FAILURE);
+        }
+        got += (size_t)r;
+    }
+}
+
+// Load one idx.gz file; dims receives its dimensions (3 for images, 1 for labels).
+static uint8_t *load_idx_gz(const char *path, int magic, int ndims, uint32_t *dims) {
+    gzFile gz = gzopen(path, "rb");
+    if (gz == NULL) {
+        fprintf(stderr, "Error: cannot open '%s': %s\n%s\n", path, errno ? strerror(errno) : "out of memory", DATA_HINT);
+        exit(EXIT_FAILURE);
+    }
+    uint8_t header[16];
+    gz_read_exact(gz, header, 4 + 4 * (size_t)ndims, path, "the idx header");
+    uint32_t found = (uint32_t)header[0] << 24 | (uint32_t)header[1] << 16 | (uint32_t)header[2] << 8 | header[3];
+    if (found != (uint32_t)magic) {
+        fprintf(stderr, "Error: %s: bad idx magic number: expected %d (%s), found %u\n%s\n", path, magic,
+                magic == IDX_IMAGES ? "images" : "labels", found, DATA_HINT);
+        exit(EXIT_FAILURE);
+    }
+    size_t total = 1;
+    for (int d = 0; d < ndims; d++) {
+        const uint8_t *h = header + 4 + 4 * d;
+        dims[d] = (uint32_t)h[0] << 24 | (uint32_t)h[1] << 16 | (uint32_t)h[2] << 8 | h[3];
+        total *= dims[d] < (1u << 24) ? dims[d] : 0; // each dimension below 2^24: no product can overflow
+    }
+    // checked before allocating anything: a corrupt header must not ask for gigabytes
+    if (total == 0 || dims[0] > 10000000u || (ndims == 3 && (dims[1] != 28 || dims[2] != 28))) {
+        fprintf(stderr, "Error: %s: idx dimensions", path);
+        for (int d = 0; d < ndims; d++) { fprintf(stderr, " %u", dims[d]); }
+        fprintf(stderr, " do not fit Fashion-MNIST (up to 10^7 %s)\n%s\n", ndims == 3 ? "28x28 images" : "labels", DATA_HINT);
+        exit(EXIT_FAILURE);
+    }
+    uint8_t *data = (uint8_t *)mallocCheck(total);
+    gz_read_exact(gz, data, total, path, "data");
+    char extra;
+    int r = gzread(gz, &extra, 1);
+    if (r != 0) {
+        int err;
+        fprintf(stderr, "Error: %s: %s\n%s\n", path, r > 0 ? "more data than its header says: corrupt" : gzerror(gz, &err), DATA_HINT);
+        exit(EXIT_FAILURE);
+    }
+    gzclose(gz);
+    return data;
+}
+
+typedef struct {
+    size_t n;          // number of images
+    size_t dim;        // pixels per image: 784
+    uint8_t *pixels;   // (n, dim)
+    uint8_t *labels;   // (n)
+} Dataset;
+
+// Load images + labels of one split ("train" or "t10k") from dir, checking that
+// they agree with each other and with what the network expects.
+void dataset_load(Dataset *ds, const char *dir, const char *split) {
+    char ipath[4096], lpath[4096];
+    snprintf(ipath, sizeof(ipath), "%s/%s-images-idx3-ubyte.gz", dir, split);
+    snprintf(lpath, sizeof(lpath), "%s/%s-labels-idx1-ubyte.gz", dir, split);
+    uint32_t idims[3], ldims[1];
+    ds->pixels = load_idx_gz(ipath, IDX_IMAGES, 3, idims);
+    ds->labels = load_idx_gz(lpath, IDX_LABELS, 1, ldims);
+    if (idims[0] != ldims[0]) {
+        fprintf(stderr, "Error: %s has %u images but %s has %u labels\n%s\n", ipath, idims[0], lpath, ldims[0], DATA_HINT);
+        exit(EXIT_FAILURE);
+    }
+    ds->n = idims[0];
+    ds->dim = (size_t)idims[1] * idims[2];
+    for (size_t i = 0; i < ds->n; i++) {
+        if (ds->labels[i] >= NUM_CLASSES) {
+            fprintf(stderr, "Error: %s: label %zu is %d, not a class 0..9\n%s\n", lpath, i, ds->labels[i], DATA_HINT);
+            exit(EXIT_FAILURE);
+        }
+    }
+}
+
+void dataset_free(Dataset *ds) {
+    free(ds->pixels);
+    free(ds->labels);
+}
+
+// Inputs as the network sees them: pixel / 255, in [0, 1].
+static void gather_batch(float *x, int *y, const Dataset *ds, const size_t *indices, size_t B) {
+    for (size_t b = 0; b < B; b++) {
+        const uint8_t *img = ds->pixels + indices[b] * ds->dim;
+        for (size_t i = 0; i < ds->dim; i++) { x[b * ds->dim + i] = img[i] * (1.0f / 255.0f); }
+        y[b] = ds->labels[indices[b]];
+    }
+}
+// --- end shared-copy: mlp-data ---
+
+// --- begin shared-copy: permutation ---
+// a random permutation of 0..n-1 (Fisher-Yates) from its own random stream
+static void random_permutation(size_t *order, size_t n, uint64_t key) {
+    for (size_t i = 0; i < n; i++) { order[i] = i; }
+    uint64_t state = key;
+    for (size_t i = n; i > 1; i--) {
+        size_t j = (size_t)(rng_next(&state) % i);
+        size_t tmp = order[i - 1];
+        order[i - 1] = order[j];
+        order[j] = tmp;
+    }
+}
+// --- end shared-copy: permutation ---
+
+// ----------------------------------------------------------------------------
+// the layers, forward and backward
+
+// The matrix multiply the linear layers call, a blocked GEMM (the same code as
+// train_gpt2.c's: most of the time goes there), comes after the layers, in its own
+// section: first what each layer computes, then how it is made fast.
+static void gemm(float *C, size_t c_rs, size_t c_cs, const float *A, size_t a_rs, size_t a_cs,
+                 const float *B, size_t b_rs, size_t b_cs, int M, int N, int K, int accumulate);
+
+// out (B, OUT) = inp (B, IN) @ weight^T + bias, weight (OUT, IN) as in nn.Linear
+void linear_forward(float *out, const float *inp, const float *weight, const float *bias, size_t B, size_t IN, size_t OUT) {
+    #pragma omp parallel for if (B * OUT > 65536)
+    for (size_t b = 0; b < B; b++) {
+        for (size_t o = 0; o < OUT; o++) { out[b * OUT + o] = bias[o]; }
+    }
+    gemm(out, OUT, 1, inp, IN, 1, weight, 1, IN, (int)B, (int)OUT, (int)IN, 1);
+}
+
+// dinp (B, IN) = dout @ weight (written, skipped when dinp is NULL: the input
+// layer needs no gradient); dweight += dout^T @ inp; dbias += column sums of dout
+void linear_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
+                     const float *weight, size_t B, size_t IN, size_t OUT) {
+    if (dinp != NULL) { gemm(dinp, IN, 1, dout, OUT, 1, weight, IN, 1, (int)B, (int)IN, (int)OUT, 0); }
+    gemm(dweight, IN, 1, dout, 1, OUT, inp, IN, 1, (int)OUT, (int)IN, (int)B, 1);
+    // column sums, walking along rows (64 columns at a time) rather than down columns
+    #pragma omp parallel for if (B * OUT > 65536)
+    for (size_t o0 = 0; o0 < OUT; o0 += 64) {
+        size_t width = OUT - o0 < 64 ? OUT - o0 : 64;
+        float sum[64] = {0};
+        for (size_t b = 0; b < B; b++) {
+            for (size_t o = 0; o < width; o++) { sum[o] += dout[b * OUT + o0 + o]; }
+        }
+        for (size_t o = 0; o < width; o++) { dbias[o0 + o] += sum[o]; }
+    }
+}
+
+enum { ACT_RELU, ACT_TANH };
+
+// the non-linearity between layers, elementwise: ReLU max(0, z) or tanh(z)
+void activation_forward(float *out, const float *inp, size_t N, int act) {
+    #pragma omp parallel for if (N > 65536)
+    for (size_t i = 0; i < N; i++) { out[i] = act == ACT_RELU ? (inp[i] > 0.0f ? inp[i] : 0.0f) : tanhf(inp[i]); }
+}
+
+// dinp = dout * act'(z): ReLU' is 1 where z > 0 (0 at the kink, as PyTorch),
+// tanh' = 1 - tanh(z)^2, computed from the saved output
+void activation_backward(float *dinp, const float *dout, const float *inp, const float *out, size_t N, int act) {
+    #pragma omp parallel for if (N > 65536)
+    for (size_t i = 0; i < N; i++) {
+        dinp[i] = act == ACT_RELU ? (inp[i] > 0.0f ? dout[i] : 0.0f) : dout[i] * (1.0f - out[i] * out[i]);
+    }
+}
+
+// Inverted dropout (Srivastava et al. 2014): keep each unit with probability
+// 1-p and scale the kept ones by 1/(1-p), so nothing changes at evaluation time.
+// The mask is stored (0 or 1/(1-p)) for the backward pass.
+void dropout_forward(float *out, float *mask, const float *inp, size_t N, float p, uint64_t key) {
+    float scale = 1.0f / (1.0f - p);
+    #pragma omp parallel for if (N > 65536)
+    for (size_t i = 0; i < N; i++) {
+        mask[i] = rng_uniform_at(key, i) >= p ? scale : 0.0f;
+        out[i] = inp[i] * mask[i];
+    }
+}
+
+// Softmax + cross-entropy, mean over the batch. Subtracting the row's max before
+// exp keeps it from overflowing; log-sum-exp gives the loss without log(0).
+// Writes dlogits = (softmax - onehot) / B and returns the mean loss; counts the
+// correct predictions into *correct.
+float softmax_crossentropy(float *dlogits, float *probs, const float *logits, const int *labels, size_t B, size_t K,
+                           int *correct) {
+    double loss = 0.0;
+    int right = 0;
+    for (size_t b = 0; b < B; b++) {
+        const float *z = logits + b * K;
+        float *p = probs + b * K;
+        size_t argmax = 0;
+        for (size_t k = 1; k < K; k++) { if (z[k] > z[argmax]) { argmax = k; } }
+        double sum = 0.0;
+        for (size_t k = 0; k < K; k++) { sum += exp((double)z[k] - z[argmax]); }
+        double logsumexp = z[argmax] + log(sum);
+        loss += logsumexp - z[labels[b]];
+        for (size_t k = 0; k < K; k++) { p[k] = (float)exp(z[k] - logsumexp); }
+        if (dlogits != NULL) {
+            for (size_t k = 0; k < K; k++) { dlogits[b * K + k] = (p[k] - (k == (size_t)labels[b] ? 1.0f : 0.0f)) / (float)B; }
+        }
+        right += argmax == (size_t)labels[b];
+    }
+    if (correct != NULL) { *correct = right; }
+    return (float)(loss / B);
+}
+
+// ----------------------------------------------------------------------------
+// fast path: the blocked matrix multiply behind linear_forward and linear_backward
 
 // --- begin shared-copy: gemm ---
 // C(M,N) (+)= A(M,K) B(K,N), where every operand is addressed through a row
@@ -324,223 +550,6 @@ static void gemm(float *C, size_t c_rs, size_t c_cs, const float *A, size_t a_rs
     }
 }
 // --- end shared-copy: gemm ---
-
-// ----------------------------------------------------------------------------
-// data: Fashion-MNIST's gzip'd idx files
-
-// --- begin shared-copy: mlp-data ---
-// idx: a big-endian header (magic, then one uint32 per dimension), then the
-// data as unsigned bytes. 2051 = images (n, rows, cols), 2049 = labels (n).
-#define IDX_IMAGES 2051
-#define IDX_LABELS 2049
-#define DATA_HINT "HINT: apt-get install dataset-fashion-mnist (Debian), or download the four *-ubyte.gz files of Fashion-MNIST into a folder and pass it with -d"
-#define NUM_CLASSES 10
-static const char *CLASS_NAMES[NUM_CLASSES] = {"T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
-                                               "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot"};
-
-// Read exactly n bytes from a gzip stream, or exit naming the file.
-static void gz_read_exact(gzFile gz, void *buf, size_t n, const char *path, const char *what) {
-    size_t got = 0;
-    while (got < n) {
-        unsigned chunk = n - got > (1u << 30) ? (1u << 30) : (unsigned)(n - got);
-        int r = gzread(gz, (char *)buf + got, chunk);
-        if (r <= 0) {
-            int err;
-            const char *msg = gzerror(gz, &err);
-            fprintf(stderr, "Error: %s: %s after %zu of %zu bytes of %s%s%s\n%s\n", path,
-                    r == 0 ? "file ends" : "cannot decompress", got, n, what, err != Z_OK ? ": " : "",
-                    err != Z_OK ? msg : "", DATA_HINT);
-            exit(EXIT_FAILURE);
-        }
-        got += (size_t)r;
-    }
-}
-
-// Load one idx.gz file; dims receives its dimensions (3 for images, 1 for labels).
-static uint8_t *load_idx_gz(const char *path, int magic, int ndims, uint32_t *dims) {
-    gzFile gz = gzopen(path, "rb");
-    if (gz == NULL) {
-        fprintf(stderr, "Error: cannot open '%s': %s\n%s\n", path, errno ? strerror(errno) : "out of memory", DATA_HINT);
-        exit(EXIT_FAILURE);
-    }
-    uint8_t header[16];
-    gz_read_exact(gz, header, 4 + 4 * (size_t)ndims, path, "the idx header");
-    uint32_t found = (uint32_t)header[0] << 24 | (uint32_t)header[1] << 16 | (uint32_t)header[2] << 8 | header[3];
-    if (found != (uint32_t)magic) {
-        fprintf(stderr, "Error: %s: bad idx magic number: expected %d (%s), found %u\n%s\n", path, magic,
-                magic == IDX_IMAGES ? "images" : "labels", found, DATA_HINT);
-        exit(EXIT_FAILURE);
-    }
-    size_t total = 1;
-    for (int d = 0; d < ndims; d++) {
-        const uint8_t *h = header + 4 + 4 * d;
-        dims[d] = (uint32_t)h[0] << 24 | (uint32_t)h[1] << 16 | (uint32_t)h[2] << 8 | h[3];
-        total *= dims[d] < (1u << 24) ? dims[d] : 0; // each dimension below 2^24: no product can overflow
-    }
-    // checked before allocating anything: a corrupt header must not ask for gigabytes
-    if (total == 0 || dims[0] > 10000000u || (ndims == 3 && (dims[1] != 28 || dims[2] != 28))) {
-        fprintf(stderr, "Error: %s: idx dimensions", path);
-        for (int d = 0; d < ndims; d++) { fprintf(stderr, " %u", dims[d]); }
-        fprintf(stderr, " do not fit Fashion-MNIST (up to 10^7 %s)\n%s\n", ndims == 3 ? "28x28 images" : "labels", DATA_HINT);
-        exit(EXIT_FAILURE);
-    }
-    uint8_t *data = (uint8_t *)mallocCheck(total);
-    gz_read_exact(gz, data, total, path, "data");
-    char extra;
-    int r = gzread(gz, &extra, 1);
-    if (r != 0) {
-        int err;
-        fprintf(stderr, "Error: %s: %s\n%s\n", path, r > 0 ? "more data than its header says: corrupt" : gzerror(gz, &err), DATA_HINT);
-        exit(EXIT_FAILURE);
-    }
-    gzclose(gz);
-    return data;
-}
-
-typedef struct {
-    size_t n;          // number of images
-    size_t dim;        // pixels per image: 784
-    uint8_t *pixels;   // (n, dim)
-    uint8_t *labels;   // (n)
-} Dataset;
-
-// Load images + labels of one split ("train" or "t10k") from dir, checking that
-// they agree with each other and with what the network expects.
-void dataset_load(Dataset *ds, const char *dir, const char *split) {
-    char ipath[4096], lpath[4096];
-    snprintf(ipath, sizeof(ipath), "%s/%s-images-idx3-ubyte.gz", dir, split);
-    snprintf(lpath, sizeof(lpath), "%s/%s-labels-idx1-ubyte.gz", dir, split);
-    uint32_t idims[3], ldims[1];
-    ds->pixels = load_idx_gz(ipath, IDX_IMAGES, 3, idims);
-    ds->labels = load_idx_gz(lpath, IDX_LABELS, 1, ldims);
-    if (idims[0] != ldims[0]) {
-        fprintf(stderr, "Error: %s has %u images but %s has %u labels\n%s\n", ipath, idims[0], lpath, ldims[0], DATA_HINT);
-        exit(EXIT_FAILURE);
-    }
-    ds->n = idims[0];
-    ds->dim = (size_t)idims[1] * idims[2];
-    for (size_t i = 0; i < ds->n; i++) {
-        if (ds->labels[i] >= NUM_CLASSES) {
-            fprintf(stderr, "Error: %s: label %zu is %d, not a class 0..9\n%s\n", lpath, i, ds->labels[i], DATA_HINT);
-            exit(EXIT_FAILURE);
-        }
-    }
-}
-
-void dataset_free(Dataset *ds) {
-    free(ds->pixels);
-    free(ds->labels);
-}
-
-// Inputs as the network sees them: pixel / 255, in [0, 1].
-static void gather_batch(float *x, int *y, const Dataset *ds, const size_t *indices, size_t B) {
-    for (size_t b = 0; b < B; b++) {
-        const uint8_t *img = ds->pixels + indices[b] * ds->dim;
-        for (size_t i = 0; i < ds->dim; i++) { x[b * ds->dim + i] = img[i] * (1.0f / 255.0f); }
-        y[b] = ds->labels[indices[b]];
-    }
-}
-// --- end shared-copy: mlp-data ---
-
-// --- begin shared-copy: permutation ---
-// a random permutation of 0..n-1 (Fisher-Yates) from its own random stream
-static void random_permutation(size_t *order, size_t n, uint64_t key) {
-    for (size_t i = 0; i < n; i++) { order[i] = i; }
-    uint64_t state = key;
-    for (size_t i = n; i > 1; i--) {
-        size_t j = (size_t)(rng_next(&state) % i);
-        size_t tmp = order[i - 1];
-        order[i - 1] = order[j];
-        order[j] = tmp;
-    }
-}
-// --- end shared-copy: permutation ---
-
-// ----------------------------------------------------------------------------
-// the layers, forward and backward
-
-// out (B, OUT) = inp (B, IN) @ weight^T + bias, weight (OUT, IN) as in nn.Linear
-void linear_forward(float *out, const float *inp, const float *weight, const float *bias, size_t B, size_t IN, size_t OUT) {
-    #pragma omp parallel for if (B * OUT > 65536)
-    for (size_t b = 0; b < B; b++) {
-        for (size_t o = 0; o < OUT; o++) { out[b * OUT + o] = bias[o]; }
-    }
-    gemm(out, OUT, 1, inp, IN, 1, weight, 1, IN, (int)B, (int)OUT, (int)IN, 1);
-}
-
-// dinp (B, IN) = dout @ weight (written, skipped when dinp is NULL: the input
-// layer needs no gradient); dweight += dout^T @ inp; dbias += column sums of dout
-void linear_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
-                     const float *weight, size_t B, size_t IN, size_t OUT) {
-    if (dinp != NULL) { gemm(dinp, IN, 1, dout, OUT, 1, weight, IN, 1, (int)B, (int)IN, (int)OUT, 0); }
-    gemm(dweight, IN, 1, dout, 1, OUT, inp, IN, 1, (int)OUT, (int)IN, (int)B, 1);
-    // column sums, walking along rows (64 columns at a time) rather than down columns
-    #pragma omp parallel for if (B * OUT > 65536)
-    for (size_t o0 = 0; o0 < OUT; o0 += 64) {
-        size_t width = OUT - o0 < 64 ? OUT - o0 : 64;
-        float sum[64] = {0};
-        for (size_t b = 0; b < B; b++) {
-            for (size_t o = 0; o < width; o++) { sum[o] += dout[b * OUT + o0 + o]; }
-        }
-        for (size_t o = 0; o < width; o++) { dbias[o0 + o] += sum[o]; }
-    }
-}
-
-enum { ACT_RELU, ACT_TANH };
-
-// the non-linearity between layers, elementwise: ReLU max(0, z) or tanh(z)
-void activation_forward(float *out, const float *inp, size_t N, int act) {
-    #pragma omp parallel for if (N > 65536)
-    for (size_t i = 0; i < N; i++) { out[i] = act == ACT_RELU ? (inp[i] > 0.0f ? inp[i] : 0.0f) : tanhf(inp[i]); }
-}
-
-// dinp = dout * act'(z): ReLU' is 1 where z > 0 (0 at the kink, as PyTorch),
-// tanh' = 1 - tanh(z)^2, computed from the saved output
-void activation_backward(float *dinp, const float *dout, const float *inp, const float *out, size_t N, int act) {
-    #pragma omp parallel for if (N > 65536)
-    for (size_t i = 0; i < N; i++) {
-        dinp[i] = act == ACT_RELU ? (inp[i] > 0.0f ? dout[i] : 0.0f) : dout[i] * (1.0f - out[i] * out[i]);
-    }
-}
-
-// Inverted dropout (Srivastava et al. 2014): keep each unit with probability
-// 1-p and scale the kept ones by 1/(1-p), so nothing changes at evaluation time.
-// The mask is stored (0 or 1/(1-p)) for the backward pass.
-void dropout_forward(float *out, float *mask, const float *inp, size_t N, float p, uint64_t key) {
-    float scale = 1.0f / (1.0f - p);
-    #pragma omp parallel for if (N > 65536)
-    for (size_t i = 0; i < N; i++) {
-        mask[i] = rng_uniform_at(key, i) >= p ? scale : 0.0f;
-        out[i] = inp[i] * mask[i];
-    }
-}
-
-// Softmax + cross-entropy, mean over the batch. Subtracting the row's max before
-// exp keeps it from overflowing; log-sum-exp gives the loss without log(0).
-// Writes dlogits = (softmax - onehot) / B and returns the mean loss; counts the
-// correct predictions into *correct.
-float softmax_crossentropy(float *dlogits, float *probs, const float *logits, const int *labels, size_t B, size_t K,
-                           int *correct) {
-    double loss = 0.0;
-    int right = 0;
-    for (size_t b = 0; b < B; b++) {
-        const float *z = logits + b * K;
-        float *p = probs + b * K;
-        size_t argmax = 0;
-        for (size_t k = 1; k < K; k++) { if (z[k] > z[argmax]) { argmax = k; } }
-        double sum = 0.0;
-        for (size_t k = 0; k < K; k++) { sum += exp((double)z[k] - z[argmax]); }
-        double logsumexp = z[argmax] + log(sum);
-        loss += logsumexp - z[labels[b]];
-        for (size_t k = 0; k < K; k++) { p[k] = (float)exp(z[k] - logsumexp); }
-        if (dlogits != NULL) {
-            for (size_t k = 0; k < K; k++) { dlogits[b * K + k] = (p[k] - (k == (size_t)labels[b] ? 1.0f : 0.0f)) / (float)B; }
-        }
-        right += argmax == (size_t)labels[b];
-    }
-    if (correct != NULL) { *correct = right; }
-    return (float)(loss / B);
-}
 
 // ----------------------------------------------------------------------------
 // the model
