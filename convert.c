@@ -1103,6 +1103,8 @@ static int hf_shard(HfWeights *h, const char *dir, const char *name) {
     return h->num++;
 }
 
+static int compare_names(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
 static void hf_weights_open(HfWeights *h, const char *dir, const char *hint) {
     memset(h, 0, sizeof(*h));
     h->paths = (char (*)[MAX_PATH_LEN])mallocCheck((size_t)HF_MAX_SHARDS * MAX_PATH_LEN);
@@ -1138,20 +1140,31 @@ static void hf_weights_open(HfWeights *h, const char *dir, const char *hint) {
     }
     h->st = (SafeTensors *)mallocCheck((size_t)h->num * sizeof(SafeTensors));
     for (int s = 0; s < h->num; s++) { safetensors_open(&h->st[s], h->paths[s], hint); }
-    // every tensor in the shard the index names; every tensor of every shard in the index
-    int listed = 0;
+    // every tensor in the shard the index names, named once; every tensor of every shard in the index
+    char **names = (char **)mallocCheck((size_t)entries * sizeof(char *));
     at = map + 1;
     for (int e = 0; e < entries; e++, at = j.tokens[at + 1].next) {
         json_string(&j, at, name, sizeof(name));
         if (safetensors_find(&h->st[shard_of[e]], name) == NULL) {
             die_file(index, hint, "says tensor %s is in %s, which has no such tensor", name, h->paths[shard_of[e]]);
         }
+        names[e] = strdup(name);
+        if (names[e] == NULL) { die_file(index, NULL, "out of memory"); }
     }
-    for (int s = 0; s < h->num; s++) { listed += h->st[s].num; }
-    if (listed != entries) { // (an entry names each tensor once, and each was found where it says)
-        die_file(index, hint, "lists %d tensors, its %d shards hold %d: a tensor in two shards, or one the index leaves out",
-                 entries, h->num, listed);
+    qsort(names, (size_t)entries, sizeof(char *), compare_names);
+    for (int e = 1; e < entries; e++) {
+        if (strcmp(names[e - 1], names[e]) == 0) { die_file(index, hint, "names tensor %s twice", names[e]); }
     }
+    for (int s = 0; s < h->num; s++) {
+        for (int i = 0; i < h->st[s].num; i++) {
+            const char *key = h->st[s].tensors[i].name;
+            if (bsearch(&key, names, (size_t)entries, sizeof(char *), compare_names) == NULL) {
+                die_file(index, hint, "leaves out tensor %s of %s", key, h->paths[s]);
+            }
+        }
+    }
+    for (int e = 0; e < entries; e++) { free(names[e]); }
+    free(names);
     free(shard_of);
     json_free(&j);
     free(text);
@@ -1174,7 +1187,7 @@ static size_t out_numel(const OutTensor *t) { return (size_t)t->dims[0] * (t->nd
 // Writes tensors [0, n) into one safetensors file, atomically. The header lists them in
 // order, with "__metadata__": {"format": "pt"} as transformers writes it, padded with
 // spaces to 8 bytes so the data is aligned.
-static void safetensors_write(const char *path, const OutTensor *t, int n, int bf16) {
+static void safetensors_write(const char *path, const OutTensor *t, int n, int bf16, int keep_tmp) {
     size_t element = bf16 ? 2 : 4, cap = 4096 + (size_t)n * 256, used = 0, offset = 0, largest = 1;
     char *header = (char *)mallocCheck(cap);
     used += (size_t)snprintf(header, cap, "{\"__metadata__\":{\"format\":\"pt\"}");
@@ -1218,7 +1231,7 @@ static void safetensors_write(const char *path, const OutTensor *t, int n, int b
     }
     ok = ok && fflush(fp) == 0 && fsync(fileno(fp)) == 0;
     ok = (fclose(fp) == 0) && ok;
-    if (!ok || rename(tmp, path) != 0) {
+    if (!ok || (!keep_tmp && rename(tmp, path) != 0)) {
         remove(tmp);
         die_file(path, NULL, "could not write it: %s (the previous file, if any, is untouched)", strerror(errno));
     }
@@ -1241,7 +1254,7 @@ static void hf_weights_write(const char *dir, const OutTensor *t, int n, int bf1
                  stale + strlen(dir) + 1, max_bytes > 0 ? "one file" : "sharded");
     }
     if (max_bytes == 0) {
-        safetensors_write(single, t, n, bf16);
+        safetensors_write(single, t, n, bf16, 0);
         return;
     }
     size_t element = bf16 ? 2 : 4;
@@ -1257,14 +1270,26 @@ static void hf_weights_write(const char *dir, const OutTensor *t, int n, int bf1
     size_t cap = 4096 + (size_t)n * 256, used = 0;
     char *json = (char *)mallocCheck(cap);
     used += (size_t)snprintf(json, cap, "{\n  \"metadata\": {\n    \"total_size\": %zu\n  },\n  \"weight_map\": {", total);
+    // Every shard is first written whole under a temporary name (a failure leaves the folder
+    // as it was, but for .tmp files). Only then does the old index go, the shards take their
+    // names, and the new index is written: an old index that names files of the same names
+    // must never point at a mix of old and new shards. (A crash between the removal and the
+    // new index leaves a folder without an index: an error to load, never a wrong model.)
     for (int s = 0; s < shards; s++) {
         char file[64], path[MAX_PATH_LEN];
         snprintf(file, sizeof(file), "model-%05d-of-%05d.safetensors", s + 1, shards);
         format_path(path, sizeof(path), "%s/%s", dir, file);
-        safetensors_write(path, t + first[s], first[s + 1] - first[s], bf16);
+        safetensors_write(path, t + first[s], first[s + 1] - first[s], bf16, 1);
         for (int i = first[s]; i < first[s + 1]; i++) {
             used += (size_t)snprintf(json + used, cap - used, "%s\n    \"%s\": \"%s\"", i ? "," : "", t[i].name, file);
         }
+    }
+    if (remove(index) != 0 && errno != ENOENT) { die_file(index, NULL, "cannot replace it: %s", strerror(errno)); }
+    for (int s = 0; s < shards; s++) {
+        char path[MAX_PATH_LEN], tmp[MAX_PATH_LEN];
+        format_path(path, sizeof(path), "%s/model-%05d-of-%05d.safetensors", dir, s + 1, shards);
+        format_path(tmp, sizeof(tmp), "%s.tmp", path);
+        if (rename(tmp, path) != 0) { die_file(path, NULL, "cannot rename %s to it: %s", tmp, strerror(errno)); }
     }
     used += (size_t)snprintf(json + used, cap - used, "\n  }\n}\n");
     const void *bufs[1] = {json};
@@ -1563,12 +1588,13 @@ void gpt2_export_hf(const GPT2Weights *w, const char *dir, int bf16, size_t max_
 
 // Copies the tokenizer's two files from one folder to the other, renamed; each is checked
 // first (the vocabulary parses as a JSON object, the merges start with their #version line).
+// With to == NULL, only the check: main runs it before it writes anything.
 static void copy_tokenizer(const char *from, const char *to, int to_hf) {
     static const char *const ours[2] = {"/encoder.json", "/vocab.bpe"}, *const theirs[2] = {"/vocab.json", "/merges.txt"};
     for (int i = 0; i < 2; i++) {
-        char src[MAX_PATH_LEN], dst[MAX_PATH_LEN], err[512];
+        char src[MAX_PATH_LEN], dst[MAX_PATH_LEN], err[512] = "the top level is not an object";
         path_concat(src, from, to_hf ? ours[i] : theirs[i]);
-        path_concat(dst, to, to_hf ? theirs[i] : ours[i]);
+        path_concat(dst, to != NULL ? to : ".", to_hf ? theirs[i] : ours[i]);
         size_t len;
         uint8_t *text = read_whole_file(src, &len, "GPT-2's tokenizer: encoder.json + vocab.bpe (ours, in data/gpt2), "
                                         "vocab.json + merges.txt (a Hugging Face folder)");
@@ -1582,7 +1608,7 @@ static void copy_tokenizer(const char *from, const char *to, int to_hf) {
             die_file(src, NULL, "not a BPE merges file: it should start with a #version line");
         }
         const void *bufs[1] = {text};
-        write_file_atomic(dst, bufs, &len, 1);
+        if (to != NULL) { write_file_atomic(dst, bufs, &len, 1); }
         free(text);
     }
 }
@@ -1709,27 +1735,45 @@ int main(int argc, char **argv) {
     gpt2_weights_build(&w, o.input, (uint64_t)o.seed);
     GPT2Config c = w.config;
     int bf16 = strcmp(o.dtype, "bf16") == 0 || (strcmp(o.dtype, "auto") == 0 && w.from_bf16);
+    // the tokenizer's files, checked before anything is written: into a Hugging Face folder
+    // from -t (default data/gpt2, for a model with GPT-2's vocabulary, where that folder is
+    // here), from a Hugging Face folder into -t
+    const char *tok_from = NULL, *tok_to = NULL;
+    if (!to_checkpoint && (o.tokenizer != NULL || c.vocab_size == 50257)) {
+        struct stat ts;
+        tok_from = o.tokenizer != NULL ? o.tokenizer : "data/gpt2";
+        if (o.tokenizer == NULL && stat("data/gpt2/encoder.json", &ts) != 0) {
+            fprintf(stderr, "note: no data/gpt2/ here: %s gets no tokenizer files (-t names GPT-2's tokenizer folder)\n", o.output);
+            tok_from = NULL;
+        }
+        tok_to = o.output;
+    } else if (to_checkpoint && from_hf && o.tokenizer != NULL) {
+        tok_from = o.input;
+        tok_to = o.tokenizer;
+    } else if (o.tokenizer != NULL) {
+        usage_error("-t goes with a Hugging Face folder: as the output, or as the input of a checkpoint (not %s)", o.input);
+    }
+    if (tok_from != NULL) { copy_tokenizer(tok_from, NULL, !to_checkpoint); }
     fprintf(stderr, "read %s: GPT-2, L=%d C=%d NH=%d V=%d maxT=%d, %zu parameters%s\n", o.input, c.num_layers, c.channels,
             c.num_heads, c.vocab_size, c.max_seq_len, gpt2_count_parameters(c), w.from_bf16 ? " (bf16)" : "");
     if (to_checkpoint) {
         gpt2_save_checkpoint(&w, o.output, bf16);
         fprintf(stderr, "wrote %s (llm.c checkpoint, version %d: %s)\n", o.output, bf16 ? MODEL_VERSION_BF16 : MODEL_VERSION_FP32,
                 bf16 ? "bf16" : "fp32");
-        if (from_hf && o.tokenizer != NULL) {
-            if (mkdir(o.tokenizer, 0777) != 0 && errno != EEXIST) { die_file(o.tokenizer, NULL, "cannot create the folder: %s", strerror(errno)); }
-            copy_tokenizer(o.input, o.tokenizer, 0);
-            fprintf(stderr, "wrote %s/encoder.json and %s/vocab.bpe\n", o.tokenizer, o.tokenizer);
+        if (tok_from != NULL) {
+            if (mkdir(tok_to, 0777) != 0 && errno != EEXIST) { die_file(tok_to, NULL, "cannot create the folder: %s", strerror(errno)); }
+            copy_tokenizer(tok_from, tok_to, 0);
+            fprintf(stderr, "wrote %s/encoder.json and %s/vocab.bpe\n", tok_to, tok_to);
         }
     } else {
         gpt2_export_hf(&w, o.output, bf16, o.shard_bytes);
         fprintf(stderr, "wrote %s/config.json and the weights (%s%s)\n", o.output, bf16 ? "BF16" : "F32",
                 o.shard_bytes > 0 ? ", sharded" : "");
         // the tokenizer, where the model has GPT-2's vocabulary (our own models of other
-        // vocabularies have no tokenizer files to give)
-        const char *tok = o.tokenizer != NULL ? o.tokenizer : "data/gpt2";
-        if (c.vocab_size == 50257 || o.tokenizer != NULL) {
-            copy_tokenizer(tok, o.output, 1);
-            fprintf(stderr, "wrote %s/vocab.json and %s/merges.txt (from %s)\n", o.output, o.output, tok);
+        // vocabularies have no tokenizer files to give) or -t names one
+        if (tok_from != NULL) {
+            copy_tokenizer(tok_from, tok_to, 1);
+            fprintf(stderr, "wrote %s/vocab.json and %s/merges.txt (from %s)\n", tok_to, tok_to, tok_from);
         }
     }
     gpt2_weights_free(&w);

@@ -492,7 +492,8 @@ static void test_bad_files(const char *tmp) {
     struct { const char *name, *from, *to, *drop, *expect; } shards[] = {
         {"shards: a shard missing", NULL, NULL, "model-00002-of-00003.safetensors", "cannot read it"},
         {"shards: a tensor in another shard", "\"wte.weight\": \"model-00003", "\"wte.weight\": \"model-00001", NULL, "which has no such tensor"},
-        {"shards: a tensor the index leaves out", "\"ln_f.bias\": \"model-00003-of-00003.safetensors\",", "", NULL, "the index leaves out"},
+        {"shards: a tensor the index leaves out", "\"ln_f.bias\": \"model-00003-of-00003.safetensors\",", "", NULL, "leaves out tensor ln_f.bias"},
+        {"shards: a tensor named twice, one left out", "\"wte.weight\": \"model-00003", "\"wpe.weight\": \"model-00003", NULL, "names tensor wpe.weight twice"},
         {"shards: a file outside the folder", "\"model-00003-of-00003.safetensors\"", "\"../model-00003-of-00003.safetensors\"", NULL, "a file in this folder"},
         {"shards: no weight_map", "weight_map", "weight_mop", NULL, "weight_map"},
         {"shards: the index is not JSON", "{", "{,", NULL, "JSON error"},

@@ -172,11 +172,17 @@ static inline double wall_seconds(void) {
 // libgomp reads its settings once, when it is loaded, before main runs; setting them
 // in main is too late. So main sets ours and starts the program over (exec of
 // /proc/self/exe, same arguments), unless the user chose (OMP_WAIT_POLICY or
-// GOMP_SPINCOUNT set: then we leave theirs alone). Where exec fails (no /proc), we
-// carry on with libgomp's default.
+// GOMP_SPINCOUNT set: then we leave theirs alone). Where exec fails (no /proc), or a
+// program is started by another name than its path (from $PATH), we carry on with
+// libgomp's default.
 void set_omp_wait_policy(char **argv) {
 #ifdef _OPENMP
     if (getenv("OMP_WAIT_POLICY") != NULL || getenv("GOMP_SPINCOUNT") != NULL) { return; }
+    // only where /proc/self/exe is this program: under valgrind or a loader run by hand it
+    // is the tool or ld.so, which would start something else (there, set the variable yourself)
+    struct stat self, named;
+    if (stat("/proc/self/exe", &self) != 0 || stat(argv[0], &named) != 0 || self.st_dev != named.st_dev ||
+        self.st_ino != named.st_ino) { return; }
     setenv("GOMP_SPINCOUNT", "10000", 1);
     execv("/proc/self/exe", argv);
 #else

@@ -66,5 +66,15 @@ cp -r "$TMP/hf" "$TMP/hf_keep"
 expect_error "shards into a folder that holds model.safetensors" "holds model.safetensors: a model in the other layout" "$BIN" -i d1 -o "$TMP/hf" -S 1M
 diff -r "$TMP/hf" "$TMP/hf_keep" > /dev/null && ok "... and the folder is as it was" || not_ok "the folder changed"
 
+# a sharded export over an older one with as many shards, failing half-way: the old model
+# stays whole (the new shards are renamed into place only when all are written)
+run -i d1 -s 1 -o "$TMP/sh" -S 4M && n=$(ls "$TMP/sh" | grep -c -- '-of-') && last=$(ls "$TMP/sh" | grep -- '-of-' | tail -1) &&
+    mkdir "$TMP/sh/$last.tmp" && ! run -i d1 -s 2 -o "$TMP/sh" -S 4M && rmdir "$TMP/sh/$last.tmp" &&
+    run -i "$TMP/sh" -o "$TMP/sh_back.bin" && run -i d1 -s 1 -o "$TMP/seed1.bin" && cmp -s "$TMP/sh_back.bin" "$TMP/seed1.bin" &&
+    ok "a sharded re-export that fails half-way leaves the old model whole ($n shards)" || not_ok "sharded re-export failure: a mixed model"
+expect_error "-t with a checkpoint in and out" "-t goes with a Hugging Face folder" "$BIN" -i $F/gpt2_tiny_model.bin -o "$TMP/t.bin" -t "$TMP/tok2"
+mkdir -p "$TMP/elsewhere" && (cd "$TMP/elsewhere" && "$BIN" -i d1 -o out > /dev/null 2> err) && grep -q "gets no tokenizer files" "$TMP/elsewhere/err" &&
+    [ -f "$TMP/elsewhere/out/model.safetensors" ] && ok "an export away from the repository: no data/gpt2 there, a note, no failure" || not_ok "export elsewhere"
+
 echo "$passed passed, $failed failed"
 [ $failed = 0 ]
