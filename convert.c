@@ -1661,12 +1661,15 @@ static void print_usage(const Options *d) {
     printf("  %s -i gpt2_124M.bin -o gpt2_124M_bf16.bin -d bf16    fp32 -> bf16\n", PROGRAM);
 }
 
+// --- begin shared-copy: usage-error ---
+// a bad flag: one line saying what is wrong, one saying where the flags are listed
 static void usage_error(const char *fmt, const char *arg) {
     fprintf(stderr, "Error: ");
     fprintf(stderr, fmt, arg);
     fprintf(stderr, "\nHINT: %s -h lists every flag\n", PROGRAM);
     exit(EXIT_FAILURE);
 }
+// --- end shared-copy: usage-error ---
 
 // --- begin shared-copy: parse-int ---
 // a whole-string integer in [lo, 2^31), or a usage error naming the flag

@@ -1684,12 +1684,15 @@ static void print_usage(const Options *d) {
     printf("Generated text goes to stdout; the model, timing and memory reports to stderr.\n");
 }
 
+// --- begin shared-copy: usage-error ---
+// a bad flag: one line saying what is wrong, one saying where the flags are listed
 static void usage_error(const char *fmt, const char *arg) {
     fprintf(stderr, "Error: ");
     fprintf(stderr, fmt, arg);
     fprintf(stderr, "\nHINT: %s -h lists every flag\n", PROGRAM);
     exit(EXIT_FAILURE);
 }
+// --- end shared-copy: usage-error ---
 // --- end shared-copy: infer-options ---
 
 // --- begin shared-copy: parse-int ---
@@ -1721,6 +1724,8 @@ static int parse_list(const char *s, int *out, int max) {
     return n;
 }
 
+// --- begin shared-copy: parse-float ---
+// a whole-string non-negative float, or a usage error naming the flag
 static float parse_float(const char *flag, const char *s) {
     char *end;
     errno = 0;
@@ -1732,6 +1737,7 @@ static float parse_float(const char *flag, const char *s) {
     }
     return v;
 }
+// --- end shared-copy: parse-float ---
 
 // The flags, checked. Defaults: transformers' generate() sampling defaults (temperature 1,
 // top-k 50, top-p 1).

@@ -2768,12 +2768,15 @@ static void print_usage(const Options *d) {
     printf("  -h            this help\n");
 }
 
+// --- begin shared-copy: usage-error ---
+// a bad flag: one line saying what is wrong, one saying where the flags are listed
 static void usage_error(const char *fmt, const char *arg) {
     fprintf(stderr, "Error: ");
     fprintf(stderr, fmt, arg);
     fprintf(stderr, "\nHINT: %s -h lists every flag\n", PROGRAM);
     exit(EXIT_FAILURE);
 }
+// --- end shared-copy: usage-error ---
 // --- end shared-copy: gpt2-options ---
 
 // --- begin shared-copy: parse-int ---
@@ -2816,6 +2819,7 @@ static int parse_device_flag(const char *flag, const char *value) {
 }
 
 // --- begin shared-copy: gpt2-main ---
+// --- begin shared-copy: parse-float ---
 // a whole-string non-negative float, or a usage error naming the flag
 static float parse_float(const char *flag, const char *s) {
     char *end;
@@ -2828,6 +2832,7 @@ static float parse_float(const char *flag, const char *s) {
     }
     return v;
 }
+// --- end shared-copy: parse-float ---
 
 // The flags. The defaults are the embedded default run. lr 1e-3 with a short warm-up suits
 // a 4-layer model (GPT-2 small trained at 6e-4); betas (0.9, 0.95) and weight decay 0.1

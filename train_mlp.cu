@@ -1502,12 +1502,15 @@ static void print_common_flags(void) {
     printf("  -h            this help\n");
 }
 
+// --- begin shared-copy: usage-error ---
+// a bad flag: one line saying what is wrong, one saying where the flags are listed
 static void usage_error(const char *fmt, const char *arg) {
     fprintf(stderr, "Error: ");
     fprintf(stderr, fmt, arg);
     fprintf(stderr, "\nHINT: %s -h lists every flag\n", PROGRAM);
     exit(EXIT_FAILURE);
 }
+// --- end shared-copy: usage-error ---
 // --- end shared-copy: mlp-cli ---
 
 // --- begin shared-copy: parse-int ---
