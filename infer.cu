@@ -31,10 +31,21 @@ Build and run:
 Without a GPU, make test runs this file through the CPU emulator (dev/emu) and compares
 it with infer.c. Debug builds add -DGUARD_BYTES=256 (guard bands after every tensor, below).
 
-The file follows infer.c's order, with the GPU part in one stretch where infer.c has its
-layers: precision, kernels, launchers; then the same model (its tables uploaded to the GPU),
-forward pass, sampling, generation, reports, prompts and main, and at the end the tokenizer
-and the JSON reader, as shared copies.
+How it reads against infer.c (diff the two: `diff infer.c infer.cu`): the same sections
+in the same order, the host code the same lines (shared copies, dev/README.md), and these
+differences only:
+  - the layers: where infer.c has its layers and their fast paths (CPU loops, the blocked
+    GEMM), this file has everything only the GPU needs, in one stretch: the precision
+    (floatX), then for each of infer.c's layer functions (encoder_forward,
+    layernorm_forward, linear_forward with its Epilogue, attention_forward,
+    argmax_forward) a kernel and a launcher of the same name and arguments; then the GPU's
+    memory: the cuBLAS handle and stream, one allocation per table of tensors, guard bands;
+  - the model: ForwardTensors is a floatX copy of the weights on the GPU (infer.c: the
+    loaded tensors themselves); allocating rows and cache fills DeviceTables; gpt2_build
+    uploads the weights; GPT2 holds the decode graphs, and host copies of logits and argmax;
+  - gpt2_forward: the same arguments and the same layers (gpt2_forward_layers, a shared
+    copy), around them the copies to and from the GPU, the decode graph, the guard checks.
+Everything from sampling to main, and the tokenizer and JSON reader at the end, is infer.c's.
 
 Sizes: as infer.c. B sequences, S positions of cache per sequence, N rows of a forward
 pass, NL rows with logits, C channels, NH heads, HS = C/NH, V, Vp, L, maxT.
@@ -71,7 +82,7 @@ pass, NL rows with logits, C channels, NH heads, HS = C/NH, V, Vp, L, maxT.
 
 
 // ----------------------------------------------------------------------------
-// utilities: checked calls, files, random numbers, time
+// utilities: checked calls, random numbers, time (the file helpers are with the models in)
 
 // --- begin shared-copy: check-macros ---
 // Every libc call that can fail goes through one of these wrappers. On failure each prints one
@@ -145,64 +156,6 @@ static void cublas_check(cublasStatus_t status, const char *file, int line) {
 }
 #define cublasCheck(status) cublas_check(status, __FILE__, __LINE__)
 // --- end shared-copy: cuda-check ---
-// --- begin shared-copy: file-helpers ---
-#define MAX_PATH_LEN 4096
-
-// Bad input (as opposed to a failing libc call) gets one line naming the file and the
-// problem, an optional HINT line saying what to do about it, and exit status 1.
-static void die_file(const char *path, const char *hint, const char *fmt, ...) {
-    va_list args;
-    va_start(args, fmt);
-    fprintf(stderr, "Error: %s: ", path);
-    vfprintf(stderr, fmt, args);
-    fprintf(stderr, "\n");
-    va_end(args);
-    if (hint != NULL) { fprintf(stderr, "HINT: %s\n", hint); }
-    exit(EXIT_FAILURE);
-}
-
-// out = a followed by b, for building file names; a name that does not fit is an error.
-static void path_concat(char out[], const char *a, const char *b) {
-    int n = snprintf(out, MAX_PATH_LEN, "%s%s", a, b);
-    if (n < 0 || n >= MAX_PATH_LEN) { die_file(a, NULL, "path is too long (over %d bytes)", MAX_PATH_LEN - 1); }
-}
-
-// Reads a whole file into memory (plus a terminating 0 byte that parsers may rely on).
-// We look at the path with access() and stat() first only to print a HINT with the error
-// (and because fopen happily opens a folder); fopenCheck stays the real check.
-static uint8_t *read_whole_file(const char *path, size_t *len, const char *hint) {
-    struct stat st;
-    if (access(path, R_OK) != 0) { die_file(path, hint, "cannot read it: %s", strerror(errno)); }
-    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) { die_file(path, hint, "is a folder, not a file"); }
-    FILE *f = fopenCheck(path, "rb");
-    if (fseek(f, 0, SEEK_END) != 0) { die_file(path, NULL, "cannot seek: %s", strerror(errno)); }
-    long size = ftell(f);
-    if (size < 0) { die_file(path, NULL, "cannot tell its size: %s", strerror(errno)); }
-    if (fseek(f, 0, SEEK_SET) != 0) { die_file(path, NULL, "cannot seek: %s", strerror(errno)); }
-    uint8_t *data = (uint8_t *)mallocCheck((size_t)size + 1);
-    freadCheck(data, 1, (size_t)size, f);
-    fcloseCheck(f);
-    data[size] = 0;
-    *len = (size_t)size;
-    return data;
-}
-
-// --- end shared-copy: file-helpers ---
-// --- begin shared-copy: format-path ---
-// snprintf into a path buffer, or exit if the path does not fit (a silently
-// truncated path would read or write the wrong file)
-static void format_path(char *out, size_t size, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void format_path(char *out, size_t size, const char *fmt, ...) {
-    va_list args;
-    va_start(args, fmt);
-    int n = vsnprintf(out, size, fmt, args);
-    va_end(args);
-    if (n < 0 || (size_t)n >= size) {
-        fprintf(stderr, "Error: a path is longer than %zu bytes: %.60s...\n", size - 1, out);
-        exit(EXIT_FAILURE);
-    }
-}
-// --- end shared-copy: format-path ---
 // --- begin shared-copy: splitmix-counter ---
 // One small generator for everything random: SplitMix64 (Steele, Lea, Flood 2014).
 // Used two ways. As a hash of a counter it gives random numbers that depend only
@@ -228,55 +181,12 @@ static inline double rng_normal_at(uint64_t key, uint64_t i) {
     return sqrt(-2.0 * log(1.0 - u1)) * cos(2.0 * M_PI * u2);
 }
 // --- end shared-copy: splitmix-counter ---
-// --- begin shared-copy: bf16-to-float ---
-// bf16 is the top half of a float: widening it is a shift.
-static inline float bf16_to_float(uint16_t h) {
-    uint32_t bits = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &bits, sizeof(f));
-    return f;
-}
-// --- end shared-copy: bf16-to-float ---
 
 static inline double wall_seconds(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec + 1e-9 * ts.tv_nsec;
 }
-
-// --- begin shared-copy: omp-wait-policy ---
-// How our OpenMP threads wait for each other. At the end of a parallel loop the threads
-// that are done wait at a barrier; libgomp's default makes them spin for up to 300,000
-// rounds (a millisecond or more) before they sleep. On an idle machine that is fast. But
-// when another process keeps the cores busy, a spinning thread holds a core that the
-// thread everyone waits for needs, and time slices are milliseconds long: with a busy
-// neighbour on both cores, a GPT-2 124M decode step took 10 times as long. So we spin
-// briefly (10,000 rounds), then sleep. Measured with ./dev/cpu/bench_infer (d12, decode
-// ms at positions 16/256/1000; 2-core Xeon VM, 2026-12-01, while a `make test` also ran):
-//   lightly loaded: default 27/29/34, GOMP_SPINCOUNT=10000 27/28/35, passive 32/32/39
-//   busy neighbour: default 330/914/375, GOMP_SPINCOUNT=10000 168/180/212, passive 141/148/183
-// Passive (never spin) is a little better under load, but 15% slower without it.
-// libgomp reads its settings once, when it is loaded, before main runs; setting them
-// in main is too late. So main sets ours and starts the program over (exec of
-// /proc/self/exe, same arguments), unless the user chose (OMP_WAIT_POLICY or
-// GOMP_SPINCOUNT set: then we leave theirs alone). Where exec fails (no /proc), or a
-// program is started by another name than its path (from $PATH), we carry on with
-// libgomp's default.
-void set_omp_wait_policy(char **argv) {
-#ifdef _OPENMP
-    if (getenv("OMP_WAIT_POLICY") != NULL || getenv("GOMP_SPINCOUNT") != NULL) { return; }
-    // only where /proc/self/exe is this program: under valgrind or a loader run by hand it
-    // is the tool or ld.so, which would start something else (there, set the variable yourself)
-    struct stat self, named;
-    if (stat("/proc/self/exe", &self) != 0 || stat(argv[0], &named) != 0 || self.st_dev != named.st_dev ||
-        self.st_ino != named.st_ino) { return; }
-    setenv("GOMP_SPINCOUNT", "10000", 1);
-    execv("/proc/self/exe", argv);
-#else
-    (void)argv;
-#endif
-}
-// --- end shared-copy: omp-wait-policy ---
 
 // where we run, for the reports
 static const char *hardware_name(void) {
@@ -295,6 +205,12 @@ static const char *hardware_name(void) {
 }
 
 // ----------------------------------------------------------------------------
+// the layers on the GPU: where infer.c has its layers and their fast paths, this file has
+// everything only the GPU needs, in one stretch: the precision; for each of infer.c's layer
+// functions a kernel and a launcher of the same name and arguments; the cuBLAS handle and
+// the stream they launch on; the GPU's memory (one allocation per table of tensors, with
+// guard bands in debug builds)
+
 // precision: floatX is what weights, the KV cache and matmul inputs are stored in
 
 #if defined(ENABLE_FP32)
@@ -314,7 +230,14 @@ __device__ __host__ inline float to_float(floatX x) { return (float)x; }
 __device__ __host__ inline floatX from_float(float x) { return (floatX)x; }
 
 // ----------------------------------------------------------------------------
-// the kernels
+// kernels and their launchers, in infer.c's order
+
+// every launch goes to main_stream, and cuBLAS's too (gpt2_build makes them: GPU memory, below)
+static cublasHandle_t cublas_handle;
+static cudaStream_t main_stream;
+
+#define BLOCK 256 // threads per block of the elementwise kernels
+static inline unsigned ceil_div(size_t n, size_t d) { return (unsigned)((n + d - 1) / d); }
 
 // --- begin shared-copy: gpu-reductions ---
 // sums and maxima across the 32 threads of a warp, every thread gets the result
@@ -356,6 +279,11 @@ __global__ void encoder_forward_kernel(float *residual, const int *tokens, const
     residual[i] = to_float(wte[(size_t)tokens[n] * C + c]) + to_float(wpe[(size_t)pos[n] * C + c]);
 }
 
+void encoder_forward(float *residual, const int *tokens, const int *pos, const floatX *wte, const floatX *wpe, int N, int C) {
+    encoder_forward_kernel<<<ceil_div((size_t)N * C, BLOCK), BLOCK, 0, main_stream>>>(residual, tokens, pos, wte, wpe, N, C);
+    cudaCheck(cudaGetLastError());
+}
+
 // LayerNorm of rows of the fp32 residual stream into floatX, a warp per row (two passes
 // for the variance, as infer.c). rows: which residual row each output row normalises
 // (the logit rows), or NULL for row n.
@@ -374,8 +302,15 @@ __global__ void layernorm_forward_kernel(floatX *out, const float *inp, const in
     for (int i = lane; i < C; i += 32) { o[i] = from_float((x[i] - m) * s * to_float(weight[i]) + to_float(bias[i])); }
 }
 
+void layernorm_forward(floatX *out, const float *inp, const int *rows, const floatX *weight, const floatX *bias,
+                       int N, int C) {
+    layernorm_forward_kernel<<<ceil_div(N, BLOCK / 32), BLOCK, 0, main_stream>>>(out, inp, rows, weight, bias, N, C);
+    cudaCheck(cudaGetLastError());
+}
+
+// --- begin shared-copy: infer-epilogue ---
 // What a linear layer does with out[n, o] = inp[n] . weight[o] (+ bias[o]): each layer of
-// the block has its own ending, fused into the matmul (or applied after cuBLAS).
+// the block has its own ending, fused into the matmul (or applied after a big one).
 enum { EPI_LOGITS, EPI_QKV, EPI_GELU, EPI_RESIDUAL };
 typedef struct {
     int kind;
@@ -424,6 +359,7 @@ static Epilogue epilogue_residual(const floatX *bias, float *residual) { // resi
     e.f32 = residual;
     return e;
 }
+// --- end shared-copy: infer-epilogue ---
 
 #define GELU_SCALE 0.7978845608028654f // sqrt(2/pi)
 
@@ -436,7 +372,7 @@ __device__ inline void epilogue_apply(const Epilogue e, int n, int o, int OC, fl
     } else if (e.kind == EPI_GELU) { // tanh approximation, as GPT-2 (and infer.c)
         e.x[(size_t)n * OC + o] = from_float(0.5f * v * (1.0f + tanhf(GELU_SCALE * (v + 0.044715f * v * v * v))));
     } else { // EPI_QKV: the query stays with the row, key and value go into the cache
-        int C = OC / 3, part = o / C, c = o % C;
+        int C = OC / 3, part = o < C ? 0 : o < 2 * C ? 1 : 2, c = o - part * C; // (no divisions in the inner loop)
         if (part == 0) {
             e.x[(size_t)n * C + c] = from_float(v);
         } else {
@@ -488,6 +424,36 @@ __global__ void epilogue_kernel(const float *scratch, Epilogue e, int N, int OC)
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (size_t)N * OC) { return; }
     epilogue_apply(e, (int)(i / OC), (int)(i % OC), OC, scratch[i]);
+}
+
+// A linear layer over N rows, out = inp (N, C) @ weight (OC, C)^T, then its epilogue:
+// decode's rows (up to GEMV_MAX_ROWS) through gemv_kernel, the epilogue fused; more rows
+// through cuBLAS into scratch (N, OC) fp32, then epilogue_kernel (the logits need none:
+// cuBLAS writes them in place). cuBLAS is column-major: the row-major out (N, OC) is its
+// out^T (OC x N) = weight^T (OC x C: the row-major weight read transposed) @ inp^T (C x N).
+void linear_forward(const floatX *inp, const floatX *weight, Epilogue e, float *scratch, int N, int C, int OC) {
+    unsigned blocks = ceil_div(OC, GEMV_WARPS), threads = GEMV_WARPS * 32;
+    // 16-byte loads need every row to start on 16 bytes: rows of C elements from aligned bases
+    int vectorized = C % VEC == 0 && (uintptr_t)inp % 16 == 0 && (uintptr_t)weight % 16 == 0;
+    switch (N) { // the row count a constant in each copy, so the accumulators live in registers
+    case 1: gemv_kernel<1><<<blocks, threads, 0, main_stream>>>(inp, weight, e, C, OC, vectorized); break;
+    case 2: gemv_kernel<2><<<blocks, threads, 0, main_stream>>>(inp, weight, e, C, OC, vectorized); break;
+    case 3: gemv_kernel<3><<<blocks, threads, 0, main_stream>>>(inp, weight, e, C, OC, vectorized); break;
+    case 4: gemv_kernel<4><<<blocks, threads, 0, main_stream>>>(inp, weight, e, C, OC, vectorized); break;
+    case 5: gemv_kernel<5><<<blocks, threads, 0, main_stream>>>(inp, weight, e, C, OC, vectorized); break;
+    case 6: gemv_kernel<6><<<blocks, threads, 0, main_stream>>>(inp, weight, e, C, OC, vectorized); break;
+    case 7: gemv_kernel<7><<<blocks, threads, 0, main_stream>>>(inp, weight, e, C, OC, vectorized); break;
+    case 8: gemv_kernel<8><<<blocks, threads, 0, main_stream>>>(inp, weight, e, C, OC, vectorized); break;
+    default: {
+        static const float one = 1.0f, zero = 0.0f; // static: a captured graph keeps pointers to them
+        int direct = e.kind == EPI_LOGITS && e.bias == NULL; // logits need no epilogue: straight into place
+        cublasCheck(cublasGemmEx(cublas_handle, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, &one, weight, CUBLAS_FLOATX, C, inp,
+                                 CUBLAS_FLOATX, C, &zero, direct ? e.f32 : scratch, CUDA_R_32F, OC, CUBLAS_COMPUTE_32F,
+                                 CUBLAS_GEMM_DEFAULT));
+        if (!direct) { epilogue_kernel<<<ceil_div((size_t)N * OC, BLOCK), BLOCK, 0, main_stream>>>(scratch, e, N, OC); }
+    }
+    }
+    cudaCheck(cudaGetLastError());
 }
 
 // Causal attention of row n (position pos[n] of sequence seq[n]) over its cached keys
@@ -546,6 +512,12 @@ __global__ void __launch_bounds__(ATT_BLOCK) attention_forward_kernel(floatX *ou
     }
 }
 
+void attention_forward(floatX *out, float *att, const floatX *q, const floatX *key_cache, const floatX *value_cache,
+                       const int *seq, const int *pos, int N, int S, int C, int NH) {
+    attention_forward_kernel<<<dim3(N, NH), ATT_BLOCK, 0, main_stream>>>(out, att, q, key_cache, value_cache, seq, pos, S, C, NH);
+    cudaCheck(cudaGetLastError());
+}
+
 // The most probable token of each logit row (the lowest id on ties, as infer.c): a block
 // per row, each thread a stride of the vocabulary, then a tree in shared memory.
 #define ARGMAX_BLOCK 256
@@ -575,39 +547,168 @@ __global__ void __launch_bounds__(ARGMAX_BLOCK) argmax_kernel(int *out, const fl
     if (threadIdx.x == 0) { out[blockIdx.x] = ids[0] == 0x7fffffff ? 0 : ids[0]; }
 }
 
-// ----------------------------------------------------------------------------
-// kernel launchers
-
-#define BLOCK 256 // threads per block of the elementwise kernels
-static inline unsigned ceil_div(size_t n, size_t d) { return (unsigned)((n + d - 1) / d); }
-
-// out = inp (N, C) @ weight (OC, C)^T, then the epilogue. scratch: (N, OC) fp32 for the
-// cuBLAS path (not needed for the logits, which cuBLAS writes in place). Row-major out^T = W inp^T is column-major out = ..., so cuBLAS sees
-// out (OC x N) = weight^T (OC x C, stored as C x OC column-major, transposed) @ inp (C x N).
-void linear_forward(cublasHandle_t cublas, cudaStream_t stream, const floatX *inp, const floatX *weight, Epilogue e,
-                    float *scratch, int N, int C, int OC) {
-    unsigned blocks = ceil_div(OC, GEMV_WARPS), threads = GEMV_WARPS * 32;
-    // 16-byte loads need every row to start on 16 bytes: rows of C elements from aligned bases
-    int vectorized = C % VEC == 0 && (uintptr_t)inp % 16 == 0 && (uintptr_t)weight % 16 == 0;
-    switch (N) { // the row count a constant in each copy, so the accumulators live in registers
-    case 1: gemv_kernel<1><<<blocks, threads, 0, stream>>>(inp, weight, e, C, OC, vectorized); break;
-    case 2: gemv_kernel<2><<<blocks, threads, 0, stream>>>(inp, weight, e, C, OC, vectorized); break;
-    case 3: gemv_kernel<3><<<blocks, threads, 0, stream>>>(inp, weight, e, C, OC, vectorized); break;
-    case 4: gemv_kernel<4><<<blocks, threads, 0, stream>>>(inp, weight, e, C, OC, vectorized); break;
-    case 5: gemv_kernel<5><<<blocks, threads, 0, stream>>>(inp, weight, e, C, OC, vectorized); break;
-    case 6: gemv_kernel<6><<<blocks, threads, 0, stream>>>(inp, weight, e, C, OC, vectorized); break;
-    case 7: gemv_kernel<7><<<blocks, threads, 0, stream>>>(inp, weight, e, C, OC, vectorized); break;
-    case 8: gemv_kernel<8><<<blocks, threads, 0, stream>>>(inp, weight, e, C, OC, vectorized); break;
-    default: {
-        static const float one = 1.0f, zero = 0.0f; // static: a captured graph keeps pointers to them
-        int direct = e.kind == EPI_LOGITS && e.bias == NULL; // logits need no epilogue: straight into place
-        cublasCheck(cublasGemmEx(cublas, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, &one, weight, CUBLAS_FLOATX, C, inp,
-                                 CUBLAS_FLOATX, C, &zero, direct ? e.f32 : scratch, CUDA_R_32F, OC, CUBLAS_COMPUTE_32F,
-                                 CUBLAS_GEMM_DEFAULT));
-        if (!direct) { epilogue_kernel<<<ceil_div((size_t)N * OC, BLOCK), BLOCK, 0, stream>>>(scratch, e, N, OC); }
-    }
-    }
+void argmax_forward(int *out, const float *logits, int NL, int V, int Vp) {
+    argmax_kernel<<<NL, ARGMAX_BLOCK, 0, main_stream>>>(out, logits, V, Vp);
     cudaCheck(cudaGetLastError());
+}
+
+// ----------------------------------------------------------------------------
+// GPU memory, the cuBLAS handle and the stream
+
+static void *cuda_malloc_check(size_t bytes, const char *what) {
+    void *p = NULL;
+    cudaError_t err = cudaMalloc(&p, bytes > 0 ? bytes : 1);
+    if (err != cudaSuccess) {
+        size_t free_bytes = 0, total_bytes = 0;
+        cudaGetLastError(); // clear the error, so that the query below works
+        cudaMemGetInfo(&free_bytes, &total_bytes);
+        fprintf(stderr, "Error: out of GPU memory: %s need %.1f MiB, %.1f MiB of %.1f MiB are free (%s)\n"
+                "HINT: fewer sequences at once (-f with fewer lines, -b for -B), shorter generations (-n), or bf16 (PRECISION=BF16)\n",
+                what, bytes / 1048576.0, free_bytes / 1048576.0, total_bytes / 1048576.0, cudaGetErrorString(err));
+        exit(EXIT_FAILURE);
+    }
+    return p;
+}
+
+// Tensors carved out of one GPU allocation (the weights; the KV cache, a slice per layer
+// for keys, then one per layer for values; the row buffers). Tensor k is bytes [begin[k],
+// end[k]) of memory. With GUARD_BYTES > 0, the bytes from its end to where the next one
+// begins (or the allocation ends) are its guard band: its pattern (guard-bands), checked
+// after every pass.
+typedef struct {
+    const char *group;        // for messages: "weight", "KV cache", "row buffer"
+    const char *const *names; // (n) the tensors' names; NULL for the KV cache's slices
+    int n;
+    size_t *begin, *end;      // (n) bytes from memory
+    size_t bytes;             // the allocation's
+    char *memory;
+} DeviceTable;
+
+// The guard band after each tensor: GUARD_BYTES rounded up to 256, so that every tensor
+// starts at the same address mod 256 as without bands, and the kernels take the same
+// paths (16-byte loads or not) in debug builds as in the others.
+#define GUARD_GAP (((size_t)GUARD_BYTES + 255) / 256 * 256)
+
+static size_t guard_band_end(const DeviceTable *t, int k) { return k + 1 < t->n ? t->begin[k + 1] : t->bytes; }
+
+// --- begin shared-copy: guard-bands ---
+// What a guard band holds (debug builds, GUARD_BYTES > 0): the 16-bit word 0xFF81 + k % 63,
+// over and over, in the band after tensor k of a table: a NaN as a bf16 or an fp16 and,
+// two of them, as an fp32 (a signaling one in bf16 and fp32). So a kernel that writes past
+// a tensor's end breaks the pattern whatever it writes: a number; a NaN copied from
+// another band (another k); or a NaN computed from this one (fp32 arithmetic on a
+// signaling NaN gives a quiet one, and a conversion to bf16 or fp16 gives CUDA's 0x7FFF,
+// on the CPU as on the GPU). A kernel that reads past the end reads a NaN. (Bands of 0xFF
+// bytes, a quiet NaN, missed an overrun in the emulator: x86 arithmetic passes a quiet NaN
+// operand through bit for bit, and 0xFF + 0xFF came back as 0xFF.)
+static uint8_t guard_byte(int k, uintptr_t address) {
+    unsigned word = 0xFF81u + (unsigned)k % 63u;
+    return (uint8_t)(address % 2 == 0 ? word & 0xFFu : word >> 8); // (little-endian: the low byte first)
+}
+// band k of `bytes` bytes at p, in device memory
+static void guard_fill_band(void *p, size_t bytes, int k) {
+    uint8_t *host = (uint8_t *)mallocCheck(bytes > 0 ? bytes : 1);
+    for (size_t i = 0; i < bytes; i++) { host[i] = guard_byte(k, (uintptr_t)p + i); }
+    cudaCheck(cudaMemcpy(p, host, bytes, cudaMemcpyHostToDevice));
+    free(host);
+}
+// the first byte of band k at p that lost its pattern, or -1 if none did
+static long guard_band_broken(const void *p, size_t bytes, int k) {
+    uint8_t *host = (uint8_t *)mallocCheck(bytes > 0 ? bytes : 1);
+    cudaCheck(cudaMemcpy(host, p, bytes, cudaMemcpyDeviceToHost));
+    long broken = -1;
+    for (size_t i = 0; i < bytes && broken < 0; i++) {
+        if (host[i] != guard_byte(k, (uintptr_t)p + i)) { broken = (long)i; }
+    }
+    free(host);
+    return broken;
+}
+// --- end shared-copy: guard-bands ---
+
+// every band of a table holds its pattern: after allocating, and after anything that sets a whole table
+static void guard_fill(const DeviceTable *t) {
+    if (GUARD_BYTES > 0) {
+        for (int k = 0; k < t->n; k++) { guard_fill_band(t->memory + t->end[k], guard_band_end(t, k) - t->end[k], k); }
+    }
+}
+
+// After a forward pass (debug builds): a band that lost its pattern means a kernel wrote
+// past the end of the tensor before it. Says which, and exits.
+static void guard_check(const DeviceTable *t) {
+    for (int k = 0; k < t->n; k++) {
+        size_t len = guard_band_end(t, k) - t->end[k];
+        long at = guard_band_broken(t->memory + t->end[k], len, k);
+        if (at < 0) { continue; }
+        char name[64];
+        if (t->names != NULL) { snprintf(name, sizeof(name), "%s", t->names[k]); }
+        else { snprintf(name, sizeof(name), "%s of layer %d", k < t->n / 2 ? "keys" : "values", k % (t->n / 2)); }
+        fprintf(stderr, "Error: a kernel wrote past the end of %s tensor %s (guard band after it overwritten at byte %ld of %zu)\n",
+                t->group, name, at, len);
+        exit(EXIT_FAILURE);
+    }
+}
+
+// One allocation for the n tensors of a table, bytes[k] each: tensor k starts at the first
+// multiple of `align` after the one before (1: right after it), then a guard band.
+static char *table_allocate(DeviceTable *t, const char *group, const char *const *names, const size_t *bytes, int n,
+                            size_t align, const char *what) {
+    t->group = group;
+    t->names = names;
+    t->n = n;
+    t->begin = (size_t *)mallocCheck(n * sizeof(size_t));
+    t->end = (size_t *)mallocCheck(n * sizeof(size_t));
+    size_t at = 0;
+    for (int k = 0; k < n; k++) {
+        t->begin[k] = at;
+        t->end[k] = at + bytes[k];
+        at = (t->end[k] + align - 1) / align * align + GUARD_GAP;
+    }
+    t->bytes = at;
+    t->memory = (char *)cuda_malloc_check(at, what);
+    guard_fill(t);
+    return t->memory;
+}
+
+static void table_free(DeviceTable *t) {
+    cudaCheck(cudaFree(t->memory));
+    free(t->begin);
+    free(t->end);
+    memset(t, 0, sizeof(*t));
+}
+
+#define CUBLAS_WORKSPACE (32u << 20) // cuBLAS's own scratch, ours so that graph capture never allocates
+static void *cublas_workspace;
+static int gpu_users; // models built and not yet freed: the handle and the stream live while there are any
+
+// The cuBLAS handle and the stream, made for the first model built and ended with the last one freed.
+static void gpu_acquire(void) {
+    if (gpu_users++ > 0) { return; }
+    int devices = 0;
+    cudaError_t err = cudaGetDeviceCount(&devices);
+    if (err != cudaSuccess || devices == 0) {
+        fprintf(stderr, "Error: no CUDA GPU found (%s)\nHINT: ./infer runs the same on the CPU\n",
+                err != cudaSuccess ? cudaGetErrorString(err) : "0 devices");
+        exit(EXIT_FAILURE);
+    }
+    cublasCheck(cublasCreate(&cublas_handle));
+    cudaCheck(cudaStreamCreate(&main_stream));
+    cublasCheck(cublasSetStream(cublas_handle, main_stream));
+    cublas_workspace = cuda_malloc_check(CUBLAS_WORKSPACE, "cuBLAS's workspace");
+    cublasCheck(cublasSetWorkspace(cublas_handle, cublas_workspace, CUBLAS_WORKSPACE));
+#if defined(ENABLE_FP32)
+    // fp32 means fp32: no TF32 tensor cores (they would round the inputs to 10 bits)
+    cublasCheck(cublasSetMathMode(cublas_handle, CUBLAS_PEDANTIC_MATH));
+#endif
+}
+
+static void gpu_release(void) {
+    if (gpu_users == 0 || --gpu_users > 0) { return; }
+    cudaCheck(cudaFree(cublas_workspace));
+    cublasCheck(cublasDestroy(cublas_handle));
+    cudaCheck(cudaStreamDestroy(main_stream));
+    cublas_workspace = NULL;
+    cublas_handle = NULL;
+    main_stream = NULL;
 }
 
 // ----------------------------------------------------------------------------
@@ -731,13 +832,17 @@ static size_t kv_bytes_per_token(GPT2Config c) { return 2 * (size_t)c.num_layers
 // the model from -m: a checkpoint or d<N> (models in, below)
 void gpt2_weights_build(GPT2Weights *w, const char *source, uint64_t seed);
 
-// the 16 tensors of ParameterTensors, as floatX on the GPU (same order and shapes)
+// the weights the forward pass reads: the 16 tensors of ParameterTensors as floatX on the
+// GPU (the same order and shapes)
 typedef struct {
     floatX *wte, *wpe, *ln1w, *ln1b, *qkvw, *qkvb, *attprojw, *attprojb, *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb,
         *lnfw, *lnfb;
-} DeviceParameters;
+} ForwardTensors;
 
-// One forward pass's GPU buffers, for up to N rows (NL of them with logits): one allocation.
+// --- begin shared-copy: infer-row-buffers ---
+// What one forward pass over up to N rows needs, NL of them with logits. Nothing is kept
+// from one pass to the next except what goes into the KV cache, so one set of buffers
+// serves every layer.
 typedef struct {
     int *tokens, *seq, *pos; // (N) the rows: token, sequence, position
     int *logit_rows;         // (NL) which rows get logits
@@ -747,159 +852,36 @@ typedef struct {
     floatX *q;               // (N, C) queries (keys and values go to the cache)
     floatX *atty;            // (N, C) attention output
     floatX *fch;             // (N, 4C) GELU's output
-    float *scratch;          // (N, 4C) a cuBLAS matmul's output before its epilogue
-    float *att;              // (N, NH, S) attention scores
+    float *scratch;          // (N, 4C) a big matmul's output before its epilogue
+    float *att;              // attention scores: (threads, S) in infer.c, (N, NH, S) in infer.cu
     float *logits;           // (NL, Vp)
 } RowBuffers;
 #define NUM_ROW_BUFFERS 13
+// --- end shared-copy: infer-row-buffers ---
 static const char *const ROW_BUFFER_NAMES[NUM_ROW_BUFFERS] = {
     "tokens", "seq", "pos", "logit_rows", "argmax", "residual", "ln", "q", "atty", "fch", "scratch", "att", "logits"};
-
-// Tensors carved out of one GPU allocation (the weights; the KV cache, a slice per layer
-// for keys, then one per layer for values; the row buffers). Tensor k is bytes [begin[k],
-// end[k]) of memory. With GUARD_BYTES > 0, the bytes from its end to where the next one
-// begins (or the allocation ends) are its guard band: its pattern (guard-bands), checked
-// after every pass.
-typedef struct {
-    const char *group;        // for messages: "weight", "KV cache", "row buffer"
-    const char *const *names; // (n) the tensors' names; NULL for the KV cache's slices
-    int n;
-    size_t *begin, *end;      // (n) bytes from memory
-    size_t bytes;             // the allocation's
-    char *memory;
-} DeviceTable;
 
 // a decode step captured for n rows, replayed every step with that many sequences going
 // (up to 64 sequences: beyond, the matmuls take long enough that launching costs little)
 #define MAX_GRAPHS 65
 typedef struct {
-    GPT2Weights w; // the weights as loaded (host, fp32): exports and checkpoints come from here
-    DeviceParameters params;
+    GPT2Weights w; // the weights as loaded (host, fp32)
+    ForwardTensors params;
     DeviceTable params_table;
-    DeviceTable cache_table;
     floatX *key_cache;   // (L, B, S, C), layer l at key_cache + l * cache_layer
     floatX *value_cache; // (L, B, S, C), the same
     size_t cache_layer;  // elements from one layer's slice to the next: B*S*C (and a guard band)
     int cache_batch, cache_len; // B, S
+    DeviceTable cache_table;
     RowBuffers rows;
     DeviceTable rows_table;
     int max_rows, max_logit_rows;
-    cublasHandle_t cublas;
-    void *cublas_workspace;
-    cudaStream_t stream;
+    float *logits; // (max_logit_rows, Vp) on the host: the last pass's logits, copied back unless greedy
+    int *argmax;   // (max_logit_rows) on the host: the last greedy pass's tokens
     cudaGraphExec_t graphs[MAX_GRAPHS]; // [n]: the decode step of n rows, or NULL
     int graph_argmax[MAX_GRAPHS];       // whether graphs[n] ends with the argmax
     int use_graphs;                     // 0: launch the kernels one by one (tests compare)
 } GPT2;
-
-#define CUBLAS_WORKSPACE (32u << 20) // cuBLAS's own scratch, ours so that graph capture never allocates
-
-static void *cuda_malloc_check(size_t bytes, const char *what) {
-    void *p = NULL;
-    cudaError_t err = cudaMalloc(&p, bytes > 0 ? bytes : 1);
-    if (err != cudaSuccess) {
-        size_t free_bytes = 0, total_bytes = 0;
-        cudaGetLastError(); // clear the error, so that the query below works
-        cudaMemGetInfo(&free_bytes, &total_bytes);
-        fprintf(stderr, "Error: out of GPU memory: %s need %.1f MiB, %.1f MiB of %.1f MiB are free (%s)\n"
-                "HINT: fewer sequences at once (-f with fewer lines, -b for -B), shorter generations (-n), or bf16 (PRECISION=BF16)\n",
-                what, bytes / 1048576.0, free_bytes / 1048576.0, total_bytes / 1048576.0, cudaGetErrorString(err));
-        exit(EXIT_FAILURE);
-    }
-    return p;
-}
-
-// The guard band after each tensor: GUARD_BYTES rounded up to 256, so that every tensor
-// starts at the same address mod 256 as without bands, and the kernels take the same
-// paths (16-byte loads or not) in debug builds as in the others.
-#define GUARD_GAP (((size_t)GUARD_BYTES + 255) / 256 * 256)
-
-static size_t guard_band_end(const DeviceTable *t, int k) { return k + 1 < t->n ? t->begin[k + 1] : t->bytes; }
-
-// --- begin shared-copy: guard-bands ---
-// What a guard band holds (debug builds, GUARD_BYTES > 0): the 16-bit word 0xFF81 + k % 63,
-// over and over, in the band after tensor k of a table: a NaN as a bf16 or an fp16 and,
-// two of them, as an fp32 (a signaling one in bf16 and fp32). So a kernel that writes past
-// a tensor's end breaks the pattern whatever it writes: a number; a NaN copied from
-// another band (another k); or a NaN computed from this one (fp32 arithmetic on a
-// signaling NaN gives a quiet one, and a conversion to bf16 or fp16 gives CUDA's 0x7FFF,
-// on the CPU as on the GPU). A kernel that reads past the end reads a NaN. (Bands of 0xFF
-// bytes, a quiet NaN, missed an overrun in the emulator: x86 arithmetic passes a quiet NaN
-// operand through bit for bit, and 0xFF + 0xFF came back as 0xFF.)
-static uint8_t guard_byte(int k, uintptr_t address) {
-    unsigned word = 0xFF81u + (unsigned)k % 63u;
-    return (uint8_t)(address % 2 == 0 ? word & 0xFFu : word >> 8); // (little-endian: the low byte first)
-}
-// band k of `bytes` bytes at p, in device memory
-static void guard_fill_band(void *p, size_t bytes, int k) {
-    uint8_t *host = (uint8_t *)mallocCheck(bytes > 0 ? bytes : 1);
-    for (size_t i = 0; i < bytes; i++) { host[i] = guard_byte(k, (uintptr_t)p + i); }
-    cudaCheck(cudaMemcpy(p, host, bytes, cudaMemcpyHostToDevice));
-    free(host);
-}
-// the first byte of band k at p that lost its pattern, or -1 if none did
-static long guard_band_broken(const void *p, size_t bytes, int k) {
-    uint8_t *host = (uint8_t *)mallocCheck(bytes > 0 ? bytes : 1);
-    cudaCheck(cudaMemcpy(host, p, bytes, cudaMemcpyDeviceToHost));
-    long broken = -1;
-    for (size_t i = 0; i < bytes && broken < 0; i++) {
-        if (host[i] != guard_byte(k, (uintptr_t)p + i)) { broken = (long)i; }
-    }
-    free(host);
-    return broken;
-}
-// --- end shared-copy: guard-bands ---
-
-// every band of a table holds its pattern: after allocating, and after anything that sets a whole table
-static void guard_fill(const DeviceTable *t) {
-    if (GUARD_BYTES > 0) {
-        for (int k = 0; k < t->n; k++) { guard_fill_band(t->memory + t->end[k], guard_band_end(t, k) - t->end[k], k); }
-    }
-}
-
-// After a forward pass (debug builds): a band that lost its pattern means a kernel wrote
-// past the end of the tensor before it. Says which, and exits.
-static void guard_check(const DeviceTable *t) {
-    for (int k = 0; k < t->n; k++) {
-        size_t len = guard_band_end(t, k) - t->end[k];
-        long at = guard_band_broken(t->memory + t->end[k], len, k);
-        if (at < 0) { continue; }
-        char name[64];
-        if (t->names != NULL) { snprintf(name, sizeof(name), "%s", t->names[k]); }
-        else { snprintf(name, sizeof(name), "%s of layer %d", k < t->n / 2 ? "keys" : "values", k % (t->n / 2)); }
-        fprintf(stderr, "Error: a kernel wrote past the end of %s tensor %s (guard band after it overwritten at byte %ld of %zu)\n",
-                t->group, name, at, len);
-        exit(EXIT_FAILURE);
-    }
-}
-
-// One allocation for the n tensors of a table, bytes[k] each: tensor k starts at the first
-// multiple of `align` after the one before (1: right after it), then a guard band.
-static char *table_allocate(DeviceTable *t, const char *group, const char *const *names, const size_t *bytes, int n,
-                            size_t align, const char *what) {
-    t->group = group;
-    t->names = names;
-    t->n = n;
-    t->begin = (size_t *)mallocCheck(n * sizeof(size_t));
-    t->end = (size_t *)mallocCheck(n * sizeof(size_t));
-    size_t at = 0;
-    for (int k = 0; k < n; k++) {
-        t->begin[k] = at;
-        t->end[k] = at + bytes[k];
-        at = (t->end[k] + align - 1) / align * align + GUARD_GAP;
-    }
-    t->bytes = at;
-    t->memory = (char *)cuda_malloc_check(at, what);
-    guard_fill(t);
-    return t->memory;
-}
-
-static void table_free(DeviceTable *t) {
-    cudaCheck(cudaFree(t->memory));
-    free(t->begin);
-    free(t->end);
-    memset(t, 0, sizeof(*t));
-}
 
 static void gpt2_drop_graphs(GPT2 *model) {
     for (int n = 0; n < MAX_GRAPHS; n++) {
@@ -908,51 +890,18 @@ static void gpt2_drop_graphs(GPT2 *model) {
     }
 }
 
-// The model from -m, its weights uploaded in floatX; no cache and no buffers yet.
-void gpt2_build(GPT2 *model, const char *source, uint64_t seed) {
-    memset(model, 0, sizeof(*model));
-    int devices = 0;
-    cudaError_t err = cudaGetDeviceCount(&devices);
-    if (err != cudaSuccess || devices == 0) {
-        fprintf(stderr, "Error: no CUDA GPU found (%s)\nHINT: ./infer runs the same on the CPU\n",
-                err != cudaSuccess ? cudaGetErrorString(err) : "0 devices");
-        exit(EXIT_FAILURE);
-    }
-    gpt2_weights_build(&model->w, source, seed);
-    // the 16 tensors one after another, as in the host's table (and the file)
-    size_t bytes[NUM_PARAMETER_TENSORS];
-    for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) { bytes[k] = model->w.param_sizes[k] * sizeof(floatX); }
-    char *memory = table_allocate(&model->params_table, "weight", PARAMETER_NAMES, bytes, NUM_PARAMETER_TENSORS, 1, "the weights");
-    size_t n = model->w.num_parameters;
-    floatX *host = (floatX *)mallocCheck(n * sizeof(floatX));
-    for (size_t i = 0; i < n; i++) { host[i] = from_float(model->w.params_memory[i]); }
-    floatX **slices = (floatX **)&model->params;
-    const floatX *h = host;
-    for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {
-        slices[k] = (floatX *)(memory + model->params_table.begin[k]);
-        cudaCheck(cudaMemcpy(slices[k], h, bytes[k], cudaMemcpyHostToDevice));
-        h += model->w.param_sizes[k];
-    }
-    free(host);
-    cublasCheck(cublasCreate(&model->cublas));
-    cudaCheck(cudaStreamCreate(&model->stream));
-    cublasCheck(cublasSetStream(model->cublas, model->stream));
-    model->cublas_workspace = cuda_malloc_check(CUBLAS_WORKSPACE, "cuBLAS's workspace");
-    cublasCheck(cublasSetWorkspace(model->cublas, model->cublas_workspace, CUBLAS_WORKSPACE));
-#if defined(ENABLE_FP32)
-    // fp32 means fp32: no TF32 tensor cores (they would round the inputs to 10 bits)
-    cublasCheck(cublasSetMathMode(model->cublas, CUBLAS_PEDANTIC_MATH));
-#endif
-    model->use_graphs = 1;
-}
-
 static void gpt2_free_rows(GPT2 *model) {
     table_free(&model->rows_table);
+    free(model->logits);
+    free(model->argmax);
+    model->logits = NULL;
+    model->argmax = NULL;
     memset(&model->rows, 0, sizeof(model->rows));
     model->max_rows = model->max_logit_rows = 0;
 }
 
-// Buffers for forward passes of up to N rows, NL of them with logits.
+// Buffers for forward passes of up to N rows, NL of them with logits: on the GPU one
+// allocation, each buffer on 256 bytes; on the host the logits and tokens that come back.
 void gpt2_allocate_rows(GPT2 *model, int N, int NL) {
     gpt2_drop_graphs(model); // they hold pointers into the old buffers
     gpt2_free_rows(model);
@@ -980,6 +929,8 @@ void gpt2_allocate_rows(GPT2 *model, int N, int NL) {
     r->scratch = (float *)(m + at[10]);
     r->att = (float *)(m + at[11]);
     r->logits = (float *)(m + at[12]);
+    model->logits = (float *)mallocCheck(logit_rows * c.padded_vocab_size * F);
+    model->argmax = (int *)mallocCheck(logit_rows * I);
     model->max_rows = N;
     model->max_logit_rows = NL;
 }
@@ -1003,20 +954,111 @@ void gpt2_allocate_cache(GPT2 *model, int B, int S) {
     if (model->max_rows > 0) { gpt2_allocate_rows(model, model->max_rows, model->max_logit_rows); }
 }
 
+// The model from -m, its weights uploaded in floatX; no cache and no buffers yet.
+void gpt2_build(GPT2 *model, const char *source, uint64_t seed) {
+    memset(model, 0, sizeof(*model));
+    gpu_acquire();
+    gpt2_weights_build(&model->w, source, seed);
+    // the 16 tensors one after another, as in the host's table (and the file)
+    size_t bytes[NUM_PARAMETER_TENSORS];
+    for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) { bytes[k] = model->w.param_sizes[k] * sizeof(floatX); }
+    char *memory = table_allocate(&model->params_table, "weight", PARAMETER_NAMES, bytes, NUM_PARAMETER_TENSORS, 1, "the weights");
+    size_t n = model->w.num_parameters;
+    floatX *host = (floatX *)mallocCheck(n * sizeof(floatX));
+    for (size_t i = 0; i < n; i++) { host[i] = from_float(model->w.params_memory[i]); }
+    floatX **slices = (floatX **)&model->params;
+    const floatX *h = host;
+    for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {
+        slices[k] = (floatX *)(memory + model->params_table.begin[k]);
+        cudaCheck(cudaMemcpy(slices[k], h, bytes[k], cudaMemcpyHostToDevice));
+        h += model->w.param_sizes[k];
+    }
+    free(host);
+    model->use_graphs = 1;
+}
+
 void gpt2_free(GPT2 *model) {
     gpt2_drop_graphs(model);
     gpt2_free_rows(model);
     table_free(&model->cache_table);
     table_free(&model->params_table);
-    cudaCheck(cudaFree(model->cublas_workspace));
-    if (model->cublas != NULL) { cublasCheck(cublasDestroy(model->cublas)); }
-    if (model->stream != NULL) { cudaCheck(cudaStreamDestroy(model->stream)); }
     gpt2_weights_free(&model->w);
+    gpu_release();
     memset(model, 0, sizeof(*model));
 }
 
 // ----------------------------------------------------------------------------
-// models in: llm.c checkpoints and new random models
+// models in: file helpers, llm.c checkpoints and new random models
+
+// --- begin shared-copy: file-helpers ---
+#define MAX_PATH_LEN 4096
+
+// Bad input (as opposed to a failing libc call) gets one line naming the file and the
+// problem, an optional HINT line saying what to do about it, and exit status 1.
+static void die_file(const char *path, const char *hint, const char *fmt, ...) {
+    va_list args;
+    va_start(args, fmt);
+    fprintf(stderr, "Error: %s: ", path);
+    vfprintf(stderr, fmt, args);
+    fprintf(stderr, "\n");
+    va_end(args);
+    if (hint != NULL) { fprintf(stderr, "HINT: %s\n", hint); }
+    exit(EXIT_FAILURE);
+}
+
+// out = a followed by b, for building file names; a name that does not fit is an error.
+static void path_concat(char out[], const char *a, const char *b) {
+    int n = snprintf(out, MAX_PATH_LEN, "%s%s", a, b);
+    if (n < 0 || n >= MAX_PATH_LEN) { die_file(a, NULL, "path is too long (over %d bytes)", MAX_PATH_LEN - 1); }
+}
+
+// Reads a whole file into memory (plus a terminating 0 byte that parsers may rely on).
+// We look at the path with access() and stat() first only to print a HINT with the error
+// (and because fopen happily opens a folder); fopenCheck stays the real check.
+static uint8_t *read_whole_file(const char *path, size_t *len, const char *hint) {
+    struct stat st;
+    if (access(path, R_OK) != 0) { die_file(path, hint, "cannot read it: %s", strerror(errno)); }
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) { die_file(path, hint, "is a folder, not a file"); }
+    FILE *f = fopenCheck(path, "rb");
+    if (fseek(f, 0, SEEK_END) != 0) { die_file(path, NULL, "cannot seek: %s", strerror(errno)); }
+    long size = ftell(f);
+    if (size < 0) { die_file(path, NULL, "cannot tell its size: %s", strerror(errno)); }
+    if (fseek(f, 0, SEEK_SET) != 0) { die_file(path, NULL, "cannot seek: %s", strerror(errno)); }
+    uint8_t *data = (uint8_t *)mallocCheck((size_t)size + 1);
+    freadCheck(data, 1, (size_t)size, f);
+    fcloseCheck(f);
+    data[size] = 0;
+    *len = (size_t)size;
+    return data;
+}
+
+// --- end shared-copy: file-helpers ---
+
+// --- begin shared-copy: format-path ---
+// snprintf into a path buffer, or exit if the path does not fit (a silently
+// truncated path would read or write the wrong file)
+static void format_path(char *out, size_t size, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void format_path(char *out, size_t size, const char *fmt, ...) {
+    va_list args;
+    va_start(args, fmt);
+    int n = vsnprintf(out, size, fmt, args);
+    va_end(args);
+    if (n < 0 || (size_t)n >= size) {
+        fprintf(stderr, "Error: a path is longer than %zu bytes: %.60s...\n", size - 1, out);
+        exit(EXIT_FAILURE);
+    }
+}
+// --- end shared-copy: format-path ---
+
+// --- begin shared-copy: bf16-to-float ---
+// bf16 is the top half of a float: widening it is a shift.
+static inline float bf16_to_float(uint16_t h) {
+    uint32_t bits = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &bits, sizeof(f));
+    return f;
+}
+// --- end shared-copy: bf16-to-float ---
 
 // --- begin shared-copy: gpt2-model-file ---
 // The size of an open file in bytes; the position is left just after the 256 x
@@ -1165,91 +1207,96 @@ void gpt2_weights_build(GPT2Weights *w, const char *source, uint64_t seed) {
 // ----------------------------------------------------------------------------
 // the forward pass with a KV cache
 
-// The kernels of one forward pass over the N rows in model->rows (tokens, seq, pos,
-// logit_rows: already on the GPU), logits for NL rows, and their argmax if asked. Only
-// launches on model->stream: this is what a decode graph captures.
-static void gpt2_forward_launch(GPT2 *model, int N, int NL, int argmax) {
-    GPT2Config c = model->w.config;
-    int C = c.channels, NH = c.num_heads, L = c.num_layers, S = model->cache_len;
-    DeviceParameters p = model->params;
-    RowBuffers r = model->rows;
-    cudaStream_t stream = model->stream;
-    encoder_forward_kernel<<<ceil_div((size_t)N * C, BLOCK), BLOCK, 0, stream>>>(r.residual, r.tokens, r.pos, p.wte, p.wpe, N, C);
-    unsigned ln_blocks = ceil_div(N, BLOCK / 32);
-    for (int l = 0; l < L; l++) {
-        size_t cache_layer = (size_t)l * model->cache_layer;
-        Epilogue qkv = epilogue_qkv(p.qkvb + (size_t)l * 3 * C, r.q, model->key_cache + cache_layer,
-                                    model->value_cache + cache_layer, r.seq, r.pos, S);
-        Epilogue proj = epilogue_residual(p.attprojb + (size_t)l * C, r.residual);
-        Epilogue fc = epilogue_gelu(p.fcb + (size_t)l * 4 * C, r.fch);
-        Epilogue fcproj = epilogue_residual(p.fcprojb + (size_t)l * C, r.residual);
-        layernorm_forward_kernel<<<ln_blocks, BLOCK, 0, stream>>>(r.ln, r.residual, nullptr, p.ln1w + (size_t)l * C, p.ln1b + (size_t)l * C, N, C);
-        linear_forward(model->cublas, stream, r.ln, p.qkvw + (size_t)l * 3 * C * C, qkv, r.scratch, N, C, 3 * C);
-        attention_forward_kernel<<<dim3(N, NH), ATT_BLOCK, 0, stream>>>(r.atty, r.att, r.q, model->key_cache + cache_layer,
-                                                                        model->value_cache + cache_layer, r.seq, r.pos, S, C, NH);
-        linear_forward(model->cublas, stream, r.atty, p.attprojw + (size_t)l * C * C, proj, r.scratch, N, C, C);
-        layernorm_forward_kernel<<<ln_blocks, BLOCK, 0, stream>>>(r.ln, r.residual, nullptr, p.ln2w + (size_t)l * C, p.ln2b + (size_t)l * C, N, C);
-        linear_forward(model->cublas, stream, r.ln, p.fcw + (size_t)l * 4 * C * C, fc, r.scratch, N, C, 4 * C);
-        linear_forward(model->cublas, stream, r.fch, p.fcprojw + (size_t)l * C * 4 * C, fcproj, r.scratch, N, 4 * C, C);
-    }
-    if (NL == 0) { return; } // (a prefill chunk in which no prompt ends)
-    // the logits of the rows that need them: the final LayerNorm, then the tied wte
-    layernorm_forward_kernel<<<ceil_div(NL, BLOCK / 32), BLOCK, 0, stream>>>(r.ln, r.residual, r.logit_rows, p.lnfw, p.lnfb, NL, C);
-    Epilogue logits = epilogue_logits(r.logits);
-    linear_forward(model->cublas, stream, r.ln, p.wte, logits, r.scratch, NL, C, c.padded_vocab_size);
-    if (argmax) { argmax_kernel<<<NL, ARGMAX_BLOCK, 0, stream>>>(r.argmax, r.logits, c.vocab_size, c.padded_vocab_size); }
-    cudaCheck(cudaGetLastError());
-}
-
-// One forward pass, as infer.c's gpt2_forward: rows (tokens, seq, pos) in host memory,
-// the logits of logit_rows copied back to host_logits (NL, Vp) if it is not NULL, the
-// argmax of each to host_argmax if that is not NULL. A decode step (every row a logit
-// row, rows 0..N-1) replays the graph captured for N rows, capturing it the first time.
-void gpt2_forward(GPT2 *model, const int *tokens, const int *seq, const int *pos, int N, const int *logit_rows, int NL,
-                  float *host_logits, int *host_argmax) {
-    GPT2Config c = model->w.config;
+// --- begin shared-copy: infer-forward ---
+// A pass's rows must fit its buffers and the cache. (Their tokens are not checked here:
+// the loader and the sampler keep them below V.)
+static void gpt2_check_rows(const GPT2 *model, const int *seq, const int *pos, int N, int NL) {
     if (N > model->max_rows || NL > model->max_logit_rows || NL > N) {
         fprintf(stderr, "Error: gpt2_forward: %d rows (%d with logits), buffers hold %d (%d)\n", N, NL, model->max_rows,
                 model->max_logit_rows);
         exit(EXIT_FAILURE);
     }
-    for (int n = 0; n < N; n++) { // rows must fit the cache (tokens: the loader and the sampler keep them < V)
+    for (int n = 0; n < N; n++) {
         if (seq[n] < 0 || seq[n] >= model->cache_batch || pos[n] < 0 || pos[n] >= model->cache_len) {
             fprintf(stderr, "Error: gpt2_forward: row %d (sequence %d, position %d) is outside B=%d, S=%d\n",
                     n, seq[n], pos[n], model->cache_batch, model->cache_len);
             exit(EXIT_FAILURE);
         }
     }
-    cudaStream_t stream = model->stream;
+}
+
+// The layers of one forward pass over the N rows already in model->rows (tokens, seq, pos,
+// logit_rows): every row's keys and values go into the cache; the logits of the NL logit
+// rows into rows.logits (NL, Vp), and with argmax their most probable tokens into
+// rows.argmax. Each linear layer ends in its epilogue (the bias, then: queries to q and
+// keys and values into the cache; the residual add; GELU).
+static void gpt2_forward_layers(GPT2 *model, int N, int NL, int argmax) {
+    GPT2Config c = model->w.config;
+    int C = c.channels, NH = c.num_heads, L = c.num_layers, S = model->cache_len;
+    ForwardTensors p = model->params;
     RowBuffers r = model->rows;
-    cudaCheck(cudaMemcpyAsync(r.tokens, tokens, N * sizeof(int), cudaMemcpyHostToDevice, stream));
-    cudaCheck(cudaMemcpyAsync(r.seq, seq, N * sizeof(int), cudaMemcpyHostToDevice, stream));
-    cudaCheck(cudaMemcpyAsync(r.pos, pos, N * sizeof(int), cudaMemcpyHostToDevice, stream));
-    cudaCheck(cudaMemcpyAsync(r.logit_rows, logit_rows, NL * sizeof(int), cudaMemcpyHostToDevice, stream));
+    encoder_forward(r.residual, r.tokens, r.pos, p.wte, p.wpe, N, C);
+    for (int l = 0; l < L; l++) {
+        floatX *key_cache = model->key_cache + l * model->cache_layer, *value_cache = model->value_cache + l * model->cache_layer;
+        Epilogue qkv = epilogue_qkv(p.qkvb + (size_t)l * 3 * C, r.q, key_cache, value_cache, r.seq, r.pos, S);
+        Epilogue proj = epilogue_residual(p.attprojb + (size_t)l * C, r.residual);
+        Epilogue fc = epilogue_gelu(p.fcb + (size_t)l * 4 * C, r.fch);
+        Epilogue fcproj = epilogue_residual(p.fcprojb + (size_t)l * C, r.residual);
+        layernorm_forward(r.ln, r.residual, NULL, p.ln1w + (size_t)l * C, p.ln1b + (size_t)l * C, N, C);
+        linear_forward(r.ln, p.qkvw + (size_t)l * 3 * C * C, qkv, r.scratch, N, C, 3 * C);
+        attention_forward(r.atty, r.att, r.q, key_cache, value_cache, r.seq, r.pos, N, S, C, NH);
+        linear_forward(r.atty, p.attprojw + (size_t)l * C * C, proj, r.scratch, N, C, C);
+        layernorm_forward(r.ln, r.residual, NULL, p.ln2w + (size_t)l * C, p.ln2b + (size_t)l * C, N, C);
+        linear_forward(r.ln, p.fcw + (size_t)l * 4 * C * C, fc, r.scratch, N, C, 4 * C);
+        linear_forward(r.fch, p.fcprojw + (size_t)l * C * 4 * C, fcproj, r.scratch, N, 4 * C, C);
+    }
+    if (NL == 0) { return; } // (a prefill chunk in which no prompt ends)
+    // logits only where asked: the final LayerNorm of those rows, then the tied wte.
+    // (The output layer is the biggest matmul of decode: Vp x C = 39M weights at GPT-2 124M.)
+    layernorm_forward(r.ln, r.residual, r.logit_rows, p.lnfw, p.lnfb, NL, C);
+    linear_forward(r.ln, p.wte, epilogue_logits(r.logits), r.scratch, NL, C, c.padded_vocab_size);
+    if (argmax) { argmax_forward(r.argmax, r.logits, NL, c.vocab_size, c.padded_vocab_size); }
+}
+// --- end shared-copy: infer-forward ---
+
+// One forward pass, as infer.c's: rows (tokens, seq, pos) in host memory; every row's keys
+// and values into the cache; the logits of the NL rows listed in logit_rows copied back to
+// model->logits (NL, Vp), or if greedy only their most probable tokens (the argmax kernel)
+// to model->argmax (NL): one int per sequence instead of 200 KB. A decode step (every row
+// a logit row, rows 0..N-1) replays the graph captured for N rows, capturing it the first
+// time.
+void gpt2_forward(GPT2 *model, const int *tokens, const int *seq, const int *pos, int N, const int *logit_rows, int NL,
+                  int greedy) {
+    gpt2_check_rows(model, seq, pos, N, NL);
+    RowBuffers r = model->rows;
+    cudaCheck(cudaMemcpyAsync(r.tokens, tokens, N * sizeof(int), cudaMemcpyHostToDevice, main_stream));
+    cudaCheck(cudaMemcpyAsync(r.seq, seq, N * sizeof(int), cudaMemcpyHostToDevice, main_stream));
+    cudaCheck(cudaMemcpyAsync(r.pos, pos, N * sizeof(int), cudaMemcpyHostToDevice, main_stream));
+    cudaCheck(cudaMemcpyAsync(r.logit_rows, logit_rows, NL * sizeof(int), cudaMemcpyHostToDevice, main_stream));
     int decode = NL == N && N < MAX_GRAPHS && model->use_graphs;
     for (int j = 0; j < NL && decode; j++) { decode = logit_rows[j] == j; }
-    int argmax = host_argmax != NULL;
-    if (decode && (model->graphs[N] == NULL || model->graph_argmax[N] != argmax)) {
+    if (decode && (model->graphs[N] == NULL || model->graph_argmax[N] != greedy)) {
         if (model->graphs[N] != NULL) { cudaCheck(cudaGraphExecDestroy(model->graphs[N])); }
         cudaGraph_t graph;
-        cudaCheck(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
-        gpt2_forward_launch(model, N, NL, argmax);
-        cudaCheck(cudaStreamEndCapture(stream, &graph));
+        cudaCheck(cudaStreamBeginCapture(main_stream, cudaStreamCaptureModeGlobal));
+        gpt2_forward_layers(model, N, NL, greedy);
+        cudaCheck(cudaStreamEndCapture(main_stream, &graph));
         cudaCheck(cudaGraphInstantiate(&model->graphs[N], graph, 0));
         cudaCheck(cudaGraphDestroy(graph));
-        model->graph_argmax[N] = argmax;
+        model->graph_argmax[N] = greedy;
     }
     if (decode) {
-        cudaCheck(cudaGraphLaunch(model->graphs[N], stream));
+        cudaCheck(cudaGraphLaunch(model->graphs[N], main_stream));
     } else {
-        gpt2_forward_launch(model, N, NL, argmax);
+        gpt2_forward_layers(model, N, NL, greedy);
     }
-    if (host_logits != NULL) {
-        cudaCheck(cudaMemcpyAsync(host_logits, r.logits, (size_t)NL * c.padded_vocab_size * sizeof(float),
-                                  cudaMemcpyDeviceToHost, stream));
+    if (greedy) {
+        cudaCheck(cudaMemcpyAsync(model->argmax, r.argmax, NL * sizeof(int), cudaMemcpyDeviceToHost, main_stream));
+    } else {
+        cudaCheck(cudaMemcpyAsync(model->logits, r.logits, (size_t)NL * model->w.config.padded_vocab_size * sizeof(float),
+                                  cudaMemcpyDeviceToHost, main_stream));
     }
-    if (host_argmax != NULL) { cudaCheck(cudaMemcpyAsync(host_argmax, r.argmax, NL * sizeof(int), cudaMemcpyDeviceToHost, stream)); }
-    cudaCheck(cudaStreamSynchronize(stream));
+    cudaCheck(cudaStreamSynchronize(main_stream));
     if (GUARD_BYTES > 0) { // debug builds: did a kernel of this pass write past the end of a tensor?
         guard_check(&model->params_table);
         guard_check(&model->cache_table);
@@ -1535,17 +1582,24 @@ static void sequence_add(Sequence *s, int token, const GenerateOptions *o) {
     }
 }
 
-static void sample_into(GPT2 *model, Sequence *s, int b, const float *logits, const GenerateOptions *o, Candidate *scratch) {
+// The token for sequence b (index b in the batch) from logit row j of the last forward
+// pass: greedy's argmax, or a draw from the sampler with the sequence's next random number.
+static void sample_into(GPT2 *model, Sequence *s, int b, int j, const GenerateOptions *o, Candidate *scratch) {
+    if (o->sampler.temperature == 0.0f) {
+        sequence_add(s, model->argmax[j], o);
+        return;
+    }
     Sampler sampler = o->sampler;
+    const float *logits = model->logits + (size_t)j * model->w.config.padded_vocab_size;
     float coin = (float)rng_uniform_at(rng_subkey(o->seed, STREAM_SAMPLING, (uint64_t)b), (uint64_t)(s->num_tokens - s->num_prompt));
     sequence_add(s, sample_token(logits, model->w.config.vocab_size, &sampler, scratch, coin), o);
 }
 
-// --- end shared-copy: infer-sequences ---
-
-// Generates for B sequences at once until each has stopped, as infer.c's generate. Greedy
-// takes the argmax kernel's tokens; other sampling copies the logits back and draws on the
-// host, with infer.c's sampler and the same random numbers.
+// Generates for B sequences at once until each has stopped. The cache and the buffers are
+// (re)allocated as needed. Timing: prefill ends when every sequence has its first token
+// (time to first token); decode is the rest, one forward pass per step for all
+// sequences still going. Greedy asks the forward pass for its argmax (infer.cu computes
+// it on the GPU and copies back one int per sequence, not the logits).
 void generate(GPT2 *model, Sequence *seqs, int B, const GenerateOptions *o, GenerateStats *stats) {
     GPT2Config c = model->w.config;
     int S = 1;
@@ -1560,8 +1614,6 @@ void generate(GPT2 *model, Sequence *seqs, int B, const GenerateOptions *o, Gene
     int *tokens = (int *)mallocCheck(3 * (size_t)rows * sizeof(int)), *seq = tokens + rows, *pos = tokens + 2 * rows;
     int *logit_rows = (int *)mallocCheck((size_t)B * sizeof(int)), *logit_seq = (int *)mallocCheck((size_t)B * sizeof(int));
     int greedy = o->sampler.temperature == 0.0f;
-    int *argmax = greedy ? (int *)mallocCheck((size_t)B * sizeof(int)) : NULL;
-    float *logits = greedy ? NULL : (float *)mallocCheck((size_t)B * c.padded_vocab_size * sizeof(float));
     Candidate *scratch = (Candidate *)mallocCheck((size_t)c.vocab_size * sizeof(Candidate));
     GenerateOptions opts = *o;
     opts.sampler.probs = (float *)mallocCheck((size_t)c.vocab_size * sizeof(float));
@@ -1581,12 +1633,8 @@ void generate(GPT2 *model, Sequence *seqs, int B, const GenerateOptions *o, Gene
             n++;
             int last = b == B - 1 && t == seqs[b].num_prompt - 1;
             if (n == rows || last) {
-                gpt2_forward(model, tokens, seq, pos, n, logit_rows, nl, logits, argmax);
-                for (int j = 0; j < nl; j++) {
-                    Sequence *s = &seqs[logit_seq[j]];
-                    if (greedy) { sequence_add(s, argmax[j], &opts); }
-                    else { sample_into(model, s, logit_seq[j], logits + (size_t)j * c.padded_vocab_size, &opts, scratch); }
-                }
+                gpt2_forward(model, tokens, seq, pos, n, logit_rows, nl, greedy);
+                for (int j = 0; j < nl; j++) { sample_into(model, &seqs[logit_seq[j]], logit_seq[j], j, &opts, scratch); }
                 n = nl = 0;
             }
         }
@@ -1606,11 +1654,8 @@ void generate(GPT2 *model, Sequence *seqs, int B, const GenerateOptions *o, Gene
             n++;
         }
         if (n == 0) { break; }
-        gpt2_forward(model, tokens, seq, pos, n, logit_rows, n, logits, argmax);
-        for (int j = 0; j < n; j++) {
-            if (greedy) { sequence_add(&seqs[seq[j]], argmax[j], &opts); }
-            else { sample_into(model, &seqs[seq[j]], seq[j], logits + (size_t)j * c.padded_vocab_size, &opts, scratch); }
-        }
+        gpt2_forward(model, tokens, seq, pos, n, logit_rows, n, greedy);
+        for (int j = 0; j < n; j++) { sample_into(model, &seqs[seq[j]], seq[j], j, &opts, scratch); }
         stats->decoded_tokens += (size_t)n;
         stats->steps++;
     }
@@ -1618,11 +1663,10 @@ void generate(GPT2 *model, Sequence *seqs, int B, const GenerateOptions *o, Gene
     free(tokens);
     free(logit_rows);
     free(logit_seq);
-    free(argmax);
-    free(logits);
     free(scratch);
     free(opts.sampler.probs);
 }
+// --- end shared-copy: infer-sequences ---
 
 // --- begin shared-copy: infer-reports ---
 // ----------------------------------------------------------------------------
@@ -1835,6 +1879,40 @@ int parse_ids(const char *s, int V, int *out, const char *what) {
 // --- end shared-copy: infer-prompts ---
 // ----------------------------------------------------------------------------
 // main
+
+// --- begin shared-copy: omp-wait-policy ---
+// How our OpenMP threads wait for each other. At the end of a parallel loop the threads
+// that are done wait at a barrier; libgomp's default makes them spin for up to 300,000
+// rounds (a millisecond or more) before they sleep. On an idle machine that is fast. But
+// when another process keeps the cores busy, a spinning thread holds a core that the
+// thread everyone waits for needs, and time slices are milliseconds long: with a busy
+// neighbour on both cores, a GPT-2 124M decode step took 10 times as long. So we spin
+// briefly (10,000 rounds), then sleep. Measured with ./dev/cpu/bench_infer (d12, decode
+// ms at positions 16/256/1000; 2-core Xeon VM, 2026-12-01, while a `make test` also ran):
+//   lightly loaded: default 27/29/34, GOMP_SPINCOUNT=10000 27/28/35, passive 32/32/39
+//   busy neighbour: default 330/914/375, GOMP_SPINCOUNT=10000 168/180/212, passive 141/148/183
+// Passive (never spin) is a little better under load, but 15% slower without it.
+// libgomp reads its settings once, when it is loaded, before main runs; setting them
+// in main is too late. So main sets ours and starts the program over (exec of
+// /proc/self/exe, same arguments), unless the user chose (OMP_WAIT_POLICY or
+// GOMP_SPINCOUNT set: then we leave theirs alone). Where exec fails (no /proc), or a
+// program is started by another name than its path (from $PATH), we carry on with
+// libgomp's default.
+void set_omp_wait_policy(char **argv) {
+#ifdef _OPENMP
+    if (getenv("OMP_WAIT_POLICY") != NULL || getenv("GOMP_SPINCOUNT") != NULL) { return; }
+    // only where /proc/self/exe is this program: under valgrind or a loader run by hand it
+    // is the tool or ld.so, which would start something else (there, set the variable yourself)
+    struct stat self, named;
+    if (stat("/proc/self/exe", &self) != 0 || stat(argv[0], &named) != 0 || self.st_dev != named.st_dev ||
+        self.st_ino != named.st_ino) { return; }
+    setenv("GOMP_SPINCOUNT", "10000", 1);
+    execv("/proc/self/exe", argv);
+#else
+    (void)argv;
+#endif
+}
+// --- end shared-copy: omp-wait-policy ---
 
 #ifndef TESTING
 // --- begin shared-copy: gpt2-find-checkpoint ---

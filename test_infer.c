@@ -162,7 +162,7 @@ static float *prefill_all(GPT2 *model, const int *tokens, int T) {
     for (int t = 0; t < T; t++) { pos[t] = t; }
     gpt2_allocate_cache(model, 1, T);
     gpt2_allocate_rows(model, T, T);
-    gpt2_forward(model, tokens, seq, pos, T, pos, T); // logit rows 0..T-1 = pos
+    gpt2_forward(model, tokens, seq, pos, T, pos, T, 0); // logit rows 0..T-1 = pos
     float *out = unpad(model->logits, T, model->w.config.vocab_size, model->w.config.padded_vocab_size);
     free(seq);
     free(pos);
@@ -178,11 +178,11 @@ static float *decode_all(GPT2 *model, const int *tokens, int len, int T) {
     for (int t = 0; t < T; t++) { pos[t] = t; }
     gpt2_allocate_cache(model, 1, T);
     gpt2_allocate_rows(model, len, len);
-    gpt2_forward(model, tokens, seq, pos, len, pos, len);
+    gpt2_forward(model, tokens, seq, pos, len, pos, len, 0);
     for (int t = 0; t < len; t++) { memcpy(out + (size_t)t * V, model->logits + (size_t)t * Vp, V * sizeof(float)); }
     for (int t = len; t < T; t++) {
         int zero = 0;
-        gpt2_forward(model, tokens + t, seq, pos + t, 1, &zero, 1);
+        gpt2_forward(model, tokens + t, seq, pos + t, 1, &zero, 1, 0);
         memcpy(out + (size_t)t * V, model->logits, V * sizeof(float));
     }
     free(seq);
@@ -313,7 +313,7 @@ static void test_fixture(const char *path, const char *fixture) {
         int rows[5] = {0, 1, 2, 3, 4};
         for (int t = 0; t < T; t += V5) {
             int n = T - t < V5 ? T - t : V5;
-            gpt2_forward(&model, f.tokens[p] + t, seq, pos + t, n, rows, n);
+            gpt2_forward(&model, f.tokens[p] + t, seq, pos + t, n, rows, n, 0);
             for (int j = 0; j < n; j++) {
                 memcpy(chunked + (size_t)(t + j) * V, model.logits + (size_t)j * model.w.config.padded_vocab_size, V * sizeof(float));
             }

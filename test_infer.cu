@@ -161,13 +161,11 @@ static float *prefill_all(GPT2 *model, const int *tokens, int T) {
     GPT2Config c = model->w.config;
     int *seq = (int *)calloc((size_t)T, sizeof(int)), *pos = (int *)mallocCheck((size_t)T * sizeof(int));
     for (int t = 0; t < T; t++) { pos[t] = t; }
-    float *logits = (float *)mallocCheck((size_t)T * c.padded_vocab_size * sizeof(float));
     gpt2_allocate_cache(model, 1, T);
     gpt2_allocate_rows(model, T, T);
-    gpt2_forward(model, tokens, seq, pos, T, pos, T, logits, NULL);
+    gpt2_forward(model, tokens, seq, pos, T, pos, T, 0);
     float *out = (float *)mallocCheck((size_t)T * c.vocab_size * sizeof(float));
-    for (int t = 0; t < T; t++) { memcpy(out + (size_t)t * c.vocab_size, logits + (size_t)t * c.padded_vocab_size, c.vocab_size * sizeof(float)); }
-    free(logits);
+    for (int t = 0; t < T; t++) { memcpy(out + (size_t)t * c.vocab_size, model->logits + (size_t)t * c.padded_vocab_size, c.vocab_size * sizeof(float)); }
     free(seq);
     free(pos);
     return out;
@@ -179,17 +177,16 @@ static float *decode_all(GPT2 *model, const int *tokens, int len, int T) {
     int V = c.vocab_size, Vp = c.padded_vocab_size;
     int *seq = (int *)calloc((size_t)T, sizeof(int)), *pos = (int *)mallocCheck((size_t)T * sizeof(int));
     for (int t = 0; t < T; t++) { pos[t] = t; }
-    float *logits = (float *)mallocCheck((size_t)len * Vp * sizeof(float)), *out = (float *)mallocCheck((size_t)T * V * sizeof(float));
+    float *out = (float *)mallocCheck((size_t)T * V * sizeof(float));
     gpt2_allocate_cache(model, 1, T);
     gpt2_allocate_rows(model, len, len);
-    gpt2_forward(model, tokens, seq, pos, len, pos, len, logits, NULL);
-    for (int t = 0; t < len; t++) { memcpy(out + (size_t)t * V, logits + (size_t)t * Vp, V * sizeof(float)); }
+    gpt2_forward(model, tokens, seq, pos, len, pos, len, 0);
+    for (int t = 0; t < len; t++) { memcpy(out + (size_t)t * V, model->logits + (size_t)t * Vp, V * sizeof(float)); }
     for (int t = len; t < T; t++) {
         int zero = 0;
-        gpt2_forward(model, tokens + t, seq, pos + t, 1, &zero, 1, logits, NULL);
-        memcpy(out + (size_t)t * V, logits, V * sizeof(float));
+        gpt2_forward(model, tokens + t, seq, pos + t, 1, &zero, 1, 0);
+        memcpy(out + (size_t)t * V, model->logits, V * sizeof(float));
     }
-    free(logits);
     free(seq);
     free(pos);
     return out;
@@ -340,17 +337,20 @@ static int life_token(int b, int t, int V) { return (23 * b + 17 * t + 5) % V; }
 static void poison_outputs(GPT2 *model) {
     cudaCheck(cudaMemset(model->rows.logits, 0xFF, (size_t)model->max_logit_rows * model->w.config.padded_vocab_size * sizeof(float)));
     cudaCheck(cudaMemset(model->rows.argmax, 0xFF, (size_t)model->max_logit_rows * sizeof(int)));
+    memset(model->argmax, 0xFF, (size_t)model->max_logit_rows * sizeof(int)); // and the host's copy
 }
 
 static void life_forward(GPT2 *model, LifeRun *run, const int *tokens, const int *seq, const int *pos, int N,
                          const int *logit_rows, int NL, int argmax, int phase) {
-    int V = model->w.config.vocab_size, Vp = model->w.config.padded_vocab_size, ids[LIFE_ROWS];
+    int V = model->w.config.vocab_size, Vp = model->w.config.padded_vocab_size;
     float *logits = (float *)mallocCheck((size_t)NL * Vp * sizeof(float));
     poison_outputs(model);
-    gpt2_forward(model, tokens, seq, pos, N, logit_rows, NL, logits, argmax ? ids : NULL);
+    gpt2_forward(model, tokens, seq, pos, N, logit_rows, NL, argmax);
+    // the logits from the device: a greedy pass brings back only its tokens
+    cudaCheck(cudaMemcpy(logits, model->rows.logits, (size_t)NL * Vp * sizeof(float), cudaMemcpyDeviceToHost));
     for (int j = 0; j < NL && run->n < LIFE_ROWS; j++, run->n++) {
         memcpy(run->logits + (size_t)run->n * V, logits + (size_t)j * Vp, V * sizeof(float));
-        run->argmax[run->n] = argmax ? ids[j] : -2;
+        run->argmax[run->n] = argmax ? model->argmax[j] : -2;
         run->seq[run->n] = seq[logit_rows[j]];
         run->pos[run->n] = pos[logit_rows[j]];
         run->phase[run->n] = phase;
@@ -441,7 +441,8 @@ static void test_uneven(int C, int NH) {
     gpt2_allocate_rows(&model, n, n);
     int *every = (int *)mallocCheck((size_t)n * sizeof(int));
     for (int i = 0; i < n; i++) { every[i] = i; }
-    gpt2_forward(&model, tokens, seq, pos, n, every, n, all, NULL);
+    gpt2_forward(&model, tokens, seq, pos, n, every, n, 0);
+    memcpy(all, model.logits, (size_t)n * c.padded_vocab_size * sizeof(float));
     for (int i = 0; i < graph.n; i++) {
         memcpy(ref + (size_t)i * V, all + (size_t)(offset[graph.seq[i]] + graph.pos[i]) * c.padded_vocab_size, V * sizeof(float));
     }

@@ -222,7 +222,6 @@ void encoder_backward(float *dwte, float *dwpe, const float *dout, const int *in
     }
 }
 
-// --- begin shared-copy: layernorm-forward ---
 void layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *weight,
                        const float *bias, size_t B, size_t T, size_t C) {
     // y = (x - mean) / sqrt(var + eps) * weight + bias over the C channels of each
@@ -247,7 +246,6 @@ void layernorm_forward(float *out, float *mean, float *rstd, const float *inp, c
         rstd[bt] = s;
     }
 }
-// --- end shared-copy: layernorm-forward ---
 
 void layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
                         const float *weight, const float *mean, const float *rstd, size_t B, size_t T, size_t C) {
@@ -423,7 +421,7 @@ void attention_backward(float *dqkv, float *datt, const float *dout, const float
     }
 }
 
-// --- begin shared-copy: gelu-forward ---
+// --- begin shared-copy: gelu-tanh ---
 // GELU, tanh approximation (Hendrycks & Gimpel 2016; PyTorch gelu(approximate='tanh')):
 // gelu(x) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
 #define GELU_SCALE 0.7978845608028654f // sqrt(2/pi)
@@ -432,6 +430,7 @@ void attention_backward(float *dqkv, float *datt, const float *dout, const float
 // GELU runs on every hidden unit twice per step. The absolute error stays below
 // 3e-7 (exp_fast's clamp gives exactly 1 for large u, -1 for very negative u).
 static inline float tanh_via_exp(float u) { return 1.0f - 2.0f / (exp_fast(2.0f * u) + 1.0f); }
+// --- end shared-copy: gelu-tanh ---
 
 void gelu_forward(float *out, const float *inp, size_t N) {
     #pragma omp parallel for if (N > 65536) // (as in layernorm_forward)
@@ -440,7 +439,6 @@ void gelu_forward(float *out, const float *inp, size_t N) {
         out[i] = 0.5f * x * (1.0f + tanh_via_exp(GELU_SCALE * (x + 0.044715f * x * x * x)));
     }
 }
-// --- end shared-copy: gelu-forward ---
 
 void gelu_backward(float *dinp, const float *inp, const float *dout, size_t N) {
     // d/dx = 0.5 (1 + tanh(u)) + 0.5 x (1 - tanh(u)^2) du/dx, u = sqrt(2/pi)(x + 0.044715 x^3).

@@ -192,137 +192,6 @@ void set_omp_wait_policy(char **argv) {
 // --- end shared-copy: omp-wait-policy ---
 
 // ----------------------------------------------------------------------------
-// data: Fashion-MNIST's gzip'd idx files
-
-// --- begin shared-copy: mlp-data ---
-// idx: a big-endian header (magic, then one uint32 per dimension), then the
-// data as unsigned bytes. 2051 = images (n, rows, cols), 2049 = labels (n).
-#define IDX_IMAGES 2051
-#define IDX_LABELS 2049
-#define DATA_HINT "HINT: apt-get install dataset-fashion-mnist (Debian), or download the four *-ubyte.gz files of Fashion-MNIST into a folder and pass it with -d"
-#define NUM_CLASSES 10
-static const char *CLASS_NAMES[NUM_CLASSES] = {"T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
-                                               "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot"};
-
-// Read exactly n bytes from a gzip stream, or exit naming the file.
-static void gz_read_exact(gzFile gz, void *buf, size_t n, const char *path, const char *what) {
-    size_t got = 0;
-    while (got < n) {
-        unsigned chunk = n - got > (1u << 30) ? (1u << 30) : (unsigned)(n - got);
-        int r = gzread(gz, (char *)buf + got, chunk);
-        if (r <= 0) {
-            int err;
-            const char *msg = gzerror(gz, &err);
-            fprintf(stderr, "Error: %s: %s after %zu of %zu bytes of %s%s%s\n%s\n", path,
-                    r == 0 ? "file ends" : "cannot decompress", got, n, what, err != Z_OK ? ": " : "",
-                    err != Z_OK ? msg : "", DATA_HINT);
-            exit(EXIT_FAILURE);
-        }
-        got += (size_t)r;
-    }
-}
-
-// Load one idx.gz file; dims receives its dimensions (3 for images, 1 for labels).
-static uint8_t *load_idx_gz(const char *path, int magic, int ndims, uint32_t *dims) {
-    gzFile gz = gzopen(path, "rb");
-    if (gz == NULL) {
-        fprintf(stderr, "Error: cannot open '%s': %s\n%s\n", path, errno ? strerror(errno) : "out of memory", DATA_HINT);
-        exit(EXIT_FAILURE);
-    }
-    uint8_t header[16];
-    gz_read_exact(gz, header, 4 + 4 * (size_t)ndims, path, "the idx header");
-    uint32_t found = (uint32_t)header[0] << 24 | (uint32_t)header[1] << 16 | (uint32_t)header[2] << 8 | header[3];
-    if (found != (uint32_t)magic) {
-        fprintf(stderr, "Error: %s: bad idx magic number: expected %d (%s), found %u\n%s\n", path, magic,
-                magic == IDX_IMAGES ? "images" : "labels", found, DATA_HINT);
-        exit(EXIT_FAILURE);
-    }
-    size_t total = 1;
-    for (int d = 0; d < ndims; d++) {
-        const uint8_t *h = header + 4 + 4 * d;
-        dims[d] = (uint32_t)h[0] << 24 | (uint32_t)h[1] << 16 | (uint32_t)h[2] << 8 | h[3];
-        total *= dims[d] < (1u << 24) ? dims[d] : 0; // each dimension below 2^24: no product can overflow
-    }
-    // checked before allocating anything: a corrupt header must not ask for gigabytes
-    if (total == 0 || dims[0] > 10000000u || (ndims == 3 && (dims[1] != 28 || dims[2] != 28))) {
-        fprintf(stderr, "Error: %s: idx dimensions", path);
-        for (int d = 0; d < ndims; d++) { fprintf(stderr, " %u", dims[d]); }
-        fprintf(stderr, " do not fit Fashion-MNIST (up to 10^7 %s)\n%s\n", ndims == 3 ? "28x28 images" : "labels", DATA_HINT);
-        exit(EXIT_FAILURE);
-    }
-    uint8_t *data = (uint8_t *)mallocCheck(total);
-    gz_read_exact(gz, data, total, path, "data");
-    char extra;
-    int r = gzread(gz, &extra, 1);
-    if (r != 0) {
-        int err;
-        fprintf(stderr, "Error: %s: %s\n%s\n", path, r > 0 ? "more data than its header says: corrupt" : gzerror(gz, &err), DATA_HINT);
-        exit(EXIT_FAILURE);
-    }
-    gzclose(gz);
-    return data;
-}
-
-typedef struct {
-    size_t n;          // number of images
-    size_t dim;        // pixels per image: 784
-    uint8_t *pixels;   // (n, dim)
-    uint8_t *labels;   // (n)
-} Dataset;
-
-// Load images + labels of one split ("train" or "t10k") from dir, checking that
-// they agree with each other and with what the network expects.
-void dataset_load(Dataset *ds, const char *dir, const char *split) {
-    char ipath[4096], lpath[4096];
-    snprintf(ipath, sizeof(ipath), "%s/%s-images-idx3-ubyte.gz", dir, split);
-    snprintf(lpath, sizeof(lpath), "%s/%s-labels-idx1-ubyte.gz", dir, split);
-    uint32_t idims[3], ldims[1];
-    ds->pixels = load_idx_gz(ipath, IDX_IMAGES, 3, idims);
-    ds->labels = load_idx_gz(lpath, IDX_LABELS, 1, ldims);
-    if (idims[0] != ldims[0]) {
-        fprintf(stderr, "Error: %s has %u images but %s has %u labels\n%s\n", ipath, idims[0], lpath, ldims[0], DATA_HINT);
-        exit(EXIT_FAILURE);
-    }
-    ds->n = idims[0];
-    ds->dim = (size_t)idims[1] * idims[2];
-    for (size_t i = 0; i < ds->n; i++) {
-        if (ds->labels[i] >= NUM_CLASSES) {
-            fprintf(stderr, "Error: %s: label %zu is %d, not a class 0..9\n%s\n", lpath, i, ds->labels[i], DATA_HINT);
-            exit(EXIT_FAILURE);
-        }
-    }
-}
-
-void dataset_free(Dataset *ds) {
-    free(ds->pixels);
-    free(ds->labels);
-}
-
-// Inputs as the network sees them: pixel / 255, in [0, 1].
-static void gather_batch(float *x, int *y, const Dataset *ds, const size_t *indices, size_t B) {
-    for (size_t b = 0; b < B; b++) {
-        const uint8_t *img = ds->pixels + indices[b] * ds->dim;
-        for (size_t i = 0; i < ds->dim; i++) { x[b * ds->dim + i] = img[i] * (1.0f / 255.0f); }
-        y[b] = ds->labels[indices[b]];
-    }
-}
-// --- end shared-copy: mlp-data ---
-
-// --- begin shared-copy: permutation ---
-// a random permutation of 0..n-1 (Fisher-Yates) from its own random stream
-static void random_permutation(size_t *order, size_t n, uint64_t key) {
-    for (size_t i = 0; i < n; i++) { order[i] = i; }
-    uint64_t state = key;
-    for (size_t i = n; i > 1; i--) {
-        size_t j = (size_t)(rng_next(&state) % i);
-        size_t tmp = order[i - 1];
-        order[i - 1] = order[j];
-        order[j] = tmp;
-    }
-}
-// --- end shared-copy: permutation ---
-
-// ----------------------------------------------------------------------------
 // the layers, forward and backward
 
 // The matrix multiply the linear layers call, a blocked GEMM (the same code as
@@ -684,12 +553,6 @@ void mlp_backward(MLP *m, size_t B) {
 
 void mlp_zero_grad(MLP *m) { memset(m->grads, 0, m->num_params * sizeof(float)); }
 
-// The next batch: images `indices` of ds into the input h[0], their labels into
-// labels. (train_mlp.cu gathers on the GPU instead; the training loop is the same.)
-void mlp_set_batch(MLP *m, int *labels, const Dataset *ds, const size_t *indices, size_t B) {
-    gather_batch(m->h[0], labels, ds, indices, B);
-}
-
 // the logits (B, 10) of the last forward pass, in host memory
 const float *mlp_logits(MLP *m, size_t B) {
     (void)B;
@@ -708,6 +571,143 @@ void mlp_free(MLP *m) {
     free(m->opt_m);
     free(m->opt_v);
     free(m->acts);
+}
+
+// ----------------------------------------------------------------------------
+// data: Fashion-MNIST's gzip'd idx files
+
+// --- begin shared-copy: mlp-data ---
+// idx: a big-endian header (magic, then one uint32 per dimension), then the
+// data as unsigned bytes. 2051 = images (n, rows, cols), 2049 = labels (n).
+#define IDX_IMAGES 2051
+#define IDX_LABELS 2049
+#define DATA_HINT "HINT: apt-get install dataset-fashion-mnist (Debian), or download the four *-ubyte.gz files of Fashion-MNIST into a folder and pass it with -d"
+#define NUM_CLASSES 10
+static const char *CLASS_NAMES[NUM_CLASSES] = {"T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
+                                               "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot"};
+
+// Read exactly n bytes from a gzip stream, or exit naming the file.
+static void gz_read_exact(gzFile gz, void *buf, size_t n, const char *path, const char *what) {
+    size_t got = 0;
+    while (got < n) {
+        unsigned chunk = n - got > (1u << 30) ? (1u << 30) : (unsigned)(n - got);
+        int r = gzread(gz, (char *)buf + got, chunk);
+        if (r <= 0) {
+            int err;
+            const char *msg = gzerror(gz, &err);
+            fprintf(stderr, "Error: %s: %s after %zu of %zu bytes of %s%s%s\n%s\n", path,
+                    r == 0 ? "file ends" : "cannot decompress", got, n, what, err != Z_OK ? ": " : "",
+                    err != Z_OK ? msg : "", DATA_HINT);
+            exit(EXIT_FAILURE);
+        }
+        got += (size_t)r;
+    }
+}
+
+// Load one idx.gz file; dims receives its dimensions (3 for images, 1 for labels).
+static uint8_t *load_idx_gz(const char *path, int magic, int ndims, uint32_t *dims) {
+    gzFile gz = gzopen(path, "rb");
+    if (gz == NULL) {
+        fprintf(stderr, "Error: cannot open '%s': %s\n%s\n", path, errno ? strerror(errno) : "out of memory", DATA_HINT);
+        exit(EXIT_FAILURE);
+    }
+    uint8_t header[16];
+    gz_read_exact(gz, header, 4 + 4 * (size_t)ndims, path, "the idx header");
+    uint32_t found = (uint32_t)header[0] << 24 | (uint32_t)header[1] << 16 | (uint32_t)header[2] << 8 | header[3];
+    if (found != (uint32_t)magic) {
+        fprintf(stderr, "Error: %s: bad idx magic number: expected %d (%s), found %u\n%s\n", path, magic,
+                magic == IDX_IMAGES ? "images" : "labels", found, DATA_HINT);
+        exit(EXIT_FAILURE);
+    }
+    size_t total = 1;
+    for (int d = 0; d < ndims; d++) {
+        const uint8_t *h = header + 4 + 4 * d;
+        dims[d] = (uint32_t)h[0] << 24 | (uint32_t)h[1] << 16 | (uint32_t)h[2] << 8 | h[3];
+        total *= dims[d] < (1u << 24) ? dims[d] : 0; // each dimension below 2^24: no product can overflow
+    }
+    // checked before allocating anything: a corrupt header must not ask for gigabytes
+    if (total == 0 || dims[0] > 10000000u || (ndims == 3 && (dims[1] != 28 || dims[2] != 28))) {
+        fprintf(stderr, "Error: %s: idx dimensions", path);
+        for (int d = 0; d < ndims; d++) { fprintf(stderr, " %u", dims[d]); }
+        fprintf(stderr, " do not fit Fashion-MNIST (up to 10^7 %s)\n%s\n", ndims == 3 ? "28x28 images" : "labels", DATA_HINT);
+        exit(EXIT_FAILURE);
+    }
+    uint8_t *data = (uint8_t *)mallocCheck(total);
+    gz_read_exact(gz, data, total, path, "data");
+    char extra;
+    int r = gzread(gz, &extra, 1);
+    if (r != 0) {
+        int err;
+        fprintf(stderr, "Error: %s: %s\n%s\n", path, r > 0 ? "more data than its header says: corrupt" : gzerror(gz, &err), DATA_HINT);
+        exit(EXIT_FAILURE);
+    }
+    gzclose(gz);
+    return data;
+}
+
+typedef struct {
+    size_t n;          // number of images
+    size_t dim;        // pixels per image: 784
+    uint8_t *pixels;   // (n, dim)
+    uint8_t *labels;   // (n)
+} Dataset;
+
+// Load images + labels of one split ("train" or "t10k") from dir, checking that
+// they agree with each other and with what the network expects.
+void dataset_load(Dataset *ds, const char *dir, const char *split) {
+    char ipath[4096], lpath[4096];
+    snprintf(ipath, sizeof(ipath), "%s/%s-images-idx3-ubyte.gz", dir, split);
+    snprintf(lpath, sizeof(lpath), "%s/%s-labels-idx1-ubyte.gz", dir, split);
+    uint32_t idims[3], ldims[1];
+    ds->pixels = load_idx_gz(ipath, IDX_IMAGES, 3, idims);
+    ds->labels = load_idx_gz(lpath, IDX_LABELS, 1, ldims);
+    if (idims[0] != ldims[0]) {
+        fprintf(stderr, "Error: %s has %u images but %s has %u labels\n%s\n", ipath, idims[0], lpath, ldims[0], DATA_HINT);
+        exit(EXIT_FAILURE);
+    }
+    ds->n = idims[0];
+    ds->dim = (size_t)idims[1] * idims[2];
+    for (size_t i = 0; i < ds->n; i++) {
+        if (ds->labels[i] >= NUM_CLASSES) {
+            fprintf(stderr, "Error: %s: label %zu is %d, not a class 0..9\n%s\n", lpath, i, ds->labels[i], DATA_HINT);
+            exit(EXIT_FAILURE);
+        }
+    }
+}
+
+void dataset_free(Dataset *ds) {
+    free(ds->pixels);
+    free(ds->labels);
+}
+
+// Inputs as the network sees them: pixel / 255, in [0, 1].
+static void gather_batch(float *x, int *y, const Dataset *ds, const size_t *indices, size_t B) {
+    for (size_t b = 0; b < B; b++) {
+        const uint8_t *img = ds->pixels + indices[b] * ds->dim;
+        for (size_t i = 0; i < ds->dim; i++) { x[b * ds->dim + i] = img[i] * (1.0f / 255.0f); }
+        y[b] = ds->labels[indices[b]];
+    }
+}
+// --- end shared-copy: mlp-data ---
+
+// --- begin shared-copy: permutation ---
+// a random permutation of 0..n-1 (Fisher-Yates) from its own random stream
+static void random_permutation(size_t *order, size_t n, uint64_t key) {
+    for (size_t i = 0; i < n; i++) { order[i] = i; }
+    uint64_t state = key;
+    for (size_t i = n; i > 1; i--) {
+        size_t j = (size_t)(rng_next(&state) % i);
+        size_t tmp = order[i - 1];
+        order[i - 1] = order[j];
+        order[j] = tmp;
+    }
+}
+// --- end shared-copy: permutation ---
+
+// The next batch: images `indices` of ds into the input h[0], their labels into
+// labels. (train_mlp.cu gathers on the GPU instead; the training loop is the same.)
+void mlp_set_batch(MLP *m, int *labels, const Dataset *ds, const size_t *indices, size_t B) {
+    gather_batch(m->h[0], labels, ds, indices, B);
 }
 
 // ----------------------------------------------------------------------------

@@ -39,7 +39,7 @@ static void time_steps(GPT2 *model, const L2cWeights *w, float *l2c_keys, float 
     for (int s = -1; s < steps; s++) { // the step at position P, again and again (it overwrites its own cache entry)
         int zero = 0;
         double t0 = wall_seconds();
-        gpt2_forward(model, tokens + P, seq, pos + P, 1, &zero, 1);
+        gpt2_forward(model, tokens + P, seq, pos + P, 1, &zero, 1, 0);
         double t1 = wall_seconds();
         l2c_forward(w, l2c_keys, l2c_values, scratch, l2c_logits, tokens[P], P, c.num_layers, c.channels, c.num_heads,
                     c.max_seq_len, c.padded_vocab_size);
@@ -90,7 +90,7 @@ int main(int argc, char **argv) {
         if (P + 1 >= maxT) { continue; }
         // both caches hold positions 0..P-1 (ours by a prefill, theirs token by token)
         int last = P - 1;
-        gpt2_forward(&model, tokens, seq, pos, P, &last, 1);
+        gpt2_forward(&model, tokens, seq, pos, P, &last, 1, 0);
         for (int t = 0; t < P; t++) { l2c_forward(&w, l2c_keys, l2c_values, scratch, l2c_logits, tokens[t], t, L, C, NH, maxT, Vp); }
         time_steps(&model, &w, l2c_keys, l2c_values, scratch, l2c_logits, tokens, seq, pos, P, steps, ours, theirs);
         float diff = 0.0f;

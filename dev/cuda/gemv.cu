@@ -170,7 +170,7 @@ __device__ inline void epilogue_apply(const Epilogue e, int n, int o, int OC, fl
     } else if (e.kind == EPI_GELU) { // tanh approximation, as GPT-2 (and infer.c)
         e.x[(size_t)n * OC + o] = from_float(0.5f * v * (1.0f + tanhf(GELU_SCALE * (v + 0.044715f * v * v * v))));
     } else { // EPI_QKV: the query stays with the row, key and value go into the cache
-        int C = OC / 3, part = o / C, c = o % C;
+        int C = OC / 3, part = o < C ? 0 : o < 2 * C ? 1 : 2, c = o - part * C; // (no divisions in the inner loop)
         if (part == 0) {
             e.x[(size_t)n * C + c] = from_float(v);
         } else {

@@ -163,10 +163,10 @@ mutant kv-cache-past-end "a write one position past a layer's cache" infer.cu in
 '            size_t at = ((size_t)e.seq[n] * e.S + e.pos[n]) * C + c;' \
 '            size_t at = ((size_t)e.seq[n] * e.S + e.pos[n] + 1) * C + c;'
 mutant attention-launch-bounds "a launch larger than the kernel's __launch_bounds__" infer.cu infer \
-'attention_forward_kernel<<<dim3(N, NH), ATT_BLOCK, 0, stream>>>' \
-'attention_forward_kernel<<<dim3(N, NH), 2 * ATT_BLOCK, 0, stream>>>'
+'attention_forward_kernel<<<dim3(N, NH), ATT_BLOCK, 0, main_stream>>>' \
+'attention_forward_kernel<<<dim3(N, NH), 2 * ATT_BLOCK, 0, main_stream>>>'
 mutant graph-argmax-flag "a captured graph replayed after the argmax flag changed" infer.cu infer \
-'model->graphs[N] == NULL || model->graph_argmax[N] != argmax' \
+'model->graphs[N] == NULL || model->graph_argmax[N] != greedy' \
 'model->graphs[N] == NULL'
 mutant graph-stale-buffers "captured graphs kept after the buffers they point into are reallocated" infer.cu infer \
 '    gpt2_drop_graphs(model); // they hold pointers into the old buffers
