@@ -41,7 +41,8 @@ reader of prompt files (both needed, neither about inference). infer.cu is this 
 the forward pass on a GPU, and diffs against it function by function: its layers are
 kernels behind launchers of the same names and arguments as the layer functions here, so
 each linear layer here ends, as there, in an epilogue (its bias, then the KV-cache write,
-GELU or the residual add) instead of passes of its own.
+GELU or the residual add): in the matrix-vector loop of decode, or in one pass after the
+GEMM of prefill.
 
 Sizes: B sequences in a batch, T positions, C channels, NH heads, HS = C/NH head size,
 V vocabulary, Vp padded vocabulary, L layers, maxT the model's context, S positions held
@@ -200,7 +201,8 @@ static inline float dot8(const float *a, const float *b, size_t n);
 static inline __attribute__((always_inline)) void dot_rows(float *out, const float *w, const float *inp, size_t C, const int N);
 
 // (The loops over rows below use threads only where there is enough work to pay for
-// waking them: not for the one row of a decode step, where the wake-up costs more.)
+// waking them: not for the one row of a decode step, where the wake-up costs more. The
+// matrix-vector products and attention always have enough.)
 
 // residual[n, :] = wte[token] + wpe[position]
 void encoder_forward(float *residual, const int *tokens, const int *pos, const floatX *wte, const floatX *wpe, int N, int C) {
@@ -291,7 +293,7 @@ static Epilogue epilogue_residual(const floatX *bias, float *residual) { // resi
 #define GELU_SCALE 0.7978845608028654f // sqrt(2/pi)
 
 // tanh(u) = 1 - 2 / (exp(2u) + 1): libm's tanhf is a slow function call, and
-// GELU runs on every hidden unit twice per step. The absolute error stays below
+// GELU runs on every hidden unit (and its backward again). The absolute error stays below
 // 3e-7 (exp_fast's clamp gives exactly 1 for large u, -1 for very negative u).
 static inline float tanh_via_exp(float u) { return 1.0f - 2.0f / (exp_fast(2.0f * u) + 1.0f); }
 // --- end shared-copy: gelu-tanh ---
@@ -352,6 +354,7 @@ void matmul_forward(float *out, const float *inp, const float *weight, const flo
 #define MATVEC_MAX_ROWS 16 // from 16 rows on, the GEMM (measured: ./infer -m d12 -B 1 -b 8,12,16 on 2 cores)
 #define MATVEC_GROUP 4      // inputs per pass over a weight row: 2 x 4 accumulators + 2 weights fit in 16 registers
 
+// scratch holds (N, 4C): every layer's OC but the logits', which need none.
 void linear_forward(const floatX *inp, const floatX *weight, Epilogue e, float *scratch, int N, int C, int OC) {
     if (N >= MATVEC_MAX_ROWS) {
         int direct = e.kind == EPI_LOGITS && e.bias == NULL; // logits need no epilogue: straight into place
@@ -1097,10 +1100,10 @@ void gpt2_weights_build(GPT2Weights *w, const char *source, uint64_t seed) {
 // the forward pass with a KV cache
 
 // --- begin shared-copy: infer-forward ---
-// A pass's rows must fit its buffers and the cache. (Their tokens are not checked here:
-// the loader and the sampler keep them below V.)
-static void gpt2_check_rows(const GPT2 *model, const int *seq, const int *pos, int N, int NL) {
-    if (N > model->max_rows || NL > model->max_logit_rows || NL > N) {
+// A pass's rows must fit its buffers and the cache, its logit rows be among its rows.
+// (Their tokens are not checked here: the loader and the sampler keep them below V.)
+static void gpt2_check_rows(const GPT2 *model, const int *seq, const int *pos, int N, const int *logit_rows, int NL) {
+    if (N < 0 || NL < 0 || N > model->max_rows || NL > model->max_logit_rows || NL > N) {
         fprintf(stderr, "Error: gpt2_forward: %d rows (%d with logits), buffers hold %d (%d)\n", N, NL, model->max_rows,
                 model->max_logit_rows);
         exit(EXIT_FAILURE);
@@ -1109,6 +1112,12 @@ static void gpt2_check_rows(const GPT2 *model, const int *seq, const int *pos, i
         if (seq[n] < 0 || seq[n] >= model->cache_batch || pos[n] < 0 || pos[n] >= model->cache_len) {
             fprintf(stderr, "Error: gpt2_forward: row %d (sequence %d, position %d) is outside B=%d, S=%d\n",
                     n, seq[n], pos[n], model->cache_batch, model->cache_len);
+            exit(EXIT_FAILURE);
+        }
+    }
+    for (int j = 0; j < NL; j++) {
+        if (logit_rows[j] < 0 || logit_rows[j] >= N) {
+            fprintf(stderr, "Error: gpt2_forward: logit row %d is row %d of a pass of %d rows\n", j, logit_rows[j], N);
             exit(EXIT_FAILURE);
         }
     }
@@ -1158,12 +1167,13 @@ static void gpt2_forward_layers(GPT2 *model, int N, int NL, int argmax) {
 // one row per sequence.
 void gpt2_forward(GPT2 *model, const int *tokens, const int *seq, const int *pos, int N, const int *logit_rows, int NL,
                   int greedy) {
-    gpt2_check_rows(model, seq, pos, N, NL);
+    gpt2_check_rows(model, seq, pos, N, logit_rows, NL);
+    if (N == 0) { return; } // (nothing to do; on a GPU, a grid of 0 blocks is an error)
     RowBuffers r = model->rows;
     memcpy(r.tokens, tokens, N * sizeof(int));
     memcpy(r.seq, seq, N * sizeof(int));
     memcpy(r.pos, pos, N * sizeof(int));
-    memcpy(r.logit_rows, logit_rows, NL * sizeof(int));
+    if (NL > 0) { memcpy(r.logit_rows, logit_rows, NL * sizeof(int)); }
     gpt2_forward_layers(model, N, NL, greedy);
 }
 

@@ -702,7 +702,7 @@ static void gpu_acquire(void) {
 }
 
 static void gpu_release(void) {
-    if (gpu_users == 0 || --gpu_users > 0) { return; }
+    if (--gpu_users > 0) { return; }
     cudaCheck(cudaFree(cublas_workspace));
     cublasCheck(cublasDestroy(cublas_handle));
     cudaCheck(cudaStreamDestroy(main_stream));
@@ -881,6 +881,7 @@ typedef struct {
     cudaGraphExec_t graphs[MAX_GRAPHS]; // [n]: the decode step of n rows, or NULL
     int graph_argmax[MAX_GRAPHS];       // whether graphs[n] ends with the argmax
     int use_graphs;                     // 0: launch the kernels one by one (tests compare)
+    int gpu_held;                       // gpt2_build took the cuBLAS handle and stream (gpu_acquire)
 } GPT2;
 
 static void gpt2_drop_graphs(GPT2 *model) {
@@ -958,6 +959,7 @@ void gpt2_allocate_cache(GPT2 *model, int B, int S) {
 void gpt2_build(GPT2 *model, const char *source, uint64_t seed) {
     memset(model, 0, sizeof(*model));
     gpu_acquire();
+    model->gpu_held = 1;
     gpt2_weights_build(&model->w, source, seed);
     // the 16 tensors one after another, as in the host's table (and the file)
     size_t bytes[NUM_PARAMETER_TENSORS];
@@ -983,7 +985,7 @@ void gpt2_free(GPT2 *model) {
     table_free(&model->cache_table);
     table_free(&model->params_table);
     gpt2_weights_free(&model->w);
-    gpu_release();
+    if (model->gpu_held) { gpu_release(); }
     memset(model, 0, sizeof(*model));
 }
 
@@ -1208,10 +1210,10 @@ void gpt2_weights_build(GPT2Weights *w, const char *source, uint64_t seed) {
 // the forward pass with a KV cache
 
 // --- begin shared-copy: infer-forward ---
-// A pass's rows must fit its buffers and the cache. (Their tokens are not checked here:
-// the loader and the sampler keep them below V.)
-static void gpt2_check_rows(const GPT2 *model, const int *seq, const int *pos, int N, int NL) {
-    if (N > model->max_rows || NL > model->max_logit_rows || NL > N) {
+// A pass's rows must fit its buffers and the cache, its logit rows be among its rows.
+// (Their tokens are not checked here: the loader and the sampler keep them below V.)
+static void gpt2_check_rows(const GPT2 *model, const int *seq, const int *pos, int N, const int *logit_rows, int NL) {
+    if (N < 0 || NL < 0 || N > model->max_rows || NL > model->max_logit_rows || NL > N) {
         fprintf(stderr, "Error: gpt2_forward: %d rows (%d with logits), buffers hold %d (%d)\n", N, NL, model->max_rows,
                 model->max_logit_rows);
         exit(EXIT_FAILURE);
@@ -1220,6 +1222,12 @@ static void gpt2_check_rows(const GPT2 *model, const int *seq, const int *pos, i
         if (seq[n] < 0 || seq[n] >= model->cache_batch || pos[n] < 0 || pos[n] >= model->cache_len) {
             fprintf(stderr, "Error: gpt2_forward: row %d (sequence %d, position %d) is outside B=%d, S=%d\n",
                     n, seq[n], pos[n], model->cache_batch, model->cache_len);
+            exit(EXIT_FAILURE);
+        }
+    }
+    for (int j = 0; j < NL; j++) {
+        if (logit_rows[j] < 0 || logit_rows[j] >= N) {
+            fprintf(stderr, "Error: gpt2_forward: logit row %d is row %d of a pass of %d rows\n", j, logit_rows[j], N);
             exit(EXIT_FAILURE);
         }
     }
@@ -1267,12 +1275,13 @@ static void gpt2_forward_layers(GPT2 *model, int N, int NL, int argmax) {
 // time.
 void gpt2_forward(GPT2 *model, const int *tokens, const int *seq, const int *pos, int N, const int *logit_rows, int NL,
                   int greedy) {
-    gpt2_check_rows(model, seq, pos, N, NL);
+    gpt2_check_rows(model, seq, pos, N, logit_rows, NL);
+    if (N == 0) { return; } // (nothing to do; on a GPU, a grid of 0 blocks is an error)
     RowBuffers r = model->rows;
     cudaCheck(cudaMemcpyAsync(r.tokens, tokens, N * sizeof(int), cudaMemcpyHostToDevice, main_stream));
     cudaCheck(cudaMemcpyAsync(r.seq, seq, N * sizeof(int), cudaMemcpyHostToDevice, main_stream));
     cudaCheck(cudaMemcpyAsync(r.pos, pos, N * sizeof(int), cudaMemcpyHostToDevice, main_stream));
-    cudaCheck(cudaMemcpyAsync(r.logit_rows, logit_rows, NL * sizeof(int), cudaMemcpyHostToDevice, main_stream));
+    if (NL > 0) { cudaCheck(cudaMemcpyAsync(r.logit_rows, logit_rows, NL * sizeof(int), cudaMemcpyHostToDevice, main_stream)); }
     int decode = NL == N && N < MAX_GRAPHS && model->use_graphs;
     for (int j = 0; j < NL && decode; j++) { decode = logit_rows[j] == j; }
     if (decode && (model->graphs[N] == NULL || model->graph_argmax[N] != greedy)) {

@@ -158,7 +158,7 @@ static float *unpad(const float *logits, int N, int V, int Vp) {
 
 // All positions of tokens[0..T) of sequence 0 in one prefill; logits of every row: (T, V).
 static float *prefill_all(GPT2 *model, const int *tokens, int T) {
-    int *seq = (int *)calloc((size_t)T, sizeof(int)), *pos = (int *)mallocCheck((size_t)T * sizeof(int));
+    int *seq = (int *)calloc((size_t)T, sizeof(int)), *pos = (int *)calloc((size_t)T, sizeof(int));
     for (int t = 0; t < T; t++) { pos[t] = t; }
     gpt2_allocate_cache(model, 1, T);
     gpt2_allocate_rows(model, T, T);
@@ -174,7 +174,7 @@ static float *prefill_all(GPT2 *model, const int *tokens, int T) {
 static float *decode_all(GPT2 *model, const int *tokens, int len, int T) {
     float *out = (float *)mallocCheck((size_t)T * model->w.config.vocab_size * sizeof(float));
     int V = model->w.config.vocab_size, Vp = model->w.config.padded_vocab_size;
-    int *seq = (int *)calloc((size_t)T, sizeof(int)), *pos = (int *)mallocCheck((size_t)T * sizeof(int));
+    int *seq = (int *)calloc((size_t)T, sizeof(int)), *pos = (int *)calloc((size_t)T, sizeof(int));
     for (int t = 0; t < T; t++) { pos[t] = t; }
     gpt2_allocate_cache(model, 1, T);
     gpt2_allocate_rows(model, len, len);
@@ -305,7 +305,7 @@ static void test_fixture(const char *path, const char *fixture) {
     // prefill in chunks of 5 rows, each attending to the cache the earlier chunks wrote
     {
         int p = f.P - 1, T = f.len[p] + f.G, V5 = 5;
-        int *seq = (int *)calloc((size_t)T, sizeof(int)), *pos = (int *)mallocCheck((size_t)T * sizeof(int));
+        int *seq = (int *)calloc((size_t)T, sizeof(int)), *pos = (int *)calloc((size_t)T, sizeof(int));
         for (int t = 0; t < T; t++) { pos[t] = t; }
         float *chunked = (float *)mallocCheck((size_t)T * V * sizeof(float));
         gpt2_allocate_cache(&model, 1, T);
@@ -544,7 +544,27 @@ static void test_generation(void) {
 }
 
 // ----------------------------------------------------------------------------
-// bad input: the loaders, each in a child process
+// bad input: the loaders, and gpt2_forward's rows, each in a child process
+
+// a pass over a d1 model with a cache of 2 sequences x 8 positions and buffers of 4 rows,
+// rows as given: 0 = fine, 1 = a position past the cache, 2 = a logit row past the pass,
+// 3 = more rows than the buffers hold
+static void bad_forward(const void *arg) {
+    int kind = *(const int *)arg;
+#ifdef _OPENMP
+    omp_set_num_threads(1); // a forked child cannot use the parent's OpenMP threads: it would wait for them forever
+#endif
+    GPT2 model;
+    gpt2_build(&model, "d1", 1);
+    gpt2_allocate_cache(&model, 2, 8);
+    gpt2_allocate_rows(&model, 4, 4);
+    int tokens[5] = {1, 2, 3, 4, 5}, seq[5] = {0, 0, 1, 1, 1}, pos[5] = {0, 1, 0, kind == 1 ? 8 : 1, 2}, rows[1] = {kind == 2 ? 4 : 3};
+    gpt2_forward(&model, tokens, seq, pos, kind == 3 ? 5 : 4, rows, 1, 0);
+    gpt2_forward(&model, tokens, seq, pos, 0, NULL, 0, 0); // a pass of no rows does nothing
+    gpt2_free(&model);
+    fprintf(stderr, "no error\n");
+    exit(EXIT_FAILURE);
+}
 
 static void test_bad_files(const char *tmp) {
     printf("\nbad files: the loaders exit with a message naming the problem\n");
@@ -571,6 +591,12 @@ static void test_bad_files(const char *tmp) {
     snprintf(path, sizeof(path), "%s/encoder.json", dir);
     write_bytes(path, "{\"!\": 0, ", 9);
     expect_exit("a truncated encoder.json", load_tokenizer, dir, "encoder.json");
+    // gpt2_forward's rows: the control passes (it reaches "no error"), the others stop
+    int kinds[4] = {0, 1, 2, 3};
+    expect_exit("gpt2_forward: good rows, and no rows", bad_forward, &kinds[0], "no error");
+    expect_exit("gpt2_forward: a position past the cache", bad_forward, &kinds[1], "outside B=2, S=8");
+    expect_exit("gpt2_forward: a logit row past the pass", bad_forward, &kinds[2], "logit row 0 is row 4");
+    expect_exit("gpt2_forward: more rows than the buffers", bad_forward, &kinds[3], "buffers hold 4");
 }
 
 // ----------------------------------------------------------------------------
