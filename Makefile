@@ -271,10 +271,10 @@ test_convert_asan: test_convert.c convert.c
 	$(CC) $(SANITIZE) -march=native -Wall -Wextra $(OMP_FLAGS) $< $(LDLIBS) -o $@
 
 # Fuzz the parsers of untrusted input (safetensors headers, shard indexes, config.json,
-# JSON) with libFuzzer, FUZZ_SECONDS each (needs clang: apt-get install clang). Crashes and
+# JSON, GGUF files) with libFuzzer, FUZZ_SECONDS each (needs clang: apt-get install clang). Crashes and
 # the inputs that caused them land in dev/fuzz/crashes/; the corpus grows in dev/fuzz/corpus/.
 FUZZ_SECONDS ?= 60
-FUZZ_TARGETS = safetensors config json
+FUZZ_TARGETS = safetensors config json gguf
 FUZZ_CC ?= clang
 $(addprefix dev/fuzz/fuzz_,$(FUZZ_TARGETS)): dev/fuzz/fuzz_%: dev/fuzz/fuzz_convert.c convert.c
 	$(FUZZ_CC) -O1 -g -fsanitize=fuzzer,address,undefined -Wno-unknown-pragmas -DFUZZ_$(shell echo $* | tr a-z A-Z) $< -lm -o $@
@@ -335,6 +335,7 @@ reference: data/tokenizer convert
 	HF_HUB_OFFLINE=1 $(PYTHON) dev/reference/infer_reference.py
 	HF_HUB_OFFLINE=1 $(PYTHON) dev/reference/infer_reference.py --check-export   # runs ./convert into a HF folder
 	$(PYTHON) dev/reference/convert_reference.py
+	$(PYTHON) dev/reference/gguf_reference.py
 
 # --- benchmarks (tables, not tests) -------------------------------------------------
 dev/cpu/bench_train_gpt2: dev/cpu/bench_train_gpt2.c train_gpt2.c

@@ -14,12 +14,15 @@ Formats today (GPT-2):
   the tokenizer: GPT-2's encoder.json + vocab.bpe (ours, in data/gpt2/) are Hugging Face's
        vocab.json + merges.txt under other names; -t DIR copies them across (-t data/gpt2 is
        the default for exports).
+  GGUF (llama.cpp's files, version 2 and 3): read and checked, its metadata and tensors
+       listed (-i FILE.gguf, no -o), every tensor dequantized to fp32 (F32, F16, BF16, Q8_0,
+       Q4_0, Q4_1, Q4_K, Q5_K, Q6_K); writing the Llama family's model file from it comes next.
 HF's GPT-2 keeps its linear weights as Conv1D, (in, out): transposed relative to ours
 (out, in), as nn.Linear keeps them. Our safetensors reader and JSON parser check every
 offset, dtype and shape before they touch the data (fuzzed by make fuzz).
 
 How it is built, so that the later chapters' formats (Llama-family folders, GGUF, PEFT
-adapters) slot in: one reader per container format (JSON, safetensors), one writer per
+adapters) slot in: one reader per container format (JSON, safetensors, GGUF), one writer per
 target (llm.c checkpoint, safetensors folder), and per model family a table that maps our
 tensors to the other format's names and layouts (GPT2_HF below), plus its config.json fields.
 
@@ -31,12 +34,14 @@ Build and run (from the repository root):
     ./convert -i path/to/gpt2 -o gpt2_124M.bin           # a Hugging Face folder -> a checkpoint
     ./convert -i log_gpt2/model_00005000.bin -o my_gpt2  # a checkpoint -> a Hugging Face folder
     ./convert -i gpt2_124M.bin -o gpt2_124M_bf16.bin -d bf16
+    ./convert -i SmolLM2-135M-Instruct.Q4_1.gguf          # what a GGUF file holds
     ./convert -h                                          # every flag with its default
 Checked by test_convert.c: Hugging Face folders written by transformers
 (dev/reference/infer_reference.py: F32, F16, BF16, with and without the prefix, sharded) to
 our checkpoint and back, byte for byte; our exported folder's bytes are the ones transformers
-loaded and matched (fixtures/infer_export.fnv1a64); every kind of broken file is one error
-message; test_infer.c then runs the converted checkpoints against transformers' logits.
+loaded and matched (fixtures/infer_export.fnv1a64); a GGUF file written and read back by
+the gguf package (dev/reference/gguf_reference.py): every key, every tensor's shape and its
+values dequantized, bit for bit; every kind of broken file is one error message; test_infer.c then runs the converted checkpoints against transformers' logits.
 
 Sizes: C channels, NH heads, V vocabulary, Vp padded vocabulary, L layers, maxT the context.
 */
@@ -52,6 +57,7 @@ Sizes: C channels, NH heads, V vocabulary, Vp padded vocabulary, L layers, maxT 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -1171,6 +1177,477 @@ static void hf_weights_open(HfWeights *h, const char *dir, const char *hint) {
 }
 
 // ----------------------------------------------------------------------------
+// GGUF: llama.cpp's model file (version 3; version 2 is read the same way)
+
+// Little-endian throughout. "GGUF", uint32 version, uint64 tensor count, uint64 key-value
+// count; the key-value pairs (a string key, a uint32 value type, the value: arrays are a
+// uint32 item type, a uint64 count and the items); the tensor infos (a string name, uint32
+// dims, a uint64 size per dim, ggml's ne[0] first: the fastest-varying, so a PyTorch (out,
+// in) weight has dims [in, out]; uint32 ggml type; uint64 offset into the data); then the
+// data, from the first multiple of general.alignment (32 by default) on, each tensor at its
+// offset. A string is a uint64 length and its bytes, no terminating NUL. Nothing here trusts
+// the file: every count, length, type, shape and offset is checked against the bytes there
+// are before anything is read or allocated (make fuzz runs this on random files).
+#define GGUF_MAGIC 0x46554747u // "GGUF" read as a little-endian uint32
+#define GGUF_MAX_DIMS 4        // ggml's
+#define GGUF_DEFAULT_ALIGNMENT 32
+enum { GGUF_UINT8, GGUF_INT8, GGUF_UINT16, GGUF_INT16, GGUF_UINT32, GGUF_INT32, GGUF_FLOAT32, GGUF_BOOL,
+       GGUF_STRING, GGUF_ARRAY, GGUF_UINT64, GGUF_INT64, GGUF_FLOAT64, GGUF_NUM_VALUE_TYPES };
+static const uint8_t GGUF_VALUE_SIZE[GGUF_NUM_VALUE_TYPES] = {1, 1, 2, 2, 4, 4, 4, 1, 0, 0, 8, 8, 8}; // 0: variable
+
+// The tensor types we know: how many elements a block holds and in how many bytes (ggml's
+// type numbers). Each is dequantized block by block (gguf_dequantize, below).
+typedef struct {
+    uint32_t id;
+    const char *name;
+    uint32_t block, bytes; // elements per block, bytes per block
+} GgmlType;
+enum { GGML_F32 = 0, GGML_F16 = 1, GGML_Q4_0 = 2, GGML_Q4_1 = 3, GGML_Q8_0 = 8, GGML_Q4_K = 12, GGML_Q5_K = 13,
+       GGML_Q6_K = 14, GGML_BF16 = 30 };
+static const GgmlType GGML_TYPES[] = {
+    {GGML_F32, "F32", 1, 4},      {GGML_F16, "F16", 1, 2},        {GGML_BF16, "BF16", 1, 2},
+    {GGML_Q8_0, "Q8_0", 32, 34},  {GGML_Q4_0, "Q4_0", 32, 18},    {GGML_Q4_1, "Q4_1", 32, 20},
+    {GGML_Q4_K, "Q4_K", 256, 144}, {GGML_Q5_K, "Q5_K", 256, 176}, {GGML_Q6_K, "Q6_K", 256, 210},
+};
+#define NUM_GGML_TYPES (int)(sizeof(GGML_TYPES) / sizeof(GGML_TYPES[0]))
+
+static const GgmlType *ggml_type(uint32_t id) {
+    for (int k = 0; k < NUM_GGML_TYPES; k++) {
+        if (GGML_TYPES[k].id == id) { return &GGML_TYPES[k]; }
+    }
+    return NULL;
+}
+
+typedef struct {
+    const uint8_t *key;   // into the file's bytes, key_len of them (not NUL-terminated)
+    uint64_t key_len;
+    uint32_t type;        // GGUF_*
+    uint32_t item_type;   // arrays: the items' type
+    uint64_t count;       // arrays: the number of items; 1 otherwise
+    size_t at;            // where the value starts (arrays: the first item)
+} GgufKV;
+
+typedef struct {
+    const uint8_t *name;
+    uint64_t name_len;
+    uint32_t n_dims;
+    uint64_t dims[GGUF_MAX_DIMS]; // ne[0] first; dims past n_dims are 1
+    const GgmlType *type;
+    uint64_t offset;              // from the start of the data
+    uint64_t elements, bytes;
+} GgufTensor;
+
+typedef struct {
+    const uint8_t *buf; // the whole file
+    size_t len;
+    uint32_t version;
+    uint64_t num_kv, num_tensors;
+    GgufKV *kv;
+    GgufTensor *tensors;
+    uint64_t alignment;
+    size_t data_start;  // where the data begins: a multiple of the alignment
+    void *mapping;      // gguf_open's mmap of the file, or NULL
+} Gguf;
+
+// A reader over the file's bytes that fails, with a message, instead of reading past them.
+typedef struct {
+    const uint8_t *buf;
+    size_t len, at;
+    char *err;
+    size_t err_size;
+} GgufCursor;
+
+static int gguf_fail(GgufCursor *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int gguf_fail(GgufCursor *c, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    int n = snprintf(c->err, c->err_size, "at byte %zu: ", c->at);
+    if (n >= 0 && (size_t)n < c->err_size) { vsnprintf(c->err + n, c->err_size - (size_t)n, fmt, ap); }
+    va_end(ap);
+    return -1;
+}
+static int gguf_need(GgufCursor *c, uint64_t n, const char *what) {
+    if (n > c->len - c->at) { return gguf_fail(c, "the file ends inside %s (%" PRIu64 " bytes needed, %zu left)", what, n, c->len - c->at); }
+    return 0;
+}
+static uint64_t gguf_le(const uint8_t *p, int n) { // a little-endian unsigned integer of n bytes
+    uint64_t v = 0;
+    for (int i = n - 1; i >= 0; i--) { v = v << 8 | p[i]; }
+    return v;
+}
+static int gguf_u32(GgufCursor *c, uint32_t *v, const char *what) {
+    if (gguf_need(c, 4, what) != 0) { return -1; }
+    *v = (uint32_t)gguf_le(c->buf + c->at, 4);
+    c->at += 4;
+    return 0;
+}
+static int gguf_u64(GgufCursor *c, uint64_t *v, const char *what) {
+    if (gguf_need(c, 8, what) != 0) { return -1; }
+    *v = gguf_le(c->buf + c->at, 8);
+    c->at += 8;
+    return 0;
+}
+static int gguf_string(GgufCursor *c, const uint8_t **s, uint64_t *len, const char *what) {
+    if (gguf_u64(c, len, what) != 0 || gguf_need(c, *len, what) != 0) { return -1; }
+    *s = c->buf + c->at;
+    c->at += *len;
+    return 0;
+}
+// skips one value of a scalar or string type
+static int gguf_skip_value(GgufCursor *c, uint32_t type) {
+    if (type == GGUF_STRING) {
+        const uint8_t *s;
+        uint64_t n;
+        return gguf_string(c, &s, &n, "a string value");
+    }
+    if (gguf_need(c, GGUF_VALUE_SIZE[type], "a value") != 0) { return -1; }
+    c->at += GGUF_VALUE_SIZE[type];
+    return 0;
+}
+
+static int gguf_same(const uint8_t *a, uint64_t a_len, const uint8_t *b, uint64_t b_len) {
+    return a_len == b_len && memcmp(a, b, a_len) == 0;
+}
+static int gguf_compare_offset(const void *a, const void *b) {
+    const GgufTensor *x = *(const GgufTensor *const *)a, *y = *(const GgufTensor *const *)b;
+    return (x->offset > y->offset) - (x->offset < y->offset);
+}
+
+void gguf_free(Gguf *g);
+int gguf_find(const Gguf *g, const char *key);
+
+// Parses a whole GGUF file in buf (len bytes; kept, not copied). 0, or -1 with a message
+// in err (g is then empty).
+int gguf_parse(Gguf *g, const uint8_t *buf, size_t len, char *err, size_t err_size) {
+    memset(g, 0, sizeof(*g));
+    g->buf = buf;
+    g->len = len;
+    GgufCursor c = {buf, len, 0, err, err_size};
+    uint32_t magic;
+    if (gguf_u32(&c, &magic, "the header") != 0) { return -1; }
+    if (magic != GGUF_MAGIC) { return gguf_fail(&c, "not a GGUF file (its first bytes are not \"GGUF\")"); }
+    if (gguf_u32(&c, &g->version, "the header") != 0) { return -1; }
+    if (g->version != 2 && g->version != 3) { return gguf_fail(&c, "GGUF version %u: we read versions 2 and 3", g->version); }
+    if (gguf_u64(&c, &g->num_tensors, "the header") != 0 || gguf_u64(&c, &g->num_kv, "the header") != 0) { return -1; }
+    // each key-value pair takes 13 bytes at least, each tensor info 28: counts that the
+    // file cannot hold are corrupt, and must not size an allocation
+    if (g->num_kv > (len - c.at) / 13 || g->num_tensors > (len - c.at) / 28) {
+        return gguf_fail(&c, "%" PRIu64 " key-value pairs and %" PRIu64 " tensors cannot fit in a file of %zu bytes",
+                         g->num_kv, g->num_tensors, len);
+    }
+    g->kv = (GgufKV *)calloc(g->num_kv > 0 ? g->num_kv : 1, sizeof(GgufKV));
+    g->tensors = (GgufTensor *)calloc(g->num_tensors > 0 ? g->num_tensors : 1, sizeof(GgufTensor));
+    if (g->kv == NULL || g->tensors == NULL) { gguf_free(g); return gguf_fail(&c, "out of memory"); }
+    g->alignment = GGUF_DEFAULT_ALIGNMENT;
+    int rc = 0;
+    for (uint64_t i = 0; i < g->num_kv && rc == 0; i++) {
+        GgufKV *kv = &g->kv[i];
+        if ((rc = gguf_string(&c, &kv->key, &kv->key_len, "a key")) != 0 || (rc = gguf_u32(&c, &kv->type, "a value type")) != 0) { break; }
+        for (uint64_t k = 0; k < i && rc == 0; k++) {
+            if (gguf_same(g->kv[k].key, g->kv[k].key_len, kv->key, kv->key_len)) {
+                rc = gguf_fail(&c, "key '%.*s' appears twice", (int)(kv->key_len < 200 ? kv->key_len : 200), (const char *)kv->key);
+            }
+        }
+        if (rc != 0) { break; }
+        if (kv->type >= GGUF_NUM_VALUE_TYPES) { rc = gguf_fail(&c, "key '%.*s': unknown value type %u", (int)(kv->key_len < 200 ? kv->key_len : 200), (const char *)kv->key, kv->type); break; }
+        kv->count = 1;
+        kv->item_type = kv->type;
+        if (kv->type == GGUF_ARRAY) {
+            if ((rc = gguf_u32(&c, &kv->item_type, "an array's item type")) != 0 || (rc = gguf_u64(&c, &kv->count, "an array's length")) != 0) { break; }
+            if (kv->item_type >= GGUF_NUM_VALUE_TYPES || kv->item_type == GGUF_ARRAY) {
+                rc = gguf_fail(&c, "key '%.*s': an array of %s", (int)(kv->key_len < 200 ? kv->key_len : 200), (const char *)kv->key,
+                               kv->item_type == GGUF_ARRAY ? "arrays (not supported)" : "an unknown type");
+                break;
+            }
+            // (a string takes 8 bytes at least, any other item its size)
+            uint64_t least = kv->item_type == GGUF_STRING ? 8 : GGUF_VALUE_SIZE[kv->item_type];
+            if (kv->count > (len - c.at) / least) { rc = gguf_fail(&c, "an array of %" PRIu64 " items cannot fit in the file", kv->count); break; }
+        }
+        kv->at = c.at;
+        if (kv->item_type == GGUF_STRING) {
+            for (uint64_t k = 0; k < kv->count && rc == 0; k++) { rc = gguf_skip_value(&c, GGUF_STRING); }
+        } else {
+            rc = gguf_need(&c, kv->count * GGUF_VALUE_SIZE[kv->item_type], "a value");
+            c.at += rc == 0 ? kv->count * GGUF_VALUE_SIZE[kv->item_type] : 0;
+        }
+    }
+    int a = rc == 0 ? gguf_find(g, "general.alignment") : -1;
+    if (a >= 0) {
+        const GgufKV *kv = &g->kv[a];
+        uint64_t v = kv->type == GGUF_UINT32 ? gguf_le(buf + kv->at, 4) : 0;
+        if (kv->type != GGUF_UINT32 || v == 0 || (v & (v - 1)) != 0) { rc = gguf_fail(&c, "general.alignment must be a power of two, as a uint32"); }
+        g->alignment = v;
+    }
+    for (uint64_t i = 0; i < g->num_tensors && rc == 0; i++) {
+        GgufTensor *t = &g->tensors[i];
+        uint32_t type;
+        if ((rc = gguf_string(&c, &t->name, &t->name_len, "a tensor's name")) != 0 || (rc = gguf_u32(&c, &t->n_dims, "a tensor's dims")) != 0) { break; }
+        int shown = (int)(t->name_len < 200 ? t->name_len : 200);
+        if (t->n_dims < 1 || t->n_dims > GGUF_MAX_DIMS) { rc = gguf_fail(&c, "tensor '%.*s' has %u dims (1 to %d)", shown, (const char *)t->name, t->n_dims, GGUF_MAX_DIMS); break; }
+        t->elements = 1;
+        for (int d = 0; d < GGUF_MAX_DIMS && rc == 0; d++) {
+            t->dims[d] = 1;
+            if ((uint32_t)d < t->n_dims && (rc = gguf_u64(&c, &t->dims[d], "a tensor's shape")) != 0) { break; }
+            if (t->dims[d] == 0 || t->dims[d] > (1ull << 40) / t->elements) {
+                rc = gguf_fail(&c, "tensor '%.*s': dim %d is %" PRIu64 " (0, or more than 2^40 elements in all)", shown, (const char *)t->name, d, t->dims[d]);
+                break;
+            }
+            t->elements *= t->dims[d];
+        }
+        if (rc != 0 || (rc = gguf_u32(&c, &type, "a tensor's type")) != 0 || (rc = gguf_u64(&c, &t->offset, "a tensor's offset")) != 0) { break; }
+        t->type = ggml_type(type);
+        if (t->type == NULL) { rc = gguf_fail(&c, "tensor '%.*s': ggml type %u, which we do not read (we read F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K)", shown, (const char *)t->name, type); break; }
+        if (t->dims[0] % t->type->block != 0) {
+            rc = gguf_fail(&c, "tensor '%.*s': its rows of %" PRIu64 " are not whole %s blocks of %u", shown, (const char *)t->name, t->dims[0], t->type->name, t->type->block);
+            break;
+        }
+        t->bytes = t->elements / t->type->block * t->type->bytes;
+        if (t->offset % g->alignment != 0) { rc = gguf_fail(&c, "tensor '%.*s': offset %" PRIu64 " is not a multiple of the alignment %" PRIu64, shown, (const char *)t->name, t->offset, g->alignment); break; }
+        for (uint64_t k = 0; k < i && rc == 0; k++) {
+            if (gguf_same(g->tensors[k].name, g->tensors[k].name_len, t->name, t->name_len)) { rc = gguf_fail(&c, "tensor '%.*s' appears twice", shown, (const char *)t->name); }
+        }
+    }
+    if (rc == 0) {
+        g->data_start = (c.at + g->alignment - 1) / g->alignment * g->alignment;
+        if (g->data_start > len) { rc = gguf_fail(&c, "the file ends before its data (at byte %zu)", g->data_start); }
+    }
+    if (rc == 0 && g->num_tensors > 0) { // inside the file, in any order, no two overlapping
+        const GgufTensor **order = (const GgufTensor **)mallocCheck(g->num_tensors * sizeof(*order));
+        for (uint64_t i = 0; i < g->num_tensors; i++) { order[i] = &g->tensors[i]; }
+        qsort(order, g->num_tensors, sizeof(*order), gguf_compare_offset);
+        uint64_t data_len = len - g->data_start, end = 0;
+        for (uint64_t i = 0; i < g->num_tensors && rc == 0; i++) {
+            const GgufTensor *t = order[i];
+            int shown = (int)(t->name_len < 200 ? t->name_len : 200);
+            if (t->offset > data_len || t->bytes > data_len - t->offset) {
+                rc = gguf_fail(&c, "tensor '%.*s' (bytes %" PRIu64 "..%" PRIu64 " of the data) runs past the end of the file (%" PRIu64 " bytes of data)",
+                               shown, (const char *)t->name, t->offset, t->offset + t->bytes, data_len);
+            } else if (t->offset < end) {
+                rc = gguf_fail(&c, "tensor '%.*s' overlaps the tensor before it", shown, (const char *)t->name);
+            }
+            end = t->offset + t->bytes;
+        }
+        free(order);
+    }
+    if (rc != 0) { gguf_free(g); }
+    return rc;
+}
+
+void gguf_free(Gguf *g) {
+    free(g->kv);
+    free(g->tensors);
+    if (g->mapping != NULL) { munmap(g->mapping, g->len); }
+    memset(g, 0, sizeof(*g));
+}
+
+// the index of the key-value pair called key, or -1
+int gguf_find(const Gguf *g, const char *key) {
+    for (uint64_t i = 0; i < g->num_kv; i++) {
+        if (gguf_same(g->kv[i].key, g->kv[i].key_len, (const uint8_t *)key, strlen(key))) { return (int)i; }
+    }
+    return -1;
+}
+
+// the tensor called name, or NULL
+const GgufTensor *gguf_tensor(const Gguf *g, const char *name) {
+    for (uint64_t i = 0; i < g->num_tensors; i++) {
+        if (gguf_same(g->tensors[i].name, g->tensors[i].name_len, (const uint8_t *)name, strlen(name))) { return &g->tensors[i]; }
+    }
+    return NULL;
+}
+
+// Item i of a value (i = 0 for a scalar) as a double, for any numeric or bool type; 0, or
+// -1 if it is a string. (Integers above 2^53 lose their low bits: no GGUF count is near.)
+int gguf_number(const Gguf *g, const GgufKV *kv, uint64_t i, double *out) {
+    if (kv->item_type == GGUF_STRING || i >= kv->count) { return -1; }
+    const uint8_t *p = g->buf + kv->at + i * GGUF_VALUE_SIZE[kv->item_type];
+    uint64_t u = gguf_le(p, GGUF_VALUE_SIZE[kv->item_type]);
+    switch (kv->item_type) {
+    case GGUF_INT8: *out = (int8_t)u; break;
+    case GGUF_INT16: *out = (int16_t)u; break;
+    case GGUF_INT32: *out = (int32_t)u; break;
+    case GGUF_INT64: *out = (double)(int64_t)u; break;
+    case GGUF_FLOAT32: { uint32_t b = (uint32_t)u; float f; memcpy(&f, &b, 4); *out = f; break; }
+    case GGUF_FLOAT64: { double d; memcpy(&d, &u, 8); *out = d; break; }
+    default: *out = (double)u; break; // the unsigned types and bool
+    }
+    return 0;
+}
+
+// String i of a string value or an array of strings: its bytes and length; 0, or -1.
+// (Walks the array from its start: fine for the few lookups a conversion makes.)
+int gguf_str(const Gguf *g, const GgufKV *kv, uint64_t i, const uint8_t **s, uint64_t *len) {
+    if (kv->item_type != GGUF_STRING || i >= kv->count) { return -1; }
+    size_t at = kv->at;
+    for (uint64_t k = 0;; k++) { // (the parser checked every length)
+        *len = gguf_le(g->buf + at, 8);
+        *s = g->buf + at + 8;
+        if (k == i) { return 0; }
+        at += 8 + *len;
+    }
+}
+
+// ----------------------------------------------------------------------------
+// GGUF's tensor types to float32, block by block. A quantized block stores small integers
+// q and one or two fp16 numbers for the whole block: a scale d (and an offset m), so that
+// x = d * q (or d * q + m). The K-quants group 256 values into a super-block of 8 or 16
+// sub-blocks, each with a 6- or 8-bit scale (and minimum) of its own, themselves scaled by
+// the super-block's fp16 d (and dmin). The formats are llama.cpp's (ggml-common.h);
+// dev/reference/gguf_reference.py checks us against the gguf package's dequantization.
+
+// Q4_K and Q5_K: the scale and minimum of sub-block j, 6 bits each, packed into 12 bytes:
+// j < 4 in the low 6 bits of bytes j and j + 4; j >= 4 in the nibbles of byte j + 4 and the
+// top 2 bits of bytes j - 4 (the scale) and j (the minimum).
+static void k_scale_min(const uint8_t *s, int j, float *scale, float *min) {
+    if (j < 4) {
+        *scale = (float)(s[j] & 63);
+        *min = (float)(s[j + 4] & 63);
+    } else {
+        *scale = (float)((s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4));
+        *min = (float)((s[j + 4] >> 4) | ((s[j] >> 6) << 4));
+    }
+}
+
+// One block of type t at p into out (t->block values).
+static void ggml_dequantize_block(const GgmlType *t, const uint8_t *p, float *out) {
+    switch (t->id) {
+    case GGML_F32: memcpy(out, p, 4); break;
+    case GGML_F16: out[0] = fp16_to_float((uint16_t)gguf_le(p, 2)); break;
+    case GGML_BF16: out[0] = bf16_to_float((uint16_t)gguf_le(p, 2)); break;
+    case GGML_Q8_0: { // fp16 d, 32 x int8
+        float d = fp16_to_float((uint16_t)gguf_le(p, 2));
+        for (int j = 0; j < 32; j++) { out[j] = d * (float)(int8_t)p[2 + j]; }
+        break;
+    }
+    case GGML_Q4_0:   // fp16 d, 16 bytes: value j in the low nibble of byte j, value j + 16 in its high one; q - 8
+    case GGML_Q4_1: { // fp16 d, fp16 m, the same nibbles, unsigned: d * q + m
+        float d = fp16_to_float((uint16_t)gguf_le(p, 2)), m = t->id == GGML_Q4_1 ? fp16_to_float((uint16_t)gguf_le(p + 2, 2)) : 0.0f;
+        const uint8_t *q = p + (t->id == GGML_Q4_1 ? 4 : 2);
+        int offset = t->id == GGML_Q4_0 ? 8 : 0;
+        for (int j = 0; j < 16; j++) {
+            out[j] = d * (float)((q[j] & 0xF) - offset) + m;
+            out[j + 16] = d * (float)((q[j] >> 4) - offset) + m;
+        }
+        break;
+    }
+    case GGML_Q4_K:   // fp16 d, fp16 dmin, 12 bytes of scales, 128 bytes of nibbles: 8 sub-blocks of 32
+    case GGML_Q5_K: { // the same, with a fifth bit of each value in 32 bytes qh before the nibbles
+        float d = fp16_to_float((uint16_t)gguf_le(p, 2)), dmin = fp16_to_float((uint16_t)gguf_le(p + 2, 2));
+        const uint8_t *scales = p + 4, *qh = p + 16, *q = p + (t->id == GGML_Q5_K ? 48 : 16);
+        // 64 values at a time: sub-block 2i from the low nibbles of 32 bytes, 2i + 1 from the high ones;
+        // their fifth bits are bits 2i and 2i + 1 of the qh bytes
+        for (int i = 0; i < 4; i++, q += 32, out += 64) {
+            for (int h = 0; h < 2; h++) {
+                float scale, min;
+                k_scale_min(scales, 2 * i + h, &scale, &min);
+                for (int l = 0; l < 32; l++) {
+                    int v = h == 0 ? q[l] & 0xF : q[l] >> 4;
+                    if (t->id == GGML_Q5_K && (qh[l] >> (2 * i + h) & 1)) { v += 16; }
+                    out[32 * h + l] = d * scale * (float)v - dmin * min;
+                }
+            }
+        }
+        break;
+    }
+    case GGML_Q6_K: { // 128 bytes of low nibbles, 64 of 2-bit high parts, 16 int8 scales, fp16 d: 16 sub-blocks of 16
+        const uint8_t *ql = p, *qh = p + 128;
+        const int8_t *sc = (const int8_t *)(p + 192);
+        float d = fp16_to_float((uint16_t)gguf_le(p + 208, 2));
+        // 128 values at a time, 32 positions l each giving four: in 64 low-nibble bytes and
+        // 32 bytes holding the four values' high 2 bits; q - 32
+        for (int half = 0; half < 2; half++, ql += 64, qh += 32, sc += 8, out += 128) {
+            for (int l = 0; l < 32; l++) {
+                int q1 = ((ql[l] & 0xF) | ((qh[l] >> 0 & 3) << 4)) - 32;
+                int q2 = ((ql[l + 32] & 0xF) | ((qh[l] >> 2 & 3) << 4)) - 32;
+                int q3 = ((ql[l] >> 4) | ((qh[l] >> 4 & 3) << 4)) - 32;
+                int q4 = ((ql[l + 32] >> 4) | ((qh[l] >> 6 & 3) << 4)) - 32;
+                int s = l / 16;
+                out[l] = d * (float)sc[s] * (float)q1;
+                out[l + 32] = d * (float)sc[s + 2] * (float)q2;
+                out[l + 64] = d * (float)sc[s + 4] * (float)q3;
+                out[l + 96] = d * (float)sc[s + 6] * (float)q4;
+            }
+        }
+        break;
+    }
+    default: break; // (the parser accepts no other type)
+    }
+}
+
+// Tensor t of g as t->elements float32 values, in ggml's order (ne[0] fastest).
+void gguf_dequantize(const Gguf *g, const GgufTensor *t, float *out) {
+    const uint8_t *p = g->buf + g->data_start + t->offset;
+    uint64_t blocks = t->elements / t->type->block;
+    #pragma omp parallel for if (blocks > 4096)
+    for (uint64_t b = 0; b < blocks; b++) { ggml_dequantize_block(t->type, p + b * t->type->bytes, out + b * t->type->block); }
+}
+
+// Maps the file at path into memory and parses it, or exits with a message naming it.
+void gguf_open(Gguf *g, const char *path) {
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) { die_file(path, NULL, "cannot open it: %s", strerror(errno)); }
+    struct stat info;
+    if (fstat(fd, &info) != 0) { die_file(path, NULL, "cannot stat it: %s", strerror(errno)); }
+    size_t len = (size_t)info.st_size;
+    void *m = len > 0 ? mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, 0) : NULL;
+    close(fd);
+    if (len > 0 && m == MAP_FAILED) { die_file(path, NULL, "cannot map it into memory: %s", strerror(errno)); }
+    char err[512];
+    if (gguf_parse(g, (const uint8_t *)m, len, err, sizeof(err)) != 0) {
+        if (m != NULL) { munmap(m, len); }
+        die_file(path, "a GGUF file (llama.cpp's) holds a header, metadata, tensor infos and the tensors' data", "%s", err);
+    }
+    g->mapping = m;
+}
+
+// a string of the file, for the terminal: at most 60 bytes, control characters escaped
+static void gguf_print_string(const uint8_t *s, uint64_t len) {
+    printf(" \"");
+    for (uint64_t i = 0; i < len && i < 60; i++) {
+        if (s[i] == '\n') { printf("\\n"); }
+        else if (s[i] < 0x20 || s[i] == 0x7f) { printf("\\x%02x", s[i]); }
+        else { putchar(s[i]); }
+    }
+    printf("\"%s", len > 60 ? "..." : "");
+}
+
+// -i FILE.gguf without -o: what the file holds, as gguf-dump shows it (metadata with short
+// arrays in full and long ones by their first items and length, then the tensors).
+void gguf_print(const Gguf *g, const char *path) {
+    printf("%s: GGUF version %u, %" PRIu64 " key-value pairs, %" PRIu64 " tensors, data from byte %zu (alignment %" PRIu64 ")\n",
+           path, g->version, g->num_kv, g->num_tensors, g->data_start, g->alignment);
+    static const char *const TYPE_NAMES[GGUF_NUM_VALUE_TYPES] = {"u8", "i8", "u16", "i16", "u32", "i32", "f32", "bool", "str", "arr", "u64", "i64", "f64"};
+    for (uint64_t i = 0; i < g->num_kv; i++) {
+        const GgufKV *kv = &g->kv[i];
+        printf("  %-40.*s ", (int)(kv->key_len < 200 ? kv->key_len : 200), (const char *)kv->key);
+        if (kv->type == GGUF_ARRAY) { printf("[%s x %" PRIu64 "]", TYPE_NAMES[kv->item_type], kv->count); }
+        else { printf("%s", TYPE_NAMES[kv->type]); }
+        uint64_t shown = kv->count <= 8 ? kv->count : 3;
+        for (uint64_t k = 0; k < shown; k++) {
+            const uint8_t *s;
+            uint64_t len;
+            double v;
+            if (gguf_str(g, kv, k, &s, &len) == 0) { gguf_print_string(s, len); }
+            else if (gguf_number(g, kv, k, &v) == 0 && (kv->item_type == GGUF_FLOAT32 || kv->item_type == GGUF_FLOAT64)) { printf(" %.9g", v); }
+            else if (kv->item_type == GGUF_INT8 || kv->item_type == GGUF_INT16 || kv->item_type == GGUF_INT32 || kv->item_type == GGUF_INT64) {
+                int n = GGUF_VALUE_SIZE[kv->item_type];
+                uint64_t u = gguf_le(g->buf + kv->at + k * n, n);
+                printf(" %" PRId64, (int64_t)(u << (64 - 8 * n)) >> (64 - 8 * n)); // sign-extended
+            } else {
+                printf(" %" PRIu64, gguf_le(g->buf + kv->at + k * GGUF_VALUE_SIZE[kv->item_type], GGUF_VALUE_SIZE[kv->item_type]));
+            }
+        }
+        printf("%s\n", shown < kv->count ? " ..." : "");
+    }
+    for (uint64_t i = 0; i < g->num_tensors; i++) {
+        const GgufTensor *t = &g->tensors[i];
+        printf("  %-40.*s %-5s [", (int)(t->name_len < 200 ? t->name_len : 200), (const char *)t->name, t->type->name);
+        for (uint32_t d = 0; d < t->n_dims; d++) { printf("%s%" PRIu64, d > 0 ? ", " : "", t->dims[d]); }
+        printf("] at %" PRIu64 "\n", t->offset);
+    }
+}
+
+// ----------------------------------------------------------------------------
 // writing safetensors: one file, or shards of at most max_bytes and their index
 
 // A tensor to write: our float32 data, written as F32 or BF16 in HF's layout.
@@ -1646,7 +2123,8 @@ typedef struct {
 
 static void print_usage(const Options *d) {
     printf("Usage: %s -i <model> -o <output> [flags]\n", PROGRAM);
-    printf("  -i <model>    a Hugging Face GPT-2 folder, an llm.c checkpoint, or d<N> (a new random model)\n");
+    printf("  -i <model>    a Hugging Face GPT-2 folder, an llm.c checkpoint, or d<N> (a new random model);\n");
+    printf("                a GGUF file (name.gguf) without -o: list its metadata and tensors\n");
     printf("  -o <output>   a name ending in .bin: an llm.c checkpoint; anything else: a Hugging Face folder\n");
     printf("  -d <dtype>    fp32, bf16, or auto (bf16 if every weight read was bf16, else fp32) [%s]\n", d->dtype);
     printf("  -t <dir>      the tokenizer's folder: into a Hugging Face folder, its encoder.json + vocab.bpe\n");
@@ -1724,6 +2202,16 @@ int main(int argc, char **argv) {
         case 's': o.seed = parse_int(flag, v, 0); break;
         default: usage_error("unknown flag %s", flag);
         }
+    }
+    if (o.input != NULL && ends_with(o.input, ".gguf")) { // for now: what the file holds
+        if (o.output != NULL) {
+            usage_error("%s: GGUF files can only be listed for now (./convert -i FILE.gguf); converting the Llama family comes next", o.input);
+        }
+        Gguf g;
+        gguf_open(&g, o.input);
+        gguf_print(&g, o.input);
+        gguf_free(&g);
+        return 0;
     }
     if (o.input == NULL || o.output == NULL) { usage_error("-i (the model to read) and -o (what to write) are both needed%s", ""); }
     if (strcmp(o.dtype, "auto") != 0 && strcmp(o.dtype, "fp32") != 0 && strcmp(o.dtype, "bf16") != 0) {

@@ -13,7 +13,10 @@ We check:
   - round trips, bit for bit: HF folder <-> checkpoint v3, v5; BF16 and F16 folders; names
     with and without "transformer."; shards (the reference's, and our own of several sizes);
     the tokenizer's files
-  - bad input: the JSON and safetensors parsers return an error, never crash, on each kind
+  - GGUF: a file written by the gguf package (dev/reference/gguf_reference.py) as gguf's
+    GGUFReader reads it (header, every key's type and values, every tensor's type, dims and
+    offset) and every tensor's values as gguf.quants dequantizes them (F32 ... Q6_K)
+  - bad input: the JSON, safetensors and GGUF parsers return an error, never crash, on each kind
     of broken file; every broken folder, shard index or checkpoint makes the loader exit
     with a message naming the file (run in a child)
 The whole test also runs under AddressSanitizer + UBSan (make test_convert_asan); the
@@ -221,6 +224,182 @@ static void test_safetensors(void) {
         free(copy);
     }
     check("every truncation of a valid file fails", all, "");
+}
+
+// ----------------------------------------------------------------------------
+// GGUF: our reader against the gguf package's (dev/reference/gguf_reference.py)
+
+static const char *const GGUF_TYPE_NAMES[GGUF_NUM_VALUE_TYPES] = {
+    "UINT8", "INT8", "UINT16", "INT16", "UINT32", "INT32", "FLOAT32", "BOOL", "STRING", "ARRAY", "UINT64", "INT64", "FLOAT64"};
+
+// key-value pair `index` of the reference against ours: type, item type, count, values
+static int gguf_kv_matches(const Gguf *g, const Json *j, int index, char *detail, size_t size) {
+    char key[256], type[16], item[16];
+    if (json_string(j, json_get(j, index, "key"), key, sizeof(key)) < 0 || json_string(j, json_get(j, index, "type"), type, sizeof(type)) < 0 ||
+        json_string(j, json_get(j, index, "item_type"), item, sizeof(item)) < 0) {
+        snprintf(detail, size, "bad reference entry");
+        return 0;
+    }
+    int k = gguf_find(g, key);
+    if (k < 0) { snprintf(detail, size, "%s: missing", key); return 0; }
+    const GgufKV *kv = &g->kv[k];
+    int values = json_get(j, index, "values"), count = j->tokens[values].size;
+    if (strcmp(GGUF_TYPE_NAMES[kv->type], type) != 0 || strcmp(GGUF_TYPE_NAMES[kv->item_type], item) != 0 || kv->count != (uint64_t)count) {
+        snprintf(detail, size, "%s: %s of %s x %" PRIu64 ", the reference %s of %s x %d", key, GGUF_TYPE_NAMES[kv->type],
+                 GGUF_TYPE_NAMES[kv->item_type], kv->count, type, item, count);
+        return 0;
+    }
+    int v = values + 1;
+    for (int i = 0; i < count; i++, v = j->tokens[v].next) {
+        if (kv->item_type == GGUF_STRING) {
+            char want[256];
+            const uint8_t *s;
+            uint64_t len;
+            int n = json_string(j, v, want, sizeof(want));
+            if (n < 0 || gguf_str(g, kv, (uint64_t)i, &s, &len) != 0 || len != (uint64_t)n || memcmp(s, want, len) != 0) {
+                snprintf(detail, size, "%s: string %d differs", key, i);
+                return 0;
+            }
+        } else {
+            double want, ours;
+            if (kv->item_type == GGUF_BOOL) { want = j->text[j->tokens[v].start] == 't'; }
+            else if (json_double(j, v, &want) != 0) { snprintf(detail, size, "%s: bad reference value", key); return 0; }
+            if (gguf_number(g, kv, (uint64_t)i, &ours) != 0 || ours != want) {
+                snprintf(detail, size, "%s: value %d is %.17g, the reference's %.17g", key, i, ours, want);
+                return 0;
+            }
+        }
+    }
+    return 1;
+}
+
+// the GGUF fixture with 4 bytes at `at` set to v (a little-endian uint32), or 8 bytes if wide
+static uint8_t *gguf_edited(const uint8_t *file, size_t len, size_t at, uint64_t v, int wide) {
+    uint8_t *copy = (uint8_t *)mallocCheck(len);
+    memcpy(copy, file, len);
+    for (int i = 0; i < (wide ? 8 : 4); i++) { copy[at + i] = (uint8_t)(v >> (8 * i)); }
+    return copy;
+}
+
+static void test_gguf(void) {
+    printf("\nGGUF: our reader against the gguf package's, on a file it wrote\n");
+    size_t len, jlen, flen;
+    uint8_t *file = read_bytes(FIXTURES "gguf_tiny.gguf", &len);
+    char *text = (char *)read_bytes(FIXTURES "gguf_tiny.json", &jlen);
+    float *ref = (float *)read_bytes(FIXTURES "gguf_tiny_dequant.f32", &flen);
+    Json j;
+    char err[512], detail[512];
+    if (json_parse(&j, text, jlen, err, sizeof(err)) != 0) { check("gguf_tiny.json", 0, err); return; }
+    Gguf g;
+    int rc = gguf_parse(&g, file, len, err, sizeof(err));
+    check("parses", rc == 0, rc == 0 ? "" : err);
+    if (rc != 0) { json_free(&j); free(file); free(text); free(ref); return; }
+    int64_t version, start;
+    json_int64(&j, json_get(&j, 0, "version"), &version);
+    json_int64(&j, json_get(&j, 0, "data_start"), &start);
+    int kvs = json_get(&j, 0, "kv"), tensors = json_get(&j, 0, "tensors");
+    snprintf(detail, sizeof(detail), "version %u, alignment %" PRIu64 ", data at %zu, %" PRIu64 " keys, %" PRIu64 " tensors",
+             g.version, g.alignment, g.data_start, g.num_kv, g.num_tensors);
+    check("the header, as gguf reads it", g.version == (uint32_t)version && g.alignment == 64 && g.data_start == (size_t)start &&
+          g.num_kv == (uint64_t)j.tokens[kvs].size && g.num_tensors == (uint64_t)j.tokens[tensors].size, detail);
+    int ok = 1;
+    detail[0] = '\0';
+    for (int i = 0, e = kvs + 1; i < j.tokens[kvs].size && ok; i++, e = j.tokens[e].next) { ok = gguf_kv_matches(&g, &j, e, detail, sizeof(detail)); }
+    if (ok) { snprintf(detail, sizeof(detail), "%d keys: every type, arrays of numbers and strings", j.tokens[kvs].size); }
+    check("every key's type and values", ok, detail);
+    // the tensors: names, types, dims, offsets, then their values dequantized
+    size_t at = 0;
+    for (int i = 0, e = tensors + 1; i < j.tokens[tensors].size; i++, e = j.tokens[e].next) {
+        char name[64], type[16];
+        json_string(&j, json_get(&j, e, "name"), name, sizeof(name));
+        json_string(&j, json_get(&j, e, "type"), type, sizeof(type));
+        int dims = json_get(&j, e, "dims");
+        int64_t offset = -1, d = 0;
+        json_int64(&j, json_get(&j, e, "offset"), &offset);
+        const GgufTensor *t = gguf_tensor(&g, name);
+        int same = t != NULL && strcmp(t->type->name, type) == 0 && t->offset == (uint64_t)offset && t->n_dims == (uint32_t)j.tokens[dims].size;
+        for (int k = 0, v = dims + 1; same && k < j.tokens[dims].size; k++, v = j.tokens[v].next) { same = json_int64(&j, v, &d) == 0 && t->dims[k] == (uint64_t)d; }
+        char label[96];
+        snprintf(label, sizeof(label), "tensor %s (%s)", name, type);
+        if (!same || at + t->elements > flen / sizeof(float)) { check(label, 0, "type, dims or offset differ from gguf's"); continue; }
+        float *ours = (float *)mallocCheck(t->elements * sizeof(float));
+        gguf_dequantize(&g, t, ours);
+        double max_ref = 0.0, max_err = 0.0;
+        size_t exact = 0;
+        for (uint64_t k = 0; k < t->elements; k++) {
+            max_ref = fmax(max_ref, fabs(ref[at + k]));
+            max_err = fmax(max_err, fabs((double)ours[k] - ref[at + k]));
+            exact += ours[k] == ref[at + k];
+        }
+        // dequantizing is one or two float products and a sum per value; the compiler may
+        // fuse a multiply-add that numpy rounds twice: within 2 ulps of the largest value
+        snprintf(detail, sizeof(detail), "%" PRIu64 " values, %zu bit for bit, max error %.2g of max %.3g", t->elements, exact, max_err, max_ref);
+        check(label, max_err <= 2.4e-7 * max_ref, detail);
+        free(ours);
+        at += t->elements;
+    }
+    check("all of gguf_tiny_dequant.f32 compared", at * sizeof(float) == flen, "");
+
+    // broken files: each edit of the fixture is one error with a message, never a crash
+    const GgufTensor *q = gguf_tensor(&g, "q4_1"), *q0 = gguf_tensor(&g, "q4_0");
+    size_t info = (size_t)(q->name - file) + q->name_len; // q4_1's info after its name: n_dims, dims, type, offset
+    size_t type_at = info + 4 + 8 * q->n_dims, offset_at = type_at + 4;
+    const GgufKV *arr = &g.kv[gguf_find(&g, "test.arr_i32")], *align = &g.kv[gguf_find(&g, "general.alignment")];
+    const GgufKV *u8 = &g.kv[gguf_find(&g, "test.u8")];
+    struct { const char *name; size_t at; uint64_t v; int wide; const char *expect; } edits[] = {
+        {"not GGUF", 0, 0x46554748u, 0, "not a GGUF file"},
+        {"version 1", 4, 1, 0, "version 1"},
+        {"2^40 key-value pairs", 16, 1ull << 40, 1, "cannot fit"},
+        {"2^40 tensors", 8, 1ull << 40, 1, "cannot fit"},
+        {"an unknown value type", u8->at - 4, 13, 0, "unknown value type"},
+        {"an array of arrays", arr->at - 12, GGUF_ARRAY, 0, "arrays"},
+        {"an array longer than the file", arr->at - 8, 1ull << 40, 1, "cannot fit"},
+        {"alignment 48", align->at, 48, 0, "power of two"},
+        {"a tensor type we do not read", type_at, 6, 0, "ggml type 6"},
+        {"a tensor of 5 dims", info, 5, 0, "5 dims"},
+        {"a dim of 0", info + 4, 0, 1, "dim 0 is 0"},
+        {"rows not whole blocks", info + 4, 48, 1, "not whole Q4_1 blocks"},
+        {"an offset off the alignment", offset_at, q->offset + 32, 1, "not a multiple"},
+        {"an offset past the end", offset_at, 1ull << 20, 1, "past the end"},
+        {"two tensors overlapping", offset_at, q0->offset, 1, "overlaps"},
+        {"a key twice", (size_t)(g.kv[3].key - file) - 8, g.kv[2].key_len, 1, "twice"},
+    };
+    for (size_t i = 0; i < sizeof(edits) / sizeof(edits[0]); i++) {
+        uint8_t *copy = gguf_edited(file, len, edits[i].at, edits[i].v, edits[i].wide);
+        if (i == sizeof(edits) / sizeof(edits[0]) - 1) { memcpy(copy + (g.kv[3].key - file), g.kv[2].key, g.kv[2].key_len); } // (same length: "test.i8" -> "test.u8")
+        Gguf bad;
+        rc = gguf_parse(&bad, copy, len, err, sizeof(err));
+        check(edits[i].name, rc != 0 && strstr(err, edits[i].expect) != NULL, rc != 0 ? err : "parsed");
+        if (rc == 0) { gguf_free(&bad); }
+        free(copy);
+    }
+    // a tensor name twice: q4_0's name over q4_1's (same length)
+    uint8_t *copy = gguf_edited(file, len, 0, GGUF_MAGIC, 0);
+    memcpy(copy + (q->name - file), q0->name, q0->name_len);
+    Gguf bad;
+    rc = gguf_parse(&bad, copy, len, err, sizeof(err));
+    check("a tensor name twice", rc != 0 && strstr(err, "appears twice") != NULL, rc != 0 ? err : "parsed");
+    free(copy);
+    // every truncation before the last tensor's end is an error; none reads past the bytes given (ASan)
+    size_t end = 0;
+    for (uint64_t i = 0; i < g.num_tensors; i++) {
+        size_t e = g.data_start + g.tensors[i].offset + g.tensors[i].bytes;
+        end = e > end ? e : end;
+    }
+    int all = 1;
+    for (size_t cut = 0; cut < end; cut++) {
+        uint8_t *part = (uint8_t *)mallocCheck(cut + 1);
+        memcpy(part, file, cut);
+        if (gguf_parse(&bad, part, cut, err, sizeof(err)) == 0) { all = 0; gguf_free(&bad); }
+        free(part);
+    }
+    snprintf(detail, sizeof(detail), "%zu cuts", end);
+    check("every truncation fails", all, detail);
+    gguf_free(&g);
+    json_free(&j);
+    free(file);
+    free(text);
+    free(ref);
 }
 
 // ----------------------------------------------------------------------------
@@ -525,6 +704,7 @@ int main(void) {
     if (mkdtemp(tmp) == NULL) { perror("mkdtemp"); return 1; }
     test_json();
     test_safetensors();
+    test_gguf();
     test_layouts();
     test_export(tmp);
     test_tokenizer_files(tmp);

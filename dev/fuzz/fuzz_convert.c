@@ -11,6 +11,7 @@ Targets (chosen with -DFUZZ_<NAME>):
     SAFETENSORS  the input is a whole .safetensors file: 8-byte length, JSON header, data
     CONFIG       the input is a config.json (GPT2Config from it)
     JSON         the input is any JSON text; every string is also decoded, every number read
+    GGUF         the input is a whole GGUF file; every key's values read, every tensor dequantized
 */
 #define TESTING
 #include "../../convert.c"
@@ -49,8 +50,32 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         json_get(&j, 0, "n_embd");
     }
     json_free(&j);
+#elif defined(FUZZ_GGUF)
+    Gguf g;
+    if (gguf_parse(&g, data, size, err, sizeof(err)) == 0) {
+        // what a conversion does next: read the metadata, dequantize the tensors
+        for (uint64_t i = 0; i < g.num_kv; i++) {
+            for (uint64_t k = 0; k < g.kv[i].count && k < 64; k++) {
+                const uint8_t *s;
+                uint64_t len;
+                double v;
+                if (gguf_str(&g, &g.kv[i], k, &s, &len) == 0) {
+                    volatile uint8_t sum = 0;
+                    for (uint64_t b = 0; b < len; b++) { sum += s[b]; }
+                } else if (gguf_number(&g, &g.kv[i], k, &v) != 0) { __builtin_trap(); }
+            }
+        }
+        for (uint64_t i = 0; i < g.num_tensors; i++) {
+            const GgufTensor *t = &g.tensors[i];
+            if (t->elements > (1u << 20)) { continue; } // (the bytes are checked to be in the file; big ones only cost time)
+            float *out = (float *)malloc(t->elements * sizeof(float));
+            gguf_dequantize(&g, t, out);
+            free(out);
+        }
+        gguf_free(&g);
+    }
 #else
-#error "build with -DFUZZ_SAFETENSORS, -DFUZZ_CONFIG or -DFUZZ_JSON"
+#error "build with -DFUZZ_SAFETENSORS, -DFUZZ_CONFIG, -DFUZZ_JSON or -DFUZZ_GGUF"
 #endif
     return 0;
 }

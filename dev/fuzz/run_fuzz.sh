@@ -16,6 +16,7 @@ for target in "$@"; do
                      for f in "$corpus"/model.safetensors; do [ -f "$f" ] && mv "$f" "$corpus/seed_$(basename "$(dirname "$f")")_$RANDOM"; done ;;
         config|json) for f in dev/reference/fixtures/hf_tiny_fp32/config.json dev/reference/fixtures/gpt2_hf_configs/*.json; do
                          cp "$f" "$corpus/seed_$(basename "$f")"; done ;;
+        gguf) cp dev/reference/fixtures/gguf_tiny.gguf "$corpus/seed_gguf_tiny" ;;
     esac
     echo "==== fuzz_$target for ${seconds}s"
     if ! ./dev/fuzz/fuzz_$target -max_total_time="$seconds" -max_len=65536 -print_final_stats=1 \

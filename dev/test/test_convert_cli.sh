@@ -76,5 +76,15 @@ expect_error "-t with a checkpoint in and out" "-t goes with a Hugging Face fold
 mkdir -p "$TMP/elsewhere" && (cd "$TMP/elsewhere" && "$BIN" -i d1 -o out > /dev/null 2> err) && grep -q "gets no tokenizer files" "$TMP/elsewhere/err" &&
     [ -f "$TMP/elsewhere/out/model.safetensors" ] && ok "an export away from the repository: no data/gpt2 there, a note, no failure" || not_ok "export elsewhere"
 
+
+# --- GGUF: listed for now (converting the Llama family comes with its model file)
+run -i $F/gguf_tiny.gguf > "$TMP/gguf.txt" && grep -q "GGUF version 3, 17 key-value pairs, 11 tensors, data from byte 1088 (alignment 64)" "$TMP/gguf.txt" &&
+    grep -q 'test.str  *str "héllo\\nworld"' "$TMP/gguf.txt" && grep -q "q6_k  *Q6_K  *\[512, 3\]" "$TMP/gguf.txt" &&
+    ok "-i FILE.gguf lists its metadata and tensors" || not_ok "GGUF listing"
+expect_error "GGUF with -o" "GGUF files can only be listed for now" "$BIN" -i $F/gguf_tiny.gguf -o "$TMP/x.bin"
+head -c 3000 $F/gguf_tiny.gguf > "$TMP/trunc.gguf"
+expect_error "a truncated GGUF file" "$TMP/trunc.gguf: at byte" "$BIN" -i "$TMP/trunc.gguf"
+expect_error "a GGUF file that does not exist" "no/such.gguf: cannot open it" "$BIN" -i no/such.gguf
+
 echo "$passed passed, $failed failed"
 [ $failed = 0 ]
