@@ -336,6 +336,7 @@ reference: data/tokenizer convert
 	HF_HUB_OFFLINE=1 $(PYTHON) dev/reference/infer_reference.py --check-export   # runs ./convert into a HF folder
 	$(PYTHON) dev/reference/convert_reference.py
 	$(PYTHON) dev/reference/gguf_reference.py
+	HF_HUB_OFFLINE=1 $(PYTHON) dev/reference/llama_convert_reference.py   # runs ./convert, checks its output in transformers
 
 # --- benchmarks (tables, not tests) -------------------------------------------------
 dev/cpu/bench_train_gpt2: dev/cpu/bench_train_gpt2.c train_gpt2.c

@@ -3,7 +3,8 @@ convert.c: every model-file conversion of the book, in one program (what llama2.
 and llm.c's train_gpt2.py are to those projects, but in C). The chapters' programs read only
 the project's own files; this one turns other people's files into ours and ours into theirs.
 
-Formats today (GPT-2):
+Formats today:
+  GPT-2
   in:  a Hugging Face GPT-2 folder: config.json + model.safetensors, or several shards named
        by model.safetensors.index.json (as save_pretrained writes big models); F32, F16, BF16
        or F64 tensors; names with or without "transformer."; gpt2 ... gpt2-xl as downloaded.
@@ -14,9 +15,13 @@ Formats today (GPT-2):
   the tokenizer: GPT-2's encoder.json + vocab.bpe (ours, in data/gpt2/) are Hugging Face's
        vocab.json + merges.txt under other names; -t DIR copies them across (-t data/gpt2 is
        the default for exports).
-  GGUF (llama.cpp's files, version 2 and 3): read and checked, its metadata and tensors
-       listed (-i FILE.gguf, no -o), every tensor dequantized to fp32 (F32, F16, BF16, Q8_0,
-       Q4_0, Q4_1, Q4_K, Q5_K, Q6_K); writing the Llama family's model file from it comes next.
+  the Llama family (Llama 2/3, SmolLM2: LlamaForCausalLM; Qwen2ForCausalLM)
+  in:  a Hugging Face folder (config.json with model_type llama or qwen2, safetensors as
+       above); a GGUF file (llama.cpp's, architecture llama or qwen2; F32, F16, BF16, Q8_0,
+       Q4_0, Q4_1, Q4_K, Q5_K, Q6_K tensors, dequantized to fp32); our Llama-family model file.
+  out: our Llama-family model file (.bin; the layout is at LLAMA_MAGIC below), or a Hugging
+       Face folder transformers loads. (Its tokenizer files come with the next step.)
+  GGUF without -o: what the file holds (metadata and tensors), listed.
 HF's GPT-2 keeps its linear weights as Conv1D, (in, out): transposed relative to ours
 (out, in), as nn.Linear keeps them. Our safetensors reader and JSON parser check every
 offset, dtype and shape before they touch the data (fuzzed by make fuzz).
@@ -27,7 +32,8 @@ target (llm.c checkpoint, safetensors folder), and per model family a table that
 tensors to the other format's names and layouts (GPT2_HF below), plus its config.json fields.
 
 What it leaves out on purpose: pickled PyTorch files (.bin / .pt: they run code when
-loaded), TensorFlow and Flax checkpoints, and any architecture but GPT-2 (for now).
+loaded), TensorFlow and Flax checkpoints, writing GGUF (llama.cpp's tools do), and other
+architectures (Mistral's sliding window, Gemma, mixtures of experts).
 
 Build and run (from the repository root):
     make convert
@@ -35,13 +41,16 @@ Build and run (from the repository root):
     ./convert -i log_gpt2/model_00005000.bin -o my_gpt2  # a checkpoint -> a Hugging Face folder
     ./convert -i gpt2_124M.bin -o gpt2_124M_bf16.bin -d bf16
     ./convert -i SmolLM2-135M-Instruct.Q4_1.gguf          # what a GGUF file holds
+    ./convert -i SmolLM2-135M-Instruct.Q4_1.gguf -o smollm2.bin   # ... into our Llama-family file
     ./convert -h                                          # every flag with its default
 Checked by test_convert.c: Hugging Face folders written by transformers
 (dev/reference/infer_reference.py: F32, F16, BF16, with and without the prefix, sharded) to
 our checkpoint and back, byte for byte; our exported folder's bytes are the ones transformers
 loaded and matched (fixtures/infer_export.fnv1a64); a GGUF file written and read back by
 the gguf package (dev/reference/gguf_reference.py): every key, every tensor's shape and its
-values dequantized, bit for bit; every kind of broken file is one error message; test_infer.c then runs the converted checkpoints against transformers' logits.
+values dequantized, bit for bit; three tiny Llama and Qwen2 models and two GGUF copies made by
+dev/reference/llama_convert_reference.py, whose conversion transformers loaded and matched
+bit for bit (the hashes of our files); every kind of broken file is one error message; test_infer.c then runs the converted checkpoints against transformers' logits.
 
 Sizes: C channels, NH heads, V vocabulary, Vp padded vocabulary, L layers, maxT the context.
 */
@@ -2112,6 +2121,618 @@ void gpt2_weights_build(GPT2Weights *w, const char *source, uint64_t seed) {
 }
 
 // ----------------------------------------------------------------------------
+// the Llama family: configuration, weights in memory, our model file
+
+// Llama 2/3, SmolLM2, Qwen2 and their kin are GPT-2 with five changes: RMSNorm (no mean, no
+// bias) for LayerNorm; RoPE (positions rotate each query and key) for learned positions;
+// SwiGLU (down(silu(gate x) * up x)) for the GELU MLP; grouped-query attention (NKV
+// key/value heads, each shared by NH/NKV query heads); and no biases, except Qwen2's on q,
+// k and v. The output head may be the embedding (tied) or a matrix of its own.
+typedef struct {
+    int max_seq_len;  // maxT
+    int vocab_size;   // V (no padding: every Llama-family vocabulary here is a multiple of 128)
+    int num_layers;   // L
+    int num_heads;    // NH query heads
+    int num_kv_heads; // NKV key/value heads: NH is a multiple of NKV
+    int channels;     // C
+    int head_size;    // HS (C / NH in every model here; a config may say otherwise)
+    int hidden;       // H, SwiGLU's width
+    int tied;         // the output head is wte
+    int qkv_bias;     // q, k and v have biases (Qwen2)
+    int family;       // LLAMA_FAMILY_*: which Hugging Face class an export names
+    float rope_theta; // RoPE's base
+    float norm_eps;   // RMSNorm's epsilon
+    // Llama 3's RoPE scaling (transformers' rope_type "llama3"); factor 0: none
+    float rope_factor, rope_low_freq_factor, rope_high_freq_factor;
+    int rope_original_max;
+    int bos_token_id, eos_token_id; // -1: none
+} LlamaConfig;
+enum { LLAMA_FAMILY_LLAMA = 1, LLAMA_FAMILY_QWEN2 = 2 };
+
+// Our Llama-family model file: a header of 256 int32, then the tensors below in order,
+// float32 (version 3) or bf16 (version 5). The first 8 header fields are llm.c's Llama 3
+// file's: magic 20240803, version, maxT, V, L, NH, NKV, C. llm.c stores its float
+// settings as truncated ints after those; we store them as float32 bits, and add what
+// the other families need:
+//   [8] H  [9] HS  [10] flags: 1 tied head, 2 q/k/v biases  [11] rope_theta (float bits)
+//   [12] norm_eps (float bits)  [13] Llama 3 RoPE factor (float bits, 0: none)
+//   [14] low_freq_factor  [15] high_freq_factor (float bits)  [16] original max positions
+//   [17] family (1 Llama, 2 Qwen2)  [18] bos token id  [19] eos token id (-1: none)
+// Tensors are stored tensor by tensor, all layers of one together (as llm.c does); q, k and
+// v are one matrix per layer (their rows in that order), and so are gate and up. RoPE pairs
+// channel i with channel i + HS/2 of a head (Hugging Face's rotate_half layout; GGUF files
+// pair neighbours, so reading one reorders q's and k's rows).
+#define LLAMA_MAGIC 20240803
+#define NUM_LLAMA_TENSORS 10
+enum { LL_WTE, LL_LN1W, LL_QKVW, LL_QKVB, LL_ATTPROJW, LL_LN2W, LL_FCW, LL_FCPROJW, LL_LNFW, LL_LM_HEAD };
+
+// element counts: wte (V, C); ln1w (L, C); qkvw (L, (NH + 2 NKV) HS, C); qkvb (L, (NH + 2 NKV) HS)
+// or none; attprojw (L, C, NH HS); ln2w (L, C); fcw (L, 2H, C): gate rows, then up rows;
+// fcprojw (L, C, H); lnfw (C); lm_head (V, C) or none when tied
+static void llama_tensor_sizes(size_t *sizes, LlamaConfig c) {
+    size_t L = c.num_layers, C = c.channels, V = c.vocab_size, QKV = (size_t)(c.num_heads + 2 * c.num_kv_heads) * c.head_size;
+    size_t Q = (size_t)c.num_heads * c.head_size, H = c.hidden;
+    size_t s[NUM_LLAMA_TENSORS] = {V * C, L * C, L * QKV * C, c.qkv_bias ? L * QKV : 0, L * C * Q, L * C, L * 2 * H * C,
+                                   L * C * H, C, c.tied ? 0 : V * C};
+    memcpy(sizes, s, sizeof(s));
+}
+
+// The shapes a header or a config may give, checked before they size anything: caps far
+// above any model here (Llama 3.1 405B: L 126, C 16384, H 53248, V 128256), so that no
+// product overflows and a corrupt header is reported as one.
+static int llama_check_config(LlamaConfig c, char *err, size_t err_size) {
+    if (c.max_seq_len < 1 || c.max_seq_len > (1 << 24) || c.vocab_size < 1 || c.vocab_size > (1 << 22) || c.num_layers < 1 ||
+        c.num_layers > 1024 || c.num_heads < 1 || c.num_heads > 1024 || c.num_kv_heads < 1 || c.channels < 1 ||
+        c.channels > (1 << 17) || c.head_size < 2 || c.head_size > 1024 || c.hidden < 1 || c.hidden > (1 << 20)) {
+        return st_fail(err, err_size, "a size out of range: maxT=%d V=%d L=%d NH=%d NKV=%d C=%d HS=%d H=%d", c.max_seq_len,
+                       c.vocab_size, c.num_layers, c.num_heads, c.num_kv_heads, c.channels, c.head_size, c.hidden);
+    }
+    if (c.num_heads % c.num_kv_heads != 0) { return st_fail(err, err_size, "%d query heads cannot share %d key/value heads evenly", c.num_heads, c.num_kv_heads); }
+    if (c.head_size % 2 != 0) { return st_fail(err, err_size, "head size %d is odd: RoPE rotates pairs of channels", c.head_size); }
+    if (!(c.rope_theta > 0.0f) || !(c.norm_eps > 0.0f) || c.norm_eps > 1.0f || !(c.rope_factor >= 0.0f)) {
+        return st_fail(err, err_size, "rope_theta %g, norm_eps %g or the RoPE scaling factor %g is not a sensible number",
+                       c.rope_theta, c.norm_eps, c.rope_factor);
+    }
+    if (c.rope_factor > 0.0f && (c.rope_original_max < 1 || !(c.rope_low_freq_factor > 0.0f) || !(c.rope_high_freq_factor > c.rope_low_freq_factor))) {
+        return st_fail(err, err_size, "Llama 3 RoPE scaling needs original_max_position_embeddings >= 1 and high_freq_factor > low_freq_factor > 0");
+    }
+    if (c.family != LLAMA_FAMILY_LLAMA && c.family != LLAMA_FAMILY_QWEN2) { return st_fail(err, err_size, "unknown family %d", c.family); }
+    return 0;
+}
+
+typedef struct {
+    LlamaConfig config;
+    size_t sizes[NUM_LLAMA_TENSORS];
+    float *tensors[NUM_LLAMA_TENSORS]; // into params; NULL for a tensor of size 0
+    float *params;
+    size_t num_parameters;
+    int from_bf16; // every weight read was bf16 (-d auto then writes bf16)
+} LlamaWeights;
+
+static void llama_allocate(LlamaWeights *w) {
+    llama_tensor_sizes(w->sizes, w->config);
+    w->num_parameters = 0;
+    for (int k = 0; k < NUM_LLAMA_TENSORS; k++) { w->num_parameters += w->sizes[k]; }
+    w->params = (float *)mallocCheck(w->num_parameters * sizeof(float));
+    float *p = w->params;
+    for (int k = 0; k < NUM_LLAMA_TENSORS; k++) {
+        w->tensors[k] = w->sizes[k] > 0 ? p : NULL;
+        p += w->sizes[k];
+    }
+}
+
+static void llama_free(LlamaWeights *w) {
+    free(w->params);
+    memset(w, 0, sizeof(*w));
+}
+
+static int float_bits(float f) {
+    int i;
+    memcpy(&i, &f, 4);
+    return i;
+}
+static float bits_float(int i) {
+    float f;
+    memcpy(&f, &i, 4);
+    return f;
+}
+
+void llama_save(const LlamaWeights *w, const char *path, int bf16) {
+    LlamaConfig c = w->config;
+    int header[256] = {0};
+    int fields[20] = {LLAMA_MAGIC, bf16 ? MODEL_VERSION_BF16 : MODEL_VERSION_FP32, c.max_seq_len, c.vocab_size, c.num_layers,
+                      c.num_heads, c.num_kv_heads, c.channels, c.hidden, c.head_size, (c.tied ? 1 : 0) | (c.qkv_bias ? 2 : 0),
+                      float_bits(c.rope_theta), float_bits(c.norm_eps), float_bits(c.rope_factor), float_bits(c.rope_low_freq_factor),
+                      float_bits(c.rope_high_freq_factor), c.rope_original_max, c.family, c.bos_token_id, c.eos_token_id};
+    memcpy(header, fields, sizeof(fields));
+    uint16_t *narrow = NULL;
+    const void *bufs[2] = {header, w->params};
+    size_t sizes[2] = {sizeof(header), w->num_parameters * sizeof(float)};
+    if (bf16) {
+        narrow = (uint16_t *)mallocCheck(w->num_parameters * sizeof(uint16_t));
+        for (size_t i = 0; i < w->num_parameters; i++) { narrow[i] = float_to_bf16(w->params[i]); }
+        bufs[1] = narrow;
+        sizes[1] = w->num_parameters * sizeof(uint16_t);
+    }
+    write_file_atomic(path, bufs, sizes, 2);
+    free(narrow);
+}
+
+// Reads our Llama-family model file, or exits with a message naming it.
+void llama_load(LlamaWeights *w, const char *path) {
+    memset(w, 0, sizeof(*w));
+    FILE *fp = fopenCheck(path, "rb");
+    int h[256];
+    if (fread(h, sizeof(int), 256, fp) != 256) { die_file(path, NULL, "file too short for a model header (256 x int32)"); }
+    long size = file_size(fp, path); // (and back to the end of the header)
+    if (h[0] != LLAMA_MAGIC) { die_file(path, NULL, "bad magic number: expected %d (a Llama-family model), found %d", LLAMA_MAGIC, h[0]); }
+    if (h[1] != MODEL_VERSION_FP32 && h[1] != MODEL_VERSION_BF16) {
+        die_file(path, NULL, "version %d: we read 3 (fp32) and 5 (bf16)", h[1]);
+    }
+    LlamaConfig c = {h[2], h[3], h[4], h[5], h[6], h[7], h[9], h[8], h[10] & 1, (h[10] >> 1) & 1, h[17],
+                     bits_float(h[11]), bits_float(h[12]), bits_float(h[13]), bits_float(h[14]), bits_float(h[15]), h[16], h[18], h[19]};
+    char err[256];
+    if ((h[10] & ~3) != 0 || llama_check_config(c, err, sizeof(err)) != 0) {
+        die_file(path, NULL, "its header is not a model's (%s): truncated or corrupt", (h[10] & ~3) != 0 ? "unknown flags" : err);
+    }
+    w->config = c;
+    llama_allocate(w);
+    size_t element = h[1] == MODEL_VERSION_BF16 ? 2 : 4;
+    if ((unsigned long)size != sizeof(h) + w->num_parameters * element) {
+        die_file(path, NULL, "file has %ld bytes, its header (version %d, L=%d C=%d V=%d H=%d) needs %zu: truncated or corrupt",
+                 size, h[1], c.num_layers, c.channels, c.vocab_size, c.hidden, sizeof(h) + w->num_parameters * element);
+    }
+    if (element == 4) {
+        freadCheck(w->params, sizeof(float), w->num_parameters, fp);
+    } else { // bf16 -> fp32, a chunk at a time
+        uint16_t chunk[4096];
+        for (size_t at = 0; at < w->num_parameters; at += 4096) {
+            size_t n = w->num_parameters - at < 4096 ? w->num_parameters - at : 4096;
+            freadCheck(chunk, sizeof(uint16_t), n, fp);
+            for (size_t i = 0; i < n; i++) { w->params[at + i] = bf16_to_float(chunk[i]); }
+        }
+        w->from_bf16 = 1;
+    }
+    fcloseCheck(fp);
+}
+
+// ----------------------------------------------------------------------------
+// the Llama family's Hugging Face folders: config.json, tensor names
+
+// The config.json fields of LlamaForCausalLM and Qwen2ForCausalLM that change what the
+// model computes: every one is read, or refused when it asks for something we do not do
+// (another activation, MLP biases, a sliding window, RoPE scaling but Llama 3's).
+// Transformers 5 writes RoPE's settings as "rope_parameters"; older files (the Hub's
+// SmolLM2, Llama 3.2, Qwen2.5) as "rope_theta" and "rope_scaling": both are read.
+static int llama_config_fields(LlamaConfig *c, const Json *j, char *err, size_t err_size) {
+    if (j->tokens[0].type != JSON_OBJECT) { return st_fail(err, err_size, "not a JSON object"); }
+    char s[64];
+    int mt = json_get(j, 0, "model_type");
+    if (mt < 0 || json_string(j, mt, s, sizeof(s)) < 0) { return st_fail(err, err_size, "no model_type"); }
+    memset(c, 0, sizeof(*c));
+    c->family = strcmp(s, "llama") == 0 ? LLAMA_FAMILY_LLAMA : strcmp(s, "qwen2") == 0 ? LLAMA_FAMILY_QWEN2 : 0;
+    if (c->family == 0) { return st_fail(err, err_size, "model_type \"%s\": we read gpt2, llama and qwen2", s); }
+    static const char *const keys[5] = {"num_hidden_layers", "num_attention_heads", "hidden_size", "vocab_size", "intermediate_size"};
+    int64_t v[5];
+    for (int k = 0; k < 5; k++) {
+        int at = json_get(j, 0, keys[k]);
+        if (at < 0 || json_int64(j, at, &v[k]) != 0 || v[k] <= 0 || v[k] > (1 << 24)) {
+            return st_fail(err, err_size, "%s is missing or not a positive integer", keys[k]);
+        }
+    }
+    c->num_layers = (int)v[0];
+    c->num_heads = (int)v[1];
+    c->channels = (int)v[2];
+    c->vocab_size = (int)v[3];
+    c->hidden = (int)v[4];
+    // optional integers, with transformers' defaults
+    struct { const char *key; int *out; int fallback; } ints[5] = {
+        {"num_key_value_heads", &c->num_kv_heads, c->num_heads}, {"max_position_embeddings", &c->max_seq_len, 2048},
+        {"head_dim", &c->head_size, c->channels / c->num_heads}, {"bos_token_id", &c->bos_token_id, -1},
+        {"eos_token_id", &c->eos_token_id, -1}};
+    for (int k = 0; k < 5; k++) {
+        int at = json_get(j, 0, ints[k].key);
+        int64_t x = ints[k].fallback;
+        if (at >= 0 && j->tokens[at].type == JSON_ARRAY && k >= 3) { at = j->tokens[at].size > 0 ? at + 1 : -1; } // (several eos tokens: the first)
+        if (at >= 0 && j->tokens[at].type != JSON_NULL && (json_int64(j, at, &x) != 0 || x < 0 || x > (1 << 24))) {
+            return st_fail(err, err_size, "%s is not a non-negative integer", ints[k].key);
+        }
+        *ints[k].out = (int)x;
+    }
+    double d;
+    int at = json_get(j, 0, "rms_norm_eps");
+    if (at < 0 || json_double(j, at, &d) != 0) { return st_fail(err, err_size, "rms_norm_eps is missing or not a number"); }
+    c->norm_eps = (float)d;
+    at = json_get(j, 0, "tie_word_embeddings");
+    c->tied = at >= 0 && j->tokens[at].type == JSON_TRUE;
+    at = json_get(j, 0, "attention_bias");
+    c->qkv_bias = c->family == LLAMA_FAMILY_QWEN2 || (at >= 0 && j->tokens[at].type == JSON_TRUE);
+    at = json_get(j, 0, "mlp_bias");
+    if (at >= 0 && j->tokens[at].type == JSON_TRUE) { return st_fail(err, err_size, "mlp_bias true: MLP biases are not supported"); }
+    at = json_get(j, 0, "use_sliding_window");
+    if (at >= 0 && j->tokens[at].type == JSON_TRUE) { return st_fail(err, err_size, "use_sliding_window true: sliding-window attention is not supported"); }
+    at = json_get(j, 0, "hidden_act");
+    if (at >= 0 && (json_string(j, at, s, sizeof(s)) < 0 || strcmp(s, "silu") != 0)) {
+        return st_fail(err, err_size, "hidden_act must be silu (SwiGLU)");
+    }
+    // RoPE: rope_parameters {rope_theta, rope_type, ...}, or rope_theta + rope_scaling {rope_type or type, ...}
+    int rope = json_get(j, 0, "rope_parameters"), scaling = json_get(j, 0, "rope_scaling");
+    int params = rope >= 0 && j->tokens[rope].type == JSON_OBJECT ? rope : scaling >= 0 && j->tokens[scaling].type == JSON_OBJECT ? scaling : -1;
+    at = params == rope && rope >= 0 ? json_get(j, rope, "rope_theta") : json_get(j, 0, "rope_theta");
+    c->rope_theta = 10000.0f;
+    if (at >= 0) {
+        if (json_double(j, at, &d) != 0) { return st_fail(err, err_size, "rope_theta is not a number"); }
+        c->rope_theta = (float)d;
+    }
+    if (params >= 0) {
+        int type = json_get(j, params, "rope_type");
+        if (type < 0) { type = json_get(j, params, "type"); }
+        s[0] = '\0';
+        if (type >= 0 && json_string(j, type, s, sizeof(s)) < 0) { return st_fail(err, err_size, "rope_type is not a string"); }
+        if (strcmp(s, "llama3") == 0) {
+            static const char *const rk[4] = {"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"};
+            double r[4];
+            for (int k = 0; k < 4; k++) {
+                int f = json_get(j, params, rk[k]);
+                if (f < 0 || json_double(j, f, &r[k]) != 0) { return st_fail(err, err_size, "Llama 3 RoPE scaling without %s", rk[k]); }
+            }
+            c->rope_factor = (float)r[0];
+            c->rope_low_freq_factor = (float)r[1];
+            c->rope_high_freq_factor = (float)r[2];
+            c->rope_original_max = (int)r[3];
+        } else if (s[0] != '\0' && strcmp(s, "default") != 0) {
+            return st_fail(err, err_size, "RoPE scaling \"%s\": we do Llama 3's (rope_type llama3) or none", s);
+        }
+    }
+    return llama_check_config(*c, err, err_size);
+}
+
+// LlamaConfig from a config.json text: 0, or -1 and a message in err.
+int llama_config_from_hf_json(LlamaConfig *c, const char *text, size_t len, char *err, size_t err_size) {
+    Json j;
+    int ok = json_parse(&j, text, len, err, err_size) == 0 && llama_config_fields(c, &j, err, err_size) == 0;
+    json_free(&j);
+    return ok ? 0 : -1;
+}
+
+// The family's Hugging Face tensors: per layer "model.layers.<l>." + a name below, or the
+// whole-model ones. Each maps onto rows [row, row + rows) of one of our tensors (per
+// layer: of that layer's slice).
+typedef struct {
+    const char *name;
+    int tensor, per_layer;
+    int part; // which block of rows: for qkv 0 q, 1 k, 2 v; for fc 0 gate, 1 up; else 0
+} LlamaHfName;
+static const LlamaHfName LLAMA_HF_NAMES[] = {
+    {"model.embed_tokens.weight", LL_WTE, 0, 0},
+    {"input_layernorm.weight", LL_LN1W, 1, 0},
+    {"self_attn.q_proj.weight", LL_QKVW, 1, 0},
+    {"self_attn.k_proj.weight", LL_QKVW, 1, 1},
+    {"self_attn.v_proj.weight", LL_QKVW, 1, 2},
+    {"self_attn.q_proj.bias", LL_QKVB, 1, 0},
+    {"self_attn.k_proj.bias", LL_QKVB, 1, 1},
+    {"self_attn.v_proj.bias", LL_QKVB, 1, 2},
+    {"self_attn.o_proj.weight", LL_ATTPROJW, 1, 0},
+    {"post_attention_layernorm.weight", LL_LN2W, 1, 0},
+    {"mlp.gate_proj.weight", LL_FCW, 1, 0},
+    {"mlp.up_proj.weight", LL_FCW, 1, 1},
+    {"mlp.down_proj.weight", LL_FCPROJW, 1, 0},
+    {"model.norm.weight", LL_LNFW, 0, 0},
+    {"lm_head.weight", LL_LM_HEAD, 0, 0},
+};
+#define NUM_LLAMA_HF_NAMES (int)(sizeof(LLAMA_HF_NAMES) / sizeof(LLAMA_HF_NAMES[0]))
+
+// Where the tensor named by entry e (of layer l) goes: the first float in w, its shape (HF's: rows, cols; cols
+// 0 for a vector). The shapes follow from the config; a tensor the config leaves out (a bias
+// without biases, lm_head when tied) has no place: NULL.
+static float *llama_slot(LlamaWeights *w, const LlamaHfName *e, int l, int64_t *rows, int64_t *cols) {
+    LlamaConfig c = w->config;
+    int64_t C = c.channels, HS = c.head_size, Q = (int64_t)c.num_heads * HS, KV = (int64_t)c.num_kv_heads * HS, H = c.hidden;
+    int64_t QKV = Q + 2 * KV;
+    float *base = w->tensors[e->tensor];
+    if (base == NULL) { return NULL; }
+    int64_t per_layer = (int64_t)(w->sizes[e->tensor] / (e->per_layer ? (size_t)c.num_layers : 1));
+    base += (size_t)l * (size_t)per_layer;
+    int64_t offsets[3] = {0, Q, Q + KV}, lengths[3] = {Q, KV, KV};
+    switch (e->tensor) {
+    case LL_WTE: case LL_LM_HEAD: *rows = c.vocab_size; *cols = C; return base;
+    case LL_LN1W: case LL_LN2W: case LL_LNFW: *rows = C; *cols = 0; return base;
+    case LL_QKVW: *rows = lengths[e->part]; *cols = C; return base + offsets[e->part] * C;
+    case LL_QKVB: *rows = lengths[e->part]; *cols = 0; return base + offsets[e->part];
+    case LL_ATTPROJW: *rows = C; *cols = Q; return base;
+    case LL_FCW: *rows = H; *cols = C; return base + e->part * H * C;
+    case LL_FCPROJW: *rows = C; *cols = H; return base;
+    default: (void)QKV; return NULL;
+    }
+}
+
+// which entry of LLAMA_HF_NAMES a tensor name is, and its layer; -1 if none
+static int llama_hf_index(const char *name, int *layer) {
+    *layer = 0;
+    const char *rest = name;
+    if (strncmp(name, "model.layers.", 13) == 0) {
+        char *end;
+        long l = strtol(name + 13, &end, 10);
+        if (end == name + 13 || *end != '.' || l < 0 || l > 100000) { return -1; }
+        *layer = (int)l;
+        rest = end + 1;
+    }
+    for (int n = 0; n < NUM_LLAMA_HF_NAMES; n++) {
+        if (LLAMA_HF_NAMES[n].per_layer == (rest != name) && strcmp(rest, LLAMA_HF_NAMES[n].name) == 0) { return n; }
+    }
+    return -1;
+}
+
+#define LLAMA_HF_HINT "a Hugging Face Llama-family folder holds config.json (model_type llama or qwen2) and model.safetensors (or shards and their index)"
+
+void llama_build_from_hf(LlamaWeights *w, const char *dir) {
+    memset(w, 0, sizeof(*w));
+    char config_path[MAX_PATH_LEN], err[512];
+    path_concat(config_path, dir, "/config.json");
+    size_t len;
+    uint8_t *text = read_whole_file(config_path, &len, LLAMA_HF_HINT);
+    if (llama_config_from_hf_json(&w->config, (const char *)text, len, err, sizeof(err)) != 0) { die_file(config_path, LLAMA_HF_HINT, "%s", err); }
+    free(text);
+    HfWeights h;
+    hf_weights_open(&h, dir, LLAMA_HF_HINT);
+    llama_allocate(w);
+    LlamaConfig c = w->config;
+    // every tensor the config needs, once, with its shape; no tensor the config does not know
+    int slots = NUM_LLAMA_HF_NAMES * c.num_layers;
+    char *seen = (char *)calloc((size_t)slots, 1);
+    size_t largest = 0;
+    int all_bf16 = 1;
+    for (int s = 0; s < h.num; s++) {
+        for (int i = 0; i < h.st[s].num; i++) {
+            const StTensor *t = &h.st[s].tensors[i];
+            int layer, n = llama_hf_index(t->name, &layer);
+            int64_t rows = 0, cols = 0;
+            float *dst = n >= 0 && layer < c.num_layers ? llama_slot(w, &LLAMA_HF_NAMES[n], layer, &rows, &cols) : NULL;
+            if (n >= 0 && LLAMA_HF_NAMES[n].tensor == LL_LM_HEAD && c.tied) { continue; } // (a copy of wte some files carry)
+            if (dst == NULL) { die_file(h.paths[s], LLAMA_HF_HINT, "tensor %s has no place in this model (L=%d%s)", t->name, c.num_layers, c.qkv_bias ? "" : ", no q/k/v biases"); }
+            if (!st_float_dtype(t->dtype)) { die_file(h.paths[s], NULL, "tensor %s has dtype %s; we read F32, F16, BF16 and F64", t->name, t->dtype); }
+            if (t->ndim != (cols > 0 ? 2 : 1) || t->shape[0] != rows || (cols > 0 && t->shape[1] != cols)) {
+                die_file(h.paths[s], NULL, "tensor %s does not have the shape config.json gives it ([%" PRId64 "%s%.0" PRId64 "])",
+                         t->name, rows, cols > 0 ? ", " : "", cols);
+            }
+            if (seen[n * c.num_layers + layer]++) { die_file(h.paths[s], NULL, "tensor %s appears twice", t->name); }
+            if (t->end - t->begin > largest) { largest = t->end - t->begin; }
+            all_bf16 = all_bf16 && strcmp(t->dtype, "BF16") == 0;
+        }
+    }
+    for (int n = 0; n < NUM_LLAMA_HF_NAMES; n++) {
+        for (int l = 0; l < (LLAMA_HF_NAMES[n].per_layer ? c.num_layers : 1); l++) {
+            int64_t rows, cols;
+            if (!seen[n * c.num_layers + l] && llama_slot(w, &LLAMA_HF_NAMES[n], l, &rows, &cols) != NULL) {
+                char name[128];
+                if (LLAMA_HF_NAMES[n].per_layer) { snprintf(name, sizeof(name), "model.layers.%d.%s", l, LLAMA_HF_NAMES[n].name); }
+                else { snprintf(name, sizeof(name), "%s", LLAMA_HF_NAMES[n].name); }
+                die_file(h.paths[0], LLAMA_HF_HINT, "tensor %s is missing", name);
+            }
+        }
+    }
+    void *buf = mallocCheck(largest > 0 ? largest : 1);
+    for (int s = 0; s < h.num; s++) {
+        FILE *fp = fopenCheck(h.paths[s], "rb");
+        for (int i = 0; i < h.st[s].num; i++) {
+            const StTensor *t = &h.st[s].tensors[i];
+            int layer, n = llama_hf_index(t->name, &layer);
+            int64_t rows, cols;
+            float *dst = llama_slot(w, &LLAMA_HF_NAMES[n], layer, &rows, &cols);
+            if (dst != NULL && !(LLAMA_HF_NAMES[n].tensor == LL_LM_HEAD && c.tied)) { st_read_floats(fp, &h.st[s], t, dst, buf, h.paths[s]); }
+        }
+        fcloseCheck(fp);
+    }
+    w->from_bf16 = all_bf16;
+    free(buf);
+    free(seen);
+    hf_weights_free(&h);
+}
+
+// the shortest decimal that reads back as f (1e-05, not 9.99999975e-06)
+static void shortest_float(char *out, size_t size, float f) {
+    for (int digits = 1; digits <= 9; digits++) {
+        snprintf(out, size, "%.*g", digits, f);
+        if (strtof(out, NULL) == f) { return; }
+    }
+}
+
+// config.json for transformers: the family's class, every field that matters
+static int llama_hf_config_text(const LlamaWeights *w, const char *dtype, char *out, size_t size) {
+    LlamaConfig c = w->config;
+    int qwen = c.family == LLAMA_FAMILY_QWEN2;
+    char rope[320], ids[96] = "", theta[32], eps[32], f[3][32];
+    shortest_float(theta, sizeof(theta), c.rope_theta);
+    shortest_float(eps, sizeof(eps), c.norm_eps);
+    shortest_float(f[0], sizeof(f[0]), c.rope_factor);
+    shortest_float(f[1], sizeof(f[1]), c.rope_low_freq_factor);
+    shortest_float(f[2], sizeof(f[2]), c.rope_high_freq_factor);
+    if (c.rope_factor > 0.0f) {
+        snprintf(rope, sizeof(rope), "{\"rope_type\": \"llama3\", \"rope_theta\": %s, \"factor\": %s, \"low_freq_factor\": %s, "
+                 "\"high_freq_factor\": %s, \"original_max_position_embeddings\": %d}", theta, f[0], f[1], f[2], c.rope_original_max);
+    } else {
+        snprintf(rope, sizeof(rope), "{\"rope_type\": \"default\", \"rope_theta\": %s}", theta);
+    }
+    if (c.bos_token_id >= 0) { snprintf(ids, sizeof(ids), "  \"bos_token_id\": %d,\n", c.bos_token_id); }
+    if (c.eos_token_id >= 0) { snprintf(ids + strlen(ids), sizeof(ids) - strlen(ids), "  \"eos_token_id\": %d,\n", c.eos_token_id); }
+    return snprintf(out, size,
+                    "{\n  \"architectures\": [\"%s\"],\n  \"model_type\": \"%s\",\n%s%s  \"hidden_act\": \"silu\",\n"
+                    "  \"hidden_size\": %d,\n  \"intermediate_size\": %d,\n  \"num_hidden_layers\": %d,\n  \"num_attention_heads\": %d,\n"
+                    "  \"num_key_value_heads\": %d,\n  \"head_dim\": %d,\n  \"vocab_size\": %d,\n  \"max_position_embeddings\": %d,\n"
+                    "  \"rms_norm_eps\": %s,\n  \"rope_parameters\": %s,\n  \"tie_word_embeddings\": %s,\n  \"dtype\": \"%s\"\n}\n",
+                    qwen ? "Qwen2ForCausalLM" : "LlamaForCausalLM", qwen ? "qwen2" : "llama",
+                    qwen ? "" : (c.qkv_bias ? "  \"attention_bias\": true,\n" : "  \"attention_bias\": false,\n  \"mlp_bias\": false,\n"), ids,
+                    c.channels, c.hidden, c.num_layers, c.num_heads, c.num_kv_heads, c.head_size, c.vocab_size, c.max_seq_len,
+                    eps, rope, c.tied ? "true" : "false", dtype);
+}
+
+// The model as a Hugging Face folder transformers loads: config.json and the weights, atomically.
+void llama_export_hf(const LlamaWeights *w, const char *dir, int bf16, size_t max_bytes) {
+    LlamaConfig c = w->config;
+    if (mkdir(dir, 0777) != 0 && errno != EEXIST) { die_file(dir, NULL, "cannot create the folder: %s", strerror(errno)); }
+    OutTensor *t = (OutTensor *)mallocCheck((size_t)NUM_LLAMA_HF_NAMES * c.num_layers * sizeof(OutTensor));
+    int n = 0;
+    for (int e = 0; e < NUM_LLAMA_HF_NAMES; e++) {
+        for (int l = 0; l < (LLAMA_HF_NAMES[e].per_layer ? c.num_layers : 1); l++) {
+            int64_t rows, cols;
+            const float *src = llama_slot((LlamaWeights *)w, &LLAMA_HF_NAMES[e], l, &rows, &cols);
+            if (src == NULL) { continue; }
+            OutTensor *o = &t[n++];
+            memset(o, 0, sizeof(*o));
+            if (LLAMA_HF_NAMES[e].per_layer) { snprintf(o->name, sizeof(o->name), "model.layers.%d.%s", l, LLAMA_HF_NAMES[e].name); }
+            else { snprintf(o->name, sizeof(o->name), "%s", LLAMA_HF_NAMES[e].name); }
+            o->ndim = cols > 0 ? 2 : 1;
+            o->dims[0] = rows;
+            o->dims[1] = cols;
+            o->src = src;
+        }
+    }
+    hf_weights_write(dir, t, n, bf16, max_bytes);
+    free(t);
+    char text[4096], path[MAX_PATH_LEN];
+    llama_hf_config_text(w, bf16 ? "bfloat16" : "float32", text, sizeof(text));
+    path_concat(path, dir, "/config.json");
+    const void *bufs[1] = {text};
+    size_t sizes[1] = {strlen(text)};
+    write_file_atomic(path, bufs, sizes, 1);
+}
+
+// ----------------------------------------------------------------------------
+// the Llama family's GGUF files: metadata keys, tensor names, RoPE's row order
+
+// a number under "<arch>.<key>": 0, or -1 if the file has no such key (or it is a string)
+static int gguf_arch_number(const Gguf *g, const char *arch, const char *key, double *out) {
+    char full[128];
+    snprintf(full, sizeof(full), "%s.%s", arch, key);
+    int k = gguf_find(g, full);
+    return k >= 0 && g->kv[k].type != GGUF_ARRAY ? gguf_number(g, &g->kv[k], 0, out) : -1;
+}
+
+// GGUF's names for our tensors (per layer "blk.<l>." + the name)
+static const LlamaHfName LLAMA_GGUF_NAMES[] = {
+    {"token_embd.weight", LL_WTE, 0, 0},      {"attn_norm.weight", LL_LN1W, 1, 0},   {"attn_q.weight", LL_QKVW, 1, 0},
+    {"attn_k.weight", LL_QKVW, 1, 1},         {"attn_v.weight", LL_QKVW, 1, 2},      {"attn_q.bias", LL_QKVB, 1, 0},
+    {"attn_k.bias", LL_QKVB, 1, 1},           {"attn_v.bias", LL_QKVB, 1, 2},        {"attn_output.weight", LL_ATTPROJW, 1, 0},
+    {"ffn_norm.weight", LL_LN2W, 1, 0},       {"ffn_gate.weight", LL_FCW, 1, 0},     {"ffn_up.weight", LL_FCW, 1, 1},
+    {"ffn_down.weight", LL_FCPROJW, 1, 0},    {"output_norm.weight", LL_LNFW, 0, 0}, {"output.weight", LL_LM_HEAD, 0, 0},
+};
+#define NUM_LLAMA_GGUF_NAMES (int)(sizeof(LLAMA_GGUF_NAMES) / sizeof(LLAMA_GGUF_NAMES[0]))
+
+#define GGUF_LLAMA_HINT "a GGUF file of the Llama family (general.architecture llama or qwen2)"
+
+// The model in a GGUF file: its metadata as our config, every tensor dequantized to fp32.
+// llama.cpp's converter reorders the rows of each Llama head's q and k so that RoPE pairs
+// neighbouring channels (2i, 2i + 1) instead of (i, i + HS/2): we put them back. (Qwen2's
+// files keep Hugging Face's order.)
+void llama_build_from_gguf(LlamaWeights *w, const char *path) {
+    memset(w, 0, sizeof(*w));
+    Gguf g;
+    gguf_open(&g, path);
+    int a = gguf_find(&g, "general.architecture");
+    const uint8_t *s;
+    uint64_t len;
+    char arch[32] = "";
+    if (a < 0 || gguf_str(&g, &g.kv[a], 0, &s, &len) != 0 || len >= sizeof(arch)) { die_file(path, GGUF_LLAMA_HINT, "no general.architecture"); }
+    memcpy(arch, s, len);
+    LlamaConfig c;
+    memset(&c, 0, sizeof(c));
+    c.family = strcmp(arch, "llama") == 0 ? LLAMA_FAMILY_LLAMA : strcmp(arch, "qwen2") == 0 ? LLAMA_FAMILY_QWEN2 : 0;
+    if (c.family == 0) { die_file(path, GGUF_LLAMA_HINT, "general.architecture is \"%s\": we read llama and qwen2", arch); }
+    struct { const char *key; int *out; int required; } ints[6] = {
+        {"context_length", &c.max_seq_len, 1}, {"embedding_length", &c.channels, 1}, {"block_count", &c.num_layers, 1},
+        {"feed_forward_length", &c.hidden, 1}, {"attention.head_count", &c.num_heads, 1}, {"attention.head_count_kv", &c.num_kv_heads, 0}};
+    for (int k = 0; k < 6; k++) {
+        double v;
+        if (gguf_arch_number(&g, arch, ints[k].key, &v) != 0) {
+            if (ints[k].required) { die_file(path, GGUF_LLAMA_HINT, "no %s.%s", arch, ints[k].key); }
+            v = c.num_heads;
+        }
+        if (v < 1 || v > (1 << 24) || v != floor(v)) { die_file(path, NULL, "%s.%s is %g, not a size", arch, ints[k].key, v); }
+        *ints[k].out = (int)v;
+    }
+    double v;
+    c.head_size = gguf_arch_number(&g, arch, "rope.dimension_count", &v) == 0 && v >= 1 && v <= 4096 ? (int)v : c.channels / c.num_heads;
+    c.rope_theta = gguf_arch_number(&g, arch, "rope.freq_base", &v) == 0 ? (float)v : 10000.0f;
+    if (gguf_arch_number(&g, arch, "attention.layer_norm_rms_epsilon", &v) != 0) { die_file(path, GGUF_LLAMA_HINT, "no %s.attention.layer_norm_rms_epsilon", arch); }
+    c.norm_eps = (float)v;
+    int k = gguf_find(&g, "tokenizer.ggml.bos_token_id");
+    c.bos_token_id = k >= 0 && gguf_number(&g, &g.kv[k], 0, &v) == 0 ? (int)v : -1;
+    k = gguf_find(&g, "tokenizer.ggml.eos_token_id");
+    c.eos_token_id = k >= 0 && gguf_number(&g, &g.kv[k], 0, &v) == 0 ? (int)v : -1;
+    const GgufTensor *wte = gguf_tensor(&g, "token_embd.weight");
+    if (wte == NULL || wte->n_dims != 2) { die_file(path, GGUF_LLAMA_HINT, "no 2-D token_embd.weight"); }
+    c.vocab_size = wte->dims[1] <= (1u << 22) ? (int)wte->dims[1] : 0;
+    c.tied = gguf_tensor(&g, "output.weight") == NULL;
+    c.qkv_bias = gguf_tensor(&g, "blk.0.attn_q.bias") != NULL;
+    if (gguf_tensor(&g, "rope_freqs.weight") != NULL) { die_file(path, NULL, "rope_freqs.weight: Llama 3.1-style RoPE scaling in GGUF files is not supported yet"); }
+    char key[128];
+    snprintf(key, sizeof(key), "%s.rope.scaling.type", arch);
+    k = gguf_find(&g, key);
+    if (k >= 0 && (gguf_str(&g, &g.kv[k], 0, &s, &len) != 0 || !(len == 4 && memcmp(s, "none", 4) == 0))) {
+        die_file(path, NULL, "%s: RoPE scaling other than none is not supported", key);
+    }
+    if (c.qkv_bias && c.family == LLAMA_FAMILY_LLAMA) { die_file(path, NULL, "q/k/v biases in a llama-architecture GGUF file are not supported"); }
+    char err[256];
+    if (llama_check_config(c, err, sizeof(err)) != 0) { die_file(path, NULL, "%s", err); }
+    w->config = c;
+    llama_allocate(w);
+    // every tensor we need, with the shape the config gives it (ggml lists dims fastest first: [cols, rows])
+    int all_bf16 = 1;
+    uint64_t used = 0;
+    for (int n = 0; n < NUM_LLAMA_GGUF_NAMES; n++) {
+        const LlamaHfName *e = &LLAMA_GGUF_NAMES[n];
+        for (int l = 0; l < (e->per_layer ? c.num_layers : 1); l++) {
+            int64_t rows = 0, cols = 0;
+            float *dst = llama_slot(w, e, l, &rows, &cols);
+            char name[96];
+            if (e->per_layer) { snprintf(name, sizeof(name), "blk.%d.%s", l, e->name); }
+            else { snprintf(name, sizeof(name), "%s", e->name); }
+            const GgufTensor *t = gguf_tensor(&g, name);
+            if (dst == NULL) {
+                if (t != NULL) { die_file(path, NULL, "tensor %s has no place in this model", name); }
+                continue;
+            }
+            if (t == NULL) { die_file(path, GGUF_LLAMA_HINT, "tensor %s is missing", name); }
+            if (t->n_dims != (cols > 0 ? 2u : 1u) || t->dims[0] != (uint64_t)(cols > 0 ? cols : rows) || (cols > 0 && t->dims[1] != (uint64_t)rows)) {
+                die_file(path, NULL, "tensor %s does not have the shape the metadata gives it ([%" PRId64 "%s%.0" PRId64 "], ne[0] first)",
+                         name, cols > 0 ? cols : rows, cols > 0 ? ", " : "", cols > 0 ? rows : 0);
+            }
+            gguf_dequantize(&g, t, dst);
+            all_bf16 = all_bf16 && t->type->id == GGML_BF16;
+            used++;
+            int heads = e->tensor == LL_QKVW && e->part < 2 && c.family == LLAMA_FAMILY_LLAMA ? (e->part == 0 ? c.num_heads : c.num_kv_heads) : 0;
+            if (heads > 0) { // un-permute each head's rows: GGUF row 2i + h holds HF row h * HS/2 + i
+                size_t HS = (size_t)c.head_size, C = (size_t)c.channels;
+                float *copy = (float *)mallocCheck(HS * C * sizeof(float));
+                for (int hd = 0; hd < heads; hd++) {
+                    float *head = dst + (size_t)hd * HS * C;
+                    memcpy(copy, head, HS * C * sizeof(float));
+                    for (size_t i = 0; i < HS / 2; i++) {
+                        for (size_t half = 0; half < 2; half++) { memcpy(head + (half * HS / 2 + i) * C, copy + (2 * i + half) * C, C * sizeof(float)); }
+                    }
+                }
+                free(copy);
+            }
+        }
+    }
+    for (uint64_t i = 0; i < g.num_tensors && used < g.num_tensors; i++) { // nothing we would silently drop
+        const GgufTensor *t = &g.tensors[i];
+        int known = 0;
+        for (int n = 0; n < NUM_LLAMA_GGUF_NAMES && !known; n++) {
+            for (int l = 0; l < (LLAMA_GGUF_NAMES[n].per_layer ? c.num_layers : 1) && !known; l++) {
+                char name[96];
+                if (LLAMA_GGUF_NAMES[n].per_layer) { snprintf(name, sizeof(name), "blk.%d.%s", l, LLAMA_GGUF_NAMES[n].name); }
+                else { snprintf(name, sizeof(name), "%s", LLAMA_GGUF_NAMES[n].name); }
+                known = gguf_same(t->name, t->name_len, (const uint8_t *)name, strlen(name));
+            }
+        }
+        if (!known) { die_file(path, NULL, "tensor %.*s is not part of this %s model", (int)(t->name_len < 100 ? t->name_len : 100), (const char *)t->name, arch); }
+    }
+    w->from_bf16 = all_bf16;
+    gguf_free(&g);
+}
+
+// ----------------------------------------------------------------------------
 // main
 
 #ifndef TESTING
@@ -2123,9 +2744,11 @@ typedef struct {
 
 static void print_usage(const Options *d) {
     printf("Usage: %s -i <model> -o <output> [flags]\n", PROGRAM);
-    printf("  -i <model>    a Hugging Face GPT-2 folder, an llm.c checkpoint, or d<N> (a new random model);\n");
-    printf("                a GGUF file (name.gguf) without -o: list its metadata and tensors\n");
-    printf("  -o <output>   a name ending in .bin: an llm.c checkpoint; anything else: a Hugging Face folder\n");
+    printf("  -i <model>    a Hugging Face folder (GPT-2, Llama, Qwen2), a GGUF file (Llama, Qwen2), an llm.c\n");
+    printf("                GPT-2 checkpoint or our Llama-family file, or d<N> (a new random GPT-2);\n");
+    printf("                a GGUF file without -o: list its metadata and tensors\n");
+    printf("  -o <output>   a name ending in .bin: our model file (llm.c's checkpoint for GPT-2); anything\n");
+    printf("                else: a Hugging Face folder\n");
     printf("  -d <dtype>    fp32, bf16, or auto (bf16 if every weight read was bf16, else fp32) [%s]\n", d->dtype);
     printf("  -t <dir>      the tokenizer's folder: into a Hugging Face folder, its encoder.json + vocab.bpe\n");
     printf("                become vocab.json + merges.txt; from one, those two are copied into <dir> [%s]\n",
@@ -2137,6 +2760,7 @@ static void print_usage(const Options *d) {
     printf("  %s -i path/to/gpt2 -o gpt2_124M.bin                  a Hugging Face download -> a checkpoint\n", PROGRAM);
     printf("  %s -i log_gpt2/model_00005000.bin -o my_gpt2         a checkpoint -> transformers\n", PROGRAM);
     printf("  %s -i gpt2_124M.bin -o gpt2_124M_bf16.bin -d bf16    fp32 -> bf16\n", PROGRAM);
+    printf("  %s -i SmolLM2-135M-Instruct.Q4_1.gguf -o smollm2.bin  a GGUF file -> our Llama-family file\n", PROGRAM);
 }
 
 // --- begin shared-copy: usage-error ---
@@ -2184,6 +2808,66 @@ static int ends_with(const char *s, const char *suffix) {
     return n >= m && strcmp(s + n - m, suffix) == 0;
 }
 
+// A Llama-family model: a GGUF file, a Hugging Face folder whose config.json says llama or
+// qwen2, or our Llama model file (its magic number). Anything else is GPT-2's business.
+static int is_llama_family(const char *input) {
+    if (ends_with(input, ".gguf")) { return 1; }
+    struct stat info;
+    if (stat(input, &info) != 0) { return 0; }
+    if (S_ISDIR(info.st_mode)) {
+        char path[MAX_PATH_LEN], type[32];
+        format_path(path, sizeof(path), "%s/config.json", input);
+        FILE *fp = fopen(path, "rb");
+        if (fp == NULL) { return 0; } // (the GPT-2 reader names the missing file)
+        fclose(fp);
+        size_t len;
+        uint8_t *text = read_whole_file(path, &len, NULL);
+        Json j;
+        char err[256];
+        int llama = 0;
+        if (json_parse(&j, (const char *)text, len, err, sizeof(err)) == 0 && j.tokens[0].type == JSON_OBJECT) {
+            int mt = json_get(&j, 0, "model_type");
+            llama = mt >= 0 && json_string(&j, mt, type, sizeof(type)) >= 0 && (strcmp(type, "llama") == 0 || strcmp(type, "qwen2") == 0);
+        }
+        json_free(&j);
+        free(text);
+        return llama;
+    }
+    FILE *fp = fopen(input, "rb");
+    int magic = 0;
+    if (fp != NULL) {
+        if (fread(&magic, sizeof(magic), 1, fp) != 1) { magic = 0; }
+        fclose(fp);
+    }
+    return magic == LLAMA_MAGIC;
+}
+
+// -i a Llama-family model -o our model file or a Hugging Face folder
+static void convert_llama(const Options *o, int to_checkpoint) {
+    if (o->tokenizer != NULL) { usage_error("-t: the Llama family's tokenizer files are not converted yet (%s)", o->input); }
+    struct stat info;
+    LlamaWeights w;
+    const char *kind = "our Llama-family model file";
+    if (ends_with(o->input, ".gguf")) { llama_build_from_gguf(&w, o->input); kind = "GGUF"; }
+    else if (stat(o->input, &info) == 0 && S_ISDIR(info.st_mode)) { llama_build_from_hf(&w, o->input); kind = "Hugging Face folder"; }
+    else { llama_load(&w, o->input); }
+    LlamaConfig c = w.config;
+    int bf16 = strcmp(o->dtype, "bf16") == 0 || (strcmp(o->dtype, "auto") == 0 && w.from_bf16);
+    fprintf(stderr, "read %s (%s): %s, L=%d C=%d NH=%d NKV=%d HS=%d H=%d V=%d maxT=%d%s%s, %zu parameters%s\n", o->input, kind,
+            c.family == LLAMA_FAMILY_QWEN2 ? "Qwen2" : "Llama", c.num_layers, c.channels, c.num_heads, c.num_kv_heads, c.head_size,
+            c.hidden, c.vocab_size, c.max_seq_len, c.tied ? ", tied head" : "", c.qkv_bias ? ", q/k/v biases" : "", w.num_parameters,
+            w.from_bf16 ? " (bf16)" : "");
+    if (to_checkpoint) {
+        llama_save(&w, o->output, bf16);
+        fprintf(stderr, "wrote %s (Llama-family model file, version %d: %s)\n", o->output, bf16 ? MODEL_VERSION_BF16 : MODEL_VERSION_FP32,
+                bf16 ? "bf16" : "fp32");
+    } else {
+        llama_export_hf(&w, o->output, bf16, o->shard_bytes);
+        fprintf(stderr, "wrote %s/config.json and the weights (%s%s)\n", o->output, bf16 ? "BF16" : "F32", o->shard_bytes > 0 ? ", sharded" : "");
+    }
+    llama_free(&w);
+}
+
 int main(int argc, char **argv) {
     Options o = {.input = NULL, .output = NULL, .dtype = "auto", .tokenizer = NULL, .seed = 1337, .shard_bytes = 0};
     const Options defaults = o;
@@ -2203,10 +2887,7 @@ int main(int argc, char **argv) {
         default: usage_error("unknown flag %s", flag);
         }
     }
-    if (o.input != NULL && ends_with(o.input, ".gguf")) { // for now: what the file holds
-        if (o.output != NULL) {
-            usage_error("%s: GGUF files can only be listed for now (./convert -i FILE.gguf); converting the Llama family comes next", o.input);
-        }
+    if (o.input != NULL && o.output == NULL && ends_with(o.input, ".gguf")) { // what the file holds
         Gguf g;
         gguf_open(&g, o.input);
         gguf_print(&g, o.input);
@@ -2219,6 +2900,10 @@ int main(int argc, char **argv) {
     }
     int to_checkpoint = ends_with(o.output, ".bin");
     if (to_checkpoint && o.shard_bytes > 0) { usage_error("-S (shards) is for Hugging Face folders, not %s", o.output); }
+    if (is_llama_family(o.input)) {
+        convert_llama(&o, to_checkpoint);
+        return 0;
+    }
     struct stat info;
     int from_hf = stat(o.input, &info) == 0 && S_ISDIR(info.st_mode);
 

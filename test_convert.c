@@ -403,6 +403,182 @@ static void test_gguf(void) {
 }
 
 // ----------------------------------------------------------------------------
+// the Llama family: transformers' folders and GGUF files (dev/reference/llama_convert_reference.py)
+
+// source (a folder or a GGUF file) into our model file at out: fp32, or bf16
+static void llama_convert_to(const char *source, const char *out, int bf16) {
+    LlamaWeights w;
+    size_t n = strlen(source);
+    if (n > 5 && strcmp(source + n - 5, ".gguf") == 0) { llama_build_from_gguf(&w, source); }
+    else {
+        struct stat info;
+        if (stat(source, &info) == 0 && S_ISDIR(info.st_mode)) { llama_build_from_hf(&w, source); }
+        else { llama_load(&w, source); }
+    }
+    llama_save(&w, out, bf16);
+    llama_free(&w);
+}
+
+static int same_file(const char *a, const char *b) {
+    size_t na, nb;
+    uint8_t *x = read_bytes(a, &na), *y = read_bytes(b, &nb);
+    int same = na == nb && memcmp(x, y, na) == 0;
+    free(x);
+    free(y);
+    return same;
+}
+
+static void llama_load_path(const void *path) { llama_convert_to((const char *)path, "/dev/null", 0); }
+
+// a copy of a fixture folder whose config.json has `from` replaced by `to`
+static void llama_edited_folder(const char *fixture, const char *dir, const char *from, const char *to) {
+    mkdir(dir, 0777);
+    static const char *const files[2] = {"config.json", "model.safetensors"};
+    for (int i = 0; i < 2; i++) {
+        char src[600], dst[600];
+        snprintf(src, sizeof(src), "%s/%s", fixture, files[i]);
+        snprintf(dst, sizeof(dst), "%s/%s", dir, files[i]);
+        size_t n;
+        char *text = (char *)read_bytes(src, &n);
+        char *at = i == 0 ? strstr(text, from) : NULL;
+        if (at == NULL) { write_bytes(dst, text, n); free(text); continue; }
+        size_t before = (size_t)(at - text), flen = strlen(from), tlen = strlen(to);
+        char *out = (char *)mallocCheck(n - flen + tlen);
+        memcpy(out, text, before);
+        memcpy(out + before, to, tlen);
+        memcpy(out + before + tlen, at + flen, n - before - flen);
+        write_bytes(dst, out, n - flen + tlen);
+        free(out);
+        free(text);
+    }
+}
+
+static void test_llama(const char *tmp) {
+    printf("\nthe Llama family: transformers' folders and GGUF files into our model file\n");
+    size_t n;
+    char *hashes = (char *)read_bytes(FIXTURES "llama_convert.fnv1a64", &n);
+    static const char *const sources[5] = {"llama_gqa3", "qwen2_gqa4", "llama_mha3", "llama_gqa3.gguf", "qwen2_gqa4.gguf"};
+    for (int i = 0; i < 5; i++) {
+        char source[256], out[600], line[128], name[96];
+        snprintf(source, sizeof(source), FIXTURES "%s", sources[i]);
+        snprintf(out, sizeof(out), "%s/%s.bin", tmp, sources[i]);
+        llama_convert_to(source, out, 0);
+        size_t len;
+        uint8_t *bytes = read_bytes(out, &len);
+        snprintf(line, sizeof(line), "%s %016" PRIx64 "\n", sources[i], fnv1a64(bytes, len));
+        free(bytes);
+        snprintf(name, sizeof(name), "%s: as transformers reads it", sources[i]);
+        check(name, strstr(hashes, line) != NULL, "our file's hash is the one whose export transformers loaded and matched");
+    }
+    free(hashes);
+    // round trips: our file -> a Hugging Face folder -> our file; fp32 <-> bf16
+    int all = 1;
+    for (int i = 0; i < 3; i++) {
+        char bin[600], dir[600], back[600];
+        snprintf(bin, sizeof(bin), "%s/%s.bin", tmp, sources[i]);
+        snprintf(dir, sizeof(dir), "%s/%s_hf", tmp, sources[i]);
+        snprintf(back, sizeof(back), "%s/%s_back.bin", tmp, sources[i]);
+        LlamaWeights w;
+        llama_load(&w, bin);
+        llama_export_hf(&w, dir, 0, 0);
+        llama_free(&w);
+        llama_convert_to(dir, back, 0);
+        all = all && same_file(bin, back);
+    }
+    check("file -> folder -> file, the 3 models", all, "the same bytes");
+    char bin[600], b16[600], b16_back[600], dir[600], b16_dir[600];
+    snprintf(bin, sizeof(bin), "%s/llama_gqa3.bin", tmp);
+    snprintf(b16, sizeof(b16), "%s/llama_gqa3_bf16.bin", tmp);
+    snprintf(b16_back, sizeof(b16_back), "%s/llama_gqa3_bf16_back.bin", tmp);
+    snprintf(b16_dir, sizeof(b16_dir), "%s/llama_gqa3_bf16_hf", tmp);
+    llama_convert_to(FIXTURES "llama_gqa3", b16, 1); // (the folder is BF16: bf16 -> fp32 -> bf16 is exact)
+    LlamaWeights w;
+    llama_load(&w, b16);
+    int from_bf16 = w.from_bf16;
+    llama_export_hf(&w, b16_dir, 1, 0);
+    llama_free(&w);
+    llama_convert_to(b16_dir, b16_back, 1);
+    check("BF16 folder -> version 5 -> BF16 folder -> version 5", from_bf16 && same_file(b16, b16_back), "the same bytes");
+    llama_convert_to(b16, b16_back, 0);
+    check("... and version 5 widened to version 3 is the fp32 file", same_file(b16_back, bin), "");
+    (void)dir;
+
+    // config.json: every setting that changes the computation is read, or refused
+    static const struct { const char *name, *from, *to, *expect; } configs[] = {
+        {"model_type mistral", "\"model_type\": \"llama\"", "\"model_type\": \"mistral\"", "we read gpt2, llama and qwen2"},
+        {"MLP biases", "\"mlp_bias\": false", "\"mlp_bias\": true", "MLP biases are not supported"},
+        {"another activation", "\"hidden_act\": \"silu\"", "\"hidden_act\": \"gelu\"", "hidden_act must be silu"},
+        {"heads that do not share evenly", "\"num_key_value_heads\": 2", "\"num_key_value_heads\": 4", "cannot share 4 key/value heads"},
+        {"RoPE scaling yarn", "\"rope_type\": \"default\"", "\"rope_type\": \"yarn\"", "RoPE scaling \"yarn\""},
+        {"no intermediate_size", "\"intermediate_size\"", "\"intermediate_sizes\"", "intermediate_size is missing"},
+    };
+    for (size_t i = 0; i < sizeof(configs) / sizeof(configs[0]); i++) {
+        size_t len;
+        char *text = (char *)read_bytes(FIXTURES "llama_gqa3/config.json", &len);
+        text = (char *)realloc(text, len + 64);
+        char *at = strstr(text, configs[i].from), err[256] = "";
+        int rc = 0;
+        if (at != NULL) {
+            size_t flen = strlen(configs[i].from), tlen = strlen(configs[i].to);
+            memmove(at + tlen, at + flen, len - (size_t)(at - text) - flen);
+            memcpy(at, configs[i].to, tlen);
+            len = len - flen + tlen;
+            LlamaConfig c;
+            rc = llama_config_from_hf_json(&c, text, len, err, sizeof(err));
+        }
+        check(configs[i].name, at != NULL && rc != 0 && strstr(err, configs[i].expect) != NULL, at == NULL ? "(edit not found)" : err);
+        free(text);
+    }
+    // folders, GGUF files and our files that do not fit: one message naming the file, in a child
+    char path[600];
+    snprintf(path, sizeof(path), "%s/biases", tmp);
+    llama_edited_folder(FIXTURES "llama_gqa3", path, "\"attention_bias\": false", "\"attention_bias\": true");
+    expect_exit("a folder without the biases config.json asks for", llama_load_path, path, "self_attn.q_proj.bias is missing");
+    snprintf(path, sizeof(path), "%s/narrow", tmp);
+    llama_edited_folder(FIXTURES "llama_gqa3", path, "\"intermediate_size\": 64", "\"intermediate_size\": 32");
+    expect_exit("tensors of another shape than config.json's", llama_load_path, path, "does not have the shape config.json gives it");
+    snprintf(path, sizeof(path), "%s/shallow", tmp);
+    llama_edited_folder(FIXTURES "llama_gqa3", path, "\"num_hidden_layers\": 2", "\"num_hidden_layers\": 1");
+    expect_exit("tensors of a layer config.json does not have", llama_load_path, path, "has no place in this model");
+    uint8_t *gg = read_bytes(FIXTURES "llama_gqa3.gguf", &n);
+    Gguf g;
+    char err[512];
+    if (gguf_parse(&g, gg, n, err, sizeof(err)) == 0) {
+        int a = gguf_find(&g, "general.architecture");
+        const GgufTensor *up = gguf_tensor(&g, "blk.1.ffn_up.weight");
+        size_t arch_at = g.kv[a].at + 8, up_at = (size_t)(up->name - gg) + 9; // "blk.1.ffn_up": the 'u' of "up"
+        gguf_free(&g);
+        gg[arch_at + 4] = 'b'; // "llama" -> "llamb"
+        snprintf(path, sizeof(path), "%s/arch.gguf", tmp);
+        write_bytes(path, gg, n);
+        expect_exit("a GGUF file of another architecture", llama_load_path, path, "general.architecture is \"llamb\"");
+        gg[arch_at + 4] = 'a';
+        gg[up_at] = 'U';
+        snprintf(path, sizeof(path), "%s/missing.gguf", tmp);
+        write_bytes(path, gg, n);
+        expect_exit("a GGUF file without a tensor it needs", llama_load_path, path, "tensor blk.1.ffn_up.weight is missing");
+    } else {
+        check("llama_gqa3.gguf parses", 0, err);
+    }
+    free(gg);
+    uint8_t *file = read_bytes(bin, &n);
+    snprintf(path, sizeof(path), "%s/truncated.bin", tmp);
+    write_bytes(path, file, n - 2);
+    expect_exit("a truncated model file", llama_load_path, path, "truncated or corrupt");
+    int *header = (int *)file;
+    header[1] = 4;
+    snprintf(path, sizeof(path), "%s/version.bin", tmp);
+    write_bytes(path, file, n);
+    expect_exit("a model file of version 4", llama_load_path, path, "version 4: we read 3 (fp32) and 5 (bf16)");
+    header[1] = 3;
+    header[6] = 5; // NKV 5: 6 query heads cannot share them
+    snprintf(path, sizeof(path), "%s/heads.bin", tmp);
+    write_bytes(path, file, n);
+    expect_exit("a model file whose header makes no model", llama_load_path, path, "its header is not a model's");
+    free(file);
+}
+
+// ----------------------------------------------------------------------------
 // GPT-2's four sizes: names and shapes against what transformers would save
 
 static void test_layouts(void) {
@@ -708,6 +884,7 @@ int main(void) {
     test_layouts();
     test_export(tmp);
     test_tokenizer_files(tmp);
+    test_llama(tmp);
     test_bad_files(tmp);
     char cmd[600];
     snprintf(cmd, sizeof(cmd), "rm -rf %s", tmp);

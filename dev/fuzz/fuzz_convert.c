@@ -9,7 +9,7 @@ almost every input, and must come back as a return value with a message, never a
 
 Targets (chosen with -DFUZZ_<NAME>):
     SAFETENSORS  the input is a whole .safetensors file: 8-byte length, JSON header, data
-    CONFIG       the input is a config.json (GPT2Config from it)
+    CONFIG       the input is a config.json (GPT2Config and LlamaConfig from it)
     JSON         the input is any JSON text; every string is also decoded, every number read
     GGUF         the input is a whole GGUF file; every key's values read, every tensor dequantized
 */
@@ -34,6 +34,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     GPT2Config c;
     if (gpt2_config_from_hf_json(&c, (const char *)data, size, err, sizeof(err)) == 0) {
         if (c.channels % c.num_heads != 0 || c.padded_vocab_size < c.vocab_size) { __builtin_trap(); }
+    }
+    LlamaConfig l; // the same text as a Llama-family config.json
+    if (llama_config_from_hf_json(&l, (const char *)data, size, err, sizeof(err)) == 0) {
+        if (l.num_heads % l.num_kv_heads != 0 || l.head_size % 2 != 0) { __builtin_trap(); }
     }
 #elif defined(FUZZ_JSON)
     Json j;

@@ -14,9 +14,10 @@ for target in "$@"; do
     case $target in # seeds: real files of the kind, so mutations start from valid input
         safetensors) cp dev/reference/fixtures/hf_tiny_*/model.safetensors "$corpus/" 2>/dev/null
                      for f in "$corpus"/model.safetensors; do [ -f "$f" ] && mv "$f" "$corpus/seed_$(basename "$(dirname "$f")")_$RANDOM"; done ;;
-        config|json) for f in dev/reference/fixtures/hf_tiny_fp32/config.json dev/reference/fixtures/gpt2_hf_configs/*.json; do
-                         cp "$f" "$corpus/seed_$(basename "$f")"; done ;;
-        gguf) cp dev/reference/fixtures/gguf_tiny.gguf "$corpus/seed_gguf_tiny" ;;
+        config|json) for f in dev/reference/fixtures/hf_tiny_fp32/config.json dev/reference/fixtures/gpt2_hf_configs/*.json \
+                              dev/reference/fixtures/{llama_gqa3,qwen2_gqa4,llama_mha3}/config.json; do
+                         cp "$f" "$corpus/seed_$(basename "$(dirname "$f")")_$(basename "$f")"; done ;;
+        gguf) for f in dev/reference/fixtures/*.gguf; do cp "$f" "$corpus/seed_$(basename "$f")"; done ;;
     esac
     echo "==== fuzz_$target for ${seconds}s"
     if ! ./dev/fuzz/fuzz_$target -max_total_time="$seconds" -max_len=65536 -print_final_stats=1 \

@@ -77,11 +77,20 @@ mkdir -p "$TMP/elsewhere" && (cd "$TMP/elsewhere" && "$BIN" -i d1 -o out > /dev/
     [ -f "$TMP/elsewhere/out/model.safetensors" ] && ok "an export away from the repository: no data/gpt2 there, a note, no failure" || not_ok "export elsewhere"
 
 
-# --- GGUF: listed for now (converting the Llama family comes with its model file)
+# --- the Llama family
+run -i $F/llama_gqa3.gguf -o "$TMP/ll.bin" && run -i "$TMP/ll.bin" -o "$TMP/ll_hf" -S 100K && run -i "$TMP/ll_hf" -o "$TMP/ll_back.bin" &&
+    cmp -s "$TMP/ll.bin" "$TMP/ll_back.bin" && grep -q '"LlamaForCausalLM"' "$TMP/ll_hf/config.json" &&
+    ok "GGUF -> our Llama file -> sharded folder -> our file: the same bytes" || not_ok "Llama round trip"
+run -i $F/qwen2_gqa4 -o "$TMP/qw.bin" -d bf16 && [ "$(od -An -tu4 -j4 -N4 "$TMP/qw.bin" | tr -d ' ')" = 5 ] &&
+    grep -q "Qwen2, L=1 C=64 NH=4 NKV=1 HS=16 H=64 V=128 maxT=128, tied head, q/k/v biases" "$TMP/stderr" &&
+    ok "a Qwen2 folder -> version 5, with what it read on stderr" || not_ok "Qwen2 to bf16"
+expect_error "-t with a Llama-family model" "the Llama family's tokenizer files are not converted yet" "$BIN" -i $F/llama_mha3 -o "$TMP/m.bin" -t "$TMP/tok3"
+
+# --- GGUF files listed
 run -i $F/gguf_tiny.gguf > "$TMP/gguf.txt" && grep -q "GGUF version 3, 17 key-value pairs, 11 tensors, data from byte 1088 (alignment 64)" "$TMP/gguf.txt" &&
     grep -q 'test.str  *str "héllo\\nworld"' "$TMP/gguf.txt" && grep -q "q6_k  *Q6_K  *\[512, 3\]" "$TMP/gguf.txt" &&
     ok "-i FILE.gguf lists its metadata and tensors" || not_ok "GGUF listing"
-expect_error "GGUF with -o" "GGUF files can only be listed for now" "$BIN" -i $F/gguf_tiny.gguf -o "$TMP/x.bin"
+expect_error "a GGUF file without a model's metadata" "gguf_tiny.gguf: no llama.context_length" "$BIN" -i $F/gguf_tiny.gguf -o "$TMP/x.bin"
 head -c 3000 $F/gguf_tiny.gguf > "$TMP/trunc.gguf"
 expect_error "a truncated GGUF file" "$TMP/trunc.gguf: at byte" "$BIN" -i "$TMP/trunc.gguf"
 expect_error "a GGUF file that does not exist" "no/such.gguf: cannot open it" "$BIN" -i no/such.gguf
