@@ -145,10 +145,16 @@ convert: convert.c
 
 # the reference's Hugging Face folders as our checkpoints, for the inference tests (infer.c
 # and infer.cu read only checkpoints): fp32 and fp16 as version 3, bf16 as version 5
-CONVERTED = build/hf_tiny_fp32.bin build/hf_tiny_bf16.bin build/hf_tiny_fp16.bin
-$(CONVERTED): build/hf_tiny_%.bin: convert dev/reference/fixtures/hf_tiny_%/config.json dev/reference/fixtures/hf_tiny_%/model.safetensors
+CONVERTED_GPT2 = build/hf_tiny_fp32.bin build/hf_tiny_bf16.bin build/hf_tiny_fp16.bin
+$(CONVERTED_GPT2): build/hf_tiny_%.bin: convert dev/reference/fixtures/hf_tiny_%/config.json dev/reference/fixtures/hf_tiny_%/model.safetensors
 	@mkdir -p build
 	./convert -i dev/reference/fixtures/hf_tiny_$* -o $@
+# the Llama family's tiny models (dev/reference/llama_convert_reference.py), as our files
+CONVERTED_LLAMA = build/llama_gqa3.bin build/qwen2_gqa4.bin build/llama_mha3.bin
+$(CONVERTED_LLAMA): build/%.bin: convert dev/reference/fixtures/%/config.json dev/reference/fixtures/%/model.safetensors
+	@mkdir -p build
+	./convert -i dev/reference/fixtures/$* -o $@
+CONVERTED = $(CONVERTED_GPT2) $(CONVERTED_LLAMA)
 
 # --- CUDA: the first GPU programs (dev/) -------------------------------------------
 # the kernel ladders of train_gpt2.cu's kernels and infer.cu's gemv (dev/cuda/<op>.cu), in PRECISION

@@ -2123,6 +2123,7 @@ void gpt2_weights_build(GPT2Weights *w, const char *source, uint64_t seed) {
 // ----------------------------------------------------------------------------
 // the Llama family: configuration, weights in memory, our model file
 
+// --- begin shared-copy: llama-config ---
 // Llama 2/3, SmolLM2, Qwen2 and their kin are GPT-2 with five changes: RMSNorm (no mean, no
 // bias) for LayerNorm; RoPE (positions rotate each query and key) for learned positions;
 // SwiGLU (down(silu(gate x) * up x)) for the GELU MLP; grouped-query attention (NKV
@@ -2181,23 +2182,25 @@ static void llama_tensor_sizes(size_t *sizes, LlamaConfig c) {
 // above any model here (Llama 3.1 405B: L 126, C 16384, H 53248, V 128256), so that no
 // product overflows and a corrupt header is reported as one.
 static int llama_check_config(LlamaConfig c, char *err, size_t err_size) {
+#define LLAMA_FAIL(...) return (snprintf(err, err_size, __VA_ARGS__), -1)
     if (c.max_seq_len < 1 || c.max_seq_len > (1 << 24) || c.vocab_size < 1 || c.vocab_size > (1 << 22) || c.num_layers < 1 ||
         c.num_layers > 1024 || c.num_heads < 1 || c.num_heads > 1024 || c.num_kv_heads < 1 || c.channels < 1 ||
         c.channels > (1 << 17) || c.head_size < 2 || c.head_size > 1024 || c.hidden < 1 || c.hidden > (1 << 20)) {
-        return st_fail(err, err_size, "a size out of range: maxT=%d V=%d L=%d NH=%d NKV=%d C=%d HS=%d H=%d", c.max_seq_len,
+        LLAMA_FAIL("a size out of range: maxT=%d V=%d L=%d NH=%d NKV=%d C=%d HS=%d H=%d", c.max_seq_len,
                        c.vocab_size, c.num_layers, c.num_heads, c.num_kv_heads, c.channels, c.head_size, c.hidden);
     }
-    if (c.num_heads % c.num_kv_heads != 0) { return st_fail(err, err_size, "%d query heads cannot share %d key/value heads evenly", c.num_heads, c.num_kv_heads); }
-    if (c.head_size % 2 != 0) { return st_fail(err, err_size, "head size %d is odd: RoPE rotates pairs of channels", c.head_size); }
+    if (c.num_heads % c.num_kv_heads != 0) { LLAMA_FAIL("%d query heads cannot share %d key/value heads evenly", c.num_heads, c.num_kv_heads); }
+    if (c.head_size % 2 != 0) { LLAMA_FAIL("head size %d is odd: RoPE rotates pairs of channels", c.head_size); }
     if (!(c.rope_theta > 0.0f) || !(c.norm_eps > 0.0f) || c.norm_eps > 1.0f || !(c.rope_factor >= 0.0f)) {
-        return st_fail(err, err_size, "rope_theta %g, norm_eps %g or the RoPE scaling factor %g is not a sensible number",
+        LLAMA_FAIL("rope_theta %g, norm_eps %g or the RoPE scaling factor %g is not a sensible number",
                        c.rope_theta, c.norm_eps, c.rope_factor);
     }
     if (c.rope_factor > 0.0f && (c.rope_original_max < 1 || !(c.rope_low_freq_factor > 0.0f) || !(c.rope_high_freq_factor > c.rope_low_freq_factor))) {
-        return st_fail(err, err_size, "Llama 3 RoPE scaling needs original_max_position_embeddings >= 1 and high_freq_factor > low_freq_factor > 0");
+        LLAMA_FAIL("Llama 3 RoPE scaling needs original_max_position_embeddings >= 1 and high_freq_factor > low_freq_factor > 0");
     }
-    if (c.family != LLAMA_FAMILY_LLAMA && c.family != LLAMA_FAMILY_QWEN2) { return st_fail(err, err_size, "unknown family %d", c.family); }
+    if (c.family != LLAMA_FAMILY_LLAMA && c.family != LLAMA_FAMILY_QWEN2) { LLAMA_FAIL("unknown family %d", c.family); }
     return 0;
+#undef LLAMA_FAIL
 }
 
 typedef struct {
@@ -2225,16 +2228,12 @@ static void llama_free(LlamaWeights *w) {
     free(w->params);
     memset(w, 0, sizeof(*w));
 }
+// --- end shared-copy: llama-config ---
 
 static int float_bits(float f) {
     int i;
     memcpy(&i, &f, 4);
     return i;
-}
-static float bits_float(int i) {
-    float f;
-    memcpy(&f, &i, 4);
-    return f;
 }
 
 void llama_save(const LlamaWeights *w, const char *path, int bf16) {
@@ -2256,6 +2255,13 @@ void llama_save(const LlamaWeights *w, const char *path, int bf16) {
     }
     write_file_atomic(path, bufs, sizes, 2);
     free(narrow);
+}
+
+// --- begin shared-copy: llama-model-read ---
+static float bits_float(int i) {
+    float f;
+    memcpy(&f, &i, 4);
+    return f;
 }
 
 // Reads our Llama-family model file, or exits with a message naming it.
@@ -2295,6 +2301,7 @@ void llama_load(LlamaWeights *w, const char *path) {
     }
     fcloseCheck(fp);
 }
+// --- end shared-copy: llama-model-read ---
 
 // ----------------------------------------------------------------------------
 // the Llama family's Hugging Face folders: config.json, tensor names

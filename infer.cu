@@ -1,5 +1,5 @@
 /*
-infer.cu: GPT-2 inference on one GPU, checked against infer.c.
+infer.cu: inference on one GPU, GPT-2 and the Llama family, checked against infer.c.
 
 The same program as infer.c (flags, models in, tokenizer, sampling, batches,
 instruction mode, reports, the benchmark: all shared copies), with the forward pass on
@@ -38,8 +38,9 @@ differences only:
     GEMM), this file has everything only the GPU needs, in one stretch: the precision
     (floatX), then for each of infer.c's layer functions (encoder_forward,
     layernorm_forward, linear_forward with its Epilogue, attention_forward,
-    argmax_forward) a kernel and a launcher of the same name and arguments; then the GPU's
-    memory: the cuBLAS handle and stream, one allocation per table of tensors, guard bands;
+    rope_forward, swiglu_forward, argmax_forward) a kernel and a launcher of the same name and
+    arguments; then the GPU's memory: the cuBLAS handle and stream, one allocation per table
+    of tensors, guard bands;
   - the model: ForwardTensors is a floatX copy of the weights on the GPU (infer.c: the
     loaded tensors themselves); allocating rows and cache fills DeviceTables; gpt2_build
     uploads the weights; GPT2 holds the decode graphs, and host copies of logits and argmax;
@@ -270,13 +271,13 @@ __device__ inline float block_max(float v) {
 }
 // --- end shared-copy: gpu-reductions ---
 
-// residual[n, :] = wte[token] + wpe[position], in fp32; one thread per element
+// residual[n, :] = wte[token] + wpe[position] (without wpe: wte[token]), in fp32; one thread per element
 __global__ void encoder_forward_kernel(float *residual, const int *tokens, const int *pos, const floatX *wte,
                                        const floatX *wpe, int N, int C) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (size_t)N * C) { return; }
     size_t n = i / C, c = i % C;
-    residual[i] = to_float(wte[(size_t)tokens[n] * C + c]) + to_float(wpe[(size_t)pos[n] * C + c]);
+    residual[i] = to_float(wte[(size_t)tokens[n] * C + c]) + (wpe != NULL ? to_float(wpe[(size_t)pos[n] * C + c]) : 0.0f);
 }
 
 void encoder_forward(float *residual, const int *tokens, const int *pos, const floatX *wte, const floatX *wpe, int N, int C) {
@@ -284,27 +285,29 @@ void encoder_forward(float *residual, const int *tokens, const int *pos, const f
     cudaCheck(cudaGetLastError());
 }
 
-// LayerNorm of rows of the fp32 residual stream into floatX, a warp per row (two passes
-// for the variance, as infer.c). rows: which residual row each output row normalises
-// (the logit rows), or NULL for row n.
+// LayerNorm (or, with rms, RMSNorm: no mean taken out, no bias) of rows of the fp32
+// residual stream into floatX, a warp per row (two passes for the variance, as infer.c).
+// rows: which residual row each output row normalises (the logit rows), or NULL for row n.
 __global__ void layernorm_forward_kernel(floatX *out, const float *inp, const int *rows, const floatX *weight,
-                                         const floatX *bias, int N, int C) {
+                                         const floatX *bias, int N, int C, float eps, int rms) {
     int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
     if (row >= N) { return; } // a whole warp leaves together
     const float *x = inp + (size_t)(rows != NULL ? rows[row] : row) * C;
     float m = 0.0f;
-    for (int i = lane; i < C; i += 32) { m += x[i]; }
+    for (int i = lane; i < C && !rms; i += 32) { m += x[i]; }
     m = warp_sum(m) / C;
     float v = 0.0f;
     for (int i = lane; i < C; i += 32) { float d = x[i] - m; v += d * d; }
-    float s = 1.0f / sqrtf(warp_sum(v) / C + 1e-5f);
+    float s = 1.0f / sqrtf(warp_sum(v) / C + eps);
     floatX *o = out + (size_t)row * C;
-    for (int i = lane; i < C; i += 32) { o[i] = from_float((x[i] - m) * s * to_float(weight[i]) + to_float(bias[i])); }
+    for (int i = lane; i < C; i += 32) {
+        o[i] = from_float((x[i] - m) * s * to_float(weight[i]) + (bias != NULL ? to_float(bias[i]) : 0.0f));
+    }
 }
 
 void layernorm_forward(floatX *out, const float *inp, const int *rows, const floatX *weight, const floatX *bias,
-                       int N, int C) {
-    layernorm_forward_kernel<<<ceil_div(N, BLOCK / 32), BLOCK, 0, main_stream>>>(out, inp, rows, weight, bias, N, C);
+                       int N, int C, float eps, int rms) {
+    layernorm_forward_kernel<<<ceil_div(N, BLOCK / 32), BLOCK, 0, main_stream>>>(out, inp, rows, weight, bias, N, C, eps, rms);
     cudaCheck(cudaGetLastError());
 }
 
@@ -317,10 +320,11 @@ typedef struct {
     const floatX *bias;  // (OC) or NULL
     float *f32;          // EPI_LOGITS: (N, OC) written; EPI_RESIDUAL: the residual stream (N, OC) +=
     floatX *x;           // EPI_GELU: (N, OC) GELU's output; EPI_QKV: the queries (N, C)
-    floatX *key_cache;   // EPI_QKV: this layer's (B, S, C) caches, and where row n goes in them
+    floatX *key_cache;   // EPI_QKV: this layer's (B, S, KV) caches, and where row n goes in them
     floatX *value_cache;
     const int *seq, *pos;
     int S;
+    int q_size, kv_size; // EPI_QKV: Q = NH HS queries, then KV = NKV HS keys and as many values
 } Epilogue;
 
 // One constructor per kind, so that a call site names what it sets.
@@ -330,13 +334,13 @@ static Epilogue epilogue_none(int kind) {
     e.kind = kind;
     return e;
 }
-static Epilogue epilogue_logits(float *logits) { // (N, Vp) fp32, no bias (the tied wte has none)
+static Epilogue epilogue_logits(float *logits) { // (N, OC) fp32 as it is: the logits, or SwiGLU's gate and up
     Epilogue e = epilogue_none(EPI_LOGITS);
     e.f32 = logits;
     return e;
 }
 static Epilogue epilogue_qkv(const floatX *bias, floatX *q, floatX *key_cache, floatX *value_cache, const int *seq,
-                             const int *pos, int S) { // queries to q, keys and values into the layer's cache
+                             const int *pos, int S, int Q, int KV) { // queries to q, keys and values into the layer's cache
     Epilogue e = epilogue_none(EPI_QKV);
     e.bias = bias;
     e.x = q;
@@ -345,6 +349,8 @@ static Epilogue epilogue_qkv(const floatX *bias, floatX *q, floatX *key_cache, f
     e.seq = seq;
     e.pos = pos;
     e.S = S;
+    e.q_size = Q;
+    e.kv_size = KV;
     return e;
 }
 static Epilogue epilogue_gelu(const floatX *bias, floatX *out) {
@@ -371,14 +377,12 @@ __device__ inline void epilogue_apply(const Epilogue e, int n, int o, int OC, fl
         e.f32[(size_t)n * OC + o] += v;
     } else if (e.kind == EPI_GELU) { // tanh approximation, as GPT-2 (and infer.c)
         e.x[(size_t)n * OC + o] = from_float(0.5f * v * (1.0f + tanhf(GELU_SCALE * (v + 0.044715f * v * v * v))));
-    } else { // EPI_QKV: the query stays with the row, key and value go into the cache
-        int C = OC / 3, part = o < C ? 0 : o < 2 * C ? 1 : 2, c = o - part * C; // (no divisions in the inner loop)
-        if (part == 0) {
-            e.x[(size_t)n * C + c] = from_float(v);
-        } else {
-            size_t at = ((size_t)e.seq[n] * e.S + e.pos[n]) * C + c;
-            (part == 1 ? e.key_cache : e.value_cache)[at] = from_float(v);
-        }
+    } else if (o < e.q_size) { // EPI_QKV: the query stays with the row, key and value go into the cache
+        e.x[(size_t)n * e.q_size + o] = from_float(v);
+    } else {
+        int KV = e.kv_size, c = o - e.q_size, value = c >= KV;
+        size_t at = ((size_t)e.seq[n] * e.S + e.pos[n]) * KV + (value ? c - KV : c);
+        (value ? e.value_cache : e.key_cache)[at] = from_float(v);
     }
 }
 
@@ -457,7 +461,8 @@ void linear_forward(const floatX *inp, const floatX *weight, Epilogue e, float *
 }
 
 // Causal attention of row n (position pos[n] of sequence seq[n]) over its cached keys
-// and values, head h: a block per (n, h). The scores go to att (N, NH, S) fp32:
+// and values, query head h (key/value head h / (NH / NKV): grouped-query attention shares
+// each among NH / NKV query heads): a block per (n, h). The scores go to att (N, NH, S) fp32:
 //   1. each thread scores some positions: q . k * scale; the block's max
 //   2. exp(score - max) in place; the block's sum
 //   3. out = sum_t p_t v_t / sum: groups of HS threads split the positions, one channel
@@ -466,15 +471,17 @@ void linear_forward(const floatX *inp, const floatX *weight, Epilogue e, float *
 #define ATT_BLOCK 128
 __global__ void __launch_bounds__(ATT_BLOCK) attention_forward_kernel(floatX *out, float *att, const floatX *q,
                                                                       const floatX *key_cache, const floatX *value_cache,
-                                                                      const int *seq, const int *pos, int S, int C, int NH) {
-    int n = blockIdx.x, h = blockIdx.y, HS = C / NH, T = pos[n] + 1;
+                                                                      const int *seq, const int *pos, int S, int NH, int NKV,
+                                                                      int HS) {
+    int n = blockIdx.x, h = blockIdx.y, T = pos[n] + 1;
+    size_t Q = (size_t)NH * HS, KV = (size_t)NKV * HS, kv_head = (size_t)(h / (NH / NKV)) * HS;
     float scale = 1.0f / sqrtf((float)HS);
-    const floatX *q_nh = q + (size_t)n * C + h * HS;
-    const floatX *keys = key_cache + (size_t)seq[n] * S * C + h * HS, *values = value_cache + (size_t)seq[n] * S * C + h * HS;
+    const floatX *q_nh = q + (size_t)n * Q + (size_t)h * HS;
+    const floatX *keys = key_cache + (size_t)seq[n] * S * KV + kv_head, *values = value_cache + (size_t)seq[n] * S * KV + kv_head;
     float *scores = att + ((size_t)n * NH + h) * S;
     float maxval = -INFINITY;
     for (int t = threadIdx.x; t < T; t += blockDim.x) {
-        const floatX *k = keys + (size_t)t * C;
+        const floatX *k = keys + (size_t)t * KV;
         float s = 0.0f;
         for (int i = 0; i < HS; i++) { s += to_float(q_nh[i]) * to_float(k[i]); }
         scores[t] = s * scale;
@@ -488,11 +495,11 @@ __global__ void __launch_bounds__(ATT_BLOCK) attention_forward_kernel(floatX *ou
         sum += p;
     }
     sum = block_sum(sum); // (its __syncthreads also makes every score visible to the block)
-    floatX *out_nh = out + (size_t)n * C + h * HS;
+    floatX *out_nh = out + (size_t)n * Q + (size_t)h * HS;
     if (HS > (int)blockDim.x) { // heads wider than the block (no GPT-2 has one): channels in turn
         for (int i = threadIdx.x; i < HS; i += blockDim.x) {
             float o = 0.0f;
-            for (int t = 0; t < T; t++) { o += scores[t] * to_float(values[(size_t)t * C + i]); }
+            for (int t = 0; t < T; t++) { o += scores[t] * to_float(values[(size_t)t * KV + i]); }
             out_nh[i] = from_float(o / sum);
         }
         return;
@@ -501,7 +508,7 @@ __global__ void __launch_bounds__(ATT_BLOCK) attention_forward_kernel(floatX *ou
     int groups = blockDim.x / HS, g = threadIdx.x / HS, i = threadIdx.x % HS;
     float o = 0.0f;
     if (g < groups) {
-        for (int t = g; t < T; t += groups) { o += scores[t] * to_float(values[(size_t)t * C + i]); }
+        for (int t = g; t < T; t += groups) { o += scores[t] * to_float(values[(size_t)t * KV + i]); }
     }
     partial[threadIdx.x] = o;
     __syncthreads();
@@ -513,8 +520,47 @@ __global__ void __launch_bounds__(ATT_BLOCK) attention_forward_kernel(floatX *ou
 }
 
 void attention_forward(floatX *out, float *att, const floatX *q, const floatX *key_cache, const floatX *value_cache,
-                       const int *seq, const int *pos, int N, int S, int C, int NH) {
-    attention_forward_kernel<<<dim3(N, NH), ATT_BLOCK, 0, main_stream>>>(out, att, q, key_cache, value_cache, seq, pos, S, C, NH);
+                       const int *seq, const int *pos, int N, int S, int NH, int NKV, int HS) {
+    attention_forward_kernel<<<dim3(N, NH), ATT_BLOCK, 0, main_stream>>>(out, att, q, key_cache, value_cache, seq, pos, S, NH,
+                                                                         NKV, HS);
+    cudaCheck(cudaGetLastError());
+}
+
+// RoPE on the queries of N rows and the keys they just put into the cache: one thread per
+// pair (i, i + HS/2) of a head, turned by the angle whose cosine and sine the table (S, HS)
+// holds (on the GPU; rope_table_fill made it on the host, the same numbers as infer.c's)
+__global__ void rope_forward_kernel(floatX *q, floatX *key_cache, const float *table, const int *seq, const int *pos,
+                                    int N, int S, int NH, int NKV, int HS) {
+    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x, half = HS / 2, heads = NH + NKV;
+    if (idx >= (size_t)N * heads * half) { return; }
+    int n = (int)(idx / (heads * half)), h = (int)(idx / half % heads), i = (int)(idx % half);
+    floatX *x = h < NH ? q + (size_t)n * NH * HS + (size_t)h * HS
+                       : key_cache + ((size_t)seq[n] * S + pos[n]) * NKV * HS + (size_t)(h - NH) * HS;
+    float c = table[(size_t)pos[n] * HS + i], s = table[(size_t)pos[n] * HS + half + i];
+    float x0 = to_float(x[i]), x1 = to_float(x[i + half]);
+    x[i] = from_float(x0 * c - x1 * s);
+    x[i + half] = from_float(x1 * c + x0 * s);
+}
+
+void rope_forward(floatX *q, floatX *key_cache, const float *table, const int *seq, const int *pos, int N, int S,
+                  int NH, int NKV, int HS) {
+    rope_forward_kernel<<<ceil_div((size_t)N * (NH + NKV) * (HS / 2), BLOCK), BLOCK, 0, main_stream>>>(q, key_cache, table, seq,
+                                                                                                     pos, N, S, NH, NKV, HS);
+    cudaCheck(cudaGetLastError());
+}
+
+// SwiGLU: out[n, j] = silu(gate[n, j]) * up[n, j] from the fused matmul's (N, 2H) fp32 output
+// (each row's H gates, then its H ups); one thread per output
+__global__ void swiglu_forward_kernel(floatX *out, const float *inp, int N, int H) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (size_t)N * H) { return; }
+    size_t n = i / H, j = i % H;
+    float gate = inp[n * 2 * H + j], up = inp[n * 2 * H + H + j];
+    out[i] = from_float(gate / (1.0f + expf(-gate)) * up);
+}
+
+void swiglu_forward(floatX *out, const float *inp, int N, int H) {
+    swiglu_forward_kernel<<<ceil_div((size_t)N * H, BLOCK), BLOCK, 0, main_stream>>>(out, inp, N, H);
     cudaCheck(cudaGetLastError());
 }
 
@@ -826,18 +872,150 @@ void gpt2_weights_free(GPT2Weights *w) {
 }
 // --- end shared-copy: gpt2-weights ---
 
+// --- begin shared-copy: llama-config ---
+// Llama 2/3, SmolLM2, Qwen2 and their kin are GPT-2 with five changes: RMSNorm (no mean, no
+// bias) for LayerNorm; RoPE (positions rotate each query and key) for learned positions;
+// SwiGLU (down(silu(gate x) * up x)) for the GELU MLP; grouped-query attention (NKV
+// key/value heads, each shared by NH/NKV query heads); and no biases, except Qwen2's on q,
+// k and v. The output head may be the embedding (tied) or a matrix of its own.
+typedef struct {
+    int max_seq_len;  // maxT
+    int vocab_size;   // V (no padding: every Llama-family vocabulary here is a multiple of 128)
+    int num_layers;   // L
+    int num_heads;    // NH query heads
+    int num_kv_heads; // NKV key/value heads: NH is a multiple of NKV
+    int channels;     // C
+    int head_size;    // HS (C / NH in every model here; a config may say otherwise)
+    int hidden;       // H, SwiGLU's width
+    int tied;         // the output head is wte
+    int qkv_bias;     // q, k and v have biases (Qwen2)
+    int family;       // LLAMA_FAMILY_*: which Hugging Face class an export names
+    float rope_theta; // RoPE's base
+    float norm_eps;   // RMSNorm's epsilon
+    // Llama 3's RoPE scaling (transformers' rope_type "llama3"); factor 0: none
+    float rope_factor, rope_low_freq_factor, rope_high_freq_factor;
+    int rope_original_max;
+    int bos_token_id, eos_token_id; // -1: none
+} LlamaConfig;
+enum { LLAMA_FAMILY_LLAMA = 1, LLAMA_FAMILY_QWEN2 = 2 };
+
+// Our Llama-family model file: a header of 256 int32, then the tensors below in order,
+// float32 (version 3) or bf16 (version 5). The first 8 header fields are llm.c's Llama 3
+// file's: magic 20240803, version, maxT, V, L, NH, NKV, C. llm.c stores its float
+// settings as truncated ints after those; we store them as float32 bits, and add what
+// the other families need:
+//   [8] H  [9] HS  [10] flags: 1 tied head, 2 q/k/v biases  [11] rope_theta (float bits)
+//   [12] norm_eps (float bits)  [13] Llama 3 RoPE factor (float bits, 0: none)
+//   [14] low_freq_factor  [15] high_freq_factor (float bits)  [16] original max positions
+//   [17] family (1 Llama, 2 Qwen2)  [18] bos token id  [19] eos token id (-1: none)
+// Tensors are stored tensor by tensor, all layers of one together (as llm.c does); q, k and
+// v are one matrix per layer (their rows in that order), and so are gate and up. RoPE pairs
+// channel i with channel i + HS/2 of a head (Hugging Face's rotate_half layout; GGUF files
+// pair neighbours, so reading one reorders q's and k's rows).
+#define LLAMA_MAGIC 20240803
+#define NUM_LLAMA_TENSORS 10
+enum { LL_WTE, LL_LN1W, LL_QKVW, LL_QKVB, LL_ATTPROJW, LL_LN2W, LL_FCW, LL_FCPROJW, LL_LNFW, LL_LM_HEAD };
+
+// element counts: wte (V, C); ln1w (L, C); qkvw (L, (NH + 2 NKV) HS, C); qkvb (L, (NH + 2 NKV) HS)
+// or none; attprojw (L, C, NH HS); ln2w (L, C); fcw (L, 2H, C): gate rows, then up rows;
+// fcprojw (L, C, H); lnfw (C); lm_head (V, C) or none when tied
+static void llama_tensor_sizes(size_t *sizes, LlamaConfig c) {
+    size_t L = c.num_layers, C = c.channels, V = c.vocab_size, QKV = (size_t)(c.num_heads + 2 * c.num_kv_heads) * c.head_size;
+    size_t Q = (size_t)c.num_heads * c.head_size, H = c.hidden;
+    size_t s[NUM_LLAMA_TENSORS] = {V * C, L * C, L * QKV * C, c.qkv_bias ? L * QKV : 0, L * C * Q, L * C, L * 2 * H * C,
+                                   L * C * H, C, c.tied ? 0 : V * C};
+    memcpy(sizes, s, sizeof(s));
+}
+
+// The shapes a header or a config may give, checked before they size anything: caps far
+// above any model here (Llama 3.1 405B: L 126, C 16384, H 53248, V 128256), so that no
+// product overflows and a corrupt header is reported as one.
+static int llama_check_config(LlamaConfig c, char *err, size_t err_size) {
+#define LLAMA_FAIL(...) return (snprintf(err, err_size, __VA_ARGS__), -1)
+    if (c.max_seq_len < 1 || c.max_seq_len > (1 << 24) || c.vocab_size < 1 || c.vocab_size > (1 << 22) || c.num_layers < 1 ||
+        c.num_layers > 1024 || c.num_heads < 1 || c.num_heads > 1024 || c.num_kv_heads < 1 || c.channels < 1 ||
+        c.channels > (1 << 17) || c.head_size < 2 || c.head_size > 1024 || c.hidden < 1 || c.hidden > (1 << 20)) {
+        LLAMA_FAIL("a size out of range: maxT=%d V=%d L=%d NH=%d NKV=%d C=%d HS=%d H=%d", c.max_seq_len,
+                       c.vocab_size, c.num_layers, c.num_heads, c.num_kv_heads, c.channels, c.head_size, c.hidden);
+    }
+    if (c.num_heads % c.num_kv_heads != 0) { LLAMA_FAIL("%d query heads cannot share %d key/value heads evenly", c.num_heads, c.num_kv_heads); }
+    if (c.head_size % 2 != 0) { LLAMA_FAIL("head size %d is odd: RoPE rotates pairs of channels", c.head_size); }
+    if (!(c.rope_theta > 0.0f) || !(c.norm_eps > 0.0f) || c.norm_eps > 1.0f || !(c.rope_factor >= 0.0f)) {
+        LLAMA_FAIL("rope_theta %g, norm_eps %g or the RoPE scaling factor %g is not a sensible number",
+                       c.rope_theta, c.norm_eps, c.rope_factor);
+    }
+    if (c.rope_factor > 0.0f && (c.rope_original_max < 1 || !(c.rope_low_freq_factor > 0.0f) || !(c.rope_high_freq_factor > c.rope_low_freq_factor))) {
+        LLAMA_FAIL("Llama 3 RoPE scaling needs original_max_position_embeddings >= 1 and high_freq_factor > low_freq_factor > 0");
+    }
+    if (c.family != LLAMA_FAMILY_LLAMA && c.family != LLAMA_FAMILY_QWEN2) { LLAMA_FAIL("unknown family %d", c.family); }
+    return 0;
+#undef LLAMA_FAIL
+}
+
+typedef struct {
+    LlamaConfig config;
+    size_t sizes[NUM_LLAMA_TENSORS];
+    float *tensors[NUM_LLAMA_TENSORS]; // into params; NULL for a tensor of size 0
+    float *params;
+    size_t num_parameters;
+    int from_bf16; // every weight read was bf16 (-d auto then writes bf16)
+} LlamaWeights;
+
+static void llama_allocate(LlamaWeights *w) {
+    llama_tensor_sizes(w->sizes, w->config);
+    w->num_parameters = 0;
+    for (int k = 0; k < NUM_LLAMA_TENSORS; k++) { w->num_parameters += w->sizes[k]; }
+    w->params = (float *)mallocCheck(w->num_parameters * sizeof(float));
+    float *p = w->params;
+    for (int k = 0; k < NUM_LLAMA_TENSORS; k++) {
+        w->tensors[k] = w->sizes[k] > 0 ? p : NULL;
+        p += w->sizes[k];
+    }
+}
+
+static void llama_free(LlamaWeights *w) {
+    free(w->params);
+    memset(w, 0, sizeof(*w));
+}
+// --- end shared-copy: llama-config ---
+
+// --- begin shared-copy: infer-model-config ---
+// What the forward pass needs to know of a model of either family: GPT2Config's fields,
+// under the same names, and what the Llama family adds.
+typedef struct {
+    int max_seq_len, vocab_size, padded_vocab_size, num_layers, num_heads, channels; // as GPT2Config's
+    int llama;        // 0: GPT-2; 1: the Llama family (RMSNorm, RoPE, SwiGLU, grouped-query attention)
+    int num_kv_heads; // key/value heads (GPT-2: one per query head)
+    int head_size;    // HS (GPT-2: C / NH)
+    int hidden;       // the MLP's width H (GPT-2: 4C)
+    float norm_eps;   // GPT-2's LayerNorm: 1e-5
+} ModelConfig;
+
 // bytes of keys and values one token adds to the cache
-static size_t kv_bytes_per_token(GPT2Config c) { return 2 * (size_t)c.num_layers * c.channels * KV_ELEMENT_BYTES; }
+static size_t kv_bytes_per_token(ModelConfig c) {
+    return 2 * (size_t)c.num_layers * c.num_kv_heads * c.head_size * KV_ELEMENT_BYTES;
+}
 
-// the model from -m: a checkpoint or d<N> (models in, below)
-void gpt2_weights_build(GPT2Weights *w, const char *source, uint64_t seed);
-
-// the weights the forward pass reads: the 16 tensors of ParameterTensors as floatX on the
-// GPU (the same order and shapes)
+// The tensors the forward pass reads, of either family: GPT-2's 16, the Llama family's
+// without biases (NULL; Qwen2 has qkvb) and wpe, and lm_head, the output head (wte when tied,
+// as GPT-2's always is). Shapes per layer: qkvw (Q + 2 KV, C) with Q = NH HS and KV = NKV HS;
+// attprojw (C, Q); fcw (H, C), or the Llama family's (2H, C): gate rows, then up rows;
+// fcprojw (C, H). (infer.c: pointers into the weights as loaded; infer.cu: floatX copies on
+// the GPU.)
 typedef struct {
     floatX *wte, *wpe, *ln1w, *ln1b, *qkvw, *qkvb, *attprojw, *attprojb, *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb,
-        *lnfw, *lnfb;
+        *lnfw, *lnfb, *lm_head;
 } ForwardTensors;
+// --- end shared-copy: infer-model-config ---
+static const char *const FORWARD_TENSOR_NAMES[] = {"wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb", "ln2w",
+                                                   "ln2b", "fcw", "fcb", "fcprojw", "fcprojb", "lnfw", "lnfb", "lm_head"};
+
+// the model from -m: a checkpoint or d<N>, and the tensors the forward pass reads (models in, below)
+typedef struct GPT2 GPT2;
+void model_weights_build(GPT2 *model, const char *source, uint64_t seed);
+#define NUM_FORWARD_TENSORS 17
+static void forward_sources(const GPT2 *model, const float **src, size_t *sizes);
+static void rope_table_fill(float *table, const float *inv_freq, int S, int HS);
 
 // --- begin shared-copy: infer-row-buffers ---
 // What one forward pass over up to N rows needs, NL of them with logits. Nothing is kept
@@ -864,13 +1042,19 @@ static const char *const ROW_BUFFER_NAMES[NUM_ROW_BUFFERS] = {
 // a decode step captured for n rows, replayed every step with that many sequences going
 // (up to 64 sequences: beyond, the matmuls take long enough that launching costs little)
 #define MAX_GRAPHS 65
-typedef struct {
-    GPT2Weights w; // the weights as loaded (host, fp32)
-    ForwardTensors params;
+struct GPT2 {
+    ModelConfig config;
+    GPT2Weights w;       // the weights as loaded (host, fp32): GPT-2's
+    LlamaWeights lw;     // ... or the Llama family's
+    size_t num_parameters;
+    char source[4096];   // where they came from, for messages
+    ForwardTensors params; // on the GPU, in floatX
     DeviceTable params_table;
-    floatX *key_cache;   // (L, B, S, C), layer l at key_cache + l * cache_layer
-    floatX *value_cache; // (L, B, S, C), the same
-    size_t cache_layer;  // elements from one layer's slice to the next: B*S*C (and a guard band)
+    float *rope_host;     // the Llama family: RoPE's HS/2 frequencies (rope_frequencies)
+    float *rope_table;    // ... their cosines and sines at the cache's S positions (S, HS), on the GPU
+    floatX *key_cache;   // (L, B, S, KV), layer l at key_cache + l * cache_layer
+    floatX *value_cache; // (L, B, S, KV), the same
+    size_t cache_layer;  // elements from one layer's slice to the next: B*S*KV (and a guard band)
     int cache_batch, cache_len; // B, S
     DeviceTable cache_table;
     RowBuffers rows;
@@ -882,7 +1066,20 @@ typedef struct {
     int graph_argmax[MAX_GRAPHS];       // whether graphs[n] ends with the argmax
     int use_graphs;                     // 0: launch the kernels one by one (tests compare)
     int gpu_held;                       // gpt2_build took the cuBLAS handle and stream (gpu_acquire)
-} GPT2;
+};
+
+// --- begin shared-copy: infer-row-sizes ---
+// The bytes of each row buffer (RowBuffers' order) for passes of up to N rows, NL with logits.
+static void row_buffer_bytes(size_t *bytes, ModelConfig c, size_t N, size_t NL, size_t S, size_t att_per_row) {
+    size_t C = c.channels, Q = (size_t)c.num_heads * c.head_size, KV = (size_t)c.num_kv_heads * c.head_size, H = c.hidden;
+    size_t widest = Q + 2 * KV > C ? Q + 2 * KV : C; // the matmuls' fp32 outputs: qkv, the MLP's (SwiGLU: 2H), C
+    widest = widest > (c.llama ? 2 : 1) * H ? widest : (c.llama ? 2 : 1) * H;
+    size_t X = sizeof(floatX), I = sizeof(int), F = sizeof(float);
+    size_t b[NUM_ROW_BUFFERS] = {N * I, N * I, N * I, NL * I, NL * I, N * C * F, N * C * X, N * Q * X, N * Q * X, N * H * X,
+                                 N * widest * F, att_per_row * S * F, NL * c.padded_vocab_size * F};
+    memcpy(bytes, b, sizeof(b));
+}
+// --- end shared-copy: infer-row-sizes ---
 
 static void gpt2_drop_graphs(GPT2 *model) {
     for (int n = 0; n < MAX_GRAPHS; n++) {
@@ -906,12 +1103,9 @@ static void gpt2_free_rows(GPT2 *model) {
 void gpt2_allocate_rows(GPT2 *model, int N, int NL) {
     gpt2_drop_graphs(model); // they hold pointers into the old buffers
     gpt2_free_rows(model);
-    GPT2Config c = model->w.config;
-    size_t C = c.channels, S = model->cache_len > 0 ? model->cache_len : 1, X = sizeof(floatX), I = sizeof(int), F = sizeof(float);
-    size_t rows = (size_t)N, logit_rows = (size_t)NL;
-    size_t bytes[NUM_ROW_BUFFERS] = {rows * I, rows * I, rows * I, logit_rows * I, logit_rows * I, rows * C * F, rows * C * X,
-                                     rows * C * X, rows * C * X, rows * 4 * C * X, rows * 4 * C * F, rows * c.num_heads * S * F,
-                                     logit_rows * c.padded_vocab_size * F};
+    ModelConfig c = model->config;
+    size_t S = model->cache_len > 0 ? model->cache_len : 1, bytes[NUM_ROW_BUFFERS];
+    row_buffer_bytes(bytes, c, (size_t)N, (size_t)NL, S, (size_t)N * c.num_heads); // (attention: S scores per row and head)
     // each on 256 bytes, as if allocated alone (16-byte loads need 16)
     char *m = table_allocate(&model->rows_table, "row buffer", ROW_BUFFER_NAMES, bytes, NUM_ROW_BUFFERS, 256,
                              "the row buffers (activations, attention scores, logits)");
@@ -930,8 +1124,8 @@ void gpt2_allocate_rows(GPT2 *model, int N, int NL) {
     r->scratch = (float *)(m + at[10]);
     r->att = (float *)(m + at[11]);
     r->logits = (float *)(m + at[12]);
-    model->logits = (float *)mallocCheck(logit_rows * c.padded_vocab_size * F);
-    model->argmax = (int *)mallocCheck(logit_rows * I);
+    model->logits = (float *)mallocCheck((size_t)NL * c.padded_vocab_size * sizeof(float));
+    model->argmax = (int *)mallocCheck((size_t)NL * sizeof(int));
     model->max_rows = N;
     model->max_logit_rows = NL;
 }
@@ -941,9 +1135,10 @@ void gpt2_allocate_rows(GPT2 *model, int N, int NL) {
 void gpt2_allocate_cache(GPT2 *model, int B, int S) {
     gpt2_drop_graphs(model); // they hold pointers into the old buffers
     table_free(&model->cache_table);
-    int L = model->w.config.num_layers;
+    ModelConfig c = model->config;
+    int L = c.num_layers;
     size_t *bytes = (size_t *)mallocCheck(2 * (size_t)L * sizeof(size_t));
-    for (int k = 0; k < 2 * L; k++) { bytes[k] = (size_t)B * S * model->w.config.channels * sizeof(floatX); }
+    for (int k = 0; k < 2 * L; k++) { bytes[k] = (size_t)B * S * c.num_kv_heads * c.head_size * sizeof(floatX); }
     char *memory = table_allocate(&model->cache_table, "KV cache", NULL, bytes, 2 * L, 1, "the KV cache");
     free(bytes);
     model->key_cache = (floatX *)memory;
@@ -951,30 +1146,44 @@ void gpt2_allocate_cache(GPT2 *model, int B, int S) {
     model->cache_layer = (model->cache_table.begin[1] - model->cache_table.begin[0]) / sizeof(floatX);
     model->cache_batch = B;
     model->cache_len = S;
+    if (c.llama) { // RoPE's cosines and sines for the S positions, made on the host
+        size_t n = (size_t)S * c.head_size;
+        float *table = (float *)mallocCheck(n * sizeof(float));
+        rope_table_fill(table, model->rope_host, S, c.head_size);
+        if (model->rope_table != NULL) { cudaCheck(cudaFree(model->rope_table)); }
+        model->rope_table = (float *)cuda_malloc_check(n * sizeof(float), "RoPE's table");
+        cudaCheck(cudaMemcpy(model->rope_table, table, n * sizeof(float), cudaMemcpyHostToDevice));
+        free(table);
+    }
     // the attention scores scale with S too
     if (model->max_rows > 0) { gpt2_allocate_rows(model, model->max_rows, model->max_logit_rows); }
 }
 
-// The model from -m, its weights uploaded in floatX; no cache and no buffers yet.
+// The model from -m, the tensors its forward pass reads uploaded in floatX (each on 256
+// bytes, a tied lm_head sharing wte's); no cache and no buffers yet.
 void gpt2_build(GPT2 *model, const char *source, uint64_t seed) {
     memset(model, 0, sizeof(*model));
     gpu_acquire();
     model->gpu_held = 1;
-    gpt2_weights_build(&model->w, source, seed);
-    // the 16 tensors one after another, as in the host's table (and the file)
-    size_t bytes[NUM_PARAMETER_TENSORS];
-    for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) { bytes[k] = model->w.param_sizes[k] * sizeof(floatX); }
-    char *memory = table_allocate(&model->params_table, "weight", PARAMETER_NAMES, bytes, NUM_PARAMETER_TENSORS, 1, "the weights");
-    size_t n = model->w.num_parameters;
-    floatX *host = (floatX *)mallocCheck(n * sizeof(floatX));
-    for (size_t i = 0; i < n; i++) { host[i] = from_float(model->w.params_memory[i]); }
-    floatX **slices = (floatX **)&model->params;
-    const floatX *h = host;
-    for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {
-        slices[k] = (floatX *)(memory + model->params_table.begin[k]);
-        cudaCheck(cudaMemcpy(slices[k], h, bytes[k], cudaMemcpyHostToDevice));
-        h += model->w.param_sizes[k];
+    model_weights_build(model, source, seed);
+    const float *src[NUM_FORWARD_TENSORS];
+    size_t sizes[NUM_FORWARD_TENSORS], bytes[NUM_FORWARD_TENSORS], largest = 1;
+    forward_sources(model, src, sizes);
+    for (int k = 0; k < NUM_FORWARD_TENSORS; k++) {
+        bytes[k] = sizes[k] * sizeof(floatX);
+        largest = sizes[k] > largest ? sizes[k] : largest;
     }
+    char *memory = table_allocate(&model->params_table, "weight", FORWARD_TENSOR_NAMES, bytes, NUM_FORWARD_TENSORS, 256, "the weights");
+    floatX *host = (floatX *)mallocCheck(largest * sizeof(floatX));
+    floatX **slots = (floatX **)&model->params; // (ForwardTensors: NUM_FORWARD_TENSORS pointers, in that order)
+    for (int k = 0; k < NUM_FORWARD_TENSORS; k++) {
+        slots[k] = NULL;
+        if (sizes[k] == 0) { continue; }
+        for (size_t i = 0; i < sizes[k]; i++) { host[i] = from_float(src[k][i]); }
+        slots[k] = (floatX *)(memory + model->params_table.begin[k]);
+        cudaCheck(cudaMemcpy(slots[k], host, bytes[k], cudaMemcpyHostToDevice));
+    }
+    if (src[16] != NULL && src[16] == src[0]) { model->params.lm_head = model->params.wte; } // tied
     free(host);
     model->use_graphs = 1;
 }
@@ -985,6 +1194,9 @@ void gpt2_free(GPT2 *model) {
     table_free(&model->cache_table);
     table_free(&model->params_table);
     gpt2_weights_free(&model->w);
+    llama_free(&model->lw);
+    free(model->rope_host);
+    if (model->rope_table != NULL) { cudaCheck(cudaFree(model->rope_table)); }
     if (model->gpu_held) { gpu_release(); }
     memset(model, 0, sizeof(*model));
 }
@@ -1183,28 +1395,150 @@ void gpt2_build_from_checkpoint(GPT2Weights *w, const char *path) {
 }
 // --- end shared-copy: checkpoint-read ---
 
-// -m: a checkpoint file, or d<N> for a new random model. We read only the project's own
-// files: a Hugging Face folder goes through ./convert first (a one-line hint says how).
-void gpt2_weights_build(GPT2Weights *w, const char *source, uint64_t seed) {
+// --- begin shared-copy: llama-model-read ---
+static float bits_float(int i) {
+    float f;
+    memcpy(&f, &i, 4);
+    return f;
+}
+
+// Reads our Llama-family model file, or exits with a message naming it.
+void llama_load(LlamaWeights *w, const char *path) {
     memset(w, 0, sizeof(*w));
+    FILE *fp = fopenCheck(path, "rb");
+    int h[256];
+    if (fread(h, sizeof(int), 256, fp) != 256) { die_file(path, NULL, "file too short for a model header (256 x int32)"); }
+    long size = file_size(fp, path); // (and back to the end of the header)
+    if (h[0] != LLAMA_MAGIC) { die_file(path, NULL, "bad magic number: expected %d (a Llama-family model), found %d", LLAMA_MAGIC, h[0]); }
+    if (h[1] != MODEL_VERSION_FP32 && h[1] != MODEL_VERSION_BF16) {
+        die_file(path, NULL, "version %d: we read 3 (fp32) and 5 (bf16)", h[1]);
+    }
+    LlamaConfig c = {h[2], h[3], h[4], h[5], h[6], h[7], h[9], h[8], h[10] & 1, (h[10] >> 1) & 1, h[17],
+                     bits_float(h[11]), bits_float(h[12]), bits_float(h[13]), bits_float(h[14]), bits_float(h[15]), h[16], h[18], h[19]};
+    char err[256];
+    if ((h[10] & ~3) != 0 || llama_check_config(c, err, sizeof(err)) != 0) {
+        die_file(path, NULL, "its header is not a model's (%s): truncated or corrupt", (h[10] & ~3) != 0 ? "unknown flags" : err);
+    }
+    w->config = c;
+    llama_allocate(w);
+    size_t element = h[1] == MODEL_VERSION_BF16 ? 2 : 4;
+    if ((unsigned long)size != sizeof(h) + w->num_parameters * element) {
+        die_file(path, NULL, "file has %ld bytes, its header (version %d, L=%d C=%d V=%d H=%d) needs %zu: truncated or corrupt",
+                 size, h[1], c.num_layers, c.channels, c.vocab_size, c.hidden, sizeof(h) + w->num_parameters * element);
+    }
+    if (element == 4) {
+        freadCheck(w->params, sizeof(float), w->num_parameters, fp);
+    } else { // bf16 -> fp32, a chunk at a time
+        uint16_t chunk[4096];
+        for (size_t at = 0; at < w->num_parameters; at += 4096) {
+            size_t n = w->num_parameters - at < 4096 ? w->num_parameters - at : 4096;
+            freadCheck(chunk, sizeof(uint16_t), n, fp);
+            for (size_t i = 0; i < n; i++) { w->params[at + i] = bf16_to_float(chunk[i]); }
+        }
+        w->from_bf16 = 1;
+    }
+    fcloseCheck(fp);
+}
+// --- end shared-copy: llama-model-read ---
+
+// --- begin shared-copy: infer-models-in ---
+// RoPE's HS/2 frequencies, inv_freq[i] = theta^(-2i/HS), in float as transformers computes
+// them; with Llama 3's scaling, long wavelengths (beyond original_max / low_freq_factor
+// positions) are slowed down by factor, short ones (within original_max /
+// high_freq_factor) kept, those between blended (transformers' rope_type "llama3").
+static float *rope_frequencies(const LlamaConfig *c) {
+    int half = c->head_size / 2;
+    float *f = (float *)mallocCheck((size_t)half * sizeof(float));
+    for (int i = 0; i < half; i++) {
+        f[i] = 1.0f / powf(c->rope_theta, (float)(2 * i) / (float)c->head_size);
+        if (c->rope_factor > 0.0f) {
+            float wavelen = 2.0f * (float)M_PI / f[i], old = (float)c->rope_original_max;
+            float low = old / c->rope_low_freq_factor, high = old / c->rope_high_freq_factor;
+            if (wavelen > low) { f[i] = f[i] / c->rope_factor; }
+            else if (wavelen >= high) {
+                float smooth = (old / wavelen - c->rope_low_freq_factor) / (c->rope_high_freq_factor - c->rope_low_freq_factor);
+                f[i] = (1.0f - smooth) * f[i] / c->rope_factor + smooth * f[i];
+            }
+        }
+    }
+    return f;
+}
+
+// RoPE's cosines and sines of every position 0..S-1: for each, HS/2 cosines of pos *
+// inv_freq[i], then the HS/2 sines (the angles in float, as transformers computes them)
+static void rope_table_fill(float *table, const float *inv_freq, int S, int HS) {
+    for (int t = 0; t < S; t++) {
+        for (int i = 0; i < HS / 2; i++) {
+            float angle = (float)t * inv_freq[i];
+            table[(size_t)t * HS + i] = cosf(angle);
+            table[(size_t)t * HS + HS / 2 + i] = sinf(angle);
+        }
+    }
+}
+// -m: a checkpoint file (GPT-2's, llm.c's format; or our Llama-family file, told apart by its
+// magic number), or d<N> for a new random GPT-2. We read only the project's own files: a
+// Hugging Face folder or a GGUF file goes through ./convert first (a one-line hint says how).
+void model_weights_build(GPT2 *model, const char *source, uint64_t seed) {
     struct stat info;
     if (stat(source, &info) == 0 && S_ISDIR(info.st_mode)) {
         char name[MAX_PATH_LEN];
         format_path(name, sizeof(name), "%s", source);
         for (size_t n = strlen(name); n > 1 && name[n - 1] == '/'; n--) { name[n - 1] = '\0'; }
-        die_file(source, NULL, "is a folder; " PROGRAM " reads llm.c checkpoints (a Hugging Face folder: "
+        die_file(source, NULL, "is a folder; " PROGRAM " reads our model files (a Hugging Face folder: "
                  "./convert -i %s -o %s.bin, then -m %s.bin)", name, name, name);
     } else if (stat(source, &info) == 0) {
-        gpt2_build_from_checkpoint(w, source);
+        size_t n = strlen(source);
+        if (n > 5 && strcmp(source + n - 5, ".gguf") == 0) {
+            die_file(source, NULL, "is a GGUF file; " PROGRAM " reads our model files (./convert -i %s -o %.*s.bin first)",
+                     source, (int)(n - 5), source);
+        }
+        FILE *fp = fopenCheck(source, "rb");
+        int magic = 0;
+        if (fread(&magic, sizeof(magic), 1, fp) != 1) { magic = 0; }
+        fcloseCheck(fp);
+        if (magic == LLAMA_MAGIC) { llama_load(&model->lw, source); }
+        else { gpt2_build_from_checkpoint(&model->w, source); }
     } else if (source[0] == 'd' && source[1] >= '0' && source[1] <= '9') {
-        w->config = gpt2_config_from_descriptor(source);
-        gpt2_weights_allocate(w);
-        init_parameters(w->params_memory, w->param_sizes, w->config, seed, 0);
+        model->w.config = gpt2_config_from_descriptor(source);
+        gpt2_weights_allocate(&model->w);
+        init_parameters(model->w.params_memory, model->w.param_sizes, model->w.config, seed, 0);
     } else {
-        die_file(source, "-m takes a checkpoint file, or d<N> (a random model, for benchmarks)", "no such file or folder");
+        die_file(source, "-m takes a model file, or d<N> (a random GPT-2, for benchmarks)", "no such file or folder");
     }
-    snprintf(w->source, sizeof(w->source), "%s", source);
+    snprintf(model->source, sizeof(model->source), "%s", source);
+    ModelConfig *c = &model->config;
+    if (model->lw.params != NULL) {
+        LlamaConfig l = model->lw.config;
+        *c = (ModelConfig){l.max_seq_len, l.vocab_size, l.vocab_size, l.num_layers, l.num_heads, l.channels, 1,
+                           l.num_kv_heads, l.head_size, l.hidden, l.norm_eps};
+        model->num_parameters = model->lw.num_parameters;
+        model->rope_host = rope_frequencies(&l);
+    } else {
+        GPT2Config g = model->w.config;
+        *c = (ModelConfig){g.max_seq_len, g.vocab_size, g.padded_vocab_size, g.num_layers, g.num_heads, g.channels, 0,
+                           g.num_heads, g.channels / g.num_heads, 4 * g.channels, 1e-5f};
+        model->num_parameters = model->num_parameters;
+    }
 }
+
+// The loaded tensors in ForwardTensors' order and their sizes (NULL and 0: the model has
+// none; a tied lm_head is wte, with size 0: nothing of its own).
+static void forward_sources(const GPT2 *model, const float **src, size_t *sizes) {
+    memset(src, 0, NUM_FORWARD_TENSORS * sizeof(*src));
+    memset(sizes, 0, NUM_FORWARD_TENSORS * sizeof(*sizes));
+    if (!model->config.llama) { // ParameterTensors: GPT-2's 16, in ForwardTensors' order
+        const float *const *t = (const float *const *)&model->w.params;
+        for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) { src[k] = t[k]; sizes[k] = model->w.param_sizes[k]; }
+        src[16] = src[0];
+        return;
+    }
+    const LlamaWeights *l = &model->lw; // ForwardTensors' slot of each of ours
+    static const int slot[NUM_LLAMA_TENSORS] = {0, 2, 4, 5, 6, 8, 10, 12, 14, 16}; // wte ln1w qkvw qkvb attprojw ln2w fcw fcprojw lnfw lm_head
+    for (int k = 0; k < NUM_LLAMA_TENSORS; k++) { src[slot[k]] = l->tensors[k]; sizes[slot[k]] = l->sizes[k]; }
+    if (l->config.tied) { src[16] = src[0]; }
+}
+
+// --- end shared-copy: infer-models-in ---
 
 // ----------------------------------------------------------------------------
 // the forward pass with a KV cache
@@ -1237,32 +1571,39 @@ static void gpt2_check_rows(const GPT2 *model, const int *seq, const int *pos, i
 // logit_rows): every row's keys and values go into the cache; the logits of the NL logit
 // rows into rows.logits (NL, Vp), and with argmax their most probable tokens into
 // rows.argmax. Each linear layer ends in its epilogue (the bias, then: queries to q and
-// keys and values into the cache; the residual add; GELU).
+// keys and values into the cache; the residual add; GELU). What the Llama family changes
+// is here, at `c.llama`: no learned positions (RoPE rotates the queries and keys instead),
+// RMSNorm for LayerNorm, SwiGLU for GELU, and fewer key/value heads than query heads.
 static void gpt2_forward_layers(GPT2 *model, int N, int NL, int argmax) {
-    GPT2Config c = model->w.config;
-    int C = c.channels, NH = c.num_heads, L = c.num_layers, S = model->cache_len;
+    ModelConfig c = model->config;
+    int C = c.channels, NH = c.num_heads, NKV = c.num_kv_heads, HS = c.head_size, H = c.hidden, L = c.num_layers;
+    int Q = NH * HS, KV = NKV * HS, S = model->cache_len, MLP = c.llama ? 2 * H : H; // (GPT-2: Q = KV = C, H = 4C)
+    float eps = c.norm_eps;
     ForwardTensors p = model->params;
     RowBuffers r = model->rows;
-    encoder_forward(r.residual, r.tokens, r.pos, p.wte, p.wpe, N, C);
+    encoder_forward(r.residual, r.tokens, r.pos, p.wte, p.wpe, N, C); // (the Llama family has no wpe)
     for (int l = 0; l < L; l++) {
         floatX *key_cache = model->key_cache + l * model->cache_layer, *value_cache = model->value_cache + l * model->cache_layer;
-        Epilogue qkv = epilogue_qkv(p.qkvb + (size_t)l * 3 * C, r.q, key_cache, value_cache, r.seq, r.pos, S);
-        Epilogue proj = epilogue_residual(p.attprojb + (size_t)l * C, r.residual);
-        Epilogue fc = epilogue_gelu(p.fcb + (size_t)l * 4 * C, r.fch);
-        Epilogue fcproj = epilogue_residual(p.fcprojb + (size_t)l * C, r.residual);
-        layernorm_forward(r.ln, r.residual, NULL, p.ln1w + (size_t)l * C, p.ln1b + (size_t)l * C, N, C);
-        linear_forward(r.ln, p.qkvw + (size_t)l * 3 * C * C, qkv, r.scratch, N, C, 3 * C);
-        attention_forward(r.atty, r.att, r.q, key_cache, value_cache, r.seq, r.pos, N, S, C, NH);
-        linear_forward(r.atty, p.attprojw + (size_t)l * C * C, proj, r.scratch, N, C, C);
-        layernorm_forward(r.ln, r.residual, NULL, p.ln2w + (size_t)l * C, p.ln2b + (size_t)l * C, N, C);
-        linear_forward(r.ln, p.fcw + (size_t)l * 4 * C * C, fc, r.scratch, N, C, 4 * C);
-        linear_forward(r.fch, p.fcprojw + (size_t)l * C * 4 * C, fcproj, r.scratch, N, 4 * C, C);
+        Epilogue qkv = epilogue_qkv(p.qkvb != NULL ? p.qkvb + (size_t)l * (Q + 2 * KV) : NULL, r.q, key_cache, value_cache,
+                                    r.seq, r.pos, S, Q, KV);
+        Epilogue proj = epilogue_residual(p.attprojb != NULL ? p.attprojb + (size_t)l * C : NULL, r.residual);
+        Epilogue fc = c.llama ? epilogue_logits(r.scratch) : epilogue_gelu(p.fcb + (size_t)l * H, r.fch); // SwiGLU: gate and up as they are
+        Epilogue fcproj = epilogue_residual(p.fcprojb != NULL ? p.fcprojb + (size_t)l * C : NULL, r.residual);
+        layernorm_forward(r.ln, r.residual, NULL, p.ln1w + (size_t)l * C, p.ln1b != NULL ? p.ln1b + (size_t)l * C : NULL, N, C, eps, c.llama);
+        linear_forward(r.ln, p.qkvw + (size_t)l * (Q + 2 * KV) * C, qkv, r.scratch, N, C, Q + 2 * KV);
+        if (c.llama) { rope_forward(r.q, key_cache, model->rope_table, r.seq, r.pos, N, S, NH, NKV, HS); }
+        attention_forward(r.atty, r.att, r.q, key_cache, value_cache, r.seq, r.pos, N, S, NH, NKV, HS);
+        linear_forward(r.atty, p.attprojw + (size_t)l * C * Q, proj, r.scratch, N, Q, C);
+        layernorm_forward(r.ln, r.residual, NULL, p.ln2w + (size_t)l * C, p.ln2b != NULL ? p.ln2b + (size_t)l * C : NULL, N, C, eps, c.llama);
+        linear_forward(r.ln, p.fcw + (size_t)l * MLP * C, fc, r.scratch, N, C, MLP);
+        if (c.llama) { swiglu_forward(r.fch, r.scratch, N, H); }
+        linear_forward(r.fch, p.fcprojw + (size_t)l * C * H, fcproj, r.scratch, N, H, C);
     }
     if (NL == 0) { return; } // (a prefill chunk in which no prompt ends)
-    // logits only where asked: the final LayerNorm of those rows, then the tied wte.
-    // (The output layer is the biggest matmul of decode: Vp x C = 39M weights at GPT-2 124M.)
-    layernorm_forward(r.ln, r.residual, r.logit_rows, p.lnfw, p.lnfb, NL, C);
-    linear_forward(r.ln, p.wte, epilogue_logits(r.logits), r.scratch, NL, C, c.padded_vocab_size);
+    // logits only where asked: the final norm of those rows, then the output head (GPT-2's
+    // is the tied wte). (The biggest matmul of decode: Vp x C = 39M weights at GPT-2 124M.)
+    layernorm_forward(r.ln, r.residual, r.logit_rows, p.lnfw, p.lnfb, NL, C, eps, c.llama);
+    linear_forward(r.ln, p.lm_head, epilogue_logits(r.logits), r.scratch, NL, C, c.padded_vocab_size);
     if (argmax) { argmax_forward(r.argmax, r.logits, NL, c.vocab_size, c.padded_vocab_size); }
 }
 // --- end shared-copy: infer-forward ---
@@ -1302,7 +1643,7 @@ void gpt2_forward(GPT2 *model, const int *tokens, const int *seq, const int *pos
     if (greedy) {
         cudaCheck(cudaMemcpyAsync(model->argmax, r.argmax, NL * sizeof(int), cudaMemcpyDeviceToHost, main_stream));
     } else {
-        cudaCheck(cudaMemcpyAsync(model->logits, r.logits, (size_t)NL * model->w.config.padded_vocab_size * sizeof(float),
+        cudaCheck(cudaMemcpyAsync(model->logits, r.logits, (size_t)NL * model->config.padded_vocab_size * sizeof(float),
                                   cudaMemcpyDeviceToHost, main_stream));
     }
     cudaCheck(cudaStreamSynchronize(main_stream));
@@ -1599,9 +1940,9 @@ static void sample_into(GPT2 *model, Sequence *s, int b, int j, const GenerateOp
         return;
     }
     Sampler sampler = o->sampler;
-    const float *logits = model->logits + (size_t)j * model->w.config.padded_vocab_size;
+    const float *logits = model->logits + (size_t)j * model->config.padded_vocab_size;
     float coin = (float)rng_uniform_at(rng_subkey(o->seed, STREAM_SAMPLING, (uint64_t)b), (uint64_t)(s->num_tokens - s->num_prompt));
-    sequence_add(s, sample_token(logits, model->w.config.vocab_size, &sampler, scratch, coin), o);
+    sequence_add(s, sample_token(logits, model->config.vocab_size, &sampler, scratch, coin), o);
 }
 
 // Generates for B sequences at once until each has stopped. The cache and the buffers are
@@ -1610,7 +1951,7 @@ static void sample_into(GPT2 *model, Sequence *s, int b, int j, const GenerateOp
 // sequences still going. Greedy asks the forward pass for its argmax (infer.cu computes
 // it on the GPU and copies back one int per sequence, not the logits).
 void generate(GPT2 *model, Sequence *seqs, int B, const GenerateOptions *o, GenerateStats *stats) {
-    GPT2Config c = model->w.config;
+    ModelConfig c = model->config;
     int S = 1;
     size_t total_prompt = 0;
     for (int b = 0; b < B; b++) {
@@ -1682,18 +2023,20 @@ void generate(GPT2 *model, Sequence *seqs, int B, const GenerateOptions *o, Gene
 // reports and the benchmark
 
 void print_model(const GPT2 *model) {
-    GPT2Config c = model->w.config;
-    fprintf(stderr, "model: %s: GPT-2 L=%d C=%d NH=%d V=%d maxT=%d, %.1fM parameters (%.0f MiB in " WEIGHTS_TYPE ")\n",
-            model->w.source, c.num_layers, c.channels, c.num_heads, c.vocab_size, c.max_seq_len,
-            (double)model->w.num_parameters / 1e6, (double)model->w.num_parameters * WEIGHT_BYTES / (1 << 20));
-    fprintf(stderr, "KV cache: %.1f KiB per token (2 x L x C x %zu bytes), %.1f MiB for one full %d-token sequence\n",
+    ModelConfig c = model->config;
+    char kv[64] = "";
+    if (c.llama) { snprintf(kv, sizeof(kv), " NKV=%d HS=%d H=%d", c.num_kv_heads, c.head_size, c.hidden); }
+    fprintf(stderr, "model: %s: %s L=%d C=%d NH=%d%s V=%d maxT=%d, %.1fM parameters (%.0f MiB in " WEIGHTS_TYPE ")\n",
+            model->source, c.llama ? "Llama family" : "GPT-2", c.num_layers, c.channels, c.num_heads, kv, c.vocab_size,
+            c.max_seq_len, (double)model->num_parameters / 1e6, (double)model->num_parameters * WEIGHT_BYTES / (1 << 20));
+    fprintf(stderr, "KV cache: %.1f KiB per token (2 x L x NKV x HS x %zu bytes), %.1f MiB for one full %d-token sequence\n",
             (double)kv_bytes_per_token(c) / 1024, (size_t)KV_ELEMENT_BYTES, (double)kv_bytes_per_token(c) * c.max_seq_len / (1 << 20), c.max_seq_len);
 }
 
 void print_stats(const GPT2 *model, const Sequence *seqs, int B, const GenerateStats *s) {
     size_t in_use = 0;
     for (int b = 0; b < B; b++) { in_use += (size_t)seqs[b].num_tokens; }
-    double per = (double)kv_bytes_per_token(model->w.config);
+    double per = (double)kv_bytes_per_token(model->config);
     fprintf(stderr, "prefill: %zu prompt tokens in %.1f ms (%.0f tokens/s); time to first token %.1f ms\n",
             s->prompt_tokens, 1e3 * s->prefill_seconds, s->prompt_tokens / s->prefill_seconds, 1e3 * s->first_token_seconds);
     if (s->steps > 0) {
@@ -1708,9 +2051,9 @@ void print_stats(const GPT2 *model, const Sequence *seqs, int B, const GenerateS
 // batch size, and how the cache grows. Random prompts, greedy, no early stops; each row
 // is one generate() call (after one warm-up call), so TTFT includes the first sampling.
 void bench(GPT2 *model, const int *batches, int nb, const int *prompts, int np, const int *gens, int ng, uint64_t seed) {
-    GPT2Config c = model->w.config;
+    ModelConfig c = model->config;
     fprintf(stderr, "benchmark on %s; decode is bound by reading the weights (%.0f MiB per step at any batch size)\n",
-            hardware_name(), (double)model->w.num_parameters * WEIGHT_BYTES / (1 << 20));
+            hardware_name(), (double)model->num_parameters * WEIGHT_BYTES / (1 << 20));
     printf("| batch | prompt | generated | TTFT ms | prefill tok/s | decode tok/s | ms/step | KV cache MiB |\n");
     printf("|------:|-------:|----------:|--------:|--------------:|-------------:|--------:|-------------:|\n");
     GenerateOptions o = {.max_new = 0, .stop_string = "", .eot_token = -1, .seed = seed,
@@ -2102,7 +2445,7 @@ static void run_bench(GPT2 *model, const Options *o) {
 // The prompts (-i, or each line of -f; wrapped in the template with -a 1) as sequences of
 // token ids, checked against the model's vocabulary and context. Returns B; *texts holds
 // each prompt's text (what streaming and the batch report print before the generation).
-static int read_sequences(const Options *o, const GPT2Config *c, Tokenizer *tok, int eot, char ***texts_out,
+static int read_sequences(const Options *o, const ModelConfig *c, Tokenizer *tok, int eot, char ***texts_out,
                           Sequence **seqs_out) {
     char **texts;
     int B = 1;
@@ -2173,7 +2516,7 @@ int main(int argc, char **argv) {
     GPT2 model;
     gpt2_build(&model, o.model, (uint64_t)o.seed);
     print_model(&model);
-    GPT2Config c = model.w.config;
+    ModelConfig c = model.config;
     if (o.bench) {
         run_bench(&model, &o);
         gpt2_free(&model);

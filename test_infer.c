@@ -163,7 +163,7 @@ static float *prefill_all(GPT2 *model, const int *tokens, int T) {
     gpt2_allocate_cache(model, 1, T);
     gpt2_allocate_rows(model, T, T);
     gpt2_forward(model, tokens, seq, pos, T, pos, T, 0); // logit rows 0..T-1 = pos
-    float *out = unpad(model->logits, T, model->w.config.vocab_size, model->w.config.padded_vocab_size);
+    float *out = unpad(model->logits, T, model->config.vocab_size, model->config.padded_vocab_size);
     free(seq);
     free(pos);
     return out;
@@ -172,8 +172,8 @@ static float *prefill_all(GPT2 *model, const int *tokens, int T) {
 // The prompt tokens[0..len) in one prefill, then one token per step from the cache:
 // the logits after each position, (T, V) for positions len-1 .. T-1 at rows len-1 ...
 static float *decode_all(GPT2 *model, const int *tokens, int len, int T) {
-    float *out = (float *)mallocCheck((size_t)T * model->w.config.vocab_size * sizeof(float));
-    int V = model->w.config.vocab_size, Vp = model->w.config.padded_vocab_size;
+    float *out = (float *)mallocCheck((size_t)T * model->config.vocab_size * sizeof(float));
+    int V = model->config.vocab_size, Vp = model->config.padded_vocab_size;
     int *seq = (int *)calloc((size_t)T, sizeof(int)), *pos = (int *)calloc((size_t)T, sizeof(int));
     for (int t = 0; t < T; t++) { pos[t] = t; }
     gpt2_allocate_cache(model, 1, T);
@@ -260,7 +260,7 @@ static void check_greedy(GPT2 *model, const LogitsFixture *f, int batched, const
     GenerateStats stats;
     int same = 1;
     for (int p = 0; p < f->P; p++) {
-        sequence_init(&seqs[p], NULL, f->tokens[p], f->len[p], f->G, model->w.config.max_seq_len);
+        sequence_init(&seqs[p], NULL, f->tokens[p], f->len[p], f->G, model->config.max_seq_len);
         if (!batched) { generate(model, &seqs[p], 1, &o, &stats); }
     }
     if (batched) { generate(model, seqs, f->P, &o, &stats); }
@@ -285,7 +285,7 @@ static void test_fixture(const char *path, const char *fixture) {
     gpt2_build(&model, path, 1);
     LogitsFixture f;
     read_logits_fixture(&f, fixture);
-    int V = model.w.config.vocab_size;
+    int V = model.config.vocab_size;
     if (f.V != V) { printf("vocabulary %d vs fixture %d NOT OK\n", V, f.V); record(0); return; }
     printf("%-9s %9s %10s %10s %10s\n", "tensor", "entries", "max|ref|", "max abs", "max rel");
     for (int p = 0; p < f.P; p++) {
@@ -315,7 +315,7 @@ static void test_fixture(const char *path, const char *fixture) {
             int n = T - t < V5 ? T - t : V5;
             gpt2_forward(&model, f.tokens[p] + t, seq, pos + t, n, rows, n, 0);
             for (int j = 0; j < n; j++) {
-                memcpy(chunked + (size_t)(t + j) * V, model.logits + (size_t)j * model.w.config.padded_vocab_size, V * sizeof(float));
+                memcpy(chunked + (size_t)(t + j) * V, model.logits + (size_t)j * model.config.padded_vocab_size, V * sizeof(float));
             }
         }
         check_rows("chunked", chunked, f.logits[p], (size_t)T * V, TOL[TOL_LOGITS]);
@@ -327,8 +327,11 @@ static void test_fixture(const char *path, const char *fixture) {
     // the rounded ones, exactly what we load); its smallest top-2 gap over the 256 steps is
     // 1.4e-3 (F32), 1.9e-3 (BF16) and 2.6e-3 (F16), and our fp32 logits are within ~1e-5:
     // the tokens must be the same
-    check_greedy(&model, &f, 0, "greedy: 64 tokens as transformers'");
-    check_greedy(&model, &f, 1, "greedy, the 4 prompts as one batch");
+    char label[64];
+    snprintf(label, sizeof(label), "greedy: %d tokens as transformers'", f.G);
+    check_greedy(&model, &f, 0, label);
+    snprintf(label, sizeof(label), "greedy, the %d prompts as one batch", f.P);
+    check_greedy(&model, &f, 1, label);
     free_logits_fixture(&f);
     gpt2_free(&model);
 }
@@ -345,7 +348,7 @@ static void test_export(void) {
     gpt2_build(&model, FIXTURES "gpt2_tiny_model.bin", 1);
     LogitsFixture f;
     read_logits_fixture(&f, FIXTURES "infer_export.bin");
-    int V = model.w.config.vocab_size;
+    int V = model.config.vocab_size;
     for (int p = 0; p < f.P; p++) {
         float *all = prefill_all(&model, f.tokens[p], f.len[p]);
         char name[32];
@@ -454,7 +457,7 @@ static Sequence run_text(GPT2 *model, const Tokenizer *tok, const char *prompt, 
     int n = (int)tokenizer_encode((Tokenizer *)tok, (const uint8_t *)prompt, strlen(prompt), 1, ids);
     Sequence s;
     GenerateStats stats;
-    sequence_init(&s, prompt, ids, n, o.max_new, model->w.config.max_seq_len);
+    sequence_init(&s, prompt, ids, n, o.max_new, model->config.max_seq_len);
     o.stream = stream;
     generate(model, &s, 1, &o, &stats);
     return s;
@@ -514,7 +517,7 @@ static void test_generation(void) {
     for (int i = 0; i < 3; i++) {
         int ids[256];
         int n = (int)tokenizer_encode(&tok, (const uint8_t *)prompts[i], strlen(prompts[i]), 1, ids);
-        sequence_init(&batch[i], prompts[i], ids, n, o.max_new, model.w.config.max_seq_len);
+        sequence_init(&batch[i], prompts[i], ids, n, o.max_new, model.config.max_seq_len);
     }
     generate(&model, batch, 3, &o, &stats);
     int same = 1;
@@ -608,6 +611,9 @@ int main(void) {
     test_fixture(CONVERTED "hf_tiny_fp32.bin", FIXTURES "infer_tiny_fp32.bin");
     test_fixture(CONVERTED "hf_tiny_bf16.bin", FIXTURES "infer_tiny_bf16.bin");
     test_fixture(CONVERTED "hf_tiny_fp16.bin", FIXTURES "infer_tiny_fp16.bin");
+    test_fixture(CONVERTED "llama_gqa3.bin", FIXTURES "llama_infer_llama_gqa3.bin");
+    test_fixture(CONVERTED "qwen2_gqa4.bin", FIXTURES "llama_infer_qwen2_gqa4.bin");
+    test_fixture(CONVERTED "llama_mha3.bin", FIXTURES "llama_infer_llama_mha3.bin");
     test_export();
     test_generation();
     test_bad_files(tmp);

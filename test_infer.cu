@@ -158,7 +158,7 @@ static void check(const char *name, int ok, const char *detail) {
 
 // the logits of all positions of tokens[0..T) in one prefill: (T, V)
 static float *prefill_all(GPT2 *model, const int *tokens, int T) {
-    GPT2Config c = model->w.config;
+    ModelConfig c = model->config;
     int *seq = (int *)calloc((size_t)T, sizeof(int)), *pos = (int *)calloc((size_t)T, sizeof(int));
     for (int t = 0; t < T; t++) { pos[t] = t; }
     gpt2_allocate_cache(model, 1, T);
@@ -173,7 +173,7 @@ static float *prefill_all(GPT2 *model, const int *tokens, int T) {
 
 // the prompt in one prefill, then one token per decode step: the logits after each position
 static float *decode_all(GPT2 *model, const int *tokens, int len, int T) {
-    GPT2Config c = model->w.config;
+    ModelConfig c = model->config;
     int V = c.vocab_size, Vp = c.padded_vocab_size;
     int *seq = (int *)calloc((size_t)T, sizeof(int)), *pos = (int *)calloc((size_t)T, sizeof(int));
     for (int t = 0; t < T; t++) { pos[t] = t; }
@@ -202,7 +202,7 @@ static int greedy_matches(GPT2 *model, const LogitsFixture *f, int copies, int o
     GenerateStats stats;
     for (int b = 0; b < B; b++) {
         int p = b % f->P;
-        sequence_init(&seqs[b], NULL, f->tokens[p], f->len[p], f->G, model->w.config.max_seq_len);
+        sequence_init(&seqs[b], NULL, f->tokens[p], f->len[p], f->G, model->config.max_seq_len);
         if (one_by_one) { generate(model, &seqs[b], 1, &o, &stats); }
     }
     if (!one_by_one) { generate(model, seqs, B, &o, &stats); }
@@ -221,7 +221,7 @@ static void test_fixture(const char *path, const char *fixture) {
     gpt2_build(&model, path, 1);
     LogitsFixture f;
     read_logits_fixture(&f, fixture);
-    int V = model.w.config.vocab_size;
+    int V = model.config.vocab_size;
     printf("%-9s %9s %10s %10s %10s\n", "tensor", "entries", "max|ref|", "max abs", "max rel");
     for (int p = 0; p < f.P; p++) {
         int T = f.len[p] + f.G;
@@ -250,12 +250,16 @@ static void test_fixture(const char *path, const char *fixture) {
     char detail[64];
     int one = greedy_matches(&model, &f, 1, 1), four = greedy_matches(&model, &f, 1, 0), twelve = greedy_matches(&model, &f, 3, 0);
 #if defined(ENABLE_FP32)
+    char label[64];
     snprintf(detail, sizeof(detail), "%d of %d sequences", one, f.P);
-    check("greedy: 64 tokens as transformers'", one == f.P, detail);
+    snprintf(label, sizeof(label), "greedy: %d tokens as transformers'", f.G);
+    check(label, one == f.P, detail);
     snprintf(detail, sizeof(detail), "%d of %d sequences", four, f.P);
-    check("greedy, 4 prompts as a batch", four == f.P, detail);
+    snprintf(label, sizeof(label), "greedy, %d prompts as a batch", f.P);
+    check(label, four == f.P, detail);
     snprintf(detail, sizeof(detail), "%d of %d sequences", twelve, 3 * f.P);
-    check("greedy, 12 at once (cuBLAS in the graph)", twelve == 3 * f.P, detail);
+    snprintf(label, sizeof(label), "greedy, %d at once (cuBLAS in the graph)", 3 * f.P);
+    check(label, twelve == 3 * f.P, detail);
 #else
     printf("greedy (bf16 activations: near ties may flip, not checked): %d, %d and %d of %d, %d and %d sequences as transformers'\n",
            one, four, twelve, f.P, f.P, 3 * f.P);
@@ -335,16 +339,16 @@ static int life_token(int b, int t, int V) { return (23 * b + 17 * t + 5) % V; }
 // runs: a step that does not write them (a stale graph, one without its argmax) cannot pass
 // on what an earlier step left there.
 static void poison_outputs(GPT2 *model) {
-    cudaCheck(cudaMemset(model->rows.logits, 0xFF, (size_t)model->max_logit_rows * model->w.config.padded_vocab_size * sizeof(float)));
+    cudaCheck(cudaMemset(model->rows.logits, 0xFF, (size_t)model->max_logit_rows * model->config.padded_vocab_size * sizeof(float)));
     cudaCheck(cudaMemset(model->rows.argmax, 0xFF, (size_t)model->max_logit_rows * sizeof(int)));
     // and the host's copies, which the sampler reads
     memset(model->argmax, 0xFF, (size_t)model->max_logit_rows * sizeof(int));
-    memset(model->logits, 0xFF, (size_t)model->max_logit_rows * model->w.config.padded_vocab_size * sizeof(float));
+    memset(model->logits, 0xFF, (size_t)model->max_logit_rows * model->config.padded_vocab_size * sizeof(float));
 }
 
 static void life_forward(GPT2 *model, LifeRun *run, const int *tokens, const int *seq, const int *pos, int N,
                          const int *logit_rows, int NL, int argmax, int phase) {
-    int V = model->w.config.vocab_size, Vp = model->w.config.padded_vocab_size;
+    int V = model->config.vocab_size, Vp = model->config.padded_vocab_size;
     float *logits = (float *)mallocCheck((size_t)NL * Vp * sizeof(float));
     poison_outputs(model);
     gpt2_forward(model, tokens, seq, pos, N, logit_rows, NL, argmax);
@@ -364,7 +368,7 @@ static void life_forward(GPT2 *model, LifeRun *run, const int *tokens, const int
 
 // the prompts of the LIFE_B sequences in one prefill, then the script
 static void life_run(GPT2 *model, LifeRun *run) {
-    int V = model->w.config.vocab_size, len[LIFE_B], tokens[LIFE_ROWS], seq[LIFE_ROWS], pos[LIFE_ROWS], rows[LIFE_ROWS], n = 0;
+    int V = model->config.vocab_size, len[LIFE_B], tokens[LIFE_ROWS], seq[LIFE_ROWS], pos[LIFE_ROWS], rows[LIFE_ROWS], n = 0;
     memset(run, 0, sizeof(*run));
     run->logits = (float *)mallocCheck((size_t)LIFE_ROWS * V * sizeof(float));
     for (int b = 0; b < LIFE_B; b++) {
@@ -394,7 +398,7 @@ static void life_run(GPT2 *model, LifeRun *run) {
 static void test_uneven(int C, int NH) {
     GPT2 model;
     build_uneven(&model, C, NH);
-    GPT2Config c = model.w.config;
+    ModelConfig c = model.config;
     int V = c.vocab_size;
     printf("\nuneven shapes, graphs replayed after N, argmax and buffers change: L=%d C=%d NH=%d V=%d (%s, %s gemv)\n",
            c.num_layers, C, NH, V, WEIGHTS_TYPE, C % VEC == 0 ? "16-byte" : "scalar");
@@ -470,9 +474,13 @@ int main(void) {
     printf("device: %s\n", hardware_name());
 #if defined(ENABLE_FP32)
     test_fixture(CONVERTED "hf_tiny_fp32.bin", FIXTURES "infer_tiny_fp32.bin");
+    test_fixture(CONVERTED "qwen2_gqa4.bin", FIXTURES "llama_infer_qwen2_gqa4.bin");
+    test_fixture(CONVERTED "llama_mha3.bin", FIXTURES "llama_infer_llama_mha3.bin");
 #else
     test_fixture(CONVERTED "hf_tiny_bf16.bin", FIXTURES "infer_tiny_bf16.bin");
 #endif
+    // the Llama family (GQA, RMSNorm, RoPE, SwiGLU): a model whose weights are bf16 already
+    test_fixture(CONVERTED "llama_gqa3.bin", FIXTURES "llama_infer_llama_gqa3.bin");
     test_uneven(36, 4);
     test_uneven(42, 3);
     printf("\n%d passed, %d failed\n", num_passed, num_failed);

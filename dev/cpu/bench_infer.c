@@ -35,7 +35,7 @@ static int compare_doubles(const void *a, const void *b) {
 static void time_steps(GPT2 *model, const L2cWeights *w, float *l2c_keys, float *l2c_values, float *scratch,
                        float *l2c_logits, const int *tokens, const int *seq, const int *pos, int P, int steps,
                        double *ours, double *theirs) {
-    GPT2Config c = model->w.config;
+    ModelConfig c = model->config;
     for (int s = -1; s < steps; s++) { // the step at position P, again and again (it overwrites its own cache entry)
         int zero = 0;
         double t0 = wall_seconds();
@@ -63,7 +63,7 @@ int main(int argc, char **argv) {
     if (steps < 1) { fprintf(stderr, "Error: -n must be positive\n"); return 1; }
     GPT2 model;
     gpt2_build(&model, descriptor, 1337);
-    GPT2Config c = model.w.config;
+    ModelConfig c = model.config;
     int L = c.num_layers, C = c.channels, NH = c.num_heads, maxT = c.max_seq_len, Vp = c.padded_vocab_size;
     L2cWeights w;
     memcpy(&w, &model.w.params, sizeof(w)); // the same 16 pointers, in the same order

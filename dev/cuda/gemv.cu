@@ -151,10 +151,11 @@ typedef struct {
     const floatX *bias;  // (OC) or NULL
     float *f32;          // EPI_LOGITS: (N, OC) written; EPI_RESIDUAL: the residual stream (N, OC) +=
     floatX *x;           // EPI_GELU: (N, OC) GELU's output; EPI_QKV: the queries (N, C)
-    floatX *key_cache;   // EPI_QKV: this layer's (B, S, C) caches, and where row n goes in them
+    floatX *key_cache;   // EPI_QKV: this layer's (B, S, KV) caches, and where row n goes in them
     floatX *value_cache;
     const int *seq, *pos;
     int S;
+    int q_size, kv_size; // EPI_QKV: Q = NH HS queries, then KV = NKV HS keys and as many values
 } Epilogue;
 
 // --- shared-copy of infer.cu: GELU_SCALE ---
@@ -169,14 +170,12 @@ __device__ inline void epilogue_apply(const Epilogue e, int n, int o, int OC, fl
         e.f32[(size_t)n * OC + o] += v;
     } else if (e.kind == EPI_GELU) { // tanh approximation, as GPT-2 (and infer.c)
         e.x[(size_t)n * OC + o] = from_float(0.5f * v * (1.0f + tanhf(GELU_SCALE * (v + 0.044715f * v * v * v))));
-    } else { // EPI_QKV: the query stays with the row, key and value go into the cache
-        int C = OC / 3, part = o < C ? 0 : o < 2 * C ? 1 : 2, c = o - part * C; // (no divisions in the inner loop)
-        if (part == 0) {
-            e.x[(size_t)n * C + c] = from_float(v);
-        } else {
-            size_t at = ((size_t)e.seq[n] * e.S + e.pos[n]) * C + c;
-            (part == 1 ? e.key_cache : e.value_cache)[at] = from_float(v);
-        }
+    } else if (o < e.q_size) { // EPI_QKV: the query stays with the row, key and value go into the cache
+        e.x[(size_t)n * e.q_size + o] = from_float(v);
+    } else {
+        int KV = e.kv_size, c = o - e.q_size, value = c >= KV;
+        size_t at = ((size_t)e.seq[n] * e.S + e.pos[n]) * KV + (value ? c - KV : c);
+        (value ? e.value_cache : e.key_cache)[at] = from_float(v);
     }
 }
 
@@ -502,7 +501,7 @@ static void problem_free(void) {
 
 // infer.cu's logits epilogue: a plain fp32 store into out, with the bias or without
 static Epilogue store_epilogue(int with_bias) {
-    Epilogue e = {EPI_LOGITS, with_bias ? d_bias : NULL, d_out, NULL, NULL, NULL, NULL, NULL, 0};
+    Epilogue e = {EPI_LOGITS, with_bias ? d_bias : NULL, d_out, NULL, NULL, NULL, NULL, NULL, 0, 0, 0};
     return e;
 }
 

@@ -152,6 +152,45 @@ def logits(model, tokens):
         return model(torch.tensor([tokens])).logits
 
 
+LOGITS_MAGIC, LOGITS_VERSION, G = 20261130, 1, 24  # infer_reference.py's logits fixture format
+
+
+@torch.no_grad()
+def infer_fixture(name, model):
+    """float64 logits at every position of 3 prompts followed by 24 greedy tokens (a manual
+    loop over the whole sequence, cross-checked with generate()), in infer_reference.py's
+    format, for test_infer.c and test_infer.cu; returns the smallest top-2 gap"""
+    m = model.double().eval()
+    rng = np.random.default_rng(sum(map(ord, name)))
+    V = m.config.vocab_size
+    records, gaps = [], []
+    for length in (5, 9, 14):
+        tokens = [int(t) for t in rng.integers(0, V, size=length)]
+        for _ in range(G):
+            row = m(torch.tensor([tokens])).logits[0, -1]
+            top = torch.topk(row, 2).values
+            gaps.append(float(top[0] - top[1]))
+            tokens.append(int(torch.argmax(row)))
+        m.generation_config.eos_token_id = None  # (no stopping, and no eos suppressed either)
+        prompt = torch.tensor([tokens[:length]])  # (an explicit mask: a prompt may hold the pad id)
+        via_generate = m.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=G, do_sample=False,
+                                  pad_token_id=0)[0].tolist()
+        assert via_generate == tokens, f"{name}: generate() differs from the manual loop"
+        logits = m(torch.tensor([tokens])).logits[0].numpy()
+        assert np.array_equal(np.argmax(logits[length - 1:-1], axis=1), tokens[length:])
+        records.append((np.array(tokens, dtype=np.int32), logits))
+    head = np.zeros(256, dtype="<i4")
+    head[:5] = [LOGITS_MAGIC, LOGITS_VERSION, len(records), V, G]
+    for i, (tokens, _) in enumerate(records):
+        head[16 + i] = len(tokens) - G
+    with open(os.path.join(OUT, f"llama_infer_{name}.bin"), "wb") as f:
+        f.write(head.tobytes())
+        for tokens, logits in records:
+            f.write(tokens.astype("<i4").tobytes())
+            f.write(logits.astype("<f4").tobytes())
+    return min(gaps)
+
+
 def main():
     if not os.path.exists(CONVERT):
         sys.exit("build ./convert first (make convert)")
@@ -192,6 +231,10 @@ def main():
     with open(os.path.join(OUT, "llama_convert.fnv1a64"), "w") as f:
         f.write("\n".join(hashes) + "\n")
     print("wrote the models, the GGUF files and llama_convert.fnv1a64")
+    for name in models:  # what infer must compute on them (the weights as saved: BF16 ones exactly)
+        source = AutoModelForCausalLM.from_pretrained(os.path.join(OUT, name), dtype=torch.float32)
+        gap = infer_fixture(name, source)
+        print(f"wrote llama_infer_{name}.bin: 3 prompts, {G} greedy tokens, smallest top-2 gap {gap:.3g}")
 
 
 if __name__ == "__main__":

@@ -160,8 +160,8 @@ mutant argmax-tree-barrier "a missing barrier inside a tree reduction" infer.cu 
     }
     if (threadIdx.x == 0) { out[blockIdx.x] = ids[0] == 0x7fffffff ? 0 : ids[0]; }'
 mutant kv-cache-past-end "a write one position past a layer's cache" infer.cu infer \
-'            size_t at = ((size_t)e.seq[n] * e.S + e.pos[n]) * C + c;' \
-'            size_t at = ((size_t)e.seq[n] * e.S + e.pos[n] + 1) * C + c;'
+'        size_t at = ((size_t)e.seq[n] * e.S + e.pos[n]) * KV + (value ? c - KV : c);' \
+'        size_t at = ((size_t)e.seq[n] * e.S + e.pos[n] + 1) * KV + (value ? c - KV : c);'
 mutant attention-launch-bounds "a launch larger than the kernel's __launch_bounds__" infer.cu infer \
 'attention_forward_kernel<<<dim3(N, NH), ATT_BLOCK, 0, main_stream>>>' \
 'attention_forward_kernel<<<dim3(N, NH), 2 * ATT_BLOCK, 0, main_stream>>>'

@@ -44,6 +44,10 @@ same "sampled from the bf16 checkpoint's weights" -m $H/hf_tiny_bf16.bin -z 1 -s
 same "text: GPT-2's vocabulary (a random d1), greedy" -m d1 -t 0 -n 24 -i "The meaning of life is"
 same "text: a stop string" -m d1 -t 0 -n 24 -i "The meaning of life is" -x "$(cut -c 30-32 "$TMP/cpu" | head -1)"
 same "text: instruction mode, sampled" -m d1 -a 1 -i "Name three colors." -n 16 -s 2
+# the Llama family (GQA, RMSNorm, RoPE, SwiGLU; Qwen2's biases and tied head; Llama 3's RoPE scaling)
+same "Llama, 3 query heads per key/value head: greedy, a batch of 4" -m $H/llama_gqa3.bin -z 1 -t 0 -n 40 -f "$TMP/prompts"
+same "Qwen2, biases, tied head: sampled, a batch of 4" -m $H/qwen2_gqa4.bin -z 1 -t 0.8 -s 3 -n 40 -f "$TMP/prompts"
+same "Llama 3 RoPE scaling: greedy past the original context" -m $H/llama_mha3.bin -z 1 -t 0 -n 60 -i "1,2,3"
 # heads of other widths: a d4 model (C=256) with its header's head count set to 2 and 1,
 # so one head is 128 or 256 channels, as wide as the attention kernel's block and wider
 "$CONVERT" -i d4 -o "$TMP/d4.bin" 2> /dev/null
