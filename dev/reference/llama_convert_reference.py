@@ -7,8 +7,9 @@ Three tiny random models, chosen to catch mistakes (dev/reference/fixtures/):
                 untied output head, V=128 L=2 C=96 HS=16 H=64; saved in BF16
   qwen2_gqa4/   Qwen2ForCausalLM, 4 query heads on 1 key/value head, q/k/v biases, tied
                 head, V=128 L=1 C=64 HS=16 H=64; F32
-  llama_mha3/   LlamaForCausalLM, 3 heads (odd, no sharing), Llama 3 RoPE scaling, an
-                untied head, V=128 L=1 C=48 HS=16 H=64; F32
+  llama_mha3/   LlamaForCausalLM, 3 heads (odd, no sharing) of 24 channels (3 x 24 = 72, not
+                C = 48: head_dim set apart), Llama 3 RoPE scaling, an untied head, V=128 L=1
+                C=48 H=64; F32
 and GGUF copies of the first two, written the way llama.cpp's convert_hf_to_gguf.py lays
 them out (metadata under the architecture's name; llama's q and k rows reordered per head
 so that RoPE pairs neighbours): llama_gqa3.gguf with Q8_0 matrices and F32 norms,
@@ -59,7 +60,7 @@ def make_models():
                        num_attention_heads=4, num_key_value_heads=1, max_position_embeddings=128, rope_theta=1e6,
                        rms_norm_eps=1e-6, tie_word_embeddings=True), torch.float32),
         "llama_mha3": (LlamaForCausalLM, LlamaConfig(vocab_size=128, hidden_size=48, intermediate_size=64, num_hidden_layers=1,
-                       num_attention_heads=3, num_key_value_heads=3, max_position_embeddings=256, rms_norm_eps=1e-5,
+                       num_attention_heads=3, num_key_value_heads=3, head_dim=24, max_position_embeddings=256, rms_norm_eps=1e-5,
                        tie_word_embeddings=False, rope_scaling={"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0,
                        "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 32}), torch.float32),
     }

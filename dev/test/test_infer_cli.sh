@@ -43,6 +43,12 @@ expect_error "a bad -b list" "lists of positive integers" "$BIN" -m $H -B 1 -b 1
 expect_error "a model that does not exist" "no/such: no such file or folder" "$BIN" -m no/such
 expect_error "a Hugging Face folder: the ./convert command that makes a checkpoint of it" \
     "./convert -i $F/hf_tiny_fp32 -o $F/hf_tiny_fp32.bin" "$BIN" -m $F/hf_tiny_fp32/ -z 1 -i 1
+expect_error "a GGUF file: the ./convert command that makes our file of it" \
+    "./convert -i $F/llama_gqa3.gguf -o $F/llama_gqa3.bin first" "$BIN" -m $F/llama_gqa3.gguf -z 1 -i 1
+./convert -i $F/llama_mha3 -o "$TMP/mha3.bin" 2> /dev/null && head -c 30000 "$TMP/mha3.bin" > "$TMP/mha3_trunc.bin"
+expect_error "a truncated Llama-family model file" "$TMP/mha3_trunc.bin: file has 30000 bytes" "$BIN" -m "$TMP/mha3_trunc.bin" -z 1 -i 1
+"$BIN" -m "$TMP/mha3.bin" -z 1 -t 0 -n 8 -i "1,2,3" > "$TMP/mha3.out" 2> "$TMP/mha3.err" && grep -q "Llama family L=1 C=48 NH=3 NKV=3 HS=24 H=64 V=128" "$TMP/mha3.err" &&
+    [ "$(wc -w < "$TMP/mha3.out")" = 9 ] && ok "a Llama-family model: token ids in and out, the model's shape on stderr" || not_ok "Llama-family model run"
 head -c 5000 $H > "$TMP/trunc.bin"
 expect_error "a truncated checkpoint" "$TMP/trunc.bin: file has 5000 bytes" "$BIN" -m "$TMP/trunc.bin" -z 1 -i 1
 expect_error "a folder without the tokenizer as -g" "encoder.json: cannot read it" "$BIN" -m d1 -g $F/hf_tiny_fp32 -i hi
