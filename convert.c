@@ -1325,6 +1325,30 @@ static int gguf_compare_offset(const void *a, const void *b) {
 void gguf_free(Gguf *g);
 int gguf_find(const Gguf *g, const char *key);
 
+// No name twice among n keys or tensors (GgufKV and GgufTensor both start with the name's
+// pointer and length): sorted, then neighbours compared, so that a file of a million
+// names costs a sort, not 10^12 comparisons.
+typedef struct { const uint8_t *name; uint64_t len; } GgufName;
+static int gguf_compare_names(const void *a, const void *b) {
+    const GgufName *x = (const GgufName *)a, *y = (const GgufName *)b;
+    int d = memcmp(x->name, y->name, x->len < y->len ? x->len : y->len);
+    return d != 0 ? d : (x->len > y->len) - (x->len < y->len);
+}
+static int gguf_check_unique(GgufCursor *c, const void *items, uint64_t n, size_t stride, const char *what) {
+    if (n < 2) { return 0; }
+    GgufName *names = (GgufName *)mallocCheck(n * sizeof(GgufName));
+    for (uint64_t i = 0; i < n; i++) { memcpy(&names[i], (const char *)items + i * stride, sizeof(GgufName)); }
+    qsort(names, n, sizeof(GgufName), gguf_compare_names);
+    int rc = 0;
+    for (uint64_t i = 1; i < n && rc == 0; i++) {
+        if (gguf_compare_names(&names[i - 1], &names[i]) == 0) {
+            rc = gguf_fail(c, "%s '%.*s' appears twice", what, (int)(names[i].len < 200 ? names[i].len : 200), (const char *)names[i].name);
+        }
+    }
+    free(names);
+    return rc;
+}
+
 // Parses a whole GGUF file in buf (len bytes; kept, not copied). 0, or -1 with a message
 // in err (g is then empty).
 int gguf_parse(Gguf *g, const uint8_t *buf, size_t len, char *err, size_t err_size) {
@@ -1352,12 +1376,6 @@ int gguf_parse(Gguf *g, const uint8_t *buf, size_t len, char *err, size_t err_si
     for (uint64_t i = 0; i < g->num_kv && rc == 0; i++) {
         GgufKV *kv = &g->kv[i];
         if ((rc = gguf_string(&c, &kv->key, &kv->key_len, "a key")) != 0 || (rc = gguf_u32(&c, &kv->type, "a value type")) != 0) { break; }
-        for (uint64_t k = 0; k < i && rc == 0; k++) {
-            if (gguf_same(g->kv[k].key, g->kv[k].key_len, kv->key, kv->key_len)) {
-                rc = gguf_fail(&c, "key '%.*s' appears twice", (int)(kv->key_len < 200 ? kv->key_len : 200), (const char *)kv->key);
-            }
-        }
-        if (rc != 0) { break; }
         if (kv->type >= GGUF_NUM_VALUE_TYPES) { rc = gguf_fail(&c, "key '%.*s': unknown value type %u", (int)(kv->key_len < 200 ? kv->key_len : 200), (const char *)kv->key, kv->type); break; }
         kv->count = 1;
         kv->item_type = kv->type;
@@ -1380,6 +1398,7 @@ int gguf_parse(Gguf *g, const uint8_t *buf, size_t len, char *err, size_t err_si
             c.at += rc == 0 ? kv->count * GGUF_VALUE_SIZE[kv->item_type] : 0;
         }
     }
+    if (rc == 0) { rc = gguf_check_unique(&c, g->kv, g->num_kv, sizeof(GgufKV), "key"); }
     int a = rc == 0 ? gguf_find(g, "general.alignment") : -1;
     if (a >= 0) {
         const GgufKV *kv = &g->kv[a];
@@ -1412,10 +1431,8 @@ int gguf_parse(Gguf *g, const uint8_t *buf, size_t len, char *err, size_t err_si
         }
         t->bytes = t->elements / t->type->block * t->type->bytes;
         if (t->offset % g->alignment != 0) { rc = gguf_fail(&c, "tensor '%.*s': offset %" PRIu64 " is not a multiple of the alignment %" PRIu64, shown, (const char *)t->name, t->offset, g->alignment); break; }
-        for (uint64_t k = 0; k < i && rc == 0; k++) {
-            if (gguf_same(g->tensors[k].name, g->tensors[k].name_len, t->name, t->name_len)) { rc = gguf_fail(&c, "tensor '%.*s' appears twice", shown, (const char *)t->name); }
-        }
     }
+    if (rc == 0) { rc = gguf_check_unique(&c, g->tensors, g->num_tensors, sizeof(GgufTensor), "tensor"); }
     if (rc == 0) {
         g->data_start = (c.at + g->alignment - 1) / g->alignment * g->alignment;
         if (g->data_start > len) { rc = gguf_fail(&c, "the file ends before its data (at byte %zu)", g->data_start); }
@@ -2136,7 +2153,7 @@ typedef struct {
     int num_heads;    // NH query heads
     int num_kv_heads; // NKV key/value heads: NH is a multiple of NKV
     int channels;     // C
-    int head_size;    // HS (C / NH in every model here; a config may say otherwise)
+    int head_size;    // HS (usually C / NH; a config may set it apart: then NH x HS is not C)
     int hidden;       // H, SwiGLU's width
     int tied;         // the output head is wte
     int qkv_bias;     // q, k and v have biases (Qwen2)
@@ -2199,6 +2216,10 @@ static int llama_check_config(LlamaConfig c, char *err, size_t err_size) {
         LLAMA_FAIL("Llama 3 RoPE scaling needs original_max_position_embeddings >= 1 and high_freq_factor > low_freq_factor > 0");
     }
     if (c.family != LLAMA_FAMILY_LLAMA && c.family != LLAMA_FAMILY_QWEN2) { LLAMA_FAIL("unknown family %d", c.family); }
+    if (c.family == LLAMA_FAMILY_LLAMA && c.qkv_bias) { LLAMA_FAIL("q/k/v biases without o's: only Qwen2 has those"); }
+    if (c.bos_token_id < -1 || c.bos_token_id >= c.vocab_size || c.eos_token_id < -1 || c.eos_token_id >= c.vocab_size) {
+        LLAMA_FAIL("start or end token (%d, %d) outside the vocabulary of %d", c.bos_token_id, c.eos_token_id, c.vocab_size);
+    }
     return 0;
 #undef LLAMA_FAIL
 }
@@ -2278,16 +2299,22 @@ void llama_load(LlamaWeights *w, const char *path) {
     LlamaConfig c = {h[2], h[3], h[4], h[5], h[6], h[7], h[9], h[8], h[10] & 1, (h[10] >> 1) & 1, h[17],
                      bits_float(h[11]), bits_float(h[12]), bits_float(h[13]), bits_float(h[14]), bits_float(h[15]), h[16], h[18], h[19]};
     char err[256];
+    if (h[17] == 0 && h[8] >= 0 && h[8] < 16) { // llm.c's own Llama 3 files: ffn_dim_multiplier, multiple_of, ... from field 8
+        die_file(path, NULL, "an llm.c Llama 3 model file (its header stores other fields from field 8 on); we read our own "
+                 "(./convert makes one from a Hugging Face folder or a GGUF file)");
+    }
     if ((h[10] & ~3) != 0 || llama_check_config(c, err, sizeof(err)) != 0) {
         die_file(path, NULL, "its header is not a model's (%s): truncated or corrupt", (h[10] & ~3) != 0 ? "unknown flags" : err);
     }
+    size_t element = h[1] == MODEL_VERSION_BF16 ? 2 : 4, sizes[NUM_LLAMA_TENSORS], count = 0;
+    llama_tensor_sizes(sizes, c);
+    for (int k = 0; k < NUM_LLAMA_TENSORS; k++) { count += sizes[k]; }
+    if ((unsigned long)size != sizeof(h) + count * element) { // (before allocating: a corrupt header may ask for terabytes)
+        die_file(path, NULL, "file has %ld bytes, its header (version %d, L=%d C=%d V=%d H=%d) needs %zu: truncated or corrupt",
+                 size, h[1], c.num_layers, c.channels, c.vocab_size, c.hidden, sizeof(h) + count * element);
+    }
     w->config = c;
     llama_allocate(w);
-    size_t element = h[1] == MODEL_VERSION_BF16 ? 2 : 4;
-    if ((unsigned long)size != sizeof(h) + w->num_parameters * element) {
-        die_file(path, NULL, "file has %ld bytes, its header (version %d, L=%d C=%d V=%d H=%d) needs %zu: truncated or corrupt",
-                 size, h[1], c.num_layers, c.channels, c.vocab_size, c.hidden, sizeof(h) + w->num_parameters * element);
-    }
     if (element == 4) {
         freadCheck(w->params, sizeof(float), w->num_parameters, fp);
     } else { // bf16 -> fp32, a chunk at a time
@@ -2352,8 +2379,11 @@ static int llama_config_fields(LlamaConfig *c, const Json *j, char *err, size_t 
     c->norm_eps = (float)d;
     at = json_get(j, 0, "tie_word_embeddings");
     c->tied = at >= 0 && j->tokens[at].type == JSON_TRUE;
-    at = json_get(j, 0, "attention_bias");
-    c->qkv_bias = c->family == LLAMA_FAMILY_QWEN2 || (at >= 0 && j->tokens[at].type == JSON_TRUE);
+    at = json_get(j, 0, "attention_bias"); // (Llama's puts biases on q, k, v and o: not supported; Qwen2 has q, k, v's)
+    if (c->family == LLAMA_FAMILY_LLAMA && at >= 0 && j->tokens[at].type == JSON_TRUE) {
+        return st_fail(err, err_size, "attention_bias true: Llama's attention biases (q, k, v and o) are not supported");
+    }
+    c->qkv_bias = c->family == LLAMA_FAMILY_QWEN2;
     at = json_get(j, 0, "mlp_bias");
     if (at >= 0 && j->tokens[at].type == JSON_TRUE) { return st_fail(err, err_size, "mlp_bias true: MLP biases are not supported"); }
     at = json_get(j, 0, "use_sliding_window");
@@ -2386,6 +2416,7 @@ static int llama_config_fields(LlamaConfig *c, const Json *j, char *err, size_t 
             c->rope_factor = (float)r[0];
             c->rope_low_freq_factor = (float)r[1];
             c->rope_high_freq_factor = (float)r[2];
+            if (!(r[3] >= 1 && r[3] <= (1 << 24))) { return st_fail(err, err_size, "original_max_position_embeddings out of range"); }
             c->rope_original_max = (int)r[3];
         } else if (s[0] != '\0' && strcmp(s, "default") != 0) {
             return st_fail(err, err_size, "RoPE scaling \"%s\": we do Llama 3's (rope_type llama3) or none", s);
@@ -2658,14 +2689,18 @@ void llama_build_from_gguf(LlamaWeights *w, const char *path) {
         *ints[k].out = (int)v;
     }
     double v;
-    c.head_size = gguf_arch_number(&g, arch, "rope.dimension_count", &v) == 0 && v >= 1 && v <= 4096 ? (int)v : c.channels / c.num_heads;
+    c.head_size = c.channels / c.num_heads;
+    if (gguf_arch_number(&g, arch, "rope.dimension_count", &v) == 0) {
+        if (!(v >= 2 && v <= 4096 && v == floor(v))) { die_file(path, NULL, "%s.rope.dimension_count is %g, not a head size", arch, v); }
+        c.head_size = (int)v;
+    }
     c.rope_theta = gguf_arch_number(&g, arch, "rope.freq_base", &v) == 0 ? (float)v : 10000.0f;
     if (gguf_arch_number(&g, arch, "attention.layer_norm_rms_epsilon", &v) != 0) { die_file(path, GGUF_LLAMA_HINT, "no %s.attention.layer_norm_rms_epsilon", arch); }
     c.norm_eps = (float)v;
     int k = gguf_find(&g, "tokenizer.ggml.bos_token_id");
-    c.bos_token_id = k >= 0 && gguf_number(&g, &g.kv[k], 0, &v) == 0 ? (int)v : -1;
+    c.bos_token_id = k >= 0 && gguf_number(&g, &g.kv[k], 0, &v) == 0 && v >= 0 && v < (1 << 22) ? (int)v : -1;
     k = gguf_find(&g, "tokenizer.ggml.eos_token_id");
-    c.eos_token_id = k >= 0 && gguf_number(&g, &g.kv[k], 0, &v) == 0 ? (int)v : -1;
+    c.eos_token_id = k >= 0 && gguf_number(&g, &g.kv[k], 0, &v) == 0 && v >= 0 && v < (1 << 22) ? (int)v : -1;
     const GgufTensor *wte = gguf_tensor(&g, "token_embd.weight");
     if (wte == NULL || wte->n_dims != 2) { die_file(path, GGUF_LLAMA_HINT, "no 2-D token_embd.weight"); }
     c.vocab_size = wte->dims[1] <= (1u << 22) ? (int)wte->dims[1] : 0;

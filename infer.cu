@@ -49,7 +49,7 @@ differences only:
 Everything from sampling to main, and the tokenizer and JSON reader at the end, is infer.c's.
 
 Sizes: as infer.c. B sequences, S positions of cache per sequence, N rows of a forward
-pass, NL rows with logits, C channels, NH heads, HS = C/NH, V, Vp, L, maxT.
+pass, NL rows with logits, C channels, NH and NKV heads, HS, Q, KV, H, V, Vp, L, maxT.
 */
 
 #include <stdio.h>
@@ -885,7 +885,7 @@ typedef struct {
     int num_heads;    // NH query heads
     int num_kv_heads; // NKV key/value heads: NH is a multiple of NKV
     int channels;     // C
-    int head_size;    // HS (C / NH in every model here; a config may say otherwise)
+    int head_size;    // HS (usually C / NH; a config may set it apart: then NH x HS is not C)
     int hidden;       // H, SwiGLU's width
     int tied;         // the output head is wte
     int qkv_bias;     // q, k and v have biases (Qwen2)
@@ -948,6 +948,10 @@ static int llama_check_config(LlamaConfig c, char *err, size_t err_size) {
         LLAMA_FAIL("Llama 3 RoPE scaling needs original_max_position_embeddings >= 1 and high_freq_factor > low_freq_factor > 0");
     }
     if (c.family != LLAMA_FAMILY_LLAMA && c.family != LLAMA_FAMILY_QWEN2) { LLAMA_FAIL("unknown family %d", c.family); }
+    if (c.family == LLAMA_FAMILY_LLAMA && c.qkv_bias) { LLAMA_FAIL("q/k/v biases without o's: only Qwen2 has those"); }
+    if (c.bos_token_id < -1 || c.bos_token_id >= c.vocab_size || c.eos_token_id < -1 || c.eos_token_id >= c.vocab_size) {
+        LLAMA_FAIL("start or end token (%d, %d) outside the vocabulary of %d", c.bos_token_id, c.eos_token_id, c.vocab_size);
+    }
     return 0;
 #undef LLAMA_FAIL
 }
@@ -989,6 +993,7 @@ typedef struct {
     int head_size;    // HS (GPT-2: C / NH)
     int hidden;       // the MLP's width H (GPT-2: 4C)
     float norm_eps;   // GPT-2's LayerNorm: 1e-5
+    int bos_token, eos_token; // where a text starts and the token that ends it, -1: none (GPT-2: <|endoftext|>, 50256, for both)
 } ModelConfig;
 
 // bytes of keys and values one token adds to the cache
@@ -1027,10 +1032,10 @@ typedef struct {
     int *argmax;             // (NL) greedy's tokens
     float *residual;         // (N, C) the residual stream
     floatX *ln;              // (N, C) a LayerNorm's output
-    floatX *q;               // (N, C) queries (keys and values go to the cache)
-    floatX *atty;            // (N, C) attention output
-    floatX *fch;             // (N, 4C) GELU's output
-    float *scratch;          // (N, 4C) a big matmul's output before its epilogue
+    floatX *q;               // (N, Q) queries, Q = NH x HS (keys and values go to the cache)
+    floatX *atty;            // (N, Q) attention output
+    floatX *fch;             // (N, H) the MLP's hidden layer: GELU's (H = 4C) or SwiGLU's output
+    float *scratch;          // (N, the widest matmul output) a big matmul's fp32 output before its epilogue
     float *att;              // attention scores: (threads, S) in infer.c, (N, NH, S) in infer.cu
     float *logits;           // (NL, Vp)
 } RowBuffers;
@@ -1044,7 +1049,7 @@ static const char *const ROW_BUFFER_NAMES[NUM_ROW_BUFFERS] = {
 #define MAX_GRAPHS 65
 struct GPT2 {
     ModelConfig config;
-    GPT2Weights w;       // the weights as loaded (host, fp32): GPT-2's
+    GPT2Weights w;       // the weights as loaded (host, fp32): GPT-2's (freed once uploaded)
     LlamaWeights lw;     // ... or the Llama family's
     size_t num_parameters;
     char source[4096];   // where they came from, for messages
@@ -1185,6 +1190,8 @@ void gpt2_build(GPT2 *model, const char *source, uint64_t seed) {
     }
     if (src[16] != NULL && src[16] == src[0]) { model->params.lm_head = model->params.wte; } // tied
     free(host);
+    gpt2_weights_free(&model->w); // (the host's fp32 copy is not needed any more: model->config says the rest)
+    llama_free(&model->lw);
     model->use_graphs = 1;
 }
 
@@ -1416,16 +1423,22 @@ void llama_load(LlamaWeights *w, const char *path) {
     LlamaConfig c = {h[2], h[3], h[4], h[5], h[6], h[7], h[9], h[8], h[10] & 1, (h[10] >> 1) & 1, h[17],
                      bits_float(h[11]), bits_float(h[12]), bits_float(h[13]), bits_float(h[14]), bits_float(h[15]), h[16], h[18], h[19]};
     char err[256];
+    if (h[17] == 0 && h[8] >= 0 && h[8] < 16) { // llm.c's own Llama 3 files: ffn_dim_multiplier, multiple_of, ... from field 8
+        die_file(path, NULL, "an llm.c Llama 3 model file (its header stores other fields from field 8 on); we read our own "
+                 "(./convert makes one from a Hugging Face folder or a GGUF file)");
+    }
     if ((h[10] & ~3) != 0 || llama_check_config(c, err, sizeof(err)) != 0) {
         die_file(path, NULL, "its header is not a model's (%s): truncated or corrupt", (h[10] & ~3) != 0 ? "unknown flags" : err);
     }
+    size_t element = h[1] == MODEL_VERSION_BF16 ? 2 : 4, sizes[NUM_LLAMA_TENSORS], count = 0;
+    llama_tensor_sizes(sizes, c);
+    for (int k = 0; k < NUM_LLAMA_TENSORS; k++) { count += sizes[k]; }
+    if ((unsigned long)size != sizeof(h) + count * element) { // (before allocating: a corrupt header may ask for terabytes)
+        die_file(path, NULL, "file has %ld bytes, its header (version %d, L=%d C=%d V=%d H=%d) needs %zu: truncated or corrupt",
+                 size, h[1], c.num_layers, c.channels, c.vocab_size, c.hidden, sizeof(h) + count * element);
+    }
     w->config = c;
     llama_allocate(w);
-    size_t element = h[1] == MODEL_VERSION_BF16 ? 2 : 4;
-    if ((unsigned long)size != sizeof(h) + w->num_parameters * element) {
-        die_file(path, NULL, "file has %ld bytes, its header (version %d, L=%d C=%d V=%d H=%d) needs %zu: truncated or corrupt",
-                 size, h[1], c.num_layers, c.channels, c.vocab_size, c.hidden, sizeof(h) + w->num_parameters * element);
-    }
     if (element == 4) {
         freadCheck(w->params, sizeof(float), w->num_parameters, fp);
     } else { // bf16 -> fp32, a chunk at a time
@@ -1510,14 +1523,15 @@ void model_weights_build(GPT2 *model, const char *source, uint64_t seed) {
     if (model->lw.params != NULL) {
         LlamaConfig l = model->lw.config;
         *c = (ModelConfig){l.max_seq_len, l.vocab_size, l.vocab_size, l.num_layers, l.num_heads, l.channels, 1,
-                           l.num_kv_heads, l.head_size, l.hidden, l.norm_eps};
+                           l.num_kv_heads, l.head_size, l.hidden, l.norm_eps, l.bos_token_id, l.eos_token_id};
         model->num_parameters = model->lw.num_parameters;
         model->rope_host = rope_frequencies(&l);
     } else {
         GPT2Config g = model->w.config;
+        int eot = g.vocab_size > 50256 ? 50256 : -1;
         *c = (ModelConfig){g.max_seq_len, g.vocab_size, g.padded_vocab_size, g.num_layers, g.num_heads, g.channels, 0,
-                           g.num_heads, g.channels / g.num_heads, 4 * g.channels, 1e-5f};
-        model->num_parameters = model->num_parameters;
+                           g.num_heads, g.channels / g.num_heads, 4 * g.channels, 1e-5f, eot, eot};
+        model->num_parameters = model->w.num_parameters;
     }
 }
 
@@ -1842,6 +1856,7 @@ typedef struct {
     int max_new;             // tokens to generate at most
     const char *stop_string; // "" for none
     int eot_token;           // stop when it is sampled; -1 never
+    const char *eot_name;    // how the report names it (NULL: <|endoftext|>)
     uint64_t seed;
     Sampler sampler;
     const Tokenizer *tok;    // NULL: token ids in and out
@@ -1888,7 +1903,7 @@ static size_t stop_prefix_at_end(const char *text, size_t len, const char *stop)
 // A sampled token joins its sequence: check the stops, keep the text, stream what is safe
 // to print (never part of what may turn out to be the stop string, which is not printed).
 static void sequence_add(Sequence *s, int token, const GenerateOptions *o) {
-    if (token == o->eot_token) { s->done = 1; s->stop = "<|endoftext|>"; }
+    if (token == o->eot_token) { s->done = 1; s->stop = o->eot_name != NULL ? o->eot_name : "<|endoftext|>"; }
     if (!s->done) {
         s->tokens[s->num_tokens++] = token;
         char ids[16];
@@ -2056,7 +2071,7 @@ void bench(GPT2 *model, const int *batches, int nb, const int *prompts, int np, 
             hardware_name(), (double)model->num_parameters * WEIGHT_BYTES / (1 << 20));
     printf("| batch | prompt | generated | TTFT ms | prefill tok/s | decode tok/s | ms/step | KV cache MiB |\n");
     printf("|------:|-------:|----------:|--------:|--------------:|-------------:|--------:|-------------:|\n");
-    GenerateOptions o = {.max_new = 0, .stop_string = "", .eot_token = -1, .seed = seed,
+    GenerateOptions o = {.max_new = 0, .stop_string = "", .eot_token = -1, .eot_name = NULL, .seed = seed,
                          .sampler = {.temperature = 0.0f, .top_k = 0, .top_p = 1.0f, .probs = NULL}, .tok = NULL, .stream = NULL};
     uint64_t key = rng_key(seed, STREAM_BENCH);
     int warmed_up = 0;
@@ -2445,7 +2460,7 @@ static void run_bench(GPT2 *model, const Options *o) {
 // The prompts (-i, or each line of -f; wrapped in the template with -a 1) as sequences of
 // token ids, checked against the model's vocabulary and context. Returns B; *texts holds
 // each prompt's text (what streaming and the batch report print before the generation).
-static int read_sequences(const Options *o, const ModelConfig *c, Tokenizer *tok, int eot, char ***texts_out,
+static int read_sequences(const Options *o, const ModelConfig *c, Tokenizer *tok, int start, char ***texts_out,
                           Sequence **seqs_out) {
     char **texts;
     int B = 1;
@@ -2464,9 +2479,10 @@ static int read_sequences(const Options *o, const ModelConfig *c, Tokenizer *tok
         snprintf(what, sizeof(what), "prompt %d", b + 1);
         if (o->ids) { n = parse_ids(texts[b], c->vocab_size, ids, what); }
         else { n = (int)tokenizer_encode(tok, (const uint8_t *)texts[b], len, 1, ids); }
-        if (n == 0) { // an empty prompt: start a new document, from <|endoftext|> (token 0 without one)
-            ids[n++] = eot >= 0 ? eot : 0;
-            fprintf(stderr, "%s is empty: the model starts from token %d%s\n", what, ids[0], eot >= 0 ? " (<|endoftext|>)" : "");
+        if (n == 0) { // an empty prompt: start a new document, from the start token (<|endoftext|>; 0 without one)
+            ids[n++] = start >= 0 ? start : 0;
+            fprintf(stderr, "%s is empty: the model starts from token %d%s\n", what, ids[0],
+                    start < 0 ? "" : c->llama ? " (its start token)" : " (<|endoftext|>)");
             if (o->ids) { // in ids, print the id it starts from where the prompt would be
                 free(texts[b]);
                 texts[b] = (char *)mallocCheck(16);
@@ -2524,6 +2540,11 @@ int main(int argc, char **argv) {
     }
     // the tokenizer (not with -z 1: ids in, ids out)
     Tokenizer tok;
+    if (c.llama && !o.ids) {
+        fprintf(stderr, "Error: %s: a Llama-family model; its tokenizer is not supported yet (GPT-2's would give nonsense)\n", o.model);
+        fprintf(stderr, "HINT: -z 1 works in token ids\n");
+        return EXIT_FAILURE;
+    }
     if (!o.ids) {
         tokenizer_init(&tok, o.gpt2_dir);
         if (c.vocab_size > tok.vocab_size) {
@@ -2533,11 +2554,12 @@ int main(int argc, char **argv) {
             return EXIT_FAILURE;
         }
     }
-    int eot = o.ids ? (c.vocab_size > 50256 ? 50256 : -1) : tok.eot_token;
+    int eot = o.ids ? c.eos_token : tok.eot_token;
     char **texts;
     Sequence *seqs;
-    int B = read_sequences(&o, &c, o.ids ? NULL : &tok, eot, &texts, &seqs);
-    GenerateOptions g = {.max_new = o.max_new, .stop_string = o.stop, .eot_token = eot, .seed = (uint64_t)o.seed,
+    int B = read_sequences(&o, &c, o.ids ? NULL : &tok, o.ids ? c.bos_token : eot, &texts, &seqs);
+    GenerateOptions g = {.max_new = o.max_new, .stop_string = o.stop, .eot_token = eot, .eot_name = c.llama ? "the end token" : NULL,
+                         .seed = (uint64_t)o.seed,
                          .sampler = {.temperature = o.temperature, .top_k = o.top_k, .top_p = o.top_p, .probs = NULL},
                          .tok = o.ids ? NULL : &tok, .stream = B == 1 ? stdout : NULL};
     // one sequence streams: first the prompt as given (not in instruction mode), then tokens

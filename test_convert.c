@@ -533,7 +533,10 @@ static void test_llama(const char *tmp) {
     char path[600];
     snprintf(path, sizeof(path), "%s/biases", tmp);
     llama_edited_folder(FIXTURES "llama_gqa3", path, "\"attention_bias\": false", "\"attention_bias\": true");
-    expect_exit("a folder without the biases config.json asks for", llama_load_path, path, "self_attn.q_proj.bias is missing");
+    expect_exit("Llama's attention biases (o's too)", llama_load_path, path, "attention_bias true: Llama's attention biases");
+    snprintf(path, sizeof(path), "%s/deeper", tmp);
+    llama_edited_folder(FIXTURES "llama_gqa3", path, "\"num_hidden_layers\": 2", "\"num_hidden_layers\": 3");
+    expect_exit("a folder without a layer config.json asks for", llama_load_path, path, "model.layers.2.input_layernorm.weight is missing");
     snprintf(path, sizeof(path), "%s/narrow", tmp);
     llama_edited_folder(FIXTURES "llama_gqa3", path, "\"intermediate_size\": 64", "\"intermediate_size\": 32");
     expect_exit("tensors of another shape than config.json's", llama_load_path, path, "does not have the shape config.json gives it");

@@ -197,7 +197,7 @@ static float *decode_all(GPT2 *model, const int *tokens, int len, int T) {
 static int greedy_matches(GPT2 *model, const LogitsFixture *f, int copies, int one_by_one) {
     int B = f->P * copies, same = 0;
     Sequence *seqs = (Sequence *)mallocCheck((size_t)B * sizeof(Sequence));
-    GenerateOptions o = {.max_new = f->G, .stop_string = "", .eot_token = -1, .seed = 1,
+    GenerateOptions o = {.max_new = f->G, .stop_string = "", .eot_token = -1, .eot_name = NULL, .seed = 1,
                          .sampler = {.temperature = 0.0f, .top_k = 0, .top_p = 1.0f, .probs = NULL}, .tok = NULL, .stream = NULL};
     GenerateStats stats;
     for (int b = 0; b < B; b++) {

@@ -49,6 +49,11 @@ expect_error "a GGUF file: the ./convert command that makes our file of it" \
 expect_error "a truncated Llama-family model file" "$TMP/mha3_trunc.bin: file has 30000 bytes" "$BIN" -m "$TMP/mha3_trunc.bin" -z 1 -i 1
 "$BIN" -m "$TMP/mha3.bin" -z 1 -t 0 -n 8 -i "1,2,3" > "$TMP/mha3.out" 2> "$TMP/mha3.err" && grep -q "Llama family L=1 C=48 NH=3 NKV=3 HS=24 H=64 V=128" "$TMP/mha3.err" &&
     [ "$(wc -w < "$TMP/mha3.out")" = 9 ] && ok "a Llama-family model: token ids in and out, the model's shape on stderr" || not_ok "Llama-family model run"
+expect_error "a Llama-family model as text (its tokenizer is not here yet)" "its tokenizer is not supported yet" "$BIN" -m "$TMP/mha3.bin" -i hi
+"$BIN" -m "$TMP/mha3.bin" -z 1 -t 0 -n 4 -i "" > /dev/null 2> "$TMP/empty.err" && grep -q "starts from token 1 (its start token)" "$TMP/empty.err" &&
+    ok "a Llama-family model, an empty prompt: it starts from its start token" || not_ok "Llama empty prompt"
+"$BIN" -m d1 -z 1 -t 0 -n 1 -i 1 > /dev/null 2> "$TMP/d1.err" && grep -q "model: d1: GPT-2 L=1 .*, [1-9][0-9.]*M parameters" "$TMP/d1.err" &&
+    ok "the model's parameters counted on stderr" || not_ok "parameter count: $(head -1 "$TMP/d1.err")"
 head -c 5000 $H > "$TMP/trunc.bin"
 expect_error "a truncated checkpoint" "$TMP/trunc.bin: file has 5000 bytes" "$BIN" -m "$TMP/trunc.bin" -z 1 -i 1
 expect_error "a folder without the tokenizer as -g" "encoder.json: cannot read it" "$BIN" -m d1 -g $F/hf_tiny_fp32 -i hi
