@@ -177,6 +177,18 @@ mutant argmax-last-stride "a loop that drops the last partial stride" infer.cu i
         if (row[i] > best)' \
 '    for (int i = threadIdx.x; i < V / ARGMAX_BLOCK * ARGMAX_BLOCK; i += blockDim.x) {
         if (row[i] > best)'
+mutant gqa-head-mapping "grouped-query attention reading key/value head h % NKV instead of h / (NH / NKV)" infer.cu infer \
+'    size_t Q = (size_t)NH * HS, KV = (size_t)NKV * HS, kv_head = (size_t)(h / (NH / NKV)) * HS;' \
+'    size_t Q = (size_t)NH * HS, KV = (size_t)NKV * HS, kv_head = (size_t)(h % NKV) * HS;'
+mutant rope-key-position "RoPE rotating the keys by the angle of the wrong position (one thread per pair, a stale index)" infer.cu infer \
+'    float c = table[(size_t)pos[n] * HS + i], s = table[(size_t)pos[n] * HS + half + i];' \
+'    float c = table[(size_t)n * HS + i], s = table[(size_t)n * HS + half + i];'
+mutant swiglu-halves "SwiGLU reading gate and up from each other's half" infer.cu infer \
+'    float gate = inp[n * 2 * H + j], up = inp[n * 2 * H + H + j];' \
+'    float up = inp[n * 2 * H + j], gate = inp[n * 2 * H + H + j];'
+mutant rmsnorm-mean "RMSNorm taking the mean out as LayerNorm does" infer.cu infer \
+'    for (int i = lane; i < C && !rms; i += 32) { m += x[i]; }' \
+'    for (int i = lane; i < C; i += 32) { m += x[i]; }'
 # train_mlp.cu
 mutant mlp-tile-barrier "a missing barrier: a tile overwritten while others still read it" train_mlp.cu mlp_race \
 '        __syncthreads(); // and everyone is done with them before they are overwritten' \
