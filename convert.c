@@ -518,6 +518,22 @@ void gpt2_build_from_checkpoint(GPT2Weights *w, const char *path) {
 }
 // --- end shared-copy: checkpoint-read ---
 
+// Our model files (GPT-2's and the Llama family's): the 256-int header, then n weights as
+// float32, or bf16 (rounded to nearest even), written atomically.
+static void write_model_file(const char *path, const int *header, const float *params, size_t n, int bf16) {
+    uint16_t *narrow = NULL;
+    const void *bufs[2] = {header, params};
+    size_t sizes[2] = {256 * sizeof(int), n * sizeof(float)};
+    if (bf16) {
+        narrow = (uint16_t *)mallocCheck(n * sizeof(uint16_t));
+        for (size_t i = 0; i < n; i++) { narrow[i] = float_to_bf16(params[i]); }
+        bufs[1] = narrow;
+        sizes[1] = n * sizeof(uint16_t);
+    }
+    write_file_atomic(path, bufs, sizes, 2);
+    free(narrow);
+}
+
 // Writes an llm.c checkpoint: version 3 (fp32) or, with bf16, version 5.
 void gpt2_save_checkpoint(const GPT2Weights *w, const char *path, int bf16) {
     int header[256] = {0};
@@ -529,17 +545,7 @@ void gpt2_save_checkpoint(const GPT2Weights *w, const char *path, int bf16) {
     header[5] = w->config.num_heads;
     header[6] = w->config.channels;
     header[7] = w->config.padded_vocab_size;
-    uint16_t *narrow = NULL;
-    const void *bufs[2] = {header, w->params_memory};
-    size_t sizes[2] = {sizeof(header), w->num_parameters * sizeof(float)};
-    if (bf16) {
-        narrow = (uint16_t *)mallocCheck(w->num_parameters * sizeof(uint16_t));
-        for (size_t i = 0; i < w->num_parameters; i++) { narrow[i] = float_to_bf16(w->params_memory[i]); }
-        bufs[1] = narrow;
-        sizes[1] = w->num_parameters * sizeof(uint16_t);
-    }
-    write_file_atomic(path, bufs, sizes, 2);
-    free(narrow);
+    write_model_file(path, header, w->params_memory, w->num_parameters, bf16);
 }
 
 // ----------------------------------------------------------------------------
@@ -2265,17 +2271,7 @@ void llama_save(const LlamaWeights *w, const char *path, int bf16) {
                       float_bits(c.rope_theta), float_bits(c.norm_eps), float_bits(c.rope_factor), float_bits(c.rope_low_freq_factor),
                       float_bits(c.rope_high_freq_factor), c.rope_original_max, c.family, c.bos_token_id, c.eos_token_id};
     memcpy(header, fields, sizeof(fields));
-    uint16_t *narrow = NULL;
-    const void *bufs[2] = {header, w->params};
-    size_t sizes[2] = {sizeof(header), w->num_parameters * sizeof(float)};
-    if (bf16) {
-        narrow = (uint16_t *)mallocCheck(w->num_parameters * sizeof(uint16_t));
-        for (size_t i = 0; i < w->num_parameters; i++) { narrow[i] = float_to_bf16(w->params[i]); }
-        bufs[1] = narrow;
-        sizes[1] = w->num_parameters * sizeof(uint16_t);
-    }
-    write_file_atomic(path, bufs, sizes, 2);
-    free(narrow);
+    write_model_file(path, header, w->params, w->num_parameters, bf16);
 }
 
 // --- begin shared-copy: llama-model-read ---

@@ -419,15 +419,6 @@ static void llama_convert_to(const char *source, const char *out, int bf16) {
     llama_free(&w);
 }
 
-static int same_file(const char *a, const char *b) {
-    size_t na, nb;
-    uint8_t *x = read_bytes(a, &na), *y = read_bytes(b, &nb);
-    int same = na == nb && memcmp(x, y, na) == 0;
-    free(x);
-    free(y);
-    return same;
-}
-
 static void llama_load_path(const void *path) { llama_convert_to((const char *)path, "/dev/null", 0); }
 
 // a copy of a fixture folder whose config.json has `from` replaced by `to`
@@ -483,7 +474,7 @@ static void test_llama(const char *tmp) {
         llama_export_hf(&w, dir, 0, 0);
         llama_free(&w);
         llama_convert_to(dir, back, 0);
-        all = all && same_file(bin, back);
+        all = all && files_equal(bin, back);
     }
     check("file -> folder -> file, the 3 models", all, "the same bytes");
     char bin[600], b16[600], b16_back[600], dir[600], b16_dir[600];
@@ -498,9 +489,9 @@ static void test_llama(const char *tmp) {
     llama_export_hf(&w, b16_dir, 1, 0);
     llama_free(&w);
     llama_convert_to(b16_dir, b16_back, 1);
-    check("BF16 folder -> version 5 -> BF16 folder -> version 5", from_bf16 && same_file(b16, b16_back), "the same bytes");
+    check("BF16 folder -> version 5 -> BF16 folder -> version 5", from_bf16 && files_equal(b16, b16_back), "the same bytes");
     llama_convert_to(b16, b16_back, 0);
-    check("... and version 5 widened to version 3 is the fp32 file", same_file(b16_back, bin), "");
+    check("... and version 5 widened to version 3 is the fp32 file", files_equal(b16_back, bin), "");
     (void)dir;
 
     // config.json: every setting that changes the computation is read, or refused
