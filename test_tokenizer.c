@@ -129,7 +129,7 @@ static void test_pretokenizer(void) {
         size_t n = strlen(pc->text), i = 0, k = 0;
         int ok = 1;
         while (i < n && ok) {
-            size_t end = pretoken_end(text, n, i);
+            size_t end = pretoken_end_gpt2(text, n, i);
             const char *want = pc->pieces[k++];
             ok = want != NULL && strlen(want) == end - i && memcmp(want, text + i, end - i) == 0;
             i = end;
@@ -138,7 +138,7 @@ static void test_pretokenizer(void) {
         if (!ok) {
             printf("  pre-tokenizer case "); print_escaped(text, n); printf(" gives:");
             for (size_t j = 0; j < n;) {
-                size_t end = pretoken_end(text, n, j);
+                size_t end = pretoken_end_gpt2(text, n, j);
                 putchar(' '); print_escaped(text + j, end - j);
                 j = end;
             }
@@ -401,6 +401,111 @@ static void test_api_errors(Tokenizer *t) {
     report("token: id 50257 gives NULL", tokenizer_token(t, 50257, &len) == NULL && len == 0);
 }
 
+// ----------------------------------------------------------------------------
+// the Llama family's tokenizers: our tokenizer files (./convert) against Hugging Face's
+
+// the same FNV-1a 64 the reference hashes the ids with (as int32, little endian)
+static uint64_t ids_hash(const int32_t *ids, size_t n) {
+    uint64_t h = 14695981039346656037ull;
+    for (size_t i = 0; i < n; i++) {
+        for (int b = 0; b < 4; b++) { h = (h ^ (((uint32_t)ids[i] >> (8 * b)) & 0xFF)) * 1099511628211ull; }
+    }
+    return h;
+}
+
+// Compares ids[0..n) with the fixture line "<label> <count> <hash> <ids...>" (no ids: only
+// count and hash); on a mismatch prints the first difference.
+static void check_line(const char *name, const char *fixture, const char *label, const int32_t *ids, size_t n) {
+    size_t len;
+    char *text = (char *)read_fixture(fixture, &len);
+    char head[64];
+    snprintf(head, sizeof(head), "\n%s ", label);
+    char *at = strncmp(text, head + 1, strlen(head + 1)) == 0 ? text : strstr(text, head);
+    if (at == NULL) { die_file(fixture, "regenerate: python dev/reference/bpe_tokenizer_reference.py", "no line '%s'", label); }
+    at += at == text ? strlen(head + 1) : strlen(head);
+    char *end;
+    size_t count = strtoul(at, &end, 10);
+    uint64_t hash = strtoull(end, &end, 16);
+    int ok = count == n && hash == ids_hash(ids, n);
+    if (!ok) {
+        printf("  %s: %zu tokens, hash %016llx; the reference: %zu, %016llx\n", label, n, (unsigned long long)ids_hash(ids, n),
+               count, (unsigned long long)hash);
+        for (size_t i = 0; i < count && *end == ' '; i++) {
+            long want = strtol(end, &end, 10);
+            if (i >= n || ids[i] != want) {
+                printf("  first difference at token %zu: ours %d, the reference's %ld\n", i, i < n ? ids[i] : -1, want);
+                break;
+            }
+        }
+    }
+    free(text);
+    char title[128];
+    snprintf(title, sizeof(title), "%s: %s", name, label);
+    report(title, ok);
+}
+
+// The question and system message the reference's chats use
+#define CHAT_QUESTION "What is the ISO 3166 two-letter code of Germany?  Answer in 2 words. "
+#define CHAT_SYSTEM "You answer briefly.\n"
+// ... and what follows the special tokens in the "specials" line: digit groups, a word that
+// is a token no merge makes (in the Llama 3 fixture), runs of white space with lone CRs
+#define CHAT_TAIL "'S 12345 a  1\r\n zyzzyva 2024 31415926 a\r\r  b\r \r\n"
+
+static void test_model_tokenizer(const char *name, const char *path, const char *fixture, const uint8_t *stress, size_t stress_len,
+                                 const uint8_t *shakespeare, size_t shakespeare_len) {
+    Tokenizer t;
+    tokenizer_init(&t, path);
+    size_t cap = shakespeare_len + 1024;
+    int32_t *ids = (int32_t *)mallocCheck(cap * sizeof(int32_t));
+    size_t n = tokenizer_encode(&t, stress, stress_len, 1, ids);
+    check_line(name, fixture, "utf8_stress", ids, n);
+    n = tokenizer_encode(&t, shakespeare, shakespeare_len, 1, ids);
+    check_line(name, fixture, "tiny_shakespeare", ids, n);
+    // every special token of the vocabulary (the first six), and near misses
+    char chat[2048] = "";
+    for (int k = 0; k < t.num_specials && k < 6; k++) {
+        size_t len;
+        int id = -1;
+        for (int i = 0, seen = 0; i < t.vocab_size; i++) { // (in id order, as the reference lists them)
+            if (t.special[i] && seen++ == k) { id = i; }
+        }
+        const char *s = (const char *)tokenizer_token(&t, id, &len);
+        snprintf(chat + strlen(chat), sizeof(chat) - strlen(chat), "%.*sx %.*s%.*s\n", (int)len, s, (int)len, s, (int)len, s);
+    }
+    size_t first_len, last_len;
+    int first = -1, last = -1;
+    for (int i = 0; i < t.vocab_size; i++) {
+        if (t.special[i]) { last = i; first = first < 0 ? i : first; }
+    }
+    const char *a = (const char *)tokenizer_token(&t, first, &first_len), *b = (const char *)tokenizer_token(&t, last, &last_len);
+    snprintf(chat + strlen(chat), sizeof(chat) - strlen(chat), "<|%.*s %.*s> " CHAT_TAIL, (int)first_len - 2, a + 2,
+             (int)last_len - 1, b);
+    n = tokenizer_encode(&t, (const uint8_t *)chat, strlen(chat), 1, ids);
+    check_line(name, fixture, "specials", ids, n);
+    // a prompt, with the start token where the model's tokenizer adds it
+    n = 0;
+    if (t.add_bos) { ids[n++] = t.bos_token; }
+    n += tokenizer_encode(&t, (const uint8_t *)CHAT_QUESTION, strlen(CHAT_QUESTION), 1, ids + n);
+    check_line(name, fixture, "prompt", ids, n);
+    // the chat template, as transformers' apply_chat_template lays it out
+    for (int with_system = 0; with_system < 2; with_system++) {
+        char *prompt = tokenizer_chat_prompt(&t, with_system ? CHAT_SYSTEM : NULL, CHAT_QUESTION);
+        n = prompt == NULL ? 0 : tokenizer_encode(&t, (const uint8_t *)prompt, strlen(prompt), 1, ids);
+        check_line(name, fixture, with_system ? "chat_system" : "chat", ids, n);
+        free(prompt);
+    }
+    // and back: decoding gives the text again
+    n = tokenizer_encode(&t, stress, stress_len, 1, ids);
+    uint8_t *back = (uint8_t *)mallocCheck(8 * stress_len + 64);
+    size_t back_len = tokenizer_decode(&t, ids, n, back, 8 * stress_len + 64);
+    char title[128];
+    snprintf(title, sizeof(title), "%s: decode(encode(stress text)) is the text", name);
+    report(title, back_len == stress_len && memcmp(back, stress, stress_len) == 0);
+    free(back);
+    free(ids);
+    tokenizer_free(&t);
+}
+
 int main(void) {
     Tokenizer t;
     tokenizer_init(&t, GPT2_DIR);
@@ -422,6 +527,11 @@ int main(void) {
     test_random_bytes(&t);
     test_api_errors(&t);
     test_written_files();
+    // the Llama family's (made by make test: ./convert from the fixtures, and make smollm2)
+    test_model_tokenizer("SmolLM2", "data/smollm2/SmolLM2-135M-Instruct_tokenizer.bin", FIXTURES "bpe_smollm2.txt", stress,
+                         stress_len, shakespeare, shakespeare_len);
+    test_model_tokenizer("Llama 3 rule", "build/tok_llama3_tokenizer.bin", FIXTURES "bpe_llama3.txt", stress, stress_len,
+                         shakespeare, shakespeare_len);
 
     free(stress);
     free(shakespeare);

@@ -15,6 +15,20 @@ How GPT-2 tokenizes, in three steps:
   3. Special tokens: only <|endoftext|> (id 50256), and only when asked (-s); otherwise that
      text is ordinary text, like tiktoken's encode_ordinary.
 
+The same code tokenizes for the Llama family (infer.c carries a copy), from a tokenizer file
+that ./convert writes out of a GGUF file or a Hugging Face tokenizer.json (the layout is at
+tokenizer_load_file). What differs from GPT-2, all of it data in that file:
+  - the pre-tokenizer rule: SmolLM2 cuts out every digit first; Llama 3 and Qwen2 use a
+    regex of their own (pretoken_end_llama3);
+  - the merges: Hugging Face's BPE merges only the pairs its merge list names, in the list's
+    order, where tiktoken merges any two parts whose join is a token, in id order; the two
+    agree on GPT-2's vocabulary, not on every vocabulary (bpe_merge does either);
+  - many special tokens (<|im_start|>, <|eot_id|>, ...), a start token that Llama 3 puts in
+    front of every prompt, and a chat template (tokenizer_chat_prompt).
+test_tokenizer.c checks them against Hugging Face's tokenizers library running each model's
+own definition (dev/reference/bpe_tokenizer_reference.py). Not done: Qwen2's NFC
+normalization (text already in NFC, most text, gives the same tokens), SentencePiece models.
+
 What we leave out: training a BPE, other encodings (cl100k, o200k), and input that is
 not valid UTF-8 in tiktoken's sense. tiktoken cannot take such input at all; we treat every
 byte that does not start a valid UTF-8 character as one "other symbol" character (class
@@ -564,11 +578,19 @@ int json_double(const Json *j, int index, double *out) {
 // --- end shared-copy: json ---
 
 // --- begin shared-copy: bpe-tokenizer-api ---
-// Limits of what we accept: GPT-2's longest token is 128 bytes and the file format stores
-// each token's length in one byte.
+// Limits of what we accept: GPT-2's longest token is 128 bytes and its files (and
+// tokenizer.bin) store each token's length in one byte; the tokenizer file, in two.
 #define MAX_TOKEN_BYTES 255
+#define MAX_FILE_TOKEN_BYTES 65535
 #define SPECIAL_TEXT "<|endoftext|>"
 #define SPECIAL_LEN 13
+#define TOKENIZER_FILE_MAGIC 20241201 // ./convert's tokenizer file (layout at tokenizer_load_file)
+
+// How a text is cut into pieces before BPE: each model family has its own rule.
+enum { PRE_GPT2, PRE_SMOLLM, PRE_LLAMA3, PRE_QWEN2, PRE_NUM };
+// How a chat is laid out in text (infer's -a 1): GPT-2 and our models have none (infer uses
+// the Alpaca instruction template), SmolLM2 and Qwen2.5 use ChatML, Llama 3 its headers.
+enum { CHAT_NONE, CHAT_CHATML, CHAT_LLAMA3, CHAT_NUM };
 
 // Pieces we have already run through BPE, so that each distinct word is merged only once.
 // Fixed capacity: once full we stop adding (every piece still encodes, just without the
@@ -586,14 +608,32 @@ typedef struct {
 } CacheSlot;
 
 typedef struct Tokenizer {
-    int vocab_size;          // V: 256 single bytes + the merges + <|endoftext|> (50257)
-    int eot_token;           // id of <|endoftext|> (50256), the last id
-    int num_mergeable;       // ids below this are BPE tokens, the rest are special
+    int vocab_size;          // V (GPT-2: 256 single bytes + 50000 merges + <|endoftext|> = 50257)
+    int num_merges;          // GPT-2: 50000
+    int eot_token;           // where a document or a reply ends: GPT-2's <|endoftext|> (50256),
+                             // SmolLM2's <|im_end|>, Llama 3's <|eot_id|>; generation stops there
+    int bos_token;           // the start token; -1: none (GPT-2 starts from <|endoftext|>)
+    int add_bos;             // 1: a prompt starts with bos_token (Llama 3), as its tokenizer does
+    int unk_token;           // stands for a byte that has no token; -1: such a byte is dropped
+    int pre;                 // PRE_*: the pre-tokenizer's rule
+    int chat;                // CHAT_*: the chat template
+    int ignore_merges;       // 1: a piece that is a token is taken whole, without merging
+    char *system;            // the chat template's default system message ("": none)
+    uint8_t *special;        // (V,) 1 for a special token: <|endoftext|>, <|im_start|>, ...
+    int32_t *specials;       // the special tokens' ids, longest text first
+    int num_specials;
+    uint8_t special_start[256]; // 1 for a byte that some special token's text starts with
     uint8_t *token_bytes;    // every token's raw bytes, back to back
     uint32_t *token_offset;  // (V+1,) token i is token_bytes[token_offset[i] .. token_offset[i+1])
-    size_t max_token_len;    // bytes of the longest mergeable token
-    int32_t *rank_table;     // open addressing: byte string -> id of a mergeable token, -1 = empty
+    size_t max_token_len;    // bytes of the longest ordinary token
+    int32_t *rank_table;     // open addressing: byte string -> id of an ordinary token, -1 = empty
     size_t rank_mask;        // number of slots - 1
+    int32_t byte_token[256]; // the id of each single byte's token, -1: none
+    // The merges, Hugging Face's rule: (left id, right id) -> the merge's rank and the id it
+    // makes. NULL for GPT-2's files, which follow tiktoken's rule instead (see bpe_merge).
+    uint64_t *merge_key;     // (left << 32 | right), or MERGE_EMPTY
+    int32_t *merge_rank, *merge_result;
+    size_t merge_mask;
     CacheSlot *cache;        // (CACHE_SLOTS,)
     uint8_t *cache_keys;     // (CACHE_KEY_ARENA,)
     int32_t *cache_tokens;   // (CACHE_TOKEN_ARENA,)
@@ -601,11 +641,13 @@ typedef struct Tokenizer {
 } Tokenizer;
 
 // the tokenizer's interface (the code follows)
-void tokenizer_init(Tokenizer *t, const char *dir);
+void tokenizer_init(Tokenizer *t, const char *path); // GPT-2's folder, or a tokenizer file
 void tokenizer_free(Tokenizer *t);
 size_t tokenizer_encode(Tokenizer *t, const uint8_t *text, size_t len, int allow_special, int32_t *out);
 size_t tokenizer_decode(const Tokenizer *t, const int32_t *ids, size_t n, uint8_t *out, size_t cap);
 const uint8_t *tokenizer_token(const Tokenizer *t, int id, size_t *len);
+int tokenizer_find(const Tokenizer *t, const char *text); // the id whose bytes are text, or -1
+char *tokenizer_chat_prompt(const Tokenizer *t, const char *system, const char *user);
 // --- end shared-copy: bpe-tokenizer-api ---
 // --- begin shared-copy: bpe-tokenizer ---
 // ----------------------------------------------------------------------------
@@ -643,6 +685,7 @@ static int codepoint_class(uint32_t cp) {
     return CHAR_OTHER;
 }
 
+// --- begin shared-copy: utf8-decode ---
 // Decodes the UTF-8 character at s[0..n), n >= 1. Returns its length in bytes (1 to 4), or 0
 // if s does not start a valid character: a stray continuation byte, a truncated sequence, an
 // overlong encoding, a surrogate or a code point above U+10FFFF (what Rust's str rejects).
@@ -663,6 +706,7 @@ static size_t utf8_decode(const uint8_t *s, size_t n, uint32_t *cp) {
     if (*cp < min || *cp > 0x10FFFF || (*cp >= 0xD800 && *cp <= 0xDFFF)) { return 0; }
     return len;
 }
+// --- end shared-copy: utf8-decode ---
 
 // The class and byte length of the character at s[0..n), n >= 1. A byte that does not start
 // a valid character counts as a one-byte OTHER character (see the file header).
@@ -675,14 +719,14 @@ static size_t next_char(const uint8_t *s, size_t n, int *cls) {
 }
 
 // ----------------------------------------------------------------------------
-// pre-tokenizer: GPT-2's regex, by hand
+// pre-tokenizers: each family's regex, by hand
 
 // Returns where the piece that starts at text[i] ends (exclusive), i < n. tiktoken runs the
 // regex with find_iter: at each position the alternatives are tried left to right and the
 // first that matches wins, and since every character is a letter, number, space or other,
 // some alternative always matches, so the pieces tile the text with no gaps. We go through
 // the alternatives in the same order.
-static size_t pretoken_end(const uint8_t *text, size_t n, size_t i) {
+static size_t pretoken_end_gpt2(const uint8_t *text, size_t n, size_t i) {
     // 's 't 're 've 'm 'll 'd: ASCII apostrophe and lower case only, exactly as GPT-2 did.
     // They win over everything else, so "'sand" is "'s" + "and".
     if (text[i] == '\'' && i + 1 < n) {
@@ -730,9 +774,83 @@ static size_t pretoken_end(const uint8_t *text, size_t n, size_t i) {
     return j;
 }
 
+// the class of the character at text[j], j < n
+static int class_at(const uint8_t *text, size_t n, size_t j) {
+    int cls;
+    next_char(text + j, n - j, &cls);
+    return cls;
+}
+
+// Llama 3's rule (Qwen2's with max_digits 1), the regex of their tokenizer.json:
+//   (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
+// What changed from GPT-2's: contractions in any case; a word takes one character in front
+// of it that is not a letter, number or line break (so "(hello" and "\tb" are pieces, not
+// only " hello"); numbers in groups of at most three digits (Qwen2: one); punctuation takes
+// the line breaks after it; a run of white space that holds line breaks ends after its last.
+static size_t pretoken_end_llama3(const uint8_t *text, size_t n, size_t i, int max_digits) {
+    if (text[i] == '\'' && i + 1 < n) { // | 0x20 lower-cases an ASCII letter
+        uint8_t c = text[i + 1] | 0x20;
+        if (c == 's' || c == 't' || c == 'm' || c == 'd') { return i + 2; }
+        if (i + 2 < n) {
+            uint8_t d = text[i + 2] | 0x20;
+            if ((c == 'r' && d == 'e') || (c == 'v' && d == 'e') || (c == 'l' && d == 'l')) { return i + 3; }
+        }
+    }
+    int cls;
+    size_t j = i + next_char(text + i, n - i, &cls);
+    // [^\r\n\p{L}\p{N}]?\p{L}+: letters, perhaps after one character that is none of those
+    int lead = cls != CHAR_LETTER && cls != CHAR_NUMBER && text[i] != '\r' && text[i] != '\n';
+    if (cls == CHAR_LETTER || (lead && j < n && class_at(text, n, j) == CHAR_LETTER)) {
+        while (j < n) {
+            int c;
+            size_t len = next_char(text + j, n - j, &c);
+            if (c != CHAR_LETTER) { break; }
+            j += len;
+        }
+        return j;
+    }
+    if (cls == CHAR_NUMBER) { // \p{N}{1,3}
+        for (int digits = 1; digits < max_digits && j < n; digits++) {
+            int c;
+            size_t len = next_char(text + j, n - j, &c);
+            if (c != CHAR_NUMBER) { break; }
+            j += len;
+        }
+        return j;
+    }
+    // ' ?[^\s\p{L}\p{N}]+[\r\n]*': punctuation, perhaps after a space, then any line breaks
+    size_t k = text[i] == ' ' && j < n && class_at(text, n, j) == CHAR_OTHER ? j : i;
+    if (class_at(text, n, k) == CHAR_OTHER) {
+        while (k < n) {
+            int c;
+            size_t len = next_char(text + k, n - k, &c);
+            if (c != CHAR_OTHER) { break; }
+            k += len;
+        }
+        while (k < n && (text[k] == '\r' || text[k] == '\n')) { k++; }
+        return k;
+    }
+    // white space from here. '\s*[\r\n]+': if the run holds line breaks, it ends after the last
+    size_t last_start = i, after_break = 0;
+    for (j = i; j < n;) {
+        int c;
+        size_t len = next_char(text + j, n - j, &c);
+        if (c != CHAR_SPACE) { break; }
+        if (text[j] == '\r' || text[j] == '\n') { after_break = j + 1; }
+        last_start = j;
+        j += len;
+    }
+    if (after_break > 0) { return after_break; }
+    // '\s+(?!\S)' and '\s+', as in GPT-2's rule
+    if (j == n) { return n; }
+    if (last_start > i) { return last_start; }
+    return j;
+}
+
 // ----------------------------------------------------------------------------
 // the vocabulary: encoder.json, vocab.bpe and a hash table over token bytes
 
+// --- begin shared-copy: byte-alphabet ---
 // GPT-2 stores tokens as text in which every raw byte is replaced by a printable character
 // (bytes_to_unicode in GPT-2's encoder.py): the 188 bytes that are already printable and not
 // a space ('!'..'~', U+00A1..U+00AC, U+00AE..U+00FF) stand for themselves, and the other 68
@@ -766,6 +884,7 @@ static void byte_alphabet_init(ByteAlphabet *a) {
         }
     }
 }
+// --- end shared-copy: byte-alphabet ---
 
 #define ENCODER_JSON_HINT "encoder.json must be GPT-2's original file; -g names the folder holding it"
 
@@ -787,8 +906,8 @@ const uint8_t *tokenizer_token(const Tokenizer *t, int id, size_t *len) {
     return t->token_bytes + t->token_offset[id];
 }
 
-// The rank of a byte string: its token id if it is a mergeable token, else -1.
-// Most of the encoding time goes here.
+// The id of the ordinary token whose bytes are s[0..n), else -1: under tiktoken's rule, the
+// string's rank. Most of the encoding time goes here.
 static int tokenizer_rank(const Tokenizer *t, const uint8_t *s, size_t n) {
     if (n > t->max_token_len) { return -1; }
     size_t slot = (size_t)hash_bytes(s, n) & t->rank_mask;
@@ -919,7 +1038,7 @@ static void check_vocab_bpe(Tokenizer *t, const char *path, const ByteAlphabet *
         pos = end;
     }
     free(s);
-    t->num_mergeable = next_id;
+    t->num_merges = next_id - 256;
     // the only token that is not a merge must be <|endoftext|>, right after the merges
     size_t eot_len;
     const uint8_t *eot = tokenizer_token(t, next_id, &eot_len);
@@ -931,15 +1050,13 @@ static void check_vocab_bpe(Tokenizer *t, const char *path, const ByteAlphabet *
     t->eot_token = next_id;
 }
 
-// Loads GPT-2's vocabulary from dir/encoder.json and dir/vocab.bpe. Exits with a message
-// naming the file on any problem.
-void tokenizer_init(Tokenizer *t, const char *dir) {
+// Loads GPT-2's vocabulary from dir/encoder.json and dir/vocab.bpe.
+static void tokenizer_load_gpt2(Tokenizer *t, const char *dir) {
     char encoder_path[MAX_PATH_LEN], vocab_path[MAX_PATH_LEN];
     path_concat(encoder_path, dir, "/encoder.json");
     path_concat(vocab_path, dir, "/vocab.bpe");
     ByteAlphabet alphabet;
     byte_alphabet_init(&alphabet);
-    memset(t, 0, sizeof(*t));
     load_encoder_json(t, encoder_path, &alphabet);
     const char *hint = ENCODER_JSON_HINT;
     if (t->vocab_size < 257) {
@@ -954,24 +1071,167 @@ void tokenizer_init(Tokenizer *t, const char *dir) {
         }
     }
     check_vocab_bpe(t, vocab_path, &alphabet);
+    t->special = (uint8_t *)mallocCheck((size_t)t->vocab_size);
+    memset(t->special, 0, (size_t)t->vocab_size);
+    t->special[t->eot_token] = 1;
+    t->bos_token = t->unk_token = -1;
+    t->pre = PRE_GPT2;
+    t->chat = CHAT_NONE;
+    t->ignore_merges = 1; // tiktoken looks a piece up whole first
+    t->system = (char *)mallocCheck(1);
+    t->system[0] = '\0';
+}
 
-    // the rank table: a power of two at least twice the mergeable tokens keeps probes short
+static uint32_t tok_le32(const uint8_t *p) {
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+#define MERGE_EMPTY UINT64_MAX
+static size_t merge_slot(uint64_t key, size_t mask) { return (size_t)((key * 0x9E3779B97F4A7C15ull) >> 20) & mask; }
+
+// The tokenizer file ./convert writes from a GGUF file or a Hugging Face tokenizer.json
+// (little endian):
+//   header: 256 x int32 [TOKENIZER_FILE_MAGIC, version 1, V tokens, M merges, pre-tokenizer (PRE_*),
+//           chat template (CHAT_*), bos, eos (where generation stops), unk (-1: none), flags
+//           (bit 0: ignore_merges, bit 1: add bos to a prompt), bytes of the default system
+//           message, 0...]
+//   V tokens, id order: uint8 kind (0 ordinary, 1 special), uint16 length, the raw bytes
+//   M merges, rank order: int32 left id, int32 right id (they make the token of their bytes joined)
+//   the default system message's bytes
+// Special tokens are the ones the text may name (<|im_start|>); ordinary ones are what BPE makes.
+static void tokenizer_load_file(Tokenizer *t, const char *path) {
+    const char *hint = "a tokenizer file is written by ./convert (next to the model file, as NAME_tokenizer.bin)";
+    size_t len;
+    uint8_t *s = read_whole_file(path, &len, hint);
+    if (len < 1024) { die_file(path, hint, "%zu bytes: too short for the 1024-byte header", len); }
+    int32_t h[16];
+    for (int i = 0; i < 16; i++) { h[i] = (int32_t)tok_le32(s + 4 * i); }
+    if (h[0] == 20240328) {
+        die_file(path, hint, "an llm.c tokenizer.bin, which only decodes; give GPT-2's folder (encoder.json, "
+                 "vocab.bpe) or a tokenizer file of ./convert");
+    }
+    if (h[0] != TOKENIZER_FILE_MAGIC) { die_file(path, hint, "bad magic %d (expected %d)", h[0], TOKENIZER_FILE_MAGIC); }
+    if (h[1] != 1) { die_file(path, hint, "version %d (we read version 1)", h[1]); }
+    int V = h[2], M = h[3];
+    if (V < 1 || (size_t)V > (len - 1024) / 3 || M < 0 || M > V) { die_file(path, hint, "%d tokens and %d merges do not fit its %zu bytes", V, M, len); }
+    if (h[4] < 0 || h[4] >= PRE_NUM || h[5] < 0 || h[5] >= CHAT_NUM) { die_file(path, hint, "unknown pre-tokenizer %d or chat template %d", h[4], h[5]); }
+    for (int i = 6; i <= 8; i++) {
+        if (h[i] < -1 || h[i] >= V) { die_file(path, hint, "header field %d: token %d outside the vocabulary of %d", i, h[i], V); }
+    }
+    if ((h[9] & ~3) != 0 || h[10] < 0 || h[7] < 0) { die_file(path, hint, "bad flags %d, system message length %d or end token %d", h[9], h[10], h[7]); }
+    t->vocab_size = V;
+    t->num_merges = M;
+    t->pre = h[4];
+    t->chat = h[5];
+    t->bos_token = h[6];
+    t->eot_token = h[7];
+    t->unk_token = h[8];
+    t->ignore_merges = h[9] & 1;
+    t->add_bos = (h[9] >> 1) & 1;
+    if (t->add_bos && t->bos_token < 0) { die_file(path, hint, "adds a start token, but has none"); }
+    // the tokens
+    t->special = (uint8_t *)mallocCheck((size_t)V);
+    t->token_offset = (uint32_t *)mallocCheck(((size_t)V + 1) * sizeof(uint32_t));
+    t->token_bytes = (uint8_t *)mallocCheck(len);
+    size_t at = 1024, used = 0;
+    for (int id = 0; id < V; id++) {
+        if (len - at < 3) { die_file(path, hint, "the file ends inside token %d", id); }
+        size_t n = (size_t)s[at + 1] | (size_t)s[at + 2] << 8;
+        if (s[at] > 1 || n == 0 || n > len - at - 3) { die_file(path, hint, "token %d: kind %d, %zu bytes: malformed or cut off", id, s[at], n); }
+        t->special[id] = s[at];
+        t->token_offset[id] = (uint32_t)used;
+        memcpy(t->token_bytes + used, s + at + 3, n);
+        used += n;
+        at += 3 + n;
+    }
+    t->token_offset[V] = (uint32_t)used;
+    // the merges (checked, and the token each makes found, in tokenizer_index)
+    if ((len - at) / 8 < (size_t)M) { die_file(path, hint, "the file ends inside the merges"); }
+    t->merge_key = (uint64_t *)mallocCheck((size_t)M * sizeof(uint64_t)); // in rank order for now
+    for (int m = 0; m < M; m++, at += 8) {
+        int32_t left = (int32_t)tok_le32(s + at), right = (int32_t)tok_le32(s + at + 4);
+        if (left < 0 || left >= V || right < 0 || right >= V) { die_file(path, hint, "merge %d: token %d or %d outside the vocabulary", m, left, right); }
+        t->merge_key[m] = (uint64_t)left << 32 | (uint64_t)right;
+    }
+    if (len - at != (size_t)h[10]) { die_file(path, hint, "%zu bytes after the merges, but a system message of %d", len - at, h[10]); }
+    t->system = (char *)mallocCheck((size_t)h[10] + 1);
+    memcpy(t->system, s + at, (size_t)h[10]);
+    t->system[h[10]] = '\0';
+    free(s);
+}
+
+// The lookup tables over a loaded vocabulary: byte strings -> ordinary tokens, single bytes,
+// the special tokens, the merges, and the empty piece cache.
+static void tokenizer_index(Tokenizer *t, const char *path) {
+    const char *hint = "the tokenizer's vocabulary must be what its model was trained with";
+    // the rank table: a power of two at least twice the tokens keeps probes short
     size_t slots = 1;
-    while (slots < 2 * (size_t)t->num_mergeable) { slots *= 2; }
+    while (slots < 2 * (size_t)t->vocab_size) { slots *= 2; }
     t->rank_table = (int32_t *)mallocCheck(slots * sizeof(int32_t));
     t->rank_mask = slots - 1;
     for (size_t i = 0; i < slots; i++) { t->rank_table[i] = -1; }
     t->max_token_len = 0;
-    for (int id = 0; id < t->num_mergeable; id++) {
+    for (int b = 0; b < 256; b++) { t->byte_token[b] = -1; }
+    memset(t->special_start, 0, sizeof(t->special_start));
+    t->specials = (int32_t *)mallocCheck((size_t)t->vocab_size * sizeof(int32_t));
+    t->num_specials = 0;
+    for (int id = 0; id < t->vocab_size; id++) {
         size_t len;
         const uint8_t *tok = tokenizer_token(t, id, &len);
-        if (tokenizer_rank(t, tok, len) >= 0) { die_file(encoder_path, hint, "token %d's bytes appear twice", id); }
+        if (t->special[id]) {
+            t->specials[t->num_specials++] = id;
+            t->special_start[tok[0]] = 1;
+            continue;
+        }
+        if (tokenizer_rank(t, tok, len) >= 0) { die_file(path, hint, "token %d's bytes appear twice", id); }
         size_t slot = (size_t)hash_bytes(tok, len) & t->rank_mask;
         while (t->rank_table[slot] >= 0) { slot = (slot + 1) & t->rank_mask; }
         t->rank_table[slot] = id;
         // tokenizer_rank rejects strings longer than the longest token before hashing, so
         // max_token_len must grow as we insert (the duplicate check above relies on it)
         if (len > t->max_token_len) { t->max_token_len = len; }
+        if (len == 1) { t->byte_token[tok[0]] = id; }
+    }
+    // special tokens, longest first: where two start at the same place, the longer wins
+    for (int i = 1; i < t->num_specials; i++) { // insertion sort: there are few
+        int32_t id = t->specials[i];
+        size_t len, other;
+        tokenizer_token(t, id, &len);
+        int k = i;
+        while (k > 0 && (tokenizer_token(t, t->specials[k - 1], &other), other < len)) { t->specials[k] = t->specials[k - 1]; k--; }
+        t->specials[k] = id;
+    }
+    // the merges: (left, right) -> rank and result; a pair listed twice keeps its last rank,
+    // as in Hugging Face's BPE (its merge map is built by inserting the list in order)
+    if (t->merge_key != NULL) {
+        uint64_t *list = t->merge_key;
+        size_t mslots = 1;
+        while (mslots < 2 * (size_t)t->num_merges + 2) { mslots *= 2; }
+        t->merge_key = (uint64_t *)mallocCheck(mslots * sizeof(uint64_t));
+        t->merge_rank = (int32_t *)mallocCheck(mslots * sizeof(int32_t));
+        t->merge_result = (int32_t *)mallocCheck(mslots * sizeof(int32_t));
+        t->merge_mask = mslots - 1;
+        for (size_t i = 0; i < mslots; i++) { t->merge_key[i] = MERGE_EMPTY; }
+        uint8_t *joined = (uint8_t *)mallocCheck(2 * (t->max_token_len + 1));
+        for (int m = 0; m < t->num_merges; m++) {
+            int left = (int)(list[m] >> 32), right = (int)(list[m] & 0xFFFFFFFFu);
+            size_t n1, n2;
+            const uint8_t *a = tokenizer_token(t, left, &n1), *b = tokenizer_token(t, right, &n2);
+            int result = -1;
+            if (!t->special[left] && !t->special[right]) {
+                memcpy(joined, a, n1);
+                memcpy(joined + n1, b, n2);
+                result = tokenizer_rank(t, joined, n1 + n2);
+            }
+            if (result < 0) { die_file(path, hint, "merge %d (tokens %d and %d) does not make a token", m, left, right); }
+            size_t slot = merge_slot(list[m], t->merge_mask);
+            while (t->merge_key[slot] != MERGE_EMPTY && t->merge_key[slot] != list[m]) { slot = (slot + 1) & t->merge_mask; }
+            t->merge_key[slot] = list[m];
+            t->merge_rank[slot] = m;
+            t->merge_result[slot] = result;
+        }
+        free(joined);
+        free(list);
     }
     t->cache = (CacheSlot *)mallocCheck(CACHE_SLOTS * sizeof(CacheSlot));
     memset(t->cache, 0, CACHE_SLOTS * sizeof(CacheSlot));
@@ -980,39 +1240,148 @@ void tokenizer_init(Tokenizer *t, const char *dir) {
     t->cache_entries = t->cache_key_used = t->cache_token_used = 0;
 }
 
+// Loads a tokenizer: from a file, the tokenizer file of ./convert; from a folder, GPT-2's
+// encoder.json and vocab.bpe. Exits with a message naming the file on any problem.
+void tokenizer_init(Tokenizer *t, const char *path) {
+    memset(t, 0, sizeof(*t));
+    struct stat st;
+    int file = stat(path, &st) == 0 && !S_ISDIR(st.st_mode); // else a folder (or nothing: then
+    if (file) { tokenizer_load_file(t, path); }              // the message names encoder.json)
+    else { tokenizer_load_gpt2(t, path); }
+    tokenizer_index(t, path);
+}
+
 void tokenizer_free(Tokenizer *t) {
-    free(t->token_bytes); free(t->token_offset); free(t->rank_table);
+    free(t->token_bytes); free(t->token_offset); free(t->rank_table); free(t->special); free(t->specials);
+    free(t->system); free(t->merge_key); free(t->merge_rank); free(t->merge_result);
     free(t->cache); free(t->cache_keys); free(t->cache_tokens);
     memset(t, 0, sizeof(*t));
+}
+
+// The id of the token whose bytes are text (special or not), or -1.
+int tokenizer_find(const Tokenizer *t, const char *text) {
+    size_t n = strlen(text);
+    for (int i = 0; i < t->num_specials; i++) {
+        size_t len;
+        const uint8_t *tok = tokenizer_token(t, t->specials[i], &len);
+        if (len == n && memcmp(tok, text, n) == 0) { return t->specials[i]; }
+    }
+    return tokenizer_rank(t, (const uint8_t *)text, n);
+}
+
+// A growing string for the chat templates
+typedef struct { char *s; size_t len, cap; } ChatText;
+static void chat_put(ChatText *c, const char *text, size_t n) {
+    if (c->len + n + 1 > c->cap) {
+        c->cap = 2 * (c->len + n + 1);
+        c->s = (char *)realloc(c->s, c->cap);
+        if (c->s == NULL) { fprintf(stderr, "Error: out of memory for a chat prompt\n"); exit(EXIT_FAILURE); }
+    }
+    memcpy(c->s + c->len, text, n);
+    c->len += n;
+    c->s[c->len] = '\0';
+}
+static void chat_puts(ChatText *c, const char *text) { chat_put(c, text, strlen(text)); }
+
+// Llama 3's template trims each message (Jinja's trim; here ASCII white space)
+static void chat_put_trimmed(ChatText *c, const char *text) {
+    size_t n = strlen(text);
+    while (n > 0 && strchr(" \t\n\r\v\f", text[n - 1]) != NULL) { n--; }
+    while (n > 0 && strchr(" \t\n\r\v\f", text[0]) != NULL) { text++; n--; }
+    chat_put(c, text, n);
+}
+
+// One user message (and a system message, or NULL for the template's default) laid out as
+// the model's chat template does with add_generation_prompt, ending where the assistant's
+// reply begins; the special tokens are written as their text, for tokenizer_encode with
+// allow_special. NULL for a tokenizer without a template. Free the result.
+//   ChatML (SmolLM2, Qwen2.5): [<|im_start|>system\n{system}<|im_end|>\n]
+//                              <|im_start|>user\n{user}<|im_end|>\n<|im_start|>assistant\n
+//   Llama 3: <|begin_of_text|>[<|start_header_id|>system<|end_header_id|>\n\n{system}<|eot_id|>]
+//            <|start_header_id|>user<|end_header_id|>\n\n{user}<|eot_id|>
+//            <|start_header_id|>assistant<|end_header_id|>\n\n
+// Where these come from: SmolLM2's and Qwen2.5's Jinja templates write a default system turn
+// when the chat has none (./convert keeps its text in t->system); Meta-Llama-3-Instruct's has
+// none. (Llama 3.1 and later templates always add a system turn with "Cutting Knowledge
+// Date" lines; we do not.)
+char *tokenizer_chat_prompt(const Tokenizer *t, const char *system, const char *user) {
+    if (t->chat == CHAT_NONE) { return NULL; }
+    ChatText c = {NULL, 0, 0};
+    chat_puts(&c, "");
+    if (system == NULL && t->system[0] != '\0') { system = t->system; }
+    if (t->chat == CHAT_CHATML) {
+        if (system != NULL) { chat_puts(&c, "<|im_start|>system\n"); chat_puts(&c, system); chat_puts(&c, "<|im_end|>\n"); }
+        chat_puts(&c, "<|im_start|>user\n");
+        chat_puts(&c, user);
+        chat_puts(&c, "<|im_end|>\n<|im_start|>assistant\n");
+    } else {
+        size_t n;
+        const uint8_t *bos = tokenizer_token(t, t->bos_token, &n);
+        if (bos != NULL) { chat_put(&c, (const char *)bos, n); }
+        if (system != NULL) {
+            chat_puts(&c, "<|start_header_id|>system<|end_header_id|>\n\n");
+            chat_put_trimmed(&c, system);
+            chat_puts(&c, "<|eot_id|>");
+        }
+        chat_puts(&c, "<|start_header_id|>user<|end_header_id|>\n\n");
+        chat_put_trimmed(&c, user);
+        chat_puts(&c, "<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n");
+    }
+    return c.s;
 }
 
 // ----------------------------------------------------------------------------
 // byte pair encoding of one piece
 
-// the rank of piece[from .. to)
-static int span_rank(const Tokenizer *t, const uint8_t *piece, size_t from, size_t to) {
-    return tokenizer_rank(t, piece + from, to - from);
+// Joining parts k and k+1: returns the rank of that merge (-1: they do not merge) and sets
+// *made to the token it makes. Two rules, which agree on GPT-2's vocabulary:
+//  - tiktoken's (GPT-2's files): any two parts whose bytes joined are a token merge, and that
+//    token's id is the rank;
+//  - Hugging Face's (tokenizer files): only the pairs in the merge list merge, ranked by
+//    their place in it.
+static int pair_rank(const Tokenizer *t, const uint8_t *piece, const size_t *start, const int32_t *id,
+                     size_t k, int32_t *made) {
+    if (t->merge_key == NULL) {
+        *made = tokenizer_rank(t, piece + start[k], start[k + 2] - start[k]);
+        return *made;
+    }
+    uint64_t key = (uint64_t)(uint32_t)id[k] << 32 | (uint32_t)id[k + 1];
+    for (size_t slot = merge_slot(key, t->merge_mask);; slot = (slot + 1) & t->merge_mask) {
+        if (t->merge_key[slot] == MERGE_EMPTY) { return -1; }
+        if (t->merge_key[slot] == key) { *made = t->merge_result[slot]; return t->merge_rank[slot]; }
+    }
 }
 
-// The merge loop, the same algorithm as tiktoken's _byte_pair_merge. The piece is split into
-// parts, part k being piece[start[k] .. start[k+1]); initially every byte is a part.
-// rank[k] is the rank of part k joined with part k+1 (-1: not a token). Each step merges the
-// pair with the lowest rank, the leftmost one on ties, and recomputes the ranks of the two
-// pairs that now contain the merged part. O(n^2) in the piece length, which is fine for words;
-// a piece of many kilobytes (a long run of letters with no space) is slow. TODO: a heap would
-// make that O(n log n), at the cost of the simplicity we want here.
+// The merge loop (tiktoken's _byte_pair_merge; Hugging Face's BPE does the same with a heap).
+// The piece is split into parts, part k being piece[start[k] .. start[k+1]) and token id[k];
+// initially every byte is a part. rank[k] is the rank of joining part k with part k+1 (-1:
+// they do not merge), made[k] what that makes. Each step merges the pair with the lowest
+// rank, the leftmost one on ties, and recomputes the two pairs that now contain the merged
+// part. O(n^2) in the piece length, which is fine for words; a piece of many kilobytes (a
+// long run of letters with no space) is slow. TODO: a heap would make that O(n log n), at
+// the cost of the simplicity we want here.
 static size_t bpe_merge(const Tokenizer *t, const uint8_t *piece, size_t n, int32_t *out) {
     size_t stack_start[CACHE_MAX_PIECE + 2];
-    int stack_rank[CACHE_MAX_PIECE + 2];
+    int32_t stack_id[CACHE_MAX_PIECE + 2], stack_rank[CACHE_MAX_PIECE + 2], stack_made[CACHE_MAX_PIECE + 2];
     size_t *start = stack_start;
-    int *rank = stack_rank;
+    int32_t *id = stack_id, *rank = stack_rank, *made = stack_made;
     if (n > CACHE_MAX_PIECE) {  // only long pieces need the heap
         start = (size_t *)mallocCheck((n + 1) * sizeof(size_t));
-        rank = (int *)mallocCheck((n + 1) * sizeof(int));
+        id = (int32_t *)mallocCheck((n + 1) * sizeof(int32_t));
+        rank = (int32_t *)mallocCheck((n + 1) * sizeof(int32_t));
+        made = (int32_t *)mallocCheck((n + 1) * sizeof(int32_t));
     }
-    size_t parts = n;  // parts live at 0..parts-1, start[parts] == n
-    for (size_t k = 0; k <= n; k++) { start[k] = k; }
-    for (size_t k = 0; k + 1 < parts; k++) { rank[k] = span_rank(t, piece, k, k + 2); }
+    size_t parts = 0;  // parts live at 0..parts-1, start[parts] == n
+    for (size_t k = 0; k < n; k++) {
+        // a byte without a token of its own (SmolLM2 has none for 21 bytes) becomes the
+        // unknown token, or, without one, is dropped, as Hugging Face's BPE does
+        int32_t b = t->byte_token[piece[k]] >= 0 ? t->byte_token[piece[k]] : t->unk_token;
+        if (b < 0) { continue; }
+        start[parts] = k;
+        id[parts++] = b;
+    }
+    start[parts] = n;
+    for (size_t k = 0; k + 1 < parts; k++) { rank[k] = pair_rank(t, piece, start, id, k, &made[k]); }
     while (parts > 1) {
         // find the lowest-ranked pair, leftmost first; most of a cache miss goes here
         size_t best = SIZE_MAX;
@@ -1020,28 +1389,35 @@ static size_t bpe_merge(const Tokenizer *t, const uint8_t *piece, size_t n, int3
             if (rank[k] >= 0 && (best == SIZE_MAX || rank[k] < rank[best])) { best = k; }
         }
         if (best == SIZE_MAX) { break; }
-        // merge parts best and best+1: drop start[best+1] and rank[best+1]
-        // (start has parts + 1 entries, rank has parts - 1)
+        // merge parts best and best+1 into part best: drop entry best+1 of start and id, and
+        // of rank and made (start has parts + 1 entries, id parts, rank and made parts - 1)
+        id[best] = made[best];
         memmove(start + best + 1, start + best + 2, (parts - best - 1) * sizeof(size_t));
-        if (best + 2 < parts) { memmove(rank + best + 1, rank + best + 2, (parts - best - 3) * sizeof(int)); }
+        memmove(id + best + 1, id + best + 2, (parts - best - 2) * sizeof(int32_t));
+        if (best + 2 < parts) {
+            memmove(rank + best + 1, rank + best + 2, (parts - best - 3) * sizeof(int32_t));
+            memmove(made + best + 1, made + best + 2, (parts - best - 3) * sizeof(int32_t));
+        }
         parts--;
-        // the merged part now pairs with its neighbours; their joins are new strings
-        if (best + 1 < parts) { rank[best] = span_rank(t, piece, start[best], start[best + 2]); }
-        if (best > 0) { rank[best - 1] = span_rank(t, piece, start[best - 1], start[best + 1]); }
+        // the merged part now pairs with its neighbours
+        if (best + 1 < parts) { rank[best] = pair_rank(t, piece, start, id, best, &made[best]); }
+        if (best > 0) { rank[best - 1] = pair_rank(t, piece, start, id, best - 1, &made[best - 1]); }
     }
-    // every remaining part is a token: a single byte, or a pair whose join had a rank
-    for (size_t k = 0; k < parts; k++) { out[k] = span_rank(t, piece, start[k], start[k + 1]); }
-    if (start != stack_start) { free(start); free(rank); }
+    memcpy(out, id, parts * sizeof(int32_t));
+    if (start != stack_start) { free(start); free(id); free(rank); free(made); }
     return parts;
 }
 
 // Encodes one piece into out and returns the number of tokens.
 static size_t bpe_encode_piece(Tokenizer *t, const uint8_t *piece, size_t n, int32_t *out) {
-    // tiktoken first looks the whole piece up and, if it is a token, takes it without merging.
-    // For GPT-2's vocabulary merging reaches every token anyway (we checked all 50256), so
-    // here it is only a shortcut; with another vocabulary it could change the result.
-    int whole = tokenizer_rank(t, piece, n);
-    if (whole >= 0) { out[0] = whole; return 1; }
+    // tiktoken first looks the whole piece up and, if it is a token, takes it without merging
+    // (Hugging Face's BPE too, with ignore_merges: Llama 3). For GPT-2's vocabulary merging
+    // reaches every token anyway (we checked all 50256), so there it is only a shortcut;
+    // with another vocabulary it can change the result.
+    if (t->ignore_merges) {
+        int whole = tokenizer_rank(t, piece, n);
+        if (whole >= 0) { out[0] = whole; return 1; }
+    }
     if (n > CACHE_MAX_PIECE) { return bpe_merge(t, piece, n, out); }
     // look in the cache before doing the merges
     uint64_t h = hash_bytes(piece, n);
@@ -1076,30 +1452,73 @@ static size_t bpe_encode_piece(Tokenizer *t, const uint8_t *piece, size_t n, int
 // ----------------------------------------------------------------------------
 // encode and decode
 
-// Encodes text with no special tokens: pre-tokenize, then BPE every piece.
-static size_t encode_ordinary(Tokenizer *t, const uint8_t *text, size_t len, int32_t *out) {
+// Pre-tokenizes text[0..len) with the family's rule and BPEs every piece.
+static size_t encode_pieces(Tokenizer *t, const uint8_t *text, size_t len, int32_t *out) {
     size_t num = 0;
     for (size_t i = 0; i < len;) {
-        size_t end = pretoken_end(text, len, i);
+        size_t end = t->pre == PRE_LLAMA3 ? pretoken_end_llama3(text, len, i, 3)
+                   : t->pre == PRE_QWEN2 ? pretoken_end_llama3(text, len, i, 1) : pretoken_end_gpt2(text, len, i);
         num += bpe_encode_piece(t, text + i, end - i, out + num);
         i = end;
     }
     return num;
 }
 
+// Encodes text with no special tokens. SmolLM2's rule first cuts out every number character
+// (\p{N}: digits, but also '²' and '½') as a piece of its own, then runs GPT-2's on the
+// text between them as if each stretch were a whole text (its tokenizer.json: Digits with
+// individual_digits, then ByteLevel). So "a  1" is "a", "  ", "1" there, but "a", " ", " 1"
+// in GPT-2's. (transformers 5.24, building a tokenizer from a GGUF file, has no rule for
+// the "smollm" pre-tokenizer and uses GPT-2's: it differs from SmolLM2's own tokenizer there.)
+static size_t encode_ordinary(Tokenizer *t, const uint8_t *text, size_t len, int32_t *out) {
+    if (t->pre != PRE_SMOLLM) { return encode_pieces(t, text, len, out); }
+    size_t num = 0, from = 0;
+    for (size_t i = 0; i < len;) {
+        uint32_t cp;
+        size_t step = utf8_decode(text + i, len - i, &cp);
+        // Digits decides with Rust's char::is_numeric, which knows Unicode 17 (tokenizers
+        // 0.23); our tables are Unicode 16 (tiktoken's regex), and 17 added these numbers
+        int number = step > 0 && (codepoint_class(cp) == CHAR_NUMBER || (cp >= 0x11DE0 && cp <= 0x11DE9)
+                                  || (cp >= 0x16FF4 && cp <= 0x16FF6));
+        step = step > 0 ? step : 1;
+        if (number) {
+            num += encode_pieces(t, text + from, i - from, out + num);
+            num += bpe_encode_piece(t, text + i, step, out + num);
+            from = i + step;
+        }
+        i += step;
+    }
+    return num + encode_pieces(t, text + from, len - from, out + num);
+}
+
+// The special token whose text starts at text[i] (the longest if several do), or -1.
+static int special_at(const Tokenizer *t, const uint8_t *text, size_t len, size_t i) {
+    if (!t->special_start[text[i]]) { return -1; }
+    for (int k = 0; k < t->num_specials; k++) {
+        size_t n;
+        const uint8_t *tok = tokenizer_token(t, t->specials[k], &n);
+        if (n <= len - i && memcmp(text + i, tok, n) == 0) { return t->specials[k]; }
+    }
+    return -1;
+}
+
 // Encodes text[0..len) into out and returns the number of ids. out needs room for len ids:
-// every token covers at least one byte of the text. With allow_special, each occurrence of
-// "<|endoftext|>" becomes the EOT id and the text between occurrences is encoded on its own
-// (like tiktoken's encode with allowed_special: the regex never sees across a special token);
+// every token covers at least one byte of the text. With allow_special, the text of every
+// special token (GPT-2: "<|endoftext|>"; SmolLM2: "<|im_start|>", ...) becomes that token and
+// the text between them is encoded on its own (like tiktoken's encode with allowed_special,
+// and Hugging Face's added tokens: the pre-tokenizer never sees across a special token);
 // without it that text is ordinary text, like tiktoken's encode_ordinary.
 size_t tokenizer_encode(Tokenizer *t, const uint8_t *text, size_t len, int allow_special, int32_t *out) {
     if (!allow_special) { return encode_ordinary(t, text, len, out); }
     size_t num = 0, segment = 0;
-    for (size_t i = 0; i + SPECIAL_LEN <= len; i++) {
-        if (text[i] == '<' && memcmp(text + i, SPECIAL_TEXT, SPECIAL_LEN) == 0) {
+    for (size_t i = 0; i < len; i++) {
+        int id = special_at(t, text, len, i);
+        if (id >= 0) {
+            size_t n;
+            tokenizer_token(t, id, &n);
             num += encode_ordinary(t, text + segment, i - segment, out + num);
-            out[num++] = t->eot_token;
-            segment = i + SPECIAL_LEN;
+            out[num++] = id;
+            segment = i + n;
             i = segment - 1;  // the loop's i++ moves on to segment
         }
     }
@@ -1221,7 +1640,7 @@ void tokenize_file(const Options *o) {
     Tokenizer t;
     tokenizer_init(&t, o->gpt2_dir);
     printf("tokenizer: %d tokens from %s: 256 bytes + %d merges + <|endoftext|> (id %d); Unicode %s tables\n",
-           t.vocab_size, o->gpt2_dir, t.num_mergeable - 256, t.eot_token, UNICODE_TABLES_VERSION);
+           t.vocab_size, o->gpt2_dir, t.num_merges, t.eot_token, UNICODE_TABLES_VERSION);
     size_t len;
     uint8_t *text = read_whole_file(o->input_path, &len, "-i names the text file to tokenize");
     if (len == 0) { die_file(o->input_path, "-i names the text file to tokenize", "the file is empty"); }

@@ -84,7 +84,27 @@ run -i $F/llama_gqa3.gguf -o "$TMP/ll.bin" && run -i "$TMP/ll.bin" -o "$TMP/ll_h
 run -i $F/qwen2_gqa4 -o "$TMP/qw.bin" -d bf16 && [ "$(od -An -tu4 -j4 -N4 "$TMP/qw.bin" | tr -d ' ')" = 5 ] &&
     grep -q "Qwen2, L=1 C=64 NH=4 NKV=1 HS=16 H=64 V=128 maxT=128, tied head, q/k/v biases" "$TMP/stderr" &&
     ok "a Qwen2 folder -> version 5, with what it read on stderr" || not_ok "Qwen2 to bf16"
-expect_error "-t with a Llama-family model" "the Llama family's tokenizer files are not converted yet" "$BIN" -i $F/llama_mha3 -o "$TMP/m.bin" -t "$TMP/tok3"
+expect_error "-t with a Llama-family model" "-t is GPT-2's: a Llama-family tokenizer goes next to the model file" "$BIN" -i $F/llama_mha3 -o "$TMP/m.bin" -t "$TMP/tok3"
+
+# --- the Llama family's tokenizers
+"$BIN" -i $F/tok_llama3/tokenizer.json -o "$TMP/l3_tokenizer.bin" 2> "$TMP/err" &&
+    grep -q "wrote $TMP/l3_tokenizer.bin (tokenizer: 1502 tokens (5 special), .* merges, Llama 3's pre-tokenizer, chat template Llama 3)" "$TMP/err" &&
+    ok "a tokenizer.json alone -> our tokenizer file, described in one line" || { not_ok "tokenizer.json alone"; cat "$TMP/err"; }
+"$BIN" -i $F/tok_qwen2/tokenizer.json -o "$TMP/q2_tokenizer.bin" 2> "$TMP/err" && grep -q "normalizes text to Unicode NFC first; our tokenizer does not" "$TMP/err" &&
+    grep -q 'chat template ChatML (default system message: "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.")' "$TMP/err" &&
+    ok "Qwen2's: a note on NFC, and the template's default system message" || { not_ok "Qwen2's tokenizer"; cat "$TMP/err"; }
+"$BIN" -i $F/llama_gqa3.gguf -o "$TMP/g3.bin" 2> "$TMP/err" && [ -f "$TMP/g3.bin" ] && [ ! -f "$TMP/g3_tokenizer.bin" ] &&
+    grep -q 'pre-tokenizer "default" is not one we have' "$TMP/err" &&
+    ok "a GGUF file whose tokenizer we lack: the model converts, with a note" || { not_ok "GGUF with an unknown pre-tokenizer"; cat "$TMP/err"; }
+mkdir -p "$TMP/badtok"
+sed 's/"type": "Split"/"type": "Whitespace"/' $F/tok_llama3/tokenizer.json > "$TMP/badtok/tokenizer.json"
+expect_error "a tokenizer.json with a pre-tokenizer we lack" "$TMP/badtok/tokenizer.json: a pre_tokenizer we do not have" "$BIN" -i "$TMP/badtok/tokenizer.json" -o "$TMP/b_tokenizer.bin"
+python3 -c "import json,sys; d=json.load(open(sys.argv[1])); d['model']['merges'][7]=['zz','qq']; json.dump(d,open(sys.argv[2],'w'))" \
+    $F/tok_llama3/tokenizer.json "$TMP/badtok/tokenizer.json" 2> /dev/null &&
+    expect_error "a merge of tokens that are not in the vocabulary" "$TMP/badtok/tokenizer.json: merge 7 is not two tokens" "$BIN" -i "$TMP/badtok/tokenizer.json" -o "$TMP/b_tokenizer.bin"
+head -c 20000 $F/tok_llama3/tokenizer.json > "$TMP/badtok/tokenizer.json"
+expect_error "a truncated tokenizer.json" "$TMP/badtok/tokenizer.json: JSON error" "$BIN" -i "$TMP/badtok/tokenizer.json" -o "$TMP/b_tokenizer.bin"
+[ ! -e "$TMP/b_tokenizer.bin" ] && ok "no tokenizer file is left behind by a failed conversion" || not_ok "a failed conversion left $TMP/b_tokenizer.bin"
 
 # --- GGUF files listed
 run -i $F/gguf_tiny.gguf > "$TMP/gguf.txt" && grep -q "GGUF version 3, 17 key-value pairs, 11 tensors, data from byte 1088 (alignment 64)" "$TMP/gguf.txt" &&

@@ -49,7 +49,16 @@ expect_error "a GGUF file: the ./convert command that makes our file of it" \
 expect_error "a truncated Llama-family model file" "$TMP/mha3_trunc.bin: file has 30000 bytes" "$BIN" -m "$TMP/mha3_trunc.bin" -z 1 -i 1
 "$BIN" -m "$TMP/mha3.bin" -z 1 -t 0 -n 8 -i "1,2,3" > "$TMP/mha3.out" 2> "$TMP/mha3.err" && grep -q "Llama family L=1 C=48 NH=3 NKV=3 HS=24 H=64 V=128" "$TMP/mha3.err" &&
     [ "$(wc -w < "$TMP/mha3.out")" = 9 ] && ok "a Llama-family model: token ids in and out, the model's shape on stderr" || not_ok "Llama-family model run"
-expect_error "a Llama-family model as text (its tokenizer is not here yet)" "its tokenizer is not supported yet" "$BIN" -m "$TMP/mha3.bin" -i hi
+expect_error "a Llama-family model as text without its tokenizer: the file it looked for" \
+    "without its tokenizer (no $TMP/mha3_tokenizer.bin)" "$BIN" -m "$TMP/mha3.bin" -i hi
+T3=build/tok_llama3_tokenizer.bin # fixtures/tok_llama3 through ./convert (make builds it): 1500 tokens
+expect_error "a tokenizer with more tokens than the model" "the model has 128 tokens, the tokenizer ($T3) 1500" \
+    "$BIN" -m "$TMP/mha3.bin" -g $T3 -i hi
+expect_error "-y without -a 1" "-y (a system message) goes with -a 1" "$BIN" -m $H -y "Be brief." -i hi
+expect_error "-y for a model without a chat template" "-y: this model's tokenizer has no chat template" "$BIN" -m $H -a 1 -y "Be brief." -i hi
+printf 'junk' > "$TMP/bad_tokenizer.bin"
+expect_error "a tokenizer file that is not one" "$TMP/bad_tokenizer.bin: 4 bytes: too short" "$BIN" -m $H -g "$TMP/bad_tokenizer.bin" -i hi
+expect_error "llm.c's tokenizer.bin as -g" "an llm.c tokenizer.bin, which only decodes" "$BIN" -m $H -g data/gpt2_tokenizer.bin -i hi
 "$BIN" -m "$TMP/mha3.bin" -z 1 -t 0 -n 4 -i "" > /dev/null 2> "$TMP/empty.err" && grep -q "starts from token 1 (its start token)" "$TMP/empty.err" &&
     ok "a Llama-family model, an empty prompt: it starts from its start token" || not_ok "Llama empty prompt"
 "$BIN" -m d1 -z 1 -t 0 -n 1 -i 1 > /dev/null 2> "$TMP/d1.err" && grep -q "model: d1: GPT-2 L=1 .*, [1-9][0-9.]*M parameters" "$TMP/d1.err" &&
