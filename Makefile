@@ -328,6 +328,7 @@ TESTS = ./test_gpt2 \
         "bash dev/test/test_infer_cli.sh ./infer" \
         "bash dev/test/test_convert_cli.sh ./convert" \
         "$(SCHED) ascending ./dev/emu/test_infercu_fp32_cpu descending ./dev/emu/test_infercu_fp32_race" \
+        "./dev/emu/test_infercu_fp32_cpu --smollm2" \
         "$(SCHED) ascending ./dev/emu/test_infercu_bf16_cpu random:1 ./dev/emu/test_infercu_bf16_asan" \
         "$(SCHED) ascending '$(INFER_TWIN)' descending '$(INFER_TWIN)'" \
         "bash dev/test/test_tokenizer_cli.sh ./data/tokenizer" \

@@ -465,7 +465,77 @@ static void test_uneven(int C, int NH) {
     gpt2_free(&model);
 }
 
-int main(void) {
+// --- begin shared-copy: smollm2-test ---
+// The real SmolLM2-135M-Instruct (make smollm2: its GGUF through ./convert) against
+// transformers on the same GGUF (dev/reference/smollm2_reference.py: float64, on the values
+// transformers dequantizes, which are the ones our file holds): the logits of every row of
+// a 54-token chat prompt and of transformers' 24 greedy tokens after it, at 1024 sampled
+// columns (each row's top 8 among them), every row's argmax, and the greedy tokens.
+#define SMOLLM2_MODEL "data/smollm2/SmolLM2-135M-Instruct.bin"
+static void test_smollm2(Tolerance tol) {
+    const char *path = FIXTURES "smollm2_logits.bin";
+    printf("\n%s against %s\n", SMOLLM2_MODEL, path);
+    FILE *fp = fopenCheck(path, "rb");
+    int h[256];
+    freadCheck(h, sizeof(int), 256, fp);
+    if (h[0] != 20261201 || h[1] != 1 || h[2] < 1 || h[3] < 1 || h[4] < 1 || h[2] + h[3] > 4096 || h[4] > h[5]) {
+        die_file(path, "python dev/reference/smollm2_reference.py regenerates it", "not a SmolLM2 logits fixture");
+    }
+    int T = h[2], G = h[3], K = h[4], V = h[5], R = T + G;
+    int *tokens = (int *)mallocCheck((size_t)R * sizeof(int)), *cols = (int *)mallocCheck((size_t)K * sizeof(int));
+    int *argmax = (int *)mallocCheck((size_t)R * sizeof(int));
+    float *ref = (float *)mallocCheck((size_t)R * K * sizeof(float)), *gap = (float *)mallocCheck((size_t)R * sizeof(float));
+    freadCheck(tokens, sizeof(int), (size_t)R, fp);
+    freadCheck(cols, sizeof(int), (size_t)K, fp);
+    freadCheck(ref, sizeof(float), (size_t)R * K, fp);
+    freadCheck(argmax, sizeof(int), (size_t)R, fp);
+    freadCheck(gap, sizeof(float), (size_t)R, fp);
+    fcloseCheck(fp);
+    GPT2 model;
+    gpt2_build(&model, SMOLLM2_MODEL, 1);
+    if (model.config.vocab_size != V) { die_file(SMOLLM2_MODEL, NULL, "%d tokens, the fixture %d", model.config.vocab_size, V); }
+    // every row at once (a prefill of prompt and answer), at the sampled columns
+    float *all = prefill_all(&model, tokens, R);
+    float *ours = (float *)mallocCheck((size_t)R * K * sizeof(float));
+    int same_argmax = 0;
+    float min_gap = 1e30f;
+    for (int r = 0; r < R; r++) {
+        for (int k = 0; k < K; k++) { ours[(size_t)r * K + k] = all[(size_t)r * V + cols[k]]; }
+        int best = 0;
+        for (int v = 1; v < V; v++) { best = all[(size_t)r * V + v] > all[(size_t)r * V + best] ? v : best; }
+        same_argmax += best == argmax[r];
+        min_gap = fminf(min_gap, gap[r]);
+    }
+    printf("%-9s %9s %10s %10s %10s\n", "tensor", "entries", "max|ref|", "max abs", "max rel");
+    check_rows("smollm2", ours, ref, (size_t)R * K, tol);
+    // transformers' smallest top-2 gap is 0.036, far above our error: every argmax must agree
+    char detail[128];
+    snprintf(detail, sizeof(detail), "%d of %d rows (transformers' smallest top-2 gap %.3g)", same_argmax, R, min_gap);
+    check("smollm2: each row's most likely token", same_argmax == R, detail);
+    // greedy decoding from the prompt through the KV cache: transformers' 24 tokens
+    Sequence seq;
+    GenerateOptions o = {.max_new = G, .stop_string = "", .eot_token = -1, .eot_name = NULL, .seed = 1,
+                         .sampler = {.temperature = 0.0f, .top_k = 0, .top_p = 1.0f, .probs = NULL}, .tok = NULL, .stream = NULL};
+    GenerateStats stats;
+    sequence_init(&seq, NULL, tokens, T, G, model.config.max_seq_len);
+    generate(&model, &seq, 1, &o, &stats);
+    int first_diff = -1;
+    for (int t = T; t < R && first_diff < 0; t++) {
+        if (t >= seq.num_tokens || seq.tokens[t] != tokens[t]) { first_diff = t - T; }
+    }
+    snprintf(detail, sizeof(detail), first_diff < 0 ? "%d tokens identical" : "differs at generated token %d", first_diff < 0 ? G : first_diff);
+    check("smollm2: greedy answer as transformers'", first_diff < 0, detail);
+    sequence_free(&seq);
+    free(ours); free(all); free(tokens); free(cols); free(argmax); free(ref); free(gap);
+    gpt2_free(&model);
+}
+// --- end shared-copy: smollm2-test ---
+
+// the real SmolLM2, fp32 on the GPU against transformers' float64, with the CPU's tolerance:
+// max abs err 1e-5 of max |ref| (measured: 1.8e-6 on the CPU, 1.4e-6 under the emulator)
+#define SMOLLM2_TOL ((Tolerance){"smollm2", 2e-5f, 1e-5f})
+
+int main(int argc, char **argv) {
     int devices = 0;
     if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
         printf("no GPU: test_infercu skipped (make test runs it under the CPU emulator)\n0 passed, 0 failed\n");
@@ -473,10 +543,22 @@ int main(void) {
     }
     printf("device: %s\n", hardware_name());
 #if defined(ENABLE_FP32)
+    if (argc > 1 && strcmp(argv[1], "--smollm2") == 0) { // only the real model
+        test_smollm2(SMOLLM2_TOL);
+        printf("\n%d passed, %d failed\n", num_passed, num_failed);
+        return num_failed == 0 ? 0 : 1;
+    }
+#endif
+    if (argc > 1) { fprintf(stderr, "usage: %s [--smollm2 (fp32 builds)]\n", argv[0]); return 1; }
+#if defined(ENABLE_FP32)
     test_fixture(CONVERTED "hf_tiny_fp32.bin", FIXTURES "infer_tiny_fp32.bin");
     test_fixture(CONVERTED "qwen2_gqa4.bin", FIXTURES "llama_infer_qwen2_gqa4.bin");
     test_fixture(CONVERTED "llama_mha3.bin", FIXTURES "llama_infer_llama_mha3.bin");
+#ifndef CUDA_EMU_H // (under the emulator it takes a minute: make test runs it once, with --smollm2)
+    test_smollm2(SMOLLM2_TOL);
+#endif
 #else
+    (void)test_smollm2; // (fp32 builds only: in bf16 the weights are no longer the GGUF's values)
     test_fixture(CONVERTED "hf_tiny_bf16.bin", FIXTURES "infer_tiny_bf16.bin");
 #endif
     // the Llama family (GQA, RMSNorm, RoPE, SwiGLU): a model whose weights are bf16 already
