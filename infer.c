@@ -346,15 +346,22 @@ void matmul_forward(float *out, const float *inp, const float *weight, const flo
     for (size_t bt = 0; bt < B * T; bt++) {
         for (size_t o = 0; o < OC; o++) { out[bt * OC + o] = bias != NULL ? bias[o] : 0.0f; }
     }
-    if ((OC * sizeof(float)) % 4096 != 0) {
+    int pack_weight = (OC * sizeof(float)) % 4096 == 0;
+#if defined(__AVX512F__) // (the GEMM's register tile is then 16 floats wide)
+    pack_weight = pack_weight || B * T >= 128;
+#endif
+    if (!pack_weight) {
         // computed transposed, out^T (OC, B*T) = weight (OC,C) @ inp^T (C, B*T), so
         // that the big operand (the weight) is read in place and only the small
         // input is packed
         gemm(out, 1, OC, weight, C, 1, inp, 1, C, (int)OC, (int)(B * T), (int)C, 1);
     } else {
         // ...except when a row of out is a multiple of 4 KiB (OC = 1024, 3072, ...):
-        // then the transposed tile's 16 rows all map to the same cache sets and the
-        // stores thrash (measured: half the speed), so we pack the weight instead
+        // then the transposed tile's rows all map to the same cache sets and the stores
+        // thrash (measured: half the speed), so we pack the weight instead; and with
+        // AVX-512 for 128 rows and more, where the transposed tile's column-at-a-time
+        // stores cost a quarter of the speed (measured 200-220 against 280 GFLOP/s at
+        // 512 rows; with AVX2 the transposed product stays ahead)
         gemm(out, OC, 1, inp, C, 1, weight, 1, C, (int)(B * T), (int)OC, (int)C, 1);
     }
 }
@@ -415,11 +422,16 @@ void linear_forward(const floatX *inp, const floatX *weight, Epilogue e, float *
 // (N, NH HS). Query head h reads key/value head h / (NH / NKV): GPT-2 has one per query
 // head, the Llama family's grouped-query attention shares each among NH / NKV of them.
 // att: the scores, S floats per thread (infer.cu: per row and head).
+// A prompt's rows (a run of one sequence's consecutive positions) go to attention_prefill
+// instead, which does the same as two matrix products per head.
+static int attention_prefill(floatX *out, const floatX *q, const floatX *key_cache, const floatX *value_cache,
+                             const int *seq, const int *pos, int N, int S, int NH, int NKV, int HS);
 void attention_forward(floatX *out, float *att, const floatX *q, const floatX *key_cache, const floatX *value_cache,
                        const int *seq, const int *pos, int N, int S, int NH, int NKV, int HS) {
+    if (attention_prefill(out, q, key_cache, value_cache, seq, pos, N, S, NH, NKV, HS)) { return; }
     float scale = 1.0f / sqrtf((float)HS);
     size_t Q = (size_t)NH * HS, KV = (size_t)NKV * HS;
-    #pragma omp parallel for collapse(2)
+    #pragma omp parallel for collapse(2) schedule(static, 1) // (interleaved: later rows attend to more)
     for (int n = 0; n < N; n++) {
         for (int h = 0; h < NH; h++) {
             float *scores = att + (size_t)thread_id() * S;
@@ -511,12 +523,18 @@ void argmax_forward(int *out, const float *logits, int NL, int V, int Vp) {
 //     micro-kernel reads it contiguously and it stays in the L2 cache;
 //   - A is read in place, 6 rows at a time; the callers arrange for A to be the
 //     big operand (a weight matrix, or dlogits) so that it streams through once;
-//   - the micro-kernel keeps a 6 x 16 tile of C in 12 AVX registers and does 12
-//     fused multiply-adds per step of k: all the FLOPs happen there.
+//   - the micro-kernel keeps a 6 x 2V tile of C in 12 vector registers (V floats each:
+//     16 with AVX-512, 8 with AVX) and does 12 fused multiply-adds per step of k: all
+//     the FLOPs happen there.
 // Each element of C is summed in the same order whatever the number of threads,
 // so results are deterministic and a run reproduces exactly.
+#if defined(__AVX512F__)
+#define GEMM_VEC 16 // floats in a vector register: AVX-512's 512 bits (and 32 registers)
+#else
+#define GEMM_VEC 8  // AVX's 256 bits (SSE and NEON do it as two halves)
+#endif
 #define GEMM_MR 6   // rows of the register tile
-#define GEMM_NR 16  // columns of the register tile: two 8-float vectors
+#define GEMM_NR (2 * GEMM_VEC) // columns of the register tile: two vectors
 #ifndef GEMM_KC
 #define GEMM_KC 256 // depth of a packed block
 #endif
@@ -524,50 +542,58 @@ void argmax_forward(int *out, const float *logits, int NL, int V, int Vp) {
 #define GEMM_NC 256 // columns of a packed block: KC x NC x 4 bytes = 256 KiB, half an L2
 #endif
 
-// GCC's auto-vectoriser keeps a plain float acc[6][16] in memory and spills; a
-// vector type (a GCC/Clang extension: no intrinsics, compiles to AVX, NEON or
-// SSE) makes the register tile explicit. This is the only place we use one.
-typedef float vec8 __attribute__((vector_size(32)));
+// GCC's auto-vectoriser keeps a plain float acc[6][2V] in memory and spills; a
+// vector type (a GCC/Clang extension: no intrinsics, compiles to AVX-512, AVX, NEON
+// or SSE) makes the register tile explicit. This is the only place we use one.
+typedef float vecf __attribute__((vector_size(GEMM_VEC * sizeof(float))));
 
 static void gemm_micro_kernel(float *c, size_t c_rs, size_t c_cs, const float *a, size_t a_rs, size_t a_cs,
                               const float *bp, int kc, int mr, int nr, int accumulate) {
     // rows past the edge of A repeat row 0: computed, never stored
     const float *arow[GEMM_MR];
     for (int i = 0; i < GEMM_MR; i++) { arow[i] = a + (size_t)(i < mr ? i : 0) * a_rs; }
-    vec8 acc[GEMM_MR][2];
+    vecf acc[GEMM_MR][2];
     memset(acc, 0, sizeof(acc));
-    for (int k = 0; k < kc; k++) { // most of the training time is spent in this loop
-        vec8 b0, b1;
-        memcpy(&b0, bp + (size_t)k * GEMM_NR, sizeof(vec8));
-        memcpy(&b1, bp + (size_t)k * GEMM_NR + 8, sizeof(vec8));
-        size_t ak = (size_t)k * a_cs;
-        for (int i = 0; i < GEMM_MR; i++) {
-            float ai = arow[i][ak];
-            acc[i][0] += ai * b0;
-            acc[i][1] += ai * b1;
+    if (nr <= GEMM_VEC) { // a narrow panel (a short prompt's 16 rows): its right half is padding
+        for (int k = 0; k < kc; k++) {
+            vecf b0;
+            memcpy(&b0, bp + (size_t)k * GEMM_NR, sizeof(vecf));
+            for (int i = 0; i < GEMM_MR; i++) { acc[i][0] += arow[i][(size_t)k * a_cs] * b0; }
+        }
+    } else {
+        for (int k = 0; k < kc; k++) { // most of the training time is spent in this loop
+            vecf b0, b1;
+            memcpy(&b0, bp + (size_t)k * GEMM_NR, sizeof(vecf));
+            memcpy(&b1, bp + (size_t)k * GEMM_NR + GEMM_VEC, sizeof(vecf));
+            size_t ak = (size_t)k * a_cs;
+            for (int i = 0; i < GEMM_MR; i++) {
+                float ai = arow[i][ak];
+                acc[i][0] += ai * b0;
+                acc[i][1] += ai * b1;
+            }
         }
     }
     if (c_cs == 1 && nr == GEMM_NR) {
         // rows of C are contiguous: two vector loads and stores per row
         for (int i = 0; i < mr; i++) {
             float *ci = c + i * c_rs;
-            vec8 c0 = acc[i][0], c1 = acc[i][1];
+            vecf c0 = acc[i][0], c1 = acc[i][1];
             if (accumulate) {
-                vec8 old0, old1;
-                memcpy(&old0, ci, sizeof(vec8));
-                memcpy(&old1, ci + 8, sizeof(vec8));
+                vecf old0, old1;
+                memcpy(&old0, ci, sizeof(vecf));
+                memcpy(&old1, ci + GEMM_VEC, sizeof(vecf));
                 c0 += old0;
                 c1 += old1;
             }
-            memcpy(ci, &c0, sizeof(vec8));
-            memcpy(ci + 8, &c1, sizeof(vec8));
+            memcpy(ci, &c0, sizeof(vecf));
+            memcpy(ci + GEMM_VEC, &c1, sizeof(vecf));
         }
         return;
     }
     for (int i = 0; i < mr; i++) {
         for (int j = 0; j < nr; j++) {
             float *cij = c + i * c_rs + j * c_cs;
-            float v = acc[i][j / 8][j % 8];
+            float v = acc[i][j / GEMM_VEC][j % GEMM_VEC];
             *cij = accumulate ? *cij + v : v;
         }
     }
@@ -588,7 +614,7 @@ static void gemm(float *C, size_t c_rs, size_t c_cs, const float *A, size_t a_rs
     }
     int strips = (M + GEMM_MR - 1) / GEMM_MR;
     // threads only for products big enough to pay for waking them
-    #pragma omp parallel if ((double)M * N * K > 1e7)
+    #pragma omp parallel if ((double)M * N * K > 2e6)
     for (int jc = 0, block = 0; jc < N; jc += GEMM_NC) {
         int panels = ((N - jc < GEMM_NC ? N - jc : GEMM_NC) + GEMM_NR - 1) / GEMM_NR;
         for (int pc = 0; pc < K; pc += GEMM_KC, block++) {
@@ -638,6 +664,54 @@ static void gemm(float *C, size_t c_rs, size_t c_cs, const float *A, size_t a_rs
 }
 // --- end shared-copy: gemm ---
 
+// The fast path of attention_forward for a prompt: rows 0..N-1 all of one sequence at
+// consecutive positions p0..p0+N-1 (a prefill, or a chunk of one), enough of them to pay
+// for a GEMM. Per query head, with T = p0 + N cached positions: the scores (N, T) = q_h
+// (N, HS) k_h^T (HS, T), scaled; each row's softmax over its own positions 0..p0+n, the
+// later ones set to 0; then out_h (N, HS) = probabilities (N, T) v_h (T, HS). The masked
+// half is computed and thrown away, which the GEMM's speed pays for many times over.
+// Returns 0 (nothing done) for any other rows.
+static int attention_prefill(floatX *out, const floatX *q, const floatX *key_cache, const floatX *value_cache,
+                             const int *seq, const int *pos, int N, int S, int NH, int NKV, int HS) {
+    if (N < 32) { return 0; }
+    for (int n = 1; n < N; n++) {
+        if (seq[n] != seq[0] || pos[n] != pos[0] + n) { return 0; }
+    }
+    static float *scores = NULL; // (N, T), kept between calls like the GEMM's buffers
+    static size_t capacity = 0;
+    int T = pos[0] + N;
+    if ((size_t)N * T > capacity) {
+        free(scores);
+        capacity = (size_t)N * T;
+        scores = (float *)mallocCheck(capacity * sizeof(float));
+    }
+    float scale = 1.0f / sqrtf((float)HS);
+    size_t Q = (size_t)NH * HS, KV = (size_t)NKV * HS;
+    for (int h = 0; h < NH; h++) {
+        size_t kv_head = (size_t)(h / (NH / NKV)) * HS;
+        const floatX *keys = key_cache + (size_t)seq[0] * S * KV + kv_head;
+        const floatX *values = value_cache + (size_t)seq[0] * S * KV + kv_head;
+        gemm(scores, T, 1, q + (size_t)h * HS, Q, 1, keys, 1, KV, N, T, HS, 0);
+        #pragma omp parallel for schedule(static, 1) if ((size_t)N * T > 16384)
+        for (int n = 0; n < N; n++) {
+            float *row = scores + (size_t)n * T, maxval = -INFINITY, sum = 0.0f;
+            int len = pos[n] + 1;
+            for (int t = 0; t < len; t++) {
+                row[t] *= scale;
+                maxval = row[t] > maxval ? row[t] : maxval;
+            }
+            for (int t = 0; t < len; t++) {
+                row[t] = exp_fast(row[t] - maxval);
+                sum += row[t];
+            }
+            for (int t = 0; t < len; t++) { row[t] /= sum; }
+            for (int t = len; t < T; t++) { row[t] = 0.0f; }
+        }
+        gemm(out + (size_t)h * HS, Q, 1, scores, T, 1, values, KV, 1, N, HS, T, 0);
+    }
+    return 1;
+}
+
 // --- begin shared-copy: exp-fast ---
 // e^x in a form the compiler can vectorise (libm's expf is a function call per
 // element, and the softmaxes and GELUs call it ~50 million times a step).
@@ -675,7 +749,9 @@ static inline float dot8(const float *a, const float *b, size_t n) {
 }
 // --- end shared-copy: dot8 ---
 
-// out[n] += w . inp[n] for N (a constant after inlining) rows
+// out[n] += w . inp[n] for N (a constant after inlining) rows, in 16 interleaved partial
+// sums (two 8-float vectors; decode is bound by memory, not by the vector width)
+typedef float vec8 __attribute__((vector_size(32)));
 static inline __attribute__((always_inline)) void dot_rows(float *out, const float *w, const float *inp, size_t C, const int N) {
     vec8 acc[MATVEC_GROUP][2];
     memset(acc, 0, sizeof(acc));

@@ -299,15 +299,22 @@ void matmul_forward(float *out, const float *inp, const float *weight, const flo
     for (size_t bt = 0; bt < B * T; bt++) {
         for (size_t o = 0; o < OC; o++) { out[bt * OC + o] = bias != NULL ? bias[o] : 0.0f; }
     }
-    if ((OC * sizeof(float)) % 4096 != 0) {
+    int pack_weight = (OC * sizeof(float)) % 4096 == 0;
+#if defined(__AVX512F__) // (the GEMM's register tile is then 16 floats wide)
+    pack_weight = pack_weight || B * T >= 128;
+#endif
+    if (!pack_weight) {
         // computed transposed, out^T (OC, B*T) = weight (OC,C) @ inp^T (C, B*T), so
         // that the big operand (the weight) is read in place and only the small
         // input is packed
         gemm(out, 1, OC, weight, C, 1, inp, 1, C, (int)OC, (int)(B * T), (int)C, 1);
     } else {
         // ...except when a row of out is a multiple of 4 KiB (OC = 1024, 3072, ...):
-        // then the transposed tile's 16 rows all map to the same cache sets and the
-        // stores thrash (measured: half the speed), so we pack the weight instead
+        // then the transposed tile's rows all map to the same cache sets and the stores
+        // thrash (measured: half the speed), so we pack the weight instead; and with
+        // AVX-512 for 128 rows and more, where the transposed tile's column-at-a-time
+        // stores cost a quarter of the speed (measured 200-220 against 280 GFLOP/s at
+        // 512 rows; with AVX2 the transposed product stays ahead)
         gemm(out, OC, 1, inp, C, 1, weight, 1, C, (int)(B * T), (int)OC, (int)C, 1);
     }
 }
@@ -510,12 +517,18 @@ void crossentropy_softmax_backward(float *dlogits, const float *probs, const int
 //     micro-kernel reads it contiguously and it stays in the L2 cache;
 //   - A is read in place, 6 rows at a time; the callers arrange for A to be the
 //     big operand (a weight matrix, or dlogits) so that it streams through once;
-//   - the micro-kernel keeps a 6 x 16 tile of C in 12 AVX registers and does 12
-//     fused multiply-adds per step of k: all the FLOPs happen there.
+//   - the micro-kernel keeps a 6 x 2V tile of C in 12 vector registers (V floats each:
+//     16 with AVX-512, 8 with AVX) and does 12 fused multiply-adds per step of k: all
+//     the FLOPs happen there.
 // Each element of C is summed in the same order whatever the number of threads,
 // so results are deterministic and a run reproduces exactly.
+#if defined(__AVX512F__)
+#define GEMM_VEC 16 // floats in a vector register: AVX-512's 512 bits (and 32 registers)
+#else
+#define GEMM_VEC 8  // AVX's 256 bits (SSE and NEON do it as two halves)
+#endif
 #define GEMM_MR 6   // rows of the register tile
-#define GEMM_NR 16  // columns of the register tile: two 8-float vectors
+#define GEMM_NR (2 * GEMM_VEC) // columns of the register tile: two vectors
 #ifndef GEMM_KC
 #define GEMM_KC 256 // depth of a packed block
 #endif
@@ -523,50 +536,58 @@ void crossentropy_softmax_backward(float *dlogits, const float *probs, const int
 #define GEMM_NC 256 // columns of a packed block: KC x NC x 4 bytes = 256 KiB, half an L2
 #endif
 
-// GCC's auto-vectoriser keeps a plain float acc[6][16] in memory and spills; a
-// vector type (a GCC/Clang extension: no intrinsics, compiles to AVX, NEON or
-// SSE) makes the register tile explicit. This is the only place we use one.
-typedef float vec8 __attribute__((vector_size(32)));
+// GCC's auto-vectoriser keeps a plain float acc[6][2V] in memory and spills; a
+// vector type (a GCC/Clang extension: no intrinsics, compiles to AVX-512, AVX, NEON
+// or SSE) makes the register tile explicit. This is the only place we use one.
+typedef float vecf __attribute__((vector_size(GEMM_VEC * sizeof(float))));
 
 static void gemm_micro_kernel(float *c, size_t c_rs, size_t c_cs, const float *a, size_t a_rs, size_t a_cs,
                               const float *bp, int kc, int mr, int nr, int accumulate) {
     // rows past the edge of A repeat row 0: computed, never stored
     const float *arow[GEMM_MR];
     for (int i = 0; i < GEMM_MR; i++) { arow[i] = a + (size_t)(i < mr ? i : 0) * a_rs; }
-    vec8 acc[GEMM_MR][2];
+    vecf acc[GEMM_MR][2];
     memset(acc, 0, sizeof(acc));
-    for (int k = 0; k < kc; k++) { // most of the training time is spent in this loop
-        vec8 b0, b1;
-        memcpy(&b0, bp + (size_t)k * GEMM_NR, sizeof(vec8));
-        memcpy(&b1, bp + (size_t)k * GEMM_NR + 8, sizeof(vec8));
-        size_t ak = (size_t)k * a_cs;
-        for (int i = 0; i < GEMM_MR; i++) {
-            float ai = arow[i][ak];
-            acc[i][0] += ai * b0;
-            acc[i][1] += ai * b1;
+    if (nr <= GEMM_VEC) { // a narrow panel (a short prompt's 16 rows): its right half is padding
+        for (int k = 0; k < kc; k++) {
+            vecf b0;
+            memcpy(&b0, bp + (size_t)k * GEMM_NR, sizeof(vecf));
+            for (int i = 0; i < GEMM_MR; i++) { acc[i][0] += arow[i][(size_t)k * a_cs] * b0; }
+        }
+    } else {
+        for (int k = 0; k < kc; k++) { // most of the training time is spent in this loop
+            vecf b0, b1;
+            memcpy(&b0, bp + (size_t)k * GEMM_NR, sizeof(vecf));
+            memcpy(&b1, bp + (size_t)k * GEMM_NR + GEMM_VEC, sizeof(vecf));
+            size_t ak = (size_t)k * a_cs;
+            for (int i = 0; i < GEMM_MR; i++) {
+                float ai = arow[i][ak];
+                acc[i][0] += ai * b0;
+                acc[i][1] += ai * b1;
+            }
         }
     }
     if (c_cs == 1 && nr == GEMM_NR) {
         // rows of C are contiguous: two vector loads and stores per row
         for (int i = 0; i < mr; i++) {
             float *ci = c + i * c_rs;
-            vec8 c0 = acc[i][0], c1 = acc[i][1];
+            vecf c0 = acc[i][0], c1 = acc[i][1];
             if (accumulate) {
-                vec8 old0, old1;
-                memcpy(&old0, ci, sizeof(vec8));
-                memcpy(&old1, ci + 8, sizeof(vec8));
+                vecf old0, old1;
+                memcpy(&old0, ci, sizeof(vecf));
+                memcpy(&old1, ci + GEMM_VEC, sizeof(vecf));
                 c0 += old0;
                 c1 += old1;
             }
-            memcpy(ci, &c0, sizeof(vec8));
-            memcpy(ci + 8, &c1, sizeof(vec8));
+            memcpy(ci, &c0, sizeof(vecf));
+            memcpy(ci + GEMM_VEC, &c1, sizeof(vecf));
         }
         return;
     }
     for (int i = 0; i < mr; i++) {
         for (int j = 0; j < nr; j++) {
             float *cij = c + i * c_rs + j * c_cs;
-            float v = acc[i][j / 8][j % 8];
+            float v = acc[i][j / GEMM_VEC][j % GEMM_VEC];
             *cij = accumulate ? *cij + v : v;
         }
     }
@@ -587,7 +608,7 @@ static void gemm(float *C, size_t c_rs, size_t c_cs, const float *A, size_t a_rs
     }
     int strips = (M + GEMM_MR - 1) / GEMM_MR;
     // threads only for products big enough to pay for waking them
-    #pragma omp parallel if ((double)M * N * K > 1e7)
+    #pragma omp parallel if ((double)M * N * K > 2e6)
     for (int jc = 0, block = 0; jc < N; jc += GEMM_NC) {
         int panels = ((N - jc < GEMM_NC ? N - jc : GEMM_NC) + GEMM_NR - 1) / GEMM_NR;
         for (int pc = 0; pc < K; pc += GEMM_KC, block++) {
