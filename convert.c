@@ -2854,7 +2854,7 @@ typedef struct {
     uint8_t *present;    // (V,) 1: the source gave this id
     uint32_t *length;    // (V,) each token's bytes
     int32_t *merges;     // (2M,) left id, right id, in rank order
-    int pre, chat, bos, eot, unk, ignore_merges, add_bos;
+    int pre, chat, bos, eot, unk, ignore_merges, add_bos, nfc;
     char system[4096];   // the chat template's default system message
     // byte string -> id, to turn merges written as text into ids
     int32_t *lookup;
@@ -3201,11 +3201,10 @@ int tokenizer_from_hf(TokenizerSpec *ts, const char *dir, int model_vocab, int m
     }
     int rule = hf_pre_rule(&j, json_get(&j, 0, "pre_tokenizer"));
     if (rule < 0) { die_file(path, hint, "a pre_tokenizer we do not have (we have GPT-2's, SmolLM2's, Llama 3's and Qwen2's)"); }
-    int norm = json_get(&j, 0, "normalizer");
+    int norm = json_get(&j, 0, "normalizer"), nfc = 0;
     if (norm >= 0 && j.tokens[norm].type != JSON_NULL) {
         if (!json_is(&j, json_get(&j, norm, "type"), "NFC")) { die_file(path, hint, "a normalizer other than NFC: not supported"); }
-        fprintf(stderr, "note: %s normalizes text to Unicode NFC first; our tokenizer does not: text already in NFC "
-                "(most text) gives the same tokens\n", path);
+        nfc = 1;
     }
     // the vocabulary's size: one past the largest id, of the model's tokens and the added ones
     int64_t top = -1, id = 0;
@@ -3263,6 +3262,7 @@ int tokenizer_from_hf(TokenizerSpec *ts, const char *dir, int model_vocab, int m
     int ignore = json_get(&j, model, "ignore_merges"), unk = json_get(&j, model, "unk_token");
     ts->ignore_merges = ignore >= 0 && j.tokens[ignore].type == JSON_TRUE;
     ts->pre = rule;
+    ts->nfc = nfc;
     if (unk >= 0 && j.tokens[unk].type == JSON_STRING) {
         size_t n;
         char *name = json_dup(&j, unk, &n);
@@ -3326,7 +3326,7 @@ void tokenizer_write(const TokenizerSpec *ts, const char *path) {
     header[6] = ts->bos;
     header[7] = ts->eot;
     header[8] = ts->unk;
-    header[9] = ts->ignore_merges | ts->add_bos << 1;
+    header[9] = ts->ignore_merges | ts->add_bos << 1 | ts->nfc << 2;
     header[10] = (int32_t)syslen;
     size_t tok_bytes = 0;
     for (int id = 0; id < ts->vocab_size; id++) { tok_bytes += 3 + ts->length[id]; }
@@ -3349,9 +3349,9 @@ void tokenizer_write(const TokenizerSpec *ts, const char *path) {
 void tokenizer_describe(const TokenizerSpec *ts, char *out, size_t size) {
     int specials = 0;
     for (int id = 0; id < ts->vocab_size; id++) { specials += ts->special[id]; }
-    snprintf(out, size, "%d tokens (%d special), %d merges, %s pre-tokenizer, chat template %s%s%s%s", ts->vocab_size, specials,
-             ts->num_merges, PRE_NAMES[ts->pre], CHAT_NAMES[ts->chat], ts->system[0] ? " (default system message: \"" : "",
-             ts->system, ts->system[0] ? "\")" : "");
+    snprintf(out, size, "%d tokens (%d special), %d merges, %s%s pre-tokenizer, chat template %s%s%s%s", ts->vocab_size, specials,
+             ts->num_merges, ts->nfc ? "NFC, " : "", PRE_NAMES[ts->pre], CHAT_NAMES[ts->chat],
+             ts->system[0] ? " (default system message: \"" : "", ts->system, ts->system[0] ? "\")" : "");
 }
 
 // ----------------------------------------------------------------------------

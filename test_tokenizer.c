@@ -455,7 +455,7 @@ static void test_model_tokenizer(const char *name, const char *path, const char 
                                  const uint8_t *shakespeare, size_t shakespeare_len) {
     Tokenizer t;
     tokenizer_init(&t, path);
-    size_t cap = shakespeare_len + 1024;
+    size_t cap = tokenizer_max_ids(&t, shakespeare_len) + 1024;
     int32_t *ids = (int32_t *)mallocCheck(cap * sizeof(int32_t));
     size_t n = tokenizer_encode(&t, stress, stress_len, 1, ids);
     check_line(name, fixture, "utf8_stress", ids, n);
@@ -494,16 +494,67 @@ static void test_model_tokenizer(const char *name, const char *path, const char 
         check_line(name, fixture, with_system ? "chat_system" : "chat", ids, n);
         free(prompt);
     }
-    // and back: decoding gives the text again
+    // and back: decoding gives the text again (in NFC, for a tokenizer that normalizes)
     n = tokenizer_encode(&t, stress, stress_len, 1, ids);
     uint8_t *back = (uint8_t *)mallocCheck(8 * stress_len + 64);
-    size_t back_len = tokenizer_decode(&t, ids, n, back, 8 * stress_len + 64);
+    size_t back_len = tokenizer_decode(&t, ids, n, back, 8 * stress_len + 64), want_len = stress_len;
+    uint8_t *normalized = t.nfc ? nfc_normalize(stress, stress_len, &want_len) : NULL;
+    const uint8_t *want = normalized != NULL ? normalized : stress;
     char title[128];
-    snprintf(title, sizeof(title), "%s: decode(encode(stress text)) is the text", name);
-    report(title, back_len == stress_len && memcmp(back, stress, stress_len) == 0);
+    snprintf(title, sizeof(title), "%s: decode(encode(stress text)) is the text%s", name, t.nfc ? " in NFC" : "");
+    report(title, back_len == want_len && memcmp(back, want, want_len) == 0 && (!t.nfc || want_len != stress_len));
+    free(normalized);
     free(back);
     free(ids);
     tokenizer_free(&t);
+}
+
+// NFC (Qwen2's normalizer) against Python's unicodedata.normalize (Unicode 16, the tables'
+// version): dev/reference/bpe_tokenizer_reference.py wrote every code point whose NFC is not
+// itself, and a set of sequences (marks out of order, blocked and unblocked compositions,
+// Hangul, composition exclusions), each as "input hex codes ; NFC hex codes".
+static void test_nfc(void) {
+    size_t len;
+    char *text = (char *)read_fixture(FIXTURES "nfc_cases.txt", &len);
+    int cases = 0, bad = 0;
+    for (char *line = strtok(text, "\n"); line != NULL; line = strtok(NULL, "\n")) {
+        uint8_t in[256], want[256];
+        size_t n_in = 0, n_want = 0;
+        int side = 0;
+        for (char *p = line; *p != '\0';) {
+            if (*p == ';') { side = 1; p++; continue; }
+            if (*p == ' ') { p++; continue; }
+            char *end;
+            uint32_t cp = (uint32_t)strtoul(p, &end, 16);
+            uint8_t *dst = side ? want + n_want : in + n_in;
+            size_t k = 0; // (UTF-8 by hand: these are test inputs)
+            if (cp < 0x80) { dst[k++] = (uint8_t)cp; }
+            else if (cp < 0x800) { dst[k++] = (uint8_t)(0xC0 | cp >> 6); dst[k++] = (uint8_t)(0x80 | (cp & 0x3F)); }
+            else if (cp < 0x10000) { dst[k++] = (uint8_t)(0xE0 | cp >> 12); dst[k++] = (uint8_t)(0x80 | (cp >> 6 & 0x3F)); dst[k++] = (uint8_t)(0x80 | (cp & 0x3F)); }
+            else { dst[k++] = (uint8_t)(0xF0 | cp >> 18); dst[k++] = (uint8_t)(0x80 | (cp >> 12 & 0x3F)); dst[k++] = (uint8_t)(0x80 | (cp >> 6 & 0x3F)); dst[k++] = (uint8_t)(0x80 | (cp & 0x3F)); }
+            if (side) { n_want += k; } else { n_in += k; }
+            p = end;
+        }
+        size_t out_len;
+        uint8_t *out = nfc_normalize(in, n_in, &out_len);
+        const uint8_t *got = out != NULL ? out : in;
+        if (out == NULL) { out_len = n_in; }
+        if (out_len != n_want || memcmp(got, want, n_want) != 0) {
+            if (bad++ < 5) { printf("  NFC of %s: ours has %zu bytes, ", line, out_len); print_escaped(got, out_len); printf("\n"); }
+        }
+        cases++;
+        free(out);
+    }
+    free(text);
+    char title[128];
+    snprintf(title, sizeof(title), "NFC: %d cases as Python's unicodedata (%d differ)", cases, bad);
+    report(title, cases > 3000 && bad == 0);
+    // stray bytes pass through, and ASCII is left alone (NULL: nothing to do)
+    size_t out_len;
+    uint8_t *out = nfc_normalize((const uint8_t *)"e\xCC\x81\xFFx", 5, &out_len);
+    report("NFC: e + U+0301 -> U+00E9, a stray byte kept", out != NULL && out_len == 4 && memcmp(out, "\xC3\xA9\xFFx", 4) == 0);
+    free(out);
+    report("NFC: ASCII is left alone", nfc_normalize((const uint8_t *)"plain", 5, &out_len) == NULL);
 }
 
 int main(void) {
@@ -532,6 +583,9 @@ int main(void) {
                          stress_len, shakespeare, shakespeare_len);
     test_model_tokenizer("Llama 3 rule", "build/tok_llama3_tokenizer.bin", FIXTURES "bpe_llama3.txt", stress, stress_len,
                          shakespeare, shakespeare_len);
+    test_model_tokenizer("Qwen2 rule", "build/tok_qwen2_tokenizer.bin", FIXTURES "bpe_qwen2.txt", stress, stress_len,
+                         shakespeare, shakespeare_len);
+    test_nfc();
 
     free(stress);
     free(shakespeare);

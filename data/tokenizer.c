@@ -26,8 +26,9 @@ tokenizer_load_file). What differs from GPT-2, all of it data in that file:
   - many special tokens (<|im_start|>, <|eot_id|>, ...), a start token that Llama 3 puts in
     front of every prompt, and a chat template (tokenizer_chat_prompt).
 test_tokenizer.c checks them against Hugging Face's tokenizers library running each model's
-own definition (dev/reference/bpe_tokenizer_reference.py). Not done: Qwen2's NFC
-normalization (text already in NFC, most text, gives the same tokens), SentencePiece models.
+own definition (dev/reference/bpe_tokenizer_reference.py); Qwen2 normalizes text to Unicode
+NFC first (nfc_normalize, on tables from data/unicode_tables.h). Not done: SentencePiece
+models (Llama 2's), other normalizers.
 
 What we leave out: training a BPE, other encodings (cl100k, o200k), and input that is
 not valid UTF-8 in tiktoken's sense. tiktoken cannot take such input at all; we treat every
@@ -618,6 +619,7 @@ typedef struct Tokenizer {
     int pre;                 // PRE_*: the pre-tokenizer's rule
     int chat;                // CHAT_*: the chat template
     int ignore_merges;       // 1: a piece that is a token is taken whole, without merging
+    int nfc;                 // 1: text is normalized to Unicode NFC first (Qwen2)
     char *system;            // the chat template's default system message ("": none)
     uint8_t *special;        // (V,) 1 for a special token: <|endoftext|>, <|im_start|>, ...
     int32_t *specials;       // the special tokens' ids, longest text first
@@ -644,6 +646,7 @@ typedef struct Tokenizer {
 void tokenizer_init(Tokenizer *t, const char *path); // GPT-2's folder, or a tokenizer file
 void tokenizer_free(Tokenizer *t);
 size_t tokenizer_encode(Tokenizer *t, const uint8_t *text, size_t len, int allow_special, int32_t *out);
+size_t tokenizer_max_ids(const Tokenizer *t, size_t len); // room tokenizer_encode needs for len bytes
 size_t tokenizer_decode(const Tokenizer *t, const int32_t *ids, size_t n, uint8_t *out, size_t cap);
 const uint8_t *tokenizer_token(const Tokenizer *t, int id, size_t *len);
 int tokenizer_find(const Tokenizer *t, const char *text); // the id whose bytes are text, or -1
@@ -716,6 +719,141 @@ static size_t next_char(const uint8_t *s, size_t n, int *cls) {
     if (len == 0) { *cls = CHAR_OTHER; return 1; }
     *cls = codepoint_class(cp);
     return len;
+}
+
+// ----------------------------------------------------------------------------
+// Unicode NFC: Qwen2's tokenizer normalizes every text to it before anything else
+
+// The canonical combining class of cp: 0 for a starter (most characters), else the order
+// in which marks stack onto it.
+static int nfc_class(uint32_t cp) {
+    if (cp < 0x300) { return 0; }
+    size_t lo = 0, hi = NUM_RANGES(unicode_combining_ranges);
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (cp < unicode_combining_ranges[mid][0]) { hi = mid; }
+        else if (cp > unicode_combining_ranges[mid][1]) { lo = mid + 1; }
+        else { return (int)unicode_combining_ranges[mid][2]; }
+    }
+    return 0;
+}
+
+// Hangul syllables decompose into their letters (jamo), and back, by arithmetic (Unicode 3.12)
+#define HANGUL_S 0xAC00u // the first syllable
+#define HANGUL_L 0x1100u // leading consonants (19)
+#define HANGUL_V 0x1161u // vowels (21)
+#define HANGUL_T 0x11A7u // trailing consonants, HANGUL_T + 1 ... (27; 0: none)
+#define HANGUL_SYLLABLES (19u * 21u * 28u)
+
+// Appends cp's full canonical decomposition (at most 4 code points) to out[*n ...].
+static void nfc_decompose(uint32_t cp, uint32_t *out, size_t *n) {
+    if (cp - HANGUL_S < HANGUL_SYLLABLES) {
+        uint32_t s = cp - HANGUL_S;
+        out[(*n)++] = HANGUL_L + s / (21 * 28);
+        out[(*n)++] = HANGUL_V + s % (21 * 28) / 28;
+        if (s % 28 != 0) { out[(*n)++] = HANGUL_T + s % 28; }
+        return;
+    }
+    size_t lo = 0, hi = cp < 0xC0 ? 0 : NUM_RANGES(unicode_decompositions);
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (cp < unicode_decompositions[mid][0]) { hi = mid; }
+        else if (cp > unicode_decompositions[mid][0]) { lo = mid + 1; }
+        else {
+            nfc_decompose(unicode_decompositions[mid][1], out, n);
+            if (unicode_decompositions[mid][2] != 0) { nfc_decompose(unicode_decompositions[mid][2], out, n); }
+            return;
+        }
+    }
+    out[(*n)++] = cp;
+}
+
+static int compare_u64(const void *a, const void *b) {
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return (x > y) - (x < y);
+}
+
+// The character that a + b compose into, or 0. The pairs (those the table marks) are put in
+// order of (a, b) once, on the first call, for a binary search: key (a << 21 | b) << 21 | result.
+static uint32_t nfc_compose(uint32_t a, uint32_t b) {
+    if (a - HANGUL_L < 19 && b - HANGUL_V < 21) { return HANGUL_S + ((a - HANGUL_L) * 21 + (b - HANGUL_V)) * 28; }
+    if (a - HANGUL_S < HANGUL_SYLLABLES && (a - HANGUL_S) % 28 == 0 && b - HANGUL_T - 1 < 27) { return a + (b - HANGUL_T); }
+    static uint64_t pairs[NUM_RANGES(unicode_decompositions)];
+    static size_t num_pairs = 0;
+    if (num_pairs == 0) {
+        for (size_t e = 0; e < NUM_RANGES(unicode_decompositions); e++) {
+            const uint32_t *d = unicode_decompositions[e];
+            if (d[3]) { pairs[num_pairs++] = ((uint64_t)d[1] << 21 | d[2]) << 21 | d[0]; }
+        }
+        qsort(pairs, num_pairs, sizeof(uint64_t), compare_u64);
+    }
+    uint64_t key = (uint64_t)a << 21 | b;
+    size_t lo = 0, hi = num_pairs;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        uint64_t k = pairs[mid] >> 21;
+        if (key < k) { hi = mid; }
+        else if (key > k) { lo = mid + 1; }
+        else { return (uint32_t)(pairs[mid] & 0x1FFFFF); }
+    }
+    return 0;
+}
+
+// text[0..len) in NFC (Unicode's canonical composition, UAX #15): decompose every character
+// fully, put each run of combining marks in order of their classes, then compose each mark
+// with the last starter before it unless a mark in between blocks it. Returns a malloc'ed
+// copy (*out_len bytes, at most 3 x len) or NULL if the text is ASCII, which NFC never
+// changes. A byte that is not UTF-8 passes through as itself, composing with nothing.
+static uint8_t *nfc_normalize(const uint8_t *text, size_t len, size_t *out_len) {
+    size_t i = 0;
+    while (i < len && text[i] < 0x80) { i++; }
+    if (i == len) { return NULL; }
+    uint32_t *cps = (uint32_t *)mallocCheck((4 * len + 4) * sizeof(uint32_t));
+    size_t n = 0;
+    for (i = 0; i < len;) { // 1. decompose (a stray byte b becomes 0x110000 + b)
+        uint32_t cp;
+        size_t step = utf8_decode(text + i, len - i, &cp);
+        if (step == 0) { cps[n++] = 0x110000u + text[i]; i++; continue; }
+        nfc_decompose(cp, cps, &n);
+        i += step;
+    }
+    for (size_t k = 1; k < n; k++) { // 2. marks in class order (a stable insertion sort)
+        int cls = nfc_class(cps[k]);
+        for (size_t j = k; j > 0 && cls != 0 && nfc_class(cps[j - 1]) > cls; j--) {
+            uint32_t t = cps[j]; cps[j] = cps[j - 1]; cps[j - 1] = t;
+        }
+    }
+    size_t kept = 1, starter = 0; // 3. compose (the algorithm of UAX #15's sample code)
+    int last_class = nfc_class(cps[0]) != 0 ? 256 : 0; // 256: no starter yet
+    for (size_t k = 1; k < n; k++) {
+        int cls = nfc_class(cps[k]);
+        uint32_t composite = last_class < cls || last_class == 0 ? nfc_compose(cps[starter], cps[k]) : 0;
+        if (composite != 0 && last_class != 256) {
+            cps[starter] = composite;
+            continue;
+        }
+        if (cls == 0) { starter = kept; }
+        last_class = cls;
+        cps[kept++] = cps[k];
+    }
+    uint8_t *out = (uint8_t *)mallocCheck(4 * kept + 1);
+    size_t used = 0;
+    for (size_t k = 0; k < kept; k++) { // back to UTF-8
+        uint32_t c = cps[k];
+        if (c >= 0x110000u) { out[used++] = (uint8_t)(c - 0x110000u); }
+        else if (c < 0x80) { out[used++] = (uint8_t)c; }
+        else if (c < 0x800) { out[used++] = (uint8_t)(0xC0 | c >> 6); out[used++] = (uint8_t)(0x80 | (c & 0x3F)); }
+        else if (c < 0x10000) {
+            out[used++] = (uint8_t)(0xE0 | c >> 12); out[used++] = (uint8_t)(0x80 | (c >> 6 & 0x3F));
+            out[used++] = (uint8_t)(0x80 | (c & 0x3F));
+        } else {
+            out[used++] = (uint8_t)(0xF0 | c >> 18); out[used++] = (uint8_t)(0x80 | (c >> 12 & 0x3F));
+            out[used++] = (uint8_t)(0x80 | (c >> 6 & 0x3F)); out[used++] = (uint8_t)(0x80 | (c & 0x3F));
+        }
+    }
+    free(cps);
+    *out_len = used;
+    return out;
 }
 
 // ----------------------------------------------------------------------------
@@ -1093,8 +1231,8 @@ static size_t merge_slot(uint64_t key, size_t mask) { return (size_t)((key * 0x9
 // (little endian):
 //   header: 256 x int32 [TOKENIZER_FILE_MAGIC, version 1, V tokens, M merges, pre-tokenizer (PRE_*),
 //           chat template (CHAT_*), bos, eos (where generation stops), unk (-1: none), flags
-//           (bit 0: ignore_merges, bit 1: add bos to a prompt), bytes of the default system
-//           message, 0...]
+//           (bit 0: ignore_merges, bit 1: add bos to a prompt, bit 2: NFC first), bytes of
+//           the default system message, 0...]
 //   V tokens, id order: uint8 kind (0 ordinary, 1 special), uint16 length, the raw bytes
 //   M merges, rank order: int32 left id, int32 right id (they make the token of their bytes joined)
 //   the default system message's bytes
@@ -1118,7 +1256,7 @@ static void tokenizer_load_file(Tokenizer *t, const char *path) {
     for (int i = 6; i <= 8; i++) {
         if (h[i] < -1 || h[i] >= V) { die_file(path, hint, "header field %d: token %d outside the vocabulary of %d", i, h[i], V); }
     }
-    if ((h[9] & ~3) != 0 || h[10] < 0 || h[7] < 0) { die_file(path, hint, "bad flags %d, system message length %d or end token %d", h[9], h[10], h[7]); }
+    if ((h[9] & ~7) != 0 || h[10] < 0 || h[7] < 0) { die_file(path, hint, "bad flags %d, system message length %d or end token %d", h[9], h[10], h[7]); }
     t->vocab_size = V;
     t->num_merges = M;
     t->pre = h[4];
@@ -1128,6 +1266,7 @@ static void tokenizer_load_file(Tokenizer *t, const char *path) {
     t->unk_token = h[8];
     t->ignore_merges = h[9] & 1;
     t->add_bos = (h[9] >> 1) & 1;
+    t->nfc = (h[9] >> 2) & 1;
     if (t->add_bos && t->bos_token < 0) { die_file(path, hint, "adds a start token, but has none"); }
     // the tokens
     t->special = (uint8_t *)mallocCheck((size_t)V);
@@ -1470,7 +1609,7 @@ static size_t encode_pieces(Tokenizer *t, const uint8_t *text, size_t len, int32
 // individual_digits, then ByteLevel). So "a  1" is "a", "  ", "1" there, but "a", " ", " 1"
 // in GPT-2's. (transformers 5.24, building a tokenizer from a GGUF file, has no rule for
 // the "smollm" pre-tokenizer and uses GPT-2's: it differs from SmolLM2's own tokenizer there.)
-static size_t encode_ordinary(Tokenizer *t, const uint8_t *text, size_t len, int32_t *out) {
+static size_t encode_unnormalized(Tokenizer *t, const uint8_t *text, size_t len, int32_t *out) {
     if (t->pre != PRE_SMOLLM) { return encode_pieces(t, text, len, out); }
     size_t num = 0, from = 0;
     for (size_t i = 0; i < len;) {
@@ -1491,6 +1630,20 @@ static size_t encode_ordinary(Tokenizer *t, const uint8_t *text, size_t len, int
     return num + encode_pieces(t, text + from, len - from, out + num);
 }
 
+// Encodes text with no special tokens, in NFC first if the tokenizer says so (Qwen2's).
+static size_t encode_ordinary(Tokenizer *t, const uint8_t *text, size_t len, int32_t *out) {
+    size_t normalized_len;
+    uint8_t *normalized = t->nfc ? nfc_normalize(text, len, &normalized_len) : NULL;
+    if (normalized == NULL) { return encode_unnormalized(t, text, len, out); }
+    size_t num = encode_unnormalized(t, normalized, normalized_len, out);
+    free(normalized);
+    return num;
+}
+
+// Room for the ids of len bytes of text: every token covers at least one byte, and NFC
+// makes a text at most 3 times longer (U+1D1C0, 4 bytes, is 3 characters of 4 bytes).
+size_t tokenizer_max_ids(const Tokenizer *t, size_t len) { return (t->nfc ? 3 : 1) * len + 1; }
+
 // The special token whose text starts at text[i] (the longest if several do), or -1.
 static int special_at(const Tokenizer *t, const uint8_t *text, size_t len, size_t i) {
     if (!t->special_start[text[i]]) { return -1; }
@@ -1502,8 +1655,8 @@ static int special_at(const Tokenizer *t, const uint8_t *text, size_t len, size_
     return -1;
 }
 
-// Encodes text[0..len) into out and returns the number of ids. out needs room for len ids:
-// every token covers at least one byte of the text. With allow_special, the text of every
+// Encodes text[0..len) into out and returns the number of ids. out needs room for
+// tokenizer_max_ids(t, len) ids (len without NFC). With allow_special, the text of every
 // special token (GPT-2: "<|endoftext|>"; SmolLM2: "<|im_start|>", ...) becomes that token and
 // the text between them is encoded on its own (like tiktoken's encode with allowed_special,
 // and Hugging Face's added tokens: the pre-tokenizer never sees across a special token);
@@ -1638,6 +1791,10 @@ void options_default(Options *o) {
 // Every problem with the input is found before the first output file is opened.
 void tokenize_file(const Options *o) {
     Tokenizer t;
+    struct stat st;
+    if (stat(o->gpt2_dir, &st) == 0 && !S_ISDIR(st.st_mode)) { // (shards hold 16-bit ids: GPT-2's vocabulary)
+        die_file(o->gpt2_dir, "-g names the folder of GPT-2's encoder.json and vocab.bpe", "is a file, not a folder");
+    }
     tokenizer_init(&t, o->gpt2_dir);
     printf("tokenizer: %d tokens from %s: 256 bytes + %d merges + <|endoftext|> (id %d); Unicode %s tables\n",
            t.vocab_size, o->gpt2_dir, t.num_merges, t.eot_token, UNICODE_TABLES_VERSION);

@@ -29,6 +29,10 @@ Outputs in dev/reference/fixtures/:
   tok_llama3/, tok_qwen2/    tokenizer.json + tokenizer_config.json (./convert's input)
   bpe_<name>.txt             one line per text: "<label> <count> <fnv1a64 of the ids as
                              int32 LE> <ids...>" (Tiny Shakespeare: no ids, only count and hash)
+  nfc_cases.txt              Unicode NFC (Qwen2's normalizer, done by hand in data/tokenizer.c)
+                             from unicodedata2 16.0.0 (the version of data/unicode_tables.h):
+                             every code point NFC changes, and sequences that exercise the
+                             ordering of marks and the composition rules; "input ; NFC" in hex
 
 Run from the repository root after make smollm2 (pinned: tokenizers==0.23.3,
 transformers==5.24.0, gguf==0.19.0, numpy):
@@ -132,7 +136,28 @@ def train(pre, normalizer, ignore_merges, specials, texts, seed):
     return spec
 
 
+def nfc_cases():
+    import unicodedata2 as ud
+    assert ud.unidata_version == "16.0.0", "pip install unicodedata2==16.0.0"
+    cases = [chr(c) for c in range(0x110000) if not 0xD800 <= c <= 0xDFFF and ud.normalize("NFC", chr(c)) != chr(c)]
+    rng = random.Random(7)
+    marks = [chr(c) for c in range(0x300, 0x370)] + ["\u05B0", "\u0591", "\u093C", "\u0E38", "\u302A", "\u1DCE", "\U0001D165"]
+    bases = ["a", "e", "o", "u", "A", "\u0391", "\u0430", "\u05D0", "\u0915", "\u00e9", "\u1100", "\uAC00", "\u0B47"]
+    for _ in range(3000):  # a base, then marks in any order, sometimes a second base
+        text = rng.choice(bases) + "".join(rng.choice(marks) for _ in range(rng.randrange(0, 4)))
+        if rng.random() < 0.3:
+            text += rng.choice(["\u0B3E", "\u1161", "\u11A8", "\u3099", "b"]) + rng.choice(marks)
+        cases.append(text)
+    cases += ["\u1100\u1161\u11A8", "\u1100\u1161", "\uAC00\u11A8", "\u0301e", "e\u0301\u0301", "A\u030A\u0323",
+              "\u0958", "\u2126", "\u0344", "\U0001D1C0", "e\u0327\u0301", "\u0B47\u0300\u0B3E"]
+    with open(os.path.join(FIXTURES, "nfc_cases.txt"), "w") as f:
+        for text in cases:
+            f.write(" ".join(f"{ord(c):X}" for c in text) + " ; " + " ".join(f"{ord(c):X}" for c in ud.normalize("NFC", text)) + "\n")
+    return len(cases)
+
+
 def main():
+    print(f"nfc_cases.txt: {nfc_cases()} cases")
     if tokenizers.__version__ != PINNED_TOKENIZERS:
         print(f"WARNING: tokenizers {tokenizers.__version__}, the fixtures were made with {PINNED_TOKENIZERS}")
     if not os.path.exists(SMOLLM2_GGUF):

@@ -1,6 +1,7 @@
 """
 Generates data/unicode_tables.h: the Unicode code point ranges that data/tokenizer.c needs to
-pre-tokenize text exactly like tiktoken's GPT-2 pattern
+pre-tokenize text exactly like tiktoken's GPT-2 pattern (and, at the end, the canonical
+decompositions and combining classes of Unicode NFC, which Qwen2's tokenizer applies first)
 
     's|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+
 
@@ -122,7 +123,24 @@ def main():
         probe_note = "tiktoken not installed: not cross-checked"
     print(probe_note)
 
-    header = f"""// unicode_tables.h: Unicode character classes for GPT-2's pre-tokenizer in data/tokenizer.c.
+    # NFC (Qwen2's tokenizer normalizes with it): canonical decompositions, one level (the C
+    # side recurses), each marked whether its pair is a primary composite (NFC composes it
+    # back: not a composition exclusion, not a singleton); and the canonical combining classes
+    decompositions, combining = [], []
+    for c in all_code_points():
+        d = ud.decomposition(chr(c))
+        if d and not d.startswith("<"):
+            parts = [int(x, 16) for x in d.split()]
+            composes = len(parts) == 2 and ud.normalize("NFC", chr(parts[0]) + chr(parts[1])) == chr(c)
+            decompositions.append((c, parts[0], parts[1] if len(parts) == 2 else 0, int(composes)))
+        k = ud.combining(chr(c))
+        if k:
+            if combining and combining[-1][1] == c - 1 and combining[-1][2] == k:
+                combining[-1][1] = c
+            else:
+                combining.append([c, c, k])
+    header = f"""// unicode_tables.h: Unicode character classes for the pre-tokenizers in data/tokenizer.c, and
+// the data of Unicode NFC (Qwen2's normalizer).
 // GENERATED FILE, do not edit. Regenerate from the repository root with:
 //     pip install unicodedata2=={UNICODE_VERSION}
 //     python dev/reference/gen_unicode_tables.py
@@ -145,10 +163,37 @@ def main():
         c_table("unicode_number_ranges", to_ranges(numbers), "\\p{N}: Nd Nl No"),
         c_table("unicode_space_ranges", to_ranges(spaces), "\\s: White_Space"),
     ])
+    rows, row = [], []
+    for c, d1, d2, composes in decompositions:
+        row.append(f"{{0x{c:X},0x{d1:X},0x{d2:X},{composes}}},")
+        if len(row) == 5:
+            rows.append("    " + " ".join(row))
+            row = []
+    if row:
+        rows.append("    " + " ".join(row))
+    nfc = "\n".join([
+        "// Unicode NFC (data/tokenizer.c's nfc_normalize, for Qwen2's tokenizer), Unicode " + UNICODE_VERSION + ".",
+        f"// Canonical decompositions, one level: {{code point, first, second (0: a singleton), 1 if NFC",
+        f"// composes first + second back into it}}, sorted: {len(decompositions)} entries",
+        "static const uint32_t unicode_decompositions[][4] = {", *rows, "};", "",
+        f"// Canonical combining classes other than 0: {{lo, hi, class}}: {len(combining)} ranges",
+        "static const uint32_t unicode_combining_ranges[][3] = {"])
+    row = []
+    for lo, hi, k in combining:
+        row.append(f"{{0x{lo:X},0x{hi:X},{k}}},")
+        if len(row) == 6:
+            nfc += "\n    " + " ".join(row)
+            row = []
+    if row:
+        nfc += "\n    " + " ".join(row)
+    nfc += "\n};"
     with open(OUT_PATH, "w") as f:
-        f.write(header + "\n" + body + "\n// --- end shared-copy: unicode-tables ---\n\n#endif // UNICODE_TABLES_H\n")
+        f.write(header + "\n" + body + "\n// --- end shared-copy: unicode-tables ---\n\n"
+                + "// --- begin shared-copy: unicode-nfc ---\n" + nfc + "\n// --- end shared-copy: unicode-nfc ---\n\n"
+                + "#endif // UNICODE_TABLES_H\n")
     print(f"wrote {OUT_PATH}: {len(letters)} letters, {len(numbers)} numbers, "
-          f"{len(spaces)} white space code points (Unicode {UNICODE_VERSION})")
+          f"{len(spaces)} white space code points, {len(decompositions)} decompositions, "
+          f"{len(combining)} combining class ranges (Unicode {UNICODE_VERSION})")
 
 
 if __name__ == "__main__":

@@ -64,6 +64,7 @@ expect_error "-v 0 is rejected" "'0'" -v 0 -o "$OUT/ts"
 
 # --- missing and malformed vocabulary files
 expect_error "missing -g folder names encoder.json" "$TMP/nowhere/encoder.json" -g "$TMP/nowhere" -o "$OUT/ts" -t ""
+expect_error "a tokenizer file as -g (shards hold GPT-2's 16-bit ids)" "data/gpt2_tokenizer.bin: is a file, not a folder" -g data/gpt2_tokenizer.bin -o "$OUT/ts" -t ""
 mkdir "$TMP/no_vocab" && cp "$GOOD/encoder.json" "$TMP/no_vocab/"
 expect_error "missing vocab.bpe is named" "$TMP/no_vocab/vocab.bpe" -g "$TMP/no_vocab" -o "$OUT/ts" -t ""
 mkdir "$TMP/truncated" && head -c 500000 "$GOOD/encoder.json" > "$TMP/truncated/encoder.json" && cp "$GOOD/vocab.bpe" "$TMP/truncated/"
