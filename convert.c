@@ -20,7 +20,12 @@ Formats today:
        above); a GGUF file (llama.cpp's, architecture llama or qwen2; F32, F16, BF16, Q8_0,
        Q4_0, Q4_1, Q4_K, Q5_K, Q6_K tensors, dequantized to fp32); our Llama-family model file.
   out: our Llama-family model file (.bin; the layout is at LLAMA_MAGIC below), or a Hugging
-       Face folder transformers loads. (Its tokenizer files come with the next step.)
+       Face folder transformers loads.
+  their tokenizers (byte-level BPE): from the GGUF file, or the folder's tokenizer.json and
+       tokenizer_config.json, into our tokenizer file beside the model (NAME_tokenizer.bin;
+       the layout is data/tokenizer.c's, at tokenizer_load_file), and back out to
+       tokenizer.json + tokenizer_config.json in an export (transformers' AutoTokenizer loads
+       them: the same ids, the same chat prompts).
   GGUF without -o: what the file holds (metadata and tensors), listed.
 HF's GPT-2 keeps its linear weights as Conv1D, (in, out): transposed relative to ours
 (out, in), as nn.Linear keeps them. Our safetensors reader and JSON parser check every
@@ -3345,6 +3350,245 @@ void tokenizer_write(const TokenizerSpec *ts, const char *path) {
     free(tokens);
 }
 
+// Reads our tokenizer file back (for an export to a Hugging Face folder); the checks are
+// data/tokenizer.c's loader's, in short: every count and length against the file's size.
+void tokenizer_read(TokenizerSpec *ts, const char *path) {
+    const char *hint = "a tokenizer file written by ./convert (NAME_tokenizer.bin)";
+    size_t len;
+    uint8_t *s = read_whole_file(path, &len, hint);
+    int32_t h[16];
+    if (len < 1024) { die_file(path, hint, "%zu bytes: too short for the 1024-byte header", len); }
+    memcpy(h, s, sizeof(h));
+    if (h[0] != TOKENIZER_FILE_MAGIC || h[1] != 1) { die_file(path, hint, "bad magic %d or version %d", h[0], h[1]); }
+    int V = h[2], M = h[3];
+    if (V < 1 || (size_t)V > (len - 1024) / 3 || M < 0 || M > V || h[4] < 0 || h[4] > PRE_QWEN2 || h[5] < 0 || h[5] > CHAT_LLAMA3
+        || h[6] < -1 || h[6] >= V || h[7] < 0 || h[7] >= V || h[8] < -1 || h[8] >= V || (h[9] & ~7) != 0 || h[10] < 0
+        || (size_t)h[10] >= sizeof(ts->system)) {
+        die_file(path, hint, "a header field out of range");
+    }
+    ByteAlphabet a;
+    byte_alphabet_init(&a);
+    spec_init(ts, V);
+    size_t at = 1024;
+    for (int id = 0; id < V; id++) {
+        if (len - at < 3) { die_file(path, hint, "the file ends inside token %d", id); }
+        size_t n = (size_t)s[at + 1] | (size_t)s[at + 2] << 8;
+        if (s[at] > 1 || n == 0 || n > len - at - 3) { die_file(path, hint, "token %d: malformed or cut off", id); }
+        ts->offset[id] = (uint32_t)ts->used; // (stored as raw bytes, whatever the kind)
+        if (ts->used + n > ts->cap) {
+            ts->cap = 2 * (ts->used + n);
+            ts->bytes = (uint8_t *)realloc(ts->bytes, ts->cap);
+            if (ts->bytes == NULL) { die_file(path, NULL, "out of memory"); }
+        }
+        memcpy(ts->bytes + ts->used, s + at + 3, n);
+        ts->used += n;
+        ts->length[id] = (uint32_t)n;
+        ts->special[id] = s[at];
+        ts->present[id] = 1;
+        at += 3 + n;
+    }
+    spec_index(ts, path, hint);
+    if ((len - at) / 8 < (size_t)M || len - at - 8 * (size_t)M != (size_t)h[10]) { die_file(path, hint, "the merges or the system message do not fit the file"); }
+    ts->num_merges = M;
+    ts->merges = (int32_t *)mallocCheck(2 * ((size_t)M + 1) * sizeof(int32_t));
+    memcpy(ts->merges, s + at, 8 * (size_t)M);
+    for (int m = 0; m < 2 * M; m++) {
+        if (ts->merges[m] < 0 || ts->merges[m] >= V) { die_file(path, hint, "merge %d: a token outside the vocabulary", m / 2); }
+    }
+    memcpy(ts->system, s + at + 8 * (size_t)M, (size_t)h[10]);
+    ts->system[h[10]] = '\0';
+    ts->pre = h[4];
+    ts->chat = h[5];
+    ts->bos = h[6];
+    ts->eot = h[7];
+    ts->unk = h[8];
+    ts->ignore_merges = h[9] & 1;
+    ts->add_bos = (h[9] >> 1) & 1;
+    ts->nfc = (h[9] >> 2) & 1;
+    free(s);
+}
+
+// A growing text, for the JSON we write
+typedef struct { char *s; size_t len, cap; } Text;
+static void text_put(Text *t, const char *s, size_t n) {
+    if (t->len + n + 1 > t->cap) {
+        t->cap = 2 * (t->len + n + 1);
+        t->s = (char *)realloc(t->s, t->cap);
+        if (t->s == NULL) { fprintf(stderr, "Error: out of memory writing tokenizer.json\n"); exit(EXIT_FAILURE); }
+    }
+    memcpy(t->s + t->len, s, n);
+    t->len += n;
+    t->s[t->len] = '\0';
+}
+static void text_puts(Text *t, const char *s) { text_put(t, s, strlen(s)); }
+
+// s[0..n) as a JSON string: in quotes, '"', '\' and control characters escaped
+static void text_json(Text *t, const uint8_t *s, size_t n) {
+    text_puts(t, "\"");
+    for (size_t i = 0; i < n; i++) {
+        char esc[8];
+        if (s[i] == '"' || s[i] == '\\') { esc[0] = '\\'; esc[1] = (char)s[i]; text_put(t, esc, 2); }
+        else if (s[i] == '\n') { text_put(t, "\\n", 2); }
+        else if (s[i] == '\t') { text_put(t, "\\t", 2); }
+        else if (s[i] == '\r') { text_put(t, "\\r", 2); }
+        else if (s[i] < 0x20) { snprintf(esc, sizeof(esc), "\\u%04x", s[i]); text_put(t, esc, 6); }
+        else { text_put(t, (const char *)s + i, 1); }
+    }
+    text_puts(t, "\"");
+}
+
+// token id's bytes in the byte-level alphabet (a space is 'Ġ'), as a JSON string
+static void text_byte_level(Text *t, const TokenizerSpec *ts, int id, const int *codepoint_of_byte) {
+    Text chars = {NULL, 0, 0};
+    text_puts(&chars, "");
+    for (uint32_t k = 0; k < ts->length[id]; k++) {
+        int cp = codepoint_of_byte[ts->bytes[ts->offset[id] + k]];
+        char utf8[2] = {(char)(cp < 0x80 ? cp : 0xC0 | cp >> 6), (char)(0x80 | (cp & 0x3F))};
+        text_put(&chars, utf8, cp < 0x80 ? 1 : 2); // (every code point of the alphabet is below U+0800)
+    }
+    text_json(t, (const uint8_t *)chars.s, chars.len);
+    free(chars.s);
+}
+
+// The tokenizer as a Hugging Face folder's tokenizer.json and tokenizer_config.json, which
+// transformers' AutoTokenizer loads (PreTrainedTokenizerFast): the same vocabulary, merges,
+// pre-tokenizer, special tokens and, as a Jinja template, the same chat layout.
+void tokenizer_export_hf(const TokenizerSpec *ts, const char *dir) {
+    ByteAlphabet a;
+    byte_alphabet_init(&a);
+    int codepoint_of_byte[256];
+    for (int cp = 0; cp < BYTE_ALPHABET_SIZE; cp++) {
+        if (a.byte_of_codepoint[cp] >= 0) { codepoint_of_byte[a.byte_of_codepoint[cp]] = cp; }
+    }
+    static const char *pre[] = {
+        "{\"type\": \"ByteLevel\", \"add_prefix_space\": false, \"trim_offsets\": true, \"use_regex\": true}",
+        "{\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": \"Digits\", \"individual_digits\": true}, {\"type\": \"ByteLevel\", "
+        "\"add_prefix_space\": false, \"trim_offsets\": true, \"use_regex\": true}]}", NULL, NULL};
+    Text t = {NULL, 0, 0};
+    text_puts(&t, "{\n  \"version\": \"1.0\",\n  \"truncation\": null,\n  \"padding\": null,\n  \"added_tokens\": [");
+    int first = 1;
+    for (int id = 0; id < ts->vocab_size; id++) {
+        if (!ts->special[id]) { continue; }
+        char head[64];
+        snprintf(head, sizeof(head), "%s\n    {\"id\": %d, \"content\": ", first ? "" : ",", id);
+        text_puts(&t, head);
+        text_json(&t, ts->bytes + ts->offset[id], ts->length[id]);
+        text_puts(&t, ", \"single_word\": false, \"lstrip\": false, \"rstrip\": false, \"normalized\": false, \"special\": true}");
+        first = 0;
+    }
+    text_puts(&t, "\n  ],\n  \"normalizer\": ");
+    text_puts(&t, ts->nfc ? "{\"type\": \"NFC\"}" : "null");
+    text_puts(&t, ",\n  \"pre_tokenizer\": ");
+    if (ts->pre == PRE_LLAMA3 || ts->pre == PRE_QWEN2) {
+        text_puts(&t, "{\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": \"Split\", \"pattern\": {\"Regex\": ");
+        const char *re = ts->pre == PRE_LLAMA3 ? LLAMA3_REGEX : QWEN2_REGEX;
+        text_json(&t, (const uint8_t *)re, strlen(re));
+        text_puts(&t, "}, \"behavior\": \"Isolated\", \"invert\": false}, {\"type\": \"ByteLevel\", \"add_prefix_space\": false, "
+                      "\"trim_offsets\": true, \"use_regex\": false}]}");
+    } else {
+        text_puts(&t, pre[ts->pre]);
+    }
+    text_puts(&t, ",\n  \"post_processor\": ");
+    if (ts->add_bos) { // the start token in front of every text, as Llama 3's does
+        Text name = {NULL, 0, 0};
+        text_json(&name, ts->bytes + ts->offset[ts->bos], ts->length[ts->bos]);
+        char ids[32];
+        snprintf(ids, sizeof(ids), "%d", ts->bos);
+        text_puts(&t, "{\"type\": \"TemplateProcessing\", \"single\": [{\"SpecialToken\": {\"id\": ");
+        text_puts(&t, name.s);
+        text_puts(&t, ", \"type_id\": 0}}, {\"Sequence\": {\"id\": \"A\", \"type_id\": 0}}], \"pair\": [{\"SpecialToken\": {\"id\": ");
+        text_puts(&t, name.s);
+        text_puts(&t, ", \"type_id\": 0}}, {\"Sequence\": {\"id\": \"A\", \"type_id\": 0}}, {\"SpecialToken\": {\"id\": ");
+        text_puts(&t, name.s);
+        text_puts(&t, ", \"type_id\": 1}}, {\"Sequence\": {\"id\": \"B\", \"type_id\": 1}}], \"special_tokens\": {");
+        text_puts(&t, name.s);
+        text_puts(&t, ": {\"id\": ");
+        text_puts(&t, name.s);
+        text_puts(&t, ", \"ids\": [");
+        text_puts(&t, ids);
+        text_puts(&t, "], \"tokens\": [");
+        text_puts(&t, name.s);
+        text_puts(&t, "]}}}");
+        free(name.s);
+    } else {
+        text_puts(&t, "{\"type\": \"ByteLevel\", \"add_prefix_space\": true, \"trim_offsets\": false, \"use_regex\": true}");
+    }
+    text_puts(&t, ",\n  \"decoder\": {\"type\": \"ByteLevel\", \"add_prefix_space\": true, \"trim_offsets\": true, \"use_regex\": true},\n");
+    text_puts(&t, "  \"model\": {\"type\": \"BPE\", \"dropout\": null, \"unk_token\": ");
+    if (ts->unk >= 0) { text_json(&t, ts->bytes + ts->offset[ts->unk], ts->length[ts->unk]); }
+    else { text_puts(&t, "null"); }
+    text_puts(&t, ", \"continuing_subword_prefix\": null, \"end_of_word_suffix\": null, \"fuse_unk\": false, \"byte_fallback\": false, "
+                  "\"ignore_merges\": ");
+    text_puts(&t, ts->ignore_merges ? "true" : "false");
+    text_puts(&t, ",\n    \"vocab\": {");
+    // every token; a special one under its text (in the byte-level alphabet), unless an
+    // ordinary token has the same bytes
+    first = 1;
+    for (int id = 0; id < ts->vocab_size; id++) {
+        if (ts->special[id] && spec_find(ts, ts->bytes + ts->offset[id], ts->length[id]) >= 0) { continue; }
+        text_puts(&t, first ? "\n      " : ",\n      ");
+        text_byte_level(&t, ts, id, codepoint_of_byte);
+        char value[32];
+        snprintf(value, sizeof(value), ": %d", id);
+        text_puts(&t, value);
+        first = 0;
+    }
+    text_puts(&t, "\n    },\n    \"merges\": [");
+    for (int m = 0; m < ts->num_merges; m++) {
+        text_puts(&t, m == 0 ? "\n      [" : ",\n      [");
+        text_byte_level(&t, ts, ts->merges[2 * m], codepoint_of_byte);
+        text_puts(&t, ", ");
+        text_byte_level(&t, ts, ts->merges[2 * m + 1], codepoint_of_byte);
+        text_puts(&t, "]");
+    }
+    text_puts(&t, "\n    ]\n  }\n}\n");
+    char path[MAX_PATH_LEN];
+    path_concat(path, dir, "/tokenizer.json");
+    const void *bufs[1] = {t.s};
+    size_t sizes[1] = {t.len};
+    write_file_atomic(path, bufs, sizes, 1);
+    // tokenizer_config.json: the start and end tokens, and the chat layout as Jinja
+    Text c = {NULL, 0, 0};
+    text_puts(&c, "{\n  \"tokenizer_class\": \"PreTrainedTokenizerFast\",\n  \"bos_token\": ");
+    if (ts->bos >= 0) { text_json(&c, ts->bytes + ts->offset[ts->bos], ts->length[ts->bos]); }
+    else { text_puts(&c, "null"); }
+    text_puts(&c, ",\n  \"eos_token\": ");
+    text_json(&c, ts->bytes + ts->offset[ts->eot], ts->length[ts->eot]);
+    if (ts->chat != CHAT_NONE) {
+        Text j = {NULL, 0, 0};
+        text_puts(&j, "");
+        if (ts->chat == CHAT_CHATML) { // SmolLM2's template (the default system turn only if there is one)
+            text_puts(&j, "{% for message in messages %}");
+            if (ts->system[0] != '\0') {
+                text_puts(&j, "{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im_start|>system\n");
+                for (const char *p = ts->system; *p != '\0'; p++) { // (a Jinja string in single quotes)
+                    if (*p == '\'' || *p == '\\') { text_puts(&j, "\\"); }
+                    text_put(&j, p, 1);
+                }
+                text_puts(&j, "<|im_end|>\n' }}{% endif %}");
+            }
+            text_puts(&j, "{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}"
+                          "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}");
+        } else { // Meta-Llama-3-Instruct's
+            text_puts(&j, "{% set loop_messages = messages %}{% for message in loop_messages %}{% set content = "
+                          "'<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n'+ message['content'] | trim + "
+                          "'<|eot_id|>' %}{% if loop.index0 == 0 %}{% set content = bos_token + content %}{% endif %}"
+                          "{{ content }}{% endfor %}{% if add_generation_prompt %}"
+                          "{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{% endif %}");
+        }
+        text_puts(&c, ",\n  \"chat_template\": ");
+        text_json(&c, (const uint8_t *)j.s, j.len);
+        free(j.s);
+    }
+    text_puts(&c, "\n}\n");
+    path_concat(path, dir, "/tokenizer_config.json");
+    bufs[0] = c.s;
+    sizes[0] = c.len;
+    write_file_atomic(path, bufs, sizes, 1);
+    free(t.s);
+    free(c.s);
+}
+
 // The tokenizer's one-line summary, for convert's report
 void tokenizer_describe(const TokenizerSpec *ts, char *out, size_t size) {
     int specials = 0;
@@ -3385,7 +3629,7 @@ static void print_usage(const Options *d) {
     printf("  %s -i gpt2_124M.bin -o gpt2_124M_bf16.bin -d bf16    fp32 -> bf16\n", PROGRAM);
     printf("  %s -i SmolLM2-135M-Instruct.Q4_1.gguf -o smollm2.bin  a GGUF file -> our Llama-family file\n", PROGRAM);
     printf("                                                         (and smollm2_tokenizer.bin)\n");
-    printf("  %s -i path/to/tokenizer.json -o my_tokenizer.bin    a tokenizer alone\n", PROGRAM);
+    printf("  %s -i path/to/tokenizer.json -o my_tokenizer.bin    a tokenizer alone (and back: -i my_tokenizer.bin -o DIR)\n", PROGRAM);
 }
 
 // --- begin shared-copy: usage-error ---
@@ -3468,10 +3712,19 @@ static int is_llama_family(const char *input) {
 }
 
 // -i a GGUF file or a tokenizer.json, -o NAME_tokenizer.bin: the tokenizer alone (its start
-// and end tokens from the files beside a tokenizer.json, or from the GGUF's metadata)
+// and end tokens from the files beside a tokenizer.json, or from the GGUF's metadata); or
+// -i NAME_tokenizer.bin -o DIR: ours as a Hugging Face folder's tokenizer files
 static void convert_tokenizer(const Options *o) {
     TokenizerSpec ts;
-    int found;
+    int found = 1;
+    if (ends_with(o->input, "_tokenizer.bin")) { // ours -> a Hugging Face folder's tokenizer files
+        tokenizer_read(&ts, o->input);
+        if (mkdir(o->output, 0777) != 0 && errno != EEXIST) { die_file(o->output, NULL, "cannot create the folder: %s", strerror(errno)); }
+        tokenizer_export_hf(&ts, o->output);
+        fprintf(stderr, "wrote %s/tokenizer.json and %s/tokenizer_config.json\n", o->output, o->output);
+        spec_free(&ts);
+        return;
+    }
     if (ends_with(o->input, ".gguf")) {
         found = tokenizer_from_gguf(&ts, o->input, 1 << 24);
     } else {
@@ -3506,8 +3759,19 @@ static void convert_llama(const Options *o, int to_checkpoint) {
         llama_build_from_hf(&w, o->input);
         kind = "Hugging Face folder";
         has_tokenizer = tokenizer_from_hf(&ts, o->input, w.config.vocab_size, w.config.bos_token_id, w.config.eos_token_id);
-    } else {
+    } else { // our model file, and the tokenizer beside it, if there is one
         llama_load(&w, o->input);
+        char path[MAX_PATH_LEN];
+        size_t n = strlen(o->input);
+        format_path(path, sizeof(path), "%.*s_tokenizer.bin", (int)(n > 4 && ends_with(o->input, ".bin") ? n - 4 : n), o->input);
+        if (!to_checkpoint && access(path, R_OK) == 0) {
+            tokenizer_read(&ts, path);
+            has_tokenizer = 1;
+            if (ts.vocab_size > w.config.vocab_size) {
+                die_file(path, NULL, "%d tokens, but the model beside it (%s) has %d: they do not belong together", ts.vocab_size,
+                         o->input, w.config.vocab_size);
+            }
+        }
     }
     LlamaConfig c = w.config;
     int bf16 = strcmp(o->dtype, "bf16") == 0 || (strcmp(o->dtype, "auto") == 0 && w.from_bf16);
@@ -3531,6 +3795,10 @@ static void convert_llama(const Options *o, int to_checkpoint) {
     } else {
         llama_export_hf(&w, o->output, bf16, o->shard_bytes);
         fprintf(stderr, "wrote %s/config.json and the weights (%s%s)\n", o->output, bf16 ? "BF16" : "F32", o->shard_bytes > 0 ? ", sharded" : "");
+        if (has_tokenizer) {
+            tokenizer_export_hf(&ts, o->output);
+            fprintf(stderr, "wrote %s/tokenizer.json and %s/tokenizer_config.json\n", o->output, o->output);
+        }
     }
     llama_free(&w);
     if (has_tokenizer) { spec_free(&ts); }
@@ -3566,7 +3834,8 @@ int main(int argc, char **argv) {
     if (strcmp(o.dtype, "auto") != 0 && strcmp(o.dtype, "fp32") != 0 && strcmp(o.dtype, "bf16") != 0) {
         usage_error("-d takes auto, fp32 or bf16, not '%s'", o.dtype);
     }
-    if (ends_with(o.output, "_tokenizer.bin") && (ends_with(o.input, ".gguf") || ends_with(o.input, "tokenizer.json"))) {
+    if ((ends_with(o.output, "_tokenizer.bin") && (ends_with(o.input, ".gguf") || ends_with(o.input, "tokenizer.json")))
+        || (ends_with(o.input, "_tokenizer.bin") && !ends_with(o.output, ".bin"))) {
         convert_tokenizer(&o);
         return 0;
     }

@@ -29,6 +29,11 @@ Outputs in dev/reference/fixtures/:
   tok_llama3/, tok_qwen2/    tokenizer.json + tokenizer_config.json (./convert's input)
   bpe_<name>.txt             one line per text: "<label> <count> <fnv1a64 of the ids as
                              int32 LE> <ids...>" (Tiny Shakespeare: no ids, only count and hash)
+  tokenizer_export.sha256    ./convert's export of our tokenizer files (from the fixtures; SmolLM2's
+                             from make smollm2) back to Hugging Face tokenizer.json +
+                             tokenizer_config.json, which transformers' AutoTokenizer loaded and
+                             which gave the same ids on every text and the same chat prompts
+                             (asserted here); test_convert_cli.sh holds the export to these hashes
   nfc_cases.txt              Unicode NFC (Qwen2's normalizer, done by hand in data/tokenizer.c)
                              from unicodedata2 16.0.0 (the version of data/unicode_tables.h):
                              every code point NFC changes, and sequences that exercise the
@@ -39,11 +44,14 @@ transformers==5.24.0, gguf==0.19.0, numpy):
     python dev/reference/bpe_tokenizer_reference.py
 """
 
+import hashlib
 import json
 import os
 import random
 import struct
+import subprocess
 import sys
+import tempfile
 
 import tokenizers
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
@@ -156,7 +164,38 @@ def nfc_cases():
     return len(cases)
 
 
+def check_export(name, tk, hf, texts):
+    """our tokenizer file of `name` (./convert from the fixture) exported by ./convert to a
+    Hugging Face folder: transformers must load it and give tk's ids and hf's chat prompts.
+    Returns sha256sum lines of the two files, for test_convert_cli.sh"""
+    from transformers import AutoTokenizer
+    ours = (os.path.join("data", "smollm2", "SmolLM2-135M-Instruct_tokenizer.bin") if name == "smollm2"
+            else os.path.join("build", f"tok_{name}_tokenizer.bin"))
+    with tempfile.TemporaryDirectory() as tmp:
+        if name != "smollm2":
+            subprocess.run(["./convert", "-i", os.path.join(FIXTURES, f"tok_{name}", "tokenizer.json"), "-o", ours], check=True,
+                           capture_output=True)
+        out = os.path.join(tmp, name)
+        subprocess.run(["./convert", "-i", ours, "-o", out], check=True, capture_output=True)
+        back = AutoTokenizer.from_pretrained(out)
+        for text in texts:
+            assert back(text, add_special_tokens=False)["input_ids"] == tk.encode(text, add_special_tokens=False).ids, name
+        assert back(QUESTION)["input_ids"] == tk.encode(QUESTION).ids, name  # the start token where the original adds it
+        for messages in ([{"role": "user", "content": QUESTION}],
+                         [{"role": "system", "content": SYSTEM}, {"role": "user", "content": QUESTION}]):
+            assert (back.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+                    == hf.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)), name
+        lines = ""
+        for f in ("tokenizer.json", "tokenizer_config.json"):
+            with open(os.path.join(out, f), "rb") as fp:
+                lines += f"{hashlib.sha256(fp.read()).hexdigest()}  {name}/{f}\n"
+        print(f"{name}: our export loads in transformers with the same ids and chat prompts")
+        return lines
+
+
 def main():
+    if not os.path.exists("convert"):
+        sys.exit("build ./convert first (make convert)")
     print(f"nfc_cases.txt: {nfc_cases()} cases")
     if tokenizers.__version__ != PINNED_TOKENIZERS:
         print(f"WARNING: tokenizers {tokenizers.__version__}, the fixtures were made with {PINNED_TOKENIZERS}")
@@ -169,7 +208,7 @@ def main():
     numbers = " ".join(str(random.Random(5).randrange(10 ** (k % 7))) for k in range(20000))
     train_texts = [shakespeare[:200000], stress, numbers]
 
-    outputs = {}
+    outputs, exports = {}, []
     tk, template, bos, eos, specials = smollm2()
     outputs["smollm2"] = (tk, template, bos, eos, specials)
 
@@ -220,7 +259,10 @@ def main():
         lines.append(f"prompt {len(ids)} {fnv1a64(ids):016x} " + " ".join(map(str, ids)))
         with open(os.path.join(FIXTURES, f"bpe_{name}.txt"), "w") as f:
             f.write("\n".join(lines) + "\n")
+        exports.append(check_export(name, tk, hf, [stress, chat, shakespeare]))
         print(f"{name}: {tk.get_vocab_size()} tokens; " + ", ".join(l.split()[0] + " " + l.split()[1] for l in lines))
+    with open(os.path.join(FIXTURES, "tokenizer_export.sha256"), "w") as f:
+        f.write("".join(exports))
 
 
 if __name__ == "__main__":

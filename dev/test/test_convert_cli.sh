@@ -105,6 +105,19 @@ python3 -c "import json,sys; d=json.load(open(sys.argv[1])); d['model']['merges'
 head -c 20000 $F/tok_llama3/tokenizer.json > "$TMP/badtok/tokenizer.json"
 expect_error "a truncated tokenizer.json" "$TMP/badtok/tokenizer.json: JSON error" "$BIN" -i "$TMP/badtok/tokenizer.json" -o "$TMP/b_tokenizer.bin"
 [ ! -e "$TMP/b_tokenizer.bin" ] && ok "no tokenizer file is left behind by a failed conversion" || not_ok "a failed conversion left $TMP/b_tokenizer.bin"
+# ours back to Hugging Face's tokenizer.json + tokenizer_config.json: the bytes that
+# transformers loaded and matched (dev/reference/bpe_tokenizer_reference.py)
+S2=data/smollm2/SmolLM2-135M-Instruct # (make smollm2; make test fetches it)
+mkdir -p "$TMP/tokexp"
+"$BIN" -i $S2.bin -o "$TMP/tokexp/smollm2" 2> "$TMP/err" && grep -q "wrote $TMP/tokexp/smollm2/tokenizer.json" "$TMP/err" &&
+    "$BIN" -i build/tok_llama3_tokenizer.bin -o "$TMP/tokexp/llama3" 2>> "$TMP/err" &&
+    "$BIN" -i build/tok_qwen2_tokenizer.bin -o "$TMP/tokexp/qwen2" 2>> "$TMP/err" &&
+    (cd "$TMP/tokexp" && sha256sum -c --quiet "$OLDPWD/$F/tokenizer_export.sha256") &&
+    ok "SmolLM2 (with its model) and the Llama 3 / Qwen2 rules back to Hugging Face tokenizer files: transformers' bytes" ||
+    { not_ok "tokenizer export"; cat "$TMP/err"; }
+rm -rf "$TMP/tokexp"
+cp build/llama_mha3.bin "$TMP/mha.bin" && cp build/tok_llama3_tokenizer.bin "$TMP/mha_tokenizer.bin"
+expect_error "a tokenizer beside a model it does not fit" "$TMP/mha_tokenizer.bin: 1502 tokens, but the model beside it" "$BIN" -i "$TMP/mha.bin" -o "$TMP/mha_hf"
 
 # --- GGUF files listed
 run -i $F/gguf_tiny.gguf > "$TMP/gguf.txt" && grep -q "GGUF version 3, 17 key-value pairs, 11 tensors, data from byte 1088 (alignment 64)" "$TMP/gguf.txt" &&
