@@ -3361,9 +3361,9 @@ void tokenizer_read(TokenizerSpec *ts, const char *path) {
     memcpy(h, s, sizeof(h));
     if (h[0] != TOKENIZER_FILE_MAGIC || h[1] != 1) { die_file(path, hint, "bad magic %d or version %d", h[0], h[1]); }
     int V = h[2], M = h[3];
-    if (V < 1 || (size_t)V > (len - 1024) / 3 || M < 0 || M > V || h[4] < 0 || h[4] > PRE_QWEN2 || h[5] < 0 || h[5] > CHAT_LLAMA3
+    if (V < 1 || (size_t)V > (len - 1024) / 3 || M < 0 || (size_t)M > (len - 1024) / 8 || h[4] < 0 || h[4] > PRE_QWEN2 || h[5] < 0 || h[5] > CHAT_LLAMA3
         || h[6] < -1 || h[6] >= V || h[7] < 0 || h[7] >= V || h[8] < -1 || h[8] >= V || (h[9] & ~7) != 0 || h[10] < 0
-        || (size_t)h[10] >= sizeof(ts->system)) {
+        || (size_t)h[10] >= sizeof(ts->system) || ((h[9] & 2) && h[6] < 0)) {
         die_file(path, hint, "a header field out of range");
     }
     ByteAlphabet a;
@@ -3450,6 +3450,24 @@ static void text_byte_level(Text *t, const TokenizerSpec *ts, int id, const int 
     free(chars.s);
 }
 
+// 1 if special token id's text is what an ordinary token looks like in the byte-level
+// alphabet (both would be the same key of tokenizer.json's vocab)
+static int special_collides(const TokenizerSpec *ts, int id, const int *codepoint_of_byte) {
+    ByteAlphabet a;
+    byte_alphabet_init(&a);
+    uint8_t bytes[65536];
+    size_t n = 0;
+    for (size_t k = 0; k < ts->length[id];) { // the text read as byte-level characters
+        uint32_t cp;
+        size_t step = utf8_decode(ts->bytes + ts->offset[id] + k, ts->length[id] - k, &cp);
+        if (step == 0 || cp >= BYTE_ALPHABET_SIZE || a.byte_of_codepoint[cp] < 0) { return 0; }
+        bytes[n++] = (uint8_t)a.byte_of_codepoint[cp];
+        k += step;
+    }
+    (void)codepoint_of_byte;
+    return spec_find(ts, bytes, n) >= 0;
+}
+
 // The tokenizer as a Hugging Face folder's tokenizer.json and tokenizer_config.json, which
 // transformers' AutoTokenizer loads (PreTrainedTokenizerFast): the same vocabulary, merges,
 // pre-tokenizer, special tokens and, as a Jinja template, the same chat layout.
@@ -3521,13 +3539,15 @@ void tokenizer_export_hf(const TokenizerSpec *ts, const char *dir) {
                   "\"ignore_merges\": ");
     text_puts(&t, ts->ignore_merges ? "true" : "false");
     text_puts(&t, ",\n    \"vocab\": {");
-    // every token; a special one under its text (in the byte-level alphabet), unless an
-    // ordinary token has the same bytes
+    // every token: an ordinary one in the byte-level alphabet, a special one under its own
+    // text (as added_tokens names it: that is how transformers finds its id), unless an
+    // ordinary token is already written that way (then the special one is left out)
     first = 1;
     for (int id = 0; id < ts->vocab_size; id++) {
-        if (ts->special[id] && spec_find(ts, ts->bytes + ts->offset[id], ts->length[id]) >= 0) { continue; }
+        if (ts->special[id] && special_collides(ts, id, codepoint_of_byte)) { continue; }
         text_puts(&t, first ? "\n      " : ",\n      ");
-        text_byte_level(&t, ts, id, codepoint_of_byte);
+        if (ts->special[id]) { text_json(&t, ts->bytes + ts->offset[id], ts->length[id]); }
+        else { text_byte_level(&t, ts, id, codepoint_of_byte); }
         char value[32];
         snprintf(value, sizeof(value), ": %d", id);
         text_puts(&t, value);
@@ -3764,7 +3784,7 @@ static void convert_llama(const Options *o, int to_checkpoint) {
         char path[MAX_PATH_LEN];
         size_t n = strlen(o->input);
         format_path(path, sizeof(path), "%.*s_tokenizer.bin", (int)(n > 4 && ends_with(o->input, ".bin") ? n - 4 : n), o->input);
-        if (!to_checkpoint && access(path, R_OK) == 0) {
+        if (access(path, R_OK) == 0) { // (it goes beside the output too, or into the export)
             tokenizer_read(&ts, path);
             has_tokenizer = 1;
             if (ts.vocab_size > w.config.vocab_size) {
@@ -3789,8 +3809,9 @@ static void convert_llama(const Options *o, int to_checkpoint) {
             tokenizer_write(&ts, path);
             tokenizer_describe(&ts, about, sizeof(about));
             fprintf(stderr, "wrote %s (tokenizer: %s)\n", path, about);
-        } else if (strcmp(kind, "our Llama-family model file") != 0) {
-            fprintf(stderr, "note: no tokenizer converted from %s: ./infer takes this model in token ids (-z 1)\n", o->input);
+        } else {
+            fprintf(stderr, "note: no tokenizer %s %s: ./infer takes this model in token ids (-z 1)\n",
+                    strcmp(kind, "our Llama-family model file") != 0 ? "converted from" : "beside", o->input);
         }
     } else {
         llama_export_hf(&w, o->output, bf16, o->shard_bytes);
@@ -3834,7 +3855,8 @@ int main(int argc, char **argv) {
     if (strcmp(o.dtype, "auto") != 0 && strcmp(o.dtype, "fp32") != 0 && strcmp(o.dtype, "bf16") != 0) {
         usage_error("-d takes auto, fp32 or bf16, not '%s'", o.dtype);
     }
-    if ((ends_with(o.output, "_tokenizer.bin") && (ends_with(o.input, ".gguf") || ends_with(o.input, "tokenizer.json")))
+    const char *base = strrchr(o.input, '/') != NULL ? strrchr(o.input, '/') + 1 : o.input;
+    if ((ends_with(o.output, "_tokenizer.bin") && (ends_with(o.input, ".gguf") || strcmp(base, "tokenizer.json") == 0))
         || (ends_with(o.input, "_tokenizer.bin") && !ends_with(o.output, ".bin"))) {
         convert_tokenizer(&o);
         return 0;

@@ -2580,7 +2580,10 @@ int main(int argc, char **argv) {
     size_t model_len = strlen(o.model);
     if (!o.ids && tok_path == NULL && model_len > 4 && strcmp(o.model + model_len - 4, ".bin") == 0) {
         format_path(beside, sizeof(beside), "%.*s_tokenizer.bin", (int)(model_len - 4), o.model);
-        if (access(beside, R_OK) == 0) { tok_path = beside; }
+        FILE *fp = fopen(beside, "rb"); // (only ./convert's: llm.c's decode-only tokenizer.bin may have such a name)
+        int magic = 0;
+        if (fp != NULL && fread(&magic, sizeof(magic), 1, fp) == 1 && magic == TOKENIZER_FILE_MAGIC) { tok_path = beside; }
+        if (fp != NULL) { fclose(fp); }
     }
     if (!o.ids && tok_path == NULL && c.llama) {
         fprintf(stderr, "Error: %s: a Llama-family model without its tokenizer (no %s)\n", o.model, beside);
@@ -3444,11 +3447,30 @@ static uint8_t *nfc_normalize(const uint8_t *text, size_t len, size_t *out_len) 
         nfc_decompose(cp, cps, &n);
         i += step;
     }
-    for (size_t k = 1; k < n; k++) { // 2. marks in class order (a stable insertion sort)
-        int cls = nfc_class(cps[k]);
-        for (size_t j = k; j > 0 && cls != 0 && nfc_class(cps[j - 1]) > cls; j--) {
-            uint32_t t = cps[j]; cps[j] = cps[j - 1]; cps[j - 1] = t;
+    // 2. each run of marks (class > 0) in class order, stably: an insertion sort for a few
+    // marks, a counting sort over the 255 classes for more (a text of many thousands of
+    // marks in a row stays linear)
+    for (size_t a = 0; a < n;) {
+        if (nfc_class(cps[a]) == 0) { a++; continue; }
+        size_t b = a;
+        while (b < n && nfc_class(cps[b]) != 0) { b++; }
+        if (b - a <= 16) {
+            for (size_t k = a + 1; k < b; k++) {
+                int cls = nfc_class(cps[k]);
+                for (size_t j = k; j > a && nfc_class(cps[j - 1]) > cls; j--) {
+                    uint32_t t = cps[j]; cps[j] = cps[j - 1]; cps[j - 1] = t;
+                }
+            }
+        } else {
+            size_t count[256] = {0};
+            uint32_t *run = (uint32_t *)mallocCheck((b - a) * sizeof(uint32_t));
+            for (size_t k = a; k < b; k++) { count[nfc_class(cps[k])]++; }
+            for (int c = 1, total = 0; c < 256; c++) { int here = (int)count[c]; count[c] = (size_t)total; total += here; }
+            for (size_t k = a; k < b; k++) { run[count[nfc_class(cps[k])]++] = cps[k]; }
+            memcpy(cps + a, run, (b - a) * sizeof(uint32_t));
+            free(run);
         }
+        a = b;
     }
     size_t kept = 1, starter = 0; // 3. compose (the algorithm of UAX #15's sample code)
     int last_class = nfc_class(cps[0]) != 0 ? 256 : 0; // 256: no starter yet
@@ -3556,6 +3578,7 @@ static size_t pretoken_end_llama3(const uint8_t *text, size_t n, size_t i, int m
     if (text[i] == '\'' && i + 1 < n) { // | 0x20 lower-cases an ASCII letter
         uint8_t c = text[i + 1] | 0x20;
         if (c == 's' || c == 't' || c == 'm' || c == 'd') { return i + 2; }
+        if (i + 2 < n && text[i + 1] == 0xC5 && text[i + 2] == 0xBF) { return i + 3; } // U+017F, long s: (?i) folds it to s
         if (i + 2 < n) {
             uint8_t d = text[i + 2] | 0x20;
             if ((c == 'r' && d == 'e') || (c == 'v' && d == 'e') || (c == 'l' && d == 'l')) { return i + 3; }
@@ -3878,7 +3901,8 @@ static void tokenizer_load_file(Tokenizer *t, const char *path) {
     if (h[0] != TOKENIZER_FILE_MAGIC) { die_file(path, hint, "bad magic %d (expected %d)", h[0], TOKENIZER_FILE_MAGIC); }
     if (h[1] != 1) { die_file(path, hint, "version %d (we read version 1)", h[1]); }
     int V = h[2], M = h[3];
-    if (V < 1 || (size_t)V > (len - 1024) / 3 || M < 0 || M > V) { die_file(path, hint, "%d tokens and %d merges do not fit its %zu bytes", V, M, len); }
+    // (a vocabulary may have more merges than tokens: Llama 3's 128256 tokens come from 280147)
+    if (V < 1 || (size_t)V > (len - 1024) / 3 || M < 0 || (size_t)M > (len - 1024) / 8) { die_file(path, hint, "%d tokens and %d merges do not fit its %zu bytes", V, M, len); }
     if (h[4] < 0 || h[4] >= PRE_NUM || h[5] < 0 || h[5] >= CHAT_NUM) { die_file(path, hint, "unknown pre-tokenizer %d or chat template %d", h[4], h[5]); }
     for (int i = 6; i <= 8; i++) {
         if (h[i] < -1 || h[i] >= V) { die_file(path, hint, "header field %d: token %d outside the vocabulary of %d", i, h[i], V); }
@@ -4049,12 +4073,23 @@ static void chat_put(ChatText *c, const char *text, size_t n) {
 }
 static void chat_puts(ChatText *c, const char *text) { chat_put(c, text, strlen(text)); }
 
-// Llama 3's template trims each message (Jinja's trim; here ASCII white space)
+// Python's str.isspace, which Jinja's trim strips: White_Space, and U+001C..U+001F
+static int python_space(const uint8_t *s, size_t n, size_t *len) {
+    uint32_t cp;
+    *len = utf8_decode(s, n, &cp);
+    if (*len == 0) { *len = 1; return 0; }
+    return (cp >= 0x1C && cp <= 0x1F) || codepoint_class(cp) == CHAR_SPACE;
+}
+
+// Llama 3's template trims each message (Jinja's trim: Python's str.strip)
 static void chat_put_trimmed(ChatText *c, const char *text) {
-    size_t n = strlen(text);
-    while (n > 0 && strchr(" \t\n\r\v\f", text[n - 1]) != NULL) { n--; }
-    while (n > 0 && strchr(" \t\n\r\v\f", text[0]) != NULL) { text++; n--; }
-    chat_put(c, text, n);
+    const uint8_t *s = (const uint8_t *)text;
+    size_t n = strlen(text), len, start = 0, end = 0;
+    while (start < n && python_space(s + start, n - start, &len)) { start += len; }
+    for (size_t i = start; i < n; i += len) { // end: after the last character that is not white space
+        if (!python_space(s + i, n - i, &len)) { end = i + len; }
+    }
+    chat_put(c, text + start, end > start ? end - start : 0);
 }
 
 // One user message (and a system message, or NULL for the template's default) laid out as

@@ -446,10 +446,10 @@ static void check_line(const char *name, const char *fixture, const char *label,
 
 // The question and system message the reference's chats use
 #define CHAT_QUESTION "What is the ISO 3166 two-letter code of Germany?  Answer in 2 words. "
-#define CHAT_SYSTEM "You answer briefly.\n"
+#define CHAT_SYSTEM "You answer briefly.\xE3\x80\x80\n" // (U+3000: Llama 3's trim takes it off)
 // ... and what follows the special tokens in the "specials" line: digit groups, a word that
 // is a token no merge makes (in the Llama 3 fixture), runs of white space with lone CRs
-#define CHAT_TAIL "'S 12345 a  1\r\n zyzzyva 2024 31415926 a\r\r  b\r \r\n"
+#define CHAT_TAIL "'S 12345 a  1\r\n zyzzyva 2024 31415926 a\r\r  b\r \r\n it'\xC5\xBF x'\xC5\xBFy\n"
 
 static void test_model_tokenizer(const char *name, const char *path, const char *fixture, const uint8_t *stress, size_t stress_len,
                                  const uint8_t *shakespeare, size_t shakespeare_len) {
@@ -557,6 +557,42 @@ static void test_nfc(void) {
     report("NFC: ASCII is left alone", nfc_normalize((const uint8_t *)"plain", 5, &out_len) == NULL);
 }
 
+// A vocabulary may have more merges than tokens (Llama 3: 128256 tokens, 280147 merges).
+// The Llama 3 rule's file with its last merge listed 2000 more times (a pair listed again
+// keeps its last rank, and the last merge's rank stays the last) loads and encodes the same.
+static void test_more_merges_than_tokens(void) {
+    size_t len;
+    uint8_t *file = read_fixture("build/tok_llama3_tokenizer.bin", &len);
+    int32_t h[16];
+    memcpy(h, file, sizeof(h));
+    size_t merges_end = len - (size_t)h[10], extra = 2000;
+    uint8_t *big = (uint8_t *)mallocCheck(len + 8 * extra);
+    memcpy(big, file, merges_end);
+    for (size_t k = 0; k < extra; k++) { memcpy(big + merges_end + 8 * k, file + merges_end - 8, 8); }
+    memcpy(big + merges_end + 8 * extra, file + merges_end, (size_t)h[10]);
+    int32_t merges = h[3] + (int32_t)extra;
+    memcpy(big + 12, &merges, 4);
+    char path[] = "/tmp/test_tokenizer_merges_XXXXXX";
+    int fd = mkstemp(path);
+    if (fd < 0 || write(fd, big, len + 8 * extra) != (ssize_t)(len + 8 * extra)) { perror(path); exit(1); }
+    close(fd);
+    Tokenizer a, b;
+    tokenizer_init(&a, "build/tok_llama3_tokenizer.bin");
+    tokenizer_init(&b, path);
+    const char *text = "First Citizen: Before we proceed any further, hear me speak. 12345";
+    int32_t ia[128], ib[128];
+    size_t na = tokenizer_encode(&a, (const uint8_t *)text, strlen(text), 1, ia);
+    size_t nb = tokenizer_encode(&b, (const uint8_t *)text, strlen(text), 1, ib);
+    char title[128];
+    snprintf(title, sizeof(title), "a tokenizer of %d tokens and %d merges loads and encodes the same", b.vocab_size, b.num_merges);
+    report(title, b.num_merges > b.vocab_size && na == nb && memcmp(ia, ib, na * sizeof(int32_t)) == 0);
+    tokenizer_free(&a);
+    tokenizer_free(&b);
+    remove(path);
+    free(big);
+    free(file);
+}
+
 int main(void) {
     Tokenizer t;
     tokenizer_init(&t, GPT2_DIR);
@@ -586,6 +622,7 @@ int main(void) {
     test_model_tokenizer("Qwen2 rule", "build/tok_qwen2_tokenizer.bin", FIXTURES "bpe_qwen2.txt", stress, stress_len,
                          shakespeare, shakespeare_len);
     test_nfc();
+    test_more_merges_than_tokens();
 
     free(stress);
     free(shakespeare);

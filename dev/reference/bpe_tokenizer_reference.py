@@ -82,9 +82,9 @@ QWEN2_SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 # the chats: a question (with spaces and digits that the rules split differently) and a system message
 UNREACHABLE = "\u0120zyzzyva"  # " zyzzyva" in the byte-level alphabet
 # text after the special tokens in the "specials" line (test_tokenizer.c writes the same)
-TAIL = "'S 12345 a  1\r\n zyzzyva 2024 31415926 a\r\r  b\r \r\n"
+TAIL = "'S 12345 a  1\r\n zyzzyva 2024 31415926 a\r\r  b\r \r\n it'\u017f x'\u017fy\n"  # (U+017F: (?i) folds it to s)
 QUESTION = "What is the ISO 3166 two-letter code of Germany?  Answer in 2 words. "
-SYSTEM = "You answer briefly.\n"
+SYSTEM = "You answer briefly.\u3000\n"  # (Llama 3's template trims it: Python's str.strip, U+3000 included)
 
 
 def fnv1a64(ids):
