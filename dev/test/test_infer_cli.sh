@@ -60,7 +60,7 @@ printf 'junk' > "$TMP/bad_tokenizer.bin"
 expect_error "a tokenizer file that is not one" "$TMP/bad_tokenizer.bin: 4 bytes: too short" "$BIN" -m $H -g "$TMP/bad_tokenizer.bin" -i hi
 expect_error "llm.c's tokenizer.bin as -g" "an llm.c tokenizer.bin, which only decodes" "$BIN" -m $H -g data/gpt2_tokenizer.bin -i hi
 cp $H "$TMP/g.bin" && cp data/gpt2_tokenizer.bin "$TMP/g_tokenizer.bin" # (llm.c's decode-only file, under the name ./convert uses)
-"$BIN" -m "$TMP/g.bin" -t 0 -n 4 -i "Hello" > /dev/null 2> "$TMP/err" &&
+"$BIN" -m "$TMP/g.bin" -t 0 -n 4 -i "a" > /dev/null 2> "$TMP/err" &&
     ok "a GPT-2 model beside llm.c's tokenizer.bin of the NAME_tokenizer.bin name: GPT-2's tokenizer, no error" ||
     { not_ok "GPT-2 model beside a decode-only tokenizer.bin"; head -3 "$TMP/err"; }
 "$BIN" -m "$TMP/mha3.bin" -z 1 -t 0 -n 4 -i "" > /dev/null 2> "$TMP/empty.err" && grep -q "starts from token 1 (its start token)" "$TMP/empty.err" &&
