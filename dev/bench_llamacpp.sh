@@ -29,13 +29,18 @@ if [ ! -x "$bench" ]; then
     tar xzf "$scratch/llama_cpp_python-$version.tar.gz" -C "$scratch"
     src=$scratch/llama_cpp_python-$version/vendor/llama.cpp
     echo "building llama.cpp's llama-bench in $src (a few minutes)"
-    cmake -S "$src" -B "$src/build" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF > "$scratch/cmake.log"
-    cmake --build "$src/build" --target llama-bench -j "$(nproc)" > "$scratch/build.log"
+    # AMX (Intel's matrix tiles) off: a VM may list it in cpuid without letting programs use it
+    # (ours does: llama-bench died of an illegal instruction in ggml_backend_amx_mul_mat)
+    noamx=""
+    grep -q amx_tile /proc/cpuinfo && noamx="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+    cmake -S "$src" -B "$src/build" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF \
+        -DCMAKE_C_FLAGS="$noamx" -DCMAKE_CXX_FLAGS="$noamx" > "$scratch/cmake.log" 2>&1 || { echo "Error: cmake failed: see $scratch/cmake.log"; exit 1; }
+    cmake --build "$src/build" --target llama-bench -j "$(nproc)" > "$scratch/build.log" 2>&1 || { echo "Error: the build failed: see $scratch/build.log"; exit 1; }
 fi
 echo "machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//'), $(nproc) cores; $threads threads; $(date -u +%F)"
 echo
 echo "== infer.c, fp32 (513 MiB of weights per token)"
 OMP_NUM_THREADS=$threads ./infer -m data/smollm2/SmolLM2-135M-Instruct.bin -B 1 -b 1 -l "$lengths" -N "$generated" 2>&1 | grep '^|'
 echo
-echo "== llama.cpp $version's (llama-cpp-python $version), the GGUF as it is: Q4_1 matrices, Q8_0 embedding (98 MB)"
+echo "== llama.cpp (the one llama-cpp-python $version vendors), the GGUF as it is: Q4_1 matrices, Q8_0 embedding (98 MB)"
 "$bench" -m data/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf -t "$threads" -p "$lengths" -n "$generated" -r 3 2>/dev/null
