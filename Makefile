@@ -301,6 +301,9 @@ fuzz: $(addprefix dev/fuzz/fuzz_,$(FUZZ_TARGETS))
 
 test_tokenizer: test_tokenizer.c data/tokenizer.c data/unicode_tables.h
 	$(CC) -O3 -march=native -Wall -Wextra -std=c11 $< -o $@
+# the same under AddressSanitizer + UBSan (the tokenizer files are input we did not write)
+test_tokenizer_asan: test_tokenizer.c data/tokenizer.c data/unicode_tables.h
+	$(CC) $(SANITIZE) -march=native -Wall -Wextra -std=c11 $< -o $@
 
 # Every emulated test runs under two schedules of the emulator (dev/emu/run_schedules.sh:
 # each run must pass, and all the results copied from the device must be bit-identical);
@@ -321,6 +324,7 @@ TESTS = ./test_gpt2 \
         "$(SCHED) ascending '$(GPT2_TWIN)' descending '$(GPT2_TWIN)'" \
         ./test_mlp \
         ./test_tokenizer \
+        ./test_tokenizer_asan \
         ./test_infer \
         ./test_infer_asan \
         ./test_convert \
@@ -337,7 +341,7 @@ TESTS = ./test_gpt2 \
         "bash dev/test/check_copies.sh" \
         "bash dev/test/test_check_copies.sh" \
         "bash dev/test/check_cuda_builds.sh"
-test: train_gpt2 test_gpt2 data/tokenizer test_tokenizer train_mlp test_mlp infer test_infer test_infer_asan convert test_convert test_convert_asan $(EMU_PROGRAMS) $(CONVERTED) $(SMOLLM2)
+test: train_gpt2 test_gpt2 data/tokenizer test_tokenizer test_tokenizer_asan train_mlp test_mlp infer test_infer test_infer_asan convert test_convert test_convert_asan $(EMU_PROGRAMS) $(CONVERTED) $(SMOLLM2)
 	@bash dev/test/run_tests.sh $(TESTS)
 
 # Plant realistic GPU bugs in train_gpt2.cu, infer.cu and train_mlp.cu, one at a time in a
@@ -377,7 +381,7 @@ print-%:
 	@echo '$($*)'
 
 clean:
-	rm -f train_gpt2 test_gpt2 test_tokenizer infer test_infer test_infer_asan convert test_convert test_convert_asan $(CONVERTED) $(addprefix dev/fuzz/fuzz_,$(FUZZ_TARGETS)) data/tokenizer dev/cpu/bench_train_gpt2 dev/cpu/bench_infer train_mlp test_mlp $(CUDA_PROGRAMS) train_gpt2cu_cudnn test_gpt2cu_cudnn dev/cuda/attention_cudnn $(EMU_PROGRAMS)
+	rm -f train_gpt2 test_gpt2 test_tokenizer test_tokenizer_asan infer test_infer test_infer_asan convert test_convert test_convert_asan $(CONVERTED) $(addprefix dev/fuzz/fuzz_,$(FUZZ_TARGETS)) data/tokenizer dev/cpu/bench_train_gpt2 dev/cpu/bench_infer train_mlp test_mlp $(CUDA_PROGRAMS) train_gpt2cu_cudnn test_gpt2cu_cudnn dev/cuda/attention_cudnn $(EMU_PROGRAMS)
 	rm -f $(TINYSHAKESPEARE) data/gpt2_tokenizer.bin
 
 help:
