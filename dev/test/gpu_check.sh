@@ -58,7 +58,7 @@ CUDNN_PROGRAMS=""
 LADDERS=$(sed -n '/^LADDERS = /,/[^\\]$/p' Makefile | tr -d '\\\n' | sed 's/^LADDERS = //')
 
 # --- build, for this GPU only
-PROGRAMS="data infer convert build/hf_tiny_fp32.bin build/hf_tiny_bf16.bin build/hf_tiny_fp16.bin infercu infercu_fp32 test_infercu test_infercu_fp32 train_gpt2cu train_gpt2cu_fp32 train_gpt2cu_fp16 test_gpt2cu test_gpt2cu_fp32 test_gpt2cu_fp16 train_gpt2 train_mlpcu dev/check_env dev/cuda/vector_add dev/cuda/matmul $(for l in $LADDERS; do printf 'dev/cuda/%s ' "$l"; done)dev/emu/test_emu train_mlp $CUDNN_PROGRAMS"
+PROGRAMS="data infer convert build/hf_tiny_fp32.bin build/hf_tiny_bf16.bin build/hf_tiny_fp16.bin build/llama_gqa3.bin build/qwen2_gqa4.bin build/llama_mha3.bin infercu infercu_fp32 test_infercu test_infercu_fp32 train_gpt2cu train_gpt2cu_fp32 train_gpt2cu_fp16 test_gpt2cu test_gpt2cu_fp32 test_gpt2cu_fp16 train_gpt2 train_mlpcu dev/check_env dev/cuda/vector_add dev/cuda/matmul $(for l in $LADDERS; do printf 'dev/cuda/%s ' "$l"; done)dev/emu/test_emu train_mlp $CUDNN_PROGRAMS"
 echo "building for sm_$arch: $PROGRAMS"
 build() {
     if command -v make > /dev/null 2>&1; then
@@ -76,7 +76,7 @@ build() {
         for p in BF16:test_infercu FP32:test_infercu_fp32; do nvcc $f -DENABLE_${p%%:*} -Xcompiler -fopenmp test_infer.cu -lcublas -lgomp -o ${p#*:} || exit 1; done &&
         cc -O3 -march=native -fno-trapping-math -Wall -Wextra -fopenmp infer.c -lm -o infer &&
         cc -O3 -march=native -fno-trapping-math -Wall -Wextra -fopenmp convert.c -lm -o convert && mkdir -p build &&
-        for d in fp32 bf16 fp16; do ./convert -i dev/reference/fixtures/hf_tiny_$d -o build/hf_tiny_$d.bin || exit 1; done &&
+        for d in hf_tiny_fp32 hf_tiny_bf16 hf_tiny_fp16 llama_gqa3 qwen2_gqa4 llama_mha3; do ./convert -i dev/reference/fixtures/$d -o build/$d.bin || exit 1; done &&
         cc -O3 -Wall -Wextra -std=c11 data/tokenizer.c -o data/tokenizer && ./data/tokenizer &&
         for l in $LADDERS; do nvcc $f -DENABLE_BF16 dev/cuda/$l.cu -lcublas -o dev/cuda/$l || exit 1; done &&
         nvcc $f dev/check_env.cu -o dev/check_env && nvcc $f dev/cuda/vector_add.cu -o dev/cuda/vector_add &&
