@@ -18,7 +18,9 @@ Formats today:
   the Llama family (Llama 2/3, SmolLM2: LlamaForCausalLM; Qwen2ForCausalLM)
   in:  a Hugging Face folder (config.json with model_type llama or qwen2, safetensors as
        above); a GGUF file (llama.cpp's, architecture llama or qwen2; F32, F16, BF16, Q8_0,
-       Q4_0, Q4_1, Q4_K, Q5_K, Q6_K tensors, dequantized to fp32); our Llama-family model file.
+       Q4_0, Q4_1, Q4_K, Q5_K, Q6_K tensors, dequantized to fp32; Llama 3.1/3.2's RoPE scaling,
+       which llama.cpp writes as rope_freqs.weight, read back into its parameters); our
+       Llama-family model file.
   out: our Llama-family model file (.bin; the layout is at LLAMA_MAGIC below), or a Hugging
        Face folder transformers loads.
   their tokenizers (byte-level BPE): from the GGUF file, or the folder's tokenizer.json and
@@ -2659,6 +2661,55 @@ static const LlamaHfName LLAMA_GGUF_NAMES[] = {
 
 #define GGUF_LLAMA_HINT "a GGUF file of the Llama family (general.architecture llama or qwen2)"
 
+// llama.cpp's converter writes Llama 3's RoPE scaling (transformers' rope_type "llama3", used
+// by Llama 3.1 and 3.2) not as its parameters but as rope_freqs.weight: HS/2 divisors of the
+// frequencies, factor for the slow ones, 1 for the fast ones, a blend between. The divisors
+// depend on the parameters only through factor and, with low_freq_factor fixed at 1 (every
+// Llama 3 has low 1, high 4), on high_freq_factor and original_max_position_embeddings in
+// the blend. We take factor as the largest divisor, high 4, the original context from a
+// blended divisor (8192 if none is), and then check that these give every divisor back.
+static void llama3_rope_from_divisors(LlamaConfig *c, const Gguf *g, const GgufTensor *t, const char *path) {
+    int half = c->head_size / 2;
+    if (t->elements != (uint64_t)half || t->n_dims != 1) {
+        die_file(path, NULL, "rope_freqs.weight has %" PRIu64 " values, not one per frequency (%d)", t->elements, half);
+    }
+    float *d = (float *)mallocCheck((size_t)half * sizeof(float));
+    gguf_dequantize(g, t, d);
+    double factor = 1.0;
+    for (int i = 0; i < half; i++) {
+        if (!(d[i] >= 1.0f && d[i] < 1e6f)) { die_file(path, NULL, "rope_freqs.weight[%d] is %g, not a divisor >= 1", i, d[i]); }
+        factor = d[i] > factor ? d[i] : factor;
+    }
+    if (factor == 1.0) { free(d); return; } // (no scaling at all)
+    double low = 1.0, high = 4.0, original = 8192.0;
+    for (int i = 0; i < half; i++) {
+        if (d[i] > 1.0f + 1e-6f && d[i] < factor * (1.0 - 1e-6)) { // blended: 1/d = (1 - s)/factor + s
+            double s = (1.0 / d[i] - 1.0 / factor) / (1.0 - 1.0 / factor);
+            double wavelen = 2.0 * M_PI * pow((double)c->rope_theta, 2.0 * i / c->head_size);
+            original = wavelen * (s * (high - low) + low); // s = (original/wavelen - low) / (high - low)
+            break;
+        }
+    }
+    c->rope_factor = (float)factor;
+    c->rope_low_freq_factor = (float)low;
+    c->rope_high_freq_factor = (float)high;
+    c->rope_original_max = (int)lround(original);
+    for (int i = 0; i < half; i++) { // the check: transformers' formula (in float, as it computes)
+        float inv = 1.0f / powf(c->rope_theta, (float)(2 * i) / (float)c->head_size), scaled = inv;
+        float wavelen = 2.0f * (float)M_PI / inv, old = (float)c->rope_original_max;
+        if (wavelen > old / c->rope_low_freq_factor) { scaled = inv / c->rope_factor; }
+        else if (wavelen >= old / c->rope_high_freq_factor) {
+            float smooth = (old / wavelen - c->rope_low_freq_factor) / (c->rope_high_freq_factor - c->rope_low_freq_factor);
+            scaled = (1.0f - smooth) * inv / c->rope_factor + smooth * inv;
+        }
+        if (fabsf(inv / scaled - d[i]) > 1e-4f * d[i]) {
+            die_file(path, NULL, "rope_freqs.weight[%d] = %g, but Llama 3's scaling (factor %g, low 1, high 4, original %d) "
+                     "gives %g: not supported", i, d[i], factor, c->rope_original_max, inv / scaled);
+        }
+    }
+    free(d);
+}
+
 // The model in a GGUF file: its metadata as our config, every tensor dequantized to fp32.
 // llama.cpp's converter reorders the rows of each Llama head's q and k so that RoPE pairs
 // neighbouring channels (2i, 2i + 1) instead of (i, i + HS/2): we put them back. (Qwen2's
@@ -2689,6 +2740,7 @@ void llama_build_from_gguf(LlamaWeights *w, const char *path) {
         if (v < 1 || v > (1 << 24) || v != floor(v)) { die_file(path, NULL, "%s.%s is %g, not a size", arch, ints[k].key, v); }
         *ints[k].out = (int)v;
     }
+    int used_extra = 0; // rope_freqs.weight, read into the config
     double v;
     c.head_size = c.channels / c.num_heads;
     if (gguf_arch_number(&g, arch, "rope.dimension_count", &v) == 0) {
@@ -2707,7 +2759,8 @@ void llama_build_from_gguf(LlamaWeights *w, const char *path) {
     c.vocab_size = wte->dims[1] <= (1u << 22) ? (int)wte->dims[1] : 0;
     c.tied = gguf_tensor(&g, "output.weight") == NULL;
     c.qkv_bias = gguf_tensor(&g, "blk.0.attn_q.bias") != NULL;
-    if (gguf_tensor(&g, "rope_freqs.weight") != NULL) { die_file(path, NULL, "rope_freqs.weight: Llama 3.1-style RoPE scaling in GGUF files is not supported yet"); }
+    const GgufTensor *rope_freqs = gguf_tensor(&g, "rope_freqs.weight");
+    if (rope_freqs != NULL) { llama3_rope_from_divisors(&c, &g, rope_freqs, path); used_extra = 1; }
     char key[128];
     snprintf(key, sizeof(key), "%s.rope.scaling.type", arch);
     k = gguf_find(&g, key);
@@ -2758,6 +2811,7 @@ void llama_build_from_gguf(LlamaWeights *w, const char *path) {
             }
         }
     }
+    used += (uint64_t)used_extra;
     for (uint64_t i = 0; i < g.num_tensors && used < g.num_tensors; i++) { // nothing we would silently drop
         const GgufTensor *t = &g.tensors[i];
         int known = 0;
@@ -2769,6 +2823,7 @@ void llama_build_from_gguf(LlamaWeights *w, const char *path) {
                 known = gguf_same(t->name, t->name_len, (const uint8_t *)name, strlen(name));
             }
         }
+        known = known || (rope_freqs != NULL && t == rope_freqs);
         if (!known) { die_file(path, NULL, "tensor %.*s is not part of this %s model", (int)(t->name_len < 100 ? t->name_len : 100), (const char *)t->name, arch); }
     }
     w->from_bf16 = all_bf16;

@@ -448,8 +448,9 @@ static void test_llama(const char *tmp) {
     printf("\nthe Llama family: transformers' folders and GGUF files into our model file\n");
     size_t n;
     char *hashes = (char *)read_bytes(FIXTURES "llama_convert.fnv1a64", &n);
-    static const char *const sources[5] = {"llama_gqa3", "qwen2_gqa4", "llama_mha3", "llama_gqa3.gguf", "qwen2_gqa4.gguf"};
-    for (int i = 0; i < 5; i++) {
+    static const char *const sources[6] = {"llama_gqa3", "qwen2_gqa4", "llama_mha3", "llama_gqa3.gguf", "qwen2_gqa4.gguf",
+                                           "llama_mha3.gguf"};
+    for (int i = 0; i < 6; i++) {
         char source[256], out[600], line[128], name[96];
         snprintf(source, sizeof(source), FIXTURES "%s", sources[i]);
         snprintf(out, sizeof(out), "%s/%s.bin", tmp, sources[i]);
@@ -462,6 +463,13 @@ static void test_llama(const char *tmp) {
         check(name, strstr(hashes, line) != NULL, "our file's hash is the one whose export transformers loaded and matched");
     }
     free(hashes);
+    // llama_mha3.gguf holds llama_mha3's F32 weights and its Llama 3 RoPE scaling as llama.cpp
+    // writes it (rope_freqs.weight, divisors of the frequencies): the same file must come out
+    char from_hf[600], from_gguf[600];
+    snprintf(from_hf, sizeof(from_hf), "%s/llama_mha3.bin", tmp);
+    snprintf(from_gguf, sizeof(from_gguf), "%s/llama_mha3.gguf.bin", tmp);
+    check("rope_freqs.weight: Llama 3's scaling read back", files_equal(from_hf, from_gguf),
+          "the GGUF copy converts to the Hugging Face folder's very bytes (factor 8, low 1, high 4, original 32)");
     // round trips: our file -> a Hugging Face folder -> our file; fp32 <-> bf16
     int all = 1;
     for (int i = 0; i < 3; i++) {
@@ -553,6 +561,21 @@ static void test_llama(const char *tmp) {
         expect_exit("a GGUF file without a tensor it needs", llama_load_path, path, "tensor blk.1.ffn_up.weight is missing");
     } else {
         check("llama_gqa3.gguf parses", 0, err);
+    }
+    free(gg);
+    // divisors in rope_freqs.weight that Llama 3's scaling does not give: one fast frequency divided by 2
+    gg = read_bytes(FIXTURES "llama_mha3.gguf", &n);
+    if (gguf_parse(&g, gg, n, err, sizeof(err)) == 0) {
+        const GgufTensor *rf = gguf_tensor(&g, "rope_freqs.weight");
+        float two = 2.0f;
+        memcpy(gg + g.data_start + rf->offset, &two, sizeof(two)); // divisor 0: 1 -> 2
+        gguf_free(&g);
+        snprintf(path, sizeof(path), "%s/rope.gguf", tmp);
+        write_bytes(path, gg, n);
+        expect_exit("rope_freqs.weight that Llama 3's scaling does not give", llama_load_path, path,
+                    "rope_freqs.weight[0] = 2, but Llama 3's scaling (factor 8, low 1, high 4, original");
+    } else {
+        check("llama_mha3.gguf parses", 0, err);
     }
     free(gg);
     uint8_t *file = read_bytes(bin, &n);

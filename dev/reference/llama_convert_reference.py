@@ -10,7 +10,7 @@ Three tiny random models, chosen to catch mistakes (dev/reference/fixtures/):
   llama_mha3/   LlamaForCausalLM, 3 heads (odd, no sharing) of 24 channels (3 x 24 = 72, not
                 C = 48: head_dim set apart), Llama 3 RoPE scaling, an untied head, V=128 L=1
                 C=48 H=64; F32
-and GGUF copies of the first two, written the way llama.cpp's convert_hf_to_gguf.py lays
+and GGUF copies of them, written the way llama.cpp's convert_hf_to_gguf.py lays
 them out (metadata under the architecture's name; llama's q and k rows reordered per head
 so that RoPE pairs neighbours): llama_gqa3.gguf with Q8_0 matrices and F32 norms,
 qwen2_gqa4.gguf in F16 (F32 norms and biases). Every GGUF is loaded back by transformers'
@@ -85,8 +85,9 @@ def permute(w, heads):
     return w.reshape(heads, 2, rows // heads // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
-def write_gguf(name, model, arch, qtype):
+def write_gguf(name, model, arch, qtype, rope_freqs=None):
     c = model.config
+    head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
     path = os.path.join(OUT, name + ".gguf")
     w = gguf.GGUFWriter(path, arch=arch)
     w.add_context_length(c.max_position_embeddings)
@@ -97,8 +98,14 @@ def write_gguf(name, model, arch, qtype):
     w.add_head_count_kv(c.num_key_value_heads)
     w.add_rope_freq_base(float(c.rope_parameters["rope_theta"]))
     w.add_layer_norm_rms_eps(c.rms_norm_eps)
-    w.add_rope_dimension_count(c.hidden_size // c.num_attention_heads)
+    w.add_rope_dimension_count(head_dim)
+    w.add_key_length(head_dim)
+    w.add_value_length(head_dim)
     w.add_vocab_size(c.vocab_size)
+    if c.bos_token_id is not None:
+        w.add_bos_token_id(c.bos_token_id)
+    if c.eos_token_id is not None:
+        w.add_eos_token_id(c.eos_token_id)
     # a tokenizer of single-byte-ish tokens: transformers' GGUF reader wants one
     w.add_tokenizer_model("gpt2")
     w.add_tokenizer_pre("default")
@@ -128,10 +135,14 @@ def write_gguf(name, model, arch, qtype):
             gname = names[key]
         if value.ndim == 1:
             w.add_tensor(gname, value.astype(np.float32))
+        elif qtype == gguf.GGMLQuantizationType.F32:
+            w.add_tensor(gname, value.astype(np.float32))
         elif qtype == gguf.GGMLQuantizationType.F16:
             w.add_tensor(gname, value.astype(np.float16))
         else:
             w.add_tensor(gname, gguf.quants.quantize(value.astype(np.float32), qtype), raw_dtype=qtype)
+    if rope_freqs is not None:  # Llama 3's RoPE scaling as llama.cpp's converter writes it
+        w.add_tensor("rope_freqs.weight", rope_freqs.astype(np.float32))
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
@@ -196,14 +207,24 @@ def main():
     if not os.path.exists(CONVERT):
         sys.exit("build ./convert first (make convert)")
     models = make_models()
+    # llama_mha3 in F32 with its Llama 3 RoPE scaling as llama.cpp writes it: rope_freqs.weight,
+    # the divisors of the frequencies, here taken from transformers' own scaled inv_freq
+    mha3 = models["llama_mha3"]
+    theta, hd = mha3.config.rope_parameters["rope_theta"], mha3.config.head_dim
+    plain = 1.0 / (theta ** (torch.arange(0, hd, 2, dtype=torch.int64).float() / hd))
+    divisors = (plain / mha3.model.rotary_emb.inv_freq.float()).numpy()
+    assert divisors.max() > 1.5 and ((divisors > 1.001) & (divisors < divisors.max() * 0.999)).any(), "no blended frequency"
     ggufs = {"llama_gqa3": write_gguf("llama_gqa3", models["llama_gqa3"], "llama", gguf.GGMLQuantizationType.Q8_0),
-             "qwen2_gqa4": write_gguf("qwen2_gqa4", models["qwen2_gqa4"], "qwen2", gguf.GGMLQuantizationType.F16)}
+             "qwen2_gqa4": write_gguf("qwen2_gqa4", models["qwen2_gqa4"], "qwen2", gguf.GGMLQuantizationType.F16),
+             "llama_mha3": write_gguf("llama_mha3", mha3, "llama", gguf.GGMLQuantizationType.F32, rope_freqs=divisors)}
     tokens = [1, 7, 100, 3, 55, 127, 0, 64, 9, 31]
     hashes = []
     with tempfile.TemporaryDirectory() as tmp:
         sources = [(n, os.path.join(OUT, n)) for n in models] + [(n + ".gguf", p) for n, p in ggufs.items()]
         for label, source in sources:
-            if source.endswith(".gguf"):  # what transformers makes of it
+            if label == "llama_mha3.gguf":  # F32 and rope_freqs: it must be the model it was written from
+                ref = models["llama_mha3"].float()
+            elif source.endswith(".gguf"):  # what transformers makes of it
                 ref = AutoModelForCausalLM.from_pretrained(OUT, gguf_file=os.path.basename(source), dtype=torch.float32).eval()
                 hf = models[label[:-5]].float()
                 expect = ref.state_dict()
