@@ -45,9 +45,9 @@ Checked against transformers by test_infer.c: GPT2LMHeadModel's logits on Huggin
 folders made by dev/reference/infer_reference.py (random weights, no download) and converted
 by ./convert, and 64 greedy tokens; the same for three tiny LlamaForCausalLM and
 Qwen2ForCausalLM models (dev/reference/llama_convert_reference.py: grouped-query attention,
-biases, a tied head, Llama 3 RoPE scaling); regenerate with make reference. (By hand,
-2026-12-01: SmolLM2-135M-Instruct's 12 greedy tokens after an 8-token prompt were
-transformers' on the same GGUF.)
+biases, a tied head, Llama 3 RoPE scaling); and the real SmolLM2-135M-Instruct against
+transformers on the same GGUF (a chat prompt and its 24-token greedy answer: the logits,
+every argmax, the answer); regenerate with make reference.
 
 How the file reads: utilities, the layers, their fast paths (a first reading can skip
 them), the model and its file, the forward pass, sampling, generation, the reports, prompts,
