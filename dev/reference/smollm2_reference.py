@@ -79,6 +79,17 @@ def main():
         f.write(gaps.astype("<f4").tobytes())
     print(f"wrote {OUT}: {len(prompt)} prompt tokens, {G} greedy: {tokens[len(prompt):]}")
     print(f"smallest top-2 gap: prompt rows {gaps[:len(prompt)].min():.3g}, generated rows {gaps[len(prompt) - 1:-1].min():.3g}")
+    # what dev/test/test_infer_cli.sh expects of ./infer on this model (its ids from our tokenizer,
+    # which test_tokenizer holds to SmolLM2's): transformers' greedy tokens must say the same
+    cli = {(1, 9690, 198, 2683, 359, 253, 5356, 5646, 11173, 3365, 3511, 308, 34519, 28, 7018, 411, 407, 19712, 8182, 2, 198,
+            1, 4093, 198, 1780, 314, 260, 3575, 282, 4649, 47, 2, 198, 1, 520, 9531, 198):  # -a 1 -i "What is the capital of France?"
+           [504, 3575, 282, 4649, 314, 7042, 30, 2],  # "The capital of France is Paris." then <|im_end|>
+           (33, 28, 216, 34, 28, 216, 35, 28): [216, 36, 28, 216, 37, 28]}  # -i "1, 2, 3," -> " 4, 5,"
+    for ids, want in cli.items():
+        got = model.generate(torch.tensor([list(ids)]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+                             max_new_tokens=len(want), do_sample=False, pad_token_id=0)[0].tolist()[len(ids):]
+        assert got == want, f"transformers' greedy tokens {got}, test_infer_cli.sh expects {want}"
+    print("test_infer_cli.sh's SmolLM2 answers are transformers' greedy tokens")
 
 
 if __name__ == "__main__":
