@@ -105,7 +105,7 @@ endif
 # --- programs ---------------------------------------------------------------------
 .PHONY: all data smollm2 test reference bench clean help cuda gpu-check fuzz mutants
 
-all: train_gpt2 test_gpt2 data/tokenizer test_tokenizer train_mlp test_mlp infer test_infer convert test_convert
+all: train_gpt2 test_gpt2 data/tokenizer test_tokenizer train_mlp test_mlp infer infer_bf16 test_infer test_infer_bf16 convert test_convert
 
 # the GPT-2 BPE tokenizer and data preparation (writes token shards + tokenizer.bin)
 data/tokenizer: data/tokenizer.c data/unicode_tables.h
@@ -139,6 +139,10 @@ train_gpt2: train_gpt2.c | data
 # chapter 5b: inference on the CPU (prefill, KV-cache decode, sampling)
 infer: infer.c
 	$(CC) $(CFLAGS) $(OMP_FLAGS) $< $(LDLIBS) -o $@
+# ... with the linear layers' weights in bf16: a decode step reads half the bytes (the
+# arithmetic stays fp32)
+infer_bf16: infer.c
+	$(CC) $(CFLAGS) $(OMP_FLAGS) -DWEIGHTS_BF16 $< $(LDLIBS) -o $@
 
 # every model-file conversion: Hugging Face folders <-> llm.c checkpoints (and tokenizers)
 convert: convert.c
@@ -277,6 +281,8 @@ endif
 
 test_infer: test_infer.c infer.c | $(CONVERTED)
 	$(CC) $(CFLAGS) $(OMP_FLAGS) $< $(LDLIBS) -o $@
+test_infer_bf16: test_infer.c infer.c | $(CONVERTED)
+	$(CC) $(CFLAGS) $(OMP_FLAGS) -DWEIGHTS_BF16 $< $(LDLIBS) -o $@
 test_convert: test_convert.c convert.c
 	$(CC) $(CFLAGS) $(OMP_FLAGS) $< $(LDLIBS) -o $@
 # the same tests under AddressSanitizer and UBSan: the JSON and safetensors parsers read
@@ -326,6 +332,7 @@ TESTS = ./test_gpt2 \
         ./test_tokenizer \
         ./test_tokenizer_asan \
         ./test_infer \
+        ./test_infer_bf16 \
         ./test_infer_asan \
         ./test_convert \
         ./test_convert_asan \
@@ -341,7 +348,7 @@ TESTS = ./test_gpt2 \
         "bash dev/test/check_copies.sh" \
         "bash dev/test/test_check_copies.sh" \
         "bash dev/test/check_cuda_builds.sh"
-test: train_gpt2 test_gpt2 data/tokenizer test_tokenizer test_tokenizer_asan train_mlp test_mlp infer test_infer test_infer_asan convert test_convert test_convert_asan $(EMU_PROGRAMS) $(CONVERTED) $(SMOLLM2)
+test: train_gpt2 test_gpt2 data/tokenizer test_tokenizer test_tokenizer_asan train_mlp test_mlp infer infer_bf16 test_infer test_infer_bf16 test_infer_asan convert test_convert test_convert_asan $(EMU_PROGRAMS) $(CONVERTED) $(SMOLLM2)
 	@bash dev/test/run_tests.sh $(TESTS)
 
 # Plant realistic GPU bugs in train_gpt2.cu, infer.cu and train_mlp.cu, one at a time in a
@@ -382,7 +389,7 @@ print-%:
 	@echo '$($*)'
 
 clean:
-	rm -f train_gpt2 test_gpt2 test_tokenizer test_tokenizer_asan infer test_infer test_infer_asan convert test_convert test_convert_asan $(CONVERTED) $(addprefix dev/fuzz/fuzz_,$(FUZZ_TARGETS)) data/tokenizer dev/cpu/bench_train_gpt2 dev/cpu/bench_infer train_mlp test_mlp $(CUDA_PROGRAMS) train_gpt2cu_cudnn test_gpt2cu_cudnn dev/cuda/attention_cudnn $(EMU_PROGRAMS)
+	rm -f train_gpt2 test_gpt2 test_tokenizer test_tokenizer_asan infer infer_bf16 test_infer test_infer_bf16 test_infer_asan convert test_convert test_convert_asan $(CONVERTED) $(addprefix dev/fuzz/fuzz_,$(FUZZ_TARGETS)) data/tokenizer dev/cpu/bench_train_gpt2 dev/cpu/bench_infer train_mlp test_mlp $(CUDA_PROGRAMS) train_gpt2cu_cudnn test_gpt2cu_cudnn dev/cuda/attention_cudnn $(EMU_PROGRAMS)
 	rm -f $(TINYSHAKESPEARE) data/gpt2_tokenizer.bin
 
 help:

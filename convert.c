@@ -262,6 +262,8 @@ static inline float bf16_to_float(uint16_t h) {
 }
 // --- end shared-copy: bf16-to-float ---
 
+// --- begin shared-copy: float-to-bf16 ---
+// ... and narrowing a float to bf16 rounds its top half to nearest, ties to even.
 static inline uint16_t float_to_bf16(float f) {
     uint32_t bits;
     memcpy(&bits, &f, sizeof(bits));
@@ -269,6 +271,7 @@ static inline uint16_t float_to_bf16(float f) {
     bits += 0x7fffu + ((bits >> 16) & 1u);
     return (uint16_t)(bits >> 16);
 }
+// --- end shared-copy: float-to-bf16 ---
 
 static inline float fp16_to_float(uint16_t h) {
     uint32_t sign = (uint32_t)(h >> 15) << 31, exponent = (h >> 10) & 0x1f, mantissa = h & 0x3ff;

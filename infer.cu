@@ -225,6 +225,7 @@ typedef __nv_bfloat16 floatX;
 #else
 #error "build with -DENABLE_FP32 or -DENABLE_BF16 (make infercu PRECISION=FP32|BF16)"
 #endif
+typedef floatX weightX; // the linear layers' weights: floatX too (infer.c: bf16 in make infer_bf16)
 #define KV_ELEMENT_BYTES sizeof(floatX)
 #define WEIGHT_BYTES sizeof(floatX)
 __device__ __host__ inline float to_float(floatX x) { return (float)x; }
@@ -1008,8 +1009,16 @@ static size_t kv_bytes_per_token(ModelConfig c) {
 // fcprojw (C, H). (infer.c: pointers into the weights as loaded; infer.cu: floatX copies on
 // the GPU.)
 typedef struct {
-    floatX *wte, *wpe, *ln1w, *ln1b, *qkvw, *qkvb, *attprojw, *attprojb, *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb,
-        *lnfw, *lnfb, *lm_head;
+    floatX *wte, *wpe, *ln1w, *ln1b;
+    weightX *qkvw; // (the linear layers' weights: weightX)
+    floatX *qkvb;
+    weightX *attprojw;
+    floatX *attprojb, *ln2w, *ln2b;
+    weightX *fcw;
+    floatX *fcb;
+    weightX *fcprojw;
+    floatX *fcprojb, *lnfw, *lnfb;
+    weightX *lm_head;
 } ForwardTensors;
 // --- end shared-copy: infer-model-config ---
 static const char *const FORWARD_TENSOR_NAMES[] = {"wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb", "ln2w",

@@ -96,8 +96,13 @@ static const Tolerance TOL[] = {
     // the real SmolLM2 (30 layers, fp32 against float64): measured max abs err / max |ref|
     // 1.8e-6 (6.96e-5 of 39.7); allowed: 1e-5 of max |ref| (+ 2e-5 of the entry)
     {"smollm2", 2e-5f, 1e-5f},
+    // make test_infer_bf16 on SmolLM2, whose weights (Q4_1 and Q8_0 blocks dequantized) are
+    // not bf16 values: rounding them (relative error up to 2^-8) moves the logits, measured
+    // max abs err / max |ref| 6.0e-3 (0.24 of 39.7); allowed 1.5e-2 (a wrong or skipped block
+    // of weights moves them by whole units). Every argmax and the 24-token answer still agree.
+    {"smollm2 bf16", 0.0f, 1.5e-2f},
 };
-enum { TOL_LOGITS, TOL_CACHED, TOL_SMOLLM2 };
+enum { TOL_LOGITS, TOL_CACHED, TOL_SMOLLM2, TOL_SMOLLM2_BF16 };
 
 // ----------------------------------------------------------------------------
 // the logits fixtures (layout: dev/reference/infer_reference.py)
@@ -411,6 +416,62 @@ static void test_smollm2(Tolerance tol) {
 // Our forward on fixtures/gpt2_tiny_model.bin against transformers' on our export of it
 // (./convert -i that -o DIR: test_convert.c checks the export still has the bytes
 // transformers loaded).
+// linear_forward alone, against a float64 sum on the same weights (weightX's values: in
+// make test_infer_bf16, bf16 ones), at shapes that do not divide its blocks: 1 to 33 rows (the
+// matrix-vector path below 16 rows, in groups of 4 and a rest; the GEMM from 16), widths
+// that are odd, below one 16- or 32-wide step, or not a multiple of it, and outputs spread
+// over several of infer_bf16's weight blocks (C = 8200: 32 rows a block).
+static void test_linear(void) {
+    printf("\nlinear_forward against a float64 sum, weights in %s\n", WEIGHTS_TYPE);
+    static const int rows[] = {1, 2, 3, 4, 5, 7, 16, 17, 33}, widths[][2] = {{1, 5}, {31, 9}, {33, 40}, {48, 17}, {63, 64}, {95, 3}, {576, 70}, {8200, 70}};
+    uint64_t key = rng_key(5, 77);
+    float worst = 0.0f;
+    int bad = 0;
+    for (size_t iw = 0; iw < sizeof(widths) / sizeof(widths[0]); iw++) {
+        int C = widths[iw][0], OC = widths[iw][1], N = 33;
+        weightX *w = (weightX *)mallocCheck((size_t)OC * C * sizeof(weightX));
+        float *x = (float *)mallocCheck((size_t)N * C * sizeof(float)), *out = (float *)mallocCheck((size_t)N * OC * sizeof(float));
+        float *scratch = (float *)mallocCheck((size_t)N * (C > OC ? C : OC) * sizeof(float));
+        for (size_t i = 0; i < (size_t)OC * C; i++) {
+            float v = (float)rng_normal_at(key, i);
+#ifdef WEIGHTS_BF16
+            w[i] = float_to_bf16(v);
+#else
+            w[i] = v;
+#endif
+        }
+        for (size_t i = 0; i < (size_t)N * C; i++) { x[i] = (float)rng_normal_at(key, (1ull << 40) + i); }
+        for (size_t ir = 0; ir < sizeof(rows) / sizeof(rows[0]); ir++) {
+            int n_rows = rows[ir];
+            linear_forward(x, w, epilogue_logits(out), scratch, n_rows, C, OC);
+            for (int n = 0; n < n_rows; n++) {
+                for (int o = 0; o < OC; o++) {
+                    double ref = 0.0, scale = 0.0;
+                    for (int i = 0; i < C; i++) {
+#ifdef WEIGHTS_BF16
+                        double wi = bf16_to_float(w[(size_t)o * C + i]);
+#else
+                        double wi = w[(size_t)o * C + i];
+#endif
+                        ref += wi * x[(size_t)n * C + i];
+                        scale += fabs(wi * x[(size_t)n * C + i]);
+                    }
+                    // fp32 sums of C products: error below C * 2^-24 * sum |products|, and
+                    // far below it in practice; we allow 1e-6 of that sum (C <= 8200 here)
+                    float err = (float)(fabs(out[(size_t)n * OC + o] - ref) / (scale > 0.0 ? scale : 1.0));
+                    worst = err > worst ? err : worst;
+                    bad += !(err <= 1e-6f);
+                }
+            }
+        }
+        free(w); free(x); free(out); free(scratch);
+    }
+    char detail[160];
+    snprintf(detail, sizeof(detail), "%d entries off; worst error %.2e of the sum of |products|", bad, worst);
+    check("linear_forward: 1-33 rows, C 1..8200", bad == 0, detail);
+}
+
+#ifndef WEIGHTS_BF16 // (its checkpoint's weights are fp32)
 static void test_export(void) {
     printf("\nour checkpoint against transformers on our export of it\n");
     GPT2 model;
@@ -428,6 +489,7 @@ static void test_export(void) {
     free_logits_fixture(&f);
     gpt2_free(&model);
 }
+#endif
 
 // ----------------------------------------------------------------------------
 // sampling on hand-made distributions
@@ -676,7 +738,20 @@ static void test_bad_files(const char *tmp) {
 int main(void) {
     char tmp[] = "/tmp/test_infer_dir_XXXXXX";
     if (mkdtemp(tmp) == NULL) { perror("mkdtemp"); return 1; }
+#ifdef WEIGHTS_BF16
+    // make test_infer_bf16: the linear layers' weights rounded to bf16. On checkpoints whose
+    // weights are bf16 already the rounding changes nothing, and transformers' logits hold to
+    // fp32's tolerances: GPT-2's and a Llama's (grouped-query attention, Llama 3 RoPE).
+    test_linear();
+    test_fixture(CONVERTED "hf_tiny_bf16.bin", FIXTURES "infer_tiny_bf16.bin");
+    test_fixture(CONVERTED "llama_gqa3.bin", FIXTURES "llama_infer_llama_gqa3.bin");
+    test_smollm2(TOL[TOL_SMOLLM2_BF16]);
     test_sampling();
+    test_generation();
+    test_bad_files(tmp);
+#else
+    test_sampling();
+    test_linear();
     test_fixture(CONVERTED "hf_tiny_fp32.bin", FIXTURES "infer_tiny_fp32.bin");
     test_fixture(CONVERTED "hf_tiny_bf16.bin", FIXTURES "infer_tiny_bf16.bin");
     test_fixture(CONVERTED "hf_tiny_fp16.bin", FIXTURES "infer_tiny_fp16.bin");
@@ -687,6 +762,7 @@ int main(void) {
     test_export();
     test_generation();
     test_bad_files(tmp);
+#endif
     char cmd[600];
     snprintf(cmd, sizeof(cmd), "rm -rf %s", tmp);
     if (system(cmd) != 0) { printf("could not remove %s\n", tmp); }
