@@ -1,6 +1,7 @@
 /*
 infer.c: inference on the CPU, in plain C, fp32: GPT-2 and the Llama family (Llama, SmolLM2,
-Qwen2); prefill, decode, the KV cache, sampling.
+Qwen2); prefill, decode, the KV cache, sampling. (make infer_bf16: the same with the linear
+layers' weights in bf16, half the bytes a decode step reads.)
 
 Generating text is a loop around the same forward pass the trainer uses, with one twist
 that makes it fast, the KV cache:
@@ -56,8 +57,7 @@ chats) and the JSON reader of prompt files (both needed, neither about inference
 the forward pass on a GPU, and diffs against it function by function: its layers are
 kernels behind launchers of the same names and arguments as the layer functions here, so
 each linear layer here ends, as there, in an epilogue (its bias, then the KV-cache write,
-GELU or the residual add): in the matrix-vector loop of decode, or in one pass after the
-GEMM of prefill.
+GELU or the residual add), in one pass after its matrix product.
 
 Sizes: B sequences in a batch, T positions, C channels, NH (query) heads, NKV key/value heads,
 HS head size (GPT-2: C/NH), Q = NH x HS, KV = NKV x HS, H the MLP's width,
@@ -219,18 +219,15 @@ static inline uint16_t float_to_bf16(float f);
 typedef float weightX;
 #endif
 
-// The fast paths these layers call (a blocked GEMM, an exp the compiler can vectorise,
-// dot products in independent partial sums) come after them, in their own section: first
-// what each layer computes, then how it is made fast.
+// The fast paths these layers call (a blocked GEMM, an exp the compiler can vectorise, the
+// linear layers' matrix products) come after them, in their own section: first what each
+// layer computes, then how it is made fast.
 static void gemm(float *C, size_t c_rs, size_t c_cs, const float *A, size_t a_rs, size_t a_cs,
                  const float *B, size_t b_rs, size_t b_cs, int M, int N, int K, int accumulate);
 static inline float exp_fast(float x);
 static inline float dot8(const float *a, const float *b, size_t n);
-static inline __attribute__((always_inline)) void dot_rows(float *out, const weightX *w, const float *inp, size_t C, const int N);
-#ifdef WEIGHTS_BF16
-static void matmul_forward_bf16(float *out, const float *inp, const weightX *weight, int N, int C, int OC);
-static const float *split_pairs(const float *inp, int N, int C);
-#endif
+static void matmul_panels(float *out, const float *inp, const weightX *weight, int N, int C, int OC);
+static void matvec_panels(float *out, const float *inp, const weightX *weight, int N, int C, int OC);
 
 // (The loops over rows below use threads only where there is enough work to pay for
 // waking them: not for the one row of a decode step, where the wake-up costs more. The
@@ -353,87 +350,38 @@ static inline void epilogue_apply(const Epilogue e, int n, int o, int OC, float 
     }
 }
 
-// --- begin shared-copy: matmul-forward ---
-void matmul_forward(float *out, const float *inp, const float *weight, const float *bias,
-                    size_t B, size_t T, size_t C, size_t OC) {
-    // out (B,T,OC) = inp (B,T,C) @ weight^T + bias, weight is (OC,C) as in
-    // PyTorch's nn.Linear: start from the bias, then accumulate the product
-    #pragma omp parallel for
-    for (size_t bt = 0; bt < B * T; bt++) {
-        for (size_t o = 0; o < OC; o++) { out[bt * OC + o] = bias != NULL ? bias[o] : 0.0f; }
-    }
-    int pack_weight = (OC * sizeof(float)) % 4096 == 0;
-#if defined(__AVX512F__) // (the GEMM's register tile is then 16 floats wide)
-    pack_weight = pack_weight || B * T >= 128;
-#endif
-    if (!pack_weight) {
-        // computed transposed, out^T (OC, B*T) = weight (OC,C) @ inp^T (C, B*T), so
-        // that the big operand (the weight) is read in place and only the small
-        // input is packed
-        gemm(out, 1, OC, weight, C, 1, inp, 1, C, (int)OC, (int)(B * T), (int)C, 1);
-    } else {
-        // ...except when a row of out is a multiple of 4 KiB (OC = 1024, 3072, ...):
-        // then the transposed tile's rows all map to the same cache sets and the stores
-        // thrash (measured: half the speed), so we pack the weight instead; and with
-        // AVX-512 for 128 rows and more, where the transposed tile's column-at-a-time
-        // stores cost a quarter of the speed (measured 200-220 against 280 GFLOP/s at
-        // 512 rows; with AVX2 the transposed product stays ahead)
-        gemm(out, OC, 1, inp, C, 1, weight, 1, C, (int)(B * T), (int)OC, (int)C, 1);
-    }
-}
-// --- end shared-copy: matmul-forward ---
-
-// A linear layer over N rows, out[n, o] = inp[n] . weight[o], then its epilogue. Prefill
-// has many rows: the blocked GEMM into scratch (N, OC), compute bound, then the epilogue
-// in a pass of its own. Decode has one row per sequence: a matrix-vector product, where
-// what matters is to read each weight row once, in order, and to keep the FMA units busy
-// meanwhile. (The GEMM would pad one row to its 16-column tile and do 16 times the
-// arithmetic.) So each weight row is dotted with all N inputs in the same pass, with two
-// vector accumulators per input: one accumulator would wait on the previous FMA's result
-// (4 cycles) every step. Each output is summed in the same order whatever the number of
-// threads. Most of the decode time goes here.
-#define MATVEC_MAX_ROWS 16 // from 16 rows on, the GEMM (measured: ./infer -m d12 -B 1 -b 8,12,16 on 2 cores)
-#define MATVEC_GROUP 4      // inputs per pass over a weight row: 2 x 4 accumulators + 2 weights fit in 16 registers
+// A linear layer over N rows, out[n, o] = inp[n] . weight[o], then its epilogue. The weight
+// (OC, C) is not stored as loaded but in panels (pack_linear, with the model): blocks of
+// GEMM_NR rows (32 with AVX-512), each a (C, GEMM_NR) array holding, for each input channel
+// k, the panel's weights at k side by side. Prefill has many rows: the blocked GEMM, compute
+// bound, whose packed operand the panels are as they are (no call packs them again), into
+// scratch (N, OC), then the epilogue in a pass of its own. Decode has one row per sequence:
+// a matrix-vector product, bound by reading the weights, each once, in order; with panels
+// that is input k times the panel's weights at k into GEMM_NR sums that stay in vector
+// registers, for several inputs in the same pass. Each output is summed in the same order
+// whatever the number of threads. Most of the decode time goes here.
+#define MATVEC_MAX_ROWS 24 // from 24 rows on, the GEMM (measured: prefills of 16-32 tokens, SmolLM2 and d12, 2 cores)
+#define MATVEC_GROUP 4      // inputs per pass over a panel: 4 x 2 accumulators (+ 2 weights) in vector registers
 
 // scratch holds (N, OC) for every layer's OC but the logits' (row_buffer_bytes), which need none.
 void linear_forward(const floatX *inp, const weightX *weight, Epilogue e, float *scratch, int N, int C, int OC) {
+    int direct = e.kind == EPI_LOGITS && e.bias == NULL; // logits need no epilogue: straight into place
+    float *out = direct ? e.f32 : scratch;
     if (N >= MATVEC_MAX_ROWS) {
-        int direct = e.kind == EPI_LOGITS && e.bias == NULL; // logits need no epilogue: straight into place
-#ifdef WEIGHTS_BF16
-        matmul_forward_bf16(direct ? e.f32 : scratch, inp, weight, N, C, OC);
-#else
-        matmul_forward(direct ? e.f32 : scratch, inp, weight, NULL, 1, (size_t)N, (size_t)C, (size_t)OC);
-#endif
-        if (!direct) {
-            #pragma omp parallel for if ((size_t)N * OC > 65536)
-            for (int n = 0; n < N; n++) {
-                const float *row = scratch + (size_t)n * OC;
-                if (e.kind == EPI_GELU) { // its own loop, which the compiler vectorises (tanh_via_exp: prefill's costliest epilogue)
-                    floatX *out = e.x + (size_t)n * OC;
-                    for (int o = 0; o < OC; o++) { out[o] = gelu(row[o] + e.bias[o]); }
-                } else {
-                    for (int o = 0; o < OC; o++) { epilogue_apply(e, n, o, OC, row[o]); }
-                }
-            }
-        }
-        return;
+        matmul_panels(out, inp, weight, N, C, OC);
+    } else {
+        matvec_panels(out, inp, weight, N, C, OC);
     }
-#ifdef WEIGHTS_BF16
-    inp = split_pairs(inp, N, C); // (make infer_bf16: the layout its dot_rows reads)
-#endif
-    #pragma omp parallel for
-    for (int o = 0; o < OC; o++) {
-        const weightX *w = weight + (size_t)o * C;
-        float sums[MATVEC_MAX_ROWS];
-        int n = 0;
-        for (; n + MATVEC_GROUP <= N; n += MATVEC_GROUP) { dot_rows(sums + n, w, inp + (size_t)n * C, C, MATVEC_GROUP); }
-        switch (N - n) { // the rest, the row count a constant in each copy so the accumulators stay in registers
-        case 1: dot_rows(sums + n, w, inp + (size_t)n * C, C, 1); break;
-        case 2: dot_rows(sums + n, w, inp + (size_t)n * C, C, 2); break;
-        case 3: dot_rows(sums + n, w, inp + (size_t)n * C, C, 3); break;
-        default: break;
+    if (direct) { return; }
+    #pragma omp parallel for if ((size_t)N * OC > 65536)
+    for (int n = 0; n < N; n++) {
+        const float *row = scratch + (size_t)n * OC;
+        if (e.kind == EPI_GELU) { // its own loop, which the compiler vectorises (tanh_via_exp: prefill's costliest epilogue)
+            floatX *x = e.x + (size_t)n * OC;
+            for (int o = 0; o < OC; o++) { x[o] = gelu(row[o] + e.bias[o]); }
+        } else {
+            for (int o = 0; o < OC; o++) { epilogue_apply(e, n, o, OC, row[o]); }
         }
-        for (n = 0; n < N; n++) { epilogue_apply(e, n, o, OC, sums[n]); }
     }
 }
 
@@ -507,15 +455,21 @@ void rope_forward(floatX *q, floatX *key_cache, const float *table, const int *s
 }
 
 // SwiGLU (Shazeer 2020), the Llama family's MLP between its two matmuls: out[n, j] =
-// silu(gate[n, j]) * up[n, j], silu(x) = x / (1 + e^-x); inp (N, 2H) holds each row's H gates,
-// then its H ups (the fused matmul's output); out (N, H). (exp_fast: libm's expf is a call per
-// element, a tenth of prefill's time outside the GEMM.)
+// silu(gate[n, j]) * up[n, j], silu(x) = x sigmoid(x) = x / (1 + e^-x); inp (N, 2H) holds each
+// row's H gates, then its H ups (the fused matmul's output); out (N, H). The sigmoid comes
+// from e = e^-|x| (in (0, 1]: it cannot overflow), as 1 / (1 + e) for x >= 0 and e / (1 + e)
+// below (no cancellation). (Written as x / (1 + exp_fast(-x)) it ran 10 times slower: GCC
+// computes exp_fast's clamped case, x / (1 + e^88), for every lane, and the denormals that
+// makes cost a microcode assist each.)
 void swiglu_forward(floatX *out, const float *inp, int N, int H) {
     #pragma omp parallel for if ((size_t)N * H > 65536)
     for (int n = 0; n < N; n++) {
         const float *gate = inp + (size_t)n * 2 * H, *up = gate + H;
         floatX *o = out + (size_t)n * H;
-        for (int j = 0; j < H; j++) { o[j] = gate[j] / (1.0f + exp_fast(-gate[j])) * up[j]; }
+        for (int j = 0; j < H; j++) {
+            float x = gate[j], e = exp_fast(-fabsf(x)), r = 1.0f / (1.0f + e);
+            o[j] = x * (x >= 0.0f ? r : e * r) * up[j];
+        }
     }
 }
 
@@ -642,12 +596,16 @@ static void gemm(float *C, size_t c_rs, size_t c_cs, const float *A, size_t a_rs
     // (one barrier per block instead of two: a barrier costs microseconds, and a time
     // slice when another program holds a core). They live as long as the program: a
     // fresh 256 KiB malloc per call is an mmap, and the kernel would zero its pages
-    // again on every one of the ~100 calls per step (measured: 5% of a step).
-    static float *packed[2] = {NULL, NULL};
-    if (packed[0] == NULL) {
-        packed[0] = (float *)mallocCheck(sizeof(float) * GEMM_KC * GEMM_NC);
-        packed[1] = (float *)mallocCheck(sizeof(float) * GEMM_KC * GEMM_NC);
+    // again on every one of the ~100 calls per step (measured: 5% of a step). Each thread
+    // that calls gemm has a pair of its own (_Thread_local), shared with the team it starts:
+    // so threads may each run a gemm of their own at once (infer.c's attention does: inside
+    // a parallel region, a gemm's own region runs on the calling thread alone).
+    static _Thread_local float *buffers[2] = {NULL, NULL};
+    if (buffers[0] == NULL) {
+        buffers[0] = (float *)mallocCheck(sizeof(float) * GEMM_KC * GEMM_NC);
+        buffers[1] = (float *)mallocCheck(sizeof(float) * GEMM_KC * GEMM_NC);
     }
+    float *packed[2] = {buffers[0], buffers[1]}; // (the calling thread's, read by the whole team)
     int strips = (M + GEMM_MR - 1) / GEMM_MR;
     // threads only for products big enough to pay for waking them
     #pragma omp parallel if ((double)M * N * K > 2e6)
@@ -702,36 +660,43 @@ static void gemm(float *C, size_t c_rs, size_t c_cs, const float *A, size_t a_rs
 
 // The fast path of attention_forward for a prompt: rows 0..N-1 all of one sequence at
 // consecutive positions p0..p0+N-1 (a prefill, or a chunk of one), enough of them to pay
-// for a GEMM. Per query head, with T = p0 + N cached positions: the scores (N, T) = q_h
-// (N, HS) k_h^T (HS, T), scaled; each row's softmax over its own positions 0..p0+n, the
-// later ones set to 0; then out_h (N, HS) = probabilities (N, T) v_h (T, HS). The masked
-// half is computed and thrown away, which the GEMM's speed pays for many times over.
+// for a GEMM. The work is cut into tasks, one per query head and block of ATT_ROWS rows:
+// block rows n0..n1-1 see the cached positions 0..p0+n1-1, T of them; its scores (rows, T)
+// = q_h (rows, HS) k_h^T (HS, T), scaled; each row's softmax over its own positions
+// 0..p0+n, the later ones set to 0; then out_h (rows, HS) = probabilities (rows, T) v_h
+// (T, HS). Blocks skip the keys that none of their rows can see: about half of them in a
+// whole prompt. The tasks are independent (each writes its own rows of one head), so the
+// threads take them in turn, each running its GEMMs alone: no barrier between heads.
 // Returns 0 (nothing done) for any other rows.
+#define ATT_ROWS 64
 static int attention_prefill(floatX *out, const floatX *q, const floatX *key_cache, const floatX *value_cache,
                              const int *seq, const int *pos, int N, int S, int NH, int NKV, int HS) {
     if (N < 32) { return 0; }
     for (int n = 1; n < N; n++) {
         if (seq[n] != seq[0] || pos[n] != pos[0] + n) { return 0; }
     }
-    static float *scores = NULL; // (N, T), kept between calls like the GEMM's buffers
+    static float *scores = NULL; // (threads, ATT_ROWS, T), kept between calls like the GEMM's buffers
     static size_t capacity = 0;
-    int T = pos[0] + N;
-    if ((size_t)N * T > capacity) {
+    int T_all = pos[0] + N, blocks = (N + ATT_ROWS - 1) / ATT_ROWS;
+    size_t per_thread = (size_t)ATT_ROWS * T_all;
+    if ((size_t)num_threads() * per_thread > capacity) {
         free(scores);
-        capacity = (size_t)N * T;
+        capacity = (size_t)num_threads() * per_thread;
         scores = (float *)mallocCheck(capacity * sizeof(float));
     }
     float scale = 1.0f / sqrtf((float)HS);
     size_t Q = (size_t)NH * HS, KV = (size_t)NKV * HS;
-    for (int h = 0; h < NH; h++) {
+    const floatX *keys = key_cache + (size_t)seq[0] * S * KV, *values = value_cache + (size_t)seq[0] * S * KV;
+    #pragma omp parallel for schedule(dynamic, 1)
+    for (int task = 0; task < NH * blocks; task++) {
+        int h = task % NH, b = blocks - 1 - task / NH; // the last blocks, the longest tasks, first
+        int n0 = b * ATT_ROWS, rows = N - n0 < ATT_ROWS ? N - n0 : ATT_ROWS, T = pos[0] + n0 + rows;
         size_t kv_head = (size_t)(h / (NH / NKV)) * HS;
-        const floatX *keys = key_cache + (size_t)seq[0] * S * KV + kv_head;
-        const floatX *values = value_cache + (size_t)seq[0] * S * KV + kv_head;
-        gemm(scores, T, 1, q + (size_t)h * HS, Q, 1, keys, 1, KV, N, T, HS, 0);
-        #pragma omp parallel for schedule(static, 1) if ((size_t)N * T > 16384)
-        for (int n = 0; n < N; n++) {
-            float *row = scores + (size_t)n * T, maxval = -INFINITY, sum = 0.0f;
-            int len = pos[n] + 1;
+        float *s = scores + (size_t)thread_id() * per_thread;
+        gemm(s, (size_t)T, 1, q + (size_t)n0 * Q + (size_t)h * HS, Q, 1, keys + kv_head, 1, KV, rows, T, HS, 0);
+        for (int i = 0; i < rows; i++) {
+            float *row = s + (size_t)i * T, maxval = -INFINITY, sum = 0.0f;
+            int len = pos[n0 + i] + 1;
             for (int t = 0; t < len; t++) {
                 row[t] *= scale;
                 maxval = row[t] > maxval ? row[t] : maxval;
@@ -743,7 +708,7 @@ static int attention_prefill(floatX *out, const floatX *q, const floatX *key_cac
             for (int t = 0; t < len; t++) { row[t] /= sum; }
             for (int t = len; t < T; t++) { row[t] = 0.0f; }
         }
-        gemm(out + (size_t)h * HS, Q, 1, scores, T, 1, values, KV, 1, N, HS, T, 0);
+        gemm(out + (size_t)n0 * Q + (size_t)h * HS, Q, 1, s, (size_t)T, 1, values + kv_head, KV, 1, rows, HS, T, 0);
     }
     return 1;
 }
@@ -785,119 +750,160 @@ static inline float dot8(const float *a, const float *b, size_t n) {
 }
 // --- end shared-copy: dot8 ---
 
-#ifndef WEIGHTS_BF16
-// out[n] += w . inp[n] for N (a constant after inlining) rows, in 16 interleaved partial
-// sums (two 8-float vectors; decode is bound by memory, not by the vector width). A weight
-// row is short (C floats: 2 KiB at C = 576): the hardware's prefetcher, which follows one
-// row at a time, does not keep enough reads in flight, so we prefetch 4 KiB ahead ourselves
-// (measured: decode 17% faster on a 2-core Xeon, 25 GB/s of weights).
-typedef float vec8 __attribute__((vector_size(32)));
-static inline __attribute__((always_inline)) void dot_rows(float *out, const weightX *w, const float *inp, size_t C, const int N) {
-    vec8 acc[MATVEC_GROUP][2];
-    memset(acc, 0, sizeof(acc));
-    size_t i = 0;
-    for (; i + 16 <= C; i += 16) {
-        __builtin_prefetch(w + i + 1024); // (past the matrix's end at its last rows: a prefetch never faults)
-        vec8 w0, w1;
-        memcpy(&w0, w + i, sizeof(vec8));
-        memcpy(&w1, w + i + 8, sizeof(vec8));
-        for (int n = 0; n < N; n++) {
-            vec8 x0, x1;
-            memcpy(&x0, inp + n * C + i, sizeof(vec8));
-            memcpy(&x1, inp + n * C + i + 8, sizeof(vec8));
-            acc[n][0] += w0 * x0;
-            acc[n][1] += w1 * x1;
-        }
-    }
-    for (int n = 0; n < N; n++) {
-        vec8 a = acc[n][0] + acc[n][1];
-        float sum = ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
-        for (size_t j = i; j < C; j++) { sum += w[j] * inp[n * C + j]; }
-        out[n] = sum;
-    }
-}
-#else
-// make infer_bf16's dot_rows. Widening bf16 to fp32 is a shift (a bf16 is an fp32's top
-// half), but widening 16 bf16 into 16 floats takes a shuffle too, and the shuffles, not the
-// memory, then set the speed. So 32 weights are read as 16 pairs, 32-bit words: a word
-// shifted left by 16 is its even weight, the word with its low half cleared its odd one,
-// and the input row is split once per layer, its even entries first, then its odd ones
-// (split_pairs), to match. Prefetched 4 KiB ahead, as in fp32: decode measured 1.9x fp32's
-// speed on a 2-core Xeon.
-typedef float vec16 __attribute__((vector_size(64)));
-typedef uint32_t u32x16 __attribute__((vector_size(64)));
-
-// inp (N, C) -> (N, C): row n's entries 0, 2, 4, ... then 1, 3, 5, ...
-static const float *split_pairs(const float *inp, int N, int C) {
-    static float *split = NULL; // kept between calls, like the GEMM's buffers
-    static size_t capacity = 0;
-    if ((size_t)N * C > capacity) {
-        free(split);
-        capacity = (size_t)N * C;
-        split = (float *)mallocCheck(capacity * sizeof(float));
-    }
-    int odd = (C + 1) / 2; // where the odd entries start
-    for (int n = 0; n < N; n++) {
-        for (int i = 0; i < C; i++) { split[(size_t)n * C + (i % 2 ? odd : 0) + i / 2] = inp[(size_t)n * C + i]; }
-    }
-    return split;
-}
-
-static inline __attribute__((always_inline)) void dot_rows(float *out, const weightX *w, const float *inp, size_t C, const int N) {
-    vec16 acc[MATVEC_GROUP][2];
-    memset(acc, 0, sizeof(acc));
-    size_t i = 0, odd = (C + 1) / 2;
-    for (; i + 32 <= C; i += 32) {
-        __builtin_prefetch(w + i + 2048);
-        u32x16 pairs, even_bits, odd_bits;
-        memcpy(&pairs, w + i, sizeof(pairs));
-        even_bits = pairs << 16;
-        odd_bits = pairs & 0xffff0000u;
-        vec16 w_even, w_odd;
-        memcpy(&w_even, &even_bits, sizeof(w_even));
-        memcpy(&w_odd, &odd_bits, sizeof(w_odd));
-        for (int n = 0; n < N; n++) {
-            vec16 x_even, x_odd;
-            memcpy(&x_even, inp + n * C + i / 2, sizeof(vec16));
-            memcpy(&x_odd, inp + n * C + odd + i / 2, sizeof(vec16));
-            acc[n][0] += w_even * x_even;
-            acc[n][1] += w_odd * x_odd;
-        }
-    }
-    for (int n = 0; n < N; n++) {
-        vec16 a = acc[n][0] + acc[n][1];
-        float sum = 0.0f;
-        for (int j = 0; j < 16; j++) { sum += a[j]; }
-        for (size_t j = i; j < C; j++) { sum += bf16_to_float(w[j]) * inp[n * C + (j % 2 ? odd : 0) + j / 2]; }
-        out[n] = sum;
-    }
-}
-#endif
-
+// The linear layers' weights in panels (see linear_forward): panel p holds rows o0 = p NR to
+// o0 + width - 1 (width = NR but for a last, narrower panel), its element (k, j) at
+// o0 C + k width + j: weight[o0 + j][k]. Full panels are the GEMM's packed operand; the
+// layout has exactly OC x C elements, so a stack of layers keeps its offsets (l x OC x C).
+// make infer_bf16 stores them in bf16: 2 bytes a weight, widened to fp32 as they are read.
+static inline weightX to_weight(float x) {
 #ifdef WEIGHTS_BF16
-// make infer_bf16's GEMM for 16 rows and more: out (N, OC) = inp (N, C) @ weight^T, the
-// weight widened to fp32 a block of rows at a time (about 1 MiB, which stays in the L2 cache
-// while the GEMM reads it), each block a GEMM of its own into its columns of out.
-static void matmul_forward_bf16(float *out, const float *inp, const weightX *weight, int N, int C, int OC) {
-    static float *block = NULL; // kept between calls, like the GEMM's buffers
-    static size_t capacity = 0;
-    int rows = (1 << 18) / C / 32 * 32;
-    rows = rows < 32 ? 32 : rows;
-    if ((size_t)rows * C > capacity) {
-        free(block);
-        capacity = (size_t)rows * C;
-        block = (float *)mallocCheck(capacity * sizeof(float));
-    }
-    for (int o0 = 0; o0 < OC; o0 += rows) {
-        int n = OC - o0 < rows ? OC - o0 : rows;
-        #pragma omp parallel for
-        for (int o = 0; o < n; o++) {
-            for (int i = 0; i < C; i++) { block[(size_t)o * C + i] = bf16_to_float(weight[(size_t)(o0 + o) * C + i]); }
+    return float_to_bf16(x);
+#else
+    return x;
+#endif
+}
+static void pack_linear(weightX *dst, const float *src, int OC, int C) {
+    int panels = (OC + GEMM_NR - 1) / GEMM_NR;
+    #pragma omp parallel for
+    for (int p = 0; p < panels; p++) {
+        int o0 = p * GEMM_NR, width = OC - o0 < GEMM_NR ? OC - o0 : GEMM_NR;
+        weightX *panel = dst + (size_t)o0 * C;
+        for (int k = 0; k < C; k++) {
+            for (int j = 0; j < width; j++) { panel[(size_t)k * width + j] = to_weight(src[(size_t)(o0 + j) * C + k]); }
         }
-        gemm(out + o0, (size_t)OC, 1, inp, (size_t)C, 1, block, 1, (size_t)C, N, n, C, 0);
     }
 }
+
+// Weights (k, 0..2V-1) of a full panel as two fp32 vectors: with fp32 weights the panel's
+// own memory. A bf16 panel row is 2V bf16 = V 32-bit words, each the pair (j = 2m, 2m + 1):
+// widening takes a shift (the even one, in the low half) and a mask (the odd one), no
+// shuffles, so w0 holds the even columns and w1 the odd ones; panel_dot puts them back.
+static inline void panel_weights(vecf *w0, vecf *w1, const weightX *row) {
+#ifdef WEIGHTS_BF16
+    typedef uint32_t vecu __attribute__((vector_size(GEMM_VEC * sizeof(uint32_t))));
+    vecu pairs, even, odd;
+    memcpy(&pairs, row, sizeof(pairs));
+    even = pairs << 16;
+    odd = pairs & 0xffff0000u;
+    memcpy(w0, &even, sizeof(vecf));
+    memcpy(w1, &odd, sizeof(vecf));
+#else
+    memcpy(w0, row, sizeof(vecf));
+    memcpy(w1, row + GEMM_VEC, sizeof(vecf));
 #endif
+}
+static inline float weight_value(weightX w) {
+#ifdef WEIGHTS_BF16
+    return bf16_to_float(w);
+#else
+    return w;
+#endif
+}
+
+// sums[n][j] = inp[n] . weight[o0 + j] for the N (a constant after inlining) inputs and the
+// NR rows of a full panel: per k, one broadcast input times two vectors of weights, into two
+// accumulators per input, which stay in registers for the whole row.
+static inline __attribute__((always_inline)) void panel_dot(float sums[][GEMM_NR], const weightX *panel, const float *inp,
+                                                            int C, const int N) {
+    vecf acc[MATVEC_GROUP][2];
+    memset(acc, 0, sizeof(acc));
+    for (int k = 0; k < C; k++) {
+        __builtin_prefetch(panel + (size_t)k * GEMM_NR + 4096 / sizeof(weightX));
+        vecf w0, w1;
+        panel_weights(&w0, &w1, panel + (size_t)k * GEMM_NR);
+        for (int n = 0; n < N; n++) {
+            float x = inp[(size_t)n * C + k];
+            acc[n][0] += x * w0;
+            acc[n][1] += x * w1;
+        }
+    }
+    for (int n = 0; n < N; n++) {
+        for (int j = 0; j < GEMM_VEC; j++) {
+#ifdef WEIGHTS_BF16
+            sums[n][2 * j] = acc[n][0][j];
+            sums[n][2 * j + 1] = acc[n][1][j];
+#else
+            sums[n][j] = acc[n][0][j];
+            sums[n][GEMM_VEC + j] = acc[n][1][j];
+#endif
+        }
+    }
+}
+
+// decode's out (N, OC) = inp (N, C) @ weight^T, N < MATVEC_MAX_ROWS: a panel per thread at a
+// time, the inputs MATVEC_GROUP at a time (the panel is re-read from the cache for the next
+// group); a last, narrower panel element by element
+static void matvec_panels(float *out, const float *inp, const weightX *weight, int N, int C, int OC) {
+    int panels = (OC + GEMM_NR - 1) / GEMM_NR;
+    #pragma omp parallel for schedule(static)
+    for (int p = 0; p < panels; p++) {
+        int o0 = p * GEMM_NR, width = OC - o0 < GEMM_NR ? OC - o0 : GEMM_NR;
+        const weightX *panel = weight + (size_t)o0 * C;
+        float sums[MATVEC_MAX_ROWS][GEMM_NR];
+        if (width == GEMM_NR) {
+            for (int n = 0; n < N; n += MATVEC_GROUP) {
+                const float *x = inp + (size_t)n * C;
+                switch (N - n < MATVEC_GROUP ? N - n : MATVEC_GROUP) { // (a constant in each copy: the accumulators stay in registers)
+                case 1: panel_dot(sums + n, panel, x, C, 1); break;
+                case 2: panel_dot(sums + n, panel, x, C, 2); break;
+                case 3: panel_dot(sums + n, panel, x, C, 3); break;
+                default: panel_dot(sums + n, panel, x, C, MATVEC_GROUP); break;
+                }
+            }
+        } else {
+            for (int n = 0; n < N; n++) {
+                for (int j = 0; j < width; j++) {
+                    float sum = 0.0f;
+                    for (int k = 0; k < C; k++) { sum += weight_value(panel[(size_t)k * width + j]) * inp[(size_t)n * C + k]; }
+                    sums[n][j] = sum;
+                }
+            }
+        }
+        for (int n = 0; n < N; n++) { memcpy(out + (size_t)n * OC + o0, sums[n], (size_t)width * sizeof(float)); }
+    }
+}
+
+// prefill's out (N, OC) = inp (N, C) @ weight^T, N >= MATVEC_MAX_ROWS: the GEMM's loops (see
+// gemm) with the panels as its packed operand. A task is one panel against STRIP_BLOCK
+// strips of GEMM_MR rows (its panel stays in the core's L1 and L2 caches while the strips
+// pass); the threads split the tasks evenly. (Blocks of several panels per task measured
+// slower: fewer tasks, and the threads' shares less even.) A panel that is not fp32 and
+// full (a bf16 one, a narrower last one) is first widened, GEMM_KC rows at a time, into a
+// buffer of the thread's own.
+#define STRIP_BLOCK 8
+static void matmul_panels(float *out, const float *inp, const weightX *weight, int N, int C, int OC) {
+    int panels = (OC + GEMM_NR - 1) / GEMM_NR, strips = (N + GEMM_MR - 1) / GEMM_MR;
+    int strip_blocks = (strips + STRIP_BLOCK - 1) / STRIP_BLOCK;
+    #pragma omp parallel for collapse(2) schedule(static)
+    for (int p = 0; p < panels; p++) {
+        for (int sb = 0; sb < strip_blocks; sb++) {
+            static _Thread_local float *widened = NULL; // (KC, NR), kept, like the GEMM's buffers
+            if (widened == NULL) { widened = (float *)mallocCheck((size_t)GEMM_KC * GEMM_NR * sizeof(float)); }
+            int o0 = p * GEMM_NR, width = OC - o0 < GEMM_NR ? OC - o0 : GEMM_NR;
+            int s0 = sb * STRIP_BLOCK, s1 = s0 + STRIP_BLOCK < strips ? s0 + STRIP_BLOCK : strips;
+            for (int pc = 0; pc < C; pc += GEMM_KC) {
+                int kc = C - pc < GEMM_KC ? C - pc : GEMM_KC;
+                const weightX *rows = weight + (size_t)o0 * C + (size_t)pc * width; // the panel's rows pc..pc+kc-1
+                const float *bp = widened;
+#ifndef WEIGHTS_BF16
+                if (width == GEMM_NR) { bp = rows; } else
+#endif
+                if (width == GEMM_NR) { // (one loop over contiguous weights: the compiler vectorises it)
+                    for (int i = 0; i < kc * GEMM_NR; i++) { widened[i] = weight_value(rows[i]); }
+                } else {
+                    for (int k = 0; k < kc; k++) {
+                        for (int j = 0; j < GEMM_NR; j++) { widened[k * GEMM_NR + j] = j < width ? weight_value(rows[k * width + j]) : 0.0f; }
+                    }
+                }
+                for (int s = s0; s < s1; s++) {
+                    int i0 = s * GEMM_MR, mr = N - i0 < GEMM_MR ? N - i0 : GEMM_MR;
+                    gemm_micro_kernel(out + (size_t)i0 * OC + o0, (size_t)OC, 1, inp + (size_t)i0 * C + pc, (size_t)C, 1, bp, kc,
+                                      mr, width, pc > 0);
+                }
+            }
+        }
+    }
+}
 
 // ----------------------------------------------------------------------------
 // the model: configuration, parameters, the KV cache
@@ -1156,8 +1162,8 @@ static size_t kv_bytes_per_token(ModelConfig c) {
 // without biases (NULL; Qwen2 has qkvb) and wpe, and lm_head, the output head (wte when tied,
 // as GPT-2's always is). Shapes per layer: qkvw (Q + 2 KV, C) with Q = NH HS and KV = NKV HS;
 // attprojw (C, Q); fcw (H, C), or the Llama family's (2H, C): gate rows, then up rows;
-// fcprojw (C, H). (infer.c: pointers into the weights as loaded; infer.cu: floatX copies on
-// the GPU.)
+// fcprojw (C, H). (infer.c: a copy, the linear layers' weights laid out in panels for its
+// GEMM; infer.cu: floatX copies on the GPU.)
 typedef struct {
     floatX *wte, *wpe, *ln1w, *ln1b;
     weightX *qkvw; // (the linear layers' weights: weightX)
@@ -1206,7 +1212,8 @@ struct GPT2 {
     size_t num_parameters;
     char source[4096];   // where they came from, for messages
     ForwardTensors params;
-    weightX *weights_bf16; // make infer_bf16: the linear layers' weights in bf16 (params points into it)
+    weightX *linear_memory; // what params points into: the linear layers' weights in panels (gpt2_build)
+    float *rest_memory;     // ... and the rest of the weights
     float *rope_host;     // the Llama family: RoPE's HS/2 frequencies (rope_frequencies)
     float *rope_table;    // ... and their cosines and sines at the cache's S positions (S, HS)
     // the KV cache: for every layer and every sequence, the keys and values of the
@@ -1294,39 +1301,54 @@ void gpt2_allocate_cache(GPT2 *model, int B, int S) {
 void gpt2_build(GPT2 *model, const char *source, uint64_t seed) {
     memset(model, 0, sizeof(*model));
     model_weights_build(model, source, seed);
-    const float *src[NUM_FORWARD_TENSORS]; // on the CPU the forward pass reads the loaded tensors themselves
+    // The forward pass's own copy of the weights, as infer.cu's is on the GPU: the linear
+    // layers' in panels of weightX (pack_linear), the rest fp32 as loaded; then the loaded
+    // weights go, so the model takes its size once (plus the head's panels when it is tied).
+    const float *src[NUM_FORWARD_TENSORS];
     size_t sizes[NUM_FORWARD_TENSORS];
     forward_sources(model, src, sizes);
+    ModelConfig c = model->config;
+    int C = c.channels, Q = c.num_heads * c.head_size, KV = c.num_kv_heads * c.head_size, H = c.hidden, L = c.num_layers;
+    // each linear layer's slot in ForwardTensors' order, its (OC, C) and how many layers
+    const int slot[5] = {4, 6, 10, 12, 16}, OC[5] = {Q + 2 * KV, C, c.llama ? 2 * H : H, C, c.padded_vocab_size};
+    const int IC[5] = {C, Q, C, H, C}, layers[5] = {L, L, L, L, 1};
+    size_t linear_total = 0, rest_total = 0;
+    for (int k = 0; k < 5; k++) { sizes[slot[k]] = (size_t)layers[k] * OC[k] * IC[k]; } // (the tied head too: panels of its own)
+    for (int k = 0; k < NUM_FORWARD_TENSORS; k++) {
+        int is_linear = k == 4 || k == 6 || k == 10 || k == 12 || k == 16;
+        *(is_linear ? &linear_total : &rest_total) += sizes[k];
+    }
+    model->linear_memory = (weightX *)mallocCheck(linear_total * sizeof(weightX));
+    model->rest_memory = (float *)mallocCheck(rest_total * sizeof(float));
     ForwardTensors *p = &model->params;
-    float **f32[] = {&p->wte, &p->wpe, &p->ln1w, &p->ln1b, NULL, &p->qkvb, NULL, &p->attprojb, &p->ln2w, &p->ln2b, NULL, &p->fcb,
-                     NULL, &p->fcprojb, &p->lnfw, &p->lnfb, NULL}; // ForwardTensors' order; NULL: a linear layer's weight
-    weightX **linear[] = {&p->qkvw, &p->attprojw, &p->fcw, &p->fcprojw, &p->lm_head};
-    sizes[16] = (size_t)model->config.padded_vocab_size * model->config.channels; // (also when tied: its own copy in bf16)
-    size_t total = 0;
+    float **rest[NUM_FORWARD_TENSORS] = {&p->wte, &p->wpe, &p->ln1w, &p->ln1b, NULL, &p->qkvb, NULL, &p->attprojb, &p->ln2w,
+                                         &p->ln2b, NULL, &p->fcb, NULL, &p->fcprojb, &p->lnfw, &p->lnfb, NULL};
+    weightX **linear[5] = {&p->qkvw, &p->attprojw, &p->fcw, &p->fcprojw, &p->lm_head};
+    weightX *wat = model->linear_memory;
+    float *fat = model->rest_memory;
     for (int k = 0, j = 0; k < NUM_FORWARD_TENSORS; k++) {
-        if (f32[k] != NULL) { *f32[k] = (float *)src[k]; } else { *linear[j++] = (weightX *)src[k]; total += sizes[k]; }
+        if (rest[k] != NULL) { // (NULL stays NULL: a tensor the model does not have)
+            *rest[k] = src[k] != NULL ? fat : NULL;
+            if (src[k] != NULL) { memcpy(fat, src[k], sizes[k] * sizeof(float)); }
+            fat += sizes[k];
+            continue;
+        }
+        *linear[j] = wat;
+        for (int l = 0; l < layers[j]; l++) {
+            size_t layer = (size_t)OC[j] * IC[j];
+            pack_linear(wat + l * layer, src[k] + l * layer, OC[j], IC[j]);
+        }
+        wat += sizes[k];
+        j++;
     }
-#ifdef WEIGHTS_BF16
-    // the linear layers' weights rounded to bf16 (to nearest, ties to even), in one allocation
-    // beside the loaded fp32 ones (which the embedding and the norms go on reading)
-    model->weights_bf16 = (weightX *)mallocCheck(total * sizeof(weightX));
-    weightX *at = model->weights_bf16;
-    for (int k = 0, j = 0; k < NUM_FORWARD_TENSORS; k++) {
-        if (f32[k] != NULL) { continue; }
-        #pragma omp parallel for
-        for (size_t i = 0; i < sizes[k]; i++) { at[i] = float_to_bf16(src[k][i]); }
-        *linear[j++] = at;
-        at += sizes[k];
-    }
-#else
-    (void)total;
-#endif
+    gpt2_weights_free(&model->w);
+    llama_free(&model->lw);
 }
-
 void gpt2_free(GPT2 *model) {
     gpt2_weights_free(&model->w);
     llama_free(&model->lw);
-    free(model->weights_bf16);
+    free(model->linear_memory);
+    free(model->rest_memory);
     free(model->rope_host);
     free(model->rope_table);
     free(model->cache_memory);

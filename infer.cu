@@ -1006,8 +1006,8 @@ static size_t kv_bytes_per_token(ModelConfig c) {
 // without biases (NULL; Qwen2 has qkvb) and wpe, and lm_head, the output head (wte when tied,
 // as GPT-2's always is). Shapes per layer: qkvw (Q + 2 KV, C) with Q = NH HS and KV = NKV HS;
 // attprojw (C, Q); fcw (H, C), or the Llama family's (2H, C): gate rows, then up rows;
-// fcprojw (C, H). (infer.c: pointers into the weights as loaded; infer.cu: floatX copies on
-// the GPU.)
+// fcprojw (C, H). (infer.c: a copy, the linear layers' weights laid out in panels for its
+// GEMM; infer.cu: floatX copies on the GPU.)
 typedef struct {
     floatX *wte, *wpe, *ln1w, *ln1b;
     weightX *qkvw; // (the linear layers' weights: weightX)

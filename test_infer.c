@@ -417,29 +417,24 @@ static void test_smollm2(Tolerance tol) {
 // (./convert -i that -o DIR: test_convert.c checks the export still has the bytes
 // transformers loaded).
 // linear_forward alone, against a float64 sum on the same weights (weightX's values: in
-// make test_infer_bf16, bf16 ones), at shapes that do not divide its blocks: 1 to 33 rows (the
-// matrix-vector path below 16 rows, in groups of 4 and a rest; the GEMM from 16), widths
-// that are odd, below one 16- or 32-wide step, or not a multiple of it, and outputs spread
-// over several of infer_bf16's weight blocks (C = 8200: 32 rows a block).
+// make test_infer_bf16, bf16 ones), packed into panels as the model's are, at shapes that do
+// not divide its blocks: 1 to 33 rows (the matrix-vector path below 24 rows, in groups of 4
+// and a rest; the GEMM from 24), widths that are odd, below one panel or not a multiple of
+// one (a last, narrower panel), and C over several GEMM_KC blocks.
 static void test_linear(void) {
     printf("\nlinear_forward against a float64 sum, weights in %s\n", WEIGHTS_TYPE);
-    static const int rows[] = {1, 2, 3, 4, 5, 7, 16, 17, 33}, widths[][2] = {{1, 5}, {31, 9}, {33, 40}, {48, 17}, {63, 64}, {95, 3}, {576, 70}, {8200, 70}};
+    static const int rows[] = {1, 2, 3, 4, 5, 7, 16, 23, 24, 33}, widths[][2] = {{1, 5}, {31, 9}, {33, 40}, {48, 17}, {63, 64}, {95, 3}, {576, 70}, {8200, 70}};
     uint64_t key = rng_key(5, 77);
     float worst = 0.0f;
     int bad = 0;
     for (size_t iw = 0; iw < sizeof(widths) / sizeof(widths[0]); iw++) {
         int C = widths[iw][0], OC = widths[iw][1], N = 33;
         weightX *w = (weightX *)mallocCheck((size_t)OC * C * sizeof(weightX));
+        float *rows_major = (float *)mallocCheck((size_t)OC * C * sizeof(float)); // (OC, C) as loaded, weightX's values
         float *x = (float *)mallocCheck((size_t)N * C * sizeof(float)), *out = (float *)mallocCheck((size_t)N * OC * sizeof(float));
         float *scratch = (float *)mallocCheck((size_t)N * (C > OC ? C : OC) * sizeof(float));
-        for (size_t i = 0; i < (size_t)OC * C; i++) {
-            float v = (float)rng_normal_at(key, i);
-#ifdef WEIGHTS_BF16
-            w[i] = float_to_bf16(v);
-#else
-            w[i] = v;
-#endif
-        }
+        for (size_t i = 0; i < (size_t)OC * C; i++) { rows_major[i] = weight_value(to_weight((float)rng_normal_at(key, i))); }
+        pack_linear(w, rows_major, OC, C);
         for (size_t i = 0; i < (size_t)N * C; i++) { x[i] = (float)rng_normal_at(key, (1ull << 40) + i); }
         for (size_t ir = 0; ir < sizeof(rows) / sizeof(rows[0]); ir++) {
             int n_rows = rows[ir];
@@ -448,11 +443,7 @@ static void test_linear(void) {
                 for (int o = 0; o < OC; o++) {
                     double ref = 0.0, scale = 0.0;
                     for (int i = 0; i < C; i++) {
-#ifdef WEIGHTS_BF16
-                        double wi = bf16_to_float(w[(size_t)o * C + i]);
-#else
-                        double wi = w[(size_t)o * C + i];
-#endif
+                        double wi = rows_major[(size_t)o * C + i];
                         ref += wi * x[(size_t)n * C + i];
                         scale += fabs(wi * x[(size_t)n * C + i]);
                     }
@@ -464,7 +455,7 @@ static void test_linear(void) {
                 }
             }
         }
-        free(w); free(x); free(out); free(scratch);
+        free(w); free(rows_major); free(x); free(out); free(scratch);
     }
     char detail[160];
     snprintf(detail, sizeof(detail), "%d entries off; worst error %.2e of the sum of |products|", bad, worst);

@@ -290,7 +290,6 @@ void layernorm_backward(float *dinp, float *dweight, float *dbias, const float *
     }
 }
 
-// --- begin shared-copy: matmul-forward ---
 void matmul_forward(float *out, const float *inp, const float *weight, const float *bias,
                     size_t B, size_t T, size_t C, size_t OC) {
     // out (B,T,OC) = inp (B,T,C) @ weight^T + bias, weight is (OC,C) as in
@@ -318,7 +317,6 @@ void matmul_forward(float *out, const float *inp, const float *weight, const flo
         gemm(out, OC, 1, inp, C, 1, weight, 1, C, (int)(B * T), (int)OC, (int)C, 1);
     }
 }
-// --- end shared-copy: matmul-forward ---
 
 void matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
                      const float *weight, size_t B, size_t T, size_t C, size_t OC) {
@@ -611,12 +609,16 @@ static void gemm(float *C, size_t c_rs, size_t c_cs, const float *A, size_t a_rs
     // (one barrier per block instead of two: a barrier costs microseconds, and a time
     // slice when another program holds a core). They live as long as the program: a
     // fresh 256 KiB malloc per call is an mmap, and the kernel would zero its pages
-    // again on every one of the ~100 calls per step (measured: 5% of a step).
-    static float *packed[2] = {NULL, NULL};
-    if (packed[0] == NULL) {
-        packed[0] = (float *)mallocCheck(sizeof(float) * GEMM_KC * GEMM_NC);
-        packed[1] = (float *)mallocCheck(sizeof(float) * GEMM_KC * GEMM_NC);
+    // again on every one of the ~100 calls per step (measured: 5% of a step). Each thread
+    // that calls gemm has a pair of its own (_Thread_local), shared with the team it starts:
+    // so threads may each run a gemm of their own at once (infer.c's attention does: inside
+    // a parallel region, a gemm's own region runs on the calling thread alone).
+    static _Thread_local float *buffers[2] = {NULL, NULL};
+    if (buffers[0] == NULL) {
+        buffers[0] = (float *)mallocCheck(sizeof(float) * GEMM_KC * GEMM_NC);
+        buffers[1] = (float *)mallocCheck(sizeof(float) * GEMM_KC * GEMM_NC);
     }
+    float *packed[2] = {buffers[0], buffers[1]}; // (the calling thread's, read by the whole team)
     int strips = (M + GEMM_MR - 1) / GEMM_MR;
     // threads only for products big enough to pay for waking them
     #pragma omp parallel if ((double)M * N * K > 2e6)

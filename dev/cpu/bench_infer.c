@@ -65,8 +65,15 @@ int main(int argc, char **argv) {
     gpt2_build(&model, descriptor, 1337);
     ModelConfig c = model.config;
     int L = c.num_layers, C = c.channels, NH = c.num_heads, maxT = c.max_seq_len, Vp = c.padded_vocab_size;
+    // llama2.c-style code reads the weights as loaded, which gpt2_build lays out anew and lets
+    // go: it gets the same random weights of its own (same descriptor and seed)
+    GPT2Weights own;
+    memset(&own, 0, sizeof(own));
+    own.config = gpt2_config_from_descriptor(descriptor);
+    gpt2_weights_allocate(&own);
+    init_parameters(own.params_memory, own.param_sizes, own.config, 1337, 0);
     L2cWeights w;
-    memcpy(&w, &model.w.params, sizeof(w)); // the same 16 pointers, in the same order
+    memcpy(&w, &own.params, sizeof(w)); // the same 16 pointers, in the same order
     float *l2c_keys = (float *)mallocCheck((size_t)L * maxT * C * sizeof(float));
     float *l2c_values = (float *)mallocCheck((size_t)L * maxT * C * sizeof(float));
     float *scratch = (float *)mallocCheck(((size_t)9 * C + (size_t)NH * maxT) * sizeof(float));
@@ -77,7 +84,7 @@ int main(int argc, char **argv) {
     gpt2_allocate_cache(&model, 1, maxT);
     gpt2_allocate_rows(&model, maxT, 1);
     printf("decode step of %s (%.1fM parameters, %d threads, %s), median of %d steps after a warm-up;\n", descriptor,
-           model.w.num_parameters / 1e6, num_threads(), wait_policy_in_effect(), steps);
+           model.num_parameters / 1e6, num_threads(), wait_policy_in_effect(), steps);
     printf("'busy': the same with a busy neighbour, one process spinning on each core\n");
     printf("| position | infer.c ms | llama2.c-style ms | infer.c tok/s | llama2.c-style tok/s | speed-up | max logit diff |%s\n",
            busy ? " infer.c ms, busy | llama2.c-style ms, busy |" : "");
