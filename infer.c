@@ -534,7 +534,7 @@ void argmax_forward(int *out, const float *logits, int NL, int V, int Vp) {
 
 // GCC's auto-vectoriser keeps a plain float acc[6][2V] in memory and spills; a
 // vector type (a GCC/Clang extension: no intrinsics, compiles to AVX-512, AVX, NEON
-// or SSE) makes the register tile explicit. This is the only place we use one.
+// or SSE) makes the register tile explicit. (infer.c uses it for decode too.)
 typedef float vecf __attribute__((vector_size(GEMM_VEC * sizeof(float))));
 
 static void gemm_micro_kernel(float *c, size_t c_rs, size_t c_cs, const float *a, size_t a_rs, size_t a_cs,
@@ -778,6 +778,7 @@ static void pack_linear(weightX *dst, const float *src, int OC, int C) {
 // own memory. A bf16 panel row is 2V bf16 = V 32-bit words, each the pair (j = 2m, 2m + 1):
 // widening takes a shift (the even one, in the low half) and a mask (the odd one), no
 // shuffles, so w0 holds the even columns and w1 the odd ones; panel_dot puts them back.
+// (A pair's first weight is its low half: little-endian, as x86 and ARM are.)
 static inline void panel_weights(vecf *w0, vecf *w1, const weightX *row) {
 #ifdef WEIGHTS_BF16
     typedef uint32_t vecu __attribute__((vector_size(GEMM_VEC * sizeof(uint32_t))));

@@ -331,7 +331,7 @@ float softmax_crossentropy(float *dlogits, float *probs, const float *logits, co
 
 // GCC's auto-vectoriser keeps a plain float acc[6][2V] in memory and spills; a
 // vector type (a GCC/Clang extension: no intrinsics, compiles to AVX-512, AVX, NEON
-// or SSE) makes the register tile explicit. This is the only place we use one.
+// or SSE) makes the register tile explicit. (infer.c uses it for decode too.)
 typedef float vecf __attribute__((vector_size(GEMM_VEC * sizeof(float))));
 
 static void gemm_micro_kernel(float *c, size_t c_rs, size_t c_cs, const float *a, size_t a_rs, size_t a_cs,

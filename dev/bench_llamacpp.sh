@@ -8,7 +8,8 @@
 #
 # What each reads per generated token: llama.cpp computes on the GGUF's Q4_1 / Q8_0 blocks
 # as they are (about 98 MB for the whole model), infer.c on the fp32 values ./convert made of
-# them (513 MiB): decode is bound by reading the weights, so expect llama.cpp ahead there.
+# them (513 MiB), infer_bf16 on those rounded to bf16 (257 MiB): decode is bound by reading
+# the weights, so expect llama.cpp ahead there.
 #     bash dev/bench_llamacpp.sh [THREADS] [PROMPT_LENGTHS] [GENERATED]   # default: all cores, 16,128,512, 32
 #     SCRATCH=/somewhere/else bash dev/bench_llamacpp.sh                   # where llama.cpp is built [/tmp/llamacpp_bench]
 set -eu
@@ -19,7 +20,7 @@ generated=${3:-32}
 scratch=${SCRATCH:-/tmp/llamacpp_bench}
 version=0.3.36 # llama-cpp-python's; its vendor/llama.cpp is what we build
 [ -f data/smollm2/SmolLM2-135M-Instruct.bin ] || make -s smollm2
-make -s infer > /dev/null
+make -s infer infer_bf16 > /dev/null
 bench=$scratch/llama_cpp_python-$version/vendor/llama.cpp/build/bin/llama-bench
 if [ ! -x "$bench" ]; then
     command -v cmake > /dev/null || { echo "Error: cmake is needed to build llama.cpp (apt-get install cmake)"; exit 1; }
@@ -41,6 +42,9 @@ echo "machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ */
 echo
 echo "== infer.c, fp32 (513 MiB of weights per token)"
 OMP_NUM_THREADS=$threads ./infer -m data/smollm2/SmolLM2-135M-Instruct.bin -B 1 -b 1 -l "$lengths" -N "$generated" 2>&1 | grep '^|'
+echo
+echo "== infer_bf16, the linear layers' weights in bf16 (257 MiB of weights per token)"
+OMP_NUM_THREADS=$threads ./infer_bf16 -m data/smollm2/SmolLM2-135M-Instruct.bin -B 1 -b 1 -l "$lengths" -N "$generated" 2>&1 | grep '^|'
 echo
 echo "== llama.cpp (the one llama-cpp-python $version vendors), the GGUF as it is: Q4_1 matrices, Q8_0 embedding (98 MB)"
 "$bench" -m data/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf -t "$threads" -p "$lengths" -n "$generated" -r 3 2>/dev/null
