@@ -160,7 +160,7 @@ $(CONVERTED_LLAMA): build/%.bin: convert dev/reference/fixtures/%/config.json de
 	@mkdir -p build
 	./convert -i dev/reference/fixtures/$* -o $@
 # the Llama family's tokenizer rules (dev/reference/bpe_tokenizer_reference.py), as our tokenizer files
-CONVERTED_TOKENIZERS = build/tok_llama3_tokenizer.bin build/tok_qwen2_tokenizer.bin
+CONVERTED_TOKENIZERS = build/tok_llama3_tokenizer.bin build/tok_llama31_tokenizer.bin build/tok_llama32_tokenizer.bin build/tok_qwen2_tokenizer.bin
 $(CONVERTED_TOKENIZERS): build/%_tokenizer.bin: convert dev/reference/fixtures/%/tokenizer.json dev/reference/fixtures/%/tokenizer_config.json
 	@mkdir -p build
 	./convert -i dev/reference/fixtures/$*/tokenizer.json -o $@

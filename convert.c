@@ -2901,9 +2901,10 @@ static void byte_alphabet_init(ByteAlphabet *a) {
 
 #define TOKENIZER_FILE_MAGIC 20241201
 enum { PRE_GPT2, PRE_SMOLLM, PRE_LLAMA3, PRE_QWEN2 };
-enum { CHAT_NONE, CHAT_CHATML, CHAT_LLAMA3 };
+enum { CHAT_NONE, CHAT_CHATML, CHAT_LLAMA3, CHAT_LLAMA31, CHAT_LLAMA32 };
 static const char *PRE_NAMES[] = {"GPT-2's", "SmolLM2's (digits apart, then GPT-2's)", "Llama 3's", "Qwen2's"};
-static const char *CHAT_NAMES[] = {"none", "ChatML", "Llama 3"};
+static const char *CHAT_NAMES[] = {"none", "ChatML", "Llama 3", "Llama 3.1 (system turn dated 26 Jul 2024)",
+                                   "Llama 3.2 (system turn dated today)"};
 // the regexes of Llama 3's and Qwen2's tokenizer.json (data/tokenizer.c matches them by hand)
 #define LLAMA3_REGEX "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
 #define QWEN2_REGEX "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
@@ -3035,8 +3036,11 @@ static int spec_merge(TokenizerSpec *ts, int m, const uint8_t *left, size_t n1, 
 }
 
 // The chat template's kind and default system message, from its Jinja text. We recognise
-// the two layouts by their markers rather than running Jinja: ChatML's <|im_start|> and
-// Llama 3's <|start_header_id|>. ChatML templates often write a system turn of their own
+// the layouts by their markers rather than running Jinja: ChatML's <|im_start|> and
+// Llama 3's <|start_header_id|>; with "Cutting Knowledge Date: December 2023", Llama 3.1's
+// (its date_string, "26 Jul 2024") or, where the template asks for strftime_now, 3.2's
+// (today's date). Dates of another kind are not ours to guess: a warning, and plain Llama 3.
+// ChatML templates often write a system turn of their own
 // when the chat has none (SmolLM2: "You are a helpful AI assistant named SmolLM, trained
 // by Hugging Face"): that is the literal text between "<|im_start|>system\n" and
 // "<|im_end|>" inside one Jinja string.
@@ -3049,6 +3053,15 @@ static void spec_chat(TokenizerSpec *ts, const char *tmpl, size_t n) {
     t[n] = '\0';
     if (strstr(t, "<|im_start|>") != NULL) { ts->chat = CHAT_CHATML; }
     else if (strstr(t, "<|start_header_id|>") != NULL) { ts->chat = CHAT_LLAMA3; }
+    if (ts->chat == CHAT_LLAMA3 && strstr(t, "Cutting Knowledge Date") != NULL) {
+        int today = strstr(t, "strftime_now") != NULL;
+        if (strstr(t, "Cutting Knowledge Date: December 2023") != NULL && strstr(t, "\"26 Jul 2024\"") != NULL) {
+            ts->chat = today ? CHAT_LLAMA32 : CHAT_LLAMA31;
+        } else {
+            fprintf(stderr, "warning: the chat template's \"Cutting Knowledge Date\" lines are not Llama 3.1's or 3.2's: "
+                            "chat prompts will lack them\n");
+        }
+    }
     const char *heads[2] = {"<|im_start|>system\n", "<|im_start|>system\\n"};
     for (int h = 0; h < 2 && ts->chat == CHAT_CHATML && ts->system[0] == '\0'; h++) {
         for (const char *p = strstr(t, heads[h]); p != NULL; p = strstr(p + 1, heads[h])) {
@@ -3069,7 +3082,7 @@ static void spec_chat(TokenizerSpec *ts, const char *tmpl, size_t n) {
 // Where generation stops: the chat template's end-of-turn token if the vocabulary has it,
 // else the model's end token.
 static void spec_end_token(TokenizerSpec *ts, int eos) {
-    const char *name = ts->chat == CHAT_CHATML ? "<|im_end|>" : ts->chat == CHAT_LLAMA3 ? "<|eot_id|>" : NULL;
+    const char *name = ts->chat == CHAT_CHATML ? "<|im_end|>" : ts->chat != CHAT_NONE ? "<|eot_id|>" : NULL;
     ts->eot = eos;
     for (int id = 0; name != NULL && id < ts->vocab_size; id++) {
         if (ts->special[id] && ts->length[id] == strlen(name) && memcmp(ts->bytes + ts->offset[id], name, strlen(name)) == 0) { ts->eot = id; }
@@ -3419,7 +3432,7 @@ void tokenizer_read(TokenizerSpec *ts, const char *path) {
     memcpy(h, s, sizeof(h));
     if (h[0] != TOKENIZER_FILE_MAGIC || h[1] != 1) { die_file(path, hint, "bad magic %d or version %d", h[0], h[1]); }
     int V = h[2], M = h[3];
-    if (V < 1 || (size_t)V > (len - 1024) / 3 || M < 0 || (size_t)M > (len - 1024) / 8 || h[4] < 0 || h[4] > PRE_QWEN2 || h[5] < 0 || h[5] > CHAT_LLAMA3
+    if (V < 1 || (size_t)V > (len - 1024) / 3 || M < 0 || (size_t)M > (len - 1024) / 8 || h[4] < 0 || h[4] > PRE_QWEN2 || h[5] < 0 || h[5] > CHAT_LLAMA32
         || h[6] < -1 || h[6] >= V || h[7] < 0 || h[7] >= V || h[8] < -1 || h[8] >= V || (h[9] & ~7) != 0 || h[10] < 0
         || (size_t)h[10] >= sizeof(ts->system) || ((h[9] & 2) && h[6] < 0)) {
         die_file(path, hint, "a header field out of range");
@@ -3647,6 +3660,21 @@ void tokenizer_export_hf(const TokenizerSpec *ts, const char *dir) {
             }
             text_puts(&j, "{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}"
                           "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}");
+        } else if (ts->chat != CHAT_LLAMA3) { // Llama 3.1's and 3.2's, without their tools
+            text_puts(&j, "{{- bos_token }}{%- if not date_string is defined %}");
+            if (ts->chat == CHAT_LLAMA32) {
+                text_puts(&j, "{%- if strftime_now is defined %}{%- set date_string = strftime_now(\"%d %b %Y\") %}"
+                              "{%- else %}{%- set date_string = \"26 Jul 2024\" %}{%- endif %}");
+            } else {
+                text_puts(&j, "{%- set date_string = \"26 Jul 2024\" %}");
+            }
+            text_puts(&j, "{%- endif %}{%- if messages[0]['role'] == 'system' %}{%- set system_message = messages[0]['content'] | trim %}"
+                          "{%- set messages = messages[1:] %}{%- else %}{%- set system_message = \"\" %}{%- endif %}"
+                          "{{- \"<|start_header_id|>system<|end_header_id|>\\n\\n\" }}"
+                          "{{- \"Cutting Knowledge Date: December 2023\\n\" }}{{- \"Today Date: \" + date_string + \"\\n\\n\" }}"
+                          "{{- system_message }}{{- \"<|eot_id|>\" }}{%- for message in messages %}"
+                          "{{- '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n' + message['content'] | trim + '<|eot_id|>' }}"
+                          "{%- endfor %}{%- if add_generation_prompt %}{{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{%- endif %}");
         } else { // Meta-Llama-3-Instruct's
             text_puts(&j, "{% set loop_messages = messages %}{% for message in loop_messages %}{% set content = "
                           "'<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n'+ message['content'] | trim + "

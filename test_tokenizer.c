@@ -455,6 +455,7 @@ static void test_model_tokenizer(const char *name, const char *path, const char 
                                  const uint8_t *shakespeare, size_t shakespeare_len) {
     Tokenizer t;
     tokenizer_init(&t, path);
+    if (t.chat == CHAT_LLAMA32) { t.date = "26 Jul 2024"; } // (the fixture's date_string; by default, today's)
     size_t cap = tokenizer_max_ids(&t, shakespeare_len) + 1024;
     int32_t *ids = (int32_t *)mallocCheck(cap * sizeof(int32_t));
     size_t n = tokenizer_encode(&t, stress, stress_len, 1, ids);
@@ -513,6 +514,29 @@ static void test_model_tokenizer(const char *name, const char *path, const char 
 // version): dev/reference/bpe_tokenizer_reference.py wrote every code point whose NFC is not
 // itself, and a set of sequences (marks out of order, blocked and unblocked compositions,
 // Hangul, composition exclusions), each as "input hex codes ; NFC hex codes".
+// Llama 3.2's template dates its system turn with today's date, as strftime_now("%d %b %Y")
+// in transformers and llama.cpp: without t.date, the prompt is the fixture's with that date
+static void test_llama32_today(void) {
+    Tokenizer t;
+    tokenizer_init(&t, "build/tok_llama32_tokenizer.bin");
+    t.date = "26 Jul 2024";
+    char *dated = tokenizer_chat_prompt(&t, NULL, CHAT_QUESTION);
+    t.date = NULL;
+    char *today = tokenizer_chat_prompt(&t, NULL, CHAT_QUESTION), expect[64];
+    time_t now = time(NULL);
+    strftime(expect, sizeof(expect), "Today Date: %d %b %Y\n", localtime(&now));
+    const char *at = strstr(dated, "Today Date: 26 Jul 2024\n"), *line = at != NULL ? at + strlen("Today Date: 26 Jul 2024\n") : NULL;
+    size_t head = at != NULL ? (size_t)(at - dated) : 0;
+    int ok = at != NULL && strncmp(today, dated, head) == 0 && strncmp(today + head, expect, strlen(expect)) == 0 &&
+             strcmp(today + head + strlen(expect), line) == 0;
+    char name[128];
+    snprintf(name, sizeof(name), "Llama 3.2 template: today's date by default (%.*s)", (int)strlen(expect) - 1, expect);
+    report(name, ok);
+    free(dated);
+    free(today);
+    tokenizer_free(&t);
+}
+
 static void test_nfc(void) {
     size_t len;
     char *text = (char *)read_fixture(FIXTURES "nfc_cases.txt", &len);
@@ -619,6 +643,11 @@ int main(void) {
                          stress_len, shakespeare, shakespeare_len);
     test_model_tokenizer("Llama 3 rule", "build/tok_llama3_tokenizer.bin", FIXTURES "bpe_llama3.txt", stress, stress_len,
                          shakespeare, shakespeare_len);
+    test_model_tokenizer("Llama 3.1 template", "build/tok_llama31_tokenizer.bin", FIXTURES "bpe_llama31.txt", stress, stress_len,
+                         shakespeare, shakespeare_len);
+    test_model_tokenizer("Llama 3.2 template", "build/tok_llama32_tokenizer.bin", FIXTURES "bpe_llama32.txt", stress, stress_len,
+                         shakespeare, shakespeare_len);
+    test_llama32_today();
     test_model_tokenizer("Qwen2 rule", "build/tok_qwen2_tokenizer.bin", FIXTURES "bpe_qwen2.txt", stress, stress_len,
                          shakespeare, shakespeare_len);
     test_nfc();

@@ -590,8 +590,9 @@ int json_double(const Json *j, int index, double *out) {
 // How a text is cut into pieces before BPE: each model family has its own rule.
 enum { PRE_GPT2, PRE_SMOLLM, PRE_LLAMA3, PRE_QWEN2, PRE_NUM };
 // How a chat is laid out in text (infer's -a 1): GPT-2 and our models have none (infer uses
-// the Alpaca instruction template), SmolLM2 and Qwen2.5 use ChatML, Llama 3 its headers.
-enum { CHAT_NONE, CHAT_CHATML, CHAT_LLAMA3, CHAT_NUM };
+// the Alpaca instruction template), SmolLM2 and Qwen2.5 use ChatML, Llama 3 its headers;
+// Llama 3.1 and 3.2 add a system turn that opens with two dates (tokenizer_chat_prompt).
+enum { CHAT_NONE, CHAT_CHATML, CHAT_LLAMA3, CHAT_LLAMA31, CHAT_LLAMA32, CHAT_NUM };
 
 // Pieces we have already run through BPE, so that each distinct word is merged only once.
 // Fixed capacity: once full we stop adding (every piece still encodes, just without the
@@ -621,6 +622,7 @@ typedef struct Tokenizer {
     int ignore_merges;       // 1: a piece that is a token is taken whole, without merging
     int nfc;                 // 1: text is normalized to Unicode NFC first (Qwen2)
     char *system;            // the chat template's default system message ("": none)
+    const char *date;        // CHAT_LLAMA32's "Today Date:" (e.g. "26 Jul 2024"); NULL: today's
     uint8_t *special;        // (V,) 1 for a special token: <|endoftext|>, <|im_start|>, ...
     int32_t *specials;       // the special tokens' ids, longest text first
     int num_specials;
@@ -1471,10 +1473,14 @@ static void chat_put_trimmed(ChatText *c, const char *text) {
 //   Llama 3: <|begin_of_text|>[<|start_header_id|>system<|end_header_id|>\n\n{system}<|eot_id|>]
 //            <|start_header_id|>user<|end_header_id|>\n\n{user}<|eot_id|>
 //            <|start_header_id|>assistant<|end_header_id|>\n\n
+//   Llama 3.1, 3.2: the same, but the system turn is always there and opens with
+//            Cutting Knowledge Date: December 2023\nToday Date: {date}\n\n
+//            (then {system}, or nothing)
 // Where these come from: SmolLM2's and Qwen2.5's Jinja templates write a default system turn
 // when the chat has none (./convert keeps its text in t->system); Meta-Llama-3-Instruct's has
-// none. (Llama 3.1 and later templates always add a system turn with "Cutting Knowledge
-// Date" lines; we do not.)
+// none. Llama 3.1's and 3.2's (and 3.3's) write the dates: 3.1's {date} is "26 Jul 2024",
+// 3.2's today's (strftime_now("%d %b %Y"), which transformers and llama.cpp give it), or
+// t->date when set. (Their tool-calling parts are not here: one user message has no tools.)
 char *tokenizer_chat_prompt(const Tokenizer *t, const char *system, const char *user) {
     if (t->chat == CHAT_NONE) { return NULL; }
     ChatText c = {NULL, 0, 0};
@@ -1489,9 +1495,21 @@ char *tokenizer_chat_prompt(const Tokenizer *t, const char *system, const char *
         size_t n;
         const uint8_t *bos = tokenizer_token(t, t->bos_token, &n);
         if (bos != NULL) { chat_put(&c, (const char *)bos, n); }
-        if (system != NULL) {
+        if (system != NULL || t->chat != CHAT_LLAMA3) {
             chat_puts(&c, "<|start_header_id|>system<|end_header_id|>\n\n");
-            chat_put_trimmed(&c, system);
+            if (t->chat != CHAT_LLAMA3) {
+                char today[32] = "26 Jul 2024"; // (Llama 3.1's)
+                if (t->chat == CHAT_LLAMA32 && t->date != NULL) { snprintf(today, sizeof(today), "%s", t->date); }
+                else if (t->chat == CHAT_LLAMA32) {
+                    time_t now = time(NULL);
+                    struct tm *local = localtime(&now); // (the C locale's month names, as Python's strftime)
+                    if (local == NULL || strftime(today, sizeof(today), "%d %b %Y", local) == 0) { snprintf(today, sizeof(today), "26 Jul 2024"); }
+                }
+                chat_puts(&c, "Cutting Knowledge Date: December 2023\nToday Date: ");
+                chat_puts(&c, today);
+                chat_puts(&c, "\n\n");
+            }
+            if (system != NULL) { chat_put_trimmed(&c, system); }
             chat_puts(&c, "<|eot_id|>");
         }
         chat_puts(&c, "<|start_header_id|>user<|end_header_id|>\n\n");

@@ -18,6 +18,12 @@ The tokenizers:
             Split regex, ByteLevel without a regex, ignore_merges, <|begin_of_text|> added in
             front by the post-processor, Llama 3's special tokens and chat template
             (Meta-Llama-3-8B-Instruct's).
+  llama31   llama3's tokenizer with Llama 3.1's chat layout: a system turn always, opening with
+  llama32   "Cutting Knowledge Date: December 2023" and "Today Date: " + date_string, which is
+            "26 Jul 2024" in 3.1's template and today's date (strftime_now) in 3.2's. The
+            templates are ours, written to give Meta's 3.1 and 3.2 templates' text for chats
+            without tools; 3.2's prompts here are made with date_string="26 Jul 2024" (and
+            test_tokenizer sets the same date), so that the fixture does not change daily.
   qwen2     the same with Qwen2's definition: its regex (single digits), the NFC normalizer,
             ChatML with Qwen2.5's default system message; merges written as "a b" strings (the
             older tokenizer.json form; llama3's use pairs, the newer).
@@ -26,7 +32,8 @@ that a token's id says nothing about its merge's rank: Hugging Face's BPE ranks 
 their place in the list, not by id, and the C code must too.
 
 Outputs in dev/reference/fixtures/:
-  tok_llama3/, tok_qwen2/    tokenizer.json + tokenizer_config.json (./convert's input)
+  tok_llama3/, tok_llama31/, tok_llama32/, tok_qwen2/
+                             tokenizer.json + tokenizer_config.json (./convert's input)
   bpe_<name>.txt             one line per text: "<label> <count> <fnv1a64 of the ids as
                              int32 LE> <ids...>" (Tiny Shakespeare: no ids, only count and hash)
   tokenizer_export.sha256    ./convert's export of our tokenizer files (from the fixtures; SmolLM2's
@@ -70,6 +77,19 @@ LLAMA3_TEMPLATE = (
     "message['role'] + '<|end_header_id|>\n\n'+ message['content'] | trim + '<|eot_id|>' %}{% if loop.index0 == 0 %}"
     "{% set content = bos_token + content %}{% endif %}{{ content }}{% endfor %}{% if add_generation_prompt %}"
     "{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{% endif %}")
+LLAMA31_DATE = '{%- set date_string = "26 Jul 2024" %}'
+LLAMA32_DATE = ('{%- if strftime_now is defined %}{%- set date_string = strftime_now("%d %b %Y") %}'
+                '{%- else %}{%- set date_string = "26 Jul 2024" %}{%- endif %}')
+LLAMA31_TEMPLATE = (
+    "{{- bos_token }}{%- if not date_string is defined %}DATE{%- endif %}"
+    "{%- if messages[0]['role'] == 'system' %}{%- set system_message = messages[0]['content']|trim %}"
+    "{%- set messages = messages[1:] %}{%- else %}{%- set system_message = \"\" %}{%- endif %}"
+    "{{- \"<|start_header_id|>system<|end_header_id|>\\n\\n\" }}{{- \"Cutting Knowledge Date: December 2023\\n\" }}"
+    "{{- \"Today Date: \" + date_string + \"\\n\\n\" }}{{- system_message }}{{- \"<|eot_id|>\" }}"
+    "{%- for message in messages %}{{- '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n'"
+    "+ message['content'] | trim + '<|eot_id|>' }}{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{%- endif %}")
+CHAT_DATE = {"llama32": "26 Jul 2024"}  # the date_string the fixture's chat prompts are made with
 QWEN2_TEMPLATE = (
     "{%- if messages[0]['role'] == 'system' %}{{- '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' }}"
     "{%- else %}{{- '<|im_start|>system\\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant."
@@ -225,6 +245,8 @@ def main():
     tk.post_processor = processors.TemplateProcessing(single="<|begin_of_text|> $A",
                                                       special_tokens=[("<|begin_of_text|>", 0)])
     outputs["llama3"] = (tk, LLAMA3_TEMPLATE, "<|begin_of_text|>", "<|eot_id|>", LLAMA3_SPECIALS)
+    for name, date in (("llama31", LLAMA31_DATE), ("llama32", LLAMA32_DATE)):
+        outputs[name] = (tk, LLAMA31_TEMPLATE.replace("DATE", date), "<|begin_of_text|>", "<|eot_id|>", LLAMA3_SPECIALS)
 
     split = pre_tokenizers.Split(Regex(QWEN2_REGEX), behavior="isolated", invert=False)
     spec = train(pre_tokenizers.Sequence([split, byte_level]), normalizers.NFC(), False, QWEN2_SPECIALS, train_texts, 4)
@@ -252,7 +274,8 @@ def main():
             lines.append(f"{label} {len(ids)} {fnv1a64(ids):016x}{shown}")
         for label, messages in [("chat", [{"role": "user", "content": QUESTION}]),
                                 ("chat_system", [{"role": "system", "content": SYSTEM}, {"role": "user", "content": QUESTION}])]:
-            ids = hf.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=False)
+            dated = {"date_string": CHAT_DATE[name]} if name in CHAT_DATE else {}
+            ids = hf.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=False, **dated)
             lines.append(f"{label} {len(ids)} {fnv1a64(ids):016x} " + " ".join(map(str, ids)))
         # a prompt as the model's tokenizer encodes it (Llama 3's adds <|begin_of_text|>)
         ids = tk.encode(QUESTION).ids

@@ -111,9 +111,11 @@ S2=data/smollm2/SmolLM2-135M-Instruct # (make smollm2; make test fetches it)
 mkdir -p "$TMP/tokexp"
 "$BIN" -i $S2.bin -o "$TMP/tokexp/smollm2" 2> "$TMP/err" && grep -q "wrote $TMP/tokexp/smollm2/tokenizer.json" "$TMP/err" &&
     "$BIN" -i build/tok_llama3_tokenizer.bin -o "$TMP/tokexp/llama3" 2>> "$TMP/err" &&
+    "$BIN" -i build/tok_llama31_tokenizer.bin -o "$TMP/tokexp/llama31" 2>> "$TMP/err" &&
+    "$BIN" -i build/tok_llama32_tokenizer.bin -o "$TMP/tokexp/llama32" 2>> "$TMP/err" &&
     "$BIN" -i build/tok_qwen2_tokenizer.bin -o "$TMP/tokexp/qwen2" 2>> "$TMP/err" &&
     (cd "$TMP/tokexp" && sha256sum -c --quiet "$OLDPWD/$F/tokenizer_export.sha256") &&
-    ok "SmolLM2 (with its model) and the Llama 3 / Qwen2 rules back to Hugging Face tokenizer files: transformers' bytes" ||
+    ok "SmolLM2 (with its model) and the Llama 3 (3.1, 3.2 templates) / Qwen2 rules back to Hugging Face tokenizer files: transformers' bytes" ||
     { not_ok "tokenizer export"; cat "$TMP/err"; }
 rm -rf "$TMP/tokexp"
 cp build/llama_mha3.bin "$TMP/mha.bin" && cp build/tok_llama3_tokenizer.bin "$TMP/mha_tokenizer.bin"
