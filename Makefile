@@ -378,6 +378,7 @@ reference: data/tokenizer convert $(SMOLLM2)
 	HF_HUB_OFFLINE=1 $(PYTHON) dev/reference/llama_convert_reference.py   # runs ./convert, checks its output in transformers
 	$(PYTHON) dev/reference/bpe_tokenizer_reference.py   # needs make smollm2 (the GGUF's tokenizer)
 	HF_HUB_OFFLINE=1 $(PYTHON) dev/reference/smollm2_reference.py   # transformers on the same GGUF, after the line above
+	HF_HUB_OFFLINE=1 $(PYTHON) dev/reference/lora_reference.py   # PEFT's LoRA steps on the tiny models (finetune_lora)
 
 # --- benchmarks (tables, not tests) -------------------------------------------------
 dev/cpu/bench_train_gpt2: dev/cpu/bench_train_gpt2.c train_gpt2.c
