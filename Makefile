@@ -291,6 +291,14 @@ test_infer: test_infer.c infer.c | $(CONVERTED)
 	$(CC) $(CFLAGS) $(OMP_FLAGS) $< $(LDLIBS) -o $@
 test_infer_bf16: test_infer.c infer.c | $(CONVERTED)
 	$(CC) $(CFLAGS) $(OMP_FLAGS) -DWEIGHTS_BF16 $< $(LDLIBS) -o $@
+# ... and both built for AVX2 (-march=haswell) on a CPU with AVX-512, whose native build takes
+# the 16-float paths (32-wide panels, an 8-row GEMM tile): this one runs the 8-float ones
+AVX2_CPU := $(shell grep -qw avx2 /proc/cpuinfo 2>/dev/null && grep -qw avx512f /proc/cpuinfo 2>/dev/null && echo 1)
+test_infer_avx2: test_infer.c infer.c | $(CONVERTED)
+	$(CC) -O2 -march=haswell -fno-trapping-math -Wall -Wextra $(OMP_FLAGS) $< $(LDLIBS) -o $@
+test_infer_bf16_avx2: test_infer.c infer.c | $(CONVERTED)
+	$(CC) -O2 -march=haswell -fno-trapping-math -Wall -Wextra $(OMP_FLAGS) -DWEIGHTS_BF16 $< $(LDLIBS) -o $@
+AVX2_TESTS = $(if $(AVX2_CPU),test_infer_avx2 test_infer_bf16_avx2)
 test_convert: test_convert.c convert.c
 	$(CC) $(CFLAGS) $(OMP_FLAGS) $< $(LDLIBS) -o $@
 # the same tests under AddressSanitizer and UBSan: the JSON and safetensors parsers read
@@ -341,6 +349,7 @@ TESTS = ./test_gpt2 \
         ./test_tokenizer_asan \
         ./test_infer \
         ./test_infer_bf16 \
+        $(addprefix ./,$(AVX2_TESTS)) \
         ./test_infer_asan \
         ./test_convert \
         ./test_convert_asan \
@@ -357,7 +366,7 @@ TESTS = ./test_gpt2 \
         "bash dev/test/check_copies.sh" \
         "bash dev/test/test_check_copies.sh" \
         "bash dev/test/check_cuda_builds.sh"
-test: train_gpt2 test_gpt2 data/tokenizer data/instructions test_tokenizer test_tokenizer_asan train_mlp test_mlp infer infer_bf16 test_infer test_infer_bf16 test_infer_asan convert test_convert test_convert_asan $(EMU_PROGRAMS) $(CONVERTED) $(SMOLLM2)
+test: train_gpt2 test_gpt2 data/tokenizer data/instructions test_tokenizer test_tokenizer_asan train_mlp test_mlp infer infer_bf16 test_infer test_infer_bf16 $(AVX2_TESTS) test_infer_asan convert test_convert test_convert_asan $(EMU_PROGRAMS) $(CONVERTED) $(SMOLLM2)
 	@bash dev/test/run_tests.sh $(TESTS)
 
 # Plant realistic GPU bugs in train_gpt2.cu, infer.cu and train_mlp.cu, one at a time in a
@@ -399,7 +408,7 @@ print-%:
 	@echo '$($*)'
 
 clean:
-	rm -f train_gpt2 test_gpt2 test_tokenizer test_tokenizer_asan infer infer_bf16 test_infer test_infer_bf16 test_infer_asan convert test_convert test_convert_asan $(CONVERTED) $(addprefix dev/fuzz/fuzz_,$(FUZZ_TARGETS)) data/tokenizer data/instructions dev/cpu/bench_train_gpt2 dev/cpu/bench_infer train_mlp test_mlp $(CUDA_PROGRAMS) train_gpt2cu_cudnn test_gpt2cu_cudnn dev/cuda/attention_cudnn $(EMU_PROGRAMS)
+	rm -f train_gpt2 test_gpt2 test_tokenizer test_tokenizer_asan infer infer_bf16 test_infer test_infer_bf16 test_infer_avx2 test_infer_bf16_avx2 test_infer_asan convert test_convert test_convert_asan $(CONVERTED) $(addprefix dev/fuzz/fuzz_,$(FUZZ_TARGETS)) data/tokenizer data/instructions dev/cpu/bench_train_gpt2 dev/cpu/bench_infer train_mlp test_mlp $(CUDA_PROGRAMS) train_gpt2cu_cudnn test_gpt2cu_cudnn dev/cuda/attention_cudnn $(EMU_PROGRAMS)
 	rm -f $(TINYSHAKESPEARE) data/gpt2_tokenizer.bin
 
 help:

@@ -607,8 +607,9 @@ static void gemm(float *C, size_t c_rs, size_t c_cs, const float *A, size_t a_rs
     }
     float *packed[2] = {buffers[0], buffers[1]}; // (the calling thread's, read by the whole team)
     int strips = (M + GEMM_MR - 1) / GEMM_MR;
-    // threads only for products big enough to pay for waking them
-    #pragma omp parallel if ((double)M * N * K > 2e6)
+    // threads only for products big enough to pay for waking them, and not from inside a
+    // parallel region (there the caller's threads each run products of their own)
+    #pragma omp parallel if ((double)M * N * K > 2e6 && !omp_in_parallel())
     for (int jc = 0, block = 0; jc < N; jc += GEMM_NC) {
         int panels = ((N - jc < GEMM_NC ? N - jc : GEMM_NC) + GEMM_NR - 1) / GEMM_NR;
         for (int pc = 0; pc < K; pc += GEMM_KC, block++) {
@@ -779,6 +780,9 @@ static void pack_linear(weightX *dst, const float *src, int OC, int C) {
 // widening takes a shift (the even one, in the low half) and a mask (the odd one), no
 // shuffles, so w0 holds the even columns and w1 the odd ones; panel_dot puts them back.
 // (A pair's first weight is its low half: little-endian, as x86 and ARM are.)
+#if defined(WEIGHTS_BF16) && defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "infer_bf16 reads pairs of bf16 weights as little-endian 32-bit words"
+#endif
 static inline void panel_weights(vecf *w0, vecf *w1, const weightX *row) {
 #ifdef WEIGHTS_BF16
     typedef uint32_t vecu __attribute__((vector_size(GEMM_VEC * sizeof(uint32_t))));
@@ -1213,8 +1217,10 @@ struct GPT2 {
     size_t num_parameters;
     char source[4096];   // where they came from, for messages
     ForwardTensors params;
-    weightX *linear_memory; // what params points into: the linear layers' weights in panels (gpt2_build)
-    float *rest_memory;     // ... and the rest of the weights
+    weightX *linear_memory; // the linear layers' panels that are not in the loaded weights' place (gpt2_build)
+    float *rest_memory;     // ... and, in bf16, the rest of the weights
+    size_t weight_bytes;    // all the weights the forward pass holds
+    size_t step_bytes;      // ... and those a decode step reads (all but the embedding tables)
     float *rope_host;     // the Llama family: RoPE's HS/2 frequencies (rope_frequencies)
     float *rope_table;    // ... and their cosines and sines at the cache's S positions (S, HS)
     // the KV cache: for every layer and every sequence, the keys and values of the
@@ -1302,9 +1308,13 @@ void gpt2_allocate_cache(GPT2 *model, int B, int S) {
 void gpt2_build(GPT2 *model, const char *source, uint64_t seed) {
     memset(model, 0, sizeof(*model));
     model_weights_build(model, source, seed);
-    // The forward pass's own copy of the weights, as infer.cu's is on the GPU: the linear
-    // layers' in panels of weightX (pack_linear), the rest fp32 as loaded; then the loaded
-    // weights go, so the model takes its size once (plus the head's panels when it is tied).
+    // The forward pass's weights (infer.cu's are its copy on the GPU): the linear layers' laid
+    // out in panels of weightX (pack_linear), the rest fp32 as loaded. In fp32 the panels take
+    // their tensor's own place, a layer at a time through a buffer of one layer, so loading
+    // needs no second copy of the model. In bf16 they go to an allocation of their own, half
+    // the size, the rest is copied out, and the loaded fp32 weights are let go (at load, for
+    // a moment, 1.5 times the fp32 model). A tied head (GPT-2's, SmolLM2's) gets panels of its
+    // own beside the embedding table, whose rows the first layer reads: Vp x C weights more.
     const float *src[NUM_FORWARD_TENSORS];
     size_t sizes[NUM_FORWARD_TENSORS];
     forward_sources(model, src, sizes);
@@ -1313,39 +1323,75 @@ void gpt2_build(GPT2 *model, const char *source, uint64_t seed) {
     // each linear layer's slot in ForwardTensors' order, its (OC, C) and how many layers
     const int slot[5] = {4, 6, 10, 12, 16}, OC[5] = {Q + 2 * KV, C, c.llama ? 2 * H : H, C, c.padded_vocab_size};
     const int IC[5] = {C, Q, C, H, C}, layers[5] = {L, L, L, L, 1};
-    size_t linear_total = 0, rest_total = 0;
-    for (int k = 0; k < 5; k++) { sizes[slot[k]] = (size_t)layers[k] * OC[k] * IC[k]; } // (the tied head too: panels of its own)
-    for (int k = 0; k < NUM_FORWARD_TENSORS; k++) {
-        int is_linear = k == 4 || k == 6 || k == 10 || k == 12 || k == 16;
-        *(is_linear ? &linear_total : &rest_total) += sizes[k];
+#ifndef WEIGHTS_BF16
+    int tied = src[16] == src[0]; // (bf16: every linear layer, the head too, gets panels of its own)
+#endif
+    sizes[16] = (size_t)c.padded_vocab_size * C;
+    size_t own = 0, rest = 0, largest = 0; // (own: the panels that go to an allocation of their own)
+    for (int j = 0; j < 5; j++) {
+        size_t layer = (size_t)OC[j] * IC[j];
+        largest = layer > largest ? layer : largest;
+#ifdef WEIGHTS_BF16
+        own += sizes[slot[j]];
+#else
+        own += j == 4 && tied ? sizes[16] : 0;
+#endif
     }
-    model->linear_memory = (weightX *)mallocCheck(linear_total * sizeof(weightX));
-    model->rest_memory = (float *)mallocCheck(rest_total * sizeof(float));
+    for (int k = 0; k < NUM_FORWARD_TENSORS; k++) {
+        int linear = k == 4 || k == 6 || k == 10 || k == 12 || k == 16;
+        rest += linear ? 0 : sizes[k];
+    }
+    model->linear_memory = (weightX *)mallocCheck((own > 0 ? own : 1) * sizeof(weightX));
     ForwardTensors *p = &model->params;
-    float **rest[NUM_FORWARD_TENSORS] = {&p->wte, &p->wpe, &p->ln1w, &p->ln1b, NULL, &p->qkvb, NULL, &p->attprojb, &p->ln2w,
-                                         &p->ln2b, NULL, &p->fcb, NULL, &p->fcprojb, &p->lnfw, &p->lnfb, NULL};
     weightX **linear[5] = {&p->qkvw, &p->attprojw, &p->fcw, &p->fcprojw, &p->lm_head};
-    weightX *wat = model->linear_memory;
-    float *fat = model->rest_memory;
-    for (int k = 0, j = 0; k < NUM_FORWARD_TENSORS; k++) {
-        if (rest[k] != NULL) { // (NULL stays NULL: a tensor the model does not have)
-            *rest[k] = src[k] != NULL ? fat : NULL;
-            if (src[k] != NULL) { memcpy(fat, src[k], sizes[k] * sizeof(float)); }
-            fat += sizes[k];
-            continue;
-        }
-        *linear[j] = wat;
+    weightX *at = model->linear_memory;
+#ifndef WEIGHTS_BF16
+    float *buffer = (float *)mallocCheck(largest * sizeof(float));
+#endif
+    for (int j = 0; j < 5; j++) {
+        size_t layer = (size_t)OC[j] * IC[j];
+        float *tensor = (float *)src[slot[j]]; // (the loaded weights are ours to overwrite)
+#ifdef WEIGHTS_BF16
+        *linear[j] = at;
+#else
+        *linear[j] = j == 4 && tied ? at : tensor;
+#endif
         for (int l = 0; l < layers[j]; l++) {
-            size_t layer = (size_t)OC[j] * IC[j];
-            pack_linear(wat + l * layer, src[k] + l * layer, OC[j], IC[j]);
+#ifdef WEIGHTS_BF16
+            pack_linear(at + l * layer, tensor + l * layer, OC[j], IC[j]);
+#else
+            if (j == 4 && tied) { pack_linear(at, tensor, OC[j], IC[j]); continue; }
+            pack_linear(buffer, tensor + l * layer, OC[j], IC[j]);
+            memcpy(tensor + l * layer, buffer, layer * sizeof(float));
+#endif
         }
-        wat += sizes[k];
-        j++;
+        at += *linear[j] == at ? sizes[slot[j]] : 0;
+    }
+    float **others[NUM_FORWARD_TENSORS] = {&p->wte, &p->wpe, &p->ln1w, &p->ln1b, NULL, &p->qkvb, NULL, &p->attprojb, &p->ln2w,
+                                           &p->ln2b, NULL, &p->fcb, NULL, &p->fcprojb, &p->lnfw, &p->lnfb, NULL};
+#ifdef WEIGHTS_BF16
+    model->rest_memory = (float *)mallocCheck((rest > 0 ? rest : 1) * sizeof(float));
+    float *fat = model->rest_memory;
+    for (int k = 0; k < NUM_FORWARD_TENSORS; k++) {
+        if (others[k] == NULL) { continue; }
+        *others[k] = src[k] != NULL ? fat : NULL; // (NULL stays NULL: a tensor the model does not have)
+        if (src[k] != NULL) { memcpy(fat, src[k], sizes[k] * sizeof(float)); }
+        fat += sizes[k];
     }
     gpt2_weights_free(&model->w);
     llama_free(&model->lw);
-}
-void gpt2_free(GPT2 *model) {
+#else
+    free(buffer);
+    for (int k = 0; k < NUM_FORWARD_TENSORS; k++) {
+        if (others[k] != NULL) { *others[k] = (float *)src[k]; }
+    }
+#endif
+    model->weight_bytes = own * sizeof(weightX) + rest * sizeof(float);
+#ifndef WEIGHTS_BF16
+    for (int j = 0; j < 5; j++) { model->weight_bytes += j == 4 && tied ? 0 : sizes[slot[j]] * sizeof(float); }
+#endif
+    model->step_bytes = model->weight_bytes - (sizes[0] + sizes[1]) * sizeof(float); // (wte, wpe: a row each per token)
+}void gpt2_free(GPT2 *model) {
     gpt2_weights_free(&model->w);
     llama_free(&model->lw);
     free(model->linear_memory);
@@ -1614,6 +1660,7 @@ void llama_load(LlamaWeights *w, const char *path) {
 // --- end shared-copy: llama-model-read ---
 
 // --- begin shared-copy: infer-models-in ---
+// --- begin shared-copy: rope-frequencies ---
 // RoPE's HS/2 frequencies, inv_freq[i] = theta^(-2i/HS), in float as transformers computes
 // them; with Llama 3's scaling, long wavelengths (beyond original_max / low_freq_factor
 // positions) are slowed down by factor, short ones (within original_max /
@@ -1635,6 +1682,7 @@ static float *rope_frequencies(const LlamaConfig *c) {
     }
     return f;
 }
+// --- end shared-copy: rope-frequencies ---
 
 // RoPE's cosines and sines of every position 0..S-1: for each, HS/2 cosines of pos *
 // inv_freq[i], then the HS/2 sines (the angles in float, as transformers computes them)
@@ -2241,9 +2289,9 @@ void print_model(const GPT2 *model) {
     ModelConfig c = model->config;
     char kv[64] = "";
     if (c.llama) { snprintf(kv, sizeof(kv), " NKV=%d HS=%d H=%d", c.num_kv_heads, c.head_size, c.hidden); }
-    fprintf(stderr, "model: %s: %s L=%d C=%d NH=%d%s V=%d maxT=%d, %.1fM parameters (%.0f MiB in " WEIGHTS_TYPE ")\n",
+    fprintf(stderr, "model: %s: %s L=%d C=%d NH=%d%s V=%d maxT=%d, %.1fM parameters (%.0f MiB; linear layers in " WEIGHTS_TYPE ")\n",
             model->source, c.llama ? "Llama family" : "GPT-2", c.num_layers, c.channels, c.num_heads, kv, c.vocab_size,
-            c.max_seq_len, (double)model->num_parameters / 1e6, (double)model->num_parameters * WEIGHT_BYTES / (1 << 20));
+            c.max_seq_len, (double)model->num_parameters / 1e6, (double)model->weight_bytes / (1 << 20));
     fprintf(stderr, "KV cache: %.1f KiB per token (2 x L x NKV x HS x %zu bytes), %.1f MiB for one full %d-token sequence\n",
             (double)kv_bytes_per_token(c) / 1024, (size_t)KV_ELEMENT_BYTES, (double)kv_bytes_per_token(c) * c.max_seq_len / (1 << 20), c.max_seq_len);
 }
@@ -2268,7 +2316,7 @@ void print_stats(const GPT2 *model, const Sequence *seqs, int B, const GenerateS
 void bench(GPT2 *model, const int *batches, int nb, const int *prompts, int np, const int *gens, int ng, uint64_t seed) {
     ModelConfig c = model->config;
     fprintf(stderr, "benchmark on %s; decode is bound by reading the weights (%.0f MiB per step at any batch size)\n",
-            hardware_name(), (double)model->num_parameters * WEIGHT_BYTES / (1 << 20));
+            hardware_name(), (double)model->step_bytes / (1 << 20));
     printf("| batch | prompt | generated | TTFT ms | prefill tok/s | decode tok/s | ms/step | KV cache MiB |\n");
     printf("|------:|-------:|----------:|--------:|--------------:|-------------:|--------:|-------------:|\n");
     GenerateOptions o = {.max_new = 0, .stop_string = "", .eot_token = -1, .eot_name = NULL, .seed = seed,

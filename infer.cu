@@ -1063,6 +1063,8 @@ struct GPT2 {
     size_t num_parameters;
     char source[4096];   // where they came from, for messages
     ForwardTensors params; // on the GPU, in floatX
+    size_t weight_bytes;   // their bytes
+    size_t step_bytes;     // ... and those a decode step reads (all but the embedding tables, unless the head is wte)
     DeviceTable params_table;
     float *rope_host;     // the Llama family: RoPE's HS/2 frequencies (rope_frequencies)
     float *rope_table;    // ... their cosines and sines at the cache's S positions (S, HS), on the GPU
@@ -1198,6 +1200,9 @@ void gpt2_build(GPT2 *model, const char *source, uint64_t seed) {
         cudaCheck(cudaMemcpy(slots[k], host, bytes[k], cudaMemcpyHostToDevice));
     }
     if (src[16] != NULL && src[16] == src[0]) { model->params.lm_head = model->params.wte; } // tied
+    model->weight_bytes = 0;
+    for (int k = 0; k < NUM_FORWARD_TENSORS; k++) { model->weight_bytes += bytes[k]; }
+    model->step_bytes = model->weight_bytes - bytes[1] - (src[16] == src[0] ? 0 : bytes[0]);
     free(host);
     gpt2_weights_free(&model->w); // (the host's fp32 copy is not needed any more: model->config says the rest)
     llama_free(&model->lw);
@@ -1464,6 +1469,7 @@ void llama_load(LlamaWeights *w, const char *path) {
 // --- end shared-copy: llama-model-read ---
 
 // --- begin shared-copy: infer-models-in ---
+// --- begin shared-copy: rope-frequencies ---
 // RoPE's HS/2 frequencies, inv_freq[i] = theta^(-2i/HS), in float as transformers computes
 // them; with Llama 3's scaling, long wavelengths (beyond original_max / low_freq_factor
 // positions) are slowed down by factor, short ones (within original_max /
@@ -1485,6 +1491,7 @@ static float *rope_frequencies(const LlamaConfig *c) {
     }
     return f;
 }
+// --- end shared-copy: rope-frequencies ---
 
 // RoPE's cosines and sines of every position 0..S-1: for each, HS/2 cosines of pos *
 // inv_freq[i], then the HS/2 sines (the angles in float, as transformers computes them)
@@ -2117,9 +2124,9 @@ void print_model(const GPT2 *model) {
     ModelConfig c = model->config;
     char kv[64] = "";
     if (c.llama) { snprintf(kv, sizeof(kv), " NKV=%d HS=%d H=%d", c.num_kv_heads, c.head_size, c.hidden); }
-    fprintf(stderr, "model: %s: %s L=%d C=%d NH=%d%s V=%d maxT=%d, %.1fM parameters (%.0f MiB in " WEIGHTS_TYPE ")\n",
+    fprintf(stderr, "model: %s: %s L=%d C=%d NH=%d%s V=%d maxT=%d, %.1fM parameters (%.0f MiB; linear layers in " WEIGHTS_TYPE ")\n",
             model->source, c.llama ? "Llama family" : "GPT-2", c.num_layers, c.channels, c.num_heads, kv, c.vocab_size,
-            c.max_seq_len, (double)model->num_parameters / 1e6, (double)model->num_parameters * WEIGHT_BYTES / (1 << 20));
+            c.max_seq_len, (double)model->num_parameters / 1e6, (double)model->weight_bytes / (1 << 20));
     fprintf(stderr, "KV cache: %.1f KiB per token (2 x L x NKV x HS x %zu bytes), %.1f MiB for one full %d-token sequence\n",
             (double)kv_bytes_per_token(c) / 1024, (size_t)KV_ELEMENT_BYTES, (double)kv_bytes_per_token(c) * c.max_seq_len / (1 << 20), c.max_seq_len);
 }
@@ -2144,7 +2151,7 @@ void print_stats(const GPT2 *model, const Sequence *seqs, int B, const GenerateS
 void bench(GPT2 *model, const int *batches, int nb, const int *prompts, int np, const int *gens, int ng, uint64_t seed) {
     ModelConfig c = model->config;
     fprintf(stderr, "benchmark on %s; decode is bound by reading the weights (%.0f MiB per step at any batch size)\n",
-            hardware_name(), (double)model->num_parameters * WEIGHT_BYTES / (1 << 20));
+            hardware_name(), (double)model->step_bytes / (1 << 20));
     printf("| batch | prompt | generated | TTFT ms | prefill tok/s | decode tok/s | ms/step | KV cache MiB |\n");
     printf("|------:|-------:|----------:|--------:|--------------:|-------------:|--------:|-------------:|\n");
     GenerateOptions o = {.max_new = 0, .stop_string = "", .eot_token = -1, .eot_name = NULL, .seed = seed,

@@ -376,21 +376,28 @@ static void test_smollm2(Tolerance tol) {
     // every row at once (a prefill of prompt and answer), at the sampled columns
     float *all = prefill_all(&model, tokens, R);
     float *ours = (float *)mallocCheck((size_t)R * K * sizeof(float));
-    int same_argmax = 0;
+    // A row's most likely token must be transformers' wherever its top two logits are more
+    // than twice the error the tolerance allows apart (closer ones may swap without a bug):
+    // in fp32 that is every row (the smallest gap, 0.036, against 4e-4), in infer_bf16 not
+    float max_ref = 0.0f;
+    for (size_t i = 0; i < (size_t)R * K; i++) { max_ref = fmaxf(max_ref, fabsf(ref[i])); }
+    float bound = 2.0f * tol.atol * max_ref;
+    int same_argmax = 0, asserted = 0, greedy_asserted = 1;
     float min_gap = 1e30f;
     for (int r = 0; r < R; r++) {
         for (int k = 0; k < K; k++) { ours[(size_t)r * K + k] = all[(size_t)r * V + cols[k]]; }
         int best = 0;
         for (int v = 1; v < V; v++) { best = all[(size_t)r * V + v] > all[(size_t)r * V + best] ? v : best; }
-        same_argmax += best == argmax[r];
+        if (gap[r] > bound) { asserted++; same_argmax += best == argmax[r]; }
+        else if (r >= T - 1 && r < R - 1) { greedy_asserted = 0; } // (a row that picks a token of the answer)
         min_gap = fminf(min_gap, gap[r]);
     }
     printf("%-9s %9s %10s %10s %10s\n", "tensor", "entries", "max|ref|", "max abs", "max rel");
     check_rows("smollm2", ours, ref, (size_t)R * K, tol);
-    // transformers' smallest top-2 gap is 0.036, far above our error: every argmax must agree
-    char detail[128];
-    snprintf(detail, sizeof(detail), "%d of %d rows (transformers' smallest top-2 gap %.3g)", same_argmax, R, min_gap);
-    check("smollm2: each row's most likely token", same_argmax == R, detail);
+    char detail[160];
+    snprintf(detail, sizeof(detail), "%d of the %d rows whose top-2 gap is over %.3g (of %d; smallest gap %.3g)", same_argmax,
+             asserted, bound, R, min_gap);
+    check("smollm2: each row's most likely token", same_argmax == asserted, detail);
     // greedy decoding from the prompt through the KV cache: transformers' 24 tokens
     Sequence seq;
     GenerateOptions o = {.max_new = G, .stop_string = "", .eot_token = -1, .eot_name = NULL, .seed = 1,
@@ -403,7 +410,8 @@ static void test_smollm2(Tolerance tol) {
         if (t >= seq.num_tokens || seq.tokens[t] != tokens[t]) { first_diff = t - T; }
     }
     snprintf(detail, sizeof(detail), first_diff < 0 ? "%d tokens identical" : "differs at generated token %d", first_diff < 0 ? G : first_diff);
-    check("smollm2: greedy answer as transformers'", first_diff < 0, detail);
+    if (greedy_asserted) { check("smollm2: greedy answer as transformers'", first_diff < 0, detail); }
+    else { printf("smollm2: greedy answer (not checked: a top-2 gap on its way is below %.3g): %s\n", bound, detail); }
     sequence_free(&seq);
     free(ours); free(all); free(tokens); free(cols); free(argmax); free(ref); free(gap);
     gpt2_free(&model);
@@ -423,12 +431,12 @@ static void test_smollm2(Tolerance tol) {
 // one (a last, narrower panel), and C over several GEMM_KC blocks.
 static void test_linear(void) {
     printf("\nlinear_forward against a float64 sum, weights in %s\n", WEIGHTS_TYPE);
-    static const int rows[] = {1, 2, 3, 4, 5, 7, 16, 23, 24, 33}, widths[][2] = {{1, 5}, {31, 9}, {33, 40}, {48, 17}, {63, 64}, {95, 3}, {576, 70}, {8200, 70}};
+    static const int rows[] = {1, 2, 3, 4, 5, 7, 16, 23, 24, 33, 100}, widths[][2] = {{1, 5}, {31, 9}, {33, 40}, {48, 17}, {63, 64}, {95, 3}, {576, 70}, {8200, 70}};
     uint64_t key = rng_key(5, 77);
     float worst = 0.0f;
     int bad = 0;
     for (size_t iw = 0; iw < sizeof(widths) / sizeof(widths[0]); iw++) {
-        int C = widths[iw][0], OC = widths[iw][1], N = 33;
+        int C = widths[iw][0], OC = widths[iw][1], N = 100;
         weightX *w = (weightX *)mallocCheck((size_t)OC * C * sizeof(weightX));
         float *rows_major = (float *)mallocCheck((size_t)OC * C * sizeof(float)); // (OC, C) as loaded, weightX's values
         float *x = (float *)mallocCheck((size_t)N * C * sizeof(float)), *out = (float *)mallocCheck((size_t)N * OC * sizeof(float));
@@ -438,6 +446,7 @@ static void test_linear(void) {
         for (size_t i = 0; i < (size_t)N * C; i++) { x[i] = (float)rng_normal_at(key, (1ull << 40) + i); }
         for (size_t ir = 0; ir < sizeof(rows) / sizeof(rows[0]); ir++) {
             int n_rows = rows[ir];
+            for (size_t i = 0; i < (size_t)N * OC; i++) { out[i] = NAN; } // (an output left unwritten fails)
             linear_forward(x, w, epilogue_logits(out), scratch, n_rows, C, OC);
             for (int n = 0; n < n_rows; n++) {
                 for (int o = 0; o < OC; o++) {
@@ -459,7 +468,7 @@ static void test_linear(void) {
     }
     char detail[160];
     snprintf(detail, sizeof(detail), "%d entries off; worst error %.2e of the sum of |products|", bad, worst);
-    check("linear_forward: 1-33 rows, C 1..8200", bad == 0, detail);
+    check("linear_forward: 1-100 rows, C 1..8200", bad == 0, detail);
 }
 
 #ifndef WEIGHTS_BF16 // (its checkpoint's weights are fp32)

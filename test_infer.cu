@@ -497,21 +497,28 @@ static void test_smollm2(Tolerance tol) {
     // every row at once (a prefill of prompt and answer), at the sampled columns
     float *all = prefill_all(&model, tokens, R);
     float *ours = (float *)mallocCheck((size_t)R * K * sizeof(float));
-    int same_argmax = 0;
+    // A row's most likely token must be transformers' wherever its top two logits are more
+    // than twice the error the tolerance allows apart (closer ones may swap without a bug):
+    // in fp32 that is every row (the smallest gap, 0.036, against 4e-4), in infer_bf16 not
+    float max_ref = 0.0f;
+    for (size_t i = 0; i < (size_t)R * K; i++) { max_ref = fmaxf(max_ref, fabsf(ref[i])); }
+    float bound = 2.0f * tol.atol * max_ref;
+    int same_argmax = 0, asserted = 0, greedy_asserted = 1;
     float min_gap = 1e30f;
     for (int r = 0; r < R; r++) {
         for (int k = 0; k < K; k++) { ours[(size_t)r * K + k] = all[(size_t)r * V + cols[k]]; }
         int best = 0;
         for (int v = 1; v < V; v++) { best = all[(size_t)r * V + v] > all[(size_t)r * V + best] ? v : best; }
-        same_argmax += best == argmax[r];
+        if (gap[r] > bound) { asserted++; same_argmax += best == argmax[r]; }
+        else if (r >= T - 1 && r < R - 1) { greedy_asserted = 0; } // (a row that picks a token of the answer)
         min_gap = fminf(min_gap, gap[r]);
     }
     printf("%-9s %9s %10s %10s %10s\n", "tensor", "entries", "max|ref|", "max abs", "max rel");
     check_rows("smollm2", ours, ref, (size_t)R * K, tol);
-    // transformers' smallest top-2 gap is 0.036, far above our error: every argmax must agree
-    char detail[128];
-    snprintf(detail, sizeof(detail), "%d of %d rows (transformers' smallest top-2 gap %.3g)", same_argmax, R, min_gap);
-    check("smollm2: each row's most likely token", same_argmax == R, detail);
+    char detail[160];
+    snprintf(detail, sizeof(detail), "%d of the %d rows whose top-2 gap is over %.3g (of %d; smallest gap %.3g)", same_argmax,
+             asserted, bound, R, min_gap);
+    check("smollm2: each row's most likely token", same_argmax == asserted, detail);
     // greedy decoding from the prompt through the KV cache: transformers' 24 tokens
     Sequence seq;
     GenerateOptions o = {.max_new = G, .stop_string = "", .eot_token = -1, .eot_name = NULL, .seed = 1,
@@ -524,7 +531,8 @@ static void test_smollm2(Tolerance tol) {
         if (t >= seq.num_tokens || seq.tokens[t] != tokens[t]) { first_diff = t - T; }
     }
     snprintf(detail, sizeof(detail), first_diff < 0 ? "%d tokens identical" : "differs at generated token %d", first_diff < 0 ? G : first_diff);
-    check("smollm2: greedy answer as transformers'", first_diff < 0, detail);
+    if (greedy_asserted) { check("smollm2: greedy answer as transformers'", first_diff < 0, detail); }
+    else { printf("smollm2: greedy answer (not checked: a top-2 gap on its way is below %.3g): %s\n", bound, detail); }
     sequence_free(&seq);
     free(ours); free(all); free(tokens); free(cols); free(argmax); free(ref); free(gap);
     gpt2_free(&model);

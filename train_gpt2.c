@@ -620,8 +620,9 @@ static void gemm(float *C, size_t c_rs, size_t c_cs, const float *A, size_t a_rs
     }
     float *packed[2] = {buffers[0], buffers[1]}; // (the calling thread's, read by the whole team)
     int strips = (M + GEMM_MR - 1) / GEMM_MR;
-    // threads only for products big enough to pay for waking them
-    #pragma omp parallel if ((double)M * N * K > 2e6)
+    // threads only for products big enough to pay for waking them, and not from inside a
+    // parallel region (there the caller's threads each run products of their own)
+    #pragma omp parallel if ((double)M * N * K > 2e6 && !omp_in_parallel())
     for (int jc = 0, block = 0; jc < N; jc += GEMM_NC) {
         int panels = ((N - jc < GEMM_NC ? N - jc : GEMM_NC) + GEMM_NR - 1) / GEMM_NR;
         for (int pc = 0; pc < K; pc += GEMM_KC, block++) {

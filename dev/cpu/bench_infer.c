@@ -113,5 +113,7 @@ int main(int argc, char **argv) {
         printf("\n");
         fflush(stdout);
     }
+    gpt2_weights_free(&own);
+    gpt2_free(&model);
     return 0;
 }
