@@ -273,6 +273,7 @@ static inline uint16_t float_to_bf16(float f) {
 }
 // --- end shared-copy: float-to-bf16 ---
 
+// --- begin shared-copy: fp16-to-float ---
 static inline float fp16_to_float(uint16_t h) {
     uint32_t sign = (uint32_t)(h >> 15) << 31, exponent = (h >> 10) & 0x1f, mantissa = h & 0x3ff;
     float magnitude;
@@ -290,6 +291,7 @@ static inline float fp16_to_float(uint16_t h) {
     memcpy(&f, &bits, sizeof(f));
     return f;
 }
+// --- end shared-copy: fp16-to-float ---
 
 // ----------------------------------------------------------------------------
 // the model in memory (GPT-2), and llm.c checkpoints: the same code as infer.c's
@@ -856,6 +858,7 @@ int json_double(const Json *j, int index, double *out) {
 // ----------------------------------------------------------------------------
 // safetensors: the file format of Hugging Face models
 
+// --- begin shared-copy: safetensors ---
 // A .safetensors file (https://github.com/huggingface/safetensors, "Format"):
 //   8 bytes         N, the header's length, unsigned little endian
 //   N bytes         a JSON object: "name": {"dtype": "F32", "shape": [2, 3],
@@ -1094,6 +1097,7 @@ static void st_read_floats(FILE *fp, const SafeTensors *st, const StTensor *t, f
         die_file(path, NULL, "tensor %s has dtype %s; we read F32, F16, BF16 and F64", t->name, t->dtype);
     }
 }
+// --- end shared-copy: safetensors ---
 
 // ----------------------------------------------------------------------------
 // a Hugging Face folder's weights: one model.safetensors, or shards and their index

@@ -36,10 +36,12 @@ reader, ours in convert.c):
     logits0 (2, T, V)    the start adapter's logits on micro-batch 0
     losses (5,)          each step's loss, before its update
     grad_norms (5,)      each step's gradient norm, before clipping
-    grad.<key>           the first step's gradient of every LoRA tensor (PEFT's key)
+    grad.<key>           the first step's gradient of every LoRA tensor (PEFT's key), before clipping
     final.<key>          every LoRA tensor after the five steps
     merged.<param>       ... and, for the first LoRA module, the merged base weight
                          (merge_and_unload: W + scale B A, in the model's own layout)
+    adamw.p0, adamw.grads (3, 64), adamw.p3   (gpt2's only) torch's AdamW alone: 64 numbers,
+                         3 steps of lr 0.05, betas (0.8, 0.9), eps 1e-3, weight decay 0.5
 and, in its metadata, the settings (JSON under "settings"). The values are float64
 results rounded to float32 once.
 
@@ -141,10 +143,10 @@ def main():
                 if step == 0 and micro == 0:
                     out["logits0"] = logits.detach()
             losses.append(total / count)
-            norms.append(torch.nn.utils.clip_grad_norm_(list(lora.values()), CLIP).item())
-            if step == 0:
+            if step == 0:  # (before clipping)
                 for n, p in lora.items():
                     out["grad." + key[n]] = p.grad.detach().clone()
+            norms.append(torch.nn.utils.clip_grad_norm_(list(lora.values()), CLIP).item())
             optimizer.step()
         for n, p in lora.items():
             out["final." + key[n]] = p.detach().clone()
@@ -154,6 +156,17 @@ def main():
         merged_name = first.replace("base_model.model.", "") + ".weight"
         out["merged." + merged_name] = dict(merged.named_parameters())[merged_name].detach()
         tensors = {k: v.to(torch.float32).contiguous() for k, v in out.items()}
+        if name == "gpt2":  # torch's AdamW alone, 3 steps with a strong weight decay (its effect is tiny above)
+            generator = torch.Generator().manual_seed(SEED + 1)
+            p = torch.randn(64, generator=generator, dtype=torch.float64).float().double().requires_grad_(True)
+            grads = torch.randn(3, 64, generator=generator, dtype=torch.float64).float().double()
+            tensors["adamw.p0"] = p.detach().float()
+            tensors["adamw.grads"] = grads.float()
+            adamw = torch.optim.AdamW([p], lr=0.05, betas=(0.8, 0.9), eps=1e-3, weight_decay=0.5)
+            for k in range(3):
+                p.grad = grads[k].clone()
+                adamw.step()
+            tensors["adamw.p3"] = p.detach().float()
         tensors["tokens"] = torch.from_numpy(tokens)
         tensors["labels"] = torch.from_numpy(labels)
         tensors["losses"] = torch.tensor(losses, dtype=torch.float32)

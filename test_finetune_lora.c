@@ -1,0 +1,332 @@
+/*
+test_finetune_lora.c: finetune_lora.c's LoRA against PEFT.
+
+dev/reference/lora_reference.py ran PEFT 0.21.2 in float64 on three tiny models (GPT-2 with
+LoRA on its Conv1D layers; a Llama with grouped-query attention, all seven linear layers and
+rsLoRA; Qwen2 with q/k/v biases and a tied head), from a start adapter it saved with PEFT's
+own save_pretrained (fixtures/lora_<name>/), and wrote what it computed
+(fixtures/lora_<name>.safetensors). We load our model file of the same base (make converts
+the Hugging Face folder) and PEFT's adapter, and check:
+  - the logits of a micro-batch (2 sequences of 20 tokens)
+  - five steps of 2 micro-batches each (gradient accumulation), the loss on the response
+    tokens only: each step's loss, its gradient norm before clipping, the first step's
+    gradient of every lora_A and lora_B, and every one of them after AdamW's five updates
+  - merging the adapter into the base weight, as PEFT's merge_and_unload
+  - bad adapters: each exits with one error naming the file (run in a child)
+
+Tolerances: the reference is float64, we compute in fp32; each tensor is judged on its
+scale (atol relative to its largest |ref|), the bounds about 10x the errors measured.
+
+    make test_finetune_lora && ./test_finetune_lora     (make reference regenerates the fixtures)
+*/
+#define TESTING
+#include "finetune_lora.c"
+#include <sys/wait.h>
+
+static int num_passed = 0, num_failed = 0;
+
+static void record(int ok) {
+    if (ok) { num_passed++; } else { num_failed++; }
+}
+static void check(const char *name, int ok, const char *detail) {
+    printf("%-58s %s%s%s\n", name, ok ? "OK" : "NOT OK", detail[0] ? ": " : "", detail);
+    record(ok);
+}
+
+// --- begin shared-copy: expect-exit ---
+// Runs fn(arg) in a child with stderr going to a file; passes if the child exits non-zero
+// (not by a signal: a crash is a failure) and its message contains `expect`.
+static void expect_exit(const char *name, void (*fn)(const void *), const void *arg, const char *expect) {
+    char log[] = "/tmp/expect_exit_XXXXXX";
+    int fd = mkstemp(log);
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid == 0) {
+        dup2(fd, 2);
+        fn(arg);
+        _exit(0);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    char msg[2048] = "";
+    ssize_t n = pread(fd, msg, sizeof(msg) - 1, 0);
+    msg[n > 0 ? n : 0] = '\0';
+    close(fd);
+    remove(log);
+    int ok = WIFEXITED(status) && WEXITSTATUS(status) != 0 && strstr(msg, expect) != NULL;
+    char *newline = strchr(msg, '\n');
+    if (newline != NULL) { *newline = '\0'; }
+    printf("%-40s %s: %s\n", name, ok ? "OK" : "NOT OK", WIFSIGNALED(status) ? "killed by a signal" : msg);
+    record(ok);
+}
+// --- end shared-copy: expect-exit ---
+
+// ours against ref, n values: max |ours - ref| <= atol max |ref|
+static void check_close(const char *name, const float *ours, const float *ref, size_t n, float atol) {
+    float max_ref = 0.0f, max_err = 0.0f;
+    int bad = 0;
+    for (size_t i = 0; i < n; i++) { max_ref = fmaxf(max_ref, fabsf(ref[i])); }
+    for (size_t i = 0; i < n; i++) {
+        float err = fabsf(ours[i] - ref[i]);
+        if (!(err <= atol * max_ref)) { bad++; } // (NaN too)
+        max_err = err > max_err || err != err ? err : max_err;
+    }
+    char detail[160];
+    snprintf(detail, sizeof(detail), "%zu values, max|ref| %.3e, max err %.2e (%.1e of it)%s", n, max_ref, max_err,
+             max_ref > 0 ? max_err / max_ref : 0.0, bad ? ", outside the tolerance" : "");
+    check(name, bad == 0, detail);
+}
+
+// A tensor of the fixture: F32 widened, I32 as they are
+typedef struct {
+    SafeTensors st;
+    FILE *fp;
+    char path[256];
+} Fixture;
+
+static float *fixture_floats(Fixture *f, const char *name, size_t *n) {
+    const StTensor *t = safetensors_find(&f->st, name);
+    if (t == NULL) { die_file(f->path, "python dev/reference/lora_reference.py regenerates it", "no tensor %s", name); }
+    *n = (size_t)(t->end - t->begin) / t->element_bytes;
+    float *out = (float *)mallocCheck(*n * sizeof(float) + 1);
+    void *buf = mallocCheck(*n * 8 + 1);
+    st_read_floats(f->fp, &f->st, t, out, buf, f->path);
+    free(buf);
+    return out;
+}
+static int *fixture_ints(Fixture *f, const char *name, size_t *n) {
+    const StTensor *t = safetensors_find(&f->st, name);
+    if (t == NULL || strcmp(t->dtype, "I32") != 0) { die_file(f->path, NULL, "no I32 tensor %s", name); }
+    *n = (size_t)(t->end - t->begin) / 4;
+    int *out = (int *)mallocCheck(*n * sizeof(int) + 1);
+    if (fseeko(f->fp, (off_t)(f->st.data_start + t->begin), SEEK_SET) != 0) { die_file(f->path, NULL, "cannot seek"); }
+    freadCheck(out, sizeof(int), *n, f->fp);
+    return out;
+}
+
+// lora_reference.py's settings (also in the fixture's metadata)
+#define STEPS 5
+#define MICRO 2
+#define SEQ_PER_MICRO 2
+#define T_FIX 20
+#define LR 1e-2f
+#define WD 0.01f
+
+static void test_model(const char *name, const char *model_path) {
+    char dir[256], fixture_path[256];
+    snprintf(dir, sizeof(dir), "dev/reference/fixtures/lora_%s", name);
+    snprintf(fixture_path, sizeof(fixture_path), "dev/reference/fixtures/lora_%s.safetensors", name);
+    printf("\n%s + %s against %s\n", model_path, dir, fixture_path);
+    Base b;
+    base_load(&b, model_path);
+    Lora lora;
+    lora_load(&lora, &b, dir);
+    printf("%d LoRA modules, r=%d, scale %.4f, %zu parameters\n", lora.num_modules, lora.r, lora.scale, lora.num_params);
+    Fixture f;
+    snprintf(f.path, sizeof(f.path), "%s", fixture_path);
+    safetensors_open(&f.st, f.path, NULL);
+    f.fp = fopenCheck(f.path, "rb");
+    size_t n;
+    int *tokens = fixture_ints(&f, "tokens", &n), *labels = fixture_ints(&f, "labels", &n);
+    if (n != (size_t)MICRO * SEQ_PER_MICRO * T_FIX) { die_file(f.path, NULL, "tokens: %zu, expected %d", n, MICRO * SEQ_PER_MICRO * T_FIX); }
+    int total = 0;
+    for (size_t i = 0; i < n; i++) { total += labels[i] != -100; }
+    Acts a;
+    acts_allocate(&a, &b, &lora, SEQ_PER_MICRO, T_FIX);
+    int N = SEQ_PER_MICRO * T_FIX, count;
+    char label[160];
+
+    // the start adapter's logits on micro-batch 0 (no labels: the logits stay logits)
+    int *none = (int *)mallocCheck((size_t)N * sizeof(int));
+    for (int i = 0; i < N; i++) { none[i] = -100; }
+    model_forward(&b, &lora, &a, tokens, none, &count);
+    size_t nl;
+    float *ref_logits = fixture_floats(&f, "logits0", &nl), *ours = (float *)mallocCheck(nl * sizeof(float));
+    for (int r = 0; r < N; r++) { memcpy(ours + (size_t)r * b.V, a.logits + (size_t)r * b.Vp, (size_t)b.V * sizeof(float)); }
+    check_close("logits of micro-batch 0", ours, ref_logits, nl, 1e-5f);
+
+    size_t ns;
+    float *ref_losses = fixture_floats(&f, "losses", &ns), *ref_norms = fixture_floats(&f, "grad_norms", &ns);
+    float losses[STEPS], norms[STEPS];
+    for (int step = 0; step < STEPS; step++) {
+        memset(lora.grads, 0, lora.num_params * sizeof(float));
+        double sum = 0.0;
+        for (int micro = 0; micro < MICRO; micro++) {
+            sum += model_forward(&b, &lora, &a, tokens + (size_t)micro * N, labels + (size_t)micro * N, &count);
+            model_backward(&b, &lora, &a, labels + (size_t)micro * N, 1.0f / (float)total);
+        }
+        losses[step] = (float)(sum / total);
+        if (step == 0) { // every gradient of the first step, tensor by tensor, before clipping
+            for (int k = 0; k < lora.num_modules; k++) {
+                LoraModule *m = &lora.modules[k];
+                for (int which = 0; which < 2; which++) {
+                    char key[300];
+                    snprintf(key, sizeof(key), "grad.base_model.model.%s.lora_%c.weight", m->name, which ? 'B' : 'A');
+                    float *ref = fixture_floats(&f, key, &n), *g = which ? m->dB : m->dA;
+                    float *mine = (float *)mallocCheck(n * sizeof(float));
+                    memcpy(mine, g, n * sizeof(float));
+                    snprintf(label, sizeof(label), "gradient %s.lora_%c", m->name, which ? 'B' : 'A');
+                    check_close(label, mine, ref, n, 1e-4f);
+                    free(ref);
+                    free(mine);
+                }
+            }
+        }
+        norms[step] = clip_gradients(&lora, 1.0f);
+        adamw_update(&lora, LR, 0.9f, 0.999f, 1e-8f, WD, step + 1);
+    }
+    check_close("the loss of each step (response tokens only)", losses, ref_losses, STEPS, 1e-5f);
+    check_close("the gradient norm of each step, before clipping", norms, ref_norms, STEPS, 1e-4f);
+    // after the five steps: every tensor. AdamW divides each gradient by its own running size,
+    // so a weight whose gradient is near zero, or changes sign, moves on fp32's rounding noise
+    // by up to lr a step: measured up to 0.06 lr here. We allow 0.2 lr (= 2e-3) per weight and
+    // print how many are further than 1e-4 of their tensor's largest. (AdamW's own arithmetic
+    // is checked exactly below, on torch's numbers.)
+    float worst = 0.0f;
+    int bad = 0, loose = 0;
+    for (int k = 0; k < lora.num_modules; k++) {
+        LoraModule *m = &lora.modules[k];
+        for (int which = 0; which < 2; which++) {
+            char key[300];
+            snprintf(key, sizeof(key), "final.base_model.model.%s.lora_%c.weight", m->name, which ? 'B' : 'A');
+            float *ref = fixture_floats(&f, key, &n), *p = which ? m->B : m->A, max_ref = 0.0f;
+            for (size_t i = 0; i < n; i++) { max_ref = fmaxf(max_ref, fabsf(ref[i])); }
+            for (size_t i = 0; i < n; i++) {
+                float err = fabsf(p[i] - ref[i]);
+                worst = err > worst ? err : worst;
+                bad += !(err <= 0.2f * LR);
+                loose += !(err <= 1e-4f * max_ref);
+            }
+            free(ref);
+        }
+    }
+    snprintf(label, sizeof(label), "%d of %zu beyond 0.2 lr; worst %.2f lr; %d beyond 1e-4 of their tensor's max", bad,
+             lora.num_params, worst / LR, loose);
+    check("every lora_A and lora_B after 5 AdamW steps", bad == 0, label);
+
+    // merging the (trained) first module into its base weight
+    LoraModule *m = &lora.modules[0];
+    const float *site_w = m->site == SITE_QKV ? b.qkvw : m->site == SITE_ATTPROJ ? b.attprojw : m->site == SITE_FC ? b.fcw : b.fcprojw;
+    int rows = m->site == SITE_QKV ? (b.NH + 2 * b.NKV) * b.HS : m->site == SITE_FC ? (b.llama ? 2 : 1) * b.H : b.C;
+    float *W = (float *)mallocCheck((size_t)rows * m->in * sizeof(float));
+    memcpy(W, site_w + (size_t)m->layer * rows * m->in, (size_t)rows * m->in * sizeof(float));
+    lora_merge(W, m, lora.scale, lora.r);
+    const StTensor *mt = NULL;
+    for (int k = 0; k < f.st.num && mt == NULL; k++) { mt = strncmp(f.st.tensors[k].name, "merged.", 7) == 0 ? &f.st.tensors[k] : NULL; }
+    float *ref = fixture_floats(&f, mt->name, &n), *band = (float *)mallocCheck(n * sizeof(float));
+    for (int o = 0; o < m->out; o++) { // Hugging Face's layout: (out, in), or GPT-2's Conv1D (in, out)
+        for (int i = 0; i < m->in; i++) {
+            band[b.llama ? (size_t)o * m->in + i : (size_t)i * m->out + o] = W[(size_t)(m->offset + o) * m->in + i];
+        }
+    }
+    snprintf(label, sizeof(label), "merged: %s (W + s B A)", mt->name + 7);
+    check_close(label, band, ref, n, 1e-5f);
+    free(W); free(band); free(ref);
+    free(tokens); free(labels); free(none); free(ref_logits); free(ours); free(ref_losses); free(ref_norms);
+    fclose(f.fp);
+    safetensors_free(&f.st);
+    acts_free(&a);
+    lora_free(&lora);
+    base_free(&b);
+}
+
+// adamw_update alone against torch.optim.AdamW: 64 numbers, 3 steps, a weight decay strong
+// enough to show (lora_gpt2.safetensors' adamw.*)
+static void test_adamw(void) {
+    Fixture f;
+    snprintf(f.path, sizeof(f.path), "dev/reference/fixtures/lora_gpt2.safetensors");
+    safetensors_open(&f.st, f.path, NULL);
+    f.fp = fopenCheck(f.path, "rb");
+    size_t n, ng;
+    float *p0 = fixture_floats(&f, "adamw.p0", &n), *grads = fixture_floats(&f, "adamw.grads", &ng), *p3 = fixture_floats(&f, "adamw.p3", &n);
+    Lora lora;
+    memset(&lora, 0, sizeof(lora));
+    lora.num_params = n;
+    lora.params = p0;
+    lora.m = (float *)calloc(n, sizeof(float));
+    lora.v = (float *)calloc(n, sizeof(float));
+    for (int step = 1; step <= 3; step++) {
+        lora.grads = grads + (size_t)(step - 1) * n;
+        adamw_update(&lora, 0.05f, 0.8f, 0.9f, 1e-3f, 0.5f, step);
+    }
+    check_close("\nAdamW alone: 3 steps against torch's", lora.params, p3, n, 1e-6f);
+    free(p0); free(grads); free(p3); free(lora.m); free(lora.v);
+    fclose(f.fp);
+    safetensors_free(&f.st);
+}
+
+// bad adapters: each load exits with one error naming the problem (run in a child)
+typedef struct {
+    const char *model, *adapter;
+} Pair;
+static void load_pair(const void *arg) {
+    const Pair *p = (const Pair *)arg;
+    Base b;
+    Lora lora;
+    base_load(&b, p->model);
+    lora_load(&lora, &b, p->adapter);
+}
+// an adapter folder in tmp/name: the gpt2 fixture's files, the config with `from` made `to`,
+// the weights cut to `keep` bytes (0: whole)
+static const char *bad_adapter(const char *tmp, const char *name, const char *from, const char *to, size_t keep) {
+    static char dir[512];
+    char path[600];
+    snprintf(dir, sizeof(dir), "%s/%s", tmp, name);
+    mkdir(dir, 0755);
+    size_t len;
+    uint8_t *config = read_whole_file("dev/reference/fixtures/lora_gpt2/adapter_config.json", &len, NULL);
+    char *at = from != NULL ? strstr((char *)config, from) : NULL;
+    snprintf(path, sizeof(path), "%s/adapter_config.json", dir);
+    FILE *fp = fopenCheck(path, "wb");
+    if (at != NULL) {
+        fwrite(config, 1, (size_t)(at - (char *)config), fp);
+        fputs(to, fp);
+        fputs(at + strlen(from), fp);
+    } else {
+        fwrite(config, 1, len, fp);
+    }
+    fcloseCheck(fp);
+    uint8_t *weights = read_whole_file("dev/reference/fixtures/lora_gpt2/adapter_model.safetensors", &len, NULL);
+    snprintf(path, sizeof(path), "%s/adapter_model.safetensors", dir);
+    fp = fopenCheck(path, "wb");
+    fwrite(weights, 1, keep > 0 && keep < len ? keep : len, fp);
+    fcloseCheck(fp);
+    free(config);
+    free(weights);
+    return dir;
+}
+static void test_bad_adapters(const char *tmp) {
+    printf("\nbad adapters: one error each, naming the file\n");
+    Pair p = {"build/hf_tiny_fp32.bin", "no/such/adapter"};
+    expect_exit("no such folder", load_pair, &p, "no/such/adapter/adapter_config.json");
+    p = (Pair){"build/llama_gqa3.bin", "dev/reference/fixtures/lora_gpt2"};
+    expect_exit("GPT-2's adapter on a Llama", load_pair, &p, "is no LoRA module of this Llama-family model");
+    p = (Pair){"build/hf_tiny_fp32.bin", "dev/reference/fixtures/lora_llama"};
+    expect_exit("a Llama's adapter on GPT-2", load_pair, &p, "is no LoRA module of this GPT-2 model");
+    p.adapter = bad_adapter(tmp, "rank", "\"r\": 4", "\"r\": 8", 0);
+    expect_exit("r 8 in the config, 4 in the weights", load_pair, &p, "lora_A must be [8, 64]");
+    p.adapter = bad_adapter(tmp, "loha", "\"LORA\"", "\"LOHA\"", 0);
+    expect_exit("another kind of adapter (LoHa)", load_pair, &p, "peft_type is not \"LORA\"");
+    p.adapter = bad_adapter(tmp, "dora", "\"use_dora\": false", "\"use_dora\": true", 0);
+    expect_exit("a DoRA adapter", load_pair, &p, "a DoRA adapter");
+    p.adapter = bad_adapter(tmp, "truncated", NULL, NULL, 3000);
+    expect_exit("truncated weights", load_pair, &p, "adapter_model.safetensors");
+    p.adapter = bad_adapter(tmp, "json", "{", "[", 0);
+    expect_exit("a config that is not a JSON object", load_pair, &p, "adapter_config.json");
+}
+
+int main(void) {
+    char tmp[] = "/tmp/test_finetune_lora_XXXXXX";
+    if (mkdtemp(tmp) == NULL) { perror("mkdtemp"); return 1; }
+    test_bad_adapters(tmp);
+    char cmd[600];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", tmp);
+    if (system(cmd) != 0) { printf("could not remove %s\n", tmp); }
+    test_adamw();
+    test_model("gpt2", "build/hf_tiny_fp32.bin");
+    test_model("llama", "build/llama_gqa3.bin");
+    test_model("qwen2", "build/qwen2_gqa4.bin");
+    printf("\n%d passed, %d failed\n", num_passed, num_failed);
+    return num_failed == 0 ? 0 : 1;
+}
