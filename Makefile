@@ -105,7 +105,7 @@ endif
 # --- programs ---------------------------------------------------------------------
 .PHONY: all data smollm2 test reference bench clean help cuda gpu-check fuzz mutants
 
-all: train_gpt2 test_gpt2 data/tokenizer test_tokenizer train_mlp test_mlp infer infer_bf16 test_infer test_infer_bf16 convert test_convert data/instructions test_finetune_lora
+all: train_gpt2 test_gpt2 data/tokenizer test_tokenizer train_mlp test_mlp infer infer_bf16 test_infer test_infer_bf16 convert test_convert data/instructions finetune_lora test_finetune_lora
 
 # the GPT-2 BPE tokenizer and data preparation (writes token shards + tokenizer.bin)
 data/tokenizer: data/tokenizer.c data/unicode_tables.h
@@ -299,7 +299,9 @@ test_infer_avx2: test_infer.c infer.c | $(CONVERTED)
 test_infer_bf16_avx2: test_infer.c infer.c | $(CONVERTED)
 	$(CC) -O2 -march=haswell -fno-trapping-math -Wall -Wextra $(OMP_FLAGS) -DWEIGHTS_BF16 $< $(LDLIBS) -o $@
 AVX2_TESTS = $(if $(AVX2_CPU),test_infer_avx2 test_infer_bf16_avx2)
-# chapter 6 (in progress): LoRA's forward and backward passes and AdamW against PEFT
+# chapter 6 (in progress): LoRA fine-tuning on the CPU, PEFT's adapters
+finetune_lora: finetune_lora.c
+	$(CC) $(CFLAGS) $(OMP_FLAGS) $< $(LDLIBS) -o $@
 test_finetune_lora: test_finetune_lora.c finetune_lora.c | $(CONVERTED)
 	$(CC) $(CFLAGS) $(OMP_FLAGS) $< $(LDLIBS) -o $@
 test_convert: test_convert.c convert.c
@@ -357,6 +359,7 @@ TESTS = ./test_gpt2 \
         ./test_convert \
         ./test_convert_asan \
         ./test_finetune_lora \
+        "bash dev/test/test_finetune_lora_cli.sh ./finetune_lora" \
         "bash dev/test/test_infer_cli.sh ./infer" \
         "bash dev/test/test_convert_cli.sh ./convert" \
         "$(SCHED) ascending ./dev/emu/test_infercu_fp32_cpu descending ./dev/emu/test_infercu_fp32_race" \
@@ -370,7 +373,7 @@ TESTS = ./test_gpt2 \
         "bash dev/test/check_copies.sh" \
         "bash dev/test/test_check_copies.sh" \
         "bash dev/test/check_cuda_builds.sh"
-test: train_gpt2 test_gpt2 data/tokenizer data/instructions test_tokenizer test_tokenizer_asan train_mlp test_mlp infer infer_bf16 test_infer test_infer_bf16 $(AVX2_TESTS) test_infer_asan convert test_convert test_convert_asan test_finetune_lora $(EMU_PROGRAMS) $(CONVERTED) $(SMOLLM2)
+test: train_gpt2 test_gpt2 data/tokenizer data/instructions test_tokenizer test_tokenizer_asan train_mlp test_mlp infer infer_bf16 test_infer test_infer_bf16 $(AVX2_TESTS) test_infer_asan convert test_convert test_convert_asan finetune_lora test_finetune_lora $(EMU_PROGRAMS) $(CONVERTED) $(SMOLLM2)
 	@bash dev/test/run_tests.sh $(TESTS)
 
 # Plant realistic GPU bugs in train_gpt2.cu, infer.cu and train_mlp.cu, one at a time in a
@@ -380,7 +383,7 @@ mutants: data
 
 # Regenerate the committed fixtures the tests compare against. Needs Python with
 # the packages in dev/reference/requirements.txt (pip install -r ...; torch is large).
-reference: data/tokenizer convert $(SMOLLM2)
+reference: data/tokenizer convert finetune_lora $(SMOLLM2)
 	HF_HUB_OFFLINE=1 $(PYTHON) dev/reference/gpt2_reference.py
 	$(PYTHON) dev/reference/tokenizer_reference.py
 	$(PYTHON) dev/reference/mlp_reference.py   # reads Fashion-MNIST (apt-get install dataset-fashion-mnist)
@@ -392,6 +395,7 @@ reference: data/tokenizer convert $(SMOLLM2)
 	$(PYTHON) dev/reference/bpe_tokenizer_reference.py   # needs make smollm2 (the GGUF's tokenizer)
 	HF_HUB_OFFLINE=1 $(PYTHON) dev/reference/smollm2_reference.py   # transformers on the same GGUF, after the line above
 	HF_HUB_OFFLINE=1 $(PYTHON) dev/reference/lora_reference.py   # PEFT's LoRA steps on the tiny models (finetune_lora)
+	HF_HUB_OFFLINE=1 $(PYTHON) dev/reference/lora_reference.py --check-ours   # PEFT loads ./finetune_lora's adapter
 
 # --- benchmarks (tables, not tests) -------------------------------------------------
 dev/cpu/bench_train_gpt2: dev/cpu/bench_train_gpt2.c train_gpt2.c
@@ -412,7 +416,7 @@ print-%:
 	@echo '$($*)'
 
 clean:
-	rm -f train_gpt2 test_gpt2 test_tokenizer test_tokenizer_asan infer infer_bf16 test_infer test_infer_bf16 test_infer_avx2 test_infer_bf16_avx2 test_infer_asan convert test_convert test_convert_asan test_finetune_lora $(CONVERTED) $(addprefix dev/fuzz/fuzz_,$(FUZZ_TARGETS)) data/tokenizer data/instructions dev/cpu/bench_train_gpt2 dev/cpu/bench_infer train_mlp test_mlp $(CUDA_PROGRAMS) train_gpt2cu_cudnn test_gpt2cu_cudnn dev/cuda/attention_cudnn $(EMU_PROGRAMS)
+	rm -f train_gpt2 test_gpt2 test_tokenizer test_tokenizer_asan infer infer_bf16 test_infer test_infer_bf16 test_infer_avx2 test_infer_bf16_avx2 test_infer_asan convert test_convert test_convert_asan finetune_lora test_finetune_lora $(CONVERTED) $(addprefix dev/fuzz/fuzz_,$(FUZZ_TARGETS)) data/tokenizer data/instructions dev/cpu/bench_train_gpt2 dev/cpu/bench_infer train_mlp test_mlp $(CUDA_PROGRAMS) train_gpt2cu_cudnn test_gpt2cu_cudnn dev/cuda/attention_cudnn $(EMU_PROGRAMS)
 	rm -f $(TINYSHAKESPEARE) data/gpt2_tokenizer.bin
 
 help:

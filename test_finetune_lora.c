@@ -12,6 +12,8 @@ the Hugging Face folder) and PEFT's adapter, and check:
     tokens only: each step's loss, its gradient norm before clipping, the first step's
     gradient of every lora_A and lora_B, and every one of them after AdamW's five updates
   - merging the adapter into the base weight, as PEFT's merge_and_unload
+  - the trained adapter written in PEFT's format and read back, bit for bit
+  - a new adapter: PEFT's initialisation, the modules chosen, the seed; bad choices
   - bad adapters: each exits with one error naming the file (run in a child)
 
 Tolerances: the reference is float64, we compute in fp32; each tensor is judged on its
@@ -113,6 +115,7 @@ static int *fixture_ints(Fixture *f, const char *name, size_t *n) {
 #define LR 1e-2f
 #define WD 0.01f
 
+static const char *tmp_dir; // (main's scratch folder)
 static void test_model(const char *name, const char *model_path) {
     char dir[256], fixture_path[256];
     snprintf(dir, sizeof(dir), "dev/reference/fixtures/lora_%s", name);
@@ -222,6 +225,17 @@ static void test_model(const char *name, const char *model_path) {
     }
     snprintf(label, sizeof(label), "merged: %s (W + s B A)", mt->name + 7);
     check_close(label, band, ref, n, 1e-5f);
+    // the trained adapter written as PEFT's files, and read back: the same numbers, bit for bit
+    char out_dir[300];
+    snprintf(out_dir, sizeof(out_dir), "%s/saved_%s", tmp_dir, name);
+    lora_save(&lora, &b, out_dir, model_path);
+    Lora back;
+    lora_load(&back, &b, out_dir);
+    int same = back.num_params == lora.num_params && back.num_modules == lora.num_modules && back.r == lora.r &&
+               back.scale == lora.scale && memcmp(back.params, lora.params, lora.num_params * sizeof(float)) == 0;
+    for (int k = 0; same && k < lora.num_modules; k++) { same = strcmp(back.modules[k].name, lora.modules[k].name) == 0; }
+    check("written as PEFT's files, read back bit for bit", same, "");
+    lora_free(&back);
     free(W); free(band); free(ref);
     free(tokens); free(labels); free(none); free(ref_logits); free(ours); free(ref_losses); free(ref_norms);
     fclose(f.fp);
@@ -316,17 +330,73 @@ static void test_bad_adapters(const char *tmp) {
     expect_exit("a config that is not a JSON object", load_pair, &p, "adapter_config.json");
 }
 
+// A new adapter: PEFT's initialisation (A uniform within +-1/sqrt(in), B zero: the adapted
+// model starts as the base), the modules -T names, the same numbers for the same seed;
+// a module the family does not have, and a rank above a layer's size, stop us
+typedef struct {
+    const char *model, *targets;
+    int r;
+} Create;
+static void create(const void *arg) {
+    const Create *c = (const Create *)arg;
+    Base b;
+    Lora lora;
+    base_load(&b, c->model);
+    lora_create(&lora, &b, c->r, 8.0f, 0, c->targets, 1);
+}
+static void test_new_adapter(void) {
+    printf("\na new adapter\n");
+    Base b;
+    base_load(&b, "build/llama_gqa3.bin");
+    Lora x, y;
+    lora_create(&x, &b, 4, 8.0f, 0, "q_proj,v_proj,down_proj", 7);
+    lora_create(&y, &b, 4, 8.0f, 0, "q_proj,v_proj,down_proj", 7);
+    int ok = x.num_modules == 2 * 3 && memcmp(x.params, y.params, x.num_params * sizeof(float)) == 0, inside = 1, zero_b = 1;
+    double mean = 0.0, sq = 0.0, count = 0.0;
+    for (int k = 0; k < x.num_modules; k++) {
+        const LoraModule *m = &x.modules[k];
+        float bound = 1.0f / sqrtf((float)m->in);
+        for (size_t i = 0; i < (size_t)x.r * m->in; i++) {
+            inside &= fabsf(m->A[i]) <= bound;
+            mean += m->A[i] / bound;
+            sq += (m->A[i] / bound) * (m->A[i] / bound);
+            count += 1.0;
+        }
+        for (size_t i = 0; i < (size_t)x.r * m->out; i++) { zero_b &= m->B[i] == 0.0f; }
+    }
+    mean /= count;
+    sq /= count;
+    char detail[160];
+    snprintf(detail, sizeof(detail), "%d modules; A/bound: mean %.3f, mean square %.3f (uniform: 0, 1/3)", x.num_modules, mean, sq);
+    check("q_proj,v_proj,down_proj on 2 layers, reproducible", ok, detail);
+    check("A within +-1/sqrt(in), spread as a uniform one", inside && fabs(mean) < 0.05 && fabs(sq - 1.0 / 3.0) < 0.03, detail);
+    check("B zero: the adapted model is the base model", zero_b, "");
+    lora_free(&x);
+    lora_free(&y);
+    lora_create(&x, &b, 2, 8.0f, 1, "all-linear", 7);
+    snprintf(detail, sizeof(detail), "%d modules, scale %g", x.num_modules, x.scale);
+    check("all-linear: 7 modules a layer; rsLoRA's scale alpha/sqrt(r)", x.num_modules == 14 && fabsf(x.scale - 8.0f / sqrtf(2.0f)) < 1e-6f, detail);
+    lora_free(&x);
+    base_free(&b);
+    Create c = {"build/llama_gqa3.bin", "q_proj,c_attn", 4};
+    expect_exit("a module the family does not have", create, &c, "no module \"c_attn\"");
+    c = (Create){"build/hf_tiny_fp32.bin", "c_attn", 65};
+    expect_exit("a rank above the layer's size", create, &c, "-r 65: larger than transformer.h.0.attn.c_attn (192 x 64)");
+}
+
 int main(void) {
     char tmp[] = "/tmp/test_finetune_lora_XXXXXX";
     if (mkdtemp(tmp) == NULL) { perror("mkdtemp"); return 1; }
+    tmp_dir = tmp;
     test_bad_adapters(tmp);
-    char cmd[600];
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", tmp);
-    if (system(cmd) != 0) { printf("could not remove %s\n", tmp); }
+    test_new_adapter();
     test_adamw();
     test_model("gpt2", "build/hf_tiny_fp32.bin");
     test_model("llama", "build/llama_gqa3.bin");
     test_model("qwen2", "build/qwen2_gqa4.bin");
+    char cmd[600];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", tmp);
+    if (system(cmd) != 0) { printf("could not remove %s\n", tmp); }
     printf("\n%d passed, %d failed\n", num_passed, num_failed);
     return num_failed == 0 ? 0 : 1;
 }

@@ -47,10 +47,12 @@ results rounded to float32 once.
 
 Run from the repository root (pinned: torch 2.9.1, transformers 5.24.0, peft 0.21.2):
     python dev/reference/lora_reference.py
+    python dev/reference/lora_reference.py --check-ours   # PEFT loads ./finetune_lora's adapter (make finetune_lora smollm2)
 """
 
 import json
 import os
+import sys
 
 import numpy as np
 import torch
@@ -180,5 +182,45 @@ def main():
               "; grad norms " + " ".join(f"{x:.3f}" for x in norms))
 
 
+def check_ours():
+    """--check-ours: ./finetune_lora trains an adapter on SmolLM2-135M-Instruct (make smollm2)
+    for one step on a few records; PEFT's PeftModel.from_pretrained must load it onto
+    transformers' SmolLM2 (from the same GGUF) with every LoRA tensor equal to the file's,
+    and PEFT's config must read back our rank, alpha, modules and scale."""
+    import subprocess
+    import tempfile
+    from peft import PeftModel
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM
+    with tempfile.TemporaryDirectory() as tmp:
+        data = os.path.join(tmp, "data.jsonl")
+        with open(data, "w") as f:
+            for i in range(8):
+                f.write(json.dumps({"instruction": f"What is {i} plus {i}?", "input": "", "output": f"{2 * i}."}) + "\n")
+        out = os.path.join(tmp, "adapter")
+        subprocess.run(["./finetune_lora", "-d", data, "-o", out, "-n", "1", "-b", "2", "-k", "1", "-r", "4", "-a", "8",
+                        "-T", "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj", "-V", "0.25"], check=True,
+                       capture_output=True)
+        base = AutoModelForCausalLM.from_pretrained("data/smollm2", gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf",
+                                                    dtype=torch.float32)
+        model = PeftModel.from_pretrained(base, out)
+        stored = load_file(os.path.join(out, "adapter_model.safetensors"))
+        n = 0
+        for name, p in model.named_parameters():
+            if "lora_" in name:
+                assert torch.equal(p.detach(), stored[name.replace(".default", "")]), name
+                n += 1
+        assert n == len(stored) == 30 * 7 * 2, (n, len(stored))
+        config = model.peft_config["default"]
+        assert config.r == 4 and config.lora_alpha == 8 and not config.use_rslora, config
+        assert sorted(config.target_modules) == sorted(["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
+                                                        "down_proj"]), config.target_modules
+        assert model.base_model.model.model.layers[0].self_attn.q_proj.scaling["default"] == 2.0
+        print(f"--check-ours: PEFT loads finetune_lora's adapter: {n} LoRA tensors equal to the file, r 4, alpha 8, scale 2")
+
+
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:] == ["--check-ours"]:
+        check_ours()
+    else:
+        main()

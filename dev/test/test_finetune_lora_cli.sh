@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# Tests finetune_lora's command line on SmolLM2-135M-Instruct (make smollm2): the data's
+# checks (each problem counted, dropped or refused with its line), a short training run and
+# the files it writes (PEFT's adapter, metrics.tsv), a run that starts from that adapter,
+# the same bytes for the same seed, and bad flags and files: one error each, exit 1.
+#
+#   make finetune_lora smollm2 && bash dev/test/test_finetune_lora_cli.sh ./finetune_lora
+set -u
+
+BIN=${1:-./finetune_lora}
+MODEL=data/smollm2/SmolLM2-135M-Instruct.bin
+if [ ! -x "$BIN" ] || [ ! -f "$MODEL" ]; then
+    echo "Error: needs $BIN and $MODEL (make finetune_lora smollm2)"
+    exit 1
+fi
+TMP=$(mktemp -d /tmp/test_finetune_lora_cli.XXXXXX)
+trap 'rm -rf "$TMP"' EXIT
+passed=0
+failed=0
+report() {  # report NAME OK(0/1) [detail]
+    if [ "$2" = 1 ]; then
+        printf '%-72s OK\n' "$1"; passed=$((passed + 1))
+    else
+        printf '%-72s NOT OK\n' "$1"; failed=$((failed + 1))
+        [ -n "${3:-}" ] && printf '  %s\n' "$3"
+    fi
+}
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
+
+# 12 good records, then one of each problem: an empty output, no instruction, invalid UTF-8
+# (a lone continuation byte), a duplicate of the first, one far longer than -t 64 tokens; and
+# a blank line (skipped)
+D="$TMP/data.jsonl"
+for i in 1 2 3 4 5 6 7 8 9 10 11 12; do
+    printf '{"instruction": "What is %d plus %d?", "input": "", "output": "%d plus %d is %d."}\n' $i $i $i $i $((2 * i))
+done > "$D"
+printf '{"instruction": "Say nothing.", "input": "", "output": ""}\n' >> "$D"                 # line 13
+printf '{"input": "x", "output": "no instruction"}\n' >> "$D"                                 # line 14
+printf '{"instruction": "Bad \x80 byte", "input": "", "output": "x"}\n' >> "$D"               # line 15
+head -1 "$D" >> "$D"                                                                         # line 16
+printf '{"instruction": "Count.", "input": "", "output": "%s"}\n' "$(seq -s ' ' 1 200)" >> "$D" # line 17
+printf '\n' >> "$D"
+OUT="$TMP/out"
+"$BIN" -d "$D" -o "$OUT" -t 64 -n 2 -b 2 -k 1 -v 1 -V 0.2 -r 4 -T q_proj,v_proj > "$TMP/log" 2>&1
+status=$?
+report "trains on the good records: exit 0" $([ $status = 0 ] && echo 1 || echo 0) "$(tail -3 "$TMP/log")"
+report "the report: 17 records, 5 dropped, one of each problem" \
+    $(grep -q "17 records; 5 dropped: 2 with an empty or missing instruction or output, 1 with invalid UTF-8, 1 duplicates, 1 longer than T = 64" "$TMP/log" && echo 1 || echo 0) \
+    "$(grep '^data:' "$TMP/log")"
+report "the token-length distribution is printed" $(grep -q '^tokens per example (template, response, end token): min [0-9]*, median' "$TMP/log" && echo 1 || echo 0)
+report "the split: 10 for training, 2 for validation" $(grep -q '^split: 10 for training, 2 for validation' "$TMP/log" && echo 1 || echo 0)
+report "LoRA on q_proj and v_proj of 30 layers: 60 modules" $(grep -q '60 modules (q_proj,v_proj)' "$TMP/log" && echo 1 || echo 0) "$(grep '^LoRA' "$TMP/log")"
+report "the base model's validation loss, then the steps'" $(grep -q 'step     0/2 | val loss' "$TMP/log" && grep -q 'step     2/2 | loss .* val loss' "$TMP/log" && echo 1 || echo 0)
+report "adapter_config.json: PEFT's LoRA, r 4, q_proj and v_proj" \
+    $(grep -q '"peft_type": "LORA"' "$OUT/adapter_config.json" && grep -q '"r": 4,' "$OUT/adapter_config.json" && grep -q '"q_proj"' "$OUT/adapter_config.json" && grep -q '"v_proj"' "$OUT/adapter_config.json" && echo 1 || echo 0)
+# 60 modules, each A (4, 576) and B (576 or 192, 4): 30 x 4 x (576 + 576 + 576 + 192) floats
+bytes=$(stat -c %s "$OUT/adapter_model.safetensors")
+data=$((30 * 4 * (576 + 576 + 576 + 192) * 4))
+report "adapter_model.safetensors holds the 120 tensors' $data bytes" $([ "$bytes" -gt "$data" ] && [ "$bytes" -lt $((data + 40000)) ] && echo 1 || echo 0) "$bytes bytes"
+report "metrics.tsv: a header, the base model's line and 2 steps" $([ "$(wc -l < "$OUT/metrics.tsv")" = 4 ] && echo 1 || echo 0)
+
+"$BIN" -d "$D" -o "$TMP/again" -t 64 -n 2 -b 2 -k 1 -v 1 -V 0.2 -r 4 -T q_proj,v_proj > /dev/null 2>&1
+report "the same seed: the same adapter, bit for bit" $(cmp -s "$OUT/adapter_model.safetensors" "$TMP/again/adapter_model.safetensors" && echo 1 || echo 0)
+"$BIN" -d "$D" -o "$TMP/more" -t 64 -n 1 -b 2 -k 1 -V 0.2 -i "$OUT" > "$TMP/log2" 2>&1
+report "-i: starts from that adapter (its rank and modules), trains on" \
+    $([ $? = 0 ] && grep -q 'r=4, alpha 16 .*60 modules (from -i)' "$TMP/log2" && echo 1 || echo 0) "$(grep '^LoRA\|Error' "$TMP/log2")"
+
+# errors: exit 1, one line naming the problem
+expect_error() {  # expect_error NAME NEEDLE ARGS...
+    local name=$1 needle=$2
+    shift 2
+    "$BIN" "$@" > "$TMP/stdout" 2> "$TMP/stderr"
+    local status=$?
+    report "$name" $([ $status = 1 ] && grep -qF -- "$needle" "$TMP/stderr" && echo 1 || echo 0) "exit $status: $(head -2 "$TMP/stderr" | tr '\n' ' ')"
+}
+expect_error "-x 1 refuses the records with problems, naming their lines" "$D: line 13: an empty or missing field" -d "$D" -o "$TMP/x" -t 64 -x 1
+grep -q "line 15: invalid UTF-8" "$TMP/stderr" && grep -q "line 16: a duplicate" "$TMP/stderr" && grep -q "line 17: longer than T" "$TMP/stderr"
+report "... each kind with its first line" $([ $? = 0 ] && echo 1 || echo 0) "$(cat "$TMP/stderr" | tr '\n' ' ')"
+printf '{"instruction": "a", "output": "b"}\n{"instruction": "a", "output": \n' > "$TMP/broken.jsonl"
+expect_error "a line that is not JSON: its number" "broken.jsonl: line 2: JSON error" -d "$TMP/broken.jsonl" -o "$TMP/x"
+printf '{"instruction": "a", "output": 3}\n' > "$TMP/number.jsonl"
+expect_error "a field that is not a string" "line 1: instruction, input and output must be strings" -d "$TMP/number.jsonl" -o "$TMP/x"
+expect_error "no such data file" "$TMP/none.jsonl: cannot read it" -d "$TMP/none.jsonl" -o "$TMP/x"
+expect_error "a module SmolLM2 does not have" 'no module "c_attn"' -d "$D" -o "$TMP/x" -t 64 -T c_attn
+expect_error "a rank above a layer's size" "-r 600: larger than" -d "$D" -o "$TMP/x" -t 64 -r 600
+expect_error "-t beyond the model's context" "-t 9000: longer than the model's context (8192)" -d "$D" -t 9000
+expect_error "an unknown flag" "unknown flag -Z" -Z 1
+expect_error "an adapter folder that is not one" "$TMP/none/adapter_config.json" -d "$D" -o "$TMP/x" -t 64 -i "$TMP/none"
+
+echo
+echo "$passed passed, $failed failed"
+[ $failed = 0 ]
