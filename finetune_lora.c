@@ -14,7 +14,7 @@ its tokenizer; reads Alpaca-format JSONL (instruction, input, output), checks ev
 with the token-length distribution so that T is chosen from the data) and lays each out in
 the model's chat template (or Alpaca's), the loss on the response and its end token only;
 holds out a seeded validation split; adds LoRA to the chosen modules (PEFT's names, PEFT's
-initialisation) or starts from an adapter; trains with micro-batches and gradient
+initialisation, LoRA dropout) or starts from an adapter; trains with micro-batches and gradient
 accumulation, warm-up and cosine decay, clipping and AdamW, logging the validation loss;
 and writes the adapter as PEFT does (adapter_config.json + adapter_model.safetensors,
 which PeftModel.from_pretrained loads). The backward pass goes through the frozen layers
@@ -22,7 +22,7 @@ which PeftModel.from_pretrained loads). The backward pass goes through the froze
 gradients only. test_finetune_lora.c checks the arithmetic against PEFT on three tiny
 models (dev/reference/lora_reference.py: logits, every gradient, five accumulated AdamW
 steps, a merge); dev/test/test_finetune_lora_cli.sh the command line.
-Not yet: LoRA dropout, checkpoints and resuming, inference with the adapter (infer),
+Not yet: checkpoints and resuming, inference with the adapter (infer),
 writing a merged model, the evaluation before and after, the GPU version.
 
     make finetune_lora smollm2 data/iso/train.jsonl
@@ -1400,6 +1400,9 @@ typedef struct {
     int r;
     float alpha, scale;
     int rslora;
+    float dropout;         // LoRA dropout p: on the adapter's input x (not the base layer's), while training
+    int training;          // 1: dropout applies (0: evaluation, inference)
+    uint64_t dropout_key;  // the current micro-batch's: which inputs are dropped (set before its forward pass)
     int num_modules;
     LoraModule *modules;
     size_t num_params;
@@ -1454,6 +1457,10 @@ static void lora_load(Lora *lora, const Base *b, const char *dir) {
     if (at < 0 || json_int64(&j, at, &r) != 0 || r < 1 || r > 4096) { die_file(path, NULL, "r is not a rank in 1..4096"); }
     at = json_get(&j, 0, "lora_alpha");
     if (at < 0 || json_double(&j, at, &alpha) != 0 || !(alpha > 0.0)) { die_file(path, NULL, "lora_alpha is not a positive number"); }
+    at = json_get(&j, 0, "lora_dropout");
+    double dropout = 0.0;
+    if (at >= 0 && (json_double(&j, at, &dropout) != 0 || !(dropout >= 0.0 && dropout < 1.0))) { die_file(path, NULL, "lora_dropout is not a probability below 1"); }
+    lora->dropout = (float)dropout;
     at = json_get(&j, 0, "use_rslora");
     lora->rslora = at >= 0 && j.tokens[at].type == JSON_TRUE;
     at = json_get(&j, 0, "bias");
@@ -1760,6 +1767,7 @@ typedef struct {
     float *nf;           // (N, C)
     float *logits;       // (N, Vp): the probabilities after the loss
     float *dx, *dbuf, *dbuf2, *dh; // backward scratch: (N, C), (N, max width) twice, (N, r)
+    float *drop, *drop2;           // LoRA dropout's scratch: (N, max width) twice
 } Acts;
 
 static size_t max3(size_t a, size_t b, size_t c) { return a > b ? (a > c ? a : c) : (b > c ? b : c); }
@@ -1770,10 +1778,11 @@ static void acts_allocate(Acts *a, const Base *b, const Lora *lora, int B, int T
     size_t N = (size_t)B * T, L = b->L, C = b->C, Q = (size_t)b->NH * b->HS, QKV = Q + 2 * (size_t)b->NKV * b->HS;
     size_t MLP = (b->llama ? 2 : 1) * (size_t)b->H, wide = max3(QKV, MLP, max3(C, Q, b->H));
     float **slots[] = {&a->x, &a->xmid, &a->n1, &a->n2, &a->stats, &a->qkv, &a->att, &a->atty, &a->fc, &a->act, &a->h, &a->nf,
-                       &a->logits, &a->dx, &a->dbuf, &a->dbuf2, &a->dh};
+                       &a->logits, &a->dx, &a->dbuf, &a->dbuf2, &a->dh, &a->drop, &a->drop2};
+    size_t drop = lora->dropout > 0.0f ? N * wide : 1;
     size_t sizes[] = {(L + 1) * N * C, L * N * C, L * N * C, L * N * C, (L * 4 + 2) * N, L * N * QKV, L * B * b->NH * T * T,
                       L * N * Q, L * N * MLP, L * N * b->H, (size_t)lora->num_modules * N * lora->r, N * C, N * b->Vp,
-                      N * C, N * wide, N * wide, N * lora->r};
+                      N * C, N * wide, N * wide, N * lora->r, drop, drop};
     for (size_t k = 0; k < sizeof(sizes) / sizeof(sizes[0]); k++) {
         *slots[k] = (float *)calloc(sizes[k] > 0 ? sizes[k] : 1, sizeof(float));
         if (*slots[k] == NULL) { fprintf(stderr, "Error: out of memory for the activations (B=%d T=%d)\n", B, T); exit(EXIT_FAILURE); }
@@ -1782,24 +1791,54 @@ static void acts_allocate(Acts *a, const Base *b, const Lora *lora, int B, int T
 
 static void acts_free(Acts *a) {
     float *all[] = {a->x, a->xmid, a->n1, a->n2, a->stats, a->qkv, a->att, a->atty, a->fc, a->act, a->h, a->nf, a->logits, a->dx,
-                    a->dbuf, a->dbuf2, a->dh};
+                    a->dbuf, a->dbuf2, a->dh, a->drop, a->drop2};
     for (size_t k = 0; k < sizeof(all) / sizeof(all[0]); k++) { free(all[k]); }
     memset(a, 0, sizeof(*a));
 }
+
+// LoRA dropout (PEFT's lora_dropout): while training, the adapter of module k sees its input
+// with each entry dropped (zeroed) with probability p and the rest scaled by 1 / (1 - p); the
+// base layer sees it whole. Which entries: a counter-based draw from the micro-batch's key,
+// the module and the entry's place, so the backward pass draws the same without storing it.
+// out = x with the mask applied (N, in); accumulate: out += x masked instead.
+static void dropout_apply(float *out, const float *x, const Lora *lora, int k, int N, int in, int accumulate) {
+    uint64_t key = rng_subkey(lora->dropout_key, (uint64_t)k, 0);
+    float p = lora->dropout, keep_scale = 1.0f / (1.0f - p);
+    #pragma omp parallel for if ((size_t)N * in > 65536)
+    for (int n = 0; n < N; n++) {
+        for (int i = 0; i < in; i++) {
+            size_t at = (size_t)n * in + i;
+            float v = rng_uniform_at(key, at) < p ? 0.0f : x[at] * keep_scale;
+            out[at] = accumulate ? out[at] + v : v;
+        }
+    }
+}
+static int dropping(const Lora *lora) { return lora->training && lora->dropout > 0.0f; }
 
 // The LoRA modules of one layer and site, added to y (its outputs) from x (its input)
 static void site_lora_forward(float *y, const float *x, int layer, int site, const Lora *lora, Acts *a, int N, int OUT) {
     for (int k = 0; k < lora->num_modules; k++) {
         const LoraModule *m = &lora->modules[k];
-        if (m->layer == layer && m->site == site) { lora_forward(y, a->h + (size_t)k * N * lora->r, x, m, lora->scale, lora->r, N, OUT); }
+        if (m->layer != layer || m->site != site) { continue; }
+        const float *in = x;
+        if (dropping(lora)) { dropout_apply(a->drop, x, lora, k, N, m->in, 0); in = a->drop; }
+        lora_forward(y, a->h + (size_t)k * N * lora->r, in, m, lora->scale, lora->r, N, OUT);
     }
 }
+// ... and backward: with dropout, dA comes from the masked input (drawn again) and the
+// gradient into x goes back through the same mask
 static void site_lora_backward(float *dx, const float *dy, const float *x, int layer, int site, Lora *lora, Acts *a, int N, int OUT) {
     for (int k = 0; k < lora->num_modules; k++) {
         LoraModule *m = &lora->modules[k];
-        if (m->layer == layer && m->site == site) {
+        if (m->layer != layer || m->site != site) { continue; }
+        if (!dropping(lora)) {
             lora_backward(dx, a->dh, dy, a->h + (size_t)k * N * lora->r, x, m, lora->scale, lora->r, N, OUT);
+            continue;
         }
+        dropout_apply(a->drop, x, lora, k, N, m->in, 0);
+        memset(a->drop2, 0, (size_t)N * m->in * sizeof(float));
+        lora_backward(a->drop2, a->dh, dy, a->h + (size_t)k * N * lora->r, a->drop, m, lora->scale, lora->r, N, OUT);
+        dropout_apply(dx, a->drop2, lora, k, N, m->in, 1);
     }
 }
 
@@ -2037,9 +2076,9 @@ static void lora_save(const Lora *lora, const Base *b, const char *dir, const ch
     size_t cap = 4096 + (size_t)lora->num_modules * 64;
     char *json = (char *)mallocCheck(cap);
     int n = snprintf(json, cap, "{\n  \"base_model_name_or_path\": \"%s\",\n  \"bias\": \"none\",\n  \"fan_in_fan_out\": %s,\n"
-                     "  \"inference_mode\": true,\n  \"init_lora_weights\": true,\n  \"lora_alpha\": %g,\n  \"lora_dropout\": 0.0,\n"
+                     "  \"inference_mode\": true,\n  \"init_lora_weights\": true,\n  \"lora_alpha\": %g,\n  \"lora_dropout\": %g,\n"
                      "  \"modules_to_save\": null,\n  \"peft_type\": \"LORA\",\n  \"r\": %d,\n  \"target_modules\": [",
-                     base_path, b->llama ? "false" : "true", lora->alpha, lora->r);
+                     base_path, b->llama ? "false" : "true", lora->alpha, lora->dropout, lora->r);
     int first = 1;
     for (int k = 0; k < lora->num_modules; k++) { // each leaf name once, in the order met
         const char *leaf = strrchr(lora->modules[k].name, '.') + 1;
@@ -2436,7 +2475,7 @@ float get_learning_rate(int step, float max_lr, int warmup_steps, int max_steps,
 typedef struct {
     const char *model, *tokenizer, *data, *out, *targets, *init;
     int r, rslora, B, accum, T, steps, epochs, warmup, val_every, refuse;
-    float alpha, lr, weight_decay, clip, val_frac, final_frac;
+    float alpha, dropout, lr, weight_decay, clip, val_frac, final_frac;
     uint64_t seed;
 } Options;
 
@@ -2451,6 +2490,7 @@ static void print_usage(const Options *d) {
            "  -r N      LoRA's rank [%d]\n"
            "  -a X      LoRA's alpha: the update is scaled by alpha / r [%g]\n"
            "  -R 0|1    rsLoRA: scale by alpha / sqrt(r) [%d]\n"
+           "  -D X      LoRA dropout: the probability that an entry of an adapter's input is dropped [%g]\n"
            "  -b N      sequences per micro-batch [%d]\n"
            "  -k N      micro-batches per step (gradient accumulation) [%d]\n"
            "  -t N      tokens per sequence, T: the longest example (printed with the data) must fit [%d]\n"
@@ -2466,12 +2506,14 @@ static void print_usage(const Options *d) {
            "  -V X      fraction of the records held out for validation [%g]\n"
            "  -s N      seed: the adapter's start, the split, the order [%llu]\n"
            "  -h        this help\n",
-           PROGRAM, d->model, d->data, d->out, d->targets, d->r, d->alpha, d->rslora, d->B, d->accum, d->T, d->refuse, d->epochs,
+           PROGRAM, d->model, d->data, d->out, d->targets, d->r, d->alpha, d->rslora, d->dropout, d->B, d->accum, d->T, d->refuse, d->epochs,
            d->steps, d->lr, d->warmup, d->final_frac, d->weight_decay, d->clip, d->val_every, d->val_frac, (unsigned long long)d->seed);
 }
 
 // the mean loss over a dataset's labelled tokens (forward only)
-static double evaluate(const Base *b, const Lora *lora, Acts *a, const Dataset *d, int *tokens, int *labels) {
+static double evaluate(const Base *b, Lora *lora, Acts *a, const Dataset *d, int *tokens, int *labels) {
+    int training = lora->training;
+    lora->training = 0; // (no dropout)
     int *order = (int *)mallocCheck((size_t)d->n * sizeof(int));
     for (int i = 0; i < d->n; i++) { order[i] = i; }
     double sum = 0.0;
@@ -2486,12 +2528,13 @@ static double evaluate(const Base *b, const Lora *lora, Acts *a, const Dataset *
         total += count;
     }
     free(order);
+    lora->training = training;
     return total > 0 ? sum / total : 0.0;
 }
 
 int main(int argc, char **argv) {
     Options defaults = {"data/smollm2/SmolLM2-135M-Instruct.bin", NULL, "data/iso/train.jsonl", "log_lora", "all-linear", NULL, 8, 0, 4, 4,
-                        128, 0, 1, 10, 50, 0, 16.0f, 1e-3f, 0.0f, 1.0f, 0.05f, 0.1f, 1337},
+                        128, 0, 1, 10, 50, 0, 16.0f, 0.05f, 1e-3f, 0.0f, 1.0f, 0.05f, 0.1f, 1337},
             o = defaults;
     for (int i = 1; i < argc; i += 2) {
         if (strcmp(argv[i], "-h") == 0) { print_usage(&defaults); return 0; }
@@ -2508,6 +2551,7 @@ int main(int argc, char **argv) {
         case 'r': o.r = (int)parse_int(flag, v, 1); break;
         case 'a': o.alpha = parse_float(flag, v); break;
         case 'R': o.rslora = (int)parse_int(flag, v, 0) != 0; break;
+        case 'D': o.dropout = parse_float(flag, v); break;
         case 'b': o.B = (int)parse_int(flag, v, 1); break;
         case 'k': o.accum = (int)parse_int(flag, v, 1); break;
         case 't': o.T = (int)parse_int(flag, v, 2); break;
@@ -2526,6 +2570,7 @@ int main(int argc, char **argv) {
         }
     }
     if (!(o.alpha > 0.0f)) { usage_error("-a: alpha must be above 0, got '%s'", "0"); }
+    if (o.dropout >= 1.0f) { usage_error("-D: the dropout probability must be below 1%s", ""); }
     if (o.accum > 256) { usage_error("-k: at most 256 micro-batches a step, got more%s", ""); }
     if (o.val_frac >= 1.0f) { usage_error("-V: the validation fraction must be below 1%s", ""); }
 
@@ -2561,12 +2606,14 @@ int main(int argc, char **argv) {
     Lora lora;
     if (o.init != NULL) { lora_load(&lora, &b, o.init); o.r = lora.r; o.alpha = lora.alpha; o.rslora = lora.rslora; o.targets = "from -i"; }
     else { lora_create(&lora, &b, o.r, o.alpha, o.rslora, o.targets, o.seed); }
+    lora.dropout = o.dropout;
     size_t base_params = b.llama ? b.llama_weights.num_parameters : b.gpt2.num_parameters;
     Acts a;
     acts_allocate(&a, &b, &lora, o.B, T);
     printf("model: %s: %s, %.1fM parameters, frozen\n", o.model, b.llama ? "Llama family" : "GPT-2", base_params / 1e6);
-    printf("LoRA: r=%d, alpha %g (scale %.4g%s), %d modules (%s): %zu trainable parameters, %.3f%% of the model's\n", o.r, o.alpha,
-           lora.scale, o.rslora ? ", rsLoRA" : "", lora.num_modules, o.targets, lora.num_params, 100.0 * lora.num_params / base_params);
+    printf("LoRA: r=%d, alpha %g (scale %.4g%s), dropout %g, %d modules (%s): %zu trainable parameters, %.3f%% of the model's\n",
+           o.r, o.alpha, lora.scale, o.rslora ? ", rsLoRA" : "", o.dropout, lora.num_modules, o.targets, lora.num_params,
+           100.0 * lora.num_params / base_params);
     size_t N = (size_t)o.B * T, C = b.C, Q = (size_t)b.NH * b.HS, QKV = Q + 2 * (size_t)b.NKV * b.HS, MLP = (b.llama ? 2 : 1) * (size_t)b.H;
     size_t act = (size_t)b.L * N * (3 * C + 2 * C + QKV + (size_t)b.NH * T + Q + MLP + b.H) + N * ((size_t)b.Vp + 2 * C);
     printf("memory (MiB): base weights %.1f (fp32, no gradients), adapter %.2f, its gradients %.2f, AdamW's moments %.2f, "
@@ -2611,6 +2658,8 @@ int main(int argc, char **argv) {
         double sum = 0.0;
         for (int k = 0; k < o.accum && k < 256; k++) {
             int c;
+            lora.training = 1;
+            lora.dropout_key = rng_subkey(o.seed, 303, (uint64_t)step * 256 + (uint64_t)k);
             fill_batch(tokens, labels, &train, order, firsts[k], o.B, T);
             sum += model_forward(&b, &lora, &a, tokens, labels, &c);
             model_backward(&b, &lora, &a, labels, 1.0f / (float)(count > 0 ? count : 1));

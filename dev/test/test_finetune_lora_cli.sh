@@ -51,8 +51,8 @@ report "the token-length distribution is printed" $(grep -q '^tokens per example
 report "the split: 10 for training, 2 for validation" $(grep -q '^split: 10 for training, 2 for validation' "$TMP/log" && echo 1 || echo 0)
 report "LoRA on q_proj and v_proj of 30 layers: 60 modules" $(grep -q '60 modules (q_proj,v_proj)' "$TMP/log" && echo 1 || echo 0) "$(grep '^LoRA' "$TMP/log")"
 report "the base model's validation loss, then the steps'" $(grep -q 'step     0/2 | val loss' "$TMP/log" && grep -q 'step     2/2 | loss .* val loss' "$TMP/log" && echo 1 || echo 0)
-report "adapter_config.json: PEFT's LoRA, r 4, q_proj and v_proj" \
-    $(grep -q '"peft_type": "LORA"' "$OUT/adapter_config.json" && grep -q '"r": 4,' "$OUT/adapter_config.json" && grep -q '"q_proj"' "$OUT/adapter_config.json" && grep -q '"v_proj"' "$OUT/adapter_config.json" && echo 1 || echo 0)
+report "adapter_config.json: PEFT's LoRA, r 4, dropout 0.05, q_proj and v_proj" \
+    $(grep -q '"peft_type": "LORA"' "$OUT/adapter_config.json" && grep -q '"r": 4,' "$OUT/adapter_config.json" && grep -q '"lora_dropout": 0.05,' "$OUT/adapter_config.json" && grep -q '"q_proj"' "$OUT/adapter_config.json" && grep -q '"v_proj"' "$OUT/adapter_config.json" && echo 1 || echo 0)
 # 60 modules, each A (4, 576) and B (576 or 192, 4): 30 x 4 x (576 + 576 + 576 + 192) floats
 bytes=$(stat -c %s "$OUT/adapter_model.safetensors")
 data=$((30 * 4 * (576 + 576 + 576 + 192) * 4))
@@ -85,6 +85,7 @@ expect_error "a module SmolLM2 does not have" 'no module "c_attn"' -d "$D" -o "$
 expect_error "a rank above a layer's size" "-r 600: larger than" -d "$D" -o "$TMP/x" -t 64 -r 600
 expect_error "-t beyond the model's context" "-t 9000: longer than the model's context (8192)" -d "$D" -t 9000
 expect_error "an unknown flag" "unknown flag -Z" -Z 1
+expect_error "-D 1: a dropout that drops everything" "-D: the dropout probability must be below 1" -D 1
 expect_error "an adapter folder that is not one" "$TMP/none/adapter_config.json" -d "$D" -o "$TMP/x" -t 64 -i "$TMP/none"
 
 echo
