@@ -22,7 +22,7 @@ which PeftModel.from_pretrained loads). The backward pass goes through the froze
 gradients only. test_finetune_lora.c checks the arithmetic against PEFT on three tiny
 models (dev/reference/lora_reference.py: logits, every gradient, five accumulated AdamW
 steps, a merge); dev/test/test_finetune_lora_cli.sh the command line.
-Not yet: checkpoints and resuming, inference with the adapter (infer),
+Checkpoints (-S) with bit-exact resuming (-y 1). Not yet: inference with the adapter (infer),
 writing a merged model, the evaluation before and after, the GPU version.
 
     make finetune_lora smollm2 data/iso/train.jsonl
@@ -38,6 +38,7 @@ layers, r the adapter's rank.
 #define _XOPEN_SOURCE 700
 #include <errno.h>
 #include <fcntl.h>
+#include <glob.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdarg.h>
@@ -2417,6 +2418,109 @@ static int fill_batch(int *tokens, int *labels, const Dataset *d, const int *ord
 }
 
 // ----------------------------------------------------------------------------
+// checkpoints: a run that stops can go on, bit for bit
+
+// At step s (-S): the adapter as PEFT's files in OUT/step_<s>/ (usable as it is), and
+// OUT/state_<s>.bin, what else the run needs to go on exactly: int32 header [magic, version,
+// step, epoch, cursor, training records, B, accum, T, steps, r, seed (2 x 32 bits),
+// parameters, 0...] (256 x int32), the training order (records x int32), AdamW's m and v
+// (2 x parameters x float32). All written atomically: a crash leaves the last whole one.
+#define STATE_MAGIC 20261202
+typedef struct {
+    int step, epoch, cursor;
+} Progress;
+
+static void checkpoint_save(const char *out, const Lora *lora, const Base *b, const char *model_path, const Progress *pr,
+                            const int *order, int n_train, int B, int accum, int T, int steps, uint64_t seed) {
+    char dir[MAX_PATH_LEN], path[MAX_PATH_LEN];
+    format_path(dir, sizeof(dir), "%s/step_%06d", out, pr->step);
+    lora_save(lora, b, dir, model_path);
+    int h[256] = {STATE_MAGIC, 1, pr->step, pr->epoch, pr->cursor, n_train, B, accum, T, steps, lora->r, (int)(seed & 0x7fffffff),
+                  (int)(seed >> 31), (int)lora->num_params};
+    const void *bufs[4] = {h, order, lora->m, lora->v};
+    size_t sizes[4] = {sizeof(h), (size_t)n_train * sizeof(int), lora->num_params * sizeof(float), lora->num_params * sizeof(float)};
+    format_path(path, sizeof(path), "%s/state_%06d.bin", out, pr->step);
+    write_file_atomic(path, bufs, sizes, 4);
+}
+
+// the newest step with both its state and its adapter in out, -1 if none
+static int find_latest_checkpoint(const char *out) {
+    char pattern[MAX_PATH_LEN], dir[MAX_PATH_LEN];
+    format_path(pattern, sizeof(pattern), "%s/state_*.bin", out);
+    glob_t g;
+    int latest = -1;
+    if (glob(pattern, 0, NULL, &g) == 0) {
+        for (size_t i = 0; i < g.gl_pathc; i++) {
+            int step;
+            if (sscanf(strrchr(g.gl_pathv[i], '/') + 1, "state_%d.bin", &step) != 1) { continue; }
+            format_path(dir, sizeof(dir), "%s/step_%06d/adapter_model.safetensors", out, step);
+            if (access(dir, R_OK) == 0 && step > latest) { latest = step; }
+        }
+        globfree(&g);
+    }
+    return latest;
+}
+
+// Reads state_<step>.bin into pr, order and the moments; the run's settings must be the
+// ones it was written with (else one error saying which flags to give)
+static void checkpoint_load(const char *out, int step, Lora *lora, Progress *pr, int *order, int n_train, int B, int accum, int T,
+                            int steps, uint64_t seed) {
+    char path[MAX_PATH_LEN];
+    format_path(path, sizeof(path), "%s/state_%06d.bin", out, step);
+    FILE *fp = fopenCheck(path, "rb");
+    int h[256];
+    if (fread(h, sizeof(int), 256, fp) != 256 || h[0] != STATE_MAGIC || h[1] != 1) { die_file(path, NULL, "not a finetune_lora state file (magic %d)", STATE_MAGIC); }
+    if (h[5] != n_train || h[6] != B || h[7] != accum || h[8] != T || h[9] != steps || h[10] != lora->r || h[11] != (int)(seed & 0x7fffffff) ||
+        h[12] != (int)(seed >> 31) || h[13] != (int)lora->num_params) {
+        die_file(path, "resume with the flags and data of the run that wrote it",
+                 "written by a run with %d training records, -b %d -k %d, T %d, %d steps, -r %d, seed %d; this one has %d, -b %d -k %d, "
+                 "T %d, %d steps, -r %d, seed %d", h[5], h[6], h[7], h[8], h[9], h[10], h[11], n_train, B, accum, T, steps, lora->r,
+                 (int)(seed & 0x7fffffff));
+    }
+    if (h[2] != step || h[3] < 0 || h[4] < 0 || h[4] > n_train) { die_file(path, NULL, "its header is not a state's: corrupt"); }
+    pr->step = h[2];
+    pr->epoch = h[3];
+    pr->cursor = h[4];
+    freadCheck(order, sizeof(int), (size_t)n_train, fp);
+    freadCheck(lora->m, sizeof(float), lora->num_params, fp);
+    freadCheck(lora->v, sizeof(float), lora->num_params, fp);
+    for (int i = 0; i < n_train; i++) {
+        if (order[i] < 0 || order[i] >= n_train) { die_file(path, NULL, "its record order is corrupt"); }
+    }
+    fcloseCheck(fp);
+}
+
+// --- begin shared-copy: log-truncate ---
+// On resume, the log of the first run may go on past the checkpoint (it ran a
+// while longer before it stopped). Keep only the lines whose first number, read
+// with key_format (e.g. "s:%d"), is at most `last`, and write the result back
+// atomically, so that the resumed run's lines follow on.
+void log_truncate_after(const char *path, const char *key_format, int last) {
+    FILE *fp = fopen(path, "rb");
+    if (fp == NULL) { return; } // no log yet: nothing to keep
+    size_t cap = 1 << 16, len = 0;
+    char *kept = (char *)mallocCheck(cap), line[1024];
+    while (fgets(line, sizeof(line), fp) != NULL) {
+        int key;
+        if (sscanf(line, key_format, &key) != 1 || key > last) { continue; }
+        size_t n = strlen(line);
+        if (len + n > cap) {
+            cap = 2 * (len + n);
+            char *bigger = (char *)realloc(kept, cap);
+            if (bigger == NULL) { fprintf(stderr, "Error: out of memory reading %s\n", path); exit(EXIT_FAILURE); }
+            kept = bigger;
+        }
+        memcpy(kept + len, line, n);
+        len += n;
+    }
+    fcloseCheck(fp);
+    const void *bufs[1] = {kept};
+    write_file_atomic(path, bufs, &len, 1);
+    free(kept);
+}
+// --- end shared-copy: log-truncate ---
+
+// ----------------------------------------------------------------------------
 // main: train an adapter
 
 // --- begin shared-copy: usage-error ---
@@ -2474,7 +2578,7 @@ float get_learning_rate(int step, float max_lr, int warmup_steps, int max_steps,
 
 typedef struct {
     const char *model, *tokenizer, *data, *out, *targets, *init;
-    int r, rslora, B, accum, T, steps, epochs, warmup, val_every, refuse;
+    int r, rslora, B, accum, T, steps, epochs, warmup, val_every, refuse, save_every, resume;
     float alpha, dropout, lr, weight_decay, clip, val_frac, final_frac;
     uint64_t seed;
 } Options;
@@ -2504,10 +2608,13 @@ static void print_usage(const Options *d) {
            "  -c X      clip the gradient to this norm (0: never) [%g]\n"
            "  -v N      validation loss every N steps (and at the end) [%d]\n"
            "  -V X      fraction of the records held out for validation [%g]\n"
+           "  -S N      a checkpoint every N steps (OUT/step_N/: the adapter; OUT/state_N.bin), 0: none [%d]\n"
+           "  -y 0|1    resume from the newest checkpoint in -o, with the same flags and data [%d]\n"
            "  -s N      seed: the adapter's start, the split, the order [%llu]\n"
            "  -h        this help\n",
            PROGRAM, d->model, d->data, d->out, d->targets, d->r, d->alpha, d->rslora, d->dropout, d->B, d->accum, d->T, d->refuse, d->epochs,
-           d->steps, d->lr, d->warmup, d->final_frac, d->weight_decay, d->clip, d->val_every, d->val_frac, (unsigned long long)d->seed);
+           d->steps, d->lr, d->warmup, d->final_frac, d->weight_decay, d->clip, d->val_every, d->val_frac, d->save_every, d->resume,
+           (unsigned long long)d->seed);
 }
 
 // the mean loss over a dataset's labelled tokens (forward only)
@@ -2532,9 +2639,11 @@ static double evaluate(const Base *b, Lora *lora, Acts *a, const Dataset *d, int
     return total > 0 ? sum / total : 0.0;
 }
 
+#define METRICS_HEADER "step\tlr\tloss\tgrad_norm\tval_loss\ttokens_per_s\n" // metrics.tsv: a line a step (0: before any)
+
 int main(int argc, char **argv) {
     Options defaults = {"data/smollm2/SmolLM2-135M-Instruct.bin", NULL, "data/iso/train.jsonl", "log_lora", "all-linear", NULL, 8, 0, 4, 4,
-                        128, 0, 1, 10, 50, 0, 16.0f, 0.05f, 1e-3f, 0.0f, 1.0f, 0.05f, 0.1f, 1337},
+                        128, 0, 1, 10, 50, 0, 0, 0, 16.0f, 0.05f, 1e-3f, 0.0f, 1.0f, 0.05f, 0.1f, 1337},
             o = defaults;
     for (int i = 1; i < argc; i += 2) {
         if (strcmp(argv[i], "-h") == 0) { print_usage(&defaults); return 0; }
@@ -2566,6 +2675,8 @@ int main(int argc, char **argv) {
         case 'v': o.val_every = (int)parse_int(flag, v, 1); break;
         case 'V': o.val_frac = parse_float(flag, v); break;
         case 's': o.seed = (uint64_t)parse_int(flag, v, 0); break;
+        case 'S': o.save_every = (int)parse_int(flag, v, 0); break;
+        case 'y': o.resume = (int)parse_int(flag, v, 0) != 0; break;
         default: usage_error("unknown flag %s", flag);
         }
     }
@@ -2603,9 +2714,27 @@ int main(int argc, char **argv) {
     int T = longest < o.T ? longest : o.T;
     int per_step = o.B * o.accum, steps = o.steps > 0 ? o.steps : o.epochs * ((train.n + per_step - 1) / per_step);
 
+    // the adapter: from the newest checkpoint (-y 1), from -i, or new
+    int resume_step = o.resume ? find_latest_checkpoint(o.out) : -1;
+    if (o.resume && resume_step < 0) {
+        die_file(o.out, "a run with -S N writes them; -y 1 resumes it with the same flags", "-y 1, but no checkpoint here (state_N.bin with step_N/)");
+    }
+    if (!o.resume && o.save_every > 0 && find_latest_checkpoint(o.out) >= 0) {
+        die_file(o.out, "resume them with -y 1, or pick another -o", "already holds checkpoints (the newest: step %d); not writing over them",
+                 find_latest_checkpoint(o.out));
+    }
     Lora lora;
-    if (o.init != NULL) { lora_load(&lora, &b, o.init); o.r = lora.r; o.alpha = lora.alpha; o.rslora = lora.rslora; o.targets = "from -i"; }
-    else { lora_create(&lora, &b, o.r, o.alpha, o.rslora, o.targets, o.seed); }
+    char from[MAX_PATH_LEN];
+    if (resume_step >= 0) {
+        format_path(from, sizeof(from), "%s/step_%06d", o.out, resume_step);
+        lora_load(&lora, &b, from);
+        o.r = lora.r; o.alpha = lora.alpha; o.rslora = lora.rslora; o.targets = "from the checkpoint";
+    } else if (o.init != NULL) {
+        lora_load(&lora, &b, o.init);
+        o.r = lora.r; o.alpha = lora.alpha; o.rslora = lora.rslora; o.targets = "from -i";
+    } else {
+        lora_create(&lora, &b, o.r, o.alpha, o.rslora, o.targets, o.seed);
+    }
     lora.dropout = o.dropout;
     size_t base_params = b.llama ? b.llama_weights.num_parameters : b.gpt2.num_parameters;
     Acts a;
@@ -2625,18 +2754,33 @@ int main(int argc, char **argv) {
     if (mkdir(o.out, 0755) != 0 && errno != EEXIST) { die_file(o.out, NULL, "cannot make the folder: %s", strerror(errno)); }
     char path[MAX_PATH_LEN];
     path_concat(path, o.out, "/metrics.tsv");
-    FILE *log = fopenCheck(path, "w");
-    fprintf(log, "step\tlr\tloss\tgrad_norm\tval_loss\ttokens_per_s\n");
     int *tokens = (int *)mallocCheck(N * sizeof(int)), *labels = (int *)mallocCheck(N * sizeof(int));
     int *order = (int *)mallocCheck((size_t)train.n * sizeof(int));
     for (int i = 0; i < train.n; i++) { order[i] = i; }
-    double val_loss = evaluate(&b, &lora, &a, &val, tokens, labels);
-    printf("step %5d/%d | val loss %.4f (the base model)\n", 0, steps, val_loss);
-    fprintf(log, "0\t\t\t\t%.6f\t\n", val_loss);
-    int cursor = train.n; // (an epoch ends when the cursor passes the end: then a new order)
-    int epoch = 0;
+    Progress pr = {0, 0, train.n}; // (the cursor past the end: the first step starts an epoch, with a new order)
+    double val_loss = 0.0;
+    FILE *log;
+    if (resume_step >= 0) {
+        checkpoint_load(o.out, resume_step, &lora, &pr, order, train.n, o.B, o.accum, T, steps, o.seed);
+        log_truncate_after(path, "%d", resume_step); // (the lines the stopped run wrote after its checkpoint go,
+        size_t len;                                  // and the header, which has no step: written again)
+        uint8_t *kept = read_whole_file(path, &len, NULL);
+        const void *bufs[2] = {METRICS_HEADER, kept};
+        size_t sizes[2] = {strlen(METRICS_HEADER), len};
+        write_file_atomic(path, bufs, sizes, 2);
+        free(kept);
+        log = fopenCheck(path, "a");
+        printf("resuming at step %d of %d from %s\n", pr.step, steps, from);
+    } else {
+        log = fopenCheck(path, "w");
+        fputs(METRICS_HEADER, log);
+        val_loss = evaluate(&b, &lora, &a, &val, tokens, labels);
+        printf("step %5d/%d | val loss %.4f (the %s)\n", 0, steps, val_loss, o.init != NULL ? "start adapter" : "base model");
+        fprintf(log, "0\t\t\t\t%.6f\t\n", val_loss);
+    }
+    int cursor = pr.cursor, epoch = pr.epoch;
     double start = wall_seconds();
-    for (int step = 0; step < steps; step++) {
+    for (int step = pr.step; step < steps; step++) {
         double t0 = wall_seconds();
         float lr = get_learning_rate(step, o.lr, o.warmup, steps, o.final_frac);
         memset(lora.grads, 0, lora.num_params * sizeof(float));
@@ -2671,12 +2815,17 @@ int main(int argc, char **argv) {
         if (validate) { val_loss = evaluate(&b, &lora, &a, &val, tokens, labels); }
         printf("step %5d/%d | loss %.4f | norm %.3f | lr %.2e | %.0f tokens/s", step + 1, steps, loss, norm, lr, N * o.accum / dt);
         if (validate) { printf(" | val loss %.4f", val_loss); }
-        printf(" | ETA %.0f s\n", elapsed / (step + 1) * (steps - step - 1));
+        printf(" | ETA %.0f s\n", elapsed / (step + 1 - pr.step) * (steps - step - 1));
         fflush(stdout);
         fprintf(log, "%d\t%g\t%.6f\t%.6f\t", step + 1, lr, loss, norm);
         if (validate) { fprintf(log, "%.6f", val_loss); }
         fprintf(log, "\t%.1f\n", N * o.accum / dt);
         fflush(log);
+        if (o.save_every > 0 && ((step + 1) % o.save_every == 0 || last)) {
+            Progress now = {step + 1, epoch, cursor};
+            checkpoint_save(o.out, &lora, &b, o.model, &now, order, train.n, o.B, o.accum, T, steps, o.seed);
+            printf("checkpoint: %s/step_%06d/ and state_%06d.bin\n", o.out, step + 1, step + 1);
+        }
     }
     fcloseCheck(log);
     lora_save(&lora, &b, o.out, o.model);

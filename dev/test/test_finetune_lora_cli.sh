@@ -65,6 +65,21 @@ report "the same seed: the same adapter, bit for bit" $(cmp -s "$OUT/adapter_mod
 report "-i: starts from that adapter (its rank and modules), trains on" \
     $([ $? = 0 ] && grep -q 'r=4, alpha 16 .*60 modules (from -i)' "$TMP/log2" && echo 1 || echo 0) "$(grep '^LoRA\|Error' "$TMP/log2")"
 
+# checkpoints: a run of 4 steps saving every 2; the same run stopped after step 2 (its step 4
+# files removed) and resumed with -y 1 must end with the same adapter, bit for bit, and the
+# same metrics (but the timing column)
+R="-d $D -t 64 -n 4 -b 2 -k 1 -v 2 -V 0.2 -r 4 -T q_proj,v_proj -S 2"
+"$BIN" $R -o "$TMP/whole" > /dev/null 2>&1
+"$BIN" $R -o "$TMP/stopped" > /dev/null 2>&1
+rm -rf "$TMP/stopped/step_000004" "$TMP/stopped/state_000004.bin" "$TMP/stopped/adapter_model.safetensors"
+head -4 "$TMP/stopped/metrics.tsv" > "$TMP/m" && printf '3\t0\t9\t9\t\t0\n' >> "$TMP/m" && mv "$TMP/m" "$TMP/stopped/metrics.tsv" # (and a line past the checkpoint)
+report "checkpoints every 2 steps: step_000002/, state_000002.bin, ..._4" \
+    $([ -f "$TMP/whole/step_000002/adapter_model.safetensors" ] && [ -f "$TMP/whole/state_000002.bin" ] && [ -f "$TMP/whole/state_000004.bin" ] && echo 1 || echo 0)
+"$BIN" $R -o "$TMP/stopped" -y 1 > "$TMP/log3" 2>&1
+report "-y 1 resumes at step 2" $(grep -q 'resuming at step 2 of 4' "$TMP/log3" && echo 1 || echo 0) "$(grep -i 'error\|resum' "$TMP/log3")"
+report "... and ends with the same adapter, bit for bit" $(cmp -s "$TMP/whole/adapter_model.safetensors" "$TMP/stopped/adapter_model.safetensors" && cmp -s "$TMP/whole/step_000004/adapter_model.safetensors" "$TMP/stopped/step_000004/adapter_model.safetensors" && cmp -s "$TMP/whole/state_000004.bin" "$TMP/stopped/state_000004.bin" && echo 1 || echo 0)
+report "... and the same metrics.tsv (the line past the checkpoint gone)" $(diff <(cut -f1-5 "$TMP/whole/metrics.tsv") <(cut -f1-5 "$TMP/stopped/metrics.tsv") > /dev/null && echo 1 || echo 0) "$(diff <(cut -f1-5 "$TMP/whole/metrics.tsv") <(cut -f1-5 "$TMP/stopped/metrics.tsv") | head -4 | tr '\n' ' ')"
+
 # errors: exit 1, one line naming the problem
 expect_error() {  # expect_error NAME NEEDLE ARGS...
     local name=$1 needle=$2
@@ -87,6 +102,9 @@ expect_error "-t beyond the model's context" "-t 9000: longer than the model's c
 expect_error "an unknown flag" "unknown flag -Z" -Z 1
 expect_error "-D 1: a dropout that drops everything" "-D: the dropout probability must be below 1" -D 1
 expect_error "an adapter folder that is not one" "$TMP/none/adapter_config.json" -d "$D" -o "$TMP/x" -t 64 -i "$TMP/none"
+expect_error "-y 1 with no checkpoint" "$TMP/x: -y 1, but no checkpoint here" $R -o "$TMP/x" -y 1
+expect_error "a new run into checkpoints: not written over" "already holds checkpoints (the newest: step 4)" $R -o "$TMP/whole"
+expect_error "resuming with other flags: which" "state_000004.bin: written by a run with 10 training records, -b 2" $R -o "$TMP/whole" -y 1 -b 1
 
 echo
 echo "$passed passed, $failed failed"
