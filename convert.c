@@ -530,6 +530,7 @@ void gpt2_build_from_checkpoint(GPT2Weights *w, const char *path) {
 }
 // --- end shared-copy: checkpoint-read ---
 
+// --- begin shared-copy: model-file-write ---
 // Our model files (GPT-2's and the Llama family's): the 256-int header, then n weights as
 // float32, or bf16 (rounded to nearest even), written atomically.
 static void write_model_file(const char *path, const int *header, const float *params, size_t n, int bf16) {
@@ -559,6 +560,7 @@ void gpt2_save_checkpoint(const GPT2Weights *w, const char *path, int bf16) {
     header[7] = w->config.padded_vocab_size;
     write_model_file(path, header, w->params_memory, w->num_parameters, bf16);
 }
+// --- end shared-copy: model-file-write ---
 
 // ----------------------------------------------------------------------------
 // JSON: just enough of a parser for config.json and safetensors headers
@@ -2271,6 +2273,7 @@ static void llama_free(LlamaWeights *w) {
 }
 // --- end shared-copy: llama-config ---
 
+// --- begin shared-copy: llama-model-write ---
 static int float_bits(float f) {
     int i;
     memcpy(&i, &f, 4);
@@ -2287,6 +2290,7 @@ void llama_save(const LlamaWeights *w, const char *path, int bf16) {
     memcpy(header, fields, sizeof(fields));
     write_model_file(path, header, w->params, w->num_parameters, bf16);
 }
+// --- end shared-copy: llama-model-write ---
 
 // --- begin shared-copy: llama-model-read ---
 static float bits_float(int i) {

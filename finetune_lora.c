@@ -22,8 +22,8 @@ which PeftModel.from_pretrained loads). The backward pass goes through the froze
 gradients only. test_finetune_lora.c checks the arithmetic against PEFT on three tiny
 models (dev/reference/lora_reference.py: logits, every gradient, five accumulated AdamW
 steps, a merge); dev/test/test_finetune_lora_cli.sh the command line.
-Checkpoints (-S) with bit-exact resuming (-y 1). Not yet: inference with the adapter (infer),
-writing a merged model, the evaluation before and after, the GPU version.
+Checkpoints (-S) with bit-exact resuming (-y 1); -M writes the model with the adapter merged
+(a model file infer runs). Not yet: inference with an unmerged adapter, the evaluation before and after, the GPU version.
 
     make finetune_lora smollm2 data/iso/train.jsonl
     ./finetune_lora -h                              # every flag with its default
@@ -1302,6 +1302,65 @@ void llama_load(LlamaWeights *w, const char *path) {
     fcloseCheck(fp);
 }
 // --- end shared-copy: llama-model-read ---
+// --- begin shared-copy: float-to-bf16 ---
+// ... and narrowing a float to bf16 rounds its top half to nearest, ties to even.
+static inline uint16_t float_to_bf16(float f) {
+    uint32_t bits;
+    memcpy(&bits, &f, sizeof(bits));
+    if ((bits & 0x7fffffffu) > 0x7f800000u) { return (uint16_t)((bits >> 16) | 0x40); } // NaN stays NaN
+    bits += 0x7fffu + ((bits >> 16) & 1u);
+    return (uint16_t)(bits >> 16);
+}
+// --- end shared-copy: float-to-bf16 ---
+// --- begin shared-copy: model-file-write ---
+// Our model files (GPT-2's and the Llama family's): the 256-int header, then n weights as
+// float32, or bf16 (rounded to nearest even), written atomically.
+static void write_model_file(const char *path, const int *header, const float *params, size_t n, int bf16) {
+    uint16_t *narrow = NULL;
+    const void *bufs[2] = {header, params};
+    size_t sizes[2] = {256 * sizeof(int), n * sizeof(float)};
+    if (bf16) {
+        narrow = (uint16_t *)mallocCheck(n * sizeof(uint16_t));
+        for (size_t i = 0; i < n; i++) { narrow[i] = float_to_bf16(params[i]); }
+        bufs[1] = narrow;
+        sizes[1] = n * sizeof(uint16_t);
+    }
+    write_file_atomic(path, bufs, sizes, 2);
+    free(narrow);
+}
+
+// Writes an llm.c checkpoint: version 3 (fp32) or, with bf16, version 5.
+void gpt2_save_checkpoint(const GPT2Weights *w, const char *path, int bf16) {
+    int header[256] = {0};
+    header[0] = MODEL_MAGIC;
+    header[1] = bf16 ? MODEL_VERSION_BF16 : MODEL_VERSION_FP32;
+    header[2] = w->config.max_seq_len;
+    header[3] = w->config.vocab_size;
+    header[4] = w->config.num_layers;
+    header[5] = w->config.num_heads;
+    header[6] = w->config.channels;
+    header[7] = w->config.padded_vocab_size;
+    write_model_file(path, header, w->params_memory, w->num_parameters, bf16);
+}
+// --- end shared-copy: model-file-write ---
+// --- begin shared-copy: llama-model-write ---
+static int float_bits(float f) {
+    int i;
+    memcpy(&i, &f, 4);
+    return i;
+}
+
+void llama_save(const LlamaWeights *w, const char *path, int bf16) {
+    LlamaConfig c = w->config;
+    int header[256] = {0};
+    int fields[20] = {LLAMA_MAGIC, bf16 ? MODEL_VERSION_BF16 : MODEL_VERSION_FP32, c.max_seq_len, c.vocab_size, c.num_layers,
+                      c.num_heads, c.num_kv_heads, c.channels, c.hidden, c.head_size, (c.tied ? 1 : 0) | (c.qkv_bias ? 2 : 0),
+                      float_bits(c.rope_theta), float_bits(c.norm_eps), float_bits(c.rope_factor), float_bits(c.rope_low_freq_factor),
+                      float_bits(c.rope_high_freq_factor), c.rope_original_max, c.family, c.bos_token_id, c.eos_token_id};
+    memcpy(header, fields, sizeof(fields));
+    write_model_file(path, header, w->params, w->num_parameters, bf16);
+}
+// --- end shared-copy: llama-model-write ---
 // --- begin shared-copy: rope-frequencies ---
 // RoPE's HS/2 frequencies, inv_freq[i] = theta^(-2i/HS), in float as transformers computes
 // them; with Llama 3's scaling, long wavelengths (beyond original_max / low_freq_factor
@@ -1976,7 +2035,6 @@ static void adamw_update(Lora *lora, float lr, float beta1, float beta2, float e
 
 // Folds module m into the base weight W of its site (W + s B A into its band of rows): a
 // model that runs with no adapter at all (PEFT's merge_and_unload). W is (OUT, in).
-__attribute__((unused)) // (test_finetune_lora checks it; writing a merged model file comes next)
 static void lora_merge(float *W, const LoraModule *m, float scale, int r) {
     for (int o = 0; o < m->out; o++) {
         for (int i = 0; i < m->in; i++) {
@@ -1984,6 +2042,18 @@ static void lora_merge(float *W, const LoraModule *m, float scale, int r) {
             for (int k = 0; k < r; k++) { sum += m->B[(size_t)o * r + k] * m->A[(size_t)k * m->in + i]; }
             W[(size_t)(m->offset + o) * m->in + i] += scale * sum;
         }
+    }
+}
+
+// Every module of the adapter folded into the base's weights: the model, with no adapter,
+// computes what base + adapter did (up to fp32's rounding in the order of the sums)
+static void merge_adapter(Base *b, const Lora *lora) {
+    size_t C = b->C, Q = (size_t)b->NH * b->HS, QKV = Q + 2 * (size_t)b->NKV * b->HS, H = b->H, MLP = (b->llama ? 2 : 1) * H;
+    for (int k = 0; k < lora->num_modules; k++) {
+        const LoraModule *m = &lora->modules[k];
+        float *W = m->site == SITE_QKV ? (float *)b->qkvw + m->layer * QKV * C : m->site == SITE_ATTPROJ ? (float *)b->attprojw + m->layer * C * Q
+                 : m->site == SITE_FC ? (float *)b->fcw + m->layer * MLP * C : (float *)b->fcprojw + m->layer * C * H;
+        lora_merge(W, m, lora->scale, lora->r);
     }
 }
 
@@ -2577,7 +2647,7 @@ float get_learning_rate(int step, float max_lr, int warmup_steps, int max_steps,
 // --- end shared-copy: gpt2-lr-schedule ---
 
 typedef struct {
-    const char *model, *tokenizer, *data, *out, *targets, *init;
+    const char *model, *tokenizer, *data, *out, *targets, *init, *merge;
     int r, rslora, B, accum, T, steps, epochs, warmup, val_every, refuse, save_every, resume;
     float alpha, dropout, lr, weight_decay, clip, val_frac, final_frac;
     uint64_t seed;
@@ -2590,6 +2660,8 @@ static void print_usage(const Options *d) {
            "  -d FILE   the training data, JSONL: instruction, input, output [%s]\n"
            "  -o DIR    where the adapter (PEFT's files) and metrics.tsv go [%s]\n"
            "  -i DIR    start from this adapter (PEFT's files; its rank, alpha and modules) instead of a new one\n"
+           "  -M FILE   no training: merge -i's adapter into the model and write it to FILE (with its tokenizer beside it),\n"
+           "            after checking on -d's validation records that it computes what model + adapter do\n"
            "  -T LIST   the modules to adapt: all-linear, or PEFT names (q_proj,v_proj; GPT-2: c_attn,c_proj,c_fc) [%s]\n"
            "  -r N      LoRA's rank [%d]\n"
            "  -a X      LoRA's alpha: the update is scaled by alpha / r [%g]\n"
@@ -2642,7 +2714,7 @@ static double evaluate(const Base *b, Lora *lora, Acts *a, const Dataset *d, int
 #define METRICS_HEADER "step\tlr\tloss\tgrad_norm\tval_loss\ttokens_per_s\n" // metrics.tsv: a line a step (0: before any)
 
 int main(int argc, char **argv) {
-    Options defaults = {"data/smollm2/SmolLM2-135M-Instruct.bin", NULL, "data/iso/train.jsonl", "log_lora", "all-linear", NULL, 8, 0, 4, 4,
+    Options defaults = {"data/smollm2/SmolLM2-135M-Instruct.bin", NULL, "data/iso/train.jsonl", "log_lora", "all-linear", NULL, NULL, 8, 0, 4, 4,
                         128, 0, 1, 10, 50, 0, 0, 0, 16.0f, 0.05f, 1e-3f, 0.0f, 1.0f, 0.05f, 0.1f, 1337},
             o = defaults;
     for (int i = 1; i < argc; i += 2) {
@@ -2657,6 +2729,7 @@ int main(int argc, char **argv) {
         case 'o': o.out = v; break;
         case 'T': o.targets = v; break;
         case 'i': o.init = v; break;
+        case 'M': o.merge = v; break;
         case 'r': o.r = (int)parse_int(flag, v, 1); break;
         case 'a': o.alpha = parse_float(flag, v); break;
         case 'R': o.rslora = (int)parse_int(flag, v, 0) != 0; break;
@@ -2681,6 +2754,7 @@ int main(int argc, char **argv) {
         }
     }
     if (!(o.alpha > 0.0f)) { usage_error("-a: alpha must be above 0, got '%s'", "0"); }
+    if (o.merge != NULL && o.init == NULL) { usage_error("-M %s: merges an adapter: name it with -i", o.merge); }
     if (o.dropout >= 1.0f) { usage_error("-D: the dropout probability must be below 1%s", ""); }
     if (o.accum > 256) { usage_error("-k: at most 256 micro-batches a step, got more%s", ""); }
     if (o.val_frac >= 1.0f) { usage_error("-V: the validation fraction must be below 1%s", ""); }
@@ -2748,9 +2822,38 @@ int main(int argc, char **argv) {
     printf("memory (MiB): base weights %.1f (fp32, no gradients), adapter %.2f, its gradients %.2f, AdamW's moments %.2f, "
            "activations %.1f (B=%d, T=%d)\n", base_params * 4.0 / (1 << 20), lora.num_params * 4.0 / (1 << 20),
            lora.num_params * 4.0 / (1 << 20), lora.num_params * 8.0 / (1 << 20), act * 4.0 / (1 << 20), o.B, T);
+
+    if (o.merge != NULL) { // -M: merge, check, write
+        int *tokens = (int *)mallocCheck(N * sizeof(int)), *labels = (int *)mallocCheck(N * sizeof(int));
+        double adapted = evaluate(&b, &lora, &a, &val, tokens, labels);
+        Lora none = lora;
+        none.num_modules = 0;
+        merge_adapter(&b, &lora);
+        double merged = evaluate(&b, &none, &a, &val, tokens, labels);
+        printf("validation loss: %.6f with the adapter, %.6f merged\n", adapted, merged);
+        int bf16 = b.llama ? b.llama_weights.from_bf16 : b.gpt2.from_bf16;
+        if (b.llama) { llama_save(&b.llama_weights, o.merge, bf16); } else { gpt2_save_checkpoint(&b.gpt2, o.merge, bf16); }
+        size_t merge_len = strlen(o.merge);
+        if (tok_path != NULL && merge_len > 4 && strcmp(o.merge + merge_len - 4, ".bin") == 0) { // its tokenizer beside it, as ./convert does
+            char tok_out[MAX_PATH_LEN];
+            format_path(tok_out, sizeof(tok_out), "%.*s_tokenizer.bin", (int)(merge_len - 4), o.merge);
+            size_t len;
+            uint8_t *bytes = read_whole_file(tok_path, &len, NULL);
+            const void *bufs[1] = {bytes};
+            write_file_atomic(tok_out, bufs, &len, 1);
+            free(bytes);
+            printf("wrote %s (%s, the adapter merged%s) and %s\n", o.merge, b.llama ? "Llama-family model file" : "GPT-2 checkpoint",
+                   bf16 ? ", rounded to bf16 as the base was" : "", tok_out);
+        } else {
+            printf("wrote %s (%s, the adapter merged%s)\n", o.merge, b.llama ? "Llama-family model file" : "GPT-2 checkpoint",
+                   bf16 ? ", rounded to bf16 as the base was" : "");
+        }
+        free(tokens); free(labels);
+        acts_free(&a); lora_free(&lora); tokenizer_free(&tok); base_free(&b);
+        return 0;
+    }
     printf("training: %d steps of %d x %d sequences (%d epochs of %d records), lr %g, warm-up %d, weight decay %g, clip %g\n", steps,
            o.accum, o.B, (int)((double)steps * per_step / train.n + 0.999), train.n, o.lr, o.warmup, o.weight_decay, o.clip);
-
     if (mkdir(o.out, 0755) != 0 && errno != EEXIST) { die_file(o.out, NULL, "cannot make the folder: %s", strerror(errno)); }
     char path[MAX_PATH_LEN];
     path_concat(path, o.out, "/metrics.tsv");

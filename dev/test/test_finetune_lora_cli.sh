@@ -4,7 +4,7 @@
 # the files it writes (PEFT's adapter, metrics.tsv), a run that starts from that adapter,
 # the same bytes for the same seed, and bad flags and files: one error each, exit 1.
 #
-#   make finetune_lora smollm2 && bash dev/test/test_finetune_lora_cli.sh ./finetune_lora
+#   make finetune_lora infer smollm2 && bash dev/test/test_finetune_lora_cli.sh ./finetune_lora
 set -u
 
 BIN=${1:-./finetune_lora}
@@ -80,6 +80,15 @@ report "-y 1 resumes at step 2" $(grep -q 'resuming at step 2 of 4' "$TMP/log3" 
 report "... and ends with the same adapter, bit for bit" $(cmp -s "$TMP/whole/adapter_model.safetensors" "$TMP/stopped/adapter_model.safetensors" && cmp -s "$TMP/whole/step_000004/adapter_model.safetensors" "$TMP/stopped/step_000004/adapter_model.safetensors" && cmp -s "$TMP/whole/state_000004.bin" "$TMP/stopped/state_000004.bin" && echo 1 || echo 0)
 report "... and the same metrics.tsv (the line past the checkpoint gone)" $(diff <(cut -f1-5 "$TMP/whole/metrics.tsv") <(cut -f1-5 "$TMP/stopped/metrics.tsv") > /dev/null && echo 1 || echo 0) "$(diff <(cut -f1-5 "$TMP/whole/metrics.tsv") <(cut -f1-5 "$TMP/stopped/metrics.tsv") | head -4 | tr '\n' ' ')"
 
+# -M: the adapter merged into a model file that infer runs, computing what model + adapter did
+"$BIN" -d "$D" -t 64 -V 0.2 -i "$OUT" -M "$TMP/merged.bin" > "$TMP/log4" 2>&1
+losses=$(grep '^validation loss:' "$TMP/log4" | sed 's/validation loss: \([0-9.]*\) with the adapter, \([0-9.]*\) merged/\1 \2/')
+report "-M: the merged model's validation loss is the adapter's (to 1e-4)" \
+    $(echo "$losses" | awk '{ d = $1 - $2; if (d < 0) d = -d; exit !(NF == 2 && d < 1e-4) }' && echo 1 || echo 0) "$losses"
+report "... written as a model file, with its tokenizer beside it" $([ -s "$TMP/merged.bin" ] && [ -s "$TMP/merged_tokenizer.bin" ] && echo 1 || echo 0)
+./infer -m "$TMP/merged.bin" -a 1 -i "What is 3 plus 3?" -t 0 -n 8 > "$TMP/answer" 2> "$TMP/infer_log"
+report "... which infer runs" $([ $? = 0 ] && [ -s "$TMP/answer" ] && echo 1 || echo 0) "$(tail -2 "$TMP/infer_log")"
+
 # errors: exit 1, one line naming the problem
 expect_error() {  # expect_error NAME NEEDLE ARGS...
     local name=$1 needle=$2
@@ -102,6 +111,7 @@ expect_error "-t beyond the model's context" "-t 9000: longer than the model's c
 expect_error "an unknown flag" "unknown flag -Z" -Z 1
 expect_error "-D 1: a dropout that drops everything" "-D: the dropout probability must be below 1" -D 1
 expect_error "an adapter folder that is not one" "$TMP/none/adapter_config.json" -d "$D" -o "$TMP/x" -t 64 -i "$TMP/none"
+expect_error "-M without -i" "-M $TMP/m.bin: merges an adapter: name it with -i" -M "$TMP/m.bin"
 expect_error "-y 1 with no checkpoint" "$TMP/x: -y 1, but no checkpoint here" $R -o "$TMP/x" -y 1
 expect_error "a new run into checkpoints: not written over" "already holds checkpoints (the newest: step 4)" $R -o "$TMP/whole"
 expect_error "resuming with other flags: which" "state_000004.bin: written by a run with 10 training records, -b 2" $R -o "$TMP/whole" -y 1 -b 1
