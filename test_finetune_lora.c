@@ -237,6 +237,17 @@ static void test_model(const char *name, const char *model_path) {
     for (int k = 0; same && k < lora.num_modules; k++) { same = strcmp(back.modules[k].name, lora.modules[k].name) == 0; }
     check("written as PEFT's files, read back bit for bit", same, "");
     lora_free(&back);
+    // every module merged into the base (merge_adapter, what -M writes): with no adapter it
+    // computes the logits base + adapter did
+    model_forward(&b, &lora, &a, tokens, none, &count);
+    float *adapted = (float *)mallocCheck((size_t)N * b.Vp * sizeof(float));
+    memcpy(adapted, a.logits, (size_t)N * b.Vp * sizeof(float));
+    merge_adapter(&b, &lora);
+    Lora empty = lora;
+    empty.num_modules = 0;
+    model_forward(&b, &empty, &a, tokens, none, &count);
+    check_close("merged into the base: the adapted logits, with no adapter", a.logits, adapted, (size_t)N * b.Vp, 1e-5f);
+    free(adapted);
     free(W); free(band); free(ref);
     free(tokens); free(labels); free(none); free(ref_logits); free(ours); free(ref_losses); free(ref_norms);
     fclose(f.fp);
