@@ -2852,8 +2852,8 @@ int main(int argc, char **argv) {
         acts_free(&a); lora_free(&lora); tokenizer_free(&tok); base_free(&b);
         return 0;
     }
-    printf("training: %d steps of %d x %d sequences (%d epochs of %d records), lr %g, warm-up %d, weight decay %g, clip %g\n", steps,
-           o.accum, o.B, (int)((double)steps * per_step / train.n + 0.999), train.n, o.lr, o.warmup, o.weight_decay, o.clip);
+    printf("training: %d steps of %d x %d sequences (%.2f epochs of %d records), lr %g, warm-up %d, weight decay %g, clip %g\n", steps,
+           o.accum, o.B, (double)steps * per_step / train.n, train.n, o.lr, o.warmup, o.weight_decay, o.clip);
     if (mkdir(o.out, 0755) != 0 && errno != EEXIST) { die_file(o.out, NULL, "cannot make the folder: %s", strerror(errno)); }
     char path[MAX_PATH_LEN];
     path_concat(path, o.out, "/metrics.tsv");
