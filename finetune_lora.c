@@ -2856,6 +2856,10 @@ int main(int argc, char **argv) {
            o.accum, o.B, (double)steps * per_step / train.n, train.n, o.lr, o.warmup, o.weight_decay, o.clip);
     if (mkdir(o.out, 0755) != 0 && errno != EEXIST) { die_file(o.out, NULL, "cannot make the folder: %s", strerror(errno)); }
     char path[MAX_PATH_LEN];
+    path_concat(path, o.out, "/adapter_model.safetensors");
+    if (resume_step < 0 && access(path, F_OK) == 0) { // (a new run would write its metrics and adapter over a finished one's)
+        die_file(o.out, "pick another -o, or remove the folder's files first", "already holds an adapter (adapter_model.safetensors); not writing over it");
+    }
     path_concat(path, o.out, "/metrics.tsv");
     int *tokens = (int *)mallocCheck(N * sizeof(int)), *labels = (int *)mallocCheck(N * sizeof(int));
     int *order = (int *)mallocCheck((size_t)train.n * sizeof(int));

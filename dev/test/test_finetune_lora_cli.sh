@@ -114,6 +114,9 @@ expect_error "an adapter folder that is not one" "$TMP/none/adapter_config.json"
 expect_error "-M without -i" "-M $TMP/m.bin: merges an adapter: name it with -i" -M "$TMP/m.bin"
 expect_error "-y 1 with no checkpoint" "$TMP/x: -y 1, but no checkpoint here" $R -o "$TMP/x" -y 1
 expect_error "a new run into checkpoints: not written over" "already holds checkpoints (the newest: step 4)" $R -o "$TMP/whole"
+before=$(sha256sum "$OUT/adapter_model.safetensors" "$OUT/metrics.tsv")
+expect_error "a new run into a finished one's folder: not written over" "already holds an adapter" -d "$D" -o "$OUT" -t 64 -n 1
+report "... whose adapter and metrics are untouched" $([ "$before" = "$(sha256sum "$OUT/adapter_model.safetensors" "$OUT/metrics.tsv")" ] && echo 1 || echo 0)
 expect_error "resuming with other flags: which" "state_000004.bin: written by a run with 10 training records, -b 2" $R -o "$TMP/whole" -y 1 -b 1
 
 echo
