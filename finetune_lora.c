@@ -1439,6 +1439,7 @@ static void base_free(Base *b) {
 }
 
 // ----------------------------------------------------------------------------
+// --- begin shared-copy: lora-adapter ---
 // LoRA (Hu et al. 2021): each adapted linear layer y = x W^T + b gets a low-rank update,
 //     y = x W^T + b + s (x A^T) B^T,    A (r, in), B (out, r), s = alpha / r (rsLoRA: alpha / sqrt(r))
 // W stays frozen; only A and B train: r (in + out) numbers instead of in x out. PEFT names
@@ -1449,11 +1450,17 @@ static void base_free(Base *b) {
 
 enum { SITE_QKV, SITE_ATTPROJ, SITE_FC, SITE_FCPROJ, NUM_SITES }; // the four linear layers of a block
 
+// What of the base model an adapter must fit: the family (its module names), L layers, C
+// channels, Q = NH HS query and KV = NKV HS key/value channels, the MLP's width H
+typedef struct {
+    int llama, L, C, Q, KV, H;
+} LoraShape;
+
 typedef struct {
     char name[128]; // PEFT's module path, e.g. "model.layers.3.self_attn.q_proj"
     int layer, site, offset, out, in;
     float *A, *B;   // (r, in), (out, r): into Lora.params
-    float *dA, *dB; // their gradients: into Lora.grads
+    float *dA, *dB; // their gradients: into Lora.grads (finetune_lora; NULL in infer)
 } LoraModule;
 
 typedef struct {
@@ -1466,13 +1473,13 @@ typedef struct {
     int num_modules;
     LoraModule *modules;
     size_t num_params;
-    float *params, *grads, *m, *v; // all modules' A and B, back to back (and AdamW's moments)
+    float *params, *grads, *m, *v; // all modules' A and B, back to back (training: their gradients, AdamW's moments)
 } Lora;
 
 // Every module the family has, in PEFT's names: fills names/sites/offsets/outs/ins for layer
 // l and returns how many (GPT-2: 4, the Llama family: 7)
-static int family_modules(const Base *b, int l, char names[][128], int *site, int *offset, int *out, int *in) {
-    int C = b->C, Q = b->NH * b->HS, KV = b->NKV * b->HS, H = b->H;
+static int family_modules(const LoraShape *b, int l, char names[][128], int *site, int *offset, int *out, int *in) {
+    int C = b->C, Q = b->Q, KV = b->KV, H = b->H;
     if (!b->llama) {
         const char *n[4] = {"attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"};
         int s[4] = {SITE_QKV, SITE_ATTPROJ, SITE_FC, SITE_FCPROJ}, o[4] = {3 * C, C, H, C}, i[4] = {C, C, C, H};
@@ -1495,11 +1502,32 @@ static int family_modules(const Base *b, int l, char names[][128], int *site, in
 
 static const char *ADAPTER_HINT = "an adapter folder holds adapter_config.json and adapter_model.safetensors (PEFT's save_pretrained)";
 
-// Reads a PEFT LoRA adapter folder for base b: adapter_config.json (peft_type LORA, r,
-// lora_alpha, use_rslora, bias "none") and adapter_model.safetensors, whose every tensor
-// must be the lora_A or lora_B of a module the base has, with shapes [r, in] and [out, r].
-// Any mismatch is one error naming the file.
-static void lora_load(Lora *lora, const Base *b, const char *dir) {
+// The numbers of lora's modules (num_modules, their in, out and lora->r set): params, each
+// module's A then B; for training also grads (dA, dB alike) and AdamW's m and v, zeroed
+static void lora_allocate(Lora *lora, int training, const char *what) {
+    lora->params = (float *)calloc(lora->num_params, sizeof(float));
+    int ok = lora->params != NULL;
+    if (training) {
+        lora->grads = (float *)calloc(lora->num_params, sizeof(float));
+        lora->m = (float *)calloc(lora->num_params, sizeof(float));
+        lora->v = (float *)calloc(lora->num_params, sizeof(float));
+        ok = ok && lora->grads != NULL && lora->m != NULL && lora->v != NULL;
+    }
+    if (!ok) { die_file(what, NULL, "out of memory for an adapter of %zu numbers", lora->num_params); }
+    size_t at = 0;
+    for (int k = 0; k < lora->num_modules; k++) {
+        LoraModule *m = &lora->modules[k];
+        m->A = lora->params + at; m->dA = training ? lora->grads + at : NULL; at += (size_t)lora->r * m->in;
+        m->B = lora->params + at; m->dB = training ? lora->grads + at : NULL; at += (size_t)lora->r * m->out;
+    }
+}
+
+// Reads a PEFT LoRA adapter folder for a base model of shape b: adapter_config.json
+// (peft_type LORA, r, lora_alpha, use_rslora, bias "none") and adapter_model.safetensors,
+// whose every tensor must be the lora_A or lora_B of a module the base has, with shapes
+// [r, in] and [out, r]. Any mismatch is one error naming the file. training: 1 allocates
+// the gradients and AdamW's moments too (lora_allocate).
+static void lora_load(Lora *lora, const LoraShape *b, const char *dir, int training) {
     memset(lora, 0, sizeof(*lora));
     char path[MAX_PATH_LEN], err[256];
     path_concat(path, dir, "/adapter_config.json");
@@ -1577,13 +1605,9 @@ static void lora_load(Lora *lora, const Base *b, const char *dir) {
         }
     }
     if (lora->num_modules == 0) { die_file(path, NULL, "no LoRA tensors"); }
-    lora->params = (float *)calloc(lora->num_params, sizeof(float));
-    lora->grads = (float *)calloc(lora->num_params, sizeof(float));
-    lora->m = (float *)calloc(lora->num_params, sizeof(float));
-    lora->v = (float *)calloc(lora->num_params, sizeof(float));
-    if (lora->params == NULL || lora->grads == NULL || lora->m == NULL || lora->v == NULL) { die_file(path, NULL, "out of memory"); }
+    lora_allocate(lora, training, path);
     FILE *fp = fopenCheck(path, "rb");
-    size_t at_param = 0, largest = 0; // (the biggest tensor, in bytes at 8 a number: the read buffer)
+    size_t largest = 0; // (the biggest tensor, in bytes at 8 a number: the read buffer)
     for (int m = 0; m < lora->num_modules; m++) {
         size_t side = (size_t)(lora->modules[m].in > lora->modules[m].out ? lora->modules[m].in : lora->modules[m].out);
         largest = (size_t)r * side > largest ? (size_t)r * side : largest;
@@ -1592,8 +1616,6 @@ static void lora_load(Lora *lora, const Base *b, const char *dir) {
     for (int m = 0; m < lora->num_modules; m++) {
         LoraModule *mod = &lora->modules[m];
         char key[256];
-        mod->A = lora->params + at_param; mod->dA = lora->grads + at_param; at_param += (size_t)r * mod->in;
-        mod->B = lora->params + at_param; mod->dB = lora->grads + at_param; at_param += (size_t)r * mod->out;
         snprintf(key, sizeof(key), "base_model.model.%s.lora_A.weight", mod->name);
         st_read_floats(fp, &st, safetensors_find(&st, key), mod->A, buf, path);
         snprintf(key, sizeof(key), "base_model.model.%s.lora_B.weight", mod->name);
@@ -1607,6 +1629,12 @@ static void lora_load(Lora *lora, const Base *b, const char *dir) {
 static void lora_free(Lora *lora) {
     free(lora->modules); free(lora->params); free(lora->grads); free(lora->m); free(lora->v);
     memset(lora, 0, sizeof(*lora));
+}
+// --- end shared-copy: lora-adapter ---
+
+// the shape an adapter for base b must have
+static LoraShape base_shape(const Base *b) {
+    return (LoraShape){.llama = b->llama, .L = b->L, .C = b->C, .Q = b->NH * b->HS, .KV = b->NKV * b->HS, .H = b->H};
 }
 
 // ----------------------------------------------------------------------------
@@ -2085,10 +2113,11 @@ static void lora_create(Lora *lora, const Base *b, int r, float alpha, int rslor
     lora->scale = rslora ? alpha / sqrtf((float)r) : alpha / (float)r;
     lora->modules = (LoraModule *)calloc((size_t)b->L * 7, sizeof(LoraModule));
     if (lora->modules == NULL) { fprintf(stderr, "Error: out of memory\n"); exit(EXIT_FAILURE); }
+    LoraShape shape = base_shape(b);
     int matched = 0;
     for (int l = 0; l < b->L; l++) {
         char names[7][128];
-        int site[7], offset[7], out[7], in[7], n = family_modules(b, l, names, site, offset, out, in);
+        int site[7], offset[7], out[7], in[7], n = family_modules(&shape, l, names, site, offset, out, in);
         for (int k = 0; k < n; k++) {
             if (!target_wanted(targets, names[k])) { continue; }
             if (r > in[k] || r > out[k]) {
@@ -2103,7 +2132,7 @@ static void lora_create(Lora *lora, const Base *b, int r, float alpha, int rslor
     }
     // every name asked for must be one of the family's
     char names[7][128];
-    int site[7], offset[7], out[7], in[7], n = family_modules(b, 0, names, site, offset, out, in);
+    int site[7], offset[7], out[7], in[7], n = family_modules(&shape, 0, names, site, offset, out, in);
     for (const char *p = targets; strcmp(targets, "all-linear") != 0 && *p != '\0';) {
         const char *comma = strchr(p, ',');
         size_t len = comma != NULL ? (size_t)(comma - p) : strlen(p);
@@ -2119,16 +2148,9 @@ static void lora_create(Lora *lora, const Base *b, int r, float alpha, int rslor
         p += len + (comma != NULL);
     }
     (void)matched;
-    lora->params = (float *)calloc(lora->num_params, sizeof(float));
-    lora->grads = (float *)calloc(lora->num_params, sizeof(float));
-    lora->m = (float *)calloc(lora->num_params, sizeof(float));
-    lora->v = (float *)calloc(lora->num_params, sizeof(float));
-    if (lora->params == NULL || lora->grads == NULL || lora->m == NULL || lora->v == NULL) { fprintf(stderr, "Error: out of memory\n"); exit(EXIT_FAILURE); }
-    size_t at = 0;
+    lora_allocate(lora, 1, "the new adapter");
     for (int k = 0; k < lora->num_modules; k++) {
         LoraModule *m = &lora->modules[k];
-        m->A = lora->params + at; m->dA = lora->grads + at; at += (size_t)r * m->in;
-        m->B = lora->params + at; m->dB = lora->grads + at; at += (size_t)r * m->out;
         float bound = 1.0f / sqrtf((float)m->in);
         uint64_t key = rng_key(seed, (uint64_t)k + 1);
         for (size_t i = 0; i < (size_t)r * m->in; i++) { m->A[i] = bound * (float)(2.0 * rng_uniform_at(key, i) - 1.0); }
@@ -2799,12 +2821,13 @@ int main(int argc, char **argv) {
     }
     Lora lora;
     char from[MAX_PATH_LEN];
+    LoraShape shape = base_shape(&b);
     if (resume_step >= 0) {
         format_path(from, sizeof(from), "%s/step_%06d", o.out, resume_step);
-        lora_load(&lora, &b, from);
+        lora_load(&lora, &shape, from, 1);
         o.r = lora.r; o.alpha = lora.alpha; o.rslora = lora.rslora; o.targets = "from the checkpoint";
     } else if (o.init != NULL) {
-        lora_load(&lora, &b, o.init);
+        lora_load(&lora, &shape, o.init, 1);
         o.r = lora.r; o.alpha = lora.alpha; o.rslora = lora.rslora; o.targets = "from -i";
     } else {
         lora_create(&lora, &b, o.r, o.alpha, o.rslora, o.targets, o.seed);

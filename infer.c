@@ -278,6 +278,11 @@ typedef struct {
     const int *seq, *pos;
     int S;
     int q_size, kv_size; // EPI_QKV: Q = NH HS queries, then KV = NKV HS keys and as many values
+    // an adapter's update (-L; epilogue_lora), added first: out[n, o] += lora_h[n] . lora_B[o]
+    // with lora_h = inp lora_A^T (N, lora_R), which linear_forward computes before
+    const float *lora_A, *lora_B; // (lora_R, C), (OC, lora_R)
+    float *lora_h;
+    int lora_R;                   // 0: no adapter here
 } Epilogue;
 
 // One constructor per kind, so that a call site names what it sets.
@@ -363,6 +368,27 @@ static inline void epilogue_apply(const Epilogue e, int n, int o, int OC, float 
 #define MATVEC_MAX_ROWS 24 // from 24 rows on, the GEMM (measured: prefills of 16-32 tokens, SmolLM2 and d12, 2 cores)
 #define MATVEC_GROUP 4      // inputs per pass over a panel: 4 x 2 accumulators (+ 2 weights) in vector registers
 
+// An adapter's update (-L, Epilogue's lora_*), out (N, OC) += (inp lora_A^T) lora_B^T: first
+// h = inp lora_A^T (N, R) into lora_h, then each output's R products with h. (R is small,
+// r x up to 3 modules; this is two thin matmuls, next to the layer's own a few percent.)
+static void lora_update(float *out, const floatX *inp, const Epilogue e, int N, int C, int OC) {
+    int R = e.lora_R;
+    #pragma omp parallel for if ((size_t)N * R * C > 65536)
+    for (int n = 0; n < N; n++) {
+        for (int j = 0; j < R; j++) { e.lora_h[(size_t)n * R + j] = dot8(inp + (size_t)n * C, e.lora_A + (size_t)j * C, (size_t)C); }
+    }
+    #pragma omp parallel for if ((size_t)N * R * OC > 65536)
+    for (int n = 0; n < N; n++) {
+        const float *h = e.lora_h + (size_t)n * R;
+        for (int o = 0; o < OC; o++) {
+            const float *b = e.lora_B + (size_t)o * R;
+            float sum = 0.0f;
+            for (int j = 0; j < R; j++) { sum += h[j] * b[j]; }
+            out[(size_t)n * OC + o] += sum;
+        }
+    }
+}
+
 // scratch holds (N, OC) for every layer's OC but the logits' (row_buffer_bytes), which need none.
 void linear_forward(const floatX *inp, const weightX *weight, Epilogue e, float *scratch, int N, int C, int OC) {
     int direct = e.kind == EPI_LOGITS && e.bias == NULL; // logits need no epilogue: straight into place
@@ -372,6 +398,7 @@ void linear_forward(const floatX *inp, const weightX *weight, Epilogue e, float 
     } else {
         matvec_panels(out, inp, weight, N, C, OC);
     }
+    if (e.lora_R > 0) { lora_update(out, inp, e, N, C, OC); }
     if (direct) { return; }
     #pragma omp parallel for if ((size_t)N * OC > 65536)
     for (int n = 0; n < N; n++) {
@@ -1156,6 +1183,7 @@ typedef struct {
     int hidden;       // the MLP's width H (GPT-2: 4C)
     float norm_eps;   // GPT-2's LayerNorm: 1e-5
     int bos_token, eos_token; // where a text starts and the token that ends it, -1: none (GPT-2: <|endoftext|>, 50256, for both)
+    int lora_rank;    // with an adapter (-L): its widest site's stacked rank R (LoraSite); 0: none
 } ModelConfig;
 
 // bytes of keys and values one token adds to the cache
@@ -1183,6 +1211,20 @@ typedef struct {
 } ForwardTensors;
 // --- end shared-copy: infer-model-config ---
 
+// --- begin shared-copy: infer-lora-site ---
+// An adapter applied unmerged (-L, a PEFT LoRA folder as finetune_lora writes): each adapted
+// linear layer of a block (a site: QKV, the attention's projection, the MLP's two) adds
+// s (x A^T) B^T to its output, before the bias and its epilogue. A site's modules are
+// stacked (lora_sites_build): A (R, in) their A's one under the other, s folded in; B (OC, R)
+// their B's side by side, each in its band of the fused layer's rows (q_proj's, k_proj's,
+// v_proj's of QKV; gate's and up's of the MLP), zeros elsewhere; R = r x the modules there.
+typedef struct {
+    int R;          // 0: the site is not adapted
+    const float *A; // (R, in) fp32 (infer.cu: on the GPU)
+    const float *B; // (OC, R)
+} LoraSite;
+// --- end shared-copy: infer-lora-site ---
+
 // the model from -m: a checkpoint or d<N>, and the tensors the forward pass reads (models in, below)
 typedef struct GPT2 GPT2;
 void model_weights_build(GPT2 *model, const char *source, uint64_t seed);
@@ -1206,8 +1248,9 @@ typedef struct {
     float *scratch;          // (N, the widest matmul output) a big matmul's fp32 output before its epilogue
     float *att;              // attention scores: (threads, S) in infer.c, (N, NH, S) in infer.cu
     float *logits;           // (NL, Vp)
+    float *lora_h;           // (N, lora_rank) an adapter's x A^T, at one site at a time (-L)
 } RowBuffers;
-#define NUM_ROW_BUFFERS 13
+#define NUM_ROW_BUFFERS 14
 // --- end shared-copy: infer-row-buffers ---
 
 struct GPT2 {
@@ -1230,6 +1273,10 @@ struct GPT2 {
     floatX *value_cache; // (L, B, S, KV), the same
     size_t cache_layer;  // elements from one layer's slice to the next: B*S*KV
     int cache_batch, cache_len; // B, S
+    LoraSite *lora_sites; // -L: (L, NUM_SITES) the adapter, stacked per site; NULL: none
+    float *lora_memory;   // ... its A's and B's (infer.cu: on the GPU)
+    int lora_on;          // 1: applied (the evaluation, -E, answers with it off too: the base model)
+    char lora_source[4096]; // the adapter's folder, and what it holds, for reports
     RowBuffers rows;
     char *rows_memory;
     int max_rows, max_logit_rows;
@@ -1245,7 +1292,7 @@ static void row_buffer_bytes(size_t *bytes, ModelConfig c, size_t N, size_t NL, 
     widest = widest > (c.llama ? 2 : 1) * H ? widest : (c.llama ? 2 : 1) * H;
     size_t X = sizeof(floatX), I = sizeof(int), F = sizeof(float);
     size_t b[NUM_ROW_BUFFERS] = {N * I, N * I, N * I, NL * I, NL * I, N * C * F, N * C * X, N * Q * X, N * Q * X, N * H * X,
-                                 N * widest * F, att_per_row * S * F, NL * c.padded_vocab_size * F};
+                                 N * widest * F, att_per_row * S * F, NL * c.padded_vocab_size * F, N * c.lora_rank * F};
     memcpy(bytes, b, sizeof(b));
 }
 // --- end shared-copy: infer-row-sizes ---
@@ -1275,6 +1322,7 @@ void gpt2_allocate_rows(GPT2 *model, int N, int NL) {
     r->scratch = (float *)(m + at[10]);
     r->att = (float *)(m + at[11]);
     r->logits = (float *)(m + at[12]);
+    r->lora_h = (float *)(m + at[13]);
     model->logits = r->logits;
     model->argmax = r->argmax;
     model->max_rows = N;
@@ -1391,7 +1439,11 @@ void gpt2_build(GPT2 *model, const char *source, uint64_t seed) {
     for (int j = 0; j < 5; j++) { model->weight_bytes += j == 4 && tied ? 0 : sizes[slot[j]] * sizeof(float); }
 #endif
     model->step_bytes = model->weight_bytes - (sizes[0] + sizes[1]) * sizeof(float); // (wte, wpe: a row each per token)
-}void gpt2_free(GPT2 *model) {
+}
+
+void gpt2_free(GPT2 *model) {
+    free(model->lora_sites);
+    free(model->lora_memory);
     gpt2_weights_free(&model->w);
     llama_free(&model->lw);
     free(model->linear_memory);
@@ -1485,6 +1537,494 @@ static inline uint16_t float_to_bf16(float f) {
     return (uint16_t)(bits >> 16);
 }
 // --- end shared-copy: float-to-bf16 ---
+
+// ----------------------------------------------------------------------------
+// an adapter's files (-L): JSON, safetensors, PEFT's LoRA layout
+
+// --- begin shared-copy: fp16-to-float ---
+static inline float fp16_to_float(uint16_t h) {
+    uint32_t sign = (uint32_t)(h >> 15) << 31, exponent = (h >> 10) & 0x1f, mantissa = h & 0x3ff;
+    float magnitude;
+    if (exponent == 0) {
+        magnitude = ldexpf((float)mantissa, -24); // subnormal (or zero): mantissa x 2^-24
+    } else if (exponent == 31) {
+        magnitude = mantissa == 0 ? INFINITY : NAN;
+    } else {
+        magnitude = ldexpf((float)(mantissa | 0x400), (int)exponent - 25); // 1.mantissa x 2^(e-15)
+    }
+    uint32_t bits;
+    memcpy(&bits, &magnitude, sizeof(bits));
+    bits |= sign;
+    float f;
+    memcpy(&f, &bits, sizeof(f));
+    return f;
+}
+// --- end shared-copy: fp16-to-float ---
+// --- begin shared-copy: json-api ---
+// A whole JSON text becomes a flat array of tokens in document order (the idea of jsmn):
+// a container's children follow it, and `next` skips over its whole subtree. Nothing is
+// copied: a token is a span of the text. The grammar is RFC 8259's, checked strictly
+// (numbers, escapes, no control characters in strings, no trailing commas, nesting at most
+// JSON_MAX_DEPTH deep); any error is a message with the byte offset, never a crash.
+// Strings may contain any bytes >= 0x20 (we do not validate UTF-8; nothing here needs it).
+enum { JSON_OBJECT, JSON_ARRAY, JSON_STRING, JSON_NUMBER, JSON_TRUE, JSON_FALSE, JSON_NULL };
+#define JSON_MAX_DEPTH 64
+typedef struct {
+    int type;
+    size_t start, end; // the text: a string's bytes between its quotes, escapes not decoded
+    int size;          // children: an object's key/value pairs, an array's elements
+    int next;          // index of the first token after this one's subtree
+} JsonToken;
+
+typedef struct {
+    const char *text;
+    size_t len;
+    JsonToken *tokens;
+    int num, cap;
+    char *err;      // where a parse error is written
+    size_t err_size;
+} Json;
+
+// the parser's interface (the code follows)
+int json_parse(Json *j, const char *text, size_t len, char *err, size_t err_size);
+void json_free(Json *j);
+int json_string(const Json *j, int index, char *out, size_t cap);
+int json_get(const Json *j, int object, const char *key);
+int json_int64(const Json *j, int index, int64_t *out);
+int json_double(const Json *j, int index, double *out);
+// --- end shared-copy: json-api ---
+// --- begin shared-copy: safetensors ---
+// A .safetensors file (https://github.com/huggingface/safetensors, "Format"):
+//   8 bytes         N, the header's length, unsigned little endian
+//   N bytes         a JSON object: "name": {"dtype": "F32", "shape": [2, 3],
+//                   "data_offsets": [begin, end]}, ..., plus an optional "__metadata__"
+//                   object of strings; may be padded with spaces
+//   the rest        the data: tensor "name" is bytes [begin, end) of it, row-major
+// We check what the format promises before reading any data: every entry has a known
+// dtype, a shape whose size times the dtype's matches its byte range, ranges inside the
+// file, and (as the reference implementation requires) the ranges tile the data exactly:
+// no overlaps, no holes, nothing after the last one.
+#define ST_MAX_DIMS 8
+#define ST_MAX_HEADER (100u << 20) // the reference implementation's limit: 100 MB
+typedef struct {
+    char name[256];
+    char dtype[16];
+    int ndim;
+    int64_t shape[ST_MAX_DIMS];
+    uint64_t begin, end;    // byte range within the data
+    size_t element_bytes;
+} StTensor;
+
+typedef struct {
+    StTensor *tensors;
+    int num;
+    uint64_t data_start; // file offset of the data: 8 + N
+} SafeTensors;
+
+static const struct { const char *name; size_t bytes; } ST_DTYPES[] = {
+    {"F64", 8}, {"F32", 4}, {"F16", 2}, {"BF16", 2}, {"I64", 8}, {"I32", 4}, {"I16", 2}, {"I8", 1},
+    {"U64", 8}, {"U32", 4}, {"U16", 2}, {"U8", 1}, {"BOOL", 1}, {"F8_E4M3", 1}, {"F8_E5M2", 1}};
+
+static int st_fail(char *err, size_t err_size, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int st_fail(char *err, size_t err_size, const char *fmt, ...) {
+    va_list args;
+    va_start(args, fmt);
+    vsnprintf(err, err_size, fmt, args);
+    va_end(args);
+    return -1;
+}
+
+static int st_compare_name(const void *a, const void *b) {
+    return strcmp((*(const StTensor *const *)a)->name, (*(const StTensor *const *)b)->name);
+}
+
+static int st_compare_begin(const void *a, const void *b) {
+    uint64_t x = (*(const StTensor *const *)a)->begin, y = (*(const StTensor *const *)b)->begin;
+    return x < y ? -1 : x > y;
+}
+
+// Checks the entries of a parsed header into st->tensors (room for all) and order (the
+// same, to be sorted by offset). 0, or -1 and a message in err.
+static int st_check_entries(SafeTensors *st, const Json *j, StTensor **order, uint64_t data_len, char *err, size_t err_size) {
+    int at = 1;
+    for (int k = 0; k < j->tokens[0].size; k++, at = j->tokens[at + 1].next) {
+        int value = at + 1;
+        StTensor *t = &st->tensors[st->num];
+        if (json_string(j, at, t->name, sizeof(t->name)) < 0) {
+            return st_fail(err, err_size, "entry %d: name too long (over %zu bytes) or malformed", k, sizeof(t->name) - 1);
+        }
+        if (strcmp(t->name, "__metadata__") == 0) { // free-form strings: only their types are checked
+            if (j->tokens[value].type != JSON_OBJECT) { return st_fail(err, err_size, "__metadata__ is not an object"); }
+            for (int m = value + 2; m < j->tokens[value].next; m = j->tokens[m].next + 1) {
+                if (j->tokens[m].type != JSON_STRING) { return st_fail(err, err_size, "__metadata__ holds a value that is not a string"); }
+            }
+            continue;
+        }
+        if (j->tokens[value].type != JSON_OBJECT) { return st_fail(err, err_size, "tensor %s: entry is not an object", t->name); }
+        int dtype = json_get(j, value, "dtype"), shape = json_get(j, value, "shape");
+        int offsets = json_get(j, value, "data_offsets");
+        if (dtype < 0 || shape < 0 || offsets < 0 || j->tokens[value].size != 3) {
+            return st_fail(err, err_size, "tensor %s: needs exactly dtype, shape and data_offsets", t->name);
+        }
+        if (json_string(j, dtype, t->dtype, sizeof(t->dtype)) < 0) { return st_fail(err, err_size, "tensor %s: bad dtype", t->name); }
+        for (size_t d = 0; d < sizeof(ST_DTYPES) / sizeof(ST_DTYPES[0]); d++) {
+            if (strcmp(t->dtype, ST_DTYPES[d].name) == 0) { t->element_bytes = ST_DTYPES[d].bytes; }
+        }
+        if (t->element_bytes == 0) { return st_fail(err, err_size, "tensor %s: unknown dtype %s", t->name, t->dtype); }
+        if (j->tokens[shape].type != JSON_ARRAY || j->tokens[shape].size > ST_MAX_DIMS) {
+            return st_fail(err, err_size, "tensor %s: shape is not an array of at most %d sizes", t->name, ST_MAX_DIMS);
+        }
+        t->ndim = j->tokens[shape].size;
+        uint64_t elements = 1;
+        for (int d = 0; d < t->ndim; d++) {
+            int64_t size;
+            if (json_int64(j, shape + 1 + d, &size) != 0 || size < 0 || size > ((int64_t)1 << 40)) {
+                return st_fail(err, err_size, "tensor %s: shape[%d] is not a size in [0, 2^40]", t->name, d);
+            }
+            t->shape[d] = size;
+            if (size != 0 && elements > (UINT64_MAX >> 4) / (uint64_t)size) { return st_fail(err, err_size, "tensor %s: shape too large", t->name); }
+            elements *= (uint64_t)size;
+        }
+        int64_t begin, end;
+        if (j->tokens[offsets].type != JSON_ARRAY || j->tokens[offsets].size != 2 || json_int64(j, offsets + 1, &begin) != 0 ||
+            json_int64(j, offsets + 2, &end) != 0 || begin < 0 || end < begin) {
+            return st_fail(err, err_size, "tensor %s: data_offsets is not [begin, end] with 0 <= begin <= end", t->name);
+        }
+        t->begin = (uint64_t)begin;
+        t->end = (uint64_t)end;
+        if (t->end > data_len) {
+            return st_fail(err, err_size, "tensor %s: bytes [%" PRIu64 ", %" PRIu64 ") run past the end of the data (%" PRIu64
+                           " bytes): truncated file?", t->name, t->begin, t->end, data_len);
+        }
+        if (t->end - t->begin != elements * t->element_bytes) {
+            return st_fail(err, err_size, "tensor %s: shape and %s need %" PRIu64 " bytes, data_offsets give %" PRIu64, t->name,
+                           t->dtype, elements * t->element_bytes, t->end - t->begin);
+        }
+        order[st->num] = t;
+        st->num++;
+    }
+    // no name twice: sorted by name, equal names are neighbours (n log n: a header may
+    // hold millions of entries)
+    qsort(order, (size_t)st->num, sizeof(StTensor *), st_compare_name);
+    for (int k = 1; k < st->num; k++) {
+        if (strcmp(order[k - 1]->name, order[k]->name) == 0) { return st_fail(err, err_size, "tensor %s appears twice", order[k]->name); }
+    }
+    // the byte ranges, sorted, must tile [0, data_len)
+    qsort(order, (size_t)st->num, sizeof(StTensor *), st_compare_begin);
+    uint64_t covered = 0;
+    for (int k = 0; k < st->num; k++) {
+        if (order[k]->begin != covered) {
+            return st_fail(err, err_size, "tensor %s starts at byte %" PRIu64 " of the data, expected %" PRIu64 " (%s)", order[k]->name,
+                           order[k]->begin, covered, order[k]->begin < covered ? "overlaps the tensor before it" : "a hole before it");
+        }
+        covered = order[k]->end;
+    }
+    if (covered != data_len) {
+        return st_fail(err, err_size, "the tensors cover %" PRIu64 " bytes of data, the file holds %" PRIu64, covered, data_len);
+    }
+    return 0;
+}
+
+// Parses and checks the header text (N bytes) of a file whose data part has data_len
+// bytes. 0 on success; -1 with a message in err (st is then empty).
+int safetensors_parse_header(SafeTensors *st, const char *header, size_t N, uint64_t data_len, char *err, size_t err_size) {
+    memset(st, 0, sizeof(*st));
+    Json j;
+    int ok = json_parse(&j, header, N, err, err_size) == 0;
+    StTensor **order = NULL;
+    if (ok && j.tokens[0].type != JSON_OBJECT) { ok = 0; st_fail(err, err_size, "header is not a JSON object"); }
+    if (ok) {
+        st->tensors = (StTensor *)calloc((size_t)j.tokens[0].size + 1, sizeof(StTensor));
+        order = (StTensor **)calloc((size_t)j.tokens[0].size + 1, sizeof(StTensor *));
+        if (st->tensors == NULL || order == NULL) { ok = 0; st_fail(err, err_size, "out of memory"); }
+    }
+    ok = ok && st_check_entries(st, &j, order, data_len, err, err_size) == 0;
+    json_free(&j);
+    free(order);
+    if (!ok) {
+        free(st->tensors);
+        memset(st, 0, sizeof(*st));
+        return -1;
+    }
+    st->data_start = 8 + (uint64_t)N;
+    return 0;
+}
+
+// The first step of reading a file of file_len bytes that starts with head (at least
+// min(8, file_len) bytes): the header length N, checked against the file. -1 and a
+// message if it cannot be a safetensors file.
+int safetensors_header_length(const uint8_t *head, uint64_t file_len, size_t *N, char *err, size_t err_size) {
+    if (file_len < 8) { return st_fail(err, err_size, "only %" PRIu64 " bytes: too short for a safetensors file", file_len); }
+    uint64_t n = 0;
+    for (int i = 7; i >= 0; i--) { n = (n << 8) | head[i]; }
+    if (n > ST_MAX_HEADER || n > file_len - 8) {
+        return st_fail(err, err_size, "header length %" PRIu64 " is impossible (file: %" PRIu64 " bytes, limit %u):"
+                       " not a safetensors file, or truncated", n, file_len, ST_MAX_HEADER);
+    }
+    if (n < 2) { return st_fail(err, err_size, "header length %" PRIu64 ": too short for a JSON object", n); }
+    *N = (size_t)n;
+    return 0;
+}
+
+// A whole file in memory (the fuzzer's entry point; the loader reads just the header).
+int safetensors_parse_buffer(SafeTensors *st, const uint8_t *buf, size_t len, char *err, size_t err_size) {
+    size_t N = 0;
+    memset(st, 0, sizeof(*st));
+    if (safetensors_header_length(buf, len, &N, err, err_size) != 0) { return -1; }
+    return safetensors_parse_header(st, (const char *)buf + 8, N, len - 8 - N, err, err_size);
+}
+
+void safetensors_free(SafeTensors *st) {
+    free(st->tensors);
+    memset(st, 0, sizeof(*st));
+}
+
+const StTensor *safetensors_find(const SafeTensors *st, const char *name) {
+    for (int k = 0; k < st->num; k++) {
+        if (strcmp(st->tensors[k].name, name) == 0) { return &st->tensors[k]; }
+    }
+    return NULL;
+}
+
+// Reads and checks the header of the safetensors file at path (any error: one message
+// naming the file, and exit). The data is read later, tensor by tensor.
+static void safetensors_open(SafeTensors *st, const char *path, const char *hint) {
+    char err[512];
+    struct stat info;
+    if (stat(path, &info) != 0) { die_file(path, hint, "cannot read it: %s", strerror(errno)); }
+    FILE *fp = fopenCheck(path, "rb");
+    if (fseeko(fp, 0, SEEK_END) != 0) { die_file(path, NULL, "cannot seek: %s", strerror(errno)); }
+    off_t file_len = ftello(fp);
+    uint8_t head[8] = {0};
+    size_t N;
+    if (fseeko(fp, 0, SEEK_SET) != 0 || file_len < 0) { die_file(path, NULL, "cannot seek: %s", strerror(errno)); }
+    if (file_len >= 8) { freadCheck(head, 1, 8, fp); }
+    if (safetensors_header_length(head, (uint64_t)file_len, &N, err, sizeof(err)) != 0) { die_file(path, hint, "%s", err); }
+    char *header = (char *)mallocCheck(N);
+    freadCheck(header, 1, N, fp);
+    fcloseCheck(fp);
+    if (safetensors_parse_header(st, header, N, (uint64_t)file_len - 8 - N, err, sizeof(err)) != 0) { die_file(path, hint, "%s", err); }
+    free(header);
+}
+
+// the dtypes we read weights from
+static int st_float_dtype(const char *dtype) {
+    return strcmp(dtype, "F32") == 0 || strcmp(dtype, "F16") == 0 || strcmp(dtype, "BF16") == 0 || strcmp(dtype, "F64") == 0;
+}
+
+// Reads tensor t (F32, F16, BF16 or F64: st_float_dtype) of an open file and widens it to
+// float32 into out; buf holds its bytes on the way.
+static void st_read_floats(FILE *fp, const SafeTensors *st, const StTensor *t, float *out, void *buf, const char *path) {
+    size_t n = (size_t)(t->end - t->begin) / t->element_bytes;
+    if (fseeko(fp, (off_t)(st->data_start + t->begin), SEEK_SET) != 0) {
+        die_file(path, NULL, "cannot seek to tensor %s: %s", t->name, strerror(errno));
+    }
+    freadCheck(buf, t->element_bytes, n, fp);
+    if (strcmp(t->dtype, "F32") == 0) {
+        memcpy(out, buf, n * sizeof(float));
+    } else if (strcmp(t->dtype, "BF16") == 0) {
+        for (size_t i = 0; i < n; i++) { out[i] = bf16_to_float(((const uint16_t *)buf)[i]); }
+    } else if (strcmp(t->dtype, "F16") == 0) {
+        for (size_t i = 0; i < n; i++) { out[i] = fp16_to_float(((const uint16_t *)buf)[i]); }
+    } else if (strcmp(t->dtype, "F64") == 0) {
+        for (size_t i = 0; i < n; i++) { out[i] = (float)((const double *)buf)[i]; }
+    } else {
+        die_file(path, NULL, "tensor %s has dtype %s; we read F32, F16, BF16 and F64", t->name, t->dtype);
+    }
+}
+// --- end shared-copy: safetensors ---
+// --- begin shared-copy: lora-adapter ---
+// LoRA (Hu et al. 2021): each adapted linear layer y = x W^T + b gets a low-rank update,
+//     y = x W^T + b + s (x A^T) B^T,    A (r, in), B (out, r), s = alpha / r (rsLoRA: alpha / sqrt(r))
+// W stays frozen; only A and B train: r (in + out) numbers instead of in x out. PEFT names
+// each adapted module by its path in the Hugging Face model, and so do we (its files are
+// ours). Our model files fuse some of Hugging Face's layers: q, k and v are one (Q + 2KV, C)
+// matrix, gate and up one (2H, C); a module of Hugging Face's then adapts a band of rows of
+// ours (its `offset`, `out` rows), which changes nothing in the arithmetic.
+
+enum { SITE_QKV, SITE_ATTPROJ, SITE_FC, SITE_FCPROJ, NUM_SITES }; // the four linear layers of a block
+
+// What of the base model an adapter must fit: the family (its module names), L layers, C
+// channels, Q = NH HS query and KV = NKV HS key/value channels, the MLP's width H
+typedef struct {
+    int llama, L, C, Q, KV, H;
+} LoraShape;
+
+typedef struct {
+    char name[128]; // PEFT's module path, e.g. "model.layers.3.self_attn.q_proj"
+    int layer, site, offset, out, in;
+    float *A, *B;   // (r, in), (out, r): into Lora.params
+    float *dA, *dB; // their gradients: into Lora.grads (finetune_lora; NULL in infer)
+} LoraModule;
+
+typedef struct {
+    int r;
+    float alpha, scale;
+    int rslora;
+    float dropout;         // LoRA dropout p: on the adapter's input x (not the base layer's), while training
+    int training;          // 1: dropout applies (0: evaluation, inference)
+    uint64_t dropout_key;  // the current micro-batch's: which inputs are dropped (set before its forward pass)
+    int num_modules;
+    LoraModule *modules;
+    size_t num_params;
+    float *params, *grads, *m, *v; // all modules' A and B, back to back (training: their gradients, AdamW's moments)
+} Lora;
+
+// Every module the family has, in PEFT's names: fills names/sites/offsets/outs/ins for layer
+// l and returns how many (GPT-2: 4, the Llama family: 7)
+static int family_modules(const LoraShape *b, int l, char names[][128], int *site, int *offset, int *out, int *in) {
+    int C = b->C, Q = b->Q, KV = b->KV, H = b->H;
+    if (!b->llama) {
+        const char *n[4] = {"attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"};
+        int s[4] = {SITE_QKV, SITE_ATTPROJ, SITE_FC, SITE_FCPROJ}, o[4] = {3 * C, C, H, C}, i[4] = {C, C, C, H};
+        for (int k = 0; k < 4; k++) {
+            snprintf(names[k], 128, "transformer.h.%d.%s", l, n[k]);
+            site[k] = s[k]; offset[k] = 0; out[k] = o[k]; in[k] = i[k];
+        }
+        return 4;
+    }
+    const char *n[7] = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj", "mlp.gate_proj",
+                        "mlp.up_proj", "mlp.down_proj"};
+    int s[7] = {SITE_QKV, SITE_QKV, SITE_QKV, SITE_ATTPROJ, SITE_FC, SITE_FC, SITE_FCPROJ};
+    int f[7] = {0, Q, Q + KV, 0, 0, H, 0}, o[7] = {Q, KV, KV, C, H, H, C}, i[7] = {C, C, C, Q, C, C, H};
+    for (int k = 0; k < 7; k++) {
+        snprintf(names[k], 128, "model.layers.%d.%s", l, n[k]);
+        site[k] = s[k]; offset[k] = f[k]; out[k] = o[k]; in[k] = i[k];
+    }
+    return 7;
+}
+
+static const char *ADAPTER_HINT = "an adapter folder holds adapter_config.json and adapter_model.safetensors (PEFT's save_pretrained)";
+
+// The numbers of lora's modules (num_modules, their in, out and lora->r set): params, each
+// module's A then B; for training also grads (dA, dB alike) and AdamW's m and v, zeroed
+static void lora_allocate(Lora *lora, int training, const char *what) {
+    lora->params = (float *)calloc(lora->num_params, sizeof(float));
+    int ok = lora->params != NULL;
+    if (training) {
+        lora->grads = (float *)calloc(lora->num_params, sizeof(float));
+        lora->m = (float *)calloc(lora->num_params, sizeof(float));
+        lora->v = (float *)calloc(lora->num_params, sizeof(float));
+        ok = ok && lora->grads != NULL && lora->m != NULL && lora->v != NULL;
+    }
+    if (!ok) { die_file(what, NULL, "out of memory for an adapter of %zu numbers", lora->num_params); }
+    size_t at = 0;
+    for (int k = 0; k < lora->num_modules; k++) {
+        LoraModule *m = &lora->modules[k];
+        m->A = lora->params + at; m->dA = training ? lora->grads + at : NULL; at += (size_t)lora->r * m->in;
+        m->B = lora->params + at; m->dB = training ? lora->grads + at : NULL; at += (size_t)lora->r * m->out;
+    }
+}
+
+// Reads a PEFT LoRA adapter folder for a base model of shape b: adapter_config.json
+// (peft_type LORA, r, lora_alpha, use_rslora, bias "none") and adapter_model.safetensors,
+// whose every tensor must be the lora_A or lora_B of a module the base has, with shapes
+// [r, in] and [out, r]. Any mismatch is one error naming the file. training: 1 allocates
+// the gradients and AdamW's moments too (lora_allocate).
+static void lora_load(Lora *lora, const LoraShape *b, const char *dir, int training) {
+    memset(lora, 0, sizeof(*lora));
+    char path[MAX_PATH_LEN], err[256];
+    path_concat(path, dir, "/adapter_config.json");
+    size_t len;
+    uint8_t *text = read_whole_file(path, &len, ADAPTER_HINT);
+    Json j;
+    if (json_parse(&j, (const char *)text, len, err, sizeof(err)) != 0) { die_file(path, NULL, "%s", err); }
+    if (j.tokens[0].type != JSON_OBJECT) { die_file(path, NULL, "not a JSON object"); }
+    char s[64] = "";
+    int at = json_get(&j, 0, "peft_type");
+    if (at < 0 || json_string(&j, at, s, sizeof(s)) < 0 || strcmp(s, "LORA") != 0) { die_file(path, NULL, "peft_type is not \"LORA\""); }
+    int64_t r = 0;
+    double alpha = 0.0;
+    at = json_get(&j, 0, "r");
+    if (at < 0 || json_int64(&j, at, &r) != 0 || r < 1 || r > 4096) { die_file(path, NULL, "r is not a rank in 1..4096"); }
+    at = json_get(&j, 0, "lora_alpha");
+    if (at < 0 || json_double(&j, at, &alpha) != 0 || !(alpha > 0.0)) { die_file(path, NULL, "lora_alpha is not a positive number"); }
+    at = json_get(&j, 0, "lora_dropout");
+    double dropout = 0.0;
+    if (at >= 0 && (json_double(&j, at, &dropout) != 0 || !(dropout >= 0.0 && dropout < 1.0))) { die_file(path, NULL, "lora_dropout is not a probability below 1"); }
+    lora->dropout = (float)dropout;
+    at = json_get(&j, 0, "use_rslora");
+    lora->rslora = at >= 0 && j.tokens[at].type == JSON_TRUE;
+    at = json_get(&j, 0, "bias");
+    if (at >= 0 && (json_string(&j, at, s, sizeof(s)) < 0 || strcmp(s, "none") != 0)) {
+        die_file(path, NULL, "bias is not \"none\": we train LoRA's A and B only");
+    }
+    at = json_get(&j, 0, "use_dora");
+    if (at >= 0 && j.tokens[at].type == JSON_TRUE) { die_file(path, NULL, "a DoRA adapter (use_dora): we read LoRA's"); }
+    json_free(&j);
+    free(text);
+    lora->r = (int)r;
+    lora->alpha = (float)alpha;
+    lora->scale = (float)(lora->rslora ? alpha / sqrt((double)r) : alpha / (double)r);
+
+    path_concat(path, dir, "/adapter_model.safetensors");
+    SafeTensors st;
+    safetensors_open(&st, path, ADAPTER_HINT);
+    // the modules present: each of the family's whose lora_A is in the file
+    int max_modules = b->L * 7;
+    lora->modules = (LoraModule *)calloc((size_t)max_modules, sizeof(LoraModule));
+    if (lora->modules == NULL) { die_file(path, NULL, "out of memory"); }
+    int found = 0;
+    for (int l = 0; l < b->L; l++) {
+        char names[7][128];
+        int site[7], offset[7], out[7], in[7], n = family_modules(b, l, names, site, offset, out, in);
+        for (int k = 0; k < n; k++) {
+            char key_a[256], key_b[256];
+            snprintf(key_a, sizeof(key_a), "base_model.model.%s.lora_A.weight", names[k]);
+            snprintf(key_b, sizeof(key_b), "base_model.model.%s.lora_B.weight", names[k]);
+            const StTensor *ta = safetensors_find(&st, key_a), *tb = safetensors_find(&st, key_b);
+            if (ta == NULL && tb == NULL) { continue; }
+            if (ta == NULL || tb == NULL) { die_file(path, ADAPTER_HINT, "%s without %s", ta != NULL ? key_a : key_b, ta != NULL ? key_b : key_a); }
+            if (ta->ndim != 2 || ta->shape[0] != r || ta->shape[1] != in[k] || tb->ndim != 2 || tb->shape[0] != out[k] || tb->shape[1] != r) {
+                die_file(path, "the adapter is for another model, or another rank than adapter_config.json's",
+                         "%s: lora_A must be [%d, %d] and lora_B [%d, %d] (r = %d)", names[k], (int)r, in[k], out[k], (int)r, (int)r);
+            }
+            if (!st_float_dtype(ta->dtype) || !st_float_dtype(tb->dtype)) { die_file(path, NULL, "%s: dtype %s, we read F32, F16, BF16, F64", names[k], ta->dtype); }
+            LoraModule *m = &lora->modules[lora->num_modules++];
+            snprintf(m->name, sizeof(m->name), "%s", names[k]);
+            m->layer = l; m->site = site[k]; m->offset = offset[k]; m->out = out[k]; m->in = in[k];
+            lora->num_params += (size_t)r * (in[k] + out[k]);
+            found += 2;
+        }
+    }
+    if (found != st.num) { // a tensor that is no module of ours
+        for (int k = 0; k < st.num; k++) {
+            int ours = 0;
+            for (int m = 0; m < lora->num_modules && !ours; m++) {
+                char key[256];
+                snprintf(key, sizeof(key), "base_model.model.%s.lora_", lora->modules[m].name);
+                ours = strncmp(st.tensors[k].name, key, strlen(key)) == 0;
+            }
+            if (!ours) { die_file(path, "the adapter is for another model family or layout", "tensor %s is no LoRA module of this %s model", st.tensors[k].name, b->llama ? "Llama-family" : "GPT-2"); }
+        }
+    }
+    if (lora->num_modules == 0) { die_file(path, NULL, "no LoRA tensors"); }
+    lora_allocate(lora, training, path);
+    FILE *fp = fopenCheck(path, "rb");
+    size_t largest = 0; // (the biggest tensor, in bytes at 8 a number: the read buffer)
+    for (int m = 0; m < lora->num_modules; m++) {
+        size_t side = (size_t)(lora->modules[m].in > lora->modules[m].out ? lora->modules[m].in : lora->modules[m].out);
+        largest = (size_t)r * side > largest ? (size_t)r * side : largest;
+    }
+    void *buf = mallocCheck(largest * 8);
+    for (int m = 0; m < lora->num_modules; m++) {
+        LoraModule *mod = &lora->modules[m];
+        char key[256];
+        snprintf(key, sizeof(key), "base_model.model.%s.lora_A.weight", mod->name);
+        st_read_floats(fp, &st, safetensors_find(&st, key), mod->A, buf, path);
+        snprintf(key, sizeof(key), "base_model.model.%s.lora_B.weight", mod->name);
+        st_read_floats(fp, &st, safetensors_find(&st, key), mod->B, buf, path);
+    }
+    free(buf);
+    fcloseCheck(fp);
+    safetensors_free(&st);
+}
+
+static void lora_free(Lora *lora) {
+    free(lora->modules); free(lora->params); free(lora->grads); free(lora->m); free(lora->v);
+    memset(lora, 0, sizeof(*lora));
+}
+// --- end shared-copy: lora-adapter ---
 
 // --- begin shared-copy: gpt2-model-file ---
 // The size of an open file in bytes; the position is left just after the 256 x
@@ -1765,14 +2305,14 @@ void model_weights_build(GPT2 *model, const char *source, uint64_t seed) {
     if (model->lw.params != NULL) {
         LlamaConfig l = model->lw.config;
         *c = (ModelConfig){l.max_seq_len, l.vocab_size, l.vocab_size, l.num_layers, l.num_heads, l.channels, 1,
-                           l.num_kv_heads, l.head_size, l.hidden, l.norm_eps, l.bos_token_id, l.eos_token_id};
+                           l.num_kv_heads, l.head_size, l.hidden, l.norm_eps, l.bos_token_id, l.eos_token_id, 0}; // (no adapter yet)
         model->num_parameters = model->lw.num_parameters;
         model->rope_host = rope_frequencies(&l);
     } else {
         GPT2Config g = model->w.config;
         int eot = g.vocab_size > 50256 ? 50256 : -1;
         *c = (ModelConfig){g.max_seq_len, g.vocab_size, g.padded_vocab_size, g.num_layers, g.num_heads, g.channels, 0,
-                           g.num_heads, g.channels / g.num_heads, 4 * g.channels, 1e-5f, eot, eot};
+                           g.num_heads, g.channels / g.num_heads, 4 * g.channels, 1e-5f, eot, eot, 0}; // (no adapter yet)
         model->num_parameters = model->w.num_parameters;
     }
 }
@@ -1799,6 +2339,81 @@ static void forward_sources(const GPT2 *model, const float **src, size_t *sizes)
 // ----------------------------------------------------------------------------
 // the forward pass with a KV cache
 
+// --- begin shared-copy: infer-lora-build ---
+// lora's modules stacked per site (LoraSite) into one new fp32 buffer, returned, its floats
+// in *count; model->lora_sites point into it, config.lora_rank is the widest site's R
+static float *lora_sites_build(GPT2 *model, const Lora *lora, size_t *count) {
+    ModelConfig c = model->config;
+    int L = c.num_layers, C = c.channels, Q = c.num_heads * c.head_size, KV = c.num_kv_heads * c.head_size, H = c.hidden;
+    int ins[NUM_SITES] = {C, Q, C, H}, outs[NUM_SITES] = {Q + 2 * KV, C, c.llama ? 2 * H : H, C}, r = lora->r;
+    LoraSite *sites = (LoraSite *)calloc((size_t)L * NUM_SITES, sizeof(LoraSite));
+    int *filled = (int *)calloc((size_t)L * NUM_SITES, sizeof(int));
+    if (sites == NULL || filled == NULL) { fprintf(stderr, "Error: out of memory for the adapter\n"); exit(EXIT_FAILURE); }
+    for (int k = 0; k < lora->num_modules; k++) { sites[lora->modules[k].layer * NUM_SITES + lora->modules[k].site].R += r; }
+    size_t total = 0;
+    c.lora_rank = 0;
+    for (int i = 0; i < L * NUM_SITES; i++) {
+        total += (size_t)sites[i].R * (ins[i % NUM_SITES] + outs[i % NUM_SITES]);
+        c.lora_rank = sites[i].R > c.lora_rank ? sites[i].R : c.lora_rank;
+    }
+    float *memory = (float *)calloc(total > 0 ? total : 1, sizeof(float)), *at = memory;
+    if (memory == NULL) { fprintf(stderr, "Error: out of memory for the adapter\n"); exit(EXIT_FAILURE); }
+    for (int i = 0; i < L * NUM_SITES; i++) {
+        sites[i].A = at; at += (size_t)sites[i].R * ins[i % NUM_SITES];
+        sites[i].B = at; at += (size_t)sites[i].R * outs[i % NUM_SITES];
+    }
+    for (int k = 0; k < lora->num_modules; k++) {
+        const LoraModule *m = &lora->modules[k];
+        int i = m->layer * NUM_SITES + m->site, R = sites[i].R, j0 = filled[i]; // its columns j0 .. j0 + r of the site
+        float *A = (float *)sites[i].A + (size_t)j0 * m->in, *B = (float *)sites[i].B;
+        for (size_t e = 0; e < (size_t)r * m->in; e++) { A[e] = lora->scale * m->A[e]; }
+        for (int o = 0; o < m->out; o++) {
+            for (int j = 0; j < r; j++) { B[(size_t)(m->offset + o) * R + j0 + j] = m->B[(size_t)o * r + j]; }
+        }
+        filled[i] += r;
+    }
+    free(filled);
+    model->lora_sites = sites;
+    model->config = c;
+    *count = total;
+    return memory;
+}
+
+// the shape an adapter must have to fit model
+static LoraShape model_lora_shape(const GPT2 *model) {
+    ModelConfig c = model->config;
+    return (LoraShape){.llama = c.llama, .L = c.num_layers, .C = c.channels, .Q = c.num_heads * c.head_size,
+                       .KV = c.num_kv_heads * c.head_size, .H = c.hidden};
+}
+
+// -L: reads the adapter in dir (lora_load checks that it fits the model), stacks it per site
+// and turns it on. Row buffers already allocated are allocated again, with lora_h.
+static void adapter_placed(GPT2 *model, float *memory, size_t count); // infer.c: kept where it is; infer.cu: to the GPU
+void model_adapter_load(GPT2 *model, const char *dir) {
+    Lora lora;
+    LoraShape shape = model_lora_shape(model);
+    lora_load(&lora, &shape, dir, 0);
+    size_t count;
+    float *memory = lora_sites_build(model, &lora, &count);
+    adapter_placed(model, memory, count);
+    model->lora_on = 1;
+    model->weight_bytes += count * sizeof(float);
+    model->step_bytes += count * sizeof(float);
+    format_path(model->lora_source, sizeof(model->lora_source), "%s (r=%d, alpha=%g%s, %d modules, %.2fM parameters)", dir,
+                lora.r, lora.alpha, lora.rslora ? ", rsLoRA" : "", lora.num_modules, (double)lora.num_params / 1e6);
+    lora_free(&lora);
+    if (model->max_rows > 0) { gpt2_allocate_rows(model, model->max_rows, model->max_logit_rows); }
+}
+// --- end shared-copy: infer-lora-build ---
+
+static void adapter_placed(GPT2 *model, float *memory, size_t count) {
+    (void)count;
+    model->lora_memory = memory; // (the CPU computes where lora_sites_build put it)
+}
+
+// the adapter (-L) on or off: the tuned model or the base model
+void model_adapter_on(GPT2 *model, int on) { model->lora_on = on && model->lora_sites != NULL; }
+
 // --- begin shared-copy: infer-forward ---
 // A pass's rows must fit its buffers and the cache, its logit rows be among its rows.
 // (Their tokens are not checked here: the loader and the sampler keep them below V.)
@@ -1823,6 +2438,18 @@ static void gpt2_check_rows(const GPT2 *model, const int *seq, const int *pos, i
     }
 }
 
+// The adapter's part of layer l's linear layer `site` (-L), if that layer has one and the
+// adapter is on: its A, B and R, and where x A^T goes (rows.lora_h)
+static Epilogue epilogue_lora(Epilogue e, const GPT2 *model, int l, int site) {
+    if (model->lora_sites == NULL || !model->lora_on || model->lora_sites[l * NUM_SITES + site].R == 0) { return e; }
+    const LoraSite *s = &model->lora_sites[l * NUM_SITES + site];
+    e.lora_A = s->A;
+    e.lora_B = s->B;
+    e.lora_R = s->R;
+    e.lora_h = model->rows.lora_h;
+    return e;
+}
+
 // The layers of one forward pass over the N rows already in model->rows (tokens, seq, pos,
 // logit_rows): every row's keys and values go into the cache; the logits of the NL logit
 // rows into rows.logits (NL, Vp), and with argmax their most probable tokens into
@@ -1845,6 +2472,10 @@ static void gpt2_forward_layers(GPT2 *model, int N, int NL, int argmax) {
         Epilogue proj = epilogue_residual(p.attprojb != NULL ? p.attprojb + (size_t)l * C : NULL, r.residual);
         Epilogue fc = c.llama ? epilogue_logits(r.scratch) : epilogue_gelu(p.fcb + (size_t)l * H, r.fch); // SwiGLU: gate and up as they are
         Epilogue fcproj = epilogue_residual(p.fcprojb != NULL ? p.fcprojb + (size_t)l * C : NULL, r.residual);
+        qkv = epilogue_lora(qkv, model, l, SITE_QKV); // (an adapter's update, -L, where it has one)
+        proj = epilogue_lora(proj, model, l, SITE_ATTPROJ);
+        fc = epilogue_lora(fc, model, l, SITE_FC);
+        fcproj = epilogue_lora(fcproj, model, l, SITE_FCPROJ);
         layernorm_forward(r.ln, r.residual, NULL, p.ln1w + (size_t)l * C, p.ln1b != NULL ? p.ln1b + (size_t)l * C : NULL, N, C, eps, c.llama);
         linear_forward(r.ln, p.qkvw + (size_t)l * (Q + 2 * KV) * C, qkv, r.scratch, N, C, Q + 2 * KV);
         if (c.llama) { rope_forward(r.q, key_cache, model->rope_table, r.seq, r.pos, N, S, NH, NKV, HS); }
@@ -2292,6 +2923,7 @@ void print_model(const GPT2 *model) {
     fprintf(stderr, "model: %s: %s L=%d C=%d NH=%d%s V=%d maxT=%d, %.1fM parameters (%.0f MiB; linear layers in " WEIGHTS_TYPE ")\n",
             model->source, c.llama ? "Llama family" : "GPT-2", c.num_layers, c.channels, c.num_heads, kv, c.vocab_size,
             c.max_seq_len, (double)model->num_parameters / 1e6, (double)model->weight_bytes / (1 << 20));
+    if (model->lora_sites != NULL) { fprintf(stderr, "adapter: %s, unmerged, fp32\n", model->lora_source); }
     fprintf(stderr, "KV cache: %.1f KiB per token (2 x L x NKV x HS x %zu bytes), %.1f MiB for one full %d-token sequence\n",
             (double)kv_bytes_per_token(c) / 1024, (size_t)KV_ELEMENT_BYTES, (double)kv_bytes_per_token(c) * c.max_seq_len / (1 << 20), c.max_seq_len);
 }
@@ -2406,39 +3038,6 @@ char *instruct_prompt(const Tokenizer *tok, const char *system, const char *inst
 }
 // --- end shared-copy: instruct-prompt ---
 
-// --- begin shared-copy: json-api ---
-// A whole JSON text becomes a flat array of tokens in document order (the idea of jsmn):
-// a container's children follow it, and `next` skips over its whole subtree. Nothing is
-// copied: a token is a span of the text. The grammar is RFC 8259's, checked strictly
-// (numbers, escapes, no control characters in strings, no trailing commas, nesting at most
-// JSON_MAX_DEPTH deep); any error is a message with the byte offset, never a crash.
-// Strings may contain any bytes >= 0x20 (we do not validate UTF-8; nothing here needs it).
-enum { JSON_OBJECT, JSON_ARRAY, JSON_STRING, JSON_NUMBER, JSON_TRUE, JSON_FALSE, JSON_NULL };
-#define JSON_MAX_DEPTH 64
-typedef struct {
-    int type;
-    size_t start, end; // the text: a string's bytes between its quotes, escapes not decoded
-    int size;          // children: an object's key/value pairs, an array's elements
-    int next;          // index of the first token after this one's subtree
-} JsonToken;
-
-typedef struct {
-    const char *text;
-    size_t len;
-    JsonToken *tokens;
-    int num, cap;
-    char *err;      // where a parse error is written
-    size_t err_size;
-} Json;
-
-// the parser's interface (the code follows)
-int json_parse(Json *j, const char *text, size_t len, char *err, size_t err_size);
-void json_free(Json *j);
-int json_string(const Json *j, int index, char *out, size_t cap);
-int json_get(const Json *j, int object, const char *key);
-int json_int64(const Json *j, int index, int64_t *out);
-int json_double(const Json *j, int index, double *out);
-// --- end shared-copy: json-api ---
 
 // --- begin shared-copy: infer-prompts ---
 // -f: one prompt per line. A line that starts with '{' is a JSON object: {"prompt": ...},
@@ -2573,7 +3172,7 @@ int find_latest_checkpoint(const char *out_dir) {
 
 // --- begin shared-copy: infer-options ---
 typedef struct {
-    const char *model, *tokenizer, *prompt, *prompts_file, *input, *system, *stop;
+    const char *model, *tokenizer, *adapter, *prompt, *prompts_file, *input, *system, *stop;
     int instruct, max_new, top_k, ids, bench;
     float temperature, top_p;
     long seed;
@@ -2588,6 +3187,8 @@ static void print_usage(const Options *d) {
     printf("  -g <path>     the tokenizer: a tokenizer file (./convert writes NAME_tokenizer.bin beside a\n"
            "                model NAME.bin), or the folder of GPT-2's encoder.json and vocab.bpe\n"
            "                [%s]\n", d->tokenizer ? d->tokenizer : "the model's NAME_tokenizer.bin, else data/gpt2");
+    printf("  -L <dir>      a LoRA adapter, applied unmerged: a PEFT folder (adapter_config.json,\n"
+           "                adapter_model.safetensors), as ./finetune_lora writes [none]\n");
     printf("  -i <text>     the prompt; \"\" starts from the start token (GPT-2: <|endoftext|>) [\"%s\"]\n", d->prompt);
     printf("  -f <file>     a batch: one prompt per line (a line starting with { is JSON: {\"prompt\": ...})\n");
     printf("  -a <0|1>      chat / instruction mode: -i (or each line of -f) is a user message, laid out in\n"
@@ -2666,7 +3267,7 @@ static float parse_float(const char *flag, const char *s) {
 // The flags, checked. Defaults: transformers' generate() sampling defaults (temperature 1,
 // top-k 50, top-p 1).
 static Options parse_args(int argc, char **argv) {
-    Options o = {.model = NULL, .tokenizer = NULL, .prompt = "", .prompts_file = NULL, .input = "", .system = NULL,
+    Options o = {.model = NULL, .tokenizer = NULL, .adapter = NULL, .prompt = "", .prompts_file = NULL, .input = "", .system = NULL,
                  .stop = "", .instruct = 0, .max_new = 128,
                  .top_k = 50, .ids = 0, .bench = 0, .temperature = 1.0f, .top_p = 1.0f, .seed = 1337,
                  .batches = "1,4,16", .prompt_lengths = "16,128", .gen_lengths = "16,64"};
@@ -2680,6 +3281,7 @@ static Options parse_args(int argc, char **argv) {
         switch (flag[1]) {
         case 'm': o.model = v; break;
         case 'g': o.tokenizer = v; break;
+        case 'L': o.adapter = v; break;
         case 'i': o.prompt = v; break;
         case 'f': o.prompts_file = v; break;
         case 'a': o.instruct = (int)parse_int(flag, v, 0); break;
@@ -2807,6 +3409,7 @@ int main(int argc, char **argv) {
     Options o = parse_args(argc, argv);
     GPT2 model;
     gpt2_build(&model, o.model, (uint64_t)o.seed);
+    if (o.adapter != NULL) { model_adapter_load(&model, o.adapter); }
     print_model(&model);
     ModelConfig c = model.config;
     if (o.bench) {

@@ -125,7 +125,8 @@ static void test_model(const char *name, const char *model_path) {
     Base b;
     base_load(&b, model_path);
     Lora lora;
-    lora_load(&lora, &b, dir);
+    LoraShape shape = base_shape(&b);
+    lora_load(&lora, &shape, dir, 1);
     printf("%d LoRA modules, r=%d, scale %.4f, %zu parameters\n", lora.num_modules, lora.r, lora.scale, lora.num_params);
     Fixture f;
     snprintf(f.path, sizeof(f.path), "%s", fixture_path);
@@ -231,7 +232,7 @@ static void test_model(const char *name, const char *model_path) {
     snprintf(out_dir, sizeof(out_dir), "%s/saved_%s", tmp_dir, name);
     lora_save(&lora, &b, out_dir, model_path);
     Lora back;
-    lora_load(&back, &b, out_dir);
+    lora_load(&back, &shape, out_dir, 1);
     int same = back.num_params == lora.num_params && back.num_modules == lora.num_modules && back.r == lora.r &&
                back.scale == lora.scale && memcmp(back.params, lora.params, lora.num_params * sizeof(float)) == 0;
     for (int k = 0; same && k < lora.num_modules; k++) { same = strcmp(back.modules[k].name, lora.modules[k].name) == 0; }
@@ -291,7 +292,8 @@ static void load_pair(const void *arg) {
     Base b;
     Lora lora;
     base_load(&b, p->model);
-    lora_load(&lora, &b, p->adapter);
+    LoraShape shape = base_shape(&b);
+    lora_load(&lora, &shape, p->adapter, 1);
 }
 // an adapter folder in tmp/name: the gpt2 fixture's files, the config with `from` made `to`,
 // the weights cut to `keep` bytes (0: whole)
@@ -407,7 +409,8 @@ static void test_dropout(void) {
     Base b;
     base_load(&b, "build/llama_gqa3.bin");
     Lora lora;
-    lora_load(&lora, &b, "dev/reference/fixtures/lora_llama");
+    LoraShape shape = base_shape(&b);
+    lora_load(&lora, &shape, "dev/reference/fixtures/lora_llama", 1);
     lora.dropout = 0.3f;
     lora.training = 1;
     lora.dropout_key = 12345;

@@ -199,6 +199,79 @@ static float *decode_all(GPT2 *model, const int *tokens, int len, int T) {
 }
 
 // ----------------------------------------------------------------------------
+// a LoRA adapter applied unmerged (-L) against PEFT
+
+// Rows 0 and 1 of tokens (rows of T) as two sequences in one pass: 2T rows (at T = 20,
+// beyond MATVEC_MAX_ROWS: the GEMM's path), logits of every row (2T, V)
+static float *prefill_two(GPT2 *model, const int *tokens, int T) {
+    int N = 2 * T, *seq = (int *)mallocCheck((size_t)N * sizeof(int)), *pos = (int *)mallocCheck((size_t)N * sizeof(int));
+    int *rows = (int *)mallocCheck((size_t)N * sizeof(int));
+    for (int n = 0; n < N; n++) { seq[n] = n / T; pos[n] = n % T; rows[n] = n; }
+    gpt2_allocate_cache(model, 2, T);
+    gpt2_allocate_rows(model, N, N);
+    gpt2_forward(model, tokens, seq, pos, N, rows, N, 0);
+    float *out = unpad(model->logits, N, model->config.vocab_size, model->config.padded_vocab_size);
+    free(seq); free(pos); free(rows);
+    return out;
+}
+
+// dev/reference/lora_reference.py's fixtures: a tiny model of each family with a PEFT
+// adapter (lora_NAME/, its B not zero) and PeftModel's float64 logits (logits0) on the
+// first two rows of `tokens`. The adapter applied unmerged gives them, in one pass (GEMM)
+// and decoded token by token from the cache (matrix-vector); turned off, the base model's
+// logits, bit for bit.
+static void test_lora(const char *model_path, const char *name) {
+    char dir[256], path[256], label[128];
+    snprintf(dir, sizeof(dir), FIXTURES "lora_%s", name);
+    snprintf(path, sizeof(path), FIXTURES "lora_%s.safetensors", name);
+    printf("\n%s + %s (unmerged) against PEFT (%s)\n", model_path, dir, path);
+    SafeTensors st;
+    safetensors_open(&st, path, "python dev/reference/lora_reference.py regenerates it");
+    const StTensor *tt = safetensors_find(&st, "tokens"), *tl = safetensors_find(&st, "logits0");
+    if (tt == NULL || tl == NULL || strcmp(tt->dtype, "I32") != 0 || tt->ndim != 2 || tl->ndim != 3 || tl->shape[0] != 2) {
+        die_file(path, NULL, "no I32 tokens (B, T) and logits0 (2, T, V)");
+    }
+    int T = (int)tt->shape[1], ref_T = (int)tl->shape[1], ref_V = (int)tl->shape[2];
+    size_t n_tokens = (size_t)tt->shape[0] * T, n_logits = (size_t)(tl->end - tl->begin) / tl->element_bytes;
+    int *tokens = (int *)mallocCheck(n_tokens * sizeof(int));
+    float *ref = (float *)mallocCheck(n_logits * sizeof(float));
+    void *buf = mallocCheck(n_logits * 8);
+    FILE *fp = fopenCheck(path, "rb");
+    if (fseeko(fp, (off_t)(st.data_start + tt->begin), SEEK_SET) != 0 || fread(tokens, sizeof(int), n_tokens, fp) != n_tokens) {
+        die_file(path, NULL, "cannot read tokens");
+    }
+    st_read_floats(fp, &st, tl, ref, buf, path);
+    fcloseCheck(fp);
+    free(buf);
+    safetensors_free(&st);
+
+    GPT2 model;
+    gpt2_build(&model, model_path, 0);
+    int V = model.config.vocab_size;
+    check("fixture's vocabulary is the model's", ref_V == V && ref_T == T, "");
+    if (ref_V != V || ref_T != T) { gpt2_free(&model); free(tokens); free(ref); return; }
+    float *base = prefill_two(&model, tokens, T);
+    model_adapter_load(&model, dir);
+    float *with = prefill_two(&model, tokens, T);
+    snprintf(label, sizeof(label), "%s: 2 x %d rows in one pass", name, T);
+    check_rows(label, with, ref, (size_t)2 * T * V, TOL[TOL_LOGITS]);
+    for (int b = 0; b < 2; b++) {
+        float *decoded = decode_all(&model, tokens + (size_t)b * T, 1, T);
+        snprintf(label, sizeof(label), "%s: sequence %d decoded from the cache", name, b);
+        check_rows(label, decoded, ref + (size_t)b * T * V, (size_t)T * V, TOL[TOL_CACHED]);
+        free(decoded);
+    }
+    int moved = 0;
+    for (size_t i = 0; i < (size_t)2 * T * V && !moved; i++) { moved = fabsf(with[i] - base[i]) > 1e-3f; }
+    check("the adapter changes the logits", moved, "");
+    model_adapter_on(&model, 0);
+    float *off = prefill_two(&model, tokens, T);
+    check("adapter off: the base model's logits, bit for bit", memcmp(off, base, (size_t)2 * T * V * sizeof(float)) == 0, "");
+    free(off); free(with); free(base); free(tokens); free(ref);
+    gpt2_free(&model);
+}
+
+// ----------------------------------------------------------------------------
 // running a loader that is supposed to fail, in a child process
 
 // --- begin shared-copy: expect-exit ---
@@ -759,6 +832,9 @@ int main(void) {
     test_fixture(CONVERTED "qwen2_gqa4.bin", FIXTURES "llama_infer_qwen2_gqa4.bin");
     test_fixture(CONVERTED "llama_mha3.bin", FIXTURES "llama_infer_llama_mha3.bin");
     test_smollm2(TOL[TOL_SMOLLM2]);
+    test_lora(CONVERTED "hf_tiny_fp32.bin", "gpt2");
+    test_lora(CONVERTED "llama_gqa3.bin", "llama");
+    test_lora(CONVERTED "qwen2_gqa4.bin", "qwen2");
     test_export();
     test_generation();
     test_bad_files(tmp);

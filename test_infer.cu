@@ -543,6 +543,90 @@ static void test_smollm2(Tolerance tol) {
 // max abs err 1e-5 of max |ref| (measured: 1.8e-6 on the CPU, 1.4e-6 under the emulator)
 #define SMOLLM2_TOL ((Tolerance){"smollm2", 2e-5f, 1e-5f})
 
+// ----------------------------------------------------------------------------
+// a LoRA adapter applied unmerged (-L) against PEFT (as test_infer.c's test_lora)
+
+// rows 0 and 1 of tokens (rows of T) as two sequences in one pass: 2T rows (cuBLAS and
+// the epilogue kernel), logits of every row (2T, V)
+static float *prefill_two(GPT2 *model, const int *tokens, int T) {
+    ModelConfig c = model->config;
+    int N = 2 * T, *seq = (int *)mallocCheck((size_t)N * sizeof(int)), *pos = (int *)mallocCheck((size_t)N * sizeof(int));
+    int *rows = (int *)mallocCheck((size_t)N * sizeof(int));
+    for (int n = 0; n < N; n++) { seq[n] = n / T; pos[n] = n % T; rows[n] = n; }
+    gpt2_allocate_cache(model, 2, T);
+    gpt2_allocate_rows(model, N, N);
+    gpt2_forward(model, tokens, seq, pos, N, rows, N, 0);
+    float *out = (float *)mallocCheck((size_t)N * c.vocab_size * sizeof(float));
+    for (int n = 0; n < N; n++) { memcpy(out + (size_t)n * c.vocab_size, model->logits + (size_t)n * c.padded_vocab_size, c.vocab_size * sizeof(float)); }
+    free(seq); free(pos); free(rows);
+    return out;
+}
+
+// dev/reference/lora_reference.py's fixture NAME: PeftModel's float64 logits (logits0) of
+// the first two rows of `tokens`, with the adapter lora_NAME/ (its B not zero). Ours with
+// the adapter unmerged: in one pass (cuBLAS, the epilogue kernel adds the update), decoded
+// from the cache (the matrix-vector kernel adds it; replayed graphs give the bits of
+// kernel-by-kernel launches); turned off, the base model's bits. (BF16 builds: these base
+// weights are not bf16 values, so rounding them adds to the activations' rounding; measured
+// under emulation, max abs err / max|ref| 2.9e-2, within TOL_LOGITS' 5e-2.)
+static void test_lora(const char *model_path, const char *name) {
+    char dir[256], path[256], label[128];
+    snprintf(dir, sizeof(dir), FIXTURES "lora_%s", name);
+    snprintf(path, sizeof(path), FIXTURES "lora_%s.safetensors", name);
+    printf("\n%s + %s (unmerged) against PEFT (%s)\n", model_path, dir, path);
+    SafeTensors st;
+    safetensors_open(&st, path, "python dev/reference/lora_reference.py regenerates it");
+    const StTensor *tt = safetensors_find(&st, "tokens"), *tl = safetensors_find(&st, "logits0");
+    if (tt == NULL || tl == NULL || strcmp(tt->dtype, "I32") != 0 || tt->ndim != 2 || tl->ndim != 3 || tl->shape[0] != 2) {
+        die_file(path, NULL, "no I32 tokens (B, T) and logits0 (2, T, V)");
+    }
+    int T = (int)tt->shape[1], ref_T = (int)tl->shape[1], ref_V = (int)tl->shape[2];
+    size_t n_tokens = (size_t)tt->shape[0] * T, n_logits = (size_t)(tl->end - tl->begin) / tl->element_bytes;
+    int *tokens = (int *)mallocCheck(n_tokens * sizeof(int));
+    float *ref = (float *)mallocCheck(n_logits * sizeof(float));
+    void *buf = mallocCheck(n_logits * 8);
+    FILE *fp = fopenCheck(path, "rb");
+    if (fseeko(fp, (off_t)(st.data_start + tt->begin), SEEK_SET) != 0 || fread(tokens, sizeof(int), n_tokens, fp) != n_tokens) {
+        die_file(path, NULL, "cannot read tokens");
+    }
+    st_read_floats(fp, &st, tl, ref, buf, path);
+    fcloseCheck(fp);
+    free(buf);
+    safetensors_free(&st);
+
+    GPT2 model;
+    gpt2_build(&model, model_path, 0);
+    int V = model.config.vocab_size;
+    check("fixture's vocabulary is the model's", ref_V == V && ref_T == T, "");
+    if (ref_V != V || ref_T != T) { gpt2_free(&model); free(tokens); free(ref); return; }
+    float *base = prefill_two(&model, tokens, T);
+    model_adapter_load(&model, dir);
+    float *with = prefill_two(&model, tokens, T);
+    snprintf(label, sizeof(label), "%s: 2 x %d rows in one pass", name, T);
+    check_rows(label, with, ref, (size_t)2 * T * V, TOL[TOL_LOGITS]);
+    for (int b = 0; b < 2; b++) {
+        model.use_graphs = 1;
+        float *decoded = decode_all(&model, tokens + (size_t)b * T, 1, T);
+        snprintf(label, sizeof(label), "%s: sequence %d decoded from the cache", name, b);
+        check_rows(label, decoded, ref + (size_t)b * T * V, (size_t)T * V, TOL[TOL_LOGITS]);
+        model.use_graphs = 0;
+        float *launched = decode_all(&model, tokens + (size_t)b * T, 1, T);
+        snprintf(label, sizeof(label), "%s: sequence %d, graphs = kernel by kernel", name, b);
+        check(label, memcmp(decoded, launched, (size_t)T * V * sizeof(float)) == 0, "");
+        free(decoded);
+        free(launched);
+    }
+    model.use_graphs = 1;
+    int moved = 0;
+    for (size_t i = 0; i < (size_t)2 * T * V && !moved; i++) { moved = fabsf(with[i] - base[i]) > 1e-3f; }
+    check("the adapter changes the logits", moved, "");
+    model_adapter_on(&model, 0);
+    float *off = prefill_two(&model, tokens, T);
+    check("adapter off: the base model's logits, bit for bit", memcmp(off, base, (size_t)2 * T * V * sizeof(float)) == 0, "");
+    free(off); free(with); free(base); free(tokens); free(ref);
+    gpt2_free(&model);
+}
+
 int main(int argc, char **argv) {
     int devices = 0;
     if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
@@ -575,6 +659,9 @@ int main(int argc, char **argv) {
     test_fixture(CONVERTED "llama_gqa3.bin", FIXTURES "llama_infer_llama_gqa3.bin");
     test_uneven(36, 4);
     test_uneven(42, 3);
+    test_lora(CONVERTED "hf_tiny_fp32.bin", "gpt2");
+    test_lora(CONVERTED "llama_gqa3.bin", "llama");
+    test_lora(CONVERTED "qwen2_gqa4.bin", "qwen2");
     printf("\n%d passed, %d failed\n", num_passed, num_failed);
     return num_failed == 0 ? 0 : 1;
 }

@@ -156,6 +156,11 @@ typedef struct {
     const int *seq, *pos;
     int S;
     int q_size, kv_size; // EPI_QKV: Q = NH HS queries, then KV = NKV HS keys and as many values
+    // an adapter's update (-L; epilogue_lora), added first: out[n, o] += lora_h[n] . lora_B[o]
+    // with lora_h = inp lora_A^T (N, lora_R), which linear_forward computes before
+    const float *lora_A, *lora_B; // (lora_R, C), (OC, lora_R)
+    float *lora_h;
+    int lora_R;                   // 0: no adapter here
 } Epilogue;
 
 // --- shared-copy of infer.cu: GELU_SCALE ---
@@ -163,6 +168,10 @@ typedef struct {
 
 // --- shared-copy of infer.cu: epilogue_apply ---
 __device__ inline void epilogue_apply(const Epilogue e, int n, int o, int OC, float v) {
+    if (e.lora_R > 0) { // an adapter's update (-L): h[n] . B[o], h = inp A^T from lora_down_kernel
+        const float *h = e.lora_h + (size_t)n * e.lora_R, *b = e.lora_B + (size_t)o * e.lora_R;
+        for (int j = 0; j < e.lora_R; j++) { v += h[j] * b[j]; }
+    }
     if (e.bias != NULL) { v += to_float(e.bias[o]); }
     if (e.kind == EPI_LOGITS) {
         e.f32[(size_t)n * OC + o] = v;
@@ -501,7 +510,7 @@ static void problem_free(void) {
 
 // infer.cu's logits epilogue: a plain fp32 store into out, with the bias or without
 static Epilogue store_epilogue(int with_bias) {
-    Epilogue e = {EPI_LOGITS, with_bias ? d_bias : NULL, d_out, NULL, NULL, NULL, NULL, NULL, 0, 0, 0};
+    Epilogue e = {EPI_LOGITS, with_bias ? d_bias : NULL, d_out, NULL, NULL, NULL, NULL, NULL, 0, 0, 0, NULL, NULL, NULL, 0};
     return e;
 }
 
