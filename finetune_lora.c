@@ -153,6 +153,17 @@ static void format_path(char *out, size_t size, const char *fmt, ...) {
     }
 }
 // --- end shared-copy: format-path ---
+// --- begin shared-copy: eta ---
+// "ETA 3m07s": the time the rest takes at the pace so far (`done` of `total` units in
+// `seconds`), for the progress lines of long runs
+static void format_eta(char *out, size_t size, double seconds, double done, double total) {
+    if (!(done > 0.0) || !(total >= done)) { snprintf(out, size, "ETA ?"); return; }
+    long s = (long)(seconds / done * (total - done) + 0.5);
+    if (s >= 3600) { snprintf(out, size, "ETA %ldh%02ldm", s / 3600, s / 60 % 60); }
+    else if (s >= 60) { snprintf(out, size, "ETA %ldm%02lds", s / 60, s % 60); }
+    else { snprintf(out, size, "ETA %lds", s); }
+}
+// --- end shared-copy: eta ---
 // --- begin shared-copy: atomic-write ---
 // Write each of n buffers, in order, to `path` atomically: write path.tmp, flush,
 // fsync, rename over path, fsync the directory (so that the rename itself is on
@@ -2910,6 +2921,7 @@ int main(int argc, char **argv) {
     }
     int cursor = pr.cursor, epoch = pr.epoch;
     double start = wall_seconds();
+    int first_step = pr.step; // (a resumed run's ETA counts the steps it runs)
     for (int step = pr.step; step < steps; step++) {
         double t0 = wall_seconds();
         float lr = get_learning_rate(step, o.lr, o.warmup, steps, o.final_frac);
@@ -2945,7 +2957,9 @@ int main(int argc, char **argv) {
         if (validate) { val_loss = evaluate(&b, &lora, &a, &val, tokens, labels); }
         printf("step %5d/%d | loss %.4f | norm %.3f | lr %.2e | %.0f tokens/s", step + 1, steps, loss, norm, lr, N * o.accum / dt);
         if (validate) { printf(" | val loss %.4f", val_loss); }
-        printf(" | ETA %.0f s\n", elapsed / (step + 1 - pr.step) * (steps - step - 1));
+        char eta[32];
+        format_eta(eta, sizeof(eta), elapsed, step + 1 - first_step, steps - first_step);
+        printf(" | %s\n", eta);
         fflush(stdout);
         fprintf(log, "%d\t%g\t%.6f\t%.6f\t", step + 1, lr, loss, norm);
         if (validate) { fprintf(log, "%.6f", val_loss); }

@@ -30,6 +30,12 @@ Their tokenizers are byte-level BPE like GPT-2's, with other pre-tokenizer rules
 tokens and chat templates: ./convert writes each model's beside it (NAME_tokenizer.bin), and
 -a 1 lays a question out in the model's chat template (ChatML, Llama 3; GPT-2: Alpaca's).
 
+The fine-tuning chapter's end (finetune_lora.c): -L applies a LoRA adapter (PEFT's folder)
+unmerged, each adapted layer adding s (x A^T) B^T to its output (the same tokens as the model
+with the adapter merged, ./finetune_lora -M); -E asks an evaluation's questions to the base
+model and, with -L, the tuned one, and classifies each answer (correct, partially correct,
+format error, hallucination: the rules are at eval_classify) into a before/after table.
+
 What it leaves out on purpose: beam search, repetition penalties, quantised weights (the
 fine-tuning chapter's NF4), speculative decoding, sliding-window attention, mixtures of
 experts.
@@ -41,6 +47,7 @@ Build and run (from the repository root):
     make smollm2 && ./infer -m data/smollm2/SmolLM2-135M-Instruct.bin -a 1 -i "What is the capital of France?"
     ./infer -m gpt2.bin -i "Hello, I'm"
     ./infer -m d12 -B 1                       # benchmark prefill and decode, GPT-2 124M shapes
+    ./infer -m data/smollm2/SmolLM2-135M-Instruct.bin -L run/ -E data/iso/eval.jsonl   # before/after a fine-tune
     ./infer -h                                # every flag with its default
 Checked against transformers by test_infer.c: GPT2LMHeadModel's logits on Hugging Face
 folders made by dev/reference/infer_reference.py (random weights, no download) and converted
@@ -1517,6 +1524,17 @@ static void format_path(char *out, size_t size, const char *fmt, ...) {
     }
 }
 // --- end shared-copy: format-path ---
+// --- begin shared-copy: eta ---
+// "ETA 3m07s": the time the rest takes at the pace so far (`done` of `total` units in
+// `seconds`), for the progress lines of long runs
+static void format_eta(char *out, size_t size, double seconds, double done, double total) {
+    if (!(done > 0.0) || !(total >= done)) { snprintf(out, size, "ETA ?"); return; }
+    long s = (long)(seconds / done * (total - done) + 0.5);
+    if (s >= 3600) { snprintf(out, size, "ETA %ldh%02ldm", s / 3600, s / 60 % 60); }
+    else if (s >= 60) { snprintf(out, size, "ETA %ldm%02lds", s / 60, s % 60); }
+    else { snprintf(out, size, "ETA %lds", s); }
+}
+// --- end shared-copy: eta ---
 
 // --- begin shared-copy: bf16-to-float ---
 // bf16 is the top half of a float: widening it is a shift.
@@ -3146,6 +3164,170 @@ void set_omp_wait_policy(char **argv) {
 }
 // --- end shared-copy: omp-wait-policy ---
 
+// --- begin shared-copy: infer-eval ---
+// ----------------------------------------------------------------------------
+// -E: an evaluation, the same questions to the base model and (with -L) the tuned one
+
+// A question of the evaluation file: a JSON line {"instruction": ..., "input": ... (optional),
+// "answer": "DE", "partial": ["DEU"] (optional)}, as data/instructions writes eval.jsonl
+typedef struct {
+    char *question; // the instruction (and its input): no word of it counts as an answer
+    char *prompt;   // the question in the model's chat template (or Alpaca's)
+    char *answer;   // the expected answer, short: a code, a number, a name
+    char **partial; // answers that are the same fact in another form (Germany's DEU for DE)
+    int num_partial;
+} EvalQuestion;
+
+static int read_eval(const char *path, const Tokenizer *tok, const char *system, EvalQuestion **out) {
+    size_t len;
+    const char *hint = "-E takes JSON lines {\"instruction\": ..., \"input\": ..., \"answer\": ..., \"partial\": [...]} "
+                       "(make data/iso/train.jsonl writes data/iso/eval.jsonl)";
+    char *data = (char *)read_whole_file(path, &len, hint);
+    int n = 0, cap = 16, line_no = 0;
+    EvalQuestion *qs = (EvalQuestion *)mallocCheck((size_t)cap * sizeof(EvalQuestion));
+    for (size_t start = 0; start < len;) {
+        size_t end = start;
+        while (end < len && data[end] != '\n') { end++; }
+        line_no++;
+        char *line = data + start;
+        size_t line_len = end - start;
+        start = end + 1;
+        while (line_len > 0 && (line[line_len - 1] == '\r' || line[line_len - 1] == ' ')) { line_len--; }
+        if (line_len == 0) { continue; }
+        Json j;
+        char err[256];
+        if (json_parse(&j, line, line_len, err, sizeof(err)) != 0 || j.tokens[0].type != JSON_OBJECT) {
+            die_file(path, hint, "line %d is not a JSON object%s%s", line_no, j.num > 0 ? ": " : "", j.num > 0 ? err : "");
+        }
+        if (n == cap) { cap *= 2; qs = (EvalQuestion *)realloc(qs, (size_t)cap * sizeof(EvalQuestion)); }
+        if (qs == NULL) { die_file(path, NULL, "out of memory"); }
+        EvalQuestion *q = &qs[n++];
+        memset(q, 0, sizeof(*q));
+        char *instruction = (char *)mallocCheck(line_len + 1), *input = (char *)mallocCheck(line_len + 1);
+        q->answer = (char *)mallocCheck(line_len + 1);
+        int a = json_get(&j, 0, "instruction"), b = json_get(&j, 0, "input"), c = json_get(&j, 0, "answer");
+        if (a < 0 || json_string(&j, a, instruction, line_len + 1) < 0 || instruction[0] == '\0') {
+            die_file(path, hint, "line %d: no \"instruction\" string", line_no);
+        }
+        input[0] = '\0';
+        if (b >= 0 && json_string(&j, b, input, line_len + 1) < 0) { die_file(path, hint, "line %d: \"input\" is not a string", line_no); }
+        if (c < 0 || json_string(&j, c, q->answer, line_len + 1) < 0 || q->answer[0] == '\0') {
+            die_file(path, hint, "line %d: no \"answer\" string: the evaluation needs the expected answer", line_no);
+        }
+        int p = json_get(&j, 0, "partial");
+        if (p >= 0) {
+            if (j.tokens[p].type != JSON_ARRAY) { die_file(path, hint, "line %d: \"partial\" is not an array of strings", line_no); }
+            q->partial = (char **)mallocCheck(((size_t)j.tokens[p].size + 1) * sizeof(char *));
+            for (int k = 0, at = p + 1; k < j.tokens[p].size; k++, at = j.tokens[at].next) {
+                q->partial[k] = (char *)mallocCheck(line_len + 1);
+                if (json_string(&j, at, q->partial[k], line_len + 1) < 0 || q->partial[k][0] == '\0') {
+                    die_file(path, hint, "line %d: \"partial\" holds something other than a non-empty string", line_no);
+                }
+                q->num_partial++;
+            }
+        }
+        q->prompt = instruct_prompt(tok, system, instruction, input);
+        size_t qn = strlen(instruction) + strlen(input) + 3;
+        q->question = (char *)mallocCheck(qn);
+        snprintf(q->question, qn, "%s%s%s", instruction, input[0] != '\0' ? "\n\n" : "", input);
+        free(instruction);
+        free(input);
+        json_free(&j);
+    }
+    free(data);
+    if (n == 0) { die_file(path, hint, "holds no question"); }
+    *out = qs;
+    return n;
+}
+
+static void eval_free(EvalQuestion *qs, int n) {
+    for (int i = 0; i < n; i++) {
+        for (int k = 0; k < qs[i].num_partial; k++) { free(qs[i].partial[k]); }
+        free(qs[i].partial); free(qs[i].question); free(qs[i].prompt); free(qs[i].answer);
+    }
+    free(qs);
+}
+
+// How an answer is judged. The rules are for short factual answers (a code, a number, a
+// name), the "answer" of each question; they look at words, maximal runs of ASCII letters
+// and digits. A word is "answer-like" when it has the answer's form: the same kinds of
+// character in the same order of runs (capitals "DE", "DEU" and "CAR" alike; digits
+// "3166"; a capital then small letters "Berlin"), at least 2 characters long (or the
+// answer's length, if shorter), and it is no word of the question (the question's "ISO"
+// answers nothing). Then, in this order:
+//   correct            the answer is a word of the reply, exactly, the only answer-like
+//                      one (but for the question's "partial" answers: the same fact in
+//                      another form), and the reply ended (its end token or the stop
+//                      string; not cut off at -n tokens)
+//   partially correct  the answer is there, but with other answer-like words (a hedge,
+//                      a list) or in a reply that was cut off; or it is not, but the answer
+//                      in other capitals ("de", "De") or one of the "partial" answers is,
+//                      and no wrong answer-like word
+//   hallucination      answer-like words, none of them right: a wrong answer stated
+//   format error       no answer-like word at all: digits for a code, a sentence
+//                      without an answer, an empty reply
+enum { EVAL_CORRECT, EVAL_PARTIAL, EVAL_FORMAT, EVAL_HALLUCINATION, EVAL_CLASSES };
+static const char *const EVAL_CLASS_NAMES[EVAL_CLASSES] = {"correct", "partially correct", "format error", "hallucination"};
+
+static int word_char(char ch) { return (ch >= 'A' && ch <= 'Z') || (ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9'); }
+static char char_kind(char ch) { return ch >= 'A' && ch <= 'Z' ? 'A' : ch >= 'a' && ch <= 'z' ? 'a' : ch >= '0' && ch <= '9' ? '9' : '?'; }
+
+// whether a and b (n bytes each) are the same, in ASCII capitals or small letters alike if fold
+static int same_word(const char *a, const char *b, size_t n, int fold) {
+    for (size_t i = 0; i < n; i++) {
+        char x = a[i], y = b[i];
+        if (fold && x >= 'a' && x <= 'z') { x = (char)(x - 'a' + 'A'); }
+        if (fold && y >= 'a' && y <= 'z') { y = (char)(y - 'a' + 'A'); }
+        if (x != y) { return 0; }
+    }
+    return 1;
+}
+
+// a word's form: its runs of character kinds, "DEU" -> "A", "Berlin" -> "Aa" (at most 15)
+static void word_form(const char *w, size_t n, char form[16]) {
+    size_t k = 0;
+    for (size_t i = 0; i < n && k < 15; i++) {
+        char kind = word_char(w[i]) ? char_kind(w[i]) : '?';
+        if (k == 0 || form[k - 1] != kind) { form[k++] = kind; }
+    }
+    form[k] = '\0';
+}
+
+// whether the word w (n bytes) is one of the words of text (case ignored if fold)
+static int has_word(const char *text, const char *w, size_t n, int fold) {
+    for (const char *p = text; *p != '\0';) {
+        while (*p != '\0' && !word_char(*p)) { p++; }
+        const char *s = p;
+        while (*p != '\0' && word_char(*p)) { p++; }
+        if ((size_t)(p - s) == n && same_word(s, w, n, fold)) { return 1; }
+    }
+    return 0;
+}
+
+int eval_classify(const EvalQuestion *q, const char *reply, int ended) {
+    char answer_form[16], form[16];
+    size_t answer_len = strlen(q->answer), min_len = answer_len < 2 ? answer_len : 2;
+    word_form(q->answer, answer_len, answer_form);
+    int exact = 0, other = 0, near = 0; // the answer; answer-like words that are not it; another form of it
+    for (const char *p = reply; *p != '\0';) {
+        while (*p != '\0' && !word_char(*p)) { p++; }
+        const char *w = p;
+        while (*p != '\0' && word_char(*p)) { p++; }
+        size_t n = (size_t)(p - w);
+        if (n == 0) { break; }
+        int is_partial = 0;
+        for (int k = 0; k < q->num_partial && !is_partial; k++) { is_partial = strlen(q->partial[k]) == n && same_word(q->partial[k], w, n, 0); }
+        if (n == answer_len && same_word(w, q->answer, n, 0)) { exact = 1; continue; }
+        if (is_partial || (n == answer_len && same_word(w, q->answer, n, 1))) { near = 1; continue; }
+        word_form(w, n, form);
+        if (n >= min_len && strcmp(form, answer_form) == 0 && !has_word(q->question, w, n, 0)) { other = 1; }
+    }
+    if (exact) { return !other && ended ? EVAL_CORRECT : EVAL_PARTIAL; }
+    if (near && !other) { return EVAL_PARTIAL; }
+    return other ? EVAL_HALLUCINATION : EVAL_FORMAT;
+}
+// --- end shared-copy: infer-eval ---
+
 #ifndef TESTING
 // --- begin shared-copy: gpt2-find-checkpoint ---
 // The step of the newest complete checkpoint in out_dir, or -1 if none.
@@ -3172,7 +3354,7 @@ int find_latest_checkpoint(const char *out_dir) {
 
 // --- begin shared-copy: infer-options ---
 typedef struct {
-    const char *model, *tokenizer, *adapter, *prompt, *prompts_file, *input, *system, *stop;
+    const char *model, *tokenizer, *adapter, *prompt, *prompts_file, *eval_file, *input, *system, *stop;
     int instruct, max_new, top_k, ids, bench;
     float temperature, top_p;
     long seed;
@@ -3191,6 +3373,10 @@ static void print_usage(const Options *d) {
            "                adapter_model.safetensors), as ./finetune_lora writes [none]\n");
     printf("  -i <text>     the prompt; \"\" starts from the start token (GPT-2: <|endoftext|>) [\"%s\"]\n", d->prompt);
     printf("  -f <file>     a batch: one prompt per line (a line starting with { is JSON: {\"prompt\": ...})\n");
+    printf("  -E <file>     an evaluation: JSON lines {\"instruction\", \"input\", \"answer\", \"partial\"} asked\n"
+           "                to the base model and, with -L, the tuned one (greedy unless -t); each answer\n"
+           "                classified (correct, partially correct, format error, hallucination), a\n"
+           "                Markdown table of both to stdout\n");
     printf("  -a <0|1>      chat / instruction mode: -i (or each line of -f) is a user message, laid out in\n"
            "                the model's chat template (ChatML, Llama 3), or else in the Alpaca template;\n"
            "                -f lines may be {\"instruction\": ..., \"input\": ...} [%d]\n", d->instruct);
@@ -3267,11 +3453,12 @@ static float parse_float(const char *flag, const char *s) {
 // The flags, checked. Defaults: transformers' generate() sampling defaults (temperature 1,
 // top-k 50, top-p 1).
 static Options parse_args(int argc, char **argv) {
-    Options o = {.model = NULL, .tokenizer = NULL, .adapter = NULL, .prompt = "", .prompts_file = NULL, .input = "", .system = NULL,
+    Options o = {.model = NULL, .tokenizer = NULL, .adapter = NULL, .prompt = "", .prompts_file = NULL, .eval_file = NULL, .input = "", .system = NULL,
                  .stop = "", .instruct = 0, .max_new = 128,
                  .top_k = 50, .ids = 0, .bench = 0, .temperature = 1.0f, .top_p = 1.0f, .seed = 1337,
                  .batches = "1,4,16", .prompt_lengths = "16,128", .gen_lengths = "16,64"};
     const Options defaults = o;
+    int temperature_given = 0;
     for (int i = 1; i < argc; i += 2) {
         const char *flag = argv[i];
         if (strcmp(flag, "-h") == 0) { print_usage(&defaults); exit(0); }
@@ -3284,11 +3471,12 @@ static Options parse_args(int argc, char **argv) {
         case 'L': o.adapter = v; break;
         case 'i': o.prompt = v; break;
         case 'f': o.prompts_file = v; break;
+        case 'E': o.eval_file = v; break;
         case 'a': o.instruct = (int)parse_int(flag, v, 0); break;
         case 'c': o.input = v; break;
         case 'y': o.system = v; break;
         case 'n': o.max_new = (int)parse_int(flag, v, 1); break;
-        case 't': o.temperature = parse_float(flag, v); break;
+        case 't': o.temperature = parse_float(flag, v); temperature_given = 1; break;
         case 'k': o.top_k = (int)parse_int(flag, v, 0); break;
         case 'p': o.top_p = parse_float(flag, v); break;
         case 's': o.seed = parse_int(flag, v, 0); break;
@@ -3305,6 +3493,11 @@ static Options parse_args(int argc, char **argv) {
     if (o.top_p > 1.0f || o.top_p == 0.0f) { usage_error("-p (top-p) must be in (0, 1]%s", ""); }
     if (o.ids && (o.instruct || o.stop[0] != '\0')) { usage_error("-z 1 (token ids) works without -a and -x%s", ""); }
     if (o.instruct && o.prompts_file == NULL && o.prompt[0] == '\0') { usage_error("-a 1 needs an instruction: -i \"...\" (or -f)%s", ""); }
+    if (o.eval_file != NULL && (o.prompts_file != NULL || o.prompt[0] != '\0' || o.ids || o.bench)) {
+        usage_error("-E (an evaluation) asks its own questions: without -i, -f, -z 1 and -B 1%s", "");
+    }
+    if (o.eval_file != NULL) { o.instruct = 1; } // (its questions go in the chat template)
+    if (o.eval_file != NULL && !temperature_given) { o.temperature = 0.0f; } // greedy, unless -t says otherwise
     if (o.system != NULL && !o.instruct) { usage_error("-y (a system message) goes with -a 1%s", ""); }
     // no -m: the newest checkpoint of ./train_gpt2 (or GPT-2 124M's shapes for the benchmark)
     if (o.model == NULL && o.bench) { o.model = "d12"; }
@@ -3335,16 +3528,9 @@ static void run_bench(GPT2 *model, const Options *o) {
 // The prompts (-i, or each line of -f; wrapped in the template with -a 1) as sequences of
 // token ids, checked against the model's vocabulary and context. Returns B; *texts holds
 // each prompt's text (what streaming and the batch report print before the generation).
-static int read_sequences(const Options *o, const ModelConfig *c, Tokenizer *tok, int start, char ***texts_out,
-                          Sequence **seqs_out) {
-    char **texts;
-    int B = 1;
-    if (o->prompts_file != NULL) {
-        B = read_prompts(o->prompts_file, o->instruct, tok, o->system, &texts);
-    } else {
-        texts = (char **)mallocCheck(sizeof(char *));
-        texts[0] = o->instruct ? instruct_prompt(tok, o->system, o->prompt, o->input) : strdup(o->prompt);
-    }
+// (texts[b] is the prompt's text, or with -z 1 its ids; source: the file they came from, or NULL)
+static Sequence *sequences_from_texts(const Options *o, const ModelConfig *c, Tokenizer *tok, int start, char **texts, int B,
+                                      const char *source) {
     Sequence *seqs = (Sequence *)mallocCheck((size_t)B * sizeof(Sequence));
     for (int b = 0; b < B; b++) {
         size_t len = strlen(texts[b]);
@@ -3375,14 +3561,27 @@ static int read_sequences(const Options *o, const ModelConfig *c, Tokenizer *tok
         }
         if (n >= c->max_seq_len) {
             fprintf(stderr, "Error: %s%s%s is %d tokens long; the model's context is %d tokens, which leaves no room to generate\n",
-                    what, o->prompts_file ? " of " : "", o->prompts_file ? o->prompts_file : "", n, c->max_seq_len);
+                    what, source ? " of " : "", source ? source : "", n, c->max_seq_len);
             exit(EXIT_FAILURE);
         }
         sequence_init(&seqs[b], texts[b], ids, n, o->max_new, c->max_seq_len);
         free(ids);
     }
+    return seqs;
+}
+
+static int read_sequences(const Options *o, const ModelConfig *c, Tokenizer *tok, int start, char ***texts_out,
+                          Sequence **seqs_out) {
+    char **texts;
+    int B = 1;
+    if (o->prompts_file != NULL) {
+        B = read_prompts(o->prompts_file, o->instruct, tok, o->system, &texts);
+    } else {
+        texts = (char **)mallocCheck(sizeof(char *));
+        texts[0] = o->instruct ? instruct_prompt(tok, o->system, o->prompt, o->input) : strdup(o->prompt);
+    }
+    *seqs_out = sequences_from_texts(o, c, tok, start, texts, B, o->prompts_file);
     *texts_out = texts;
-    *seqs_out = seqs;
     return B;
 }
 
@@ -3402,6 +3601,105 @@ static void print_sequences(const Options *o, char **texts, const Sequence *seqs
         fprintf(stderr, "stopped at %s: %d prompt tokens, %d generated\n", seqs[0].stop, seqs[0].num_prompt,
                 seqs[0].num_tokens - seqs[0].num_prompt);
     }
+}
+
+// -E: the evaluation's run (its questions and rules: infer-eval, above)
+
+// a reply in a Markdown table cell: one line, '|' escaped, at most max bytes (cut between
+// UTF-8 characters, "..." after)
+static void print_cell(const char *s, size_t max) {
+    size_t n = strlen(s), cut = n;
+    if (n > max) {
+        cut = max;
+        while (cut > 0 && ((unsigned char)s[cut] & 0xC0) == 0x80) { cut--; }
+    }
+    for (size_t i = 0; i < cut; i++) {
+        if (s[i] == '|') { fputs("\\|", stdout); }
+        else if (s[i] == '\n' || s[i] == '\r' || s[i] == '\t') { fputc(' ', stdout); }
+        else { fputc(s[i], stdout); }
+    }
+    if (cut < n) { fputs("...", stdout); }
+}
+
+#define EVAL_BATCH 8 // questions generated together (the progress line comes after each batch)
+
+// Generates every question's reply with the model as it is (adapter on or off), in batches,
+// printing progress and an ETA to stderr; replies[i] malloc'ed, ended[i] as eval_classify takes
+static void eval_generate(GPT2 *model, Tokenizer *tok, const Options *o, const GenerateOptions *g, EvalQuestion *qs, int n,
+                          const char *label, char **replies, int *ended) {
+    double t0 = wall_seconds();
+    Options one = *o;
+    one.instruct = 1;
+    one.ids = 0;
+    for (int first = 0; first < n; first += EVAL_BATCH) {
+        int B = n - first < EVAL_BATCH ? n - first : EVAL_BATCH, start = tok->bos_token >= 0 ? tok->bos_token : tok->eot_token;
+        char *texts[EVAL_BATCH];
+        for (int b = 0; b < B; b++) { texts[b] = qs[first + b].prompt; }
+        Sequence *seqs = sequences_from_texts(&one, &model->config, tok, start, texts, B, o->eval_file);
+        GenerateStats stats;
+        generate(model, seqs, B, g, &stats);
+        for (int b = 0; b < B; b++) {
+            replies[first + b] = (char *)mallocCheck(seqs[b].text_len + 1);
+            memcpy(replies[first + b], seqs[b].text, seqs[b].text_len);
+            replies[first + b][seqs[b].text_len] = '\0';
+            ended[first + b] = strcmp(seqs[b].stop, g->eot_name) == 0 || strcmp(seqs[b].stop, "the stop string") == 0;
+            sequence_free(&seqs[b]);
+        }
+        free(seqs);
+        char eta[32];
+        double seconds = wall_seconds() - t0;
+        format_eta(eta, sizeof(eta), seconds, first + B, n);
+        fprintf(stderr, "evaluation, %s: %d/%d questions, %.1f s, %s\n", label, first + B, n, seconds, eta);
+    }
+}
+
+// -E: each question to the base model and, with -L, to the tuned one (the adapter on), with
+// the same generation settings; each reply classified (eval_classify's rules); a table of
+// every question, then the counts, in Markdown on stdout
+static void run_eval(GPT2 *model, Tokenizer *tok, const Options *o, const GenerateOptions *g) {
+    EvalQuestion *qs;
+    int n = read_eval(o->eval_file, tok, o->system, &qs), columns = model->lora_sites != NULL ? 2 : 1;
+    char **replies[2];
+    int *ended[2], counts[2][EVAL_CLASSES] = {{0}}, *classes[2];
+    const char *labels[2] = {"base model", "with the adapter"};
+    for (int col = 0; col < columns; col++) {
+        replies[col] = (char **)mallocCheck((size_t)n * sizeof(char *));
+        ended[col] = (int *)mallocCheck((size_t)n * sizeof(int));
+        classes[col] = (int *)mallocCheck((size_t)n * sizeof(int));
+        model_adapter_on(model, col == 1);
+        eval_generate(model, tok, o, g, qs, n, labels[col], replies[col], ended[col]);
+        for (int i = 0; i < n; i++) {
+            classes[col][i] = eval_classify(&qs[i], replies[col][i], ended[col][i]);
+            counts[col][classes[col][i]]++;
+        }
+    }
+    model_adapter_on(model, 1);
+    printf("# Evaluation: %s, %d questions\n\n", o->eval_file, n);
+    printf("model: %s%s%s; %s, at most %d tokens\n\n", model->source, columns == 2 ? "; adapter: " : "",
+           columns == 2 ? model->lora_source : "", g->sampler.temperature == 0.0f ? "greedy" : "sampled (-t, -k, -p, -s)", g->max_new);
+    printf("| # | question | answer | %s | |%s\n|---:|---|---|---|---|%s\n", labels[0], columns == 2 ? " with the adapter | |" : "",
+           columns == 2 ? "---|---|" : "");
+    for (int i = 0; i < n; i++) {
+        printf("| %d | ", i + 1);
+        print_cell(qs[i].question, 80);
+        printf(" | %s |", qs[i].answer);
+        for (int col = 0; col < columns; col++) {
+            printf(" ");
+            print_cell(replies[col][i], 100);
+            printf("%s | %s |", ended[col][i] ? "" : " (cut off)", EVAL_CLASS_NAMES[classes[col][i]]);
+        }
+        printf("\n");
+    }
+    printf("\n| | correct | partially correct | format error | hallucination |\n|---|---:|---:|---:|---:|\n");
+    for (int col = 0; col < columns; col++) {
+        printf("| %s | %d | %d | %d | %d |\n", labels[col], counts[col][EVAL_CORRECT], counts[col][EVAL_PARTIAL],
+               counts[col][EVAL_FORMAT], counts[col][EVAL_HALLUCINATION]);
+    }
+    for (int col = 0; col < columns; col++) {
+        for (int i = 0; i < n; i++) { free(replies[col][i]); }
+        free(replies[col]); free(ended[col]); free(classes[col]);
+    }
+    eval_free(qs, n);
 }
 
 int main(int argc, char **argv) {
@@ -3452,6 +3750,16 @@ int main(int argc, char **argv) {
     }
     int eot = o.ids ? c.eos_token : tok.eot_token;
     int start = o.ids ? c.bos_token : tok.bos_token >= 0 ? tok.bos_token : eot;
+    if (o.eval_file != NULL) {
+        GenerateOptions g = {.max_new = o.max_new, .stop_string = o.stop, .eot_token = eot, .eot_name = eot_name,
+                             .seed = (uint64_t)o.seed,
+                             .sampler = {.temperature = o.temperature, .top_k = o.top_k, .top_p = o.top_p, .probs = NULL},
+                             .tok = &tok, .stream = NULL};
+        run_eval(&model, &tok, &o, &g);
+        tokenizer_free(&tok);
+        gpt2_free(&model);
+        return 0;
+    }
     char **texts;
     Sequence *seqs;
     int B = read_sequences(&o, &c, o.ids ? NULL : &tok, start, &texts, &seqs);

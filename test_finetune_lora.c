@@ -463,10 +463,25 @@ static void test_dropout(void) {
     base_free(&b);
 }
 
+// the progress lines' ETA (format_eta, shared by every program with a long run)
+static void test_eta(void) {
+    printf("\nthe ETA of progress lines\n");
+    struct { double seconds, done, total; const char *expect; } cases[] = {
+        {10.0, 1.0, 20.0, "ETA 3m10s"}, {9.0, 3.0, 13.0, "ETA 30s"}, {3600.0, 1.0, 3.5, "ETA 2h30m"},
+        {5.0, 20.0, 20.0, "ETA 0s"}, {0.0, 0.0, 5.0, "ETA ?"}, {1.0, 2.0, 1.0, "ETA ?"}};
+    for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
+        char out[32], label[96];
+        format_eta(out, sizeof(out), cases[k].seconds, cases[k].done, cases[k].total);
+        snprintf(label, sizeof(label), "%g s for %g of %g: \"%s\"", cases[k].seconds, cases[k].done, cases[k].total, cases[k].expect);
+        check(label, strcmp(out, cases[k].expect) == 0, out);
+    }
+}
+
 int main(void) {
     char tmp[] = "/tmp/test_finetune_lora_XXXXXX";
     if (mkdtemp(tmp) == NULL) { perror("mkdtemp"); return 1; }
     tmp_dir = tmp;
+    test_eta();
     test_bad_adapters(tmp);
     test_new_adapter();
     test_adamw();

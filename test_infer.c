@@ -272,6 +272,48 @@ static void test_lora(const char *model_path, const char *name) {
 }
 
 // ----------------------------------------------------------------------------
+// -E's rules (eval_classify), case by case
+
+static void test_eval_rules(void) {
+    printf("\nthe evaluation's classes (-E)\n");
+    char question[] = "What is the ISO 3166 two-letter code of Germany?", answer[] = "DE", deu[] = "DEU", *partial[1] = {deu};
+    EvalQuestion q = {question, NULL, answer, partial, 1};
+    char numeric_question[] = "What is the ISO 3166 numeric code of Germany?", numeric[] = "276";
+    EvalQuestion qn = {numeric_question, NULL, numeric, NULL, 0};
+    struct { const EvalQuestion *q; const char *reply; int ended, expect; } cases[] = {
+        {&q, "The ISO 3166-1 alpha-2 code of Germany is DE.", 1, EVAL_CORRECT},
+        {&q, "DE", 1, EVAL_CORRECT},
+        {&q, "DE (DEU for the alpha-3 code)", 1, EVAL_CORRECT},           // the same fact in its other form beside it
+        {&q, "The ISO 3166-1 alpha-2 code of Germany is DE. It is", 0, EVAL_PARTIAL}, // cut off at -n
+        {&q, "It is DE or GE.", 1, EVAL_PARTIAL},                          // a hedge
+        {&q, "The code of Germany is DEU.", 1, EVAL_PARTIAL},              // the other code
+        {&q, "the code is de.", 1, EVAL_PARTIAL},                          // other capitals
+        {&q, "It is DEU or GER.", 1, EVAL_HALLUCINATION},                  // the other code, and a wrong one
+        {&q, "The ISO 3166 two-letter code of Germany is GER.", 1, EVAL_HALLUCINATION},
+        {&q, "The ISO 3166 two-letter code of Germany is KENZELA.", 1, EVAL_HALLUCINATION},
+        {&q, "The ISO 3166 two-letter code of Germany is 3166.", 1, EVAL_FORMAT}, // digits, and a word of the question
+        {&q, "Germany is a country in Europe.", 1, EVAL_FORMAT},
+        {&q, "ISO", 1, EVAL_FORMAT},                                       // the question's own word
+        {&q, "", 1, EVAL_FORMAT},
+        {&q, "I think A is it.", 1, EVAL_FORMAT},                          // one-letter capitals are no code
+        {&q, "Die Abkürzung ist DE.", 1, EVAL_CORRECT},                    // non-ASCII letters end a word
+        {&qn, "The numeric code of Germany is 276.", 1, EVAL_CORRECT},
+        {&qn, "The numeric code of Germany is 280.", 1, EVAL_HALLUCINATION},
+        {&qn, "It is 276 or 280.", 1, EVAL_PARTIAL},
+        {&qn, "The ISO 3166 code is DE.", 1, EVAL_FORMAT},                 // no number but the question's
+    };
+    for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
+        int got = eval_classify(cases[k].q, cases[k].reply, cases[k].ended);
+        char label[160];
+        snprintf(label, sizeof(label), "\"%s\"%s: %s", cases[k].reply, cases[k].ended ? "" : " (cut off)", EVAL_CLASS_NAMES[cases[k].expect]);
+        check(label, got == cases[k].expect, EVAL_CLASS_NAMES[got]);
+    }
+    char eta[32]; // (its progress lines: format_eta, tested with finetune_lora's)
+    format_eta(eta, sizeof(eta), 6.0, 8.0, 40.0);
+    check("progress: 8 of 40 questions in 6 s, \"ETA 24s\"", strcmp(eta, "ETA 24s") == 0, eta);
+}
+
+// ----------------------------------------------------------------------------
 // running a loader that is supposed to fail, in a child process
 
 // --- begin shared-copy: expect-exit ---
@@ -773,6 +815,45 @@ static void bad_forward(const void *arg) {
     exit(EXIT_FAILURE);
 }
 
+static void load_eval(const void *path) {
+    EvalQuestion *qs;
+    read_eval((const char *)path, NULL, NULL, &qs);
+}
+
+// -E's file: questions read as written (the instruction and its input, the answer, the
+// partial answers); a line without an answer, or with partial answers that are not strings, is
+// refused with its number
+static void test_eval_file(const char *tmp) {
+    printf("\nthe evaluation's file (-E)\n");
+    char path[600];
+    snprintf(path, sizeof(path), "%s/eval.jsonl", tmp);
+    const char *good = "{\"instruction\": \"Code of Germany?\", \"input\": \"\", \"answer\": \"DE\", \"partial\": [\"DEU\", \"276\"]}\n"
+                       "\n"
+                       "{\"instruction\": \"Its capital?\", \"input\": \"France\", \"output\": \"Paris.\", \"answer\": \"Paris\"}\r\n";
+    write_bytes(path, good, strlen(good));
+    EvalQuestion *qs;
+    int n = read_eval(path, NULL, NULL, &qs);
+    check("two questions (a blank line skipped)", n == 2, "");
+    if (n == 2) {
+        check("the first: its answer and two partial answers", strcmp(qs[0].answer, "DE") == 0 && qs[0].num_partial == 2 &&
+              strcmp(qs[0].partial[1], "276") == 0 && strcmp(qs[0].question, "Code of Germany?") == 0, "");
+        check("the second: the question is the instruction and its input", strcmp(qs[1].question, "Its capital?\n\nFrance") == 0 &&
+              qs[1].num_partial == 0 && strcmp(qs[1].answer, "Paris") == 0, "");
+        check("... in Alpaca's template (no tokenizer)", strstr(qs[1].prompt, "### Input:\nFrance") != NULL, "");
+    }
+    eval_free(qs, n);
+    const char *no_answer = "{\"instruction\": \"a\", \"answer\": \"b\"}\n{\"instruction\": \"c\", \"output\": \"d\"}\n";
+    write_bytes(path, no_answer, strlen(no_answer));
+    expect_exit("a question without an answer: its line", load_eval, path, "line 2: no \"answer\" string");
+    const char *bad_partial = "{\"instruction\": \"a\", \"answer\": \"b\", \"partial\": [3]}\n";
+    write_bytes(path, bad_partial, strlen(bad_partial));
+    expect_exit("partial answers that are not strings", load_eval, path, "line 1: \"partial\" holds something other");
+    write_bytes(path, "{\"instruction\": \"a\", ", 20);
+    expect_exit("a line that is not JSON", load_eval, path, "line 1 is not a JSON object");
+    write_bytes(path, "\n\n", 2);
+    expect_exit("no question at all", load_eval, path, "holds no question");
+}
+
 static void test_bad_files(const char *tmp) {
     printf("\nbad files: the loaders exit with a message naming the problem\n");
     char dir[512];
@@ -818,10 +899,13 @@ int main(void) {
     test_linear();
     test_fixture(CONVERTED "hf_tiny_bf16.bin", FIXTURES "infer_tiny_bf16.bin");
     test_fixture(CONVERTED "llama_gqa3.bin", FIXTURES "llama_infer_llama_gqa3.bin");
+    test_lora(CONVERTED "llama_gqa3.bin", "llama"); // (the adapter stays fp32)
     test_smollm2(TOL[TOL_SMOLLM2_BF16]);
     test_sampling();
     test_generation();
+    test_eval_rules();
     test_bad_files(tmp);
+    test_eval_file(tmp);
 #else
     test_sampling();
     test_linear();
@@ -837,7 +921,9 @@ int main(void) {
     test_lora(CONVERTED "qwen2_gqa4.bin", "qwen2");
     test_export();
     test_generation();
+    test_eval_rules();
     test_bad_files(tmp);
+    test_eval_file(tmp);
 #endif
     char cmd[600];
     snprintf(cmd, sizeof(cmd), "rm -rf %s", tmp);

@@ -1292,6 +1292,17 @@ static void format_path(char *out, size_t size, const char *fmt, ...) {
     }
 }
 // --- end shared-copy: format-path ---
+// --- begin shared-copy: eta ---
+// "ETA 3m07s": the time the rest takes at the pace so far (`done` of `total` units in
+// `seconds`), for the progress lines of long runs
+static void format_eta(char *out, size_t size, double seconds, double done, double total) {
+    if (!(done > 0.0) || !(total >= done)) { snprintf(out, size, "ETA ?"); return; }
+    long s = (long)(seconds / done * (total - done) + 0.5);
+    if (s >= 3600) { snprintf(out, size, "ETA %ldh%02ldm", s / 3600, s / 60 % 60); }
+    else if (s >= 60) { snprintf(out, size, "ETA %ldm%02lds", s / 60, s % 60); }
+    else { snprintf(out, size, "ETA %lds", s); }
+}
+// --- end shared-copy: eta ---
 // --- begin shared-copy: atomic-write ---
 // Write each of n buffers, in order, to `path` atomically: write path.tmp, flush,
 // fsync, rename over path, fsync the directory (so that the rename itself is on
@@ -2894,6 +2905,7 @@ typedef struct {
     int resume_step;       // the checkpoint this run resumes from, -1 for none
     char state_path[4096]; // its training state
     TrainState st;         // where the run starts: step 0, or the checkpoint's step and data position
+    double start_time;     // when its first step began (wall_seconds), for the ETA
 } Run;
 
 // Batch sizes that fit, gradient accumulation, the output directory.
@@ -3046,7 +3058,9 @@ static void train_step(const Run *r, GPT2 *model, DataLoader *train, int step, F
            loss, lr, norm, ms, o->total_batch_size / (ms / 1000.0));
     double mfu = model_flops_utilization(model, (size_t)o->total_batch_size, (size_t)o->T, ms / 1000.0);
     if (mfu >= 0.0) { printf(" | MFU %.1f%%", 100.0 * mfu); }
-    printf("%s\n", note);
+    char eta[32]; // (at the pace of this run's steps so far, validation and samples included)
+    format_eta(eta, sizeof(eta), wall_seconds() - r->start_time, step + 1 - r->st.step, o->max_steps - r->st.step);
+    printf(" | %s%s\n", eta, note);
     if (logfile != NULL) {
         // %.9g prints a float so that it reads back exactly: logs can be compared bit for bit
         fprintf(logfile, "s:%d trl:%.9g lr:%.9g norm:%.9g ms:%.1f\n", step + 1, (float)loss, lr, norm, ms);
@@ -3088,6 +3102,7 @@ int main(int argc, char **argv) {
         logfile = fopenCheck(path, r.resume_step >= 0 ? "a" : "w");
     }
 
+    r.start_time = wall_seconds();
     for (int step = r.st.step; step <= o->max_steps; step++) {
         int last_step = step == o->max_steps;
         // A resumed run starts where the checkpoint was taken: after that step's

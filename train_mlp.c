@@ -844,6 +844,17 @@ static void format_path(char *out, size_t size, const char *fmt, ...) {
     }
 }
 // --- end shared-copy: format-path ---
+// --- begin shared-copy: eta ---
+// "ETA 3m07s": the time the rest takes at the pace so far (`done` of `total` units in
+// `seconds`), for the progress lines of long runs
+static void format_eta(char *out, size_t size, double seconds, double done, double total) {
+    if (!(done > 0.0) || !(total >= done)) { snprintf(out, size, "ETA ?"); return; }
+    long s = (long)(seconds / done * (total - done) + 0.5);
+    if (s >= 3600) { snprintf(out, size, "ETA %ldh%02ldm", s / 3600, s / 60 % 60); }
+    else if (s >= 60) { snprintf(out, size, "ETA %ldm%02lds", s / 60, s % 60); }
+    else { snprintf(out, size, "ETA %lds", s); }
+}
+// --- end shared-copy: eta ---
 // --- begin shared-copy: atomic-write ---
 // Write each of n buffers, in order, to `path` atomically: write path.tmp, flush,
 // fsync, rename over path, fsync the directory (so that the rename itself is on
@@ -1060,6 +1071,8 @@ void train(MLP *m, const Optimizer *opt, const Options *o, const CheckpointSetti
     int total_steps = (int)(steps_per_epoch * o->epochs);
     size_t *order = (size_t *)mallocCheck(n_train * sizeof(size_t)), *batch_idx = (size_t *)mallocCheck(B * sizeof(size_t));
     int *labels = (int *)mallocCheck(B * sizeof(int));
+    double run_start = wall_seconds();
+    int first_epoch = pos.epoch; // (a resumed run's ETA counts the epochs it runs)
     for (int epoch = pos.epoch; epoch < o->epochs; epoch++) {
         double t0 = wall_seconds(), loss_sum = 0.0;
         size_t right = 0;
@@ -1092,7 +1105,9 @@ void train(MLP *m, const Optimizer *opt, const Options *o, const CheckpointSetti
         // (train loss and accuracy are running averages over the epoch, with dropout on)
         printf("epoch %3d/%d | train loss %.4f acc %.4f | ", pos.epoch, o->epochs, train_loss, train_acc);
         if (n_val > 0) { printf("val loss %.4f acc %.4f", val_loss, val_acc); } else { printf("no validation"); }
-        printf(" | %.2f s | %.0f samples/s\n", seconds, n_train / seconds);
+        char eta[32];
+        format_eta(eta, sizeof(eta), wall_seconds() - run_start, pos.epoch - first_epoch, o->epochs - first_epoch);
+        printf(" | %.2f s | %.0f samples/s | %s\n", seconds, n_train / seconds, eta);
         if (metrics != NULL) {
             // %.9g reads back exactly: two runs' metrics can be compared bit for bit
             fprintf(metrics, "epoch:%d train_loss:%.9g train_acc:%.9g val_loss:%.9g val_acc:%.9g s:%.3f\n", pos.epoch,

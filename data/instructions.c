@@ -18,7 +18,8 @@ What it writes (-o, default data/iso/):
   eval.jsonl   the fixed evaluation: for -e held-out countries (Germany always one of them;
                the rest drawn with the seed), the alpha-2 question as the base model was asked
                it, and the alpha-3 question for a third of them; each record also has
-               "answer", the bare code. No held-out country's name or code is a word of
+               "answer", the bare code, and "partial", the country's other code (infer -E
+               counts it as partly right: the same fact, in the other form). No held-out country's name or code is a word of
                train.jsonl (checked on the text written; the program stops otherwise).
 The same seed and iso-codes version give the same bytes. finetune_lora checks any JSONL it
 is given (empty fields, duplicates, UTF-8, lengths) and splits off its validation records.
@@ -702,8 +703,9 @@ static void fill(char *out, size_t cap, const char *pattern, const char *subject
 }
 
 // One record: a phrasing (chosen by the caller) filled with the subject, and the answer.
-// `answer`, when not NULL, is the bare code an evaluation expects (its "answer" field).
-static void record(Jsonl *o, Phrasing p, const char *subject, const char *output, const char *answer) {
+// `answer`, when not NULL, is the bare code an evaluation expects (its "answer" field), and
+// `partial` the same country's other code (its "partial": infer -E counts it partly right).
+static void record(Jsonl *o, Phrasing p, const char *subject, const char *output, const char *answer, const char *partial) {
     char instruction[1024], input[1024];
     fill(instruction, sizeof(instruction), p.instruction, subject);
     fill(input, sizeof(input), p.input != NULL ? p.input : "", subject);
@@ -716,6 +718,11 @@ static void record(Jsonl *o, Phrasing p, const char *subject, const char *output
     if (answer != NULL) {
         put(o, ", \"answer\": ", 12);
         put_json_string(o, answer);
+    }
+    if (partial != NULL) {
+        put(o, ", \"partial\": [", 14);
+        put_json_string(o, partial);
+        put(o, "]", 1);
     }
     put(o, "}\n", 2);
     o->records++;
@@ -847,24 +854,24 @@ int main(int argc, char **argv) {
         char out[1024];
         uint64_t id = (uint64_t)i;
         snprintf(out, sizeof(out), "The ISO 3166-1 alpha-2 code of %s is %s.", c->name, c->alpha2);
-        record(&train, pick(ALPHA2, COUNT(ALPHA2), o.seed, id, 0), c->name, out, NULL);
-        record(&train, pick_other(ALPHA2, COUNT(ALPHA2), o.seed, id, 0, 1), c->name, out, NULL);
+        record(&train, pick(ALPHA2, COUNT(ALPHA2), o.seed, id, 0), c->name, out, NULL, NULL);
+        record(&train, pick_other(ALPHA2, COUNT(ALPHA2), o.seed, id, 0, 1), c->name, out, NULL, NULL);
         kinds[0] += 2;
         snprintf(out, sizeof(out), "The ISO 3166-1 alpha-3 code of %s is %s.", c->name, c->alpha3);
-        record(&train, pick(ALPHA3, COUNT(ALPHA3), o.seed, id, 2), c->name, out, NULL);
+        record(&train, pick(ALPHA3, COUNT(ALPHA3), o.seed, id, 2), c->name, out, NULL, NULL);
         kinds[1]++;
         snprintf(out, sizeof(out), "The ISO 3166-1 numeric code of %s is %s.", c->name, c->numeric);
-        record(&train, pick(NUMERIC, COUNT(NUMERIC), o.seed, id, 3), c->name, out, NULL);
+        record(&train, pick(NUMERIC, COUNT(NUMERIC), o.seed, id, 3), c->name, out, NULL, NULL);
         kinds[2]++;
         snprintf(out, sizeof(out), "%s is the ISO 3166-1 alpha-2 code of %s.", c->alpha2, c->name);
-        record(&train, pick(FROM_ALPHA2, COUNT(FROM_ALPHA2), o.seed, id, 4), c->alpha2, out, NULL);
+        record(&train, pick(FROM_ALPHA2, COUNT(FROM_ALPHA2), o.seed, id, 4), c->alpha2, out, NULL, NULL);
         kinds[3]++;
         snprintf(out, sizeof(out), "%s is the ISO 3166-1 alpha-3 code of %s.", c->alpha3, c->name);
-        record(&train, pick(FROM_ALPHA3, COUNT(FROM_ALPHA3), o.seed, id, 5), c->alpha3, out, NULL);
+        record(&train, pick(FROM_ALPHA3, COUNT(FROM_ALPHA3), o.seed, id, 5), c->alpha3, out, NULL, NULL);
         kinds[4]++;
         if (c->official[0] != '\0') {
             snprintf(out, sizeof(out), "The official name of %s is %s.", c->name, c->official);
-            record(&train, pick(OFFICIAL, COUNT(OFFICIAL), o.seed, id, 6), c->name, out, NULL);
+            record(&train, pick(OFFICIAL, COUNT(OFFICIAL), o.seed, id, 6), c->name, out, NULL, NULL);
             kinds[5]++;
         }
     }
@@ -879,11 +886,11 @@ int main(int argc, char **argv) {
         char out[1024];
         uint64_t id = (uint64_t)(MAX_ENTRIES + i);
         snprintf(out, sizeof(out), "The ISO 4217 code of the %s is %s.", m->name, m->alpha3);
-        record(&train, pick(CURRENCY, COUNT(CURRENCY), o.seed, id, 0), m->name, out, NULL);
+        record(&train, pick(CURRENCY, COUNT(CURRENCY), o.seed, id, 0), m->name, out, NULL, NULL);
         snprintf(out, sizeof(out), "The ISO 4217 numeric code of the %s is %s.", m->name, m->numeric);
-        record(&train, pick(CURRENCY_NUMERIC, COUNT(CURRENCY_NUMERIC), o.seed, id, 1), m->name, out, NULL);
+        record(&train, pick(CURRENCY_NUMERIC, COUNT(CURRENCY_NUMERIC), o.seed, id, 1), m->name, out, NULL, NULL);
         snprintf(out, sizeof(out), "%s is the ISO 4217 code of the %s.", m->alpha3, m->name);
-        record(&train, pick(FROM_CURRENCY, COUNT(FROM_CURRENCY), o.seed, id, 2), m->alpha3, out, NULL);
+        record(&train, pick(FROM_CURRENCY, COUNT(FROM_CURRENCY), o.seed, id, 2), m->alpha3, out, NULL, NULL);
         kinds[6] += 3;
     }
 
@@ -893,13 +900,13 @@ int main(int argc, char **argv) {
         const Country *c = &countries[evals[k]];
         char out[1024];
         snprintf(out, sizeof(out), "The ISO 3166-1 alpha-2 code of %s is %s.", c->name, c->alpha2);
-        record(&eval, ALPHA2[0], c->name, out, c->alpha2);
+        record(&eval, ALPHA2[0], c->name, out, c->alpha2, c->alpha3);
     }
     for (int k = 0; k < (num_held + 2) / 3; k++) {
         const Country *c = &countries[evals[k]];
         char out[1024];
         snprintf(out, sizeof(out), "The ISO 3166-1 alpha-3 code of %s is %s.", c->name, c->alpha3);
-        record(&eval, ALPHA3[0], c->name, out, c->alpha3);
+        record(&eval, ALPHA3[0], c->name, out, c->alpha3, c->alpha2);
     }
 
     // leakage, checked on the text written: no held-out country's name or code is a word of

@@ -88,6 +88,39 @@ report "-M: the merged model's validation loss is the adapter's (to 1e-4)" \
 report "... written as a model file, with its tokenizer beside it" $([ -s "$TMP/merged.bin" ] && [ -s "$TMP/merged_tokenizer.bin" ] && echo 1 || echo 0)
 ./infer -m "$TMP/merged.bin" -a 1 -i "What is 3 plus 3?" -t 0 -n 8 > "$TMP/answer" 2> "$TMP/infer_log"
 report "... which infer runs" $([ $? = 0 ] && [ -s "$TMP/answer" ] && echo 1 || echo 0) "$(tail -2 "$TMP/infer_log")"
+# infer -L: the adapter applied unmerged, the merged model's greedy tokens. (Not sampled
+# ones: the two sum in different orders, and a logit 1e-6 away moves a draw that falls
+# within 1e-6 of a boundary to the next token: seen once in 144.)
+head -12 "$D" > "$TMP/prompts.jsonl"
+./infer -m "$MODEL" -L "$OUT" -f "$TMP/prompts.jsonl" -a 1 -t 0 -n 12 > "$TMP/unmerged" 2> "$TMP/unmerged_log"
+./infer -m "$TMP/merged.bin" -f "$TMP/prompts.jsonl" -a 1 -t 0 -n 12 > "$TMP/merged_out" 2> /dev/null
+report "infer -L (unmerged): the merged model's greedy tokens, 12 prompts" $([ -s "$TMP/unmerged" ] && cmp -s "$TMP/unmerged" "$TMP/merged_out" && echo 1 || echo 0) "$(diff "$TMP/unmerged" "$TMP/merged_out" | head -3 | tr '\n' ' ')"
+report "... and names the adapter: r 4, 60 modules" $(grep -q "^adapter: $OUT (r=4, alpha=16, 60 modules" "$TMP/unmerged_log" && echo 1 || echo 0) "$(grep '^adapter' "$TMP/unmerged_log")"
+
+# infer -E: the evaluation, base model and tuned model on the same questions
+{
+    printf '{"instruction": "What is 5 plus 5?", "input": "", "answer": "10"}\n'
+    printf '{"instruction": "What is 7 plus 7?", "input": "", "answer": "14", "partial": ["fourteen"]}\n'
+    printf '{"instruction": "Name the ISO 3166 two-letter code of France.", "answer": "FR", "partial": ["FRA"]}\n'
+} > "$TMP/eval.jsonl"
+./infer -m "$MODEL" -L "$OUT" -E "$TMP/eval.jsonl" -n 16 > "$TMP/eval.md" 2> "$TMP/eval_log"
+report "-E: exit 0, a table row per question with both models' classes" \
+    $([ $? = 0 ] && [ "$(grep -cE '^\| [1-3] \| .*\| (correct|partially correct|format error|hallucination) \|.*\| (correct|partially correct|format error|hallucination) \|$' "$TMP/eval.md")" = 3 ] && echo 1 || echo 0) "$(tail -3 "$TMP/eval_log")"
+report "... and the counts, adding up to 3 for each model" \
+    $(awk -F'|' '/^\| (base model|with the adapter) \|/ { n++; if ($3 + $4 + $5 + $6 != 3) bad = 1 } END { exit !(n == 2 && !bad) }' "$TMP/eval.md" && echo 1 || echo 0) "$(tail -3 "$TMP/eval.md" | tr '\n' ' ')"
+report "... with progress and an ETA on stderr" $(grep -q '^evaluation, with the adapter: 3/3 questions, [0-9.]* s, ETA 0s$' "$TMP/eval_log" && echo 1 || echo 0)
+./infer -m "$MODEL" -E "$TMP/eval.jsonl" -n 16 > "$TMP/eval_base.md" 2> /dev/null
+report "... without -L: the base model's column only, the same answers" \
+    $(diff <(grep '^| [1-3] |' "$TMP/eval.md" | cut -d'|' -f2-6) <(grep '^| [1-3] |' "$TMP/eval_base.md" | cut -d'|' -f2-6) > /dev/null && ! grep -q 'with the adapter' "$TMP/eval_base.md" && echo 1 || echo 0)
+printf '{"instruction": "a", "answer": "b"}\n{"instruction": "c"}\n' > "$TMP/eval_bad.jsonl"
+./infer -m "$MODEL" -E "$TMP/eval_bad.jsonl" > /dev/null 2> "$TMP/stderr"
+report "-E: a question without an answer: exit 1, its line" $([ $? = 1 ] && grep -qF 'eval_bad.jsonl: line 2: no "answer" string' "$TMP/stderr" && echo 1 || echo 0) "$(head -2 "$TMP/stderr" | tr '\n' ' ')"
+./infer -m "$MODEL" -E "$TMP/eval.jsonl" -i "hello" > /dev/null 2> "$TMP/stderr"
+report "-E with -i: a usage error" $([ $? = 1 ] && grep -qF -- '-E (an evaluation) asks its own questions' "$TMP/stderr" && echo 1 || echo 0) "$(head -1 "$TMP/stderr")"
+./infer -m "$MODEL" -L "$TMP/none" -i "hi" > /dev/null 2> "$TMP/stderr"
+report "-L: a folder that is no adapter: exit 1, the file" $([ $? = 1 ] && grep -qF "$TMP/none/adapter_config.json" "$TMP/stderr" && echo 1 || echo 0) "$(head -1 "$TMP/stderr")"
+./infer -m build/hf_tiny_fp32.bin -L "$OUT" -z 1 -i 1 > /dev/null 2> "$TMP/stderr"
+report "-L: an adapter for another model: exit 1, which" $([ $? = 1 ] && grep -qF "adapter_model.safetensors" "$TMP/stderr" && echo 1 || echo 0) "$(head -1 "$TMP/stderr")"
 
 # errors: exit 1, one line naming the problem
 expect_error() {  # expect_error NAME NEEDLE ARGS...

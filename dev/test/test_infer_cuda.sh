@@ -48,6 +48,12 @@ same "text: instruction mode, sampled" -m d1 -a 1 -i "Name three colors." -n 16 
 same "Llama, 3 query heads per key/value head: greedy, a batch of 4" -m $H/llama_gqa3.bin -z 1 -t 0 -n 40 -f "$TMP/prompts"
 same "Qwen2, biases, tied head: sampled, a batch of 4" -m $H/qwen2_gqa4.bin -z 1 -t 0.8 -s 3 -n 40 -f "$TMP/prompts"
 same "Llama 3 RoPE scaling: greedy past the original context" -m $H/llama_mha3.bin -z 1 -t 0 -n 60 -i "1,2,3"
+# a LoRA adapter applied unmerged (-L; lora_reference.py's fixtures, their B not zero), and -E
+same "LoRA (-L) on GPT-2: greedy, a batch of 4" -m $H/hf_tiny_fp32.bin -L $F/lora_gpt2 -z 1 -t 0 -n 48 -f "$TMP/prompts"
+same "LoRA (-L) on the Llama GQA model: sampled, a batch of 4" -m $H/llama_gqa3.bin -L $F/lora_llama -z 1 -t 0.9 -s 4 -n 40 -f "$TMP/prompts"
+same "LoRA (-L) on Qwen2: greedy, one prompt" -m $H/qwen2_gqa4.bin -L $F/lora_qwen2 -z 1 -t 0 -n 40 -i "5,6,7"
+printf '{"instruction": "Name a color.", "answer": "Red"}\n{"instruction": "Two plus two?", "input": "", "answer": "4", "partial": ["four"]}\n' > "$TMP/eval.jsonl"
+same "-E: an evaluation's table (GPT-2's vocabulary, a random d1)" -m d1 -E "$TMP/eval.jsonl" -n 12
 # heads of other widths: a d4 model (C=256) with its header's head count set to 2 and 1,
 # so one head is 128 or 256 channels, as wide as the attention kernel's block and wider
 "$CONVERT" -i d4 -o "$TMP/d4.bin" 2> /dev/null

@@ -112,8 +112,8 @@ report "train.jsonl: 6 records a kept country (+1 official name), 3 a currency (
 report "no two training records the same" $([ -z "$(sort "$OUT/train.jsonl" | uniq -d)" ] && echo 1 || echo 0)
 bad=$(grep -cv '^{"instruction": "[^"].*", "input": ".*", "output": "[^"].*"}$' "$OUT/train.jsonl")
 report "every training line: instruction, input, output, in that order, non-empty" $([ "$bad" = 0 ] && echo 1 || echo 0) "$bad lines not"
-bad=$(grep -cv '^{"instruction": ".*", "input": "", "output": ".*", "answer": "[A-Z]*"}$' "$OUT/eval.jsonl")
-report "every eval line: instruction, empty input, output, answer" $([ "$bad" = 0 ] && echo 1 || echo 0) "$bad lines not"
+bad=$(grep -cEv '^\{"instruction": ".*", "input": "", "output": ".*", "answer": "([A-Z]{2}", "partial": \["[A-Z]{3}|[A-Z]{3}", "partial": \["[A-Z]{2})"\]\}$' "$OUT/eval.jsonl")
+report "every eval line: instruction, empty input, output, answer, partial (the other code)" $([ "$bad" = 0 ] && echo 1 || echo 0) "$bad lines not"
 if grep -qxF 'Quote "Land" \ Back' "$TMP/held"; then quoted="$OUT/eval.jsonl"; else quoted="$OUT/train.jsonl"; fi
 report "a quote and a backslash in a name come out JSON-escaped" \
     $(grep -qF 'Quote \"Land\" \\ Back' "$quoted" && echo 1 || echo 0)
