@@ -23,11 +23,15 @@ gradients only. test_finetune_lora.c checks the arithmetic against PEFT on three
 models (dev/reference/lora_reference.py: logits, every gradient, five accumulated AdamW
 steps, a merge); dev/test/test_finetune_lora_cli.sh the command line.
 Checkpoints (-S) with bit-exact resuming (-y 1); -M writes the model with the adapter merged
-(a model file infer runs). Not yet: inference with an unmerged adapter, the evaluation before and after, the GPU version.
+(a model file infer runs); -E refuses to train on data that holds an evaluation's questions
+or answers (leakage). infer -L runs the adapter unmerged (the merged model's tokens), and
+infer -E asks the evaluation's questions before and after (see docs/lora-smollm2.md). Not
+yet: the GPU version (finetune_lora.cu).
 
     make finetune_lora smollm2 data/iso/train.jsonl
     ./finetune_lora -h                              # every flag with its default
-    ./finetune_lora -r 8 -a 16 -T all-linear -e 1   # SmolLM2-135M-Instruct on the ISO-code questions
+    ./finetune_lora -r 8 -a 16 -T all-linear -e 1 -E data/iso/eval.jsonl   # SmolLM2-135M-Instruct on the ISO-code questions
+    ./infer -m data/smollm2/SmolLM2-135M-Instruct.bin -L log_lora -E data/iso/eval.jsonl   # before and after
 
 Sizes: B sequences of T positions, N = B T rows, C channels, NH query heads and NKV key/value
 heads of HS channels, Q = NH HS, KV = NKV HS, H the MLP's width, V vocabulary (Vp padded), L
@@ -2593,6 +2597,132 @@ static void checkpoint_load(const char *out, int step, Lora *lora, Progress *pr,
     fcloseCheck(fp);
 }
 
+// ----------------------------------------------------------------------------
+// the leakage check (-E): an evaluation says nothing if its questions were trained on
+
+// one JSONL file's records as (text, line) pairs: for each record, the instruction and its
+// input ("what was asked", as one lowercase line of single spaces), and every field's text
+// (where an answer would show); the fields absent are empty
+typedef struct {
+    char *asked, *all;
+    int line;
+} LeakRecord;
+
+static char *normalized(const char *s) { // lowercase ASCII, runs of white space as one space, trimmed
+    size_t n = strlen(s), k = 0;
+    char *out = (char *)mallocCheck(n + 1);
+    for (size_t i = 0; i < n; i++) {
+        char ch = s[i];
+        if (ch == ' ' || ch == '\t' || ch == '\n' || ch == '\r') {
+            if (k > 0 && out[k - 1] != ' ') { out[k++] = ' '; }
+            continue;
+        }
+        out[k++] = ch >= 'A' && ch <= 'Z' ? (char)(ch - 'A' + 'a') : ch;
+    }
+    while (k > 0 && out[k - 1] == ' ') { k--; }
+    out[k] = '\0';
+    return out;
+}
+
+static int read_leak_records(const char *path, const char *answer_key, LeakRecord **out, char ***answers) {
+    size_t len;
+    char *data = (char *)read_whole_file(path, &len, NULL);
+    int n = 0, cap = 64, line_no = 0;
+    LeakRecord *rs = (LeakRecord *)mallocCheck((size_t)cap * sizeof(LeakRecord));
+    if (answers != NULL) { *answers = (char **)mallocCheck((size_t)cap * sizeof(char *)); }
+    for (size_t start = 0; start < len;) {
+        size_t end = start;
+        while (end < len && data[end] != '\n') { end++; }
+        line_no++;
+        const char *line = data + start;
+        size_t line_len = end - start;
+        start = end + 1;
+        while (line_len > 0 && (line[line_len - 1] == '\r' || line[line_len - 1] == ' ')) { line_len--; }
+        if (line_len == 0) { continue; }
+        Json j;
+        char err[256];
+        if (json_parse(&j, line, line_len, err, sizeof(err)) != 0 || j.tokens[0].type != JSON_OBJECT) {
+            die_file(path, NULL, "line %d: JSON error: %s", line_no, err);
+        }
+        char *f[3], *answer = NULL;
+        const char *keys[3] = {"instruction", "input", "output"};
+        for (int k = 0; k < 3; k++) {
+            if (record_field(&j, keys[k], &f[k]) < 0) { die_file(path, NULL, "line %d: %s is not a string", line_no, keys[k]); }
+        }
+        if (answer_key != NULL && (record_field(&j, answer_key, &answer) <= 0 || answer[0] == '\0')) {
+            die_file(path, "-E takes an evaluation's questions, each with its \"answer\" (data/iso/eval.jsonl)",
+                     "line %d: no \"%s\" string", line_no, answer_key);
+        }
+        json_free(&j);
+        if (n == cap) {
+            cap *= 2;
+            rs = (LeakRecord *)realloc(rs, (size_t)cap * sizeof(LeakRecord));
+            if (answers != NULL) { *answers = (char **)realloc(*answers, (size_t)cap * sizeof(char *)); }
+            if (rs == NULL || (answers != NULL && *answers == NULL)) { die_file(path, NULL, "out of memory"); }
+        }
+        size_t total = 3;
+        for (int k = 0; k < 3; k++) { total += f[k] != NULL ? strlen(f[k]) + 1 : 0; }
+        char *asked = (char *)mallocCheck(total), *all = (char *)mallocCheck(total);
+        snprintf(asked, total, "%s\n%s", f[0] != NULL ? f[0] : "", f[1] != NULL ? f[1] : "");
+        snprintf(all, total, "%s\n%s\n%s", f[0] != NULL ? f[0] : "", f[1] != NULL ? f[1] : "", f[2] != NULL ? f[2] : "");
+        rs[n].asked = normalized(asked);
+        rs[n].all = all;
+        rs[n].line = line_no;
+        if (answers != NULL) { (*answers)[n] = answer; }
+        n++;
+        free(asked);
+        for (int k = 0; k < 3; k++) { free(f[k]); }
+    }
+    free(data);
+    *out = rs;
+    return n;
+}
+
+static int ascii_alnum(char c) { return (c >= '0' && c <= '9') || (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z'); }
+
+// whether word (a whole word of letters and digits) is in text, not inside a longer one
+static int contains_word(const char *text, const char *word) {
+    size_t n = strlen(word);
+    for (const char *p = strstr(text, word); p != NULL; p = strstr(p + 1, word)) {
+        int before = p > text && ascii_alnum(p[-1]), after = ascii_alnum(p[n]);
+        if (!before && !after) { return 1; }
+    }
+    return 0;
+}
+
+// Refuses (exit 1, naming lines) if an evaluation question was trained on: the same
+// instruction and input as a record of the data (case and white space aside), or its
+// expected answer a word of any record (whichever field). Both files whole: the validation
+// records are held out for the loss, but they come from the same data.
+static void check_leakage(const char *data_path, const char *eval_path) {
+    LeakRecord *train, *eval;
+    char **answers;
+    int nt = read_leak_records(data_path, NULL, &train, NULL), ne = read_leak_records(eval_path, "answer", &eval, &answers);
+    int leaked = 0, shown = 0;
+    for (int e = 0; e < ne; e++) {
+        int hit = 0;
+        for (int t = 0; t < nt; t++) {
+            int same = strcmp(eval[e].asked, train[t].asked) == 0, answer = contains_word(train[t].all, answers[e]);
+            if (!same && !answer) { continue; }
+            hit = 1;
+            if (shown++ < 5) {
+                fprintf(stderr, "leak: %s line %d: %s %s line %d\n", eval_path, eval[e].line,
+                        same ? "the same question as" : "its answer is a word of", data_path, train[t].line);
+            }
+        }
+        leaked += hit;
+    }
+    if (leaked > 0) {
+        die_file(eval_path, "drop those records from the training data (data/instructions holds countries out for this), or those questions",
+                 "%d of its %d questions are in the training data %s (asked there, or their answer a word there): "
+                 "an evaluation on them measures memory", leaked, ne, data_path);
+    }
+    printf("leakage: none of %s's %d questions and answers is in %s's %d records\n", eval_path, ne, data_path, nt);
+    for (int i = 0; i < nt; i++) { free(train[i].asked); free(train[i].all); }
+    for (int i = 0; i < ne; i++) { free(eval[i].asked); free(eval[i].all); free(answers[i]); }
+    free(train); free(eval); free(answers);
+}
+
 // --- begin shared-copy: log-truncate ---
 // On resume, the log of the first run may go on past the checkpoint (it ran a
 // while longer before it stopped). Keep only the lines whose first number, read
@@ -2680,7 +2810,7 @@ float get_learning_rate(int step, float max_lr, int warmup_steps, int max_steps,
 // --- end shared-copy: gpt2-lr-schedule ---
 
 typedef struct {
-    const char *model, *tokenizer, *data, *out, *targets, *init, *merge;
+    const char *model, *tokenizer, *data, *eval, *out, *targets, *init, *merge;
     int r, rslora, B, accum, T, steps, epochs, warmup, val_every, refuse, save_every, resume;
     float alpha, dropout, lr, weight_decay, clip, val_frac, final_frac;
     uint64_t seed;
@@ -2691,6 +2821,8 @@ static void print_usage(const Options *d) {
            "  -m FILE   the base model, frozen: our GPT-2 or Llama-family model file [%s]\n"
            "  -g FILE   its tokenizer [the model's NAME_tokenizer.bin, else data/gpt2]\n"
            "  -d FILE   the training data, JSONL: instruction, input, output [%s]\n"
+           "  -E FILE   an evaluation's questions (JSONL with \"answer\"; infer -E asks them): refuse to train if one of\n"
+           "            them, or its answer, is in the training data (leakage) [none]\n"
            "  -o DIR    where the adapter (PEFT's files) and metrics.tsv go [%s]\n"
            "  -i DIR    start from this adapter (PEFT's files; its rank, alpha and modules) instead of a new one\n"
            "  -M FILE   no training: merge -i's adapter into the model and write it to FILE (with its tokenizer beside it),\n"
@@ -2747,7 +2879,7 @@ static double evaluate(const Base *b, Lora *lora, Acts *a, const Dataset *d, int
 #define METRICS_HEADER "step\tlr\tloss\tgrad_norm\tval_loss\ttokens_per_s\n" // metrics.tsv: a line a step (0: before any)
 
 int main(int argc, char **argv) {
-    Options defaults = {"data/smollm2/SmolLM2-135M-Instruct.bin", NULL, "data/iso/train.jsonl", "log_lora", "all-linear", NULL, NULL, 8, 0, 4, 4,
+    Options defaults = {"data/smollm2/SmolLM2-135M-Instruct.bin", NULL, "data/iso/train.jsonl", NULL, "log_lora", "all-linear", NULL, NULL, 8, 0, 4, 4,
                         128, 0, 1, 10, 50, 0, 0, 0, 16.0f, 0.05f, 1e-3f, 0.0f, 1.0f, 0.05f, 0.1f, 1337},
             o = defaults;
     for (int i = 1; i < argc; i += 2) {
@@ -2759,6 +2891,7 @@ int main(int argc, char **argv) {
         case 'm': o.model = v; break;
         case 'g': o.tokenizer = v; break;
         case 'd': o.data = v; break;
+        case 'E': o.eval = v; break;
         case 'o': o.out = v; break;
         case 'T': o.targets = v; break;
         case 'i': o.init = v; break;
@@ -2816,6 +2949,7 @@ int main(int argc, char **argv) {
 
     Dataset train, val;
     read_examples(&train, &val, o.data, &tok, o.T, o.refuse, o.val_frac, o.seed);
+    if (o.eval != NULL) { check_leakage(o.data, o.eval); }
     int longest = 0; // T: as long as the longest example needs, at most -t
     for (int i = 0; i < train.n + val.n; i++) { longest = train.examples[i].len - 1 > longest ? train.examples[i].len - 1 : longest; }
     int T = longest < o.T ? longest : o.T;

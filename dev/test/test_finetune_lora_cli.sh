@@ -41,8 +41,10 @@ head -1 "$D" >> "$D"                                                            
 printf '{"instruction": "Count.", "input": "", "output": "%s"}\n' "$(seq -s ' ' 1 200)" >> "$D" # line 17
 printf '\n' >> "$D"
 OUT="$TMP/out"
-"$BIN" -d "$D" -o "$OUT" -t 64 -n 2 -b 2 -k 1 -v 1 -V 0.2 -r 4 -T q_proj,v_proj > "$TMP/log" 2>&1
+printf '{"instruction": "Name a striped animal.", "answer": "zebra"}\n' > "$TMP/clean_eval.jsonl"
+"$BIN" -d "$D" -o "$OUT" -t 64 -n 2 -b 2 -k 1 -v 1 -V 0.2 -r 4 -T q_proj,v_proj -E "$TMP/clean_eval.jsonl" > "$TMP/log" 2>&1
 status=$?
+report "-E: the leakage check passes a question the data does not hold" $(grep -q "^leakage: none of $TMP/clean_eval.jsonl's 1 questions and answers is in $D's 17 records" "$TMP/log" && echo 1 || echo 0) "$(grep -i leak "$TMP/log")"
 report "trains on the good records: exit 0" $([ $status = 0 ] && echo 1 || echo 0) "$(tail -3 "$TMP/log")"
 report "the report: 17 records, 5 dropped, one of each problem" \
     $(grep -q "17 records; 5 dropped: 2 with an empty or missing instruction or output, 1 with invalid UTF-8, 1 duplicates, 1 longer than T = 64" "$TMP/log" && echo 1 || echo 0) \
@@ -144,6 +146,9 @@ expect_error "-t beyond the model's context" "-t 9000: longer than the model's c
 expect_error "an unknown flag" "unknown flag -Z" -Z 1
 expect_error "-D 1: a dropout that drops everything" "-D: the dropout probability must be below 1" -D 1
 expect_error "an adapter folder that is not one" "$TMP/none/adapter_config.json" -d "$D" -o "$TMP/x" -t 64 -i "$TMP/none"
+expect_error "-E: evaluation questions in the training data: refused" "eval.jsonl: 2 of its 3 questions are in the training data" -d "$D" -o "$TMP/x" -t 64 -E "$TMP/eval.jsonl"
+grep -q "eval.jsonl line 1: the same question as $D line 5" "$TMP/stderr" && grep -q "eval.jsonl line 2: the same question as $D line 7" "$TMP/stderr"
+report "... each with its line and the record's" $([ $? = 0 ] && [ ! -e "$TMP/x" ] && echo 1 || echo 0) "$(head -3 "$TMP/stderr" | tr '\n' ' ')"
 expect_error "-M without -i" "-M $TMP/m.bin: merges an adapter: name it with -i" -M "$TMP/m.bin"
 expect_error "-y 1 with no checkpoint" "$TMP/x: -y 1, but no checkpoint here" $R -o "$TMP/x" -y 1
 expect_error "a new run into checkpoints: not written over" "already holds checkpoints (the newest: step 4)" $R -o "$TMP/whole"
