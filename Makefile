@@ -370,6 +370,7 @@ TESTS = ./test_gpt2 \
         "bash dev/test/test_instructions_cli.sh ./data/instructions" \
         "bash dev/test/test_train_gpt2_cli.sh ./train_gpt2" \
         "bash dev/test/test_train_mlp_cli.sh ./train_mlp" \
+        "bash dev/test/test_plot_metrics.sh" \
         "bash dev/test/check_copies.sh" \
         "bash dev/test/test_check_copies.sh" \
         "bash dev/test/check_cuda_builds.sh"
