@@ -3606,19 +3606,26 @@ static void print_sequences(const Options *o, char **texts, const Sequence *seqs
 // -E: the evaluation's run (its questions and rules: infer-eval, above)
 
 // a reply in a Markdown table cell: one line, '|' escaped, at most max bytes (cut between
-// UTF-8 characters, "..." after)
-static void print_cell(const char *s, size_t max) {
-    size_t n = strlen(s), cut = n;
-    if (n > max) {
-        cut = max;
-        while (cut > 0 && ((unsigned char)s[cut] & 0xC0) == 0x80) { cut--; }
+// UTF-8 characters, "..." after); bytes that are no UTF-8 character (a reply cut off inside
+// one, or a model's stray byte) as U+FFFD, so that the table is valid text
+static void print_cell(const char *text, size_t max) {
+    const unsigned char *s = (const unsigned char *)text;
+    size_t n = strlen(text), i = 0;
+    while (i < n && i < max) {
+        unsigned char c = s[i];
+        size_t len = c < 0x80 ? 1 : (c & 0xE0) == 0xC0 && c >= 0xC2 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 && c <= 0xF4 ? 4 : 0;
+        int valid = len > 0 && i + len <= n;
+        for (size_t k = 1; valid && k < len; k++) { valid = (s[i + k] & 0xC0) == 0x80; }
+        if (valid && len == 3) { valid = !(c == 0xE0 && s[i + 1] < 0xA0) && !(c == 0xED && s[i + 1] >= 0xA0); } // overlong, surrogates
+        if (valid && len == 4) { valid = !(c == 0xF0 && s[i + 1] < 0x90) && !(c == 0xF4 && s[i + 1] >= 0x90); }
+        if (!valid) { fputs("\xEF\xBF\xBD", stdout); i++; continue; }
+        if (i + len > max) { break; }
+        if (c == '|') { fputs("\\|", stdout); }
+        else if (c == '\n' || c == '\r' || c == '\t') { fputc(' ', stdout); }
+        else { fwrite(s + i, 1, len, stdout); }
+        i += len;
     }
-    for (size_t i = 0; i < cut; i++) {
-        if (s[i] == '|') { fputs("\\|", stdout); }
-        else if (s[i] == '\n' || s[i] == '\r' || s[i] == '\t') { fputc(' ', stdout); }
-        else { fputc(s[i], stdout); }
-    }
-    if (cut < n) { fputs("...", stdout); }
+    if (i < n) { fputs("...", stdout); }
 }
 
 #define EVAL_BATCH 8 // questions generated together (the progress line comes after each batch)

@@ -110,6 +110,7 @@ report "-E: exit 0, a table row per question with both models' classes" \
     $([ $? = 0 ] && [ "$(grep -cE '^\| [1-3] \| .*\| (correct|partially correct|format error|hallucination) \|.*\| (correct|partially correct|format error|hallucination) \|$' "$TMP/eval.md")" = 3 ] && echo 1 || echo 0) "$(tail -3 "$TMP/eval_log")"
 report "... and the counts, adding up to 3 for each model" \
     $(awk -F'|' '/^\| (base model|with the adapter) \|/ { n++; if ($3 + $4 + $5 + $6 != 3) bad = 1 } END { exit !(n == 2 && !bad) }' "$TMP/eval.md" && echo 1 || echo 0) "$(tail -3 "$TMP/eval.md" | tr '\n' ' ')"
+report "... valid UTF-8 (a byte that is no character printed as U+FFFD)" $(iconv -f UTF-8 -t UTF-8 "$TMP/eval.md" > /dev/null 2>&1 && echo 1 || echo 0)
 report "... with progress and an ETA on stderr" $(grep -q '^evaluation, with the adapter: 3/3 questions, [0-9.]* s, ETA 0s$' "$TMP/eval_log" && echo 1 || echo 0)
 ./infer -m "$MODEL" -E "$TMP/eval.jsonl" -n 16 > "$TMP/eval_base.md" 2> /dev/null
 report "... without -L: the base model's column only, the same answers" \
