@@ -180,6 +180,7 @@ LADDERS = encoder_forward encoder_backward layernorm_forward layernorm_backward 
           fused_classifier adamw gemv
 CUDA_PROGRAMS := train_gpt2cu train_gpt2cu_fp32 train_gpt2cu_fp16 test_gpt2cu test_gpt2cu_fp32 test_gpt2cu_fp16 train_mlpcu \
                  infercu infercu_fp32 test_infercu test_infercu_fp32 \
+                 finetune_loracu finetune_loracu_fp32 test_finetune_loracu test_finetune_loracu_fp32 \
                  dev/check_env dev/cuda/vector_add dev/cuda/matmul $(addprefix dev/cuda/,$(LADDERS)) dev/emu/test_emu \
                  $(if $(and $(CUDNN_HOME),$(CUDNN_FRONTEND_PATH)),train_gpt2cu_cudnn test_gpt2cu_cudnn dev/cuda/attention_cudnn)
 # (the ladders know fp32 and bf16: PRECISION=FP16 builds them in bf16; all link cuBLAS,
@@ -219,6 +220,15 @@ infercu_fp32: infer.cu
 test_infercu: test_infer.cu infer.cu
 	$(NVCC) $(NVCC_FLAGS) -DENABLE_$(INFER_PRECISION) $< -lcublas $(OMP_LINK) -o $@
 test_infercu_fp32: test_infer.cu infer.cu
+	$(NVCC) $(NVCC_FLAGS) -DENABLE_FP32 $< -lcublas $(OMP_LINK) -o $@
+# LoRA fine-tuning on the GPU: the frozen base in PRECISION (BF16 unless FP32), and in FP32
+finetune_loracu: finetune_lora.cu
+	$(NVCC) $(NVCC_FLAGS) -DENABLE_$(INFER_PRECISION) $< -lcublas $(OMP_LINK) -o $@
+finetune_loracu_fp32: finetune_lora.cu
+	$(NVCC) $(NVCC_FLAGS) -DENABLE_FP32 $< -lcublas $(OMP_LINK) -o $@
+test_finetune_loracu: test_finetune_lora.cu finetune_lora.cu
+	$(NVCC) $(NVCC_FLAGS) -DENABLE_$(INFER_PRECISION) $< -lcublas $(OMP_LINK) -o $@
+test_finetune_loracu_fp32: test_finetune_lora.cu finetune_lora.cu
 	$(NVCC) $(NVCC_FLAGS) -DENABLE_FP32 $< -lcublas $(OMP_LINK) -o $@
 # the MLP of train_mlp.c on the GPU (same flags, data and checkpoints)
 train_mlpcu: train_mlp.cu
@@ -268,8 +278,14 @@ $(filter dev/emu/infercu_%,$(INFER_EMU)): infer.cu $(EMU)
 	$(emu_build) $< $@ $(emu_precision) $(EMU_DEBUG)
 $(filter dev/emu/test_infercu_%,$(INFER_EMU)): test_infer.cu infer.cu $(EMU) | $(CONVERTED)
 	$(emu_build) $< $@ $(emu_precision) $(EMU_DEBUG)
+LORA_EMU = dev/emu/finetune_loracu_fp32_cpu dev/emu/finetune_loracu_bf16_cpu dev/emu/test_finetune_loracu_fp32_cpu \
+           dev/emu/test_finetune_loracu_bf16_cpu dev/emu/test_finetune_loracu_fp32_race dev/emu/test_finetune_loracu_bf16_asan
+$(filter dev/emu/finetune_loracu_%,$(LORA_EMU)): finetune_lora.cu $(EMU)
+	$(emu_build) $< $@ $(emu_precision) $(EMU_DEBUG)
+$(filter dev/emu/test_finetune_loracu_%,$(LORA_EMU)): test_finetune_lora.cu finetune_lora.cu $(EMU) | $(CONVERTED)
+	$(emu_build) $< $@ $(emu_precision) $(EMU_DEBUG)
 EMU_PROGRAMS = dev/emu/test_emu_cpu dev/emu/test_emu_race dev/emu/test_emu_asan dev/emu/matmul_cpu dev/emu/train_mlpcu_cpu \
-               dev/emu/train_mlpcu_race $(EMU_GPT2) $(INFER_EMU) $(addprefix dev/emu/,$(addsuffix _cpu,$(LADDERS)))
+               dev/emu/train_mlpcu_race $(EMU_GPT2) $(INFER_EMU) $(LORA_EMU) $(addprefix dev/emu/,$(addsuffix _cpu,$(LADDERS)))
 
 # On a machine with a GPU: build every CUDA program for it, run every GPU test and
 # the benchmarks, one summary table; logs in gpu-check-logs/ (dev/test/gpu_check.sh)
@@ -339,6 +355,7 @@ SCHED = bash dev/emu/run_schedules.sh
 LADDER_TESTS = $(foreach l,matmul $(LADDERS),"$(SCHED) ascending './dev/emu/$(l)_cpu -c' descending './dev/emu/$(l)_cpu -c'")
 GPT2_TWIN = bash dev/test/test_train_gpt2_cuda.sh ./train_gpt2 ./dev/emu/train_gpt2cu_fp32_cpu ./dev/emu/train_gpt2cu_bf16_cpu ./dev/emu/train_gpt2cu_fp16_cpu
 INFER_TWIN = bash dev/test/test_infer_cuda.sh ./infer ./dev/emu/infercu_fp32_cpu ./dev/emu/infercu_bf16_cpu
+LORA_TWIN = bash dev/test/test_finetune_lora_cuda.sh ./finetune_lora ./dev/emu/finetune_loracu_fp32_cpu ./dev/emu/finetune_loracu_bf16_cpu
 TESTS = ./test_gpt2 \
         "$(SCHED) ascending ./dev/emu/test_emu_cpu descending ./dev/emu/test_emu_cpu" \
         "EMU_SCHEDULE=descending ./dev/emu/test_emu_race" \
@@ -366,6 +383,9 @@ TESTS = ./test_gpt2 \
         "./dev/emu/test_infercu_fp32_cpu --smollm2" \
         "$(SCHED) ascending ./dev/emu/test_infercu_bf16_cpu random:1 ./dev/emu/test_infercu_bf16_asan" \
         "$(SCHED) ascending '$(INFER_TWIN)' descending '$(INFER_TWIN)'" \
+        "$(SCHED) ascending ./dev/emu/test_finetune_loracu_fp32_cpu descending ./dev/emu/test_finetune_loracu_fp32_race" \
+        "$(SCHED) ascending ./dev/emu/test_finetune_loracu_bf16_cpu random:1 ./dev/emu/test_finetune_loracu_bf16_asan" \
+        "$(SCHED) ascending '$(LORA_TWIN)' descending '$(LORA_TWIN)'" \
         "bash dev/test/test_tokenizer_cli.sh ./data/tokenizer" \
         "bash dev/test/test_instructions_cli.sh ./data/instructions" \
         "bash dev/test/test_train_gpt2_cli.sh ./train_gpt2" \

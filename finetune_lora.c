@@ -159,8 +159,8 @@ static void format_path(char *out, size_t size, const char *fmt, ...) {
 // --- end shared-copy: format-path ---
 // --- begin shared-copy: eta ---
 // "ETA 3m07s": the time the rest takes at the pace so far (`done` of `total` units in
-// `seconds`), for the progress lines of long runs
-static void format_eta(char *out, size_t size, double seconds, double done, double total) {
+// `seconds`), for the progress lines of long runs (inline: a test build need not use it)
+static inline void format_eta(char *out, size_t size, double seconds, double done, double total) {
     if (!(done > 0.0) || !(total >= done)) { snprintf(out, size, "ETA ?"); return; }
     long s = (long)(seconds / done * (total - done) + 0.5);
     if (s >= 3600) { snprintf(out, size, "ETA %ldh%02ldm", s / 3600, s / 60 % 60); }
@@ -1403,6 +1403,8 @@ static float *rope_frequencies(const LlamaConfig *c) {
 // ----------------------------------------------------------------------------
 // the base model, frozen: either family's tensors under one set of names
 
+// --- begin shared-copy: finetune-base ---
+
 // The tensors of the forward pass (as infer.c's ForwardTensors), pointers into the loaded
 // weights: GPT-2's 16 (lm_head = wte), or the Llama family's (no wpe, no LayerNorm biases;
 // Qwen2 has qkvb). Shapes per layer: qkvw (Q + 2 KV, C), attprojw (C, Q), fcw (MLP, C) with
@@ -1428,21 +1430,20 @@ static void base_load(Base *b, const char *path) {
         llama_load(&b->llama_weights, path);
         LlamaConfig c = b->llama_weights.config;
         float **t = b->llama_weights.tensors; // wte ln1w qkvw qkvb attprojw ln2w fcw fcprojw lnfw lm_head
-        *b = (Base){.llama = 1, .L = c.num_layers, .C = c.channels, .NH = c.num_heads, .NKV = c.num_kv_heads,
-                    .HS = c.head_size, .H = c.hidden, .V = c.vocab_size, .Vp = c.vocab_size, .maxT = c.max_seq_len,
-                    .eps = c.norm_eps, .wte = t[0], .ln1w = t[1], .qkvw = t[2], .qkvb = t[3], .attprojw = t[4], .ln2w = t[5],
-                    .fcw = t[6], .fcprojw = t[7], .lnfw = t[8], .lm_head = c.tied ? t[0] : t[9],
-                    .inv_freq = rope_frequencies(&c), .llama_weights = b->llama_weights};
+        b->llama = 1; b->L = c.num_layers; b->C = c.channels; b->NH = c.num_heads; b->NKV = c.num_kv_heads; b->HS = c.head_size;
+        b->H = c.hidden; b->V = c.vocab_size; b->Vp = c.vocab_size; b->maxT = c.max_seq_len; b->eps = c.norm_eps;
+        b->wte = t[0]; b->ln1w = t[1]; b->qkvw = t[2]; b->qkvb = t[3]; b->attprojw = t[4]; b->ln2w = t[5]; b->fcw = t[6];
+        b->fcprojw = t[7]; b->lnfw = t[8]; b->lm_head = c.tied ? t[0] : t[9];
+        b->inv_freq = rope_frequencies(&c);
     } else {
         gpt2_build_from_checkpoint(&b->gpt2, path);
         GPT2Config c = b->gpt2.config;
         ParameterTensors p = b->gpt2.params;
-        *b = (Base){.llama = 0, .L = c.num_layers, .C = c.channels, .NH = c.num_heads, .NKV = c.num_heads,
-                    .HS = c.channels / c.num_heads, .H = 4 * c.channels, .V = c.vocab_size, .Vp = c.padded_vocab_size,
-                    .maxT = c.max_seq_len, .eps = 1e-5f, .wte = p.wte, .wpe = p.wpe, .ln1w = p.ln1w, .ln1b = p.ln1b,
-                    .qkvw = p.qkvw, .qkvb = p.qkvb, .attprojw = p.attprojw, .attprojb = p.attprojb, .ln2w = p.ln2w,
-                    .ln2b = p.ln2b, .fcw = p.fcw, .fcb = p.fcb, .fcprojw = p.fcprojw, .fcprojb = p.fcprojb, .lnfw = p.lnfw,
-                    .lnfb = p.lnfb, .lm_head = p.wte, .gpt2 = b->gpt2};
+        b->llama = 0; b->L = c.num_layers; b->C = c.channels; b->NH = c.num_heads; b->NKV = c.num_heads; b->HS = c.channels / c.num_heads;
+        b->H = 4 * c.channels; b->V = c.vocab_size; b->Vp = c.padded_vocab_size; b->maxT = c.max_seq_len; b->eps = 1e-5f;
+        b->wte = p.wte; b->wpe = p.wpe; b->ln1w = p.ln1w; b->ln1b = p.ln1b; b->qkvw = p.qkvw; b->qkvb = p.qkvb; b->attprojw = p.attprojw;
+        b->attprojb = p.attprojb; b->ln2w = p.ln2w; b->ln2b = p.ln2b; b->fcw = p.fcw; b->fcb = p.fcb; b->fcprojw = p.fcprojw;
+        b->fcprojb = p.fcprojb; b->lnfw = p.lnfw; b->lnfb = p.lnfb; b->lm_head = p.wte;
     }
 }
 
@@ -1452,6 +1453,7 @@ static void base_free(Base *b) {
     free(b->inv_freq);
     memset(b, 0, sizeof(*b));
 }
+// --- end shared-copy: finetune-base ---
 
 // ----------------------------------------------------------------------------
 // --- begin shared-copy: lora-adapter ---
@@ -1647,10 +1649,6 @@ static void lora_free(Lora *lora) {
 }
 // --- end shared-copy: lora-adapter ---
 
-// the shape an adapter for base b must have
-static LoraShape base_shape(const Base *b) {
-    return (LoraShape){.llama = b->llama, .L = b->L, .C = b->C, .Q = b->NH * b->HS, .KV = b->NKV * b->HS, .H = b->H};
-}
 
 // ----------------------------------------------------------------------------
 // the layers, forward and backward, over N = B T rows (row n: sequence n / T, position n % T)
@@ -1875,7 +1873,9 @@ typedef struct {
 
 static size_t max3(size_t a, size_t b, size_t c) { return a > b ? (a > c ? a : c) : (b > c ? b : c); }
 
-static void acts_allocate(Acts *a, const Base *b, const Lora *lora, int B, int T) {
+// (recompute: finetune_lora.cu's -A; the CPU keeps every activation, whatever it says)
+static void acts_allocate(Acts *a, const Base *b, const Lora *lora, int B, int T, int recompute) {
+    (void)recompute;
     memset(a, 0, sizeof(*a));
     a->B = B; a->T = T;
     size_t N = (size_t)B * T, L = b->L, C = b->C, Q = (size_t)b->NH * b->HS, QKV = Q + 2 * (size_t)b->NKV * b->HS;
@@ -2076,6 +2076,12 @@ static void adamw_update(Lora *lora, float lr, float beta1, float beta2, float e
     }
 }
 
+// --- begin shared-copy: lora-train-host ---
+// the shape an adapter for base b must have
+static LoraShape base_shape(const Base *b) {
+    return (LoraShape){.llama = b->llama, .L = b->L, .C = b->C, .Q = b->NH * b->HS, .KV = b->NKV * b->HS, .H = b->H};
+}
+
 // Folds module m into the base weight W of its site (W + s B A into its band of rows): a
 // model that runs with no adapter at all (PEFT's merge_and_unload). W is (OUT, in).
 static void lora_merge(float *W, const LoraModule *m, float scale, int r) {
@@ -2227,6 +2233,7 @@ static void lora_save(const Lora *lora, const Base *b, const char *dir, const ch
     write_file_atomic(path, bufs, sizes, 3);
     free(header);
 }
+// --- end shared-copy: lora-train-host ---
 
 
 // ----------------------------------------------------------------------------
@@ -2350,7 +2357,30 @@ char *instruct_prompt(const Tokenizer *tok, const char *system, const char *inst
 }
 // --- end shared-copy: instruct-prompt ---
 
+// ----------------------------------------------------------------------------
+// where the numbers live: finetune_lora.cu keeps the base model and the adapter (with its
+// gradients and AdamW's moments) on the GPU, and main tells it when they change on the host
+// or are needed there. Here they are in host memory all along: nothing to do.
+
+static void base_to_device(const Base *b) { (void)b; }
+static void lora_to_device(const Lora *lora) { (void)lora; }
+static void lora_to_host(Lora *lora) { (void)lora; }
+static void lora_zero_grads(Lora *lora) { memset(lora->grads, 0, lora->num_params * sizeof(float)); }
+
+
 #ifndef TESTING // (test_finetune_lora takes what is above; dev/test/test_finetune_lora_cli.sh what follows)
+// what the run holds in memory, by kind (the activations: what the backward pass keeps)
+static void print_memory(const Base *b, const Lora *lora, const Acts *a) {
+    int B = a->B, T = a->T;
+    size_t base_params = b->llama ? b->llama_weights.num_parameters : b->gpt2.num_parameters;
+    size_t N = (size_t)B * T, C = b->C, Q = (size_t)b->NH * b->HS, QKV = Q + 2 * (size_t)b->NKV * b->HS, MLP = (b->llama ? 2 : 1) * (size_t)b->H;
+    size_t act = (size_t)b->L * N * (3 * C + 2 * C + QKV + (size_t)b->NH * T + Q + MLP + b->H) + N * ((size_t)b->Vp + 2 * C);
+    printf("memory (MiB): base weights %.1f (fp32, no gradients), adapter %.2f, its gradients %.2f, AdamW's moments %.2f, "
+           "activations %.1f (B=%d, T=%d)\n", base_params * 4.0 / (1 << 20), lora->num_params * 4.0 / (1 << 20),
+           lora->num_params * 4.0 / (1 << 20), lora->num_params * 8.0 / (1 << 20), act * 4.0 / (1 << 20), B, T);
+}
+
+// --- begin shared-copy: finetune-main ---
 // ----------------------------------------------------------------------------
 // the instruction data: Alpaca JSONL, checked, laid out in the model's template
 
@@ -2408,7 +2438,7 @@ static void read_examples(Dataset *train, Dataset *val, const char *path, const 
     int *lengths = NULL;
     int32_t *ids = (int32_t *)mallocCheck(tokenizer_max_ids(tok, len + 4096) * sizeof(int32_t));
     for (char *line = text; line < text + len;) {
-        char *end = memchr(line, '\n', (size_t)(text + len - line));
+        char *end = (char *)memchr(line, '\n', (size_t)(text + len - line));
         size_t line_len = end != NULL ? (size_t)(end - line) : (size_t)(text + len - line);
         lines++;
         char *next = line + line_len + 1;
@@ -2811,7 +2841,7 @@ float get_learning_rate(int step, float max_lr, int warmup_steps, int max_steps,
 
 typedef struct {
     const char *model, *tokenizer, *data, *eval, *out, *targets, *init, *merge;
-    int r, rslora, B, accum, T, steps, epochs, warmup, val_every, refuse, save_every, resume;
+    int r, rslora, B, accum, T, steps, epochs, warmup, val_every, refuse, save_every, resume, recompute;
     float alpha, dropout, lr, weight_decay, clip, val_frac, final_frac;
     uint64_t seed;
 } Options;
@@ -2847,11 +2877,13 @@ static void print_usage(const Options *d) {
            "  -V X      fraction of the records held out for validation [%g]\n"
            "  -S N      a checkpoint every N steps (OUT/step_N/: the adapter; OUT/state_N.bin), 0: none [%d]\n"
            "  -y 0|1    resume from the newest checkpoint in -o, with the same flags and data [%d]\n"
+           "  -A 0|1    activation recomputation: keep only each block's input, run the block again in the\n"
+           "            backward pass (less memory, about a third more compute; finetune_lora.cu; the CPU keeps all) [%d]\n"
            "  -s N      seed: the adapter's start, the split, the order [%llu]\n"
            "  -h        this help\n",
            PROGRAM, d->model, d->data, d->out, d->targets, d->r, d->alpha, d->rslora, d->dropout, d->B, d->accum, d->T, d->refuse, d->epochs,
            d->steps, d->lr, d->warmup, d->final_frac, d->weight_decay, d->clip, d->val_every, d->val_frac, d->save_every, d->resume,
-           (unsigned long long)d->seed);
+           d->recompute, (unsigned long long)d->seed);
 }
 
 // the mean loss over a dataset's labelled tokens (forward only)
@@ -2880,7 +2912,7 @@ static double evaluate(const Base *b, Lora *lora, Acts *a, const Dataset *d, int
 
 int main(int argc, char **argv) {
     Options defaults = {"data/smollm2/SmolLM2-135M-Instruct.bin", NULL, "data/iso/train.jsonl", NULL, "log_lora", "all-linear", NULL, NULL, 8, 0, 4, 4,
-                        128, 0, 1, 10, 50, 0, 0, 0, 16.0f, 0.05f, 1e-3f, 0.0f, 1.0f, 0.05f, 0.1f, 1337},
+                        128, 0, 1, 10, 50, 0, 0, 0, 0, 16.0f, 0.05f, 1e-3f, 0.0f, 1.0f, 0.05f, 0.1f, 1337},
             o = defaults;
     for (int i = 1; i < argc; i += 2) {
         if (strcmp(argv[i], "-h") == 0) { print_usage(&defaults); return 0; }
@@ -2916,6 +2948,7 @@ int main(int argc, char **argv) {
         case 's': o.seed = (uint64_t)parse_int(flag, v, 0); break;
         case 'S': o.save_every = (int)parse_int(flag, v, 0); break;
         case 'y': o.resume = (int)parse_int(flag, v, 0) != 0; break;
+        case 'A': o.recompute = (int)parse_int(flag, v, 0) != 0; break;
         default: usage_error("unknown flag %s", flag);
         }
     }
@@ -2927,6 +2960,7 @@ int main(int argc, char **argv) {
 
     Base b;
     base_load(&b, o.model);
+    base_to_device(&b);
     if (o.T > b.maxT) {
         char msg[160];
         snprintf(msg, sizeof(msg), "-t %d: longer than the model's context (%d)", o.T, b.maxT);
@@ -2978,18 +3012,16 @@ int main(int argc, char **argv) {
         lora_create(&lora, &b, o.r, o.alpha, o.rslora, o.targets, o.seed);
     }
     lora.dropout = o.dropout;
+    lora_to_device(&lora);
     size_t base_params = b.llama ? b.llama_weights.num_parameters : b.gpt2.num_parameters;
     Acts a;
-    acts_allocate(&a, &b, &lora, o.B, T);
+    acts_allocate(&a, &b, &lora, o.B, T, o.recompute);
     printf("model: %s: %s, %.1fM parameters, frozen\n", o.model, b.llama ? "Llama family" : "GPT-2", base_params / 1e6);
     printf("LoRA: r=%d, alpha %g (scale %.4g%s), dropout %g, %d modules (%s): %zu trainable parameters, %.3f%% of the model's\n",
            o.r, o.alpha, lora.scale, o.rslora ? ", rsLoRA" : "", o.dropout, lora.num_modules, o.targets, lora.num_params,
            100.0 * lora.num_params / base_params);
-    size_t N = (size_t)o.B * T, C = b.C, Q = (size_t)b.NH * b.HS, QKV = Q + 2 * (size_t)b.NKV * b.HS, MLP = (b.llama ? 2 : 1) * (size_t)b.H;
-    size_t act = (size_t)b.L * N * (3 * C + 2 * C + QKV + (size_t)b.NH * T + Q + MLP + b.H) + N * ((size_t)b.Vp + 2 * C);
-    printf("memory (MiB): base weights %.1f (fp32, no gradients), adapter %.2f, its gradients %.2f, AdamW's moments %.2f, "
-           "activations %.1f (B=%d, T=%d)\n", base_params * 4.0 / (1 << 20), lora.num_params * 4.0 / (1 << 20),
-           lora.num_params * 4.0 / (1 << 20), lora.num_params * 8.0 / (1 << 20), act * 4.0 / (1 << 20), o.B, T);
+    print_memory(&b, &lora, &a);
+    size_t N = (size_t)o.B * T;
 
     if (o.merge != NULL) { // -M: merge, check, write
         int *tokens = (int *)mallocCheck(N * sizeof(int)), *labels = (int *)mallocCheck(N * sizeof(int));
@@ -2997,6 +3029,7 @@ int main(int argc, char **argv) {
         Lora none = lora;
         none.num_modules = 0;
         merge_adapter(&b, &lora);
+        base_to_device(&b);
         double merged = evaluate(&b, &none, &a, &val, tokens, labels);
         printf("validation loss: %.6f with the adapter, %.6f merged\n", adapted, merged);
         int bf16 = b.llama ? b.llama_weights.from_bf16 : b.gpt2.from_bf16;
@@ -3037,6 +3070,7 @@ int main(int argc, char **argv) {
     FILE *log;
     if (resume_step >= 0) {
         checkpoint_load(o.out, resume_step, &lora, &pr, order, train.n, o.B, o.accum, T, steps, o.seed);
+        lora_to_device(&lora); // (AdamW's moments, read just now)
         log_truncate_after(path, "%d", resume_step); // (the lines the stopped run wrote after its checkpoint go,
         size_t len;                                  // and the header, which has no step: written again)
         uint8_t *kept = read_whole_file(path, &len, NULL);
@@ -3059,7 +3093,7 @@ int main(int argc, char **argv) {
     for (int step = pr.step; step < steps; step++) {
         double t0 = wall_seconds();
         float lr = get_learning_rate(step, o.lr, o.warmup, steps, o.final_frac);
-        memset(lora.grads, 0, lora.num_params * sizeof(float));
+        lora_zero_grads(&lora);
         // the step's micro-batches first, to count their labelled tokens: the loss is their mean
         int firsts[256], count = 0;
         for (int k = 0; k < o.accum && k < 256; k++) {
@@ -3101,11 +3135,13 @@ int main(int argc, char **argv) {
         fflush(log);
         if (o.save_every > 0 && ((step + 1) % o.save_every == 0 || last)) {
             Progress now = {step + 1, epoch, cursor};
+            lora_to_host(&lora);
             checkpoint_save(o.out, &lora, &b, o.model, &now, order, train.n, o.B, o.accum, T, steps, o.seed);
             printf("checkpoint: %s/step_%06d/ and state_%06d.bin\n", o.out, step + 1, step + 1);
         }
     }
     fcloseCheck(log);
+    lora_to_host(&lora);
     lora_save(&lora, &b, o.out, o.model);
     printf("wrote %s/adapter_config.json and adapter_model.safetensors (PEFT's LoRA adapter), %s/metrics.tsv\n", o.out, o.out);
     free(tokens); free(labels); free(order);
@@ -3117,6 +3153,7 @@ int main(int argc, char **argv) {
     base_free(&b);
     return 0;
 }
+// --- end shared-copy: finetune-main ---
 #endif
 
 // ----------------------------------------------------------------------------

@@ -1339,8 +1339,8 @@ static void format_path(char *out, size_t size, const char *fmt, ...) {
 // --- end shared-copy: format-path ---
 // --- begin shared-copy: eta ---
 // "ETA 3m07s": the time the rest takes at the pace so far (`done` of `total` units in
-// `seconds`), for the progress lines of long runs
-static void format_eta(char *out, size_t size, double seconds, double done, double total) {
+// `seconds`), for the progress lines of long runs (inline: a test build need not use it)
+static inline void format_eta(char *out, size_t size, double seconds, double done, double total) {
     if (!(done > 0.0) || !(total >= done)) { snprintf(out, size, "ETA ?"); return; }
     long s = (long)(seconds / done * (total - done) + 0.5);
     if (s >= 3600) { snprintf(out, size, "ETA %ldh%02ldm", s / 3600, s / 60 % 60); }

@@ -26,6 +26,21 @@ scale (atol relative to its largest |ref|), the bounds about 10x the errors meas
 #include "finetune_lora.c"
 #include <sys/wait.h>
 
+// What the shared test body below needs of the program under test (test_finetune_lora.cu
+// has its own): the last forward pass's logits in host memory, and the tolerances. Here
+// everything is fp32 against PEFT's float64: each bound is about 10x the error measured.
+static float *acts_logits(Acts *a, const Base *b) { (void)b; return a->logits; }
+#define TOL_LOGITS 1e-5f  // logits and merged weights (of max |ref|)
+#define TOL_MERGED 1e-5f  // the merged model's logits against the adapter's (of max |logit|)
+#define TOL_GRAD 1e-4f    // every first-step gradient, and the gradient norms
+#define TOL_LOSS 1e-5f    // each step's loss
+#define TOL_FINAL 0.2f    // a weight after 5 AdamW steps, in units of the learning rate (see test_model)
+#define TOL_FD 1e-2f      // dropout's gradient against finite differences, relative
+#define TOL_ADAMW 1e-6f   // AdamW alone against torch's
+#define CHECK_TRAJECTORY 1 // the five steps' losses, norms and final weights (and a merge of the last)
+#define CHECK_FD 1         // dropout's gradient against finite differences
+
+// --- begin shared-copy: finetune-test ---
 static int num_passed = 0, num_failed = 0;
 
 static void record(int ok) {
@@ -124,9 +139,11 @@ static void test_model(const char *name, const char *model_path) {
     printf("\n%s + %s against %s\n", model_path, dir, fixture_path);
     Base b;
     base_load(&b, model_path);
+    base_to_device(&b);
     Lora lora;
     LoraShape shape = base_shape(&b);
     lora_load(&lora, &shape, dir, 1);
+    lora_to_device(&lora);
     printf("%d LoRA modules, r=%d, scale %.4f, %zu parameters\n", lora.num_modules, lora.r, lora.scale, lora.num_params);
     Fixture f;
     snprintf(f.path, sizeof(f.path), "%s", fixture_path);
@@ -138,7 +155,7 @@ static void test_model(const char *name, const char *model_path) {
     int total = 0;
     for (size_t i = 0; i < n; i++) { total += labels[i] != -100; }
     Acts a;
-    acts_allocate(&a, &b, &lora, SEQ_PER_MICRO, T_FIX);
+    acts_allocate(&a, &b, &lora, SEQ_PER_MICRO, T_FIX, 0);
     int N = SEQ_PER_MICRO * T_FIX, count;
     char label[160];
 
@@ -148,14 +165,15 @@ static void test_model(const char *name, const char *model_path) {
     model_forward(&b, &lora, &a, tokens, none, &count);
     size_t nl;
     float *ref_logits = fixture_floats(&f, "logits0", &nl), *ours = (float *)mallocCheck(nl * sizeof(float));
-    for (int r = 0; r < N; r++) { memcpy(ours + (size_t)r * b.V, a.logits + (size_t)r * b.Vp, (size_t)b.V * sizeof(float)); }
-    check_close("logits of micro-batch 0", ours, ref_logits, nl, 1e-5f);
+    float *logits = acts_logits(&a, &b);
+    for (int r = 0; r < N; r++) { memcpy(ours + (size_t)r * b.V, logits + (size_t)r * b.Vp, (size_t)b.V * sizeof(float)); }
+    check_close("logits of micro-batch 0", ours, ref_logits, nl, TOL_LOGITS);
 
     size_t ns;
     float *ref_losses = fixture_floats(&f, "losses", &ns), *ref_norms = fixture_floats(&f, "grad_norms", &ns);
     float losses[STEPS], norms[STEPS];
     for (int step = 0; step < STEPS; step++) {
-        memset(lora.grads, 0, lora.num_params * sizeof(float));
+        lora_zero_grads(&lora);
         double sum = 0.0;
         for (int micro = 0; micro < MICRO; micro++) {
             sum += model_forward(&b, &lora, &a, tokens + (size_t)micro * N, labels + (size_t)micro * N, &count);
@@ -163,6 +181,7 @@ static void test_model(const char *name, const char *model_path) {
         }
         losses[step] = (float)(sum / total);
         if (step == 0) { // every gradient of the first step, tensor by tensor, before clipping
+            lora_to_host(&lora);
             for (int k = 0; k < lora.num_modules; k++) {
                 LoraModule *m = &lora.modules[k];
                 for (int which = 0; which < 2; which++) {
@@ -172,7 +191,7 @@ static void test_model(const char *name, const char *model_path) {
                     float *mine = (float *)mallocCheck(n * sizeof(float));
                     memcpy(mine, g, n * sizeof(float));
                     snprintf(label, sizeof(label), "gradient %s.lora_%c", m->name, which ? 'B' : 'A');
-                    check_close(label, mine, ref, n, 1e-4f);
+                    check_close(label, mine, ref, n, TOL_GRAD);
                     free(ref);
                     free(mine);
                 }
@@ -181,8 +200,13 @@ static void test_model(const char *name, const char *model_path) {
         norms[step] = clip_gradients(&lora, 1.0f);
         adamw_update(&lora, LR, 0.9f, 0.999f, 1e-8f, WD, step + 1);
     }
-    check_close("the loss of each step (response tokens only)", losses, ref_losses, STEPS, 1e-5f);
-    check_close("the gradient norm of each step, before clipping", norms, ref_norms, STEPS, 1e-4f);
+    lora_to_host(&lora);
+    if (CHECK_TRAJECTORY) {
+        check_close("the loss of each step (response tokens only)", losses, ref_losses, STEPS, TOL_LOSS);
+        check_close("the gradient norm of each step, before clipping", norms, ref_norms, STEPS, TOL_GRAD);
+    } else {
+        printf("(the five steps' losses, norms and weights, and the merged weight: not checked in this build, see TOL_*)\n");
+    }
     // after the five steps: every tensor. AdamW divides each gradient by its own running size,
     // so a weight whose gradient is near zero, or changes sign, moves on fp32's rounding noise
     // by up to lr a step: measured up to 0.06 lr here. We allow 0.2 lr (= 2e-3) per weight and
@@ -200,15 +224,15 @@ static void test_model(const char *name, const char *model_path) {
             for (size_t i = 0; i < n; i++) {
                 float err = fabsf(p[i] - ref[i]);
                 worst = err > worst ? err : worst;
-                bad += !(err <= 0.2f * LR);
+                bad += !(err <= TOL_FINAL * LR);
                 loose += !(err <= 1e-4f * max_ref);
             }
             free(ref);
         }
     }
-    snprintf(label, sizeof(label), "%d of %zu beyond 0.2 lr; worst %.2f lr; %d beyond 1e-4 of their tensor's max", bad,
-             lora.num_params, worst / LR, loose);
-    check("every lora_A and lora_B after 5 AdamW steps", bad == 0, label);
+    snprintf(label, sizeof(label), "%d of %zu beyond %g lr; worst %.2f lr; %d beyond 1e-4 of their tensor's max", bad,
+             lora.num_params, TOL_FINAL, worst / LR, loose);
+    if (CHECK_TRAJECTORY) { check("every lora_A and lora_B after 5 AdamW steps", bad == 0, label); }
 
     // merging the (trained) first module into its base weight
     LoraModule *m = &lora.modules[0];
@@ -226,7 +250,7 @@ static void test_model(const char *name, const char *model_path) {
         }
     }
     snprintf(label, sizeof(label), "merged: %s (W + s B A)", mt->name + 7);
-    check_close(label, band, ref, n, 1e-5f);
+    if (CHECK_TRAJECTORY) { check_close(label, band, ref, n, TOL_LOGITS); }
     // the trained adapter written as PEFT's files, and read back: the same numbers, bit for bit
     char out_dir[300];
     snprintf(out_dir, sizeof(out_dir), "%s/saved_%s", tmp_dir, name);
@@ -242,12 +266,13 @@ static void test_model(const char *name, const char *model_path) {
     // computes the logits base + adapter did
     model_forward(&b, &lora, &a, tokens, none, &count);
     float *adapted = (float *)mallocCheck((size_t)N * b.Vp * sizeof(float));
-    memcpy(adapted, a.logits, (size_t)N * b.Vp * sizeof(float));
+    memcpy(adapted, acts_logits(&a, &b), (size_t)N * b.Vp * sizeof(float));
     merge_adapter(&b, &lora);
+    base_to_device(&b);
     Lora empty = lora;
     empty.num_modules = 0;
     model_forward(&b, &empty, &a, tokens, none, &count);
-    check_close("merged into the base: the adapted logits, with no adapter", a.logits, adapted, (size_t)N * b.Vp, 1e-5f);
+    check_close("merged into the base: the adapted logits, with no adapter", acts_logits(&a, &b), adapted, (size_t)N * b.Vp, TOL_MERGED);
     free(adapted);
     free(W); free(band); free(ref);
     free(tokens); free(labels); free(none); free(ref_logits); free(ours); free(ref_losses); free(ref_norms);
@@ -275,9 +300,11 @@ static void test_adamw(void) {
     lora.v = (float *)calloc(n, sizeof(float));
     for (int step = 1; step <= 3; step++) {
         lora.grads = grads + (size_t)(step - 1) * n;
+        lora_to_device(&lora);
         adamw_update(&lora, 0.05f, 0.8f, 0.9f, 1e-3f, 0.5f, step);
+        lora_to_host(&lora);
     }
-    check_close("\nAdamW alone: 3 steps against torch's", lora.params, p3, n, 1e-6f);
+    check_close("\nAdamW alone: 3 steps against torch's", lora.params, p3, n, TOL_ADAMW);
     free(p0); free(grads); free(p3); free(lora.m); free(lora.v);
     fclose(f.fp);
     safetensors_free(&f.st);
@@ -408,12 +435,14 @@ static void test_dropout(void) {
     printf("\nLoRA dropout (p = 0.3) against finite differences\n");
     Base b;
     base_load(&b, "build/llama_gqa3.bin");
+    base_to_device(&b);
     Lora lora;
     LoraShape shape = base_shape(&b);
     lora_load(&lora, &shape, "dev/reference/fixtures/lora_llama", 1);
     lora.dropout = 0.3f;
     lora.training = 1;
     lora.dropout_key = 12345;
+    lora_to_device(&lora);
     Fixture f;
     snprintf(f.path, sizeof(f.path), "dev/reference/fixtures/lora_llama.safetensors");
     safetensors_open(&f.st, f.path, NULL);
@@ -421,10 +450,11 @@ static void test_dropout(void) {
     size_t n;
     int *tokens = fixture_ints(&f, "tokens", &n), *labels = fixture_ints(&f, "labels", &n), count;
     Acts a;
-    acts_allocate(&a, &b, &lora, SEQ_PER_MICRO, T_FIX);
-    memset(lora.grads, 0, lora.num_params * sizeof(float));
+    acts_allocate(&a, &b, &lora, SEQ_PER_MICRO, T_FIX, 0);
+    lora_zero_grads(&lora);
     double with = model_forward(&b, &lora, &a, tokens, labels, &count);
     model_backward(&b, &lora, &a, labels, 1.0f);
+    lora_to_host(&lora);
     float *analytic = (float *)mallocCheck(lora.num_params * sizeof(float));
     memcpy(analytic, lora.grads, lora.num_params * sizeof(float));
     lora.training = 0;
@@ -443,18 +473,22 @@ static void test_dropout(void) {
             for (size_t i = 1; i < size; i++) { best = fabsf(g[i]) > fabsf(g[best]) ? i : best; }
             float keep = p[best], e = 3e-3f;
             p[best] = keep + e;
+            lora_to_device(&lora);
             double plus = model_forward(&b, &lora, &a, tokens, labels, &count);
             p[best] = keep - e;
+            lora_to_device(&lora);
             double minus = model_forward(&b, &lora, &a, tokens, labels, &count);
             p[best] = keep;
+            lora_to_device(&lora);
             float numeric = (float)((plus - minus) / (2.0 * e)), err = fabsf(numeric - g[best]) / fabsf(g[best]);
             worst = err > worst ? err : worst;
-            bad += !(err <= 0.01f);
+            bad += !(err <= TOL_FD);
             tried++;
         }
     }
     snprintf(detail, sizeof(detail), "%d of %d parameters off; worst relative error %.2e", bad, tried, worst);
-    check("the gradient with dropout, against finite differences", bad == 0, detail);
+    if (CHECK_FD) { check("the gradient with dropout, against finite differences", bad == 0, detail); }
+    else { printf("(dropout's gradient against finite differences: not checked in this build, see CHECK_FD)\n"); }
     free(analytic); free(tokens); free(labels);
     fclose(f.fp);
     safetensors_free(&f.st);
@@ -476,6 +510,8 @@ static void test_eta(void) {
         check(label, strcmp(out, cases[k].expect) == 0, out);
     }
 }
+
+// --- end shared-copy: finetune-test ---
 
 int main(void) {
     char tmp[] = "/tmp/test_finetune_lora_XXXXXX";
