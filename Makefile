@@ -443,6 +443,7 @@ clean:
 help:
 	@echo "make train_gpt2 && ./train_gpt2   train a small GPT-2 on tinyshakespeare (CPU)"
 	@echo "make train_mlp && ./train_mlp     an MLP by hand on Fashion-MNIST (apt-get install dataset-fashion-mnist)"
+	@echo "make finetune_lora && ./finetune_lora -h   LoRA fine-tuning of SmolLM2 on data/iso (CPU; -B 1: a benchmark)"
 	@echo "make test                         build and run every test; exits non-zero on a failure"
 	@echo "make data                         tokenize tinyshakespeare, write data/gpt2_tokenizer.bin"
 	@echo "make infer && ./infer -i \"ROMEO:\"  generate text (the newest log_gpt2 checkpoint, or -m a checkpoint)"
@@ -454,6 +455,7 @@ help:
 	@echo "make train_mlpcu && ./train_mlpcu the same MLP on the GPU (--check: against the CPU, --time: step times)"
 	@echo "make train_gpt2cu && ./train_gpt2cu   the GPT-2 trainer on the GPU (PRECISION=BF16, FP16 or FP32; USE_CUDNN=1)"
 	@echo "make infercu && ./infercu -m FILE  generation on the GPU (PRECISION=BF16 or FP32), the same flags as ./infer"
+	@echo "make finetune_loracu               LoRA fine-tuning on the GPU (PRECISION=BF16 or FP32), the same flags"
 	@echo "make cuda                         build the GPU programs (needs nvcc; GPU_ARCH=\"90 120\")"
 	@echo "make gpu-check                    on a GPU machine: build and run every GPU program, one summary"
 	@echo "make clean                        remove what make built"

@@ -25,8 +25,9 @@ steps, a merge); dev/test/test_finetune_lora_cli.sh the command line.
 Checkpoints (-S) with bit-exact resuming (-y 1); -M writes the model with the adapter merged
 (a model file infer runs); -E refuses to train on data that holds an evaluation's questions
 or answers (leakage). infer -L runs the adapter unmerged (the merged model's tokens), and
-infer -E asks the evaluation's questions before and after (see docs/lora-smollm2.md). Not
-yet: the GPU version (finetune_lora.cu).
+infer -E asks the evaluation's questions before and after (see docs/lora-smollm2.md). -B 1
+times training steps on random tokens (dev/bench_lora.sh sets it beside PyTorch + PEFT).
+finetune_lora.cu is this program on a GPU (the same flags, files and main).
 
     make finetune_lora smollm2 data/iso/train.jsonl
     ./finetune_lora -h                              # every flag with its default
@@ -50,6 +51,7 @@ layers, r the adapter's rank.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -1399,6 +1401,39 @@ static float *rope_frequencies(const LlamaConfig *c) {
     return f;
 }
 // --- end shared-copy: rope-frequencies ---
+// --- begin shared-copy: llama-random ---
+// Random Llama-family models of real models' shapes, for benchmarks (-m llama:NAME): what
+// matters for speed is the shape, not the values. Weights uniform in [-0.02, 0.02] (0.02
+// is GPT-2's init scale), RMSNorm weights 1. (Llama 3.2 1B: 1.24B parameters, 4.6 GiB fp32.)
+static const struct { const char *name; LlamaConfig c; } LLAMA_SHAPES[] = {
+    // maxT, V, L, NH, NKV, C, HS, H, tied, qkv_bias, family, theta, eps, Llama 3 RoPE scaling (4), bos, eos
+    {"smollm2-135m", {8192, 49152, 30, 9, 3, 576, 64, 1536, 1, 0, LLAMA_FAMILY_LLAMA, 1e5f, 1e-5f, 0.0f, 0.0f, 0.0f, 0, 1, 2}},
+    {"llama3.2-1b", {131072, 128256, 16, 32, 8, 2048, 64, 8192, 1, 0, LLAMA_FAMILY_LLAMA, 5e5f, 1e-5f, 32.0f, 1.0f, 4.0f, 8192,
+                     128000, 128009}},
+    {"qwen2.5-0.5b", {32768, 151936, 24, 14, 2, 896, 64, 4864, 1, 1, LLAMA_FAMILY_QWEN2, 1e6f, 1e-6f, 0.0f, 0.0f, 0.0f, 0, -1,
+                      151645}},
+};
+
+static int llama_random(LlamaWeights *w, const char *source, uint64_t seed) {
+    if (strncmp(source, "llama:", 6) != 0) { return 0; }
+    for (size_t k = 0; k < sizeof(LLAMA_SHAPES) / sizeof(LLAMA_SHAPES[0]); k++) {
+        if (strcmp(source + 6, LLAMA_SHAPES[k].name) != 0) { continue; }
+        memset(w, 0, sizeof(*w));
+        w->config = LLAMA_SHAPES[k].c;
+        llama_allocate(w);
+        uint64_t key = rng_key(seed, 0);
+        #pragma omp parallel for schedule(static)
+        for (size_t i = 0; i < w->num_parameters; i++) { w->params[i] = (float)(0.04 * rng_uniform_at(key, i) - 0.02); }
+        const int norms[3] = {LL_LN1W, LL_LN2W, LL_LNFW};
+        for (int n = 0; n < 3; n++) {
+            for (size_t i = 0; i < w->sizes[norms[n]]; i++) { w->tensors[norms[n]][i] = 1.0f; }
+        }
+        return 1;
+    }
+    die_file(source, "-m llama:NAME takes smollm2-135m, llama3.2-1b or qwen2.5-0.5b", "no such shape");
+    return 0;
+}
+// --- end shared-copy: llama-random ---
 
 // ----------------------------------------------------------------------------
 // the base model, frozen: either family's tensors under one set of names
@@ -1420,14 +1455,17 @@ typedef struct {
 } Base;
 
 // Our model file: GPT-2 (llm.c's checkpoint) or the Llama family's (./convert's), by its magic
+// (or llama:NAME, a random model of that shape: the benchmark's, -B 1)
 static void base_load(Base *b, const char *path) {
     memset(b, 0, sizeof(*b));
-    FILE *fp = fopenCheck(path, "rb");
-    int magic = 0;
-    if (fread(&magic, sizeof(magic), 1, fp) != 1) { magic = 0; }
-    fcloseCheck(fp);
-    if (magic == LLAMA_MAGIC) {
-        llama_load(&b->llama_weights, path);
+    int magic = 0, random = strncmp(path, "llama:", 6) == 0;
+    if (!random) {
+        FILE *fp = fopenCheck(path, "rb");
+        if (fread(&magic, sizeof(magic), 1, fp) != 1) { magic = 0; }
+        fcloseCheck(fp);
+    }
+    if (magic == LLAMA_MAGIC || random) {
+        if (random) { llama_random(&b->llama_weights, path, 1337); } else { llama_load(&b->llama_weights, path); }
         LlamaConfig c = b->llama_weights.config;
         float **t = b->llama_weights.tensors; // wte ln1w qkvw qkvb attprojw ln2w fcw fcprojw lnfw lm_head
         b->llama = 1; b->L = c.num_layers; b->C = c.channels; b->NH = c.num_heads; b->NKV = c.num_kv_heads; b->HS = c.head_size;
@@ -2369,6 +2407,12 @@ static void lora_zero_grads(Lora *lora) { memset(lora->grads, 0, lora->num_param
 
 
 #ifndef TESTING // (test_finetune_lora takes what is above; dev/test/test_finetune_lora_cli.sh what follows)
+// the benchmark's peak memory: the process's largest resident set (Linux's ru_maxrss, KiB)
+static void print_peak_memory(void) {
+    struct rusage usage;
+    if (getrusage(RUSAGE_SELF, &usage) == 0) { printf("peak memory: %.1f MiB resident (the whole process)\n", usage.ru_maxrss / 1024.0); }
+}
+
 // what the run holds in memory, by kind (the activations: what the backward pass keeps)
 static void print_memory(const Base *b, const Lora *lora, const Acts *a) {
     int B = a->B, T = a->T;
@@ -2841,7 +2885,7 @@ float get_learning_rate(int step, float max_lr, int warmup_steps, int max_steps,
 
 typedef struct {
     const char *model, *tokenizer, *data, *eval, *out, *targets, *init, *merge;
-    int r, rslora, B, accum, T, steps, epochs, warmup, val_every, refuse, save_every, resume, recompute;
+    int r, rslora, B, accum, T, steps, epochs, warmup, val_every, refuse, save_every, resume, recompute, bench;
     float alpha, dropout, lr, weight_decay, clip, val_frac, final_frac;
     uint64_t seed;
 } Options;
@@ -2879,11 +2923,14 @@ static void print_usage(const Options *d) {
            "  -y 0|1    resume from the newest checkpoint in -o, with the same flags and data [%d]\n"
            "  -A 0|1    activation recomputation: keep only each block's input, run the block again in the\n"
            "            backward pass (less memory, about a third more compute; finetune_lora.cu; the CPU keeps all) [%d]\n"
+           "  -B 0|1    benchmark: random tokens on -m (a model file, or llama:smollm2-135m, llama:llama3.2-1b,\n"
+           "            llama:qwen2.5-0.5b: random weights of that shape), -n steps (10 if 0) of -k x -b x -t; no data,\n"
+           "            no files written: tokens/s and peak memory [%d]\n"
            "  -s N      seed: the adapter's start, the split, the order [%llu]\n"
            "  -h        this help\n",
            PROGRAM, d->model, d->data, d->out, d->targets, d->r, d->alpha, d->rslora, d->dropout, d->B, d->accum, d->T, d->refuse, d->epochs,
            d->steps, d->lr, d->warmup, d->final_frac, d->weight_decay, d->clip, d->val_every, d->val_frac, d->save_every, d->resume,
-           d->recompute, (unsigned long long)d->seed);
+           d->recompute, d->bench, (unsigned long long)d->seed);
 }
 
 // the mean loss over a dataset's labelled tokens (forward only)
@@ -2908,11 +2955,59 @@ static double evaluate(const Base *b, Lora *lora, Acts *a, const Dataset *d, int
     return total > 0 ? sum / total : 0.0;
 }
 
+// -B 1: the benchmark. Random tokens (every position labelled with the next one), a new
+// adapter on the -T modules, -n optimizer steps (10 if 0) of -k micro-batches of -b x -t;
+// tokens/s over the steps after the first (which allocates and warms up), and the peak
+// memory (print_peak_memory). What dev/bench_lora.sh sets beside PyTorch + PEFT.
+static void run_bench(const Base *b, const Options *o) {
+    int B = o->B, T = o->T, N = B * T, steps = o->steps > 0 ? o->steps : 10;
+    Lora lora;
+    lora_create(&lora, b, o->r, o->alpha, o->rslora, o->targets, o->seed);
+    lora.dropout = o->dropout;
+    lora.training = 1;
+    lora_to_device(&lora);
+    Acts a;
+    acts_allocate(&a, b, &lora, B, T, o->recompute);
+    printf("benchmark: %s, LoRA r=%d on %s (%d modules, %zu parameters), dropout %g; %d steps of %d x %d sequences of %d tokens%s\n",
+           o->model, o->r, o->targets, lora.num_modules, lora.num_params, o->dropout, steps, o->accum, B, T,
+           o->recompute ? ", activations recomputed" : "");
+    print_memory(b, &lora, &a);
+    int *tokens = (int *)mallocCheck((size_t)N * sizeof(int)), *labels = (int *)mallocCheck((size_t)N * sizeof(int));
+    double timed = 0.0;
+    for (int step = 0; step < steps; step++) {
+        double t0 = wall_seconds(), sum = 0.0;
+        lora_zero_grads(&lora);
+        for (int k = 0; k < o->accum; k++) {
+            uint64_t key = rng_subkey(o->seed, 404, (uint64_t)step * 256 + (uint64_t)k);
+            for (int n = 0; n < N; n++) { tokens[n] = (int)(rng_uniform_at(key, (uint64_t)n) * b->V) % b->V; }
+            for (int n = 0; n < N; n++) { labels[n] = n % T == T - 1 ? -100 : tokens[n + 1]; }
+            int count;
+            lora.dropout_key = key;
+            sum += model_forward(b, &lora, &a, tokens, labels, &count);
+            model_backward(b, &lora, &a, labels, 1.0f / (float)(count * o->accum));
+        }
+        float norm = clip_gradients(&lora, o->clip);
+        adamw_update(&lora, o->lr, 0.9f, 0.999f, 1e-8f, o->weight_decay, step + 1);
+        double dt = wall_seconds() - t0;
+        if (step > 0) { timed += dt; }
+        printf("step %3d/%d | loss %.4f | norm %.3f | %.1f ms | %.0f tokens/s\n", step + 1, steps, sum / ((double)(T - 1) * B * o->accum),
+               norm, dt * 1000.0, (double)N * o->accum / dt);
+    }
+    lora_to_host(&lora); // (the end of the work)
+    if (steps > 1) {
+        printf("tokens/s: %.0f (steps 2-%d, %d tokens a step)\n", (double)N * o->accum * (steps - 1) / timed, steps, N * o->accum);
+    }
+    print_peak_memory();
+    free(tokens); free(labels);
+    acts_free(&a);
+    lora_free(&lora);
+}
+
 #define METRICS_HEADER "step\tlr\tloss\tgrad_norm\tval_loss\ttokens_per_s\n" // metrics.tsv: a line a step (0: before any)
 
 int main(int argc, char **argv) {
     Options defaults = {"data/smollm2/SmolLM2-135M-Instruct.bin", NULL, "data/iso/train.jsonl", NULL, "log_lora", "all-linear", NULL, NULL, 8, 0, 4, 4,
-                        128, 0, 1, 10, 50, 0, 0, 0, 0, 16.0f, 0.05f, 1e-3f, 0.0f, 1.0f, 0.05f, 0.1f, 1337},
+                        128, 0, 1, 10, 50, 0, 0, 0, 0, 0, 16.0f, 0.05f, 1e-3f, 0.0f, 1.0f, 0.05f, 0.1f, 1337},
             o = defaults;
     for (int i = 1; i < argc; i += 2) {
         if (strcmp(argv[i], "-h") == 0) { print_usage(&defaults); return 0; }
@@ -2949,6 +3044,7 @@ int main(int argc, char **argv) {
         case 'S': o.save_every = (int)parse_int(flag, v, 0); break;
         case 'y': o.resume = (int)parse_int(flag, v, 0) != 0; break;
         case 'A': o.recompute = (int)parse_int(flag, v, 0) != 0; break;
+        case 'B': o.bench = (int)parse_int(flag, v, 0) != 0; break;
         default: usage_error("unknown flag %s", flag);
         }
     }
@@ -2965,6 +3061,11 @@ int main(int argc, char **argv) {
         char msg[160];
         snprintf(msg, sizeof(msg), "-t %d: longer than the model's context (%d)", o.T, b.maxT);
         usage_error("%s", msg);
+    }
+    if (o.bench) {
+        run_bench(&b, &o);
+        base_free(&b);
+        return 0;
     }
     // the tokenizer: -g, else the one ./convert wrote beside the model, else GPT-2's
     Tokenizer tok;

@@ -2056,6 +2056,7 @@ static void rope_table_fill(float *table, const float *inv_freq, int S, int HS) 
         }
     }
 }
+// --- begin shared-copy: llama-random ---
 // Random Llama-family models of real models' shapes, for benchmarks (-m llama:NAME): what
 // matters for speed is the shape, not the values. Weights uniform in [-0.02, 0.02] (0.02
 // is GPT-2's init scale), RMSNorm weights 1. (Llama 3.2 1B: 1.24B parameters, 4.6 GiB fp32.)
@@ -2087,6 +2088,7 @@ static int llama_random(LlamaWeights *w, const char *source, uint64_t seed) {
     die_file(source, "-m llama:NAME takes smollm2-135m, llama3.2-1b or qwen2.5-0.5b", "no such shape");
     return 0;
 }
+// --- end shared-copy: llama-random ---
 
 // -m: a checkpoint file (GPT-2's, llm.c's format; or our Llama-family file, told apart by its
 // magic number), d<N> for a new random GPT-2, or llama:NAME for a random Llama-family shape. We read only the project's own files: a

@@ -58,7 +58,7 @@ CUDNN_PROGRAMS=""
 LADDERS=$(sed -n '/^LADDERS = /,/[^\\]$/p' Makefile | tr -d '\\\n' | sed 's/^LADDERS = //')
 
 # --- build, for this GPU only
-PROGRAMS="data infer convert build/hf_tiny_fp32.bin build/hf_tiny_bf16.bin build/hf_tiny_fp16.bin build/llama_gqa3.bin build/qwen2_gqa4.bin build/llama_mha3.bin infercu infercu_fp32 test_infercu test_infercu_fp32 train_gpt2cu train_gpt2cu_fp32 train_gpt2cu_fp16 test_gpt2cu test_gpt2cu_fp32 test_gpt2cu_fp16 train_gpt2 train_mlpcu dev/check_env dev/cuda/vector_add dev/cuda/matmul $(for l in $LADDERS; do printf 'dev/cuda/%s ' "$l"; done)dev/emu/test_emu train_mlp $CUDNN_PROGRAMS"
+PROGRAMS="data infer convert build/hf_tiny_fp32.bin build/hf_tiny_bf16.bin build/hf_tiny_fp16.bin build/llama_gqa3.bin build/qwen2_gqa4.bin build/llama_mha3.bin infercu infercu_fp32 test_infercu test_infercu_fp32 finetune_lora finetune_loracu finetune_loracu_fp32 test_finetune_loracu test_finetune_loracu_fp32 train_gpt2cu train_gpt2cu_fp32 train_gpt2cu_fp16 test_gpt2cu test_gpt2cu_fp32 test_gpt2cu_fp16 train_gpt2 train_mlpcu dev/check_env dev/cuda/vector_add dev/cuda/matmul $(for l in $LADDERS; do printf 'dev/cuda/%s ' "$l"; done)dev/emu/test_emu train_mlp $CUDNN_PROGRAMS"
 echo "building for sm_$arch: $PROGRAMS"
 build() {
     if command -v make > /dev/null 2>&1; then
@@ -74,6 +74,9 @@ build() {
         nvcc $f -DENABLE_FP16 -Xcompiler -fopenmp test_gpt2.cu -lcublas -lcublasLt -lgomp -o test_gpt2cu_fp16 &&
         for p in BF16:infercu FP32:infercu_fp32; do nvcc $f -DENABLE_${p%%:*} -Xcompiler -fopenmp infer.cu -lcublas -lgomp -o ${p#*:} || exit 1; done &&
         for p in BF16:test_infercu FP32:test_infercu_fp32; do nvcc $f -DENABLE_${p%%:*} -Xcompiler -fopenmp test_infer.cu -lcublas -lgomp -o ${p#*:} || exit 1; done &&
+        for p in BF16:finetune_loracu FP32:finetune_loracu_fp32; do nvcc $f -DENABLE_${p%%:*} -Xcompiler -fopenmp finetune_lora.cu -lcublas -lgomp -o ${p#*:} || exit 1; done &&
+        for p in BF16:test_finetune_loracu FP32:test_finetune_loracu_fp32; do nvcc $f -DENABLE_${p%%:*} -Xcompiler -fopenmp test_finetune_lora.cu -lcublas -lgomp -o ${p#*:} || exit 1; done &&
+        cc -O3 -march=native -fno-trapping-math -Wall -Wextra -fopenmp finetune_lora.c -lm -o finetune_lora &&
         cc -O3 -march=native -fno-trapping-math -Wall -Wextra -fopenmp infer.c -lm -o infer &&
         cc -O3 -march=native -fno-trapping-math -Wall -Wextra -fopenmp convert.c -lm -o convert && mkdir -p build &&
         for d in hf_tiny_fp32 hf_tiny_bf16 hf_tiny_fp16 llama_gqa3 qwen2_gqa4 llama_mha3; do ./convert -i dev/reference/fixtures/$d -o build/$d.bin || exit 1; done &&
@@ -159,6 +162,27 @@ step test_infercu_fp32 "test_infercu (FP32) vs transformers fixtures, graphs, cu
 step test_infercu_bf16 "test_infercu (BF16) vs transformers fixtures, graphs, cuBLAS path" ./test_infercu
 step infer_twin "infercu (FP32, BF16) vs infer.c: greedy, sampled, batches, text, stops" \
     bash dev/test/test_infer_cuda.sh ./infer ./infercu_fp32 ./infercu
+# LoRA: finetune_lora.cu against PEFT's fixtures and against finetune_lora.c (the emulated
+# tests, on the GPU); the SmolLM2 run end to end where its files are here (make smollm2 and
+# make data/iso/train.jsonl need PyPI and Debian's iso-codes); the speed beside PyTorch + PEFT
+step test_finetune_loracu_fp32 "test_finetune_loracu (FP32) vs PEFT fixtures: logits, gradients, 5 steps, merge, dropout" ./test_finetune_loracu_fp32
+step test_finetune_loracu_bf16 "test_finetune_loracu (BF16 base) vs PEFT fixtures (measured tolerances)" ./test_finetune_loracu
+step lora_twin "finetune_loracu (FP32, BF16) vs finetune_lora.c: losses, weights, dropout, -A 1, resume across" \
+    bash dev/test/test_finetune_lora_cuda.sh ./finetune_lora ./finetune_loracu_fp32 ./finetune_loracu
+if [ -f data/smollm2/SmolLM2-135M-Instruct.bin ] && [ -f data/iso/train.jsonl ]; then
+    step lora_smollm2 "finetune_loracu: SmolLM2-135M-Instruct on data/iso, one epoch (the CPU run of docs/lora-smollm2.md)" \
+        ./finetune_loracu -r 8 -a 16 -T all-linear -e 1 -v 20 -o "$LOGS/lora_run" -E data/iso/eval.jsonl
+    step lora_smollm2_eval "infercu -L: that adapter, unmerged, on the 40 held-out questions, before and after" \
+        ./infercu -m data/smollm2/SmolLM2-135M-Instruct.bin -L "$LOGS/lora_run" -E data/iso/eval.jsonl -n 48
+else
+    rows+=("| LoRA SmolLM2 run | skipped: no data/smollm2 or data/iso (make smollm2 data/iso/train.jsonl) | - | - |")
+fi
+if python3 -c "import torch, peft, transformers" 2> /dev/null; then
+    step lora_bench "LoRA speed: finetune_loracu vs PyTorch + PEFT, Llama 3.2 1B shapes, bf16 base, r=16, B=4, T=512" \
+        bash dev/bench_lora.sh gpu llama:llama3.2-1b 4 512 16
+else
+    rows+=("| LoRA speed vs PEFT | skipped: no python3 with torch, transformers, peft | - | - |")
+fi
 # GPT-2 124M shapes (random weights): decode at batch 1 (target > 5,000 tokens/s in bf16),
 # and how batched decode scales up to 64 sequences; fp32 at batch 1 for comparison
 step infer_bench "infercu: GPT-2 124M (d12), bf16, batch 1..64, prompt 128, 128 generated" \
@@ -214,6 +238,8 @@ if [ "${GPU_CHECK_SANITIZE:-1}" = 1 ] && command -v compute-sanitizer > /dev/nul
             timeout 120 compute-sanitizer --tool $tool --error-exitcode 1 ./test_gpt2cu_fp32 --tiny
         step "sanitize_${tool}_infer" "compute-sanitizer --tool $tool: test_infercu_fp32 (fixtures, graphs, uneven shapes)" \
             timeout 120 compute-sanitizer --tool $tool --error-exitcode 1 ./test_infercu_fp32
+        step "sanitize_${tool}_lora" "compute-sanitizer --tool $tool: test_finetune_loracu_fp32 (the PEFT fixtures)" \
+            timeout 120 compute-sanitizer --tool $tool --error-exitcode 1 ./test_finetune_loracu_fp32
     done
 else
     rows+=("| compute-sanitizer rows | skipped: GPU_CHECK_SANITIZE=0 or no compute-sanitizer | - | - |")
@@ -265,6 +291,13 @@ echo
 grep '^|' "$LOGS/infer_bench_smollm2.log"
 grep '^| *[0-9]' "$LOGS/infer_bench_llama1b.log"
 echo
+if [ -f "$LOGS/lora_bench.log" ]; then
+    echo "LoRA training speed, finetune_loracu beside PyTorch + PEFT (dev/bench_lora.sh gpu):"
+    echo
+    grep '^|' "$LOGS/lora_bench.log"
+    echo
+fi
+[ -f "$LOGS/lora_smollm2_eval.log" ] && { echo "SmolLM2 LoRA on the GPU, the held-out questions before and after:"; grep -A3 '^| | correct' "$LOGS/lora_smollm2_eval.log"; echo; }
 echo "matmul ladder (dev/cuda/matmul):"
 sed -n '/^variant/,$p' "$LOGS/matmul.log" | grep -v 'passed,'
 echo
