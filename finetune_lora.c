@@ -1782,6 +1782,20 @@ static void rope_apply(float *qkv, const float *inv_freq, int N, int T, int NH, 
     }
 }
 
+// --- begin shared-copy: dot8 ---
+// Dot product in 8 interleaved partial sums: the compiler may not reorder a
+// single running sum, but it can turn 8 independent ones into one vector.
+static inline float dot8(const float *a, const float *b, size_t n) {
+    float lanes[8] = {0};
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        for (int j = 0; j < 8; j++) { lanes[j] += a[i + j] * b[i + j]; }
+    }
+    for (; i < n; i++) { lanes[0] += a[i] * b[i]; }
+    return ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
+}
+// --- end shared-copy: dot8 ---
+
 // Causal self-attention of B sequences of T rows: q, k, v from qkv (N, Q + 2KV); query head
 // h reads key/value head h / (NH / NKV). att (B, NH, T, T): the probabilities, kept.
 static void attention_forward(float *out, float *att, const float *qkv, int B, int T, int NH, int NKV, int HS) {
@@ -1796,9 +1810,7 @@ static void attention_forward(float *out, float *att, const float *qkv, int B, i
                 float *a = att + (((size_t)b * NH + h) * T + t) * T, maxval = -INFINITY, sum = 0.0f;
                 for (int s = 0; s <= t; s++) {
                     const float *k = qkv + ((size_t)b * T + s) * QKV + Q + (size_t)g * HS;
-                    float dot = 0.0f;
-                    for (int i = 0; i < HS; i++) { dot += q[i] * k[i]; }
-                    a[s] = dot * scale;
+                    a[s] = dot8(q, k, (size_t)HS) * scale;
                     maxval = a[s] > maxval ? a[s] : maxval;
                 }
                 for (int s = 0; s <= t; s++) { a[s] = expf(a[s] - maxval); sum += a[s]; }
@@ -1836,8 +1848,8 @@ static void attention_backward(float *dqkv, const float *dout, const float *qkv,
                     for (int s = 0; s <= t; s++) {
                         const float *v = qkv + ((size_t)b * T + s) * QKV + Q + KV + (size_t)g * HS;
                         float *dv = dqkv + ((size_t)b * T + s) * QKV + Q + KV + (size_t)g * HS;
-                        dp[s] = 0.0f;
-                        for (int i = 0; i < HS; i++) { dp[s] += dO[i] * v[i]; dv[i] += a[s] * dO[i]; }
+                        dp[s] = dot8(dO, v, (size_t)HS);
+                        for (int i = 0; i < HS; i++) { dv[i] += a[s] * dO[i]; }
                         dot += a[s] * dp[s];
                     }
                     for (int s = 0; s <= t; s++) {
@@ -1907,6 +1919,7 @@ typedef struct {
     float *logits;       // (N, Vp): the probabilities after the loss
     float *dx, *dbuf, *dbuf2, *dh; // backward scratch: (N, C), (N, max width) twice, (N, r)
     float *drop, *drop2;           // LoRA dropout's scratch: (N, max width) twice
+    size_t bytes;                  // all of it (the memory table)
 } Acts;
 
 static size_t max3(size_t a, size_t b, size_t c) { return a > b ? (a > c ? a : c) : (b > c ? b : c); }
@@ -1925,6 +1938,7 @@ static void acts_allocate(Acts *a, const Base *b, const Lora *lora, int B, int T
                       L * N * Q, L * N * MLP, L * N * b->H, (size_t)lora->num_modules * N * lora->r, N * C, N * b->Vp,
                       N * C, N * wide, N * wide, N * lora->r, drop, drop};
     for (size_t k = 0; k < sizeof(sizes) / sizeof(sizes[0]); k++) {
+        a->bytes += sizes[k] * sizeof(float);
         *slots[k] = (float *)calloc(sizes[k] > 0 ? sizes[k] : 1, sizeof(float));
         if (*slots[k] == NULL) { fprintf(stderr, "Error: out of memory for the activations (B=%d T=%d)\n", B, T); exit(EXIT_FAILURE); }
     }
@@ -2415,13 +2429,10 @@ static void print_peak_memory(void) {
 
 // what the run holds in memory, by kind (the activations: what the backward pass keeps)
 static void print_memory(const Base *b, const Lora *lora, const Acts *a) {
-    int B = a->B, T = a->T;
     size_t base_params = b->llama ? b->llama_weights.num_parameters : b->gpt2.num_parameters;
-    size_t N = (size_t)B * T, C = b->C, Q = (size_t)b->NH * b->HS, QKV = Q + 2 * (size_t)b->NKV * b->HS, MLP = (b->llama ? 2 : 1) * (size_t)b->H;
-    size_t act = (size_t)b->L * N * (3 * C + 2 * C + QKV + (size_t)b->NH * T + Q + MLP + b->H) + N * ((size_t)b->Vp + 2 * C);
     printf("memory (MiB): base weights %.1f (fp32, no gradients), adapter %.2f, its gradients %.2f, AdamW's moments %.2f, "
-           "activations %.1f (B=%d, T=%d)\n", base_params * 4.0 / (1 << 20), lora->num_params * 4.0 / (1 << 20),
-           lora->num_params * 4.0 / (1 << 20), lora->num_params * 8.0 / (1 << 20), act * 4.0 / (1 << 20), B, T);
+           "activations and their gradients' scratch %.1f (B=%d, T=%d)\n", base_params * 4.0 / (1 << 20), lora->num_params * 4.0 / (1 << 20),
+           lora->num_params * 4.0 / (1 << 20), lora->num_params * 8.0 / (1 << 20), a->bytes / 1048576.0, a->B, a->T);
 }
 
 // --- begin shared-copy: finetune-main ---

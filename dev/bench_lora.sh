@@ -29,7 +29,7 @@ echo "LoRA on $MODEL: r=$R, alpha $((2 * R)), all linear layers, dropout 0; $STE
 if [ "$where" = cpu ]; then
     make -s finetune_lora > /dev/null || exit 1
     echo "machine: $(sed -n 's/^model name\s*: //p' /proc/cpuinfo | head -1), $THREADS threads"
-    OMP_NUM_THREADS=$THREADS ./finetune_lora -B 1 -m "$MODEL" -b "$B" -t "$T" -n "$STEPS" -r "$R" -a $((2 * R)) -D 0 > "$TMP/ours.log" 2>&1
+    OMP_NUM_THREADS=$THREADS ./finetune_lora -B 1 -m "$MODEL" -b "$B" -k 1 -t "$T" -n "$STEPS" -r "$R" -a $((2 * R)) -D 0 > "$TMP/ours.log" 2>&1
     python3 dev/bench_lora_peft.py --model "$MODEL" --device cpu --threads "$THREADS" -b "$B" -t "$T" -n "$STEPS" -r "$R" \
         --alpha $((2 * R)) > "$TMP/peft.log" 2>&1
     echo
@@ -40,8 +40,8 @@ if [ "$where" = cpu ]; then
 else
     make -s finetune_loracu > /dev/null || exit 1
     echo "machine: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1)"
-    ./finetune_loracu -B 1 -m "$MODEL" -b "$B" -t "$T" -n "$STEPS" -r "$R" -a $((2 * R)) -D 0 > "$TMP/ours.log" 2>&1
-    ./finetune_loracu -B 1 -m "$MODEL" -b "$B" -t "$T" -n "$STEPS" -r "$R" -a $((2 * R)) -D 0 -A 1 > "$TMP/ours_re.log" 2>&1
+    ./finetune_loracu -B 1 -m "$MODEL" -b "$B" -k 1 -t "$T" -n "$STEPS" -r "$R" -a $((2 * R)) -D 0 > "$TMP/ours.log" 2>&1
+    ./finetune_loracu -B 1 -m "$MODEL" -b "$B" -k 1 -t "$T" -n "$STEPS" -r "$R" -a $((2 * R)) -D 0 -A 1 > "$TMP/ours_re.log" 2>&1
     python3 dev/bench_lora_peft.py --model "$MODEL" --device cuda --dtype bf16 -b "$B" -t "$T" -n "$STEPS" -r "$R" \
         --alpha $((2 * R)) > "$TMP/peft.log" 2>&1
     python3 dev/bench_lora_peft.py --model "$MODEL" --device cuda --dtype bf16 -b "$B" -t "$T" -n "$STEPS" -r "$R" \
