@@ -2725,10 +2725,9 @@ static int read_leak_records(const char *path, const char *answer_key, LeakRecor
         while (line_len > 0 && (line[line_len - 1] == '\r' || line[line_len - 1] == ' ')) { line_len--; }
         if (line_len == 0) { continue; }
         Json j;
-        char err[256];
-        if (json_parse(&j, line, line_len, err, sizeof(err)) != 0 || j.tokens[0].type != JSON_OBJECT) {
-            die_file(path, NULL, "line %d: JSON error: %s", line_no, err);
-        }
+        char err[256] = "";
+        if (json_parse(&j, line, line_len, err, sizeof(err)) != 0) { die_file(path, NULL, "line %d: JSON error: %s", line_no, err); }
+        if (j.tokens[0].type != JSON_OBJECT) { die_file(path, NULL, "line %d is not a JSON object", line_no); }
         char *f[3], *answer = NULL;
         const char *keys[3] = {"instruction", "input", "output"};
         for (int k = 0; k < 3; k++) {
@@ -2737,6 +2736,16 @@ static int read_leak_records(const char *path, const char *answer_key, LeakRecor
         if (answer_key != NULL && (record_field(&j, answer_key, &answer) <= 0 || answer[0] == '\0')) {
             die_file(path, "-E takes an evaluation's questions, each with its \"answer\" (data/iso/eval.jsonl)",
                      "line %d: no \"%s\" string", line_no, answer_key);
+        }
+        int p = answer_key != NULL ? json_get(&j, 0, "partial") : -1; // (its other forms, one a line after it)
+        if (p >= 0 && j.tokens[p].type == JSON_ARRAY) {
+            for (int k = 0, at = p + 1; k < j.tokens[p].size; k++, at = j.tokens[at].next) {
+                size_t have = strlen(answer), cap_more = j.tokens[at].end - j.tokens[at].start + 2;
+                answer = (char *)realloc(answer, have + cap_more);
+                if (answer == NULL) { die_file(path, NULL, "out of memory"); }
+                answer[have] = '\n';
+                if (json_string(&j, at, answer + have + 1, cap_more) < 0) { answer[have] = '\0'; }
+            }
         }
         json_free(&j);
         if (n == cap) {
@@ -2777,7 +2786,7 @@ static int contains_word(const char *text, const char *word) {
 
 // Refuses (exit 1, naming lines) if an evaluation question was trained on: the same
 // instruction and input as a record of the data (case and white space aside), or its
-// expected answer a word of any record (whichever field). Both files whole: the validation
+// expected answer (or one of its "partial" forms) a word of any record (whichever field). Both files whole: the validation
 // records are held out for the loss, but they come from the same data.
 static void check_leakage(const char *data_path, const char *eval_path) {
     LeakRecord *train, *eval;
@@ -2787,7 +2796,14 @@ static void check_leakage(const char *data_path, const char *eval_path) {
     for (int e = 0; e < ne; e++) {
         int hit = 0;
         for (int t = 0; t < nt; t++) {
-            int same = strcmp(eval[e].asked, train[t].asked) == 0, answer = contains_word(train[t].all, answers[e]);
+            int same = strcmp(eval[e].asked, train[t].asked) == 0, answer = 0;
+            for (char *a = answers[e]; *a != '\0' && !answer;) { // the answer and its partial forms, a line each
+                char *end = strchr(a, '\n'), keep = end != NULL ? *end : '\0';
+                if (end != NULL) { *end = '\0'; }
+                answer = a[0] != '\0' && contains_word(train[t].all, a);
+                if (end != NULL) { *end = keep; }
+                a = end != NULL ? end + 1 : a + strlen(a);
+            }
             if (!same && !answer) { continue; }
             hit = 1;
             if (shown++ < 5) {

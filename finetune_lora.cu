@@ -1588,9 +1588,11 @@ static void *gpu_alloc(size_t bytes, const char *what) {
                 free_bytes / 1048576.0, total / 1048576.0);
         exit(EXIT_FAILURE);
     }
-    for (int k = 0; k < MAX_ALLOCATIONS; k++) {
-        if (live[k].p == NULL) { live[k].p = p; live[k].bytes = bytes; break; }
-    }
+    int k = 0;
+    while (k < MAX_ALLOCATIONS && live[k].p != NULL) { k++; }
+    if (k == MAX_ALLOCATIONS) { fprintf(stderr, "Error: more than %d GPU allocations held at once (%s): a leak?\n", MAX_ALLOCATIONS, what); exit(EXIT_FAILURE); }
+    live[k].p = p;
+    live[k].bytes = bytes;
     held_bytes += bytes;
     peak_bytes = held_bytes > peak_bytes ? held_bytes : peak_bytes;
     return p;
@@ -2080,7 +2082,7 @@ typedef struct {
     float *dx, *dbuf, *dbuf2, *dh, *dz; // backward scratch: (N, C), (N, wide) twice, (N, r), (B, NH, T, T)
     float *drop, *drop2;         // LoRA dropout's (N, wide), twice
     float *rope;                 // (T, HS) the Llama family's RoPE cosines and sines (rope_kernel)
-    float *host_logits, *host_loss; // (N, Vp), (N) copies (acts_logits; the loss's sum)
+    float *host_loss;            // (N) its copy, for the loss's sum
     size_t bytes;                // on the GPU, all of it
     char *memory;
 } Acts;
@@ -2109,7 +2111,7 @@ static void acts_allocate(Acts *a, const Base *b, const Lora *lora, int B, int T
     gpu_free(cast_scratch);
     cast_scratch = NULL;
 #if !defined(ENABLE_FP32)
-    size_t cast = N * max3(wide, b->Vp, 1); // (the widest matmul input: dlogits, N x Vp)
+    size_t cast = N * wide; // (the widest matmul input but dlogits, which model_backward takes in slices of rows)
     cast_scratch = (floatX *)gpu_alloc(cast * sizeof(floatX), "the matmuls' floatX inputs");
     a->bytes += cast * sizeof(floatX);
 #endif
@@ -2125,7 +2127,6 @@ static void acts_allocate(Acts *a, const Base *b, const Lora *lora, int B, int T
         cudaCheck(cudaMemcpy(a->rope, table, (size_t)T * b->HS * sizeof(float), cudaMemcpyHostToDevice));
         free(table);
     }
-    a->host_logits = (float *)mallocCheck(N * b->Vp * sizeof(float));
     a->host_loss = (float *)mallocCheck(N * sizeof(float));
 }
 
@@ -2133,7 +2134,6 @@ static void acts_free(Acts *a) {
     gpu_free(a->memory);
     gpu_free(cast_scratch);
     cast_scratch = NULL;
-    free(a->host_logits);
     free(a->host_loss);
     memset(a, 0, sizeof(*a));
 }
@@ -2242,7 +2242,12 @@ static void model_backward(const Base *b, Lora *lora, Acts *a, const int *labels
     cudaCheck(cudaGetLastError());
     float *dnf = a->dbuf, *dx = a->dx;
     cudaCheck(cudaMemsetAsync(dnf, 0, NC * sizeof(float), main_stream));
-    linear_backward(dnf, a->logits, d->lm_head, N, C, b->Vp);
+    size_t wide = max3((size_t)QKV, (size_t)MLP, max3((size_t)C, (size_t)Q, (size_t)H)); // (cast_scratch: N x wide, as acts_allocate)
+    int slice = wide * N / b->Vp > 0 ? (int)(wide * N / b->Vp) : 1; // rows of dlogits whose floatX copy fits in it
+    for (int r0 = 0; r0 < N; r0 += slice) {
+        int rows = N - r0 < slice ? N - r0 : slice;
+        linear_backward(dnf + (size_t)r0 * C, a->logits + (size_t)r0 * b->Vp, d->lm_head, rows, C, b->Vp);
+    }
     cudaCheck(cudaMemsetAsync(dx, 0, NC * sizeof(float), main_stream));
     norm_backward(dx, dnf, a->x + (size_t)L * NC, a->nf_stats, a->nf_stats + N, d->lnfw, N, C, b->llama);
     for (int l = L - 1; l >= 0; l--) {
@@ -2922,10 +2927,9 @@ static int read_leak_records(const char *path, const char *answer_key, LeakRecor
         while (line_len > 0 && (line[line_len - 1] == '\r' || line[line_len - 1] == ' ')) { line_len--; }
         if (line_len == 0) { continue; }
         Json j;
-        char err[256];
-        if (json_parse(&j, line, line_len, err, sizeof(err)) != 0 || j.tokens[0].type != JSON_OBJECT) {
-            die_file(path, NULL, "line %d: JSON error: %s", line_no, err);
-        }
+        char err[256] = "";
+        if (json_parse(&j, line, line_len, err, sizeof(err)) != 0) { die_file(path, NULL, "line %d: JSON error: %s", line_no, err); }
+        if (j.tokens[0].type != JSON_OBJECT) { die_file(path, NULL, "line %d is not a JSON object", line_no); }
         char *f[3], *answer = NULL;
         const char *keys[3] = {"instruction", "input", "output"};
         for (int k = 0; k < 3; k++) {
@@ -2934,6 +2938,16 @@ static int read_leak_records(const char *path, const char *answer_key, LeakRecor
         if (answer_key != NULL && (record_field(&j, answer_key, &answer) <= 0 || answer[0] == '\0')) {
             die_file(path, "-E takes an evaluation's questions, each with its \"answer\" (data/iso/eval.jsonl)",
                      "line %d: no \"%s\" string", line_no, answer_key);
+        }
+        int p = answer_key != NULL ? json_get(&j, 0, "partial") : -1; // (its other forms, one a line after it)
+        if (p >= 0 && j.tokens[p].type == JSON_ARRAY) {
+            for (int k = 0, at = p + 1; k < j.tokens[p].size; k++, at = j.tokens[at].next) {
+                size_t have = strlen(answer), cap_more = j.tokens[at].end - j.tokens[at].start + 2;
+                answer = (char *)realloc(answer, have + cap_more);
+                if (answer == NULL) { die_file(path, NULL, "out of memory"); }
+                answer[have] = '\n';
+                if (json_string(&j, at, answer + have + 1, cap_more) < 0) { answer[have] = '\0'; }
+            }
         }
         json_free(&j);
         if (n == cap) {
@@ -2974,7 +2988,7 @@ static int contains_word(const char *text, const char *word) {
 
 // Refuses (exit 1, naming lines) if an evaluation question was trained on: the same
 // instruction and input as a record of the data (case and white space aside), or its
-// expected answer a word of any record (whichever field). Both files whole: the validation
+// expected answer (or one of its "partial" forms) a word of any record (whichever field). Both files whole: the validation
 // records are held out for the loss, but they come from the same data.
 static void check_leakage(const char *data_path, const char *eval_path) {
     LeakRecord *train, *eval;
@@ -2984,7 +2998,14 @@ static void check_leakage(const char *data_path, const char *eval_path) {
     for (int e = 0; e < ne; e++) {
         int hit = 0;
         for (int t = 0; t < nt; t++) {
-            int same = strcmp(eval[e].asked, train[t].asked) == 0, answer = contains_word(train[t].all, answers[e]);
+            int same = strcmp(eval[e].asked, train[t].asked) == 0, answer = 0;
+            for (char *a = answers[e]; *a != '\0' && !answer;) { // the answer and its partial forms, a line each
+                char *end = strchr(a, '\n'), keep = end != NULL ? *end : '\0';
+                if (end != NULL) { *end = '\0'; }
+                answer = a[0] != '\0' && contains_word(train[t].all, a);
+                if (end != NULL) { *end = keep; }
+                a = end != NULL ? end + 1 : a + strlen(a);
+            }
             if (!same && !answer) { continue; }
             hit = 1;
             if (shown++ < 5) {

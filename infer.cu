@@ -3042,10 +3042,9 @@ static int read_eval(const char *path, const Tokenizer *tok, const char *system,
         while (line_len > 0 && (line[line_len - 1] == '\r' || line[line_len - 1] == ' ')) { line_len--; }
         if (line_len == 0) { continue; }
         Json j;
-        char err[256];
-        if (json_parse(&j, line, line_len, err, sizeof(err)) != 0 || j.tokens[0].type != JSON_OBJECT) {
-            die_file(path, hint, "line %d is not a JSON object%s%s", line_no, j.num > 0 ? ": " : "", j.num > 0 ? err : "");
-        }
+        char err[256] = "";
+        if (json_parse(&j, line, line_len, err, sizeof(err)) != 0) { die_file(path, hint, "line %d: %s", line_no, err); }
+        if (j.tokens[0].type != JSON_OBJECT) { die_file(path, hint, "line %d is not a JSON object", line_no); }
         if (n == cap) { cap *= 2; qs = (EvalQuestion *)realloc(qs, (size_t)cap * sizeof(EvalQuestion)); }
         if (qs == NULL) { die_file(path, NULL, "out of memory"); }
         EvalQuestion *q = &qs[n++];
@@ -3096,20 +3095,25 @@ static void eval_free(EvalQuestion *qs, int n) {
 }
 
 // How an answer is judged. The rules are for short factual answers (a code, a number, a
-// name), the "answer" of each question; they look at words, maximal runs of ASCII letters
-// and digits. A word is "answer-like" when it has the answer's form: the same kinds of
+// name of one or a few words), the "answer" of each question. The reply is searched for the
+// answer, exactly, as whole words ("DE" not inside "DEU"; "New York" as it is written); for
+// it in other capitals ("de", "new york"); and for the question's "partial" answers (the
+// same fact in another form: Germany's "DEU" when "DE" was asked). Then its other words
+// (maximal runs of ASCII letters and digits, outside what matched) are looked at: a word is
+// "answer-like" when it has the form of the answer's first word, the same kinds of
 // character in the same order of runs (capitals "DE", "DEU" and "CAR" alike; digits
 // "3166"; a capital then small letters "Berlin"), at least 2 characters long (or the
-// answer's length, if shorter), and it is no word of the question (the question's "ISO"
-// answers nothing). Then, in this order:
-//   correct            the answer is a word of the reply, exactly, the only answer-like
-//                      one (but for the question's "partial" answers: the same fact in
-//                      another form), and the reply ended (its end token or the stop
-//                      string; not cut off at -n tokens)
+// answer's length, if shorter), no word of the question in any capitals (the question's
+// "ISO" answers nothing), and, for a form that starts with a capital and goes on in small
+// letters, not the first word of a sentence ("The", "It": grammar, not an answer). Then, in
+// this order:
+//   correct            the answer is there, exactly, with no answer-like word beside it,
+//                      and the reply ended (its end token or the stop string; not cut off
+//                      at -n tokens)
 //   partially correct  the answer is there, but with other answer-like words (a hedge,
 //                      a list) or in a reply that was cut off; or it is not, but the answer
-//                      in other capitals ("de", "De") or one of the "partial" answers is,
-//                      and no wrong answer-like word
+//                      in other capitals or one of the "partial" answers is, with no
+//                      answer-like word beside it
 //   hallucination      answer-like words, none of them right: a wrong answer stated
 //   format error       no answer-like word at all: digits for a code, a sentence
 //                      without an answer, an empty reply
@@ -3151,24 +3155,57 @@ static int has_word(const char *text, const char *w, size_t n, int fold) {
     return 0;
 }
 
-int eval_classify(const EvalQuestion *q, const char *reply, int ended) {
-    char answer_form[16], form[16];
-    size_t answer_len = strlen(q->answer), min_len = answer_len < 2 ? answer_len : 2;
-    word_form(q->answer, answer_len, answer_form);
-    int exact = 0, other = 0, near = 0; // the answer; answer-like words that are not it; another form of it
-    for (const char *p = reply; *p != '\0';) {
-        while (*p != '\0' && !word_char(*p)) { p++; }
-        const char *w = p;
-        while (*p != '\0' && word_char(*p)) { p++; }
-        size_t n = (size_t)(p - w);
-        if (n == 0) { break; }
-        int is_partial = 0;
-        for (int k = 0; k < q->num_partial && !is_partial; k++) { is_partial = strlen(q->partial[k]) == n && same_word(q->partial[k], w, n, 0); }
-        if (n == answer_len && same_word(w, q->answer, n, 0)) { exact = 1; continue; }
-        if (is_partial || (n == answer_len && same_word(w, q->answer, n, 1))) { near = 1; continue; }
-        word_form(w, n, form);
-        if (n >= min_len && strcmp(form, answer_form) == 0 && !has_word(q->question, w, n, 0)) { other = 1; }
+// Marks in covered[] the bytes of every occurrence of phrase in reply that starts and ends
+// at word boundaries (case ignored if fold); returns how many there were
+static int mark_phrase(const char *reply, size_t len, const char *phrase, int fold, unsigned char *covered) {
+    size_t n = strlen(phrase);
+    int found = 0;
+    for (size_t at = 0; n > 0 && at + n <= len; at++) {
+        if (!same_word(reply + at, phrase, n, fold)) { continue; }
+        if ((at > 0 && word_char(reply[at - 1]) && word_char(phrase[0])) || (at + n < len && word_char(reply[at + n]) && word_char(phrase[n - 1]))) {
+            continue;
+        }
+        memset(covered + at, 1, n);
+        found++;
     }
+    return found;
+}
+
+int eval_classify(const EvalQuestion *q, const char *reply, int ended) {
+    size_t len = strlen(reply);
+    unsigned char *covered = (unsigned char *)calloc(len + 1, 1);
+    if (covered == NULL) { fprintf(stderr, "Error: out of memory\n"); exit(EXIT_FAILURE); }
+    int exact = mark_phrase(reply, len, q->answer, 0, covered) > 0, near = 0;
+    near |= mark_phrase(reply, len, q->answer, 1, covered) > 0 && !exact;
+    for (int k = 0; k < q->num_partial; k++) { near |= mark_phrase(reply, len, q->partial[k], 0, covered) > 0; }
+    // the answer's form: that of its first word
+    const char *a = q->answer;
+    while (*a != '\0' && !word_char(*a)) { a++; }
+    size_t first = 0;
+    while (word_char(a[first])) { first++; }
+    char answer_form[16], form[16];
+    word_form(a, first, answer_form);
+    size_t min_len = first < 2 ? first : 2;
+    int other = 0, sentence_start = 1;
+    for (size_t i = 0; i < len && !other;) {
+        if (!word_char(reply[i])) {
+            if (reply[i] == '.' || reply[i] == '!' || reply[i] == '?' || reply[i] == ':' || reply[i] == '\n') { sentence_start = 1; }
+            i++;
+            continue;
+        }
+        size_t s = i;
+        while (i < len && word_char(reply[i])) { i++; }
+        size_t n = i - s;
+        int inside = 0;
+        for (size_t j = s; j < i && !inside; j++) { inside = covered[j]; }
+        word_form(reply + s, n, form);
+        int grammar = sentence_start && form[0] == 'A' && form[1] == 'a'; // (a sentence's capital)
+        if (!inside && first > 0 && n >= min_len && strcmp(form, answer_form) == 0 && !grammar && !has_word(q->question, reply + s, n, 1)) {
+            other = 1;
+        }
+        sentence_start = 0;
+    }
+    free(covered);
     if (exact) { return !other && ended ? EVAL_CORRECT : EVAL_PARTIAL; }
     if (near && !other) { return EVAL_PARTIAL; }
     return other ? EVAL_HALLUCINATION : EVAL_FORMAT;
@@ -3468,7 +3505,7 @@ static void print_cell(const char *text, size_t max) {
         if (!valid) { fputs("\xEF\xBF\xBD", stdout); i++; continue; }
         if (i + len > max) { break; }
         if (c == '|') { fputs("\\|", stdout); }
-        else if (c == '\n' || c == '\r' || c == '\t') { fputc(' ', stdout); }
+        else if (c < 0x20 || c == 0x7f) { fputc(' ', stdout); } // (new lines, tabs, escapes: one line of text)
         else { fwrite(s + i, 1, len, stdout); }
         i += len;
     }
@@ -3536,7 +3573,9 @@ static void run_eval(GPT2 *model, Tokenizer *tok, const Options *o, const Genera
     for (int i = 0; i < n; i++) {
         printf("| %d | ", i + 1);
         print_cell(qs[i].question, 80);
-        printf(" | %s |", qs[i].answer);
+        printf(" | ");
+        print_cell(qs[i].answer, 80);
+        printf(" |");
         for (int col = 0; col < columns; col++) {
             printf(" ");
             print_cell(replies[col][i], 100);

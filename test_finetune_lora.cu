@@ -17,10 +17,14 @@ emulator, with a margin; the adapter itself and AdamW are fp32 and held as tight
 #include "finetune_lora.cu"
 #include <sys/wait.h>
 
-// the last forward pass's logits, copied to host memory (N, Vp)
+// the last forward pass's logits, copied to host memory (N, Vp; the buffer is reused)
 static float *acts_logits(Acts *a, const Base *b) {
-    cudaCheck(cudaMemcpy(a->host_logits, a->logits, (size_t)a->B * a->T * b->Vp * sizeof(float), cudaMemcpyDeviceToHost));
-    return a->host_logits;
+    static float *host = NULL;
+    static size_t have = 0;
+    size_t n = (size_t)a->B * a->T * b->Vp;
+    if (n > have) { free(host); host = (float *)mallocCheck(n * sizeof(float)); have = n; }
+    cudaCheck(cudaMemcpy(host, a->logits, n * sizeof(float), cudaMemcpyDeviceToHost));
+    return host;
 }
 #if defined(ENABLE_FP32)
 #define TOL_LOGITS 1e-5f  // as test_finetune_lora.c's

@@ -280,6 +280,10 @@ static void test_eval_rules(void) {
     EvalQuestion q = {question, NULL, answer, partial, 1};
     char numeric_question[] = "What is the ISO 3166 numeric code of Germany?", numeric[] = "276";
     EvalQuestion qn = {numeric_question, NULL, numeric, NULL, 0};
+    char capital_question[] = "What is the capital of Germany?", berlin[] = "Berlin";
+    EvalQuestion qc = {capital_question, NULL, berlin, NULL, 0};
+    char us_question[] = "What is the capital of the United States?", washington[] = "Washington, D.C.";
+    EvalQuestion qw = {us_question, NULL, washington, NULL, 0};
     struct { const EvalQuestion *q; const char *reply; int ended, expect; } cases[] = {
         {&q, "The ISO 3166-1 alpha-2 code of Germany is DE.", 1, EVAL_CORRECT},
         {&q, "DE", 1, EVAL_CORRECT},
@@ -301,6 +305,15 @@ static void test_eval_rules(void) {
         {&qn, "The numeric code of Germany is 280.", 1, EVAL_HALLUCINATION},
         {&qn, "It is 276 or 280.", 1, EVAL_PARTIAL},
         {&qn, "The ISO 3166 code is DE.", 1, EVAL_FORMAT},                 // no number but the question's
+        {&qc, "The capital of Germany is Berlin.", 1, EVAL_CORRECT},      // "The": a sentence's capital, no answer
+        {&qc, "It is Berlin, or maybe Munich.", 1, EVAL_PARTIAL},          // a second name beside it
+        {&qc, "It is Berlin. Munich is bigger.", 1, EVAL_CORRECT},         // (a sentence's first word is not counted)
+        {&qc, "The capital of Germany is Munich.", 1, EVAL_HALLUCINATION},
+        {&qc, "The capital is berlin.", 1, EVAL_PARTIAL},                  // other capitals
+        {&qc, "Germany's capital is a city.", 1, EVAL_FORMAT},             // "Germany": the question's word
+        {&qw, "It is Washington, D.C., on the Potomac.", 1, EVAL_PARTIAL}, // (the Potomac: another name beside it)
+        {&qw, "It is Washington, D.C.", 1, EVAL_CORRECT},                 // several words, punctuation
+        {&qw, "The capital is New York.", 1, EVAL_HALLUCINATION},
     };
     for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
         int got = eval_classify(cases[k].q, cases[k].reply, cases[k].ended);
@@ -849,7 +862,9 @@ static void test_eval_file(const char *tmp) {
     write_bytes(path, bad_partial, strlen(bad_partial));
     expect_exit("partial answers that are not strings", load_eval, path, "line 1: \"partial\" holds something other");
     write_bytes(path, "{\"instruction\": \"a\", ", 20);
-    expect_exit("a line that is not JSON", load_eval, path, "line 1 is not a JSON object");
+    expect_exit("a line that is not JSON: the parser's message", load_eval, path, "line 1: JSON error at byte");
+    write_bytes(path, "[1]\n", 4);
+    expect_exit("a JSON line that is no object", load_eval, path, "line 1 is not a JSON object");
     write_bytes(path, "\n\n", 2);
     expect_exit("no question at all", load_eval, path, "holds no question");
 }

@@ -5,8 +5,8 @@
 # sums run in other orders); with LoRA dropout too (the GPU draws the CPU's masks); a run
 # checkpointed on one resumes on the other. Activation recomputation (-A 1) changes no bit.
 # BF16 (a bf16 base): it trains, its losses near the CPU's, its files PEFT's. A random GPT-2
-# of one layer and GPT-2's tokenizer (CI has no SmolLM2 run to spare under emulation: the
-# Llama family's layers are checked in process, test_finetune_lora.cu).
+# of two layers (so that -A 1 recomputes one) and GPT-2's tokenizer (CI has no SmolLM2 run to
+# spare under emulation: the Llama family's layers are checked in process, test_finetune_lora.cu).
 #
 #     bash dev/test/test_finetune_lora_cuda.sh ./finetune_lora ./finetune_loracu_fp32 ./finetune_loracu        (on a GPU)
 #     bash dev/test/test_finetune_lora_cuda.sh ./finetune_lora ./dev/emu/finetune_loracu_fp32_cpu ./dev/emu/finetune_loracu_bf16_cpu
@@ -50,14 +50,18 @@ compare_metrics() {
         END { printf "%d %.3e %d\n", n, m, bad }'
 }
 
-"$CONVERT" -i d1 -o "$TMP/d1.bin" > /dev/null 2>&1 || { echo "Error: $CONVERT -i d1 failed"; echo "0 passed, 1 failed"; exit 1; }
+"$CONVERT" -i d2 -o "$TMP/d2.bin" > /dev/null 2>&1 || { echo "Error: $CONVERT -i d2 failed"; echo "0 passed, 1 failed"; exit 1; }
 D="$TMP/data.jsonl"
 for i in 1 2 3 4 5 6 7 8 9 10 11 12; do
     printf '{"instruction": "What is %d plus %d?", "input": "", "output": "%d plus %d is %d."}\n' $i $i $i $i $((2 * i))
 done > "$D"
-R="-m $TMP/d1.bin -d $D -n 4 -b 2 -k 2 -v 2 -V 0.2 -r 4 -l 1e-2"
+R="-m $TMP/d2.bin -d $D -n 4 -b 2 -k 2 -v 2 -V 0.2 -r 4 -l 1e-2"
+# The weights after 4 AdamW steps at lr 1e-2: AdamW divides each gradient by its own running
+# size, so a weight whose gradient is near zero moves on the sums' rounding noise by up to
+# lr a step (test_finetune_lora.c measures the same against PEFT). Measured here: at most
+# 5.6e-6, 5.6e-4 lr; allowed 0.05 lr (5e-4). A wrong gradient moves whole tensors by ~lr.
 
-# FP32: the same training, step by step and weight by weight
+# FP32: the same training, step by step and weight by weight (the weights: see above)
 for case in "no dropout:-D 0" "LoRA dropout 0.2 (the CPU's masks):-D 0.2"; do
     name=${case%%:*} flags=${case#*:}
     "$CPU" $R $flags -o "$TMP/cpu" > "$TMP/cpu.log" 2>&1
@@ -68,8 +72,8 @@ for case in "no dropout:-D 0" "LoRA dropout 0.2 (the CPU's masks):-D 0.2"; do
         $([ $status = 0 ] && [ "$lines" = 5 ] && [ "$bad" = 0 ] && awk -v w="$worst" 'BEGIN { exit !(w <= 1e-5) }' && echo 1 || echo 0) \
         "exit $status, $lines lines, worst $worst; $(tail -2 "$TMP/gpu.log" | tr '\n' ' ')"
     read -r n err max <<< "$(compare_adapters "$TMP/cpu/adapter_model.safetensors" "$TMP/gpu/adapter_model.safetensors")"
-    report "... every adapter weight within 1e-5 of the largest ($n, worst $err of $max)" \
-        $([ "$n" -gt 1000 ] && awk -v e="$err" -v m="$max" 'BEGIN { exit !(e <= 1e-5 * m) }' && echo 1 || echo 0)
+    report "... every adapter weight within 0.05 lr of the CPU's ($n, worst $err)" \
+        $([ "$n" -gt 1000 ] && awk -v e="$err" 'BEGIN { exit !(e <= 5e-4) }' && echo 1 || echo 0)
     rm -rf "$TMP/cpu" "$TMP/gpu"
 done
 report "... the GPU's report: the memory table and tokens/s" \
@@ -97,7 +101,7 @@ for pair in "CPU:GPU" "GPU:CPU"; do
     "$b" $S -o "$out" -y 1 > "$TMP/resume.log" 2>&1
     read -r n err max <<< "$(compare_adapters "$TMP/whole/adapter_model.safetensors" "$out/adapter_model.safetensors")"
     report "checkpointed at step 2 by the $first, resumed by the $second: the run's adapter (worst $err)" \
-        $(grep -q 'resuming at step 2 of 4' "$TMP/resume.log" && [ "$n" -gt 1000 ] && awk -v e="$err" -v m="$max" 'BEGIN { exit !(e <= 1e-5 * m) }' && echo 1 || echo 0) \
+        $(grep -q 'resuming at step 2 of 4' "$TMP/resume.log" && [ "$n" -gt 1000 ] && awk -v e="$err" 'BEGIN { exit !(e <= 5e-4) }' && echo 1 || echo 0) \
         "$(grep -i 'error\|resum' "$TMP/resume.log" | head -2)"
 done
 
@@ -112,7 +116,7 @@ report "BF16: 4 steps, losses and norms within 1e-2 of the CPU's (measured 2.3e-
 report "... and writes PEFT's files" $([ -s "$TMP/bf16/adapter_config.json" ] && [ -s "$TMP/bf16/adapter_model.safetensors" ] && echo 1 || echo 0)
 
 # errors: as the CPU's (the shared main), and what only the GPU has
-"$FP32" -m "$TMP/d1.bin" -d "$TMP/none.jsonl" -o "$TMP/x" 2> "$TMP/err"
+"$FP32" -m "$TMP/d2.bin" -d "$TMP/none.jsonl" -o "$TMP/x" 2> "$TMP/err"
 report "a missing data file: exit 1, the file" $([ $? = 1 ] && grep -q "$TMP/none.jsonl: cannot read it" "$TMP/err" && echo 1 || echo 0) "$(head -1 "$TMP/err")"
 "$FP32" -Z 1 2> "$TMP/err"
 report "an unknown flag: exit 1" $([ $? = 1 ] && grep -q "unknown flag -Z" "$TMP/err" && echo 1 || echo 0)
