@@ -3567,16 +3567,17 @@ static void run_bench(GPT2 *model, const Options *o) {
 // The prompts (-i, or each line of -f; wrapped in the template with -a 1) as sequences of
 // token ids, checked against the model's vocabulary and context. Returns B; *texts holds
 // each prompt's text (what streaming and the batch report print before the generation).
-// (texts[b] is the prompt's text, or with -z 1 its ids; source: the file they came from, or NULL)
+// (texts[b] is the prompt's text, or with -z 1 its ids; source: the file they came from, or
+// NULL; first: the number of the file's prompts before texts[0], for messages)
 static Sequence *sequences_from_texts(const Options *o, const ModelConfig *c, Tokenizer *tok, int start, char **texts, int B,
-                                      const char *source) {
+                                      const char *source, int first) {
     Sequence *seqs = (Sequence *)mallocCheck((size_t)B * sizeof(Sequence));
     for (int b = 0; b < B; b++) {
         size_t len = strlen(texts[b]);
         int *ids = (int *)mallocCheck(((o->ids ? len : tokenizer_max_ids(tok, len)) + 2) * sizeof(int));
         int n = 0;
         char what[64];
-        snprintf(what, sizeof(what), "prompt %d", b + 1);
+        snprintf(what, sizeof(what), "prompt %d", first + b + 1);
         if (o->ids) { n = parse_ids(texts[b], c->vocab_size, ids, what); }
         else if (len > 0) { // the start token first where the model's tokenizer puts it (Llama 3; a chat template writes its own)
             if (tok->add_bos && !(o->instruct && tok->chat != CHAT_NONE)) { ids[n++] = tok->bos_token; }
@@ -3619,7 +3620,7 @@ static int read_sequences(const Options *o, const ModelConfig *c, Tokenizer *tok
         texts = (char **)mallocCheck(sizeof(char *));
         texts[0] = o->instruct ? instruct_prompt(tok, o->system, o->prompt, o->input) : strdup(o->prompt);
     }
-    *seqs_out = sequences_from_texts(o, c, tok, start, texts, B, o->prompts_file);
+    *seqs_out = sequences_from_texts(o, c, tok, start, texts, B, o->prompts_file, 0);
     *texts_out = texts;
     return B;
 }
@@ -3681,7 +3682,7 @@ static void eval_generate(GPT2 *model, Tokenizer *tok, const Options *o, const G
         int B = n - first < EVAL_BATCH ? n - first : EVAL_BATCH, start = tok->bos_token >= 0 ? tok->bos_token : tok->eot_token;
         char *texts[EVAL_BATCH];
         for (int b = 0; b < B; b++) { texts[b] = qs[first + b].prompt; }
-        Sequence *seqs = sequences_from_texts(&one, &model->config, tok, start, texts, B, o->eval_file);
+        Sequence *seqs = sequences_from_texts(&one, &model->config, tok, start, texts, B, o->eval_file, first);
         GenerateStats stats;
         generate(model, seqs, B, g, &stats);
         for (int b = 0; b < B; b++) {

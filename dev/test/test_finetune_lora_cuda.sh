@@ -55,7 +55,7 @@ D="$TMP/data.jsonl"
 for i in 1 2 3 4 5 6 7 8 9 10 11 12; do
     printf '{"instruction": "What is %d plus %d?", "input": "", "output": "%d plus %d is %d."}\n' $i $i $i $i $((2 * i))
 done > "$D"
-R="-m $TMP/d2.bin -d $D -n 4 -b 2 -k 2 -v 2 -V 0.2 -r 4 -l 1e-2"
+R="-m $TMP/d2.bin -d $D -n 4 -b 2 -k 1 -v 2 -V 0.2 -r 4 -l 1e-2" # (accumulation: test_finetune_lora.cu, 2 micro-batches a step)
 # The weights after 4 AdamW steps at lr 1e-2: AdamW divides each gradient by its own running
 # size, so a weight whose gradient is near zero moves on the sums' rounding noise by up to
 # lr a step (test_finetune_lora.c measures the same against PEFT). Measured here: at most
