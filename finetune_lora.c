@@ -854,8 +854,9 @@ static void st_read_floats(FILE *fp, const SafeTensors *st, const StTensor *t, f
 // or SSE) makes the register tile explicit. (infer.c uses it for decode too.)
 typedef float vecf __attribute__((vector_size(GEMM_VEC * sizeof(float))));
 
+// bp: the panel of B, its row k at bp + k b_ld (b_ld = GEMM_NR when packed)
 static void gemm_micro_kernel(float *c, size_t c_rs, size_t c_cs, const float *a, size_t a_rs, size_t a_cs,
-                              const float *bp, int kc, int mr, int nr, int accumulate) {
+                              const float *bp, size_t b_ld, int kc, int mr, int nr, int accumulate) {
     // rows past the edge of A repeat row 0: computed, never stored
     const float *arow[GEMM_MR];
     for (int i = 0; i < GEMM_MR; i++) { arow[i] = a + (size_t)(i < mr ? i : 0) * a_rs; }
@@ -864,15 +865,19 @@ static void gemm_micro_kernel(float *c, size_t c_rs, size_t c_cs, const float *a
     if (nr <= GEMM_VEC) { // a narrow panel (a short prompt's 16 rows): its right half is padding
         for (int k = 0; k < kc; k++) {
             vecf b0;
-            memcpy(&b0, bp + (size_t)k * GEMM_NR, sizeof(vecf));
+            memcpy(&b0, bp + (size_t)k * b_ld, sizeof(vecf));
             for (int i = 0; i < GEMM_MR; i++) { acc[i][0] += arow[i][(size_t)k * a_cs] * b0; }
         }
     } else {
         for (int k = 0; k < kc; k++) { // most of the training time is spent in this loop
             vecf b0, b1;
-            memcpy(&b0, bp + (size_t)k * GEMM_NR, sizeof(vecf));
-            memcpy(&b1, bp + (size_t)k * GEMM_NR + GEMM_VEC, sizeof(vecf));
+            memcpy(&b0, bp + (size_t)k * b_ld, sizeof(vecf));
+            memcpy(&b1, bp + (size_t)k * b_ld + GEMM_VEC, sizeof(vecf));
             size_t ak = (size_t)k * a_cs;
+            // the panel comes in from the L2 cache: ask for its row 16 steps ahead, so that it
+            // is in L1 by then (the hardware's own prefetcher falls behind: 6-8% of a LoRA step)
+            __builtin_prefetch(bp + (size_t)(k + 16) * b_ld);
+            __builtin_prefetch(bp + (size_t)(k + 16) * b_ld + GEMM_VEC);
             for (int i = 0; i < GEMM_MR; i++) {
                 float ai = arow[i][ak];
                 acc[i][0] += ai * b0;
@@ -917,16 +922,47 @@ static void gemm(float *C, size_t c_rs, size_t c_cs, const float *A, size_t a_rs
     // that calls gemm has a pair of its own (_Thread_local), shared with the team it starts:
     // so threads may each run a gemm of their own at once (infer.c's attention does: inside
     // a parallel region, a gemm's own region runs on the calling thread alone).
+    int strips = (M + GEMM_MR - 1) / GEMM_MR;
+    if (M <= 4 * GEMM_MR && b_cs == 1) {
+        // A few rows of C (an adapter's gradient, r rows) and a B whose rows are contiguous:
+        // packing B would cost as much as the product (each number of it meets only M rows of
+        // A), so the micro-kernel reads B where it lies, and the threads share its columns
+        // (there are too few rows to share). Only the last panel, if narrower than GEMM_NR,
+        // is copied with zero padding, so that no load reaches past the end of a row.
+        int panels = (N + GEMM_NR - 1) / GEMM_NR;
+        #pragma omp parallel for schedule(static) if ((double)M * N * K > 2e5 && !omp_in_parallel())
+        for (int p = 0; p < panels; p++) {
+            int j0 = p * GEMM_NR, nr = N - j0 < GEMM_NR ? N - j0 : GEMM_NR;
+            float edge[GEMM_KC * GEMM_NR];
+            for (int pc = 0; pc < K; pc += GEMM_KC) {
+                int kc = K - pc < GEMM_KC ? K - pc : GEMM_KC;
+                const float *bp = B + (size_t)pc * b_rs + j0;
+                size_t b_ld = b_rs;
+                if (nr < GEMM_NR) {
+                    for (int k = 0; k < kc; k++) {
+                        for (int j = 0; j < GEMM_NR; j++) { edge[k * GEMM_NR + j] = j < nr ? bp[(size_t)k * b_rs + j] : 0.0f; }
+                    }
+                    bp = edge;
+                    b_ld = GEMM_NR;
+                }
+                for (int s = 0; s < strips; s++) {
+                    int i0 = s * GEMM_MR, mr = M - i0 < GEMM_MR ? M - i0 : GEMM_MR;
+                    gemm_micro_kernel(C + (size_t)i0 * c_rs + (size_t)j0 * c_cs, c_rs, c_cs, A + (size_t)i0 * a_rs + (size_t)pc * a_cs,
+                                      a_rs, a_cs, bp, b_ld, kc, mr, nr, accumulate || pc > 0);
+                }
+            }
+        }
+        return;
+    }
     static _Thread_local float *buffers[2] = {NULL, NULL};
     if (buffers[0] == NULL) {
         buffers[0] = (float *)mallocCheck(sizeof(float) * GEMM_KC * GEMM_NC);
         buffers[1] = (float *)mallocCheck(sizeof(float) * GEMM_KC * GEMM_NC);
     }
     float *packed[2] = {buffers[0], buffers[1]}; // (the calling thread's, read by the whole team)
-    int strips = (M + GEMM_MR - 1) / GEMM_MR;
     // threads only for products big enough to pay for waking them, and not from inside a
     // parallel region (there the caller's threads each run products of their own)
-    #pragma omp parallel if ((double)M * N * K > 2e6 && !omp_in_parallel())
+    #pragma omp parallel if ((double)M * N * K > 2e5 && !omp_in_parallel())
     for (int jc = 0, block = 0; jc < N; jc += GEMM_NC) {
         int panels = ((N - jc < GEMM_NC ? N - jc : GEMM_NC) + GEMM_NR - 1) / GEMM_NR;
         for (int pc = 0; pc < K; pc += GEMM_KC, block++) {
@@ -968,7 +1004,7 @@ static void gemm(float *C, size_t c_rs, size_t c_cs, const float *A, size_t a_rs
                 for (int p = 0; p < panels; p++) {
                     int j0 = jc + p * GEMM_NR, nr = N - j0 < GEMM_NR ? N - j0 : GEMM_NR;
                     gemm_micro_kernel(C + (size_t)i0 * c_rs + (size_t)j0 * c_cs, c_rs, c_cs, a, strip_rs, strip_cs,
-                                      bp + (size_t)p * kc * GEMM_NR, kc, mr, nr, accumulate || pc > 0);
+                                      bp + (size_t)p * kc * GEMM_NR, GEMM_NR, kc, mr, nr, accumulate || pc > 0);
                 }
             }
         }
@@ -1716,7 +1752,7 @@ static void lora_forward(float *y, float *h, const float *x, const LoraModule *m
 //     dB += dy_m^T h,   dh = s dy_m B (N, r; dh is scratch),   dA += dh^T x,   dx += dh A
 static void lora_backward(float *dx, float *dh, const float *dy, const float *h, const float *x, LoraModule *m, float scale,
                           int r, int N, int OUT) {
-    gemm(m->dB, (size_t)r, 1, dy + m->offset, 1, (size_t)OUT, h, (size_t)r, 1, m->out, r, N, 1);
+    gemm(m->dB, 1, (size_t)r, h, 1, (size_t)r, dy + m->offset, (size_t)OUT, 1, r, m->out, N, 1); // as dB^T += h^T dy_m: r rows
     gemm(dh, (size_t)r, 1, dy + m->offset, (size_t)OUT, 1, m->B, (size_t)r, 1, N, r, m->out, 0);
     for (size_t i = 0; i < (size_t)N * r; i++) { dh[i] *= scale; }
     gemm(m->dA, (size_t)m->in, 1, dh, 1, (size_t)r, x, (size_t)m->in, 1, r, m->in, N, 1);
@@ -1766,69 +1802,92 @@ static void norm_backward(float *dx, const float *dy, const float *x, const floa
 // head turned by pos inv_freq[i] (as infer.c's rope_forward); sign -1 turns them back, which
 // is the backward pass (a rotation's transpose is its inverse)
 static void rope_apply(float *qkv, const float *inv_freq, int N, int T, int NH, int NKV, int HS, float sign) {
-    int QKV = (NH + 2 * NKV) * HS;
+    int QKV = (NH + 2 * NKV) * HS, half = HS / 2;
+    // the cosines and sines of the T positions' angles, once for all rows and heads
+    float *cs = (float *)mallocCheck((size_t)T * HS * sizeof(float)); // position t: HS/2 cosines, then HS/2 sines
+    for (int t = 0; t < T; t++) {
+        for (int i = 0; i < half; i++) {
+            float angle = (float)t * inv_freq[i];
+            cs[(size_t)t * HS + i] = cosf(angle);
+            cs[(size_t)t * HS + half + i] = sign * sinf(angle);
+        }
+    }
     #pragma omp parallel for if ((size_t)N * QKV > 65536)
     for (int n = 0; n < N; n++) {
-        int pos = n % T;
+        const float *c = cs + (size_t)(n % T) * HS, *s = c + half;
         for (int h = 0; h < NH + NKV; h++) { // the query heads, then the key heads (they follow in qkv)
             float *x = qkv + (size_t)n * QKV + (size_t)h * HS;
-            for (int i = 0; i < HS / 2; i++) {
-                float angle = (float)pos * inv_freq[i], c = cosf(angle), s = sign * sinf(angle);
-                float x0 = x[i], x1 = x[i + HS / 2];
-                x[i] = x0 * c - x1 * s;
-                x[i + HS / 2] = x1 * c + x0 * s;
+            for (int i = 0; i < half; i++) {
+                float x0 = x[i], x1 = x[i + half];
+                x[i] = x0 * c[i] - x1 * s[i];
+                x[i + half] = x1 * c[i] + x0 * s[i];
             }
         }
     }
+    free(cs);
 }
 
-// --- begin shared-copy: dot8 ---
-// Dot product in 8 interleaved partial sums: the compiler may not reorder a
-// single running sum, but it can turn 8 independent ones into one vector.
-static inline float dot8(const float *a, const float *b, size_t n) {
-    float lanes[8] = {0};
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        for (int j = 0; j < 8; j++) { lanes[j] += a[i + j] * b[i + j]; }
-    }
-    for (; i < n; i++) { lanes[0] += a[i] * b[i]; }
-    return ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
+
+// --- begin shared-copy: exp-fast ---
+// e^x in a form the compiler can vectorise (libm's expf is a function call per
+// element, and the softmaxes and GELUs call it ~50 million times a step).
+// e^x = 2^n e^r with n = round(x / ln 2) and |r| <= ln(2)/2; e^r from its Taylor
+// series to degree 6; 2^n built directly in the float's exponent bits. ln 2 is
+// split in two (Cody & Waite) so that r = x - n ln2 stays exact. Max relative
+// error 2.3e-7 (4 ulp) over the clamped range; below -87 the result is 1e-38
+// rather than a denormal or 0, which no sum of probabilities can tell apart.
+// (GCC vectorises the clamp's comparisons only with -fno-trapping-math, which
+// the Makefile sets; without it this is still correct, just scalar.)
+static inline float exp_fast(float x) {
+    x = x < -87.0f ? -87.0f : x;
+    x = x > 88.0f ? 88.0f : x;
+    float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f; // round to nearest via 1.5 * 2^23
+    float r = x - n * 0.693145751953125f - n * 1.42860682030941723e-6f; // ln 2 = hi + lo
+    float p = 1.0f + r * (1.0f + r * (0.5f + r * (1.0f / 6 + r * (1.0f / 24 + r * (1.0f / 120 + r * (1.0f / 720))))));
+    int32_t bits = ((int32_t)n + 127) << 23; // 2^n as a float: n in the exponent field
+    float two_n;
+    memcpy(&two_n, &bits, sizeof(two_n));
+    return p * two_n;
 }
-// --- end shared-copy: dot8 ---
+// --- end shared-copy: exp-fast ---
 
 // Causal self-attention of B sequences of T rows: q, k, v from qkv (N, Q + 2KV); query head
 // h reads key/value head h / (NH / NKV). att (B, NH, T, T): the probabilities, kept.
+// For each sequence and head it is two matrix products, S = Q K^T and O = P V, with the
+// softmax of S's rows in between (P = 0 above the diagonal: a position sees no later one).
+// The products are gemm's, on one thread each (gemm runs alone inside a parallel region):
+// they compute the masked half too, and are still several times faster than loops over
+// (t, s) pairs, whose short dot products and row updates wait on memory.
 static void attention_forward(float *out, float *att, const float *qkv, int B, int T, int NH, int NKV, int HS) {
     int Q = NH * HS, KV = NKV * HS, QKV = Q + 2 * KV;
     float scale = 1.0f / sqrtf((float)HS);
-    #pragma omp parallel for collapse(2)
+    #pragma omp parallel for collapse(2) schedule(static)
     for (int b = 0; b < B; b++) {
         for (int h = 0; h < NH; h++) {
             int g = h / (NH / NKV);
+            const float *q = qkv + (size_t)b * T * QKV + (size_t)h * HS, *k = qkv + (size_t)b * T * QKV + Q + (size_t)g * HS;
+            const float *v = k + KV;
+            float *p = att + ((size_t)b * NH + h) * T * T;
+            gemm(p, (size_t)T, 1, q, (size_t)QKV, 1, k, 1, (size_t)QKV, T, T, HS, 0); // S = Q K^T: (T, T)
             for (int t = 0; t < T; t++) {
-                const float *q = qkv + ((size_t)b * T + t) * QKV + (size_t)h * HS;
-                float *a = att + (((size_t)b * NH + h) * T + t) * T, maxval = -INFINITY, sum = 0.0f;
+                float *row = p + (size_t)t * T, maxval = -INFINITY, sum = 0.0f;
                 for (int s = 0; s <= t; s++) {
-                    const float *k = qkv + ((size_t)b * T + s) * QKV + Q + (size_t)g * HS;
-                    a[s] = dot8(q, k, (size_t)HS) * scale;
-                    maxval = a[s] > maxval ? a[s] : maxval;
+                    row[s] *= scale;
+                    maxval = row[s] > maxval ? row[s] : maxval;
                 }
-                for (int s = 0; s <= t; s++) { a[s] = expf(a[s] - maxval); sum += a[s]; }
-                for (int s = 0; s <= t; s++) { a[s] /= sum; }
-                for (int s = t + 1; s < T; s++) { a[s] = 0.0f; }
-                float *o = out + ((size_t)b * T + t) * Q + (size_t)h * HS;
-                for (int i = 0; i < HS; i++) { o[i] = 0.0f; }
-                for (int s = 0; s <= t; s++) {
-                    const float *v = qkv + ((size_t)b * T + s) * QKV + Q + KV + (size_t)g * HS;
-                    for (int i = 0; i < HS; i++) { o[i] += a[s] * v[i]; }
-                }
+                for (int s = 0; s <= t; s++) { row[s] = exp_fast(row[s] - maxval); }
+                for (int s = 0; s <= t; s++) { sum += row[s]; }
+                for (int s = 0; s <= t; s++) { row[s] /= sum; }
+                for (int s = t + 1; s < T; s++) { row[s] = 0.0f; }
             }
+            gemm(out + (size_t)b * T * Q + (size_t)h * HS, (size_t)Q, 1, p, (size_t)T, 1, v, (size_t)QKV, 1, T, HS, T, 0); // O = P V
         }
     }
 }
-// dqkv (N, Q + 2KV) = the gradient of attention's inputs, from dout (N, Q): with p = att,
-//     dv[s] += p[t,s] dout[t],  dp[t,s] = dout[t] . v[s],  dz[t,s] = p[t,s] (dp[t,s] - sum_s' p[t,s'] dp[t,s']),
-//     dq[t] += scale sum_s dz[t,s] k[s],  dk[s] += scale dz[t,s] q[t]
+// dqkv (N, Q + 2KV) = the gradient of attention's inputs, from dout (N, Q): per sequence and
+// head, with P = att and dO its rows of dout,
+//     dP = dO V^T,  dV += P^T dO,  dZ = P * (dP - rowsum(P * dP)) scale (elementwise),
+//     dQ = dZ K,  dK += dZ^T Q
 // Key/value heads shared by several query heads sum their gradients: one thread per
 // (sequence, key/value head) writes them, so no two threads write the same numbers.
 static void attention_backward(float *dqkv, const float *dout, const float *qkv, const float *att, int B, int T, int NH, int NKV,
@@ -1836,31 +1895,28 @@ static void attention_backward(float *dqkv, const float *dout, const float *qkv,
     int Q = NH * HS, KV = NKV * HS, QKV = Q + 2 * KV, group = NH / NKV;
     float scale = 1.0f / sqrtf((float)HS);
     memset(dqkv, 0, (size_t)B * T * QKV * sizeof(float));
-    #pragma omp parallel for collapse(2)
+    #pragma omp parallel for collapse(2) schedule(static)
     for (int b = 0; b < B; b++) {
         for (int g = 0; g < NKV; g++) {
-            float *dp = (float *)mallocCheck((size_t)T * sizeof(float));
+            float *dz = (float *)mallocCheck((size_t)T * T * sizeof(float));
+            const float *k = qkv + (size_t)b * T * QKV + Q + (size_t)g * HS, *v = k + KV;
+            float *dk = dqkv + (size_t)b * T * QKV + Q + (size_t)g * HS, *dv = dk + KV;
             for (int h = g * group; h < (g + 1) * group; h++) {
+                const float *p = att + ((size_t)b * NH + h) * T * T, *dO = dout + (size_t)b * T * Q + (size_t)h * HS;
+                const float *q = qkv + (size_t)b * T * QKV + (size_t)h * HS;
+                float *dq = dqkv + (size_t)b * T * QKV + (size_t)h * HS;
+                gemm(dz, (size_t)T, 1, dO, (size_t)Q, 1, v, 1, (size_t)QKV, T, T, HS, 0);     // dP = dO V^T
+                gemm(dv, (size_t)QKV, 1, p, 1, (size_t)T, dO, (size_t)Q, 1, T, HS, T, 1);     // dV += P^T dO
                 for (int t = 0; t < T; t++) {
-                    const float *a = att + (((size_t)b * NH + h) * T + t) * T, *dO = dout + ((size_t)b * T + t) * Q + (size_t)h * HS;
-                    const float *q = qkv + ((size_t)b * T + t) * QKV + (size_t)h * HS;
-                    float *dq = dqkv + ((size_t)b * T + t) * QKV + (size_t)h * HS, dot = 0.0f;
-                    for (int s = 0; s <= t; s++) {
-                        const float *v = qkv + ((size_t)b * T + s) * QKV + Q + KV + (size_t)g * HS;
-                        float *dv = dqkv + ((size_t)b * T + s) * QKV + Q + KV + (size_t)g * HS;
-                        dp[s] = dot8(dO, v, (size_t)HS);
-                        for (int i = 0; i < HS; i++) { dv[i] += a[s] * dO[i]; }
-                        dot += a[s] * dp[s];
-                    }
-                    for (int s = 0; s <= t; s++) {
-                        float dz = a[s] * (dp[s] - dot) * scale;
-                        const float *k = qkv + ((size_t)b * T + s) * QKV + Q + (size_t)g * HS;
-                        float *dk = dqkv + ((size_t)b * T + s) * QKV + Q + (size_t)g * HS;
-                        for (int i = 0; i < HS; i++) { dq[i] += dz * k[i]; dk[i] += dz * q[i]; }
-                    }
+                    const float *pt = p + (size_t)t * T;
+                    float *row = dz + (size_t)t * T, dot = 0.0f;
+                    for (int s = 0; s <= t; s++) { dot += pt[s] * row[s]; }
+                    for (int s = 0; s < T; s++) { row[s] = s <= t ? pt[s] * (row[s] - dot) * scale : 0.0f; }
                 }
+                gemm(dq, (size_t)QKV, 1, dz, (size_t)T, 1, k, (size_t)QKV, 1, T, HS, T, 0);   // dQ = dZ K
+                gemm(dk, (size_t)QKV, 1, dz, 1, (size_t)T, q, (size_t)QKV, 1, T, HS, T, 1);   // dK += dZ^T Q
             }
-            free(dp);
+            free(dz);
         }
     }
 }
@@ -1870,30 +1926,35 @@ static void attention_backward(float *dqkv, const float *dout, const float *qkv,
 static void activation_forward(float *out, const float *inp, int N, int H, int llama) {
     #pragma omp parallel for if ((size_t)N * H > 65536)
     for (int n = 0; n < N; n++) {
-        for (int j = 0; j < H; j++) {
-            if (llama) {
-                float a = inp[(size_t)n * 2 * H + j], u = inp[(size_t)n * 2 * H + H + j];
-                out[(size_t)n * H + j] = a / (1.0f + expf(-a)) * u;
-            } else {
-                float x = inp[(size_t)n * H + j];
-                out[(size_t)n * H + j] = 0.5f * x * (1.0f + tanhf(GELU_K * (x + 0.044715f * x * x * x)));
-            }
+        float *y = out + (size_t)n * H;
+        if (llama) { // (one loop per branch, so that the compiler vectorises each)
+            const float *gate = inp + (size_t)n * 2 * H, *up = gate + H;
+            for (int j = 0; j < H; j++) { y[j] = gate[j] / (1.0f + exp_fast(-gate[j])) * up[j]; }
+        } else {
+            const float *x = inp + (size_t)n * H;
+            for (int j = 0; j < H; j++) { y[j] = 0.5f * x[j] * (1.0f + tanhf(GELU_K * (x[j] + 0.044715f * x[j] * x[j] * x[j]))); }
         }
     }
 }
 static void activation_backward(float *dinp, const float *dout, const float *inp, int N, int H, int llama) {
     #pragma omp parallel for if ((size_t)N * H > 65536)
     for (int n = 0; n < N; n++) {
-        for (int j = 0; j < H; j++) {
-            float d = dout[(size_t)n * H + j];
-            if (llama) { // d/da silu(a) = sigmoid(a) (1 + a (1 - sigmoid(a)))
-                float a = inp[(size_t)n * 2 * H + j], u = inp[(size_t)n * 2 * H + H + j], sig = 1.0f / (1.0f + expf(-a));
-                dinp[(size_t)n * 2 * H + j] = d * u * sig * (1.0f + a * (1.0f - sig));
-                dinp[(size_t)n * 2 * H + H + j] = d * a * sig;
-            } else {
-                float x = inp[(size_t)n * H + j], u = GELU_K * (x + 0.044715f * x * x * x), th = tanhf(u);
-                float du = GELU_K * (1.0f + 3.0f * 0.044715f * x * x);
-                dinp[(size_t)n * H + j] = d * (0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * du);
+        const float *d = dout + (size_t)n * H;
+        if (llama) { // d/da silu(a) = sigmoid(a) (1 + a (1 - sigmoid(a)))
+            const float *gate = inp + (size_t)n * 2 * H, *up = gate + H;
+            float *dgate = dinp + (size_t)n * 2 * H, *dup = dgate + H;
+            for (int j = 0; j < H; j++) {
+                float a = gate[j], sig = 1.0f / (1.0f + exp_fast(-a));
+                dgate[j] = d[j] * up[j] * sig * (1.0f + a * (1.0f - sig));
+                dup[j] = d[j] * a * sig;
+            }
+        } else {
+            const float *x = inp + (size_t)n * H;
+            float *dx = dinp + (size_t)n * H;
+            for (int j = 0; j < H; j++) {
+                float u = GELU_K * (x[j] + 0.044715f * x[j] * x[j] * x[j]), th = tanhf(u);
+                float du = GELU_K * (1.0f + 3.0f * 0.044715f * x[j] * x[j]);
+                dx[j] = d[j] * (0.5f * (1.0f + th) + 0.5f * x[j] * (1.0f - th * th) * du);
             }
         }
     }
@@ -1917,6 +1978,7 @@ typedef struct {
     float *h;            // each module's h (N, r), back to back
     float *nf;           // (N, C)
     float *logits;       // (N, Vp): the probabilities after the loss
+    double *row_loss;    // (N) each row's loss, summed in order after
     float *dx, *dbuf, *dbuf2, *dh; // backward scratch: (N, C), (N, max width) twice, (N, r)
     float *drop, *drop2;           // LoRA dropout's scratch: (N, max width) twice
     size_t bytes;                  // all of it (the memory table)
@@ -1942,12 +2004,15 @@ static void acts_allocate(Acts *a, const Base *b, const Lora *lora, int B, int T
         *slots[k] = (float *)calloc(sizes[k] > 0 ? sizes[k] : 1, sizeof(float));
         if (*slots[k] == NULL) { fprintf(stderr, "Error: out of memory for the activations (B=%d T=%d)\n", B, T); exit(EXIT_FAILURE); }
     }
+    a->row_loss = (double *)mallocCheck(N * sizeof(double));
+    a->bytes += N * sizeof(double);
 }
 
 static void acts_free(Acts *a) {
     float *all[] = {a->x, a->xmid, a->n1, a->n2, a->stats, a->qkv, a->att, a->atty, a->fc, a->act, a->h, a->nf, a->logits, a->dx,
                     a->dbuf, a->dbuf2, a->dh, a->drop, a->drop2};
     for (size_t k = 0; k < sizeof(all) / sizeof(all[0]); k++) { free(all[k]); }
+    free(a->row_loss);
     memset(a, 0, sizeof(*a));
 }
 
@@ -2033,19 +2098,33 @@ static double model_forward(const Base *b, const Lora *lora, Acts *a, const int 
     float *stf = a->stats + (size_t)L * 4 * N;
     norm_forward(a->nf, stf, stf + N, a->x + (size_t)L * N * C, b->lnfw, b->lnfb, N, C, b->eps, b->llama);
     linear_forward(a->logits, a->nf, b->lm_head, NULL, N, C, b->Vp);
-    double total = 0.0;
     int counted = 0;
-    for (int n = 0; n < N; n++) { // softmax over the V real tokens; the loss where there is a label
-        float *row = a->logits + (size_t)n * b->Vp, maxval = -INFINITY;
+    for (int n = 0; n < N; n++) {
         if (labels[n] == -100) { continue; }
         if (labels[n] < 0 || labels[n] >= b->V) { fprintf(stderr, "Error: label %d at row %d is outside the vocabulary (%d)\n", labels[n], n, b->V); exit(EXIT_FAILURE); }
-        for (int v = 0; v < b->V; v++) { maxval = row[v] > maxval ? row[v] : maxval; }
-        double sum = 0.0;
-        for (int v = 0; v < b->V; v++) { sum += exp((double)row[v] - maxval); }
-        total += log(sum) + maxval - row[labels[n]];
-        for (int v = 0; v < b->V; v++) { row[v] = (float)(exp((double)row[v] - maxval) / sum); }
         counted++;
     }
+    // softmax over the V real tokens and the loss, where there is a label: the rows in
+    // parallel (a row's numbers do not depend on the threads), their losses summed after in
+    // row order so that the total does not either. exp once per logit, in float (as torch's
+    // fp32 log_softmax), summed in double.
+    double *loss = a->row_loss;
+    #pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        float *row = a->logits + (size_t)n * b->Vp, maxval = -INFINITY;
+        loss[n] = 0.0;
+        if (labels[n] == -100) { continue; }
+        for (int v = 0; v < b->V; v++) { maxval = row[v] > maxval ? row[v] : maxval; }
+        float target = row[labels[n]];
+        double sum = 0.0;
+        for (int v = 0; v < b->V; v++) { row[v] = exp_fast(row[v] - maxval); }
+        for (int v = 0; v < b->V; v++) { sum += row[v]; }
+        loss[n] = log(sum) + maxval - target;
+        float inv = (float)(1.0 / sum);
+        for (int v = 0; v < b->V; v++) { row[v] *= inv; }
+    }
+    double total = 0.0;
+    for (int n = 0; n < N; n++) { total += loss[n]; }
     *count = counted;
     return total;
 }
@@ -2058,6 +2137,7 @@ static void model_backward(const Base *b, Lora *lora, Acts *a, const int *labels
     size_t NC = (size_t)N * C;
     // dlogits = dscale (p - onehot(label)) on labelled rows, 0 elsewhere (and on the padding columns)
     float *dlogits = a->logits;
+    #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
         float *row = dlogits + (size_t)n * b->Vp;
         if (labels[n] == -100) { memset(row, 0, (size_t)b->Vp * sizeof(float)); continue; }
