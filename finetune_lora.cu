@@ -9,7 +9,8 @@ resumes on the other); the arithmetic moves to the GPU:
     between layers in fp32;
   - each of finetune_lora.c's layer functions a kernel (or cuBLAS call) and a launcher of
     the same name and arguments, so the two files read side by side: the norms, RoPE,
-    causal attention with grouped key/value heads (forward and backward, a warp per row),
+    causal attention with grouped key/value heads (its products cuBLAS's, batched over the
+    key/value heads; the softmaxes and their backward a warp per row),
     GELU or SwiGLU, the cross-entropy, LoRA's two thin matmuls each way (fp32 cuBLAS), LoRA
     dropout with the CPU's own masks, the clipped gradient norm and AdamW;
   - activation recomputation (-A 1): only each block's input is kept through the forward
@@ -1871,100 +1872,97 @@ static void rope_apply(float *qkv, const float *table, int N, int T, int NH, int
     cudaCheck(cudaGetLastError());
 }
 
-// Causal attention, a warp per (sequence, query head, position t): its scores against keys
-// 0..t, their softmax kept in att (B, NH, T, T) (zeros past t), then out = sum_s p_s v_s
+// Causal attention as finetune_lora.c's: per sequence and query head h (key/value head
+// g = h / group), S = Q K^T / sqrt(HS), P = the softmax of S's rows with the positions after
+// t masked (kept in att (B, NH, T, T), zeros past t), O = P V; and back,
+//     dP = dO V^T,  dV += P^T dO,  dZ = P * (dP - rowsum(P * dP)) / sqrt(HS),  dQ = dZ K,  dK += dZ^T Q.
+// The products are cuBLAS's, batched over the key/value heads: the query heads at the same
+// place j in their groups (h = g group + j) are a constant stride apart (group HS columns of
+// qkv, group T^2 numbers of att), as are their key/value heads (HS), so one strided-batched
+// call per (sequence, j) does NKV heads' product. The softmaxes are a warp per row.
+
+// fp32 row-major C_z (M, N) = alpha op(A_z) op(B_z) + beta C_z for z < batch, X_z = X + z sX
+static void sgemm_batched(float *C, const float *A, const float *B, int M, int N, int K, int ta, int tb, float alpha, float beta,
+                          int lda, int ldb, int ldc, long long sA, long long sB, long long sC, int batch) {
+    cublasCheck(cublasSgemmStridedBatched(cublas_handle, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &alpha,
+                                          B, ldb, sB, A, lda, sA, &beta, C, ldc, sC, batch));
+}
+
 #define ATT_WARPS 4
-__global__ void __launch_bounds__(ATT_WARPS * 32) attention_forward_kernel(float *out, float *att, const float *qkv, int B, int T,
-                                                                           int NH, int NKV, int HS) {
+// att's rows (B NH T of them, row t of a head's T x T block) from scores to probabilities
+__global__ void __launch_bounds__(ATT_WARPS * 32) causal_softmax_kernel(float *att, int rows, int T) {
     int row = blockIdx.x * ATT_WARPS + threadIdx.x / 32, lane = threadIdx.x % 32;
-    if (row >= B * NH * T) { return; }
-    int b = row / (NH * T), h = row / T % NH, t = row % T, g = h / (NH / NKV);
-    int Q = NH * HS, KV = NKV * HS, QKV = Q + 2 * KV;
-    float scale = 1.0f / sqrtf((float)HS);
-    const float *q = qkv + ((size_t)b * T + t) * QKV + (size_t)h * HS;
-    float *a = att + (size_t)row * T, maxval = -INFINITY;
-    for (int s = lane; s <= t; s += 32) {
-        const float *k = qkv + ((size_t)b * T + s) * QKV + Q + (size_t)g * HS;
-        float dot = 0.0f;
-        for (int i = 0; i < HS; i++) { dot += q[i] * k[i]; }
-        a[s] = dot * scale;
-        maxval = fmaxf(maxval, a[s]);
-    }
+    if (row >= rows) { return; }
+    int t = row % T;
+    float *a = att + (size_t)row * T, maxval = -INFINITY, sum = 0.0f;
+    for (int s = lane; s <= t; s += 32) { maxval = fmaxf(maxval, a[s]); }
     maxval = warp_max(maxval);
-    float sum = 0.0f;
-    for (int s = lane; s <= t; s += 32) { a[s] = expf(a[s] - maxval); sum += a[s]; }
+    for (int s = lane; s <= t; s += 32) { sum += expf(a[s] - maxval); }
     sum = warp_sum(sum);
-    for (int s = lane; s < T; s += 32) { a[s] = s <= t ? a[s] / sum : 0.0f; }
-    __syncwarp();
-    float *o = out + ((size_t)b * T + t) * Q + (size_t)h * HS;
-    for (int i = lane; i < HS; i += 32) {
-        float acc = 0.0f;
-        for (int s = 0; s <= t; s++) { acc += a[s] * qkv[((size_t)b * T + s) * QKV + Q + KV + (size_t)g * HS + i]; }
-        o[i] = acc;
-    }
+    for (int s = lane; s < T; s += 32) { a[s] = s <= t ? expf(a[s] - maxval) / sum : 0.0f; }
 }
-static void attention_forward(float *out, float *att, const float *qkv, int B, int T, int NH, int NKV, int HS) {
-    attention_forward_kernel<<<ceil_div((size_t)B * NH * T, ATT_WARPS), ATT_WARPS * 32, 0, main_stream>>>(out, att, qkv, B, T, NH, NKV, HS);
-    cudaCheck(cudaGetLastError());
-}
-// The backward pass, in two kernels, each writing what it owns (no atomics): first a warp
-// per (sequence, query head, t): dp_s = dout_t . v_s, dz_s = p_s (dp_s - sum_s' p_s' dp_s')
-// scaled, kept in dz (B, NH, T, T), and dq_t = sum_s dz_s k_s; then a warp per (sequence,
-// key/value head, s): dk_s = sum over its query heads and t >= s of dz q_t, dv_s of p dout_t.
-__global__ void __launch_bounds__(ATT_WARPS * 32) attention_backward_query_kernel(float *dqkv, float *dz, const float *dout, const float *qkv,
-                                                                                  const float *att, int B, int T, int NH, int NKV, int HS) {
+// dz's rows from dP to dZ = P * (dP - rowsum(P * dP)) scale, zeros past t
+__global__ void __launch_bounds__(ATT_WARPS * 32) causal_softmax_backward_kernel(float *dz, const float *att, int rows, int T, float scale) {
     int row = blockIdx.x * ATT_WARPS + threadIdx.x / 32, lane = threadIdx.x % 32;
-    if (row >= B * NH * T) { return; }
-    int b = row / (NH * T), h = row / T % NH, t = row % T, g = h / (NH / NKV);
-    int Q = NH * HS, KV = NKV * HS, QKV = Q + 2 * KV;
-    float scale = 1.0f / sqrtf((float)HS);
-    const float *a = att + (size_t)row * T, *dO = dout + ((size_t)b * T + t) * Q + (size_t)h * HS;
+    if (row >= rows) { return; }
+    int t = row % T;
+    const float *p = att + (size_t)row * T;
     float *z = dz + (size_t)row * T, dot = 0.0f;
-    for (int s = lane; s <= t; s += 32) {
-        const float *v = qkv + ((size_t)b * T + s) * QKV + Q + KV + (size_t)g * HS;
-        float dp = 0.0f;
-        for (int i = 0; i < HS; i++) { dp += dO[i] * v[i]; }
-        z[s] = dp;
-        dot += a[s] * dp;
-    }
+    for (int s = lane; s <= t; s += 32) { dot += p[s] * z[s]; }
     dot = warp_sum(dot);
-    for (int s = lane; s < T; s += 32) { z[s] = s <= t ? a[s] * (z[s] - dot) * scale : 0.0f; }
-    __syncwarp();
-    float *dq = dqkv + ((size_t)b * T + t) * QKV + (size_t)h * HS;
-    for (int i = lane; i < HS; i += 32) {
-        float acc = 0.0f;
-        for (int s = 0; s <= t; s++) { acc += z[s] * qkv[((size_t)b * T + s) * QKV + Q + (size_t)g * HS + i]; }
-        dq[i] = acc;
-    }
+    for (int s = lane; s < T; s += 32) { z[s] = s <= t ? p[s] * (z[s] - dot) * scale : 0.0f; }
 }
-__global__ void __launch_bounds__(ATT_WARPS * 32) attention_backward_kv_kernel(float *dqkv, const float *dz, const float *dout, const float *qkv,
-                                                                               const float *att, int B, int T, int NH, int NKV, int HS) {
-    int row = blockIdx.x * ATT_WARPS + threadIdx.x / 32, lane = threadIdx.x % 32;
-    if (row >= B * NKV * T) { return; }
-    int b = row / (NKV * T), g = row / T % NKV, s = row % T, group = NH / NKV;
-    int Q = NH * HS, KV = NKV * HS, QKV = Q + 2 * KV;
-    float *dk = dqkv + ((size_t)b * T + s) * QKV + Q + (size_t)g * HS, *dv = dk + KV;
-    for (int i = lane; i < HS; i += 32) {
-        float acc_k = 0.0f, acc_v = 0.0f;
-        for (int h = g * group; h < (g + 1) * group; h++) {
-            for (int t = s; t < T; t++) {
-                size_t at = (((size_t)b * NH + h) * T + t) * T + s, r = (size_t)b * T + t;
-                acc_k += dz[at] * qkv[r * QKV + (size_t)h * HS + i];
-                acc_v += att[at] * dout[r * Q + (size_t)h * HS + i];
-            }
+
+static void attention_forward(float *out, float *att, const float *qkv, int B, int T, int NH, int NKV, int HS) {
+    int Q = NH * HS, KV = NKV * HS, QKV = Q + 2 * KV, group = NH / NKV;
+    float scale = 1.0f / sqrtf((float)HS);
+    long long TT = (long long)T * T;
+    for (int b = 0; b < B; b++) {
+        const float *q = qkv + (size_t)b * T * QKV, *k = q + Q;
+        for (int j = 0; j < group; j++) { // S = Q K^T scale for the heads j, group + j, 2 group + j, ...
+            sgemm_batched(att + ((size_t)b * NH + j) * TT, q + (size_t)j * HS, k, T, T, HS, 0, 1, scale, 0.0f, QKV, QKV, T,
+                          (long long)group * HS, HS, group * TT, NKV);
         }
-        dk[i] = acc_k;
-        dv[i] = acc_v;
+    }
+    causal_softmax_kernel<<<ceil_div((size_t)B * NH * T, ATT_WARPS), ATT_WARPS * 32, 0, main_stream>>>(att, B * NH * T, T);
+    cudaCheck(cudaGetLastError());
+    for (int b = 0; b < B; b++) {
+        const float *v = qkv + (size_t)b * T * QKV + Q + KV;
+        for (int j = 0; j < group; j++) { // O = P V
+            sgemm_batched(out + (size_t)b * T * Q + (size_t)j * HS, att + ((size_t)b * NH + j) * TT, v, T, HS, T, 0, 0, 1.0f, 0.0f,
+                          T, QKV, Q, group * TT, HS, (long long)group * HS, NKV);
+        }
     }
 }
+// dqkv: every number written (dQ by one product, dK and dV by the group's first head's, with
+// beta 0, then added to by the others' in order j = 1, 2, ...: no atomics, the same sums
+// every run). dz: (B, NH, T, T) scratch.
 static void attention_backward(float *dqkv, float *dz, const float *dout, const float *qkv, const float *att, int B, int T, int NH, int NKV,
                                int HS) {
-    attention_backward_query_kernel<<<ceil_div((size_t)B * NH * T, ATT_WARPS), ATT_WARPS * 32, 0, main_stream>>>(dqkv, dz, dout, qkv,
-                                                                                                              att, B, T, NH, NKV, HS);
+    int Q = NH * HS, KV = NKV * HS, QKV = Q + 2 * KV, group = NH / NKV;
+    float scale = 1.0f / sqrtf((float)HS);
+    long long TT = (long long)T * T, sq = (long long)group * HS;
+    for (int b = 0; b < B; b++) {
+        const float *v = qkv + (size_t)b * T * QKV + Q + KV, *dO = dout + (size_t)b * T * Q;
+        for (int j = 0; j < group; j++) { // dP = dO V^T
+            sgemm_batched(dz + ((size_t)b * NH + j) * TT, dO + (size_t)j * HS, v, T, T, HS, 0, 1, 1.0f, 0.0f, Q, QKV, T, sq, HS,
+                          group * TT, NKV);
+        }
+    }
+    causal_softmax_backward_kernel<<<ceil_div((size_t)B * NH * T, ATT_WARPS), ATT_WARPS * 32, 0, main_stream>>>(dz, att, B * NH * T, T,
+                                                                                                              scale);
     cudaCheck(cudaGetLastError());
-    attention_backward_kv_kernel<<<ceil_div((size_t)B * NKV * T, ATT_WARPS), ATT_WARPS * 32, 0, main_stream>>>(dqkv, dz, dout, qkv,
-                                                                                                           att, B, T, NH, NKV, HS);
-    cudaCheck(cudaGetLastError());
+    for (int b = 0; b < B; b++) {
+        const float *q = qkv + (size_t)b * T * QKV, *k = q + Q, *dO = dout + (size_t)b * T * Q;
+        float *dq = dqkv + (size_t)b * T * QKV, *dk = dq + Q, *dv = dk + KV;
+        for (int j = 0; j < group; j++) {
+            const float *p = att + ((size_t)b * NH + j) * TT, *z = dz + ((size_t)b * NH + j) * TT;
+            float beta = j > 0 ? 1.0f : 0.0f;
+            sgemm_batched(dv, p, dO + (size_t)j * HS, T, HS, T, 1, 0, 1.0f, beta, T, Q, QKV, group * TT, sq, HS, NKV);  // dV += P^T dO
+            sgemm_batched(dq + (size_t)j * HS, z, k, T, HS, T, 0, 0, 1.0f, 0.0f, T, QKV, QKV, group * TT, HS, sq, NKV); // dQ = dZ K
+            sgemm_batched(dk, z, q + (size_t)j * HS, T, HS, T, 1, 0, 1.0f, beta, T, QKV, QKV, group * TT, sq, HS, NKV); // dK += dZ^T Q
+        }
+    }
 }
 
 // GPT-2's GELU (tanh form) or SwiGLU (silu(gate) up), and back
