@@ -2616,6 +2616,145 @@ char *instruct_prompt(const Tokenizer *tok, const char *system, const char *inst
 // --- end shared-copy: instruct-prompt ---
 
 #ifndef TESTING // (test_finetune_lora.cu takes what is above)
+
+// --- begin shared-copy: phase-names ---
+// The phases of a training step that -P times (phases_mark, below)
+enum { PHASE_DATA, PHASE_FORWARD, PHASE_BACKWARD, PHASE_NORM, PHASE_UPDATE, NUM_PHASES };
+static const char *const PHASE_NAMES[NUM_PHASES] = {"data", "forward", "backward", "norm", "update"};
+// --- end shared-copy: phase-names ---
+// --- begin shared-copy: phase-clock-gpu ---
+// -P's clock on the GPU: CUDA events. A kernel launch returns as soon as the kernel is
+// queued, so the host's clock read between two launches times the queueing, not the
+// kernels; the wait for them shows up later, in whichever call first needs a result (a copy
+// back to the host, a synchronisation), and is charged to that phase instead. An event
+// recorded on the stream at each mark is stamped by the GPU when everything queued before
+// it is done: the time between two events is the GPU's time for the work queued between
+// the marks. Reading them waits for the last one, once per measured step (a step with more
+// than PHASE_MARKS marks is read, and waited for, every PHASE_MARKS). -P's first report
+// prints the host's clock beside the events' to show the difference.
+#define PHASE_MARKS 64
+typedef struct {
+    cudaStream_t stream;                        // where the program's work is queued (0: the default stream)
+    cudaEvent_t start, events[PHASE_MARKS];     // the step's start, and its marks so far
+    int phase[PHASE_MARKS], n, created;
+    double ms[NUM_PHASES];                      // the marks read so far, per phase
+} PhaseClock;
+static void phase_clock_start(PhaseClock *c) {
+    if (!c->created) {
+        cudaCheck(cudaEventCreate(&c->start));
+        for (int i = 0; i < PHASE_MARKS; i++) { cudaCheck(cudaEventCreate(&c->events[i])); }
+        c->created = 1;
+    }
+    for (int k = 0; k < NUM_PHASES; k++) { c->ms[k] = 0.0; }
+    c->n = 0;
+    cudaCheck(cudaEventRecord(c->start, c->stream));
+}
+// the marks so far into ms; the last becomes the new start
+static void phase_clock_collect(PhaseClock *c) {
+    if (c->n == 0) { return; }
+    cudaCheck(cudaEventSynchronize(c->events[c->n - 1]));
+    cudaEvent_t before = c->start;
+    for (int i = 0; i < c->n; i++) {
+        float ms = 0.0f;
+        cudaCheck(cudaEventElapsedTime(&ms, before, c->events[i]));
+        c->ms[c->phase[i]] += ms;
+        before = c->events[i];
+    }
+    cudaEvent_t last = c->events[c->n - 1];
+    c->events[c->n - 1] = c->start;
+    c->start = last;
+    c->n = 0;
+}
+static void phase_clock_mark(PhaseClock *c, int phase) {
+    if (c->n == PHASE_MARKS) { phase_clock_collect(c); }
+    c->phase[c->n] = phase;
+    cudaCheck(cudaEventRecord(c->events[c->n], c->stream));
+    c->n++;
+}
+// 1: the GPU's times, in ms
+static int phase_clock_read(PhaseClock *c, double *ms) {
+    phase_clock_collect(c);
+    for (int k = 0; k < NUM_PHASES; k++) { ms[k] = c->ms[k]; }
+    return 1;
+}
+// --- end shared-copy: phase-clock-gpu ---
+// --- begin shared-copy: phases ---
+// Where a training step's time goes (-P N: every N-th step, on the step's line and in the
+// metrics log): loading the data, the forward pass, the backward pass, the gradient's norm
+// (and clipping), the optimizer's update (and zeroing the gradients). phases_mark(p, X)
+// says that the time since the last mark was phase X: the phases follow one another, so
+// they add up to the step, and a step's micro-batches add up their passes. The clock is
+// phase_clock's: the host's on the CPU, the GPU's events on the GPU.
+typedef struct {
+    int every;                  // -P: measure every this many steps (0: never)
+    int on;                     // measuring the current step
+    int device;                 // ms is the device's own clock's (the GPU's), not the host's
+    int shown;                  // (the host's clock has been shown beside the device's)
+    double ms[NUM_PHASES];      // each phase's milliseconds
+    double host_ms[NUM_PHASES]; // ... by the host's clock, read at each mark without waiting
+    double host_last;           // the host's clock at the last mark
+    PhaseClock clock;
+} Phases;
+
+// a step begins (step counts from 0: -P N measures steps N, 2N, ...)
+static void phases_begin(Phases *p, int step) {
+    p->on = p->every > 0 && (step + 1) % p->every == 0;
+    if (!p->on) { return; }
+    for (int k = 0; k < NUM_PHASES; k++) { p->ms[k] = p->host_ms[k] = 0.0; }
+    phase_clock_start(&p->clock);
+    p->host_last = wall_seconds();
+}
+static void phases_mark(Phases *p, int phase) {
+    if (!p->on) { return; }
+    double now = wall_seconds();
+    p->host_ms[phase] += 1e3 * (now - p->host_last);
+    p->host_last = now;
+    phase_clock_mark(&p->clock, phase);
+}
+// the step is done: read the device's clock (waiting for it)
+static void phases_end(Phases *p) {
+    if (!p->on) { return; }
+    p->device = phase_clock_read(&p->clock, p->ms);
+    if (!p->device) {
+        for (int k = 0; k < NUM_PHASES; k++) { p->ms[k] = p->host_ms[k]; }
+    }
+}
+static double phases_sum(const double *ms) {
+    double sum = 0.0;
+    for (int k = 0; k < NUM_PHASES; k++) { sum += ms[k]; }
+    return sum;
+}
+// The reports (marked unused: train_mlp prints a mean per epoch its own way, finetune_lora
+// writes its own columns, and neither compiler may warn of them).
+// on the step's line: " | data 0.1 forward 20.5 ... ms (sum 41.0 of the step's 41.0)", the
+// step's time as the program measured it for its line
+__attribute__((unused)) static void phases_print(const Phases *p, double step_ms) {
+    if (!p->on) { return; }
+    printf(" |");
+    for (int k = 0; k < NUM_PHASES; k++) { printf(" %s %.1f", PHASE_NAMES[k], p->ms[k]); }
+    printf(" ms (sum %.1f of the step's %.1f)", phases_sum(p->ms), step_ms);
+}
+// once, on a line of its own, where the device has its own clock: what the host's said
+__attribute__((unused)) static void phases_print_host(Phases *p) {
+    if (!p->on || !p->device || p->shown) { return; }
+    p->shown = 1;
+    printf("  (-P: those are the GPU's times, from events; the host's clock, read at the same marks without"
+           " waiting for the GPU, says");
+    for (int k = 0; k < NUM_PHASES; k++) { printf(" %s %.1f", PHASE_NAMES[k], p->host_ms[k]); }
+    printf(" ms: a phase whose kernels were only queued looks short, and the wait for them is charged to"
+           " the first call that needs a result)\n");
+}
+// key:value fields for a metrics log line: ms_data:... and, with a device clock, host_ms_data:...
+__attribute__((unused)) static void phases_log(const Phases *p, FILE *f) {
+    if (!p->on || f == NULL) { return; }
+    for (int k = 0; k < NUM_PHASES; k++) { fprintf(f, " ms_%s:%.3f", PHASE_NAMES[k], p->ms[k]); }
+    if (p->device) {
+        for (int k = 0; k < NUM_PHASES; k++) { fprintf(f, " host_ms_%s:%.3f", PHASE_NAMES[k], p->host_ms[k]); }
+    }
+}
+// --- end shared-copy: phases ---
+// -P's events go on the stream where the work is queued
+static void phases_device_setup(Phases *p) { p->clock.stream = main_stream; }
 // the benchmark's peak memory: the most this program held at once (its allocations; cuBLAS's
 // workspace not among them), and the device's memory in use now (all of it: CUDA's context,
 // cuBLAS, other processes)
@@ -3115,6 +3254,7 @@ typedef struct {
     int r, rslora, B, accum, T, steps, epochs, warmup, val_every, refuse, save_every, resume, recompute, bench;
     float alpha, dropout, lr, weight_decay, clip, val_frac, final_frac;
     uint64_t seed;
+    int phase_every;
 } Options;
 
 static void print_usage(const Options *d) {
@@ -3154,10 +3294,12 @@ static void print_usage(const Options *d) {
            "            llama:qwen2.5-0.5b: random weights of that shape), -n steps (10 if 0) of -k x -b x -t; no data,\n"
            "            no files written: tokens/s and peak memory [%d]\n"
            "  -s N      seed: the adapter's start, the split, the order [%llu]\n"
+           "  -P N      time the phases of every N-th step (data, forward, backward, norm, update; in metrics.tsv\n"
+           "            too), 0 = off [%d]\n"
            "  -h        this help\n",
            PROGRAM, d->model, d->data, d->out, d->targets, d->r, d->alpha, d->rslora, d->dropout, d->B, d->accum, d->T, d->refuse, d->epochs,
            d->steps, d->lr, d->warmup, d->final_frac, d->weight_decay, d->clip, d->val_every, d->val_frac, d->save_every, d->resume,
-           d->recompute, d->bench, (unsigned long long)d->seed);
+           d->recompute, d->bench, (unsigned long long)d->seed, d->phase_every);
 }
 
 // the mean loss over a dataset's labelled tokens (forward only)
@@ -3201,24 +3343,39 @@ static void run_bench(const Base *b, const Options *o) {
     print_memory(b, &lora, &a);
     int *tokens = (int *)mallocCheck((size_t)N * sizeof(int)), *labels = (int *)mallocCheck((size_t)N * sizeof(int));
     double timed = 0.0;
+    Phases ph;
+    memset(&ph, 0, sizeof(ph));
+    ph.every = o->phase_every;
+    phases_device_setup(&ph);
     for (int step = 0; step < steps; step++) {
         double t0 = wall_seconds(), sum = 0.0;
+        phases_begin(&ph, step);
         lora_zero_grads(&lora);
+        phases_mark(&ph, PHASE_UPDATE);
         for (int k = 0; k < o->accum; k++) {
             uint64_t key = rng_subkey(o->seed, 404, (uint64_t)step * 256 + (uint64_t)k);
             for (int n = 0; n < N; n++) { tokens[n] = (int)(rng_uniform_at(key, (uint64_t)n) * b->V) % b->V; }
             for (int n = 0; n < N; n++) { labels[n] = n % T == T - 1 ? -100 : tokens[n + 1]; }
+            phases_mark(&ph, PHASE_DATA);
             int count;
             lora.dropout_key = key;
             sum += model_forward(b, &lora, &a, tokens, labels, &count);
+            phases_mark(&ph, PHASE_FORWARD);
             model_backward(b, &lora, &a, labels, 1.0f / (float)(count * o->accum));
+            phases_mark(&ph, PHASE_BACKWARD);
         }
         float norm = clip_gradients(&lora, o->clip);
+        phases_mark(&ph, PHASE_NORM);
         adamw_update(&lora, o->lr, 0.9f, 0.999f, 1e-8f, o->weight_decay, step + 1);
+        phases_mark(&ph, PHASE_UPDATE);
+        phases_end(&ph);
         double dt = wall_seconds() - t0;
         if (step > 0) { timed += dt; }
-        printf("step %3d/%d | loss %.4f | norm %.3f | %.1f ms | %.0f tokens/s\n", step + 1, steps, sum / ((double)(T - 1) * B * o->accum),
+        printf("step %3d/%d | loss %.4f | norm %.3f | %.1f ms | %.0f tokens/s", step + 1, steps, sum / ((double)(T - 1) * B * o->accum),
                norm, dt * 1000.0, (double)N * o->accum / dt);
+        phases_print(&ph, 1e3 * dt);
+        printf("\n");
+        phases_print_host(&ph);
     }
     lora_to_host(&lora); // (the end of the work)
     if (steps > 1) {
@@ -3230,11 +3387,12 @@ static void run_bench(const Base *b, const Options *o) {
     lora_free(&lora);
 }
 
-#define METRICS_HEADER "step\tlr\tloss\tgrad_norm\tval_loss\ttokens_per_s\n" // metrics.tsv: a line a step (0: before any)
+// metrics.tsv: a line a step (0: before any); the ms_ columns are -P's phases, empty on the steps not timed
+#define METRICS_HEADER "step\tlr\tloss\tgrad_norm\tval_loss\ttokens_per_s\tms_data\tms_forward\tms_backward\tms_norm\tms_update\n"
 
 int main(int argc, char **argv) {
     Options defaults = {"data/smollm2/SmolLM2-135M-Instruct.bin", NULL, "data/iso/train.jsonl", NULL, "log_lora", "all-linear", NULL, NULL, 8, 0, 4, 4,
-                        128, 0, 1, 10, 50, 0, 0, 0, 0, 0, 16.0f, 0.05f, 1e-3f, 0.0f, 1.0f, 0.05f, 0.1f, 1337},
+                        128, 0, 1, 10, 50, 0, 0, 0, 0, 0, 16.0f, 0.05f, 1e-3f, 0.0f, 1.0f, 0.05f, 0.1f, 1337, 0},
             o = defaults;
     for (int i = 1; i < argc; i += 2) {
         if (strcmp(argv[i], "-h") == 0) { print_usage(&defaults); return 0; }
@@ -3272,6 +3430,7 @@ int main(int argc, char **argv) {
         case 'y': o.resume = (int)parse_int(flag, v, 0) != 0; break;
         case 'A': o.recompute = (int)parse_int(flag, v, 0) != 0; break;
         case 'B': o.bench = (int)parse_int(flag, v, 0) != 0; break;
+        case 'P': o.phase_every = (int)parse_int(flag, v, 0); break;
         default: usage_error("unknown flag %s", flag);
         }
     }
@@ -3413,15 +3572,21 @@ int main(int argc, char **argv) {
         fputs(METRICS_HEADER, log);
         val_loss = evaluate(&b, &lora, &a, &val, tokens, labels);
         printf("step %5d/%d | val loss %.4f (the %s)\n", 0, steps, val_loss, o.init != NULL ? "start adapter" : "base model");
-        fprintf(log, "0\t\t\t\t%.6f\t\n", val_loss);
+        fprintf(log, "0\t\t\t\t%.6f\t\t\t\t\t\t\n", val_loss);
     }
     int cursor = pr.cursor, epoch = pr.epoch;
     double start = wall_seconds();
     int first_step = pr.step; // (a resumed run's ETA counts the steps it runs)
+    Phases ph;
+    memset(&ph, 0, sizeof(ph));
+    ph.every = o.phase_every;
+    phases_device_setup(&ph);
     for (int step = pr.step; step < steps; step++) {
         double t0 = wall_seconds();
+        phases_begin(&ph, step);
         float lr = get_learning_rate(step, o.lr, o.warmup, steps, o.final_frac);
         lora_zero_grads(&lora);
+        phases_mark(&ph, PHASE_UPDATE);
         // the step's micro-batches first, to count their labelled tokens: the loss is their mean
         int firsts[256], count = 0;
         for (int k = 0; k < o.accum && k < 256; k++) {
@@ -3437,17 +3602,24 @@ int main(int argc, char **argv) {
             cursor += o.B;
             count += fill_batch(tokens, labels, &train, order, firsts[k], o.B, T);
         }
+        phases_mark(&ph, PHASE_DATA);
         double sum = 0.0;
         for (int k = 0; k < o.accum && k < 256; k++) {
             int c;
             lora.training = 1;
             lora.dropout_key = rng_subkey(o.seed, 303, (uint64_t)step * 256 + (uint64_t)k);
             fill_batch(tokens, labels, &train, order, firsts[k], o.B, T);
+            phases_mark(&ph, PHASE_DATA);
             sum += model_forward(&b, &lora, &a, tokens, labels, &c);
+            phases_mark(&ph, PHASE_FORWARD);
             model_backward(&b, &lora, &a, labels, 1.0f / (float)(count > 0 ? count : 1));
+            phases_mark(&ph, PHASE_BACKWARD);
         }
         float loss = (float)(sum / (count > 0 ? count : 1)), norm = clip_gradients(&lora, o.clip);
+        phases_mark(&ph, PHASE_NORM);
         adamw_update(&lora, lr, 0.9f, 0.999f, 1e-8f, o.weight_decay, step + 1);
+        phases_mark(&ph, PHASE_UPDATE);
+        phases_end(&ph); // (on the GPU: waits for the step's kernels, so that dt below includes them)
         double dt = wall_seconds() - t0, elapsed = wall_seconds() - start;
         int last = step + 1 == steps, validate = (step + 1) % o.val_every == 0 || last;
         if (validate) { val_loss = evaluate(&b, &lora, &a, &val, tokens, labels); }
@@ -3455,11 +3627,18 @@ int main(int argc, char **argv) {
         if (validate) { printf(" | val loss %.4f", val_loss); }
         char eta[32];
         format_eta(eta, sizeof(eta), elapsed, step + 1 - first_step, steps - first_step);
-        printf(" | %s\n", eta);
+        printf(" | %s", eta);
+        phases_print(&ph, 1e3 * dt);
+        printf("\n");
+        phases_print_host(&ph);
         fflush(stdout);
         fprintf(log, "%d\t%g\t%.6f\t%.6f\t", step + 1, lr, loss, norm);
         if (validate) { fprintf(log, "%.6f", val_loss); }
-        fprintf(log, "\t%.1f\n", N * o.accum / dt);
+        fprintf(log, "\t%.1f", N * o.accum / dt);
+        for (int k = 0; k < NUM_PHASES; k++) {
+            if (ph.on) { fprintf(log, "\t%.3f", ph.ms[k]); } else { fprintf(log, "\t"); }
+        }
+        fprintf(log, "\n");
         fflush(log);
         if (o.save_every > 0 && ((step + 1) % o.save_every == 0 || last)) {
             Progress now = {step + 1, epoch, cursor};

@@ -2734,6 +2734,143 @@ double model_flops_utilization(const GPT2 *model, size_t tokens, size_t T, doubl
 
 #ifndef TESTING
 
+// --- begin shared-copy: phase-names ---
+// The phases of a training step that -P times (phases_mark, below)
+enum { PHASE_DATA, PHASE_FORWARD, PHASE_BACKWARD, PHASE_NORM, PHASE_UPDATE, NUM_PHASES };
+static const char *const PHASE_NAMES[NUM_PHASES] = {"data", "forward", "backward", "norm", "update"};
+// --- end shared-copy: phase-names ---
+// --- begin shared-copy: phase-clock-gpu ---
+// -P's clock on the GPU: CUDA events. A kernel launch returns as soon as the kernel is
+// queued, so the host's clock read between two launches times the queueing, not the
+// kernels; the wait for them shows up later, in whichever call first needs a result (a copy
+// back to the host, a synchronisation), and is charged to that phase instead. An event
+// recorded on the stream at each mark is stamped by the GPU when everything queued before
+// it is done: the time between two events is the GPU's time for the work queued between
+// the marks. Reading them waits for the last one, once per measured step (a step with more
+// than PHASE_MARKS marks is read, and waited for, every PHASE_MARKS). -P's first report
+// prints the host's clock beside the events' to show the difference.
+#define PHASE_MARKS 64
+typedef struct {
+    cudaStream_t stream;                        // where the program's work is queued (0: the default stream)
+    cudaEvent_t start, events[PHASE_MARKS];     // the step's start, and its marks so far
+    int phase[PHASE_MARKS], n, created;
+    double ms[NUM_PHASES];                      // the marks read so far, per phase
+} PhaseClock;
+static void phase_clock_start(PhaseClock *c) {
+    if (!c->created) {
+        cudaCheck(cudaEventCreate(&c->start));
+        for (int i = 0; i < PHASE_MARKS; i++) { cudaCheck(cudaEventCreate(&c->events[i])); }
+        c->created = 1;
+    }
+    for (int k = 0; k < NUM_PHASES; k++) { c->ms[k] = 0.0; }
+    c->n = 0;
+    cudaCheck(cudaEventRecord(c->start, c->stream));
+}
+// the marks so far into ms; the last becomes the new start
+static void phase_clock_collect(PhaseClock *c) {
+    if (c->n == 0) { return; }
+    cudaCheck(cudaEventSynchronize(c->events[c->n - 1]));
+    cudaEvent_t before = c->start;
+    for (int i = 0; i < c->n; i++) {
+        float ms = 0.0f;
+        cudaCheck(cudaEventElapsedTime(&ms, before, c->events[i]));
+        c->ms[c->phase[i]] += ms;
+        before = c->events[i];
+    }
+    cudaEvent_t last = c->events[c->n - 1];
+    c->events[c->n - 1] = c->start;
+    c->start = last;
+    c->n = 0;
+}
+static void phase_clock_mark(PhaseClock *c, int phase) {
+    if (c->n == PHASE_MARKS) { phase_clock_collect(c); }
+    c->phase[c->n] = phase;
+    cudaCheck(cudaEventRecord(c->events[c->n], c->stream));
+    c->n++;
+}
+// 1: the GPU's times, in ms
+static int phase_clock_read(PhaseClock *c, double *ms) {
+    phase_clock_collect(c);
+    for (int k = 0; k < NUM_PHASES; k++) { ms[k] = c->ms[k]; }
+    return 1;
+}
+// --- end shared-copy: phase-clock-gpu ---
+// --- begin shared-copy: phases ---
+// Where a training step's time goes (-P N: every N-th step, on the step's line and in the
+// metrics log): loading the data, the forward pass, the backward pass, the gradient's norm
+// (and clipping), the optimizer's update (and zeroing the gradients). phases_mark(p, X)
+// says that the time since the last mark was phase X: the phases follow one another, so
+// they add up to the step, and a step's micro-batches add up their passes. The clock is
+// phase_clock's: the host's on the CPU, the GPU's events on the GPU.
+typedef struct {
+    int every;                  // -P: measure every this many steps (0: never)
+    int on;                     // measuring the current step
+    int device;                 // ms is the device's own clock's (the GPU's), not the host's
+    int shown;                  // (the host's clock has been shown beside the device's)
+    double ms[NUM_PHASES];      // each phase's milliseconds
+    double host_ms[NUM_PHASES]; // ... by the host's clock, read at each mark without waiting
+    double host_last;           // the host's clock at the last mark
+    PhaseClock clock;
+} Phases;
+
+// a step begins (step counts from 0: -P N measures steps N, 2N, ...)
+static void phases_begin(Phases *p, int step) {
+    p->on = p->every > 0 && (step + 1) % p->every == 0;
+    if (!p->on) { return; }
+    for (int k = 0; k < NUM_PHASES; k++) { p->ms[k] = p->host_ms[k] = 0.0; }
+    phase_clock_start(&p->clock);
+    p->host_last = wall_seconds();
+}
+static void phases_mark(Phases *p, int phase) {
+    if (!p->on) { return; }
+    double now = wall_seconds();
+    p->host_ms[phase] += 1e3 * (now - p->host_last);
+    p->host_last = now;
+    phase_clock_mark(&p->clock, phase);
+}
+// the step is done: read the device's clock (waiting for it)
+static void phases_end(Phases *p) {
+    if (!p->on) { return; }
+    p->device = phase_clock_read(&p->clock, p->ms);
+    if (!p->device) {
+        for (int k = 0; k < NUM_PHASES; k++) { p->ms[k] = p->host_ms[k]; }
+    }
+}
+static double phases_sum(const double *ms) {
+    double sum = 0.0;
+    for (int k = 0; k < NUM_PHASES; k++) { sum += ms[k]; }
+    return sum;
+}
+// The reports (marked unused: train_mlp prints a mean per epoch its own way, finetune_lora
+// writes its own columns, and neither compiler may warn of them).
+// on the step's line: " | data 0.1 forward 20.5 ... ms (sum 41.0 of the step's 41.0)", the
+// step's time as the program measured it for its line
+__attribute__((unused)) static void phases_print(const Phases *p, double step_ms) {
+    if (!p->on) { return; }
+    printf(" |");
+    for (int k = 0; k < NUM_PHASES; k++) { printf(" %s %.1f", PHASE_NAMES[k], p->ms[k]); }
+    printf(" ms (sum %.1f of the step's %.1f)", phases_sum(p->ms), step_ms);
+}
+// once, on a line of its own, where the device has its own clock: what the host's said
+__attribute__((unused)) static void phases_print_host(Phases *p) {
+    if (!p->on || !p->device || p->shown) { return; }
+    p->shown = 1;
+    printf("  (-P: those are the GPU's times, from events; the host's clock, read at the same marks without"
+           " waiting for the GPU, says");
+    for (int k = 0; k < NUM_PHASES; k++) { printf(" %s %.1f", PHASE_NAMES[k], p->host_ms[k]); }
+    printf(" ms: a phase whose kernels were only queued looks short, and the wait for them is charged to"
+           " the first call that needs a result)\n");
+}
+// key:value fields for a metrics log line: ms_data:... and, with a device clock, host_ms_data:...
+__attribute__((unused)) static void phases_log(const Phases *p, FILE *f) {
+    if (!p->on || f == NULL) { return; }
+    for (int k = 0; k < NUM_PHASES; k++) { fprintf(f, " ms_%s:%.3f", PHASE_NAMES[k], p->ms[k]); }
+    if (p->device) {
+        for (int k = 0; k < NUM_PHASES; k++) { fprintf(f, " host_ms_%s:%.3f", PHASE_NAMES[k], p->host_ms[k]); }
+    }
+}
+// --- end shared-copy: phases ---
+
 // --- begin shared-copy: gpt2-options ---
 // Defaults: the embedded default run trains a 4-layer GPT-2 (d4, 16M parameters,
 // most of them the embeddings) on tinyshakespeare in a few minutes on 2 cores.
@@ -2741,7 +2878,7 @@ typedef struct {
     const char *train_pattern, *val_pattern, *tokenizer_path, *model, *out_dir;
     int B, T, total_batch_size;
     float lr, final_lr_frac, weight_decay, grad_clip, beta1, beta2, eps;
-    int warmup, max_steps, val_every, val_batches, sample_every, gen_tokens, checkpoint_every, resume;
+    int warmup, max_steps, val_every, val_batches, sample_every, gen_tokens, checkpoint_every, resume, phase_every;
     uint64_t seed;
 } Options;
 
@@ -2775,6 +2912,8 @@ static void print_usage(const Options *d) {
     printf("  -n <int>      checkpoint every this many steps and at the end, 0 = off [%d]\n", d->checkpoint_every);
     printf("  -y <0|1>      resume from the newest checkpoint in -o [%d]\n", d->resume);
     printf("  -p <int>      random seed (model init, data order, samples) [%llu]\n", (unsigned long long)d->seed);
+    printf("  -P <int>      time the phases of every this many steps (data, forward, backward, norm, update), 0 = off [%d]\n",
+           d->phase_every);
     print_device_usage();
     printf("  -h            this help\n");
 }
@@ -2859,7 +2998,7 @@ static Options parse_args(int argc, char **argv) {
         .lr = 1e-3f, .final_lr_frac = 0.1f, .weight_decay = 0.1f, .grad_clip = 1.0f,
         .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
         .warmup = 20, .max_steps = 300, .val_every = 50, .val_batches = 16, .sample_every = 100,
-        .gen_tokens = 60, .checkpoint_every = 0, .resume = 0, .seed = 1337};
+        .gen_tokens = 60, .checkpoint_every = 0, .resume = 0, .phase_every = 0, .seed = 1337};
     const Options defaults = o;
     // every flag is "-x value"; anything else is an error, never silently ignored
     for (int i = 1; i < argc; i++) {
@@ -2890,6 +3029,7 @@ static Options parse_args(int argc, char **argv) {
         case 'n': o.checkpoint_every = (int)parse_int(a, v, 0); break;
         case 'y': o.resume = (int)parse_int(a, v, 0); break;
         case 'p': o.seed = (uint64_t)parse_int(a, v, 0); break;
+        case 'P': o.phase_every = (int)parse_int(a, v, 0); break;
         default:
             if (!parse_device_flag(a, v)) { usage_error("unknown flag '%s'", a); }
         }
@@ -3025,15 +3165,20 @@ static double validation_loss(GPT2 *model, DataLoader *val, const Options *o) {
 // One optimizer step (step counts from 0): accumulate gradients over accum_steps
 // micro-batches, each backward scaled so that the sum is the gradient of the mean loss;
 // clip; update; print and log the step's line.
-static void train_step(const Run *r, GPT2 *model, DataLoader *train, int step, FILE *logfile) {
+static void train_step(const Run *r, GPT2 *model, DataLoader *train, int step, FILE *logfile, Phases *ph) {
     const Options *o = &r->o;
     double t0 = wall_seconds();
+    phases_begin(ph, step);
     gpt2_zero_grad(model);
+    phases_mark(ph, PHASE_UPDATE);
     double loss = 0.0;
     for (int micro = 0; micro < r->accum_steps; micro++) {
         dataloader_next_batch(train);
+        phases_mark(ph, PHASE_DATA);
         gpt2_forward(model, train->inputs, train->targets, o->B, o->T);
+        phases_mark(ph, PHASE_FORWARD);
         gpt2_backward(model, 1.0f / r->accum_steps);
+        phases_mark(ph, PHASE_BACKWARD);
         loss += model->mean_loss;
     }
     loss /= r->accum_steps;
@@ -3042,6 +3187,7 @@ static void train_step(const Run *r, GPT2 *model, DataLoader *train, int step, F
     // lower the loss scale; otherwise skip is 0 and note empty)
     char note[128];
     int skip = gpt2_loss_scale_update(model, norm, note, sizeof(note));
+    phases_mark(ph, PHASE_NORM);
     if (!isfinite(loss) || (!isfinite(norm) && !skip)) {
         // nothing good can come of the next step: stop while the checkpoints are sound
         fprintf(stderr, "Error: step %d: loss %g, gradient norm %g: training diverged\n"
@@ -3053,6 +3199,8 @@ static void train_step(const Run *r, GPT2 *model, DataLoader *train, int step, F
     if (o->grad_clip > 0.0f && o->grad_clip / (norm + 1e-6f) < 1.0f) { grad_scale = o->grad_clip / (norm + 1e-6f); }
     float lr = get_learning_rate(step, o->lr, o->warmup, o->max_steps, o->final_lr_frac);
     if (!skip) { gpt2_update(model, lr, o->beta1, o->beta2, o->eps, o->weight_decay, grad_scale, step + 1); }
+    phases_mark(ph, PHASE_UPDATE);
+    phases_end(ph); // (on the GPU this waits for the step's kernels: the step's time below includes them)
     double ms = (wall_seconds() - t0) * 1000.0;
     printf("step %4d/%d | loss %.6f | lr %.2e | norm %.4f | %.1f ms | %.0f tok/s", step + 1, o->max_steps,
            loss, lr, norm, ms, o->total_batch_size / (ms / 1000.0));
@@ -3060,10 +3208,15 @@ static void train_step(const Run *r, GPT2 *model, DataLoader *train, int step, F
     if (mfu >= 0.0) { printf(" | MFU %.1f%%", 100.0 * mfu); }
     char eta[32]; // (at the pace of this run's steps so far, validation and samples included)
     format_eta(eta, sizeof(eta), wall_seconds() - r->start_time, step + 1 - r->st.step, o->max_steps - r->st.step);
-    printf(" | %s%s\n", eta, note);
+    printf(" | %s%s", eta, note);
+    phases_print(ph, ms);
+    printf("\n");
+    phases_print_host(ph);
     if (logfile != NULL) {
         // %.9g prints a float so that it reads back exactly: logs can be compared bit for bit
-        fprintf(logfile, "s:%d trl:%.9g lr:%.9g norm:%.9g ms:%.1f\n", step + 1, (float)loss, lr, norm, ms);
+        fprintf(logfile, "s:%d trl:%.9g lr:%.9g norm:%.9g ms:%.1f", step + 1, (float)loss, lr, norm, ms);
+        phases_log(ph, logfile);
+        fprintf(logfile, "\n");
         fflush(logfile);
     }
 }
@@ -3102,6 +3255,9 @@ int main(int argc, char **argv) {
         logfile = fopenCheck(path, r.resume_step >= 0 ? "a" : "w");
     }
 
+    Phases phases;
+    memset(&phases, 0, sizeof(phases));
+    phases.every = o->phase_every; // (the GPU's events go on the default stream, where train_gpt2.cu queues its work)
     r.start_time = wall_seconds();
     for (int step = r.st.step; step <= o->max_steps; step++) {
         int last_step = step == o->max_steps;
@@ -3123,7 +3279,7 @@ int main(int argc, char **argv) {
             save_checkpoint(o->out_dir, &model, &now);
         }
         if (last_step) { break; }
-        train_step(&r, &model, &train_loader, step, logfile);
+        train_step(&r, &model, &train_loader, step, logfile, &phases);
     }
 
     if (logfile != NULL) { fcloseCheck(logfile); }

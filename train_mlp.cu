@@ -213,6 +213,143 @@ static inline double wall_seconds(void) {
     return ts.tv_sec + 1e-9 * ts.tv_nsec;
 }
 
+// --- begin shared-copy: phase-names ---
+// The phases of a training step that -P times (phases_mark, below)
+enum { PHASE_DATA, PHASE_FORWARD, PHASE_BACKWARD, PHASE_NORM, PHASE_UPDATE, NUM_PHASES };
+static const char *const PHASE_NAMES[NUM_PHASES] = {"data", "forward", "backward", "norm", "update"};
+// --- end shared-copy: phase-names ---
+// --- begin shared-copy: phase-clock-gpu ---
+// -P's clock on the GPU: CUDA events. A kernel launch returns as soon as the kernel is
+// queued, so the host's clock read between two launches times the queueing, not the
+// kernels; the wait for them shows up later, in whichever call first needs a result (a copy
+// back to the host, a synchronisation), and is charged to that phase instead. An event
+// recorded on the stream at each mark is stamped by the GPU when everything queued before
+// it is done: the time between two events is the GPU's time for the work queued between
+// the marks. Reading them waits for the last one, once per measured step (a step with more
+// than PHASE_MARKS marks is read, and waited for, every PHASE_MARKS). -P's first report
+// prints the host's clock beside the events' to show the difference.
+#define PHASE_MARKS 64
+typedef struct {
+    cudaStream_t stream;                        // where the program's work is queued (0: the default stream)
+    cudaEvent_t start, events[PHASE_MARKS];     // the step's start, and its marks so far
+    int phase[PHASE_MARKS], n, created;
+    double ms[NUM_PHASES];                      // the marks read so far, per phase
+} PhaseClock;
+static void phase_clock_start(PhaseClock *c) {
+    if (!c->created) {
+        cudaCheck(cudaEventCreate(&c->start));
+        for (int i = 0; i < PHASE_MARKS; i++) { cudaCheck(cudaEventCreate(&c->events[i])); }
+        c->created = 1;
+    }
+    for (int k = 0; k < NUM_PHASES; k++) { c->ms[k] = 0.0; }
+    c->n = 0;
+    cudaCheck(cudaEventRecord(c->start, c->stream));
+}
+// the marks so far into ms; the last becomes the new start
+static void phase_clock_collect(PhaseClock *c) {
+    if (c->n == 0) { return; }
+    cudaCheck(cudaEventSynchronize(c->events[c->n - 1]));
+    cudaEvent_t before = c->start;
+    for (int i = 0; i < c->n; i++) {
+        float ms = 0.0f;
+        cudaCheck(cudaEventElapsedTime(&ms, before, c->events[i]));
+        c->ms[c->phase[i]] += ms;
+        before = c->events[i];
+    }
+    cudaEvent_t last = c->events[c->n - 1];
+    c->events[c->n - 1] = c->start;
+    c->start = last;
+    c->n = 0;
+}
+static void phase_clock_mark(PhaseClock *c, int phase) {
+    if (c->n == PHASE_MARKS) { phase_clock_collect(c); }
+    c->phase[c->n] = phase;
+    cudaCheck(cudaEventRecord(c->events[c->n], c->stream));
+    c->n++;
+}
+// 1: the GPU's times, in ms
+static int phase_clock_read(PhaseClock *c, double *ms) {
+    phase_clock_collect(c);
+    for (int k = 0; k < NUM_PHASES; k++) { ms[k] = c->ms[k]; }
+    return 1;
+}
+// --- end shared-copy: phase-clock-gpu ---
+// --- begin shared-copy: phases ---
+// Where a training step's time goes (-P N: every N-th step, on the step's line and in the
+// metrics log): loading the data, the forward pass, the backward pass, the gradient's norm
+// (and clipping), the optimizer's update (and zeroing the gradients). phases_mark(p, X)
+// says that the time since the last mark was phase X: the phases follow one another, so
+// they add up to the step, and a step's micro-batches add up their passes. The clock is
+// phase_clock's: the host's on the CPU, the GPU's events on the GPU.
+typedef struct {
+    int every;                  // -P: measure every this many steps (0: never)
+    int on;                     // measuring the current step
+    int device;                 // ms is the device's own clock's (the GPU's), not the host's
+    int shown;                  // (the host's clock has been shown beside the device's)
+    double ms[NUM_PHASES];      // each phase's milliseconds
+    double host_ms[NUM_PHASES]; // ... by the host's clock, read at each mark without waiting
+    double host_last;           // the host's clock at the last mark
+    PhaseClock clock;
+} Phases;
+
+// a step begins (step counts from 0: -P N measures steps N, 2N, ...)
+static void phases_begin(Phases *p, int step) {
+    p->on = p->every > 0 && (step + 1) % p->every == 0;
+    if (!p->on) { return; }
+    for (int k = 0; k < NUM_PHASES; k++) { p->ms[k] = p->host_ms[k] = 0.0; }
+    phase_clock_start(&p->clock);
+    p->host_last = wall_seconds();
+}
+static void phases_mark(Phases *p, int phase) {
+    if (!p->on) { return; }
+    double now = wall_seconds();
+    p->host_ms[phase] += 1e3 * (now - p->host_last);
+    p->host_last = now;
+    phase_clock_mark(&p->clock, phase);
+}
+// the step is done: read the device's clock (waiting for it)
+static void phases_end(Phases *p) {
+    if (!p->on) { return; }
+    p->device = phase_clock_read(&p->clock, p->ms);
+    if (!p->device) {
+        for (int k = 0; k < NUM_PHASES; k++) { p->ms[k] = p->host_ms[k]; }
+    }
+}
+static double phases_sum(const double *ms) {
+    double sum = 0.0;
+    for (int k = 0; k < NUM_PHASES; k++) { sum += ms[k]; }
+    return sum;
+}
+// The reports (marked unused: train_mlp prints a mean per epoch its own way, finetune_lora
+// writes its own columns, and neither compiler may warn of them).
+// on the step's line: " | data 0.1 forward 20.5 ... ms (sum 41.0 of the step's 41.0)", the
+// step's time as the program measured it for its line
+__attribute__((unused)) static void phases_print(const Phases *p, double step_ms) {
+    if (!p->on) { return; }
+    printf(" |");
+    for (int k = 0; k < NUM_PHASES; k++) { printf(" %s %.1f", PHASE_NAMES[k], p->ms[k]); }
+    printf(" ms (sum %.1f of the step's %.1f)", phases_sum(p->ms), step_ms);
+}
+// once, on a line of its own, where the device has its own clock: what the host's said
+__attribute__((unused)) static void phases_print_host(Phases *p) {
+    if (!p->on || !p->device || p->shown) { return; }
+    p->shown = 1;
+    printf("  (-P: those are the GPU's times, from events; the host's clock, read at the same marks without"
+           " waiting for the GPU, says");
+    for (int k = 0; k < NUM_PHASES; k++) { printf(" %s %.1f", PHASE_NAMES[k], p->host_ms[k]); }
+    printf(" ms: a phase whose kernels were only queued looks short, and the wait for them is charged to"
+           " the first call that needs a result)\n");
+}
+// key:value fields for a metrics log line: ms_data:... and, with a device clock, host_ms_data:...
+__attribute__((unused)) static void phases_log(const Phases *p, FILE *f) {
+    if (!p->on || f == NULL) { return; }
+    for (int k = 0; k < NUM_PHASES; k++) { fprintf(f, " ms_%s:%.3f", PHASE_NAMES[k], p->ms[k]); }
+    if (p->device) {
+        for (int k = 0; k < NUM_PHASES; k++) { fprintf(f, " host_ms_%s:%.3f", PHASE_NAMES[k], p->host_ms[k]); }
+    }
+}
+// --- end shared-copy: phases ---
+
 // --- begin shared-copy: omp-wait-policy ---
 // How our OpenMP threads wait for each other. At the end of a parallel loop the threads
 // that are done wait at a barrier; libgomp's default makes them spin for up to 300,000
@@ -1296,7 +1433,7 @@ void evaluate(MLP *m, const Dataset *ds, const size_t *indices, size_t n, float 
 
 typedef struct {
     const char *data_dir, *layers, *out_dir, *sweep;
-    int act, opt, batch, epochs, warmup, cosine, subset, val_size, resume, sweep_steps;
+    int act, opt, batch, epochs, warmup, cosine, subset, val_size, resume, sweep_steps, phase_every;
     float lr, weight_decay, momentum, dropout;
     uint64_t seed;
 } Options;
@@ -1312,21 +1449,39 @@ void train(MLP *m, const Optimizer *opt, const Options *o, const CheckpointSetti
     int *labels = (int *)mallocCheck(B * sizeof(int));
     double run_start = wall_seconds();
     int first_epoch = pos.epoch; // (a resumed run's ETA counts the epochs it runs)
+    Phases ph; // -P: a step's phases; an epoch's line gives the measured steps' mean
+    memset(&ph, 0, sizeof(ph));
+    ph.every = o->phase_every;
     for (int epoch = pos.epoch; epoch < o->epochs; epoch++) {
         double t0 = wall_seconds(), loss_sum = 0.0;
+        double phase_ms[NUM_PHASES] = {0}, host_ms[NUM_PHASES] = {0}, measured_ms = 0.0;
+        int measured = 0;
         size_t right = 0;
         // a new order of the training images every epoch, a function of (seed, epoch)
         random_permutation(order, n_train, rng_subkey(o->seed, STREAM_EPOCH, (uint64_t)epoch));
         for (size_t start = 0; start < n_train; start += B) {
             size_t nb = n_train - start < B ? n_train - start : B; // the last batch may be smaller
+            double step_t0 = wall_seconds();
+            phases_begin(&ph, pos.step);
             for (size_t b = 0; b < nb; b++) { batch_idx[b] = train_idx[order[start + b]]; }
             mlp_set_batch(m, labels, ds, batch_idx, nb);
+            phases_mark(&ph, PHASE_DATA);
             int correct;
             float loss = mlp_forward(m, labels, nb, 1, o->seed, (uint64_t)pos.step, &correct);
+            phases_mark(&ph, PHASE_FORWARD);
             mlp_zero_grad(m);
+            phases_mark(&ph, PHASE_UPDATE);
             mlp_backward(m, nb);
+            phases_mark(&ph, PHASE_BACKWARD);
             float lr = get_lr(o->cosine, o->lr, pos.step, o->warmup, total_steps);
             mlp_update(m, opt, lr, pos.step + 1);
+            phases_mark(&ph, PHASE_UPDATE);
+            phases_end(&ph);
+            if (ph.on) { // (no gradient norm here: SGD, momentum and AdamW as they are, unclipped)
+                measured_ms += 1e3 * (wall_seconds() - step_t0);
+                for (int k = 0; k < NUM_PHASES; k++) { phase_ms[k] += ph.ms[k]; host_ms[k] += ph.host_ms[k]; }
+                measured++;
+            }
             pos.step++;
             loss_sum += loss * (double)nb;
             right += (size_t)correct;
@@ -1347,10 +1502,27 @@ void train(MLP *m, const Optimizer *opt, const Options *o, const CheckpointSetti
         char eta[32];
         format_eta(eta, sizeof(eta), wall_seconds() - run_start, pos.epoch - first_epoch, o->epochs - first_epoch);
         printf(" | %.2f s | %.0f samples/s | %s\n", seconds, n_train / seconds, eta);
+        if (measured > 0) { // the measured steps' mean, and the same steps timed whole
+            printf("  phases (-P %d: %d steps), ms a step:", ph.every, measured);
+            for (int k = 0; k < NUM_PHASES; k++) { printf(" %s %.3f", PHASE_NAMES[k], phase_ms[k] / measured); }
+            printf(" (sum %.3f of the step's %.3f)\n", phases_sum(phase_ms) / measured, measured_ms / measured);
+            if (ph.device && !ph.shown) {
+                ph.shown = 1;
+                printf("  (those are the GPU's times, from events; the host's clock, read at the same marks without waiting"
+                       " for the GPU, says");
+                for (int k = 0; k < NUM_PHASES; k++) { printf(" %s %.3f", PHASE_NAMES[k], host_ms[k] / measured); }
+                printf(": a phase whose kernels were only queued looks short, and the wait is charged to the first call"
+                       " that needs a result)\n");
+            }
+        }
         if (metrics != NULL) {
             // %.9g reads back exactly: two runs' metrics can be compared bit for bit
-            fprintf(metrics, "epoch:%d train_loss:%.9g train_acc:%.9g val_loss:%.9g val_acc:%.9g s:%.3f\n", pos.epoch,
+            fprintf(metrics, "epoch:%d train_loss:%.9g train_acc:%.9g val_loss:%.9g val_acc:%.9g s:%.3f", pos.epoch,
                     train_loss, train_acc, val_loss, val_acc, seconds);
+            if (measured > 0) { // each phase's mean ms a step over the measured steps
+                for (int k = 0; k < NUM_PHASES; k++) { fprintf(metrics, " ms_%s:%.4f", PHASE_NAMES[k], phase_ms[k] / measured); }
+            }
+            fprintf(metrics, "\n");
             fflush(metrics);
         }
         if (o->out_dir[0] != '\0') {
@@ -1489,7 +1661,7 @@ void mlp_print_memory(const MLP *m, int opt_kind, size_t data_bytes) {
 static const Options DEFAULTS = {.data_dir = "/usr/share/datasets/fashion-mnist", .layers = "784,512,256,10",
                                  .out_dir = "", .sweep = NULL, .act = ACT_RELU, .opt = OPT_ADAMW, .batch = 128,
                                  .epochs = 15, .warmup = 100, .cosine = 1, .subset = 0, .val_size = 5000, .resume = 0,
-                                 .sweep_steps = 200, .lr = 1e-3f, .weight_decay = 0.0f, .momentum = 0.9f,
+                                 .sweep_steps = 200, .phase_every = 0, .lr = 1e-3f, .weight_decay = 0.0f, .momentum = 0.9f,
                                  .dropout = 0.0f, .seed = 1337};
 
 // the flags both programs share, with their defaults
@@ -1512,6 +1684,8 @@ static void print_common_flags(void) {
     printf("  -o <dir>      write metrics.log and a checkpoint per epoch here, \"\" = none [%s]\n", d->out_dir);
     printf("  -y <0|1>      resume from the newest checkpoint in -o [%d]\n", d->resume);
     printf("  -s <int>      random seed [%llu]\n", (unsigned long long)d->seed);
+    printf("  -P <int>      time the phases of every this many steps (data, forward, backward, update; a mean per\n"
+           "                epoch), 0 = off [%d]\n", d->phase_every);
     printf("  --sweep <lrs> learning-rate sweep over a comma-separated list, then exit\n");
     printf("  -k <int>      steps per rate in the sweep [%d]\n", d->sweep_steps);
     printf("  -h            this help\n");
@@ -1613,6 +1787,7 @@ static void parse_common_flag(Options *o, int argc, char **argv, int *i) {
     case 'y': o->resume = (int)parse_int(a, v, 0); break;
     case 's': o->seed = (uint64_t)parse_int(a, v, 0); break;
     case 'k': o->sweep_steps = (int)parse_int(a, v, 1); break;
+    case 'P': o->phase_every = (int)parse_int(a, v, 0); break;
     default: usage_error("unknown flag '%s'", a);
     }
 }

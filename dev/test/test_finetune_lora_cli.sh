@@ -61,6 +61,16 @@ data=$((30 * 4 * (576 + 576 + 576 + 192) * 4))
 report "adapter_model.safetensors holds the 120 tensors' $data bytes" $([ "$bytes" -gt "$data" ] && [ "$bytes" -lt $((data + 40000)) ] && echo 1 || echo 0) "$bytes bytes"
 report "metrics.tsv: a header, the base model's line and 2 steps" $([ "$(wc -l < "$OUT/metrics.tsv")" = 4 ] && echo 1 || echo 0)
 
+# -P 1: each step (of two micro-batches) timed by phase, adding up to the step's time; the
+# phases in metrics.tsv's ms_ columns (11 fields a line)
+source "$(dirname "$0")/phases_check.sh"
+"$BIN" -d "$D" -o "$TMP/phases" -t 64 -n 2 -b 2 -k 2 -v 2 -V 0.2 -r 4 -T q_proj,v_proj -P 1 > "$TMP/phases.log" 2>&1
+read -r lines worst zero <<< "$(phase_lines "$TMP/phases.log")"
+report "-P 1: both steps timed by phase, adding up to the step's time (within $worst ms)" \
+    $([ "$lines" = 2 ] && [ "$zero" = 0 ] && awk -v w="$worst" 'BEGIN { exit !(w <= 0.11) }' &&
+      [ "$(awk -F'\t' 'NR > 2 && NF == 11 && $7 != "" && $11 != ""' "$TMP/phases/metrics.tsv" | wc -l)" = 2 ] && echo 1 || echo 0) \
+    "$(grep -E '^step' "$TMP/phases.log" | head -3)"
+
 "$BIN" -d "$D" -o "$TMP/again" -t 64 -n 2 -b 2 -k 1 -v 1 -V 0.2 -r 4 -T q_proj,v_proj > /dev/null 2>&1
 report "the same seed: the same adapter, bit for bit" $(cmp -s "$OUT/adapter_model.safetensors" "$TMP/again/adapter_model.safetensors" && echo 1 || echo 0)
 "$BIN" -d "$D" -o "$TMP/more" -t 64 -n 1 -b 2 -k 1 -V 0.2 -i "$OUT" > "$TMP/log2" 2>&1
@@ -74,7 +84,7 @@ R="-d $D -t 64 -n 4 -b 2 -k 1 -v 2 -V 0.2 -r 4 -T q_proj,v_proj -S 2"
 "$BIN" $R -o "$TMP/whole" > /dev/null 2>&1
 "$BIN" $R -o "$TMP/stopped" > /dev/null 2>&1
 rm -rf "$TMP/stopped/step_000004" "$TMP/stopped/state_000004.bin" "$TMP/stopped/adapter_model.safetensors"
-head -4 "$TMP/stopped/metrics.tsv" > "$TMP/m" && printf '3\t0\t9\t9\t\t0\n' >> "$TMP/m" && mv "$TMP/m" "$TMP/stopped/metrics.tsv" # (and a line past the checkpoint)
+head -4 "$TMP/stopped/metrics.tsv" > "$TMP/m" && printf '3\t0\t9\t9\t\t0\t\t\t\t\t\n' >> "$TMP/m" && mv "$TMP/m" "$TMP/stopped/metrics.tsv" # (and a line past the checkpoint)
 report "checkpoints every 2 steps: step_000002/, state_000002.bin, ..._4" \
     $([ -f "$TMP/whole/step_000002/adapter_model.safetensors" ] && [ -f "$TMP/whole/state_000002.bin" ] && [ -f "$TMP/whole/state_000004.bin" ] && echo 1 || echo 0)
 "$BIN" $R -o "$TMP/stopped" -y 1 > "$TMP/log3" 2>&1
@@ -145,6 +155,7 @@ expect_error "a module SmolLM2 does not have" 'no module "c_attn"' -d "$D" -o "$
 expect_error "a rank above a layer's size" "-r 600: larger than" -d "$D" -o "$TMP/x" -t 64 -r 600
 expect_error "-t beyond the model's context" "-t 9000: longer than the model's context (8192)" -d "$D" -t 9000
 expect_error "an unknown flag" "unknown flag -Z" -Z 1
+expect_error "-P that is not a count" "flag -P needs an integer >= 0" -P -1
 expect_error "-D 1: a dropout that drops everything" "-D: the dropout probability must be below 1" -D 1
 expect_error "an adapter folder that is not one" "$TMP/none/adapter_config.json" -d "$D" -o "$TMP/x" -t 64 -i "$TMP/none"
 expect_error "-E: evaluation questions in the training data: refused" "eval.jsonl: 2 of its 3 questions are in the training data" -d "$D" -o "$TMP/x" -t 64 -E "$TMP/eval.jsonl"

@@ -86,8 +86,14 @@ report "-A 1 (recomputation): the same adapter and losses as -A 0, bit for bit" 
     $(cmp -s "$TMP/keep/adapter_model.safetensors" "$TMP/recompute/adapter_model.safetensors" &&
       diff <(cut -f1-5 "$TMP/keep/metrics.tsv") <(cut -f1-5 "$TMP/recompute/metrics.tsv") > /dev/null && echo 1 || echo 0)
 report "... and says it keeps one block's activations" $(grep -q 'recomputed: one block' "$TMP/re.log" && echo 1 || echo 0) "$(grep '^memory' "$TMP/re.log")"
-"$FP32" $R -D 0.2 -o "$TMP/again" > /dev/null 2>&1
-report "two runs: the same adapter, bit for bit" $(cmp -s "$TMP/keep/adapter_model.safetensors" "$TMP/again/adapter_model.safetensors" && echo 1 || echo 0)
+"$FP32" $R -D 0.2 -P 2 -o "$TMP/again" > "$TMP/again.log" 2>&1
+report "two runs: the same adapter, bit for bit (the second timing its phases: -P 2)" $(cmp -s "$TMP/keep/adapter_model.safetensors" "$TMP/again/adapter_model.safetensors" && echo 1 || echo 0)
+source "$(dirname "$0")/phases_check.sh"
+read -r lines worst zero <<< "$(phase_lines "$TMP/again.log")"
+report "-P 2: steps 2 and 4 timed by the GPU's events, adding up to the step's time (within $worst ms), the host's clock once" \
+    $([ "$lines" = 2 ] && [ "$zero" = 0 ] && awk -v w="$worst" 'BEGIN { exit !(w <= 0.11) }' &&
+      [ "$(grep -c "those are the GPU's times, from events" "$TMP/again.log")" = 1 ] &&
+      [ "$(awk -F'\t' 'NR > 1 && NF == 11 && $7 != ""' "$TMP/again/metrics.tsv" | wc -l)" = 2 ] && echo 1 || echo 0) "$(grep '^step' "$TMP/again.log" | head -2)"
 
 # a checkpoint written on one, resumed on the other (both ways): the whole run's adapter
 S="$R -D 0 -S 2"

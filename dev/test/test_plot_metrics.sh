@@ -50,8 +50,11 @@ report "train_mlp's metrics.log: losses and accuracies by epoch" \
 header=$(sed -n 's/^#define METRICS_HEADER "\([^"]*\)".*/\1/p' finetune_lora.c)
 {
     printf '%b' "$header"
-    printf '0\t\t\t\t1.25\t\n'
-    for s in 1 2 3 4; do printf '%d\t0.0001\t1.%d\t0.5\t%s\t150.0\n' $s $((5 - s)) "$([ $s = 4 ] && echo 0.75)"; done
+    printf '0\t\t\t\t1.25\t\t\t\t\t\t\n'
+    for s in 1 2 3 4; do # (-P 2's phases on steps 2 and 4)
+        printf '%d\t0.0001\t1.%d\t0.5\t%s\t150.0' $s $((5 - s)) "$([ $s = 4 ] && echo 0.75)"
+        if [ $((s % 2)) = 0 ]; then printf '\t0.1\t20.5\t30.25\t1.0\t2.0\n'; else printf '\t\t\t\t\t\n'; fi
+    done
 } > "$TMP/lora.tsv"
 $PLOT "$TMP/lora.tsv" --print > "$TMP/out" 2>&1
 report "finetune_lora's metrics.tsv: the base model's val loss at 0, 4 steps" \
@@ -71,7 +74,7 @@ expect_error "a file that is no metrics log" "$TMP/other.log: not a metrics log"
 printf 's:1 trl:2.5 lr:0.1\ns:2 trl:oops\n' > "$TMP/bad.log"
 expect_error "a value that is not a number: the line" "$TMP/bad.log: line 2: 'oops' is not a number" "$TMP/bad.log" --print
 head -3 "$TMP/lora.tsv" > "$TMP/short.tsv"; printf '5\t0.1\n' >> "$TMP/short.tsv"
-expect_error "a TSV line of the wrong width" "$TMP/short.tsv: line 4: 2 fields, the header has 6" "$TMP/short.tsv" --print
+expect_error "a TSV line of the wrong width" "$TMP/short.tsv: line 4: 2 fields, the header has 11" "$TMP/short.tsv" --print
 expect_error "no such file" "$TMP/none: no such file or folder" "$TMP/none" --print
 mkdir -p "$TMP/empty_run"
 expect_error "a folder without a log" "$TMP/empty_run: no metrics log in it" "$TMP/empty_run" --print

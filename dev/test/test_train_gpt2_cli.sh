@@ -152,8 +152,21 @@ fi
 # --- 5. the help lists every flag with its default
 "$BIN" -h > "$TMP/help" 2>&1
 missing=""
-for f in i j k e o b t d l u q c z x v m s g n y p h; do grep -q -- "^  -$f " "$TMP/help" || missing="$missing -$f"; done
-[ -z "$missing" ] && ok "-h lists all 22 flags" || not_ok "-h does not list:$missing"
+for f in i j k e o b t d l u q c z x v m s g n y p P h; do grep -q -- "^  -$f " "$TMP/help" || missing="$missing -$f"; done
+[ -z "$missing" ] && ok "-h lists all 23 flags" || not_ok "-h does not list:$missing"
+
+# --- -P: the phases of every 2nd step (with two micro-batches a step), adding up to its time
+source "$(dirname "$0")/phases_check.sh"
+"$BIN" "${COMMON[@]}" -x 4 -d 256 -v 0 -s 0 -P 2 -o "$TMP/phases" > "$TMP/phases.out" 2>&1
+read -r lines worst zero <<< "$(phase_lines "$TMP/phases.out")"
+read -r log_lines log_worst <<< "$(phase_log_lines "$TMP/phases/main.log")"
+if [ "$lines" = 2 ] && [ "$zero" = 0 ] && awk -v w="$worst" 'BEGIN { exit !(w <= 0.11) }' && [ "$log_lines" = 2 ] &&
+   awk -v w="$log_worst" 'BEGIN { exit !(w <= 0.06) }' && grep -q "^s:2 .* ms_data:" "$TMP/phases/main.log" && grep -q "^s:4 .* ms_update:" "$TMP/phases/main.log"; then
+    ok "-P 2: steps 2 and 4 timed by phase, which add up to the step's time (within $worst ms on the line, $log_worst in main.log)"
+else
+    not_ok "-P 2: $lines lines with phases (worst $worst ms, $zero empty passes), $log_lines in main.log (worst $log_worst)"; grep -E "^step|^s:" "$TMP/phases.out" "$TMP/phases/main.log" | head -8
+fi
+expect_error "-P that is not a count" "flag -P needs an integer >= 0" -- "${COMMON[@]}" -P -2 -o ""
 
 echo "$passed passed, $failed failed"
 [ $failed = 0 ]

@@ -24,7 +24,8 @@
 #      and every column sum fits one block of 256 (C, 3C, 4C <= 256); and the
 #      fixture of test_gpt2.cu has T equal to the head size. And a d1 model on
 #      B=3 x T=45 (row sums over two chunks, rows longer than a warp), and a
-#      model no d<N> makes (C=72, 3 heads of 24), written by this script.
+#      model no d<N> makes (C=72, 3 heads of 24), written by this script;
+#   7. -P: the phases, timed by the GPU's events, add up to the step's time.
 # Run it from the repository root, after make data. SECTIONS="1 6" runs only those.
 set -u
 CPU=${1:-./train_gpt2}
@@ -363,6 +364,26 @@ else
     not_ok "FP32 C=72, B=3 x T=7: a run failed (see above)"
 fi
 fi # (section 6)
+
+# --- 7. -P: the phases by the GPU's events (two micro-batches a step), adding up to the step's time;
+# the host's clock shown beside them once; both in main.log
+if want 7; then
+source "$(dirname "$0")/phases_check.sh"
+if run "$FP32" "$TMP/phases" -d 32 -P 2 -v 0; then
+    read -r lines worst zero <<< "$(phase_lines "$TMP/phases.out")"
+    read -r log_lines log_worst <<< "$(phase_log_lines "$TMP/phases/main.log")"
+    if [ "$lines" = 2 ] && [ "$zero" = 0 ] && awk -v w="$worst" 'BEGIN { exit !(w <= 0.11) }' && [ "$log_lines" = 2 ] &&
+       awk -v w="$log_worst" 'BEGIN { exit !(w <= 0.06) }' && [ "$(grep -c "those are the GPU's times, from events" "$TMP/phases.out")" = 1 ] &&
+       grep -q "^s:4 .* host_ms_update:" "$TMP/phases/main.log"; then
+        ok "-P 2: steps 2 and 4 timed by the GPU's events, adding up to the step's time (within $worst ms; $log_worst in main.log), the host's clock beside them once"
+    else
+        not_ok "-P 2: $lines lines with phases (worst $worst ms, $zero empty passes), $log_lines in main.log (worst $log_worst)"
+        grep -E "^step|those are" "$TMP/phases.out" | head -4
+    fi
+else
+    not_ok "-P 2: the run failed (see above)"
+fi
+fi # (section 7)
 
 echo "$passed passed, $failed failed"
 [ $failed = 0 ]

@@ -94,6 +94,19 @@ expect_error "resume with another learning rate" "mlp_4.bin was written with -r 
 expect_error "resume with more epochs (would change the schedule)" "this run has .* -e 6" -- "${COMMON[@]}" -O momentum -e 6 -o "$TMP/full" -y 1
 expect_error "resume with other layer sizes" "written with other -l" -- "${COMMON[@]}" -l 784,64,10 -O momentum -o "$TMP/full" -y 1
 
+# --- -P: every 5th step timed by phase; each epoch's line gives their mean, which adds up to
+# the same steps timed whole
+source "$(dirname "$0")/phases_check.sh"
+"$BIN" "${COMMON[@]}" -e 2 -P 5 -o "$TMP/phases" > "$TMP/phases.out" 2>&1
+read -r lines worst zero <<< "$(phase_lines "$TMP/phases.out")"
+if [ "$lines" = 2 ] && [ "$zero" = 0 ] && awk -v w="$worst" 'BEGIN { exit !(w <= 0.011) }' && grep -q "(-P 5: 3 steps)" "$TMP/phases.out" &&
+   [ "$(grep -c " ms_forward:" "$TMP/phases/metrics.log")" = 2 ]; then
+    ok "-P 5: 3 steps an epoch timed by phase, their mean adding up to the step's (within $worst ms), in metrics.log too"
+else
+    not_ok "-P 5: $lines lines with phases (worst $worst ms, $zero empty passes)"; grep -E "phases|^epoch" "$TMP/phases.out" "$TMP/phases/metrics.log" | head -6
+fi
+expect_error "-P that is not a count" "flag -P needs an integer >= 0" -- "${COMMON[@]}" -P x
+
 # --- 4. the learning-rate sweep reports divergence instead of crashing
 if "$BIN" "${COMMON[@]}" -O sgd -k 40 --sweep 0.01,0.5,1000 > "$TMP/sweep.out" 2>&1 && grep -qE "^\| 1000 \|.*diverges" "$TMP/sweep.out" &&
    grep -qE "^\| 0.01 \|.*(converges|too slow)" "$TMP/sweep.out"; then

@@ -130,7 +130,19 @@ fi
 # widths 37 and 19 and batches of 45 (7 of them and one of 5 an epoch), each path
 for M in naive tiled cublas; do twin "uneven twin run (784-37-19-10, batch 45)" $M "${TWIN[@]}" "${UNEVEN[@]}"; done
 
-# --- 5. bad flags of its own
+# --- 5. -P: every 3rd step timed by the GPU's events; each epoch's mean adds up to the same
+# steps timed whole, and the host's clock is shown beside the events' once
+source "$(dirname "$0")/phases_check.sh"
+"$GPU" -d "$TMP/data" -l 784,32,10 -b 64 -v 100 -e 2 -P 3 > "$TMP/phases.out" 2>&1
+read -r lines worst zero <<< "$(phase_lines "$TMP/phases.out")"
+if [ "$lines" = 2 ] && [ "$zero" = 0 ] && awk -v w="$worst" 'BEGIN { exit !(w <= 0.011) }' &&
+   [ "$(grep -c "those are the GPU's times, from events" "$TMP/phases.out")" = 1 ]; then
+    ok "-P 3: each epoch's timed steps by phase, their mean adding up to the step's (within $worst ms), the host's clock once"
+else
+    not_ok "-P 3: $lines lines with phases (worst $worst ms, $zero empty passes)"; grep -E "phases|those are" "$TMP/phases.out" | head -4
+fi
+
+# --- 6. bad flags of its own
 out=$("$GPU" -M fast 2>&1); rc=$?
 [ $rc != 0 ] && echo "$out" | grep -q "^Error: -M is naive, tiled or cublas, not 'fast'" && ok "-M with an unknown matmul: exit $rc, one clear error" || not_ok "-M fast: exit $rc: $out"
 
