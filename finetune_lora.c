@@ -2503,7 +2503,7 @@ static void lora_zero_grads(Lora *lora) { memset(lora->grads, 0, lora->num_param
 #ifndef TESTING // (test_finetune_lora takes what is above; dev/test/test_finetune_lora_cli.sh what follows)
 
 // --- begin shared-copy: phase-names ---
-// The phases of a training step that -P times (phases_mark, below)
+// The phases of a training step that -P times (phases_enter, below)
 enum { PHASE_DATA, PHASE_FORWARD, PHASE_BACKWARD, PHASE_NORM, PHASE_UPDATE, NUM_PHASES };
 static const char *const PHASE_NAMES[NUM_PHASES] = {"data", "forward", "backward", "norm", "update"};
 // --- end shared-copy: phase-names ---
@@ -2515,42 +2515,64 @@ static void phase_clock_start(PhaseClock *c) { (void)c; }
 static void phase_clock_mark(PhaseClock *c, int phase) { (void)c; (void)phase; }
 // 0: no clock of its own (the host's times are the phases')
 static int phase_clock_read(PhaseClock *c, double *ms) { (void)c; (void)ms; return 0; }
+// ... and a profiler's ranges: none on the CPU (perf and gprof see the functions themselves)
+static void range_push(const char *name) { (void)name; }
+static void range_pop(void) {}
 // --- end shared-copy: phase-clock-cpu ---
 // --- begin shared-copy: phases ---
 // Where a training step's time goes (-P N: every N-th step, on the step's line and in the
 // metrics log): loading the data, the forward pass, the backward pass, the gradient's norm
-// (and clipping), the optimizer's update (and zeroing the gradients). phases_mark(p, X)
-// says that the time since the last mark was phase X: the phases follow one another, so
-// they add up to the step, and a step's micro-batches add up their passes. The clock is
-// phase_clock's: the host's on the CPU, the GPU's events on the GPU.
+// (and clipping), the optimizer's update (and zeroing the gradients). phases_enter(p, X)
+// says that what runs from here to the next phases_enter (or to phases_end) is phase X: the
+// phases follow one another, so they add up to the step, and a step's micro-batches add up
+// their passes. The clock is phase_clock's: the host's on the CPU, the GPU's events on the
+// GPU. Every step and phase is also a range for a profiler (range_push: NVTX on the GPU, so
+// that Nsight Systems shows the step's structure; nothing on the CPU), timed or not.
 typedef struct {
     int every;                  // -P: measure every this many steps (0: never)
     int on;                     // measuring the current step
+    int current;                // the phase running now (-1: none yet)
     int device;                 // ms is the device's own clock's (the GPU's), not the host's
     int shown;                  // (the host's clock has been shown beside the device's)
     double ms[NUM_PHASES];      // each phase's milliseconds
-    double host_ms[NUM_PHASES]; // ... by the host's clock, read at each mark without waiting
-    double host_last;           // the host's clock at the last mark
+    double host_ms[NUM_PHASES]; // ... by the host's clock, read at each boundary without waiting
+    double host_last;           // the host's clock at the last boundary
     PhaseClock clock;
 } Phases;
 
 // a step begins (step counts from 0: -P N measures steps N, 2N, ...)
 static void phases_begin(Phases *p, int step) {
+    char name[32];
+    snprintf(name, sizeof(name), "step %d", step + 1);
+    range_push(name);
+    p->current = -1;
     p->on = p->every > 0 && (step + 1) % p->every == 0;
     if (!p->on) { return; }
     for (int k = 0; k < NUM_PHASES; k++) { p->ms[k] = p->host_ms[k] = 0.0; }
     phase_clock_start(&p->clock);
     p->host_last = wall_seconds();
 }
-static void phases_mark(Phases *p, int phase) {
-    if (!p->on) { return; }
-    double now = wall_seconds();
-    p->host_ms[phase] += 1e3 * (now - p->host_last);
-    p->host_last = now;
-    phase_clock_mark(&p->clock, phase);
+// the phase that was running (if any) ends here
+static void phases_close(Phases *p) {
+    if (p->current < 0) { return; }
+    range_pop();
+    if (p->on) {
+        double now = wall_seconds();
+        p->host_ms[p->current] += 1e3 * (now - p->host_last);
+        p->host_last = now;
+        phase_clock_mark(&p->clock, p->current);
+    }
+    p->current = -1;
+}
+static void phases_enter(Phases *p, int phase) {
+    phases_close(p);
+    range_push(PHASE_NAMES[phase]);
+    p->current = phase;
 }
 // the step is done: read the device's clock (waiting for it)
 static void phases_end(Phases *p) {
+    phases_close(p);
+    range_pop(); // (the step's)
     if (!p->on) { return; }
     p->device = phase_clock_read(&p->clock, p->ms);
     if (!p->device) {
@@ -2592,6 +2614,12 @@ __attribute__((unused)) static void phases_log(const Phases *p, FILE *f) {
 }
 // --- end shared-copy: phases ---
 static void phases_device_setup(Phases *p) { (void)p; } // (finetune_lora.cu: its events go on its stream)
+static void gpu_budget_flag(const char *flag, const char *value) { // (-G: finetune_lora.cu's)
+    (void)value;
+    fprintf(stderr, "Error: flag %s is finetune_loracu's (a GPU memory budget); the CPU program has none\n"
+            "HINT: %s -h lists every flag\n", flag, PROGRAM);
+    exit(EXIT_FAILURE);
+}
 // the benchmark's peak memory: the process's largest resident set (Linux's ru_maxrss, KiB)
 static void print_peak_memory(void) {
     struct rusage usage;
@@ -3128,6 +3156,8 @@ static void print_usage(const Options *d) {
            "  -s N      seed: the adapter's start, the split, the order [%llu]\n"
            "  -P N      time the phases of every N-th step (data, forward, backward, norm, update; in metrics.tsv\n"
            "            too), 0 = off [%d]\n"
+           "  -G GiB    finetune_lora.cu: behave as if the GPU had only this much memory (a 16 GB card on a\n"
+           "            bigger one), 0 = all of it [0]\n"
            "  -h        this help\n",
            PROGRAM, d->model, d->data, d->out, d->targets, d->r, d->alpha, d->rslora, d->dropout, d->B, d->accum, d->T, d->refuse, d->epochs,
            d->steps, d->lr, d->warmup, d->final_frac, d->weight_decay, d->clip, d->val_every, d->val_frac, d->save_every, d->resume,
@@ -3182,24 +3212,24 @@ static void run_bench(const Base *b, const Options *o) {
     for (int step = 0; step < steps; step++) {
         double t0 = wall_seconds(), sum = 0.0;
         phases_begin(&ph, step);
+        phases_enter(&ph, PHASE_UPDATE);
         lora_zero_grads(&lora);
-        phases_mark(&ph, PHASE_UPDATE);
         for (int k = 0; k < o->accum; k++) {
+            phases_enter(&ph, PHASE_DATA);
             uint64_t key = rng_subkey(o->seed, 404, (uint64_t)step * 256 + (uint64_t)k);
             for (int n = 0; n < N; n++) { tokens[n] = (int)(rng_uniform_at(key, (uint64_t)n) * b->V) % b->V; }
             for (int n = 0; n < N; n++) { labels[n] = n % T == T - 1 ? -100 : tokens[n + 1]; }
-            phases_mark(&ph, PHASE_DATA);
+            phases_enter(&ph, PHASE_FORWARD);
             int count;
             lora.dropout_key = key;
             sum += model_forward(b, &lora, &a, tokens, labels, &count);
-            phases_mark(&ph, PHASE_FORWARD);
+            phases_enter(&ph, PHASE_BACKWARD);
             model_backward(b, &lora, &a, labels, 1.0f / (float)(count * o->accum));
-            phases_mark(&ph, PHASE_BACKWARD);
         }
+        phases_enter(&ph, PHASE_NORM);
         float norm = clip_gradients(&lora, o->clip);
-        phases_mark(&ph, PHASE_NORM);
+        phases_enter(&ph, PHASE_UPDATE);
         adamw_update(&lora, o->lr, 0.9f, 0.999f, 1e-8f, o->weight_decay, step + 1);
-        phases_mark(&ph, PHASE_UPDATE);
         phases_end(&ph);
         double dt = wall_seconds() - t0;
         if (step > 0) { timed += dt; }
@@ -3263,6 +3293,7 @@ int main(int argc, char **argv) {
         case 'A': o.recompute = (int)parse_int(flag, v, 0) != 0; break;
         case 'B': o.bench = (int)parse_int(flag, v, 0) != 0; break;
         case 'P': o.phase_every = (int)parse_int(flag, v, 0); break;
+        case 'G': gpu_budget_flag(flag, v); break;
         default: usage_error("unknown flag %s", flag);
         }
     }
@@ -3416,10 +3447,11 @@ int main(int argc, char **argv) {
     for (int step = pr.step; step < steps; step++) {
         double t0 = wall_seconds();
         phases_begin(&ph, step);
+        phases_enter(&ph, PHASE_UPDATE);
         float lr = get_learning_rate(step, o.lr, o.warmup, steps, o.final_frac);
         lora_zero_grads(&lora);
-        phases_mark(&ph, PHASE_UPDATE);
         // the step's micro-batches first, to count their labelled tokens: the loss is their mean
+        phases_enter(&ph, PHASE_DATA);
         int firsts[256], count = 0;
         for (int k = 0; k < o.accum && k < 256; k++) {
             if (cursor + o.B > train.n) { // a new epoch: a new order
@@ -3434,23 +3466,22 @@ int main(int argc, char **argv) {
             cursor += o.B;
             count += fill_batch(tokens, labels, &train, order, firsts[k], o.B, T);
         }
-        phases_mark(&ph, PHASE_DATA);
         double sum = 0.0;
         for (int k = 0; k < o.accum && k < 256; k++) {
             int c;
+            phases_enter(&ph, PHASE_DATA);
             lora.training = 1;
             lora.dropout_key = rng_subkey(o.seed, 303, (uint64_t)step * 256 + (uint64_t)k);
             fill_batch(tokens, labels, &train, order, firsts[k], o.B, T);
-            phases_mark(&ph, PHASE_DATA);
+            phases_enter(&ph, PHASE_FORWARD);
             sum += model_forward(&b, &lora, &a, tokens, labels, &c);
-            phases_mark(&ph, PHASE_FORWARD);
+            phases_enter(&ph, PHASE_BACKWARD);
             model_backward(&b, &lora, &a, labels, 1.0f / (float)(count > 0 ? count : 1));
-            phases_mark(&ph, PHASE_BACKWARD);
         }
+        phases_enter(&ph, PHASE_NORM);
         float loss = (float)(sum / (count > 0 ? count : 1)), norm = clip_gradients(&lora, o.clip);
-        phases_mark(&ph, PHASE_NORM);
+        phases_enter(&ph, PHASE_UPDATE);
         adamw_update(&lora, lr, 0.9f, 0.999f, 1e-8f, o.weight_decay, step + 1);
-        phases_mark(&ph, PHASE_UPDATE);
         phases_end(&ph); // (on the GPU: waits for the step's kernels, so that dt below includes them)
         double dt = wall_seconds() - t0, elapsed = wall_seconds() - start;
         int last = step + 1 == steps, validate = (step + 1) % o.val_every == 0 || last;

@@ -48,6 +48,7 @@ or 2H for SwiGLU's gate and up), V vocabulary (Vp padded), L layers, r the adapt
 #include <time.h>
 #include <unistd.h>
 #include <cuda_runtime.h>
+#include <nvtx3/nvToolsExt.h> // (header-only: NVTX ranges for Nsight Systems)
 #include <cuda_bf16.h>
 #include <cublas_v2.h>
 
@@ -213,6 +214,15 @@ static inline double wall_seconds(void) {
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
+
+// --- begin shared-copy: nvtx-layer ---
+// a layer's pass as an NVTX range ("forward 3", "backward 3"), for Nsight Systems' timeline
+static void layer_range_push(const char *pass, int layer) {
+    char name[48];
+    snprintf(name, sizeof(name), "%s %d", pass, layer);
+    nvtxRangePushA(name);
+}
+// --- end shared-copy: nvtx-layer ---
 // --- begin shared-copy: file-helpers ---
 #define MAX_PATH_LEN 4096
 
@@ -1572,6 +1582,43 @@ static void gpu_init(void) {
     done = 1;
 }
 
+// --- begin shared-copy: gpu-budget ---
+// -G GiB: behave as if the GPU had only this much memory, so that a 16 GB card can be
+// studied on a bigger one. Before each allocation the device's memory in use is read
+// (cudaMemGetInfo: the CUDA context, cuBLAS's workspace, this program's tensors, anything
+// else on the device); an allocation that would take it past the budget fails as the real
+// card's would, with the program's out-of-memory advice. 0: the whole device.
+static size_t gpu_budget;
+__attribute__((unused)) static void gpu_budget_set(const char *flag, const char *value) { // (unused: a test built from this file)
+    char *end;
+    errno = 0;
+    double gib = strtod(value, &end);
+    if (errno != 0 || end == value || *end != '\0' || !(gib >= 0.0) || gib > 1e6) {
+        fprintf(stderr, "Error: flag %s needs a number of GiB >= 0, got '%s'\nHINT: %s -h lists every flag\n", flag, value, PROGRAM);
+        exit(EXIT_FAILURE);
+    }
+    gpu_budget = (size_t)(gib * 1073741824.0 + 0.5);
+}
+// the device's free and total memory, as the budget makes them
+static void gpu_memory_info(size_t *free_bytes, size_t *total_bytes) {
+    cudaGetLastError(); // (a failed allocation leaves its error behind; the query must not see it)
+    cudaMemGetInfo(free_bytes, total_bytes);
+    if (gpu_budget == 0) { return; }
+    size_t used = *total_bytes - *free_bytes;
+    *total_bytes = gpu_budget;
+    *free_bytes = used < gpu_budget ? gpu_budget - used : 0;
+}
+// cudaMalloc within the budget
+static cudaError_t gpu_malloc_budgeted(void **p, size_t bytes) {
+    if (gpu_budget > 0) {
+        size_t free_bytes = 0, total_bytes = 0;
+        gpu_memory_info(&free_bytes, &total_bytes);
+        if (bytes > free_bytes) { return cudaErrorMemoryAllocation; }
+    }
+    return cudaMalloc(p, bytes);
+}
+// --- end shared-copy: gpu-budget ---
+
 // cudaMalloc, or one message saying what did not fit. What is held is counted (the
 // benchmark's peak memory): a table of the live allocations, a few dozen at most.
 #define MAX_ALLOCATIONS 64
@@ -1579,13 +1626,12 @@ static struct { void *p; size_t bytes; } live[MAX_ALLOCATIONS];
 static size_t held_bytes, peak_bytes;
 static void *gpu_alloc(size_t bytes, const char *what) {
     void *p = NULL;
-    cudaError_t err = cudaMalloc(&p, bytes > 0 ? bytes : 1);
+    cudaError_t err = gpu_malloc_budgeted(&p, bytes > 0 ? bytes : 1);
     if (err != cudaSuccess) {
         size_t free_bytes = 0, total = 0;
-        cudaGetLastError();
-        cudaMemGetInfo(&free_bytes, &total);
-        fprintf(stderr, "Error: out of GPU memory for %s: %.1f MiB asked, %.1f MiB free of %.1f\n"
-                "HINT: a smaller -b or -t, or -A 1 (activation recomputation)\n", what, bytes / 1048576.0,
+        gpu_memory_info(&free_bytes, &total);
+        fprintf(stderr, "Error: out of GPU memory%s for %s: %.1f MiB asked, %.1f MiB free of %.1f\n"
+                "HINT: a smaller -b or -t, or -A 1 (activation recomputation)\n", gpu_budget > 0 ? " (the -G budget)" : "", what, bytes / 1048576.0,
                 free_bytes / 1048576.0, total / 1048576.0);
         exit(EXIT_FAILURE);
     }
@@ -2215,7 +2261,11 @@ static double model_forward(const Base *b, const Lora *lora, Acts *a, const int 
     cudaCheck(cudaMemcpyAsync(a->labels, labels, (size_t)N * sizeof(int), cudaMemcpyHostToDevice, main_stream));
     embed_kernel<<<ceil_div((size_t)N * C, BLOCK), BLOCK, 0, main_stream>>>(a->x, a->tokens, device_base.wte, device_base.wpe, N, a->T, C);
     cudaCheck(cudaGetLastError());
-    for (int l = 0; l < L; l++) { layer_forward(b, lora, a, l); }
+    for (int l = 0; l < L; l++) {
+        layer_range_push("forward", l);
+        layer_forward(b, lora, a, l);
+        nvtxRangePop();
+    }
     norm_forward(a->nf, a->nf_stats, a->nf_stats + N, a->x + (size_t)L * N * C, device_base.lnfw, device_base.lnfb, N, C, b->eps, b->llama);
     linear_forward(a->logits, a->nf, device_base.lm_head, NULL, N, C, b->Vp);
     cross_entropy_kernel<<<N, 512, 0, main_stream>>>(a->logits, a->loss, a->labels, b->V, b->Vp);
@@ -2249,6 +2299,7 @@ static void model_backward(const Base *b, Lora *lora, Acts *a, const int *labels
     cudaCheck(cudaMemsetAsync(dx, 0, NC * sizeof(float), main_stream));
     norm_backward(dx, dnf, a->x + (size_t)L * NC, a->nf_stats, a->nf_stats + N, d->lnfw, N, C, b->llama);
     for (int l = L - 1; l >= 0; l--) {
+        layer_range_push("backward", l);
         if (a->recompute && l < L - 1) { layer_forward(b, lora, a, l); } // (the last block's are still in the slot)
         LayerActs la = layer_acts(a, b, l);
         float *dact = a->dbuf;
@@ -2274,6 +2325,7 @@ static void model_backward(const Base *b, Lora *lora, Acts *a, const int *labels
         linear_backward(dn1, dqkv, d->qkvw + (size_t)l * QKV * C, N, C, QKV);
         site_lora_backward(dn1, dqkv, la.n1, l, SITE_QKV, lora, a, N, QKV);
         norm_backward(dx, dn1, la.x, la.st, la.st + N, d->ln1w + (size_t)l * C, N, C, b->llama); // dx is now d x
+        nvtxRangePop();
     }
 }
 
@@ -2618,7 +2670,7 @@ char *instruct_prompt(const Tokenizer *tok, const char *system, const char *inst
 #ifndef TESTING // (test_finetune_lora.cu takes what is above)
 
 // --- begin shared-copy: phase-names ---
-// The phases of a training step that -P times (phases_mark, below)
+// The phases of a training step that -P times (phases_enter, below)
 enum { PHASE_DATA, PHASE_FORWARD, PHASE_BACKWARD, PHASE_NORM, PHASE_UPDATE, NUM_PHASES };
 static const char *const PHASE_NAMES[NUM_PHASES] = {"data", "forward", "backward", "norm", "update"};
 // --- end shared-copy: phase-names ---
@@ -2677,42 +2729,65 @@ static int phase_clock_read(PhaseClock *c, double *ms) {
     for (int k = 0; k < NUM_PHASES; k++) { ms[k] = c->ms[k]; }
     return 1;
 }
+// ... and a profiler's ranges: NVTX (header-only NVTX v3, in the CUDA toolkit), named spans of
+// the host's time that Nsight Systems draws on its timeline with the kernels launched in them
+static void range_push(const char *name) { nvtxRangePushA(name); }
+static void range_pop(void) { nvtxRangePop(); }
 // --- end shared-copy: phase-clock-gpu ---
 // --- begin shared-copy: phases ---
 // Where a training step's time goes (-P N: every N-th step, on the step's line and in the
 // metrics log): loading the data, the forward pass, the backward pass, the gradient's norm
-// (and clipping), the optimizer's update (and zeroing the gradients). phases_mark(p, X)
-// says that the time since the last mark was phase X: the phases follow one another, so
-// they add up to the step, and a step's micro-batches add up their passes. The clock is
-// phase_clock's: the host's on the CPU, the GPU's events on the GPU.
+// (and clipping), the optimizer's update (and zeroing the gradients). phases_enter(p, X)
+// says that what runs from here to the next phases_enter (or to phases_end) is phase X: the
+// phases follow one another, so they add up to the step, and a step's micro-batches add up
+// their passes. The clock is phase_clock's: the host's on the CPU, the GPU's events on the
+// GPU. Every step and phase is also a range for a profiler (range_push: NVTX on the GPU, so
+// that Nsight Systems shows the step's structure; nothing on the CPU), timed or not.
 typedef struct {
     int every;                  // -P: measure every this many steps (0: never)
     int on;                     // measuring the current step
+    int current;                // the phase running now (-1: none yet)
     int device;                 // ms is the device's own clock's (the GPU's), not the host's
     int shown;                  // (the host's clock has been shown beside the device's)
     double ms[NUM_PHASES];      // each phase's milliseconds
-    double host_ms[NUM_PHASES]; // ... by the host's clock, read at each mark without waiting
-    double host_last;           // the host's clock at the last mark
+    double host_ms[NUM_PHASES]; // ... by the host's clock, read at each boundary without waiting
+    double host_last;           // the host's clock at the last boundary
     PhaseClock clock;
 } Phases;
 
 // a step begins (step counts from 0: -P N measures steps N, 2N, ...)
 static void phases_begin(Phases *p, int step) {
+    char name[32];
+    snprintf(name, sizeof(name), "step %d", step + 1);
+    range_push(name);
+    p->current = -1;
     p->on = p->every > 0 && (step + 1) % p->every == 0;
     if (!p->on) { return; }
     for (int k = 0; k < NUM_PHASES; k++) { p->ms[k] = p->host_ms[k] = 0.0; }
     phase_clock_start(&p->clock);
     p->host_last = wall_seconds();
 }
-static void phases_mark(Phases *p, int phase) {
-    if (!p->on) { return; }
-    double now = wall_seconds();
-    p->host_ms[phase] += 1e3 * (now - p->host_last);
-    p->host_last = now;
-    phase_clock_mark(&p->clock, phase);
+// the phase that was running (if any) ends here
+static void phases_close(Phases *p) {
+    if (p->current < 0) { return; }
+    range_pop();
+    if (p->on) {
+        double now = wall_seconds();
+        p->host_ms[p->current] += 1e3 * (now - p->host_last);
+        p->host_last = now;
+        phase_clock_mark(&p->clock, p->current);
+    }
+    p->current = -1;
+}
+static void phases_enter(Phases *p, int phase) {
+    phases_close(p);
+    range_push(PHASE_NAMES[phase]);
+    p->current = phase;
 }
 // the step is done: read the device's clock (waiting for it)
 static void phases_end(Phases *p) {
+    phases_close(p);
+    range_pop(); // (the step's)
     if (!p->on) { return; }
     p->device = phase_clock_read(&p->clock, p->ms);
     if (!p->device) {
@@ -2755,6 +2830,7 @@ __attribute__((unused)) static void phases_log(const Phases *p, FILE *f) {
 // --- end shared-copy: phases ---
 // -P's events go on the stream where the work is queued
 static void phases_device_setup(Phases *p) { p->clock.stream = main_stream; }
+static void gpu_budget_flag(const char *flag, const char *value) { gpu_budget_set(flag, value); } // -G
 // the benchmark's peak memory: the most this program held at once (its allocations; cuBLAS's
 // workspace not among them), and the device's memory in use now (all of it: CUDA's context,
 // cuBLAS, other processes)
@@ -3296,6 +3372,8 @@ static void print_usage(const Options *d) {
            "  -s N      seed: the adapter's start, the split, the order [%llu]\n"
            "  -P N      time the phases of every N-th step (data, forward, backward, norm, update; in metrics.tsv\n"
            "            too), 0 = off [%d]\n"
+           "  -G GiB    finetune_lora.cu: behave as if the GPU had only this much memory (a 16 GB card on a\n"
+           "            bigger one), 0 = all of it [0]\n"
            "  -h        this help\n",
            PROGRAM, d->model, d->data, d->out, d->targets, d->r, d->alpha, d->rslora, d->dropout, d->B, d->accum, d->T, d->refuse, d->epochs,
            d->steps, d->lr, d->warmup, d->final_frac, d->weight_decay, d->clip, d->val_every, d->val_frac, d->save_every, d->resume,
@@ -3350,24 +3428,24 @@ static void run_bench(const Base *b, const Options *o) {
     for (int step = 0; step < steps; step++) {
         double t0 = wall_seconds(), sum = 0.0;
         phases_begin(&ph, step);
+        phases_enter(&ph, PHASE_UPDATE);
         lora_zero_grads(&lora);
-        phases_mark(&ph, PHASE_UPDATE);
         for (int k = 0; k < o->accum; k++) {
+            phases_enter(&ph, PHASE_DATA);
             uint64_t key = rng_subkey(o->seed, 404, (uint64_t)step * 256 + (uint64_t)k);
             for (int n = 0; n < N; n++) { tokens[n] = (int)(rng_uniform_at(key, (uint64_t)n) * b->V) % b->V; }
             for (int n = 0; n < N; n++) { labels[n] = n % T == T - 1 ? -100 : tokens[n + 1]; }
-            phases_mark(&ph, PHASE_DATA);
+            phases_enter(&ph, PHASE_FORWARD);
             int count;
             lora.dropout_key = key;
             sum += model_forward(b, &lora, &a, tokens, labels, &count);
-            phases_mark(&ph, PHASE_FORWARD);
+            phases_enter(&ph, PHASE_BACKWARD);
             model_backward(b, &lora, &a, labels, 1.0f / (float)(count * o->accum));
-            phases_mark(&ph, PHASE_BACKWARD);
         }
+        phases_enter(&ph, PHASE_NORM);
         float norm = clip_gradients(&lora, o->clip);
-        phases_mark(&ph, PHASE_NORM);
+        phases_enter(&ph, PHASE_UPDATE);
         adamw_update(&lora, o->lr, 0.9f, 0.999f, 1e-8f, o->weight_decay, step + 1);
-        phases_mark(&ph, PHASE_UPDATE);
         phases_end(&ph);
         double dt = wall_seconds() - t0;
         if (step > 0) { timed += dt; }
@@ -3431,6 +3509,7 @@ int main(int argc, char **argv) {
         case 'A': o.recompute = (int)parse_int(flag, v, 0) != 0; break;
         case 'B': o.bench = (int)parse_int(flag, v, 0) != 0; break;
         case 'P': o.phase_every = (int)parse_int(flag, v, 0); break;
+        case 'G': gpu_budget_flag(flag, v); break;
         default: usage_error("unknown flag %s", flag);
         }
     }
@@ -3584,10 +3663,11 @@ int main(int argc, char **argv) {
     for (int step = pr.step; step < steps; step++) {
         double t0 = wall_seconds();
         phases_begin(&ph, step);
+        phases_enter(&ph, PHASE_UPDATE);
         float lr = get_learning_rate(step, o.lr, o.warmup, steps, o.final_frac);
         lora_zero_grads(&lora);
-        phases_mark(&ph, PHASE_UPDATE);
         // the step's micro-batches first, to count their labelled tokens: the loss is their mean
+        phases_enter(&ph, PHASE_DATA);
         int firsts[256], count = 0;
         for (int k = 0; k < o.accum && k < 256; k++) {
             if (cursor + o.B > train.n) { // a new epoch: a new order
@@ -3602,23 +3682,22 @@ int main(int argc, char **argv) {
             cursor += o.B;
             count += fill_batch(tokens, labels, &train, order, firsts[k], o.B, T);
         }
-        phases_mark(&ph, PHASE_DATA);
         double sum = 0.0;
         for (int k = 0; k < o.accum && k < 256; k++) {
             int c;
+            phases_enter(&ph, PHASE_DATA);
             lora.training = 1;
             lora.dropout_key = rng_subkey(o.seed, 303, (uint64_t)step * 256 + (uint64_t)k);
             fill_batch(tokens, labels, &train, order, firsts[k], o.B, T);
-            phases_mark(&ph, PHASE_DATA);
+            phases_enter(&ph, PHASE_FORWARD);
             sum += model_forward(&b, &lora, &a, tokens, labels, &c);
-            phases_mark(&ph, PHASE_FORWARD);
+            phases_enter(&ph, PHASE_BACKWARD);
             model_backward(&b, &lora, &a, labels, 1.0f / (float)(count > 0 ? count : 1));
-            phases_mark(&ph, PHASE_BACKWARD);
         }
+        phases_enter(&ph, PHASE_NORM);
         float loss = (float)(sum / (count > 0 ? count : 1)), norm = clip_gradients(&lora, o.clip);
-        phases_mark(&ph, PHASE_NORM);
+        phases_enter(&ph, PHASE_UPDATE);
         adamw_update(&lora, lr, 0.9f, 0.999f, 1e-8f, o.weight_decay, step + 1);
-        phases_mark(&ph, PHASE_UPDATE);
         phases_end(&ph); // (on the GPU: waits for the step's kernels, so that dt below includes them)
         double dt = wall_seconds() - t0, elapsed = wall_seconds() - start;
         int last = step + 1 == steps, validate = (step + 1) % o.val_every == 0 || last;

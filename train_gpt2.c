@@ -1929,7 +1929,7 @@ void gpt2_print_memory(const GPT2 *model, size_t B, size_t T) {
 #ifndef TESTING
 
 // --- begin shared-copy: phase-names ---
-// The phases of a training step that -P times (phases_mark, below)
+// The phases of a training step that -P times (phases_enter, below)
 enum { PHASE_DATA, PHASE_FORWARD, PHASE_BACKWARD, PHASE_NORM, PHASE_UPDATE, NUM_PHASES };
 static const char *const PHASE_NAMES[NUM_PHASES] = {"data", "forward", "backward", "norm", "update"};
 // --- end shared-copy: phase-names ---
@@ -1941,42 +1941,64 @@ static void phase_clock_start(PhaseClock *c) { (void)c; }
 static void phase_clock_mark(PhaseClock *c, int phase) { (void)c; (void)phase; }
 // 0: no clock of its own (the host's times are the phases')
 static int phase_clock_read(PhaseClock *c, double *ms) { (void)c; (void)ms; return 0; }
+// ... and a profiler's ranges: none on the CPU (perf and gprof see the functions themselves)
+static void range_push(const char *name) { (void)name; }
+static void range_pop(void) {}
 // --- end shared-copy: phase-clock-cpu ---
 // --- begin shared-copy: phases ---
 // Where a training step's time goes (-P N: every N-th step, on the step's line and in the
 // metrics log): loading the data, the forward pass, the backward pass, the gradient's norm
-// (and clipping), the optimizer's update (and zeroing the gradients). phases_mark(p, X)
-// says that the time since the last mark was phase X: the phases follow one another, so
-// they add up to the step, and a step's micro-batches add up their passes. The clock is
-// phase_clock's: the host's on the CPU, the GPU's events on the GPU.
+// (and clipping), the optimizer's update (and zeroing the gradients). phases_enter(p, X)
+// says that what runs from here to the next phases_enter (or to phases_end) is phase X: the
+// phases follow one another, so they add up to the step, and a step's micro-batches add up
+// their passes. The clock is phase_clock's: the host's on the CPU, the GPU's events on the
+// GPU. Every step and phase is also a range for a profiler (range_push: NVTX on the GPU, so
+// that Nsight Systems shows the step's structure; nothing on the CPU), timed or not.
 typedef struct {
     int every;                  // -P: measure every this many steps (0: never)
     int on;                     // measuring the current step
+    int current;                // the phase running now (-1: none yet)
     int device;                 // ms is the device's own clock's (the GPU's), not the host's
     int shown;                  // (the host's clock has been shown beside the device's)
     double ms[NUM_PHASES];      // each phase's milliseconds
-    double host_ms[NUM_PHASES]; // ... by the host's clock, read at each mark without waiting
-    double host_last;           // the host's clock at the last mark
+    double host_ms[NUM_PHASES]; // ... by the host's clock, read at each boundary without waiting
+    double host_last;           // the host's clock at the last boundary
     PhaseClock clock;
 } Phases;
 
 // a step begins (step counts from 0: -P N measures steps N, 2N, ...)
 static void phases_begin(Phases *p, int step) {
+    char name[32];
+    snprintf(name, sizeof(name), "step %d", step + 1);
+    range_push(name);
+    p->current = -1;
     p->on = p->every > 0 && (step + 1) % p->every == 0;
     if (!p->on) { return; }
     for (int k = 0; k < NUM_PHASES; k++) { p->ms[k] = p->host_ms[k] = 0.0; }
     phase_clock_start(&p->clock);
     p->host_last = wall_seconds();
 }
-static void phases_mark(Phases *p, int phase) {
-    if (!p->on) { return; }
-    double now = wall_seconds();
-    p->host_ms[phase] += 1e3 * (now - p->host_last);
-    p->host_last = now;
-    phase_clock_mark(&p->clock, phase);
+// the phase that was running (if any) ends here
+static void phases_close(Phases *p) {
+    if (p->current < 0) { return; }
+    range_pop();
+    if (p->on) {
+        double now = wall_seconds();
+        p->host_ms[p->current] += 1e3 * (now - p->host_last);
+        p->host_last = now;
+        phase_clock_mark(&p->clock, p->current);
+    }
+    p->current = -1;
+}
+static void phases_enter(Phases *p, int phase) {
+    phases_close(p);
+    range_push(PHASE_NAMES[phase]);
+    p->current = phase;
 }
 // the step is done: read the device's clock (waiting for it)
 static void phases_end(Phases *p) {
+    phases_close(p);
+    range_pop(); // (the step's)
     if (!p->on) { return; }
     p->device = phase_clock_read(&p->clock, p->ms);
     if (!p->device) {
@@ -2096,7 +2118,7 @@ static long parse_int(const char *flag, const char *s, long lo) {
 static void print_device_usage(void) {}
 static int parse_device_flag(const char *flag, const char *value) {
     (void)value;
-    if (strcmp(flag, "-r") == 0 || strcmp(flag, "-w") == 0) {
+    if (strcmp(flag, "-r") == 0 || strcmp(flag, "-w") == 0 || strcmp(flag, "-G") == 0) {
         usage_error("flag %s is train_gpt2cu's (GPU memory and precision); the CPU trainer has no such choice"
                     " (the random seed is -p)", flag);
     }
@@ -2304,25 +2326,25 @@ static void train_step(const Run *r, GPT2 *model, DataLoader *train, int step, F
     const Options *o = &r->o;
     double t0 = wall_seconds();
     phases_begin(ph, step);
+    phases_enter(ph, PHASE_UPDATE);
     gpt2_zero_grad(model);
-    phases_mark(ph, PHASE_UPDATE);
     double loss = 0.0;
     for (int micro = 0; micro < r->accum_steps; micro++) {
+        phases_enter(ph, PHASE_DATA);
         dataloader_next_batch(train);
-        phases_mark(ph, PHASE_DATA);
+        phases_enter(ph, PHASE_FORWARD);
         gpt2_forward(model, train->inputs, train->targets, o->B, o->T);
-        phases_mark(ph, PHASE_FORWARD);
+        phases_enter(ph, PHASE_BACKWARD);
         gpt2_backward(model, 1.0f / r->accum_steps);
-        phases_mark(ph, PHASE_BACKWARD);
         loss += model->mean_loss;
     }
     loss /= r->accum_steps;
+    phases_enter(ph, PHASE_NORM);
     float norm = gpt2_grad_norm(model);
     // (train_gpt2.cu in FP16: gradients that overflowed skip the update and
     // lower the loss scale; otherwise skip is 0 and note empty)
     char note[128];
     int skip = gpt2_loss_scale_update(model, norm, note, sizeof(note));
-    phases_mark(ph, PHASE_NORM);
     if (!isfinite(loss) || (!isfinite(norm) && !skip)) {
         // nothing good can come of the next step: stop while the checkpoints are sound
         fprintf(stderr, "Error: step %d: loss %g, gradient norm %g: training diverged\n"
@@ -2333,8 +2355,8 @@ static void train_step(const Run *r, GPT2 *model, DataLoader *train, int step, F
     float grad_scale = 1.0f;
     if (o->grad_clip > 0.0f && o->grad_clip / (norm + 1e-6f) < 1.0f) { grad_scale = o->grad_clip / (norm + 1e-6f); }
     float lr = get_learning_rate(step, o->lr, o->warmup, o->max_steps, o->final_lr_frac);
+    phases_enter(ph, PHASE_UPDATE);
     if (!skip) { gpt2_update(model, lr, o->beta1, o->beta2, o->eps, o->weight_decay, grad_scale, step + 1); }
-    phases_mark(ph, PHASE_UPDATE);
     phases_end(ph); // (on the GPU this waits for the step's kernels: the step's time below includes them)
     double ms = (wall_seconds() - t0) * 1000.0;
     printf("step %4d/%d | loss %.6f | lr %.2e | norm %.4f | %.1f ms | %.0f tok/s", step + 1, o->max_steps,

@@ -54,6 +54,7 @@ residual stream's one running gradient); other activation gradients are WRITTEN.
 #include <unistd.h>
 #include <sys/stat.h>
 #include <cuda_runtime.h>
+#include <nvtx3/nvToolsExt.h> // (header-only: NVTX ranges for Nsight Systems)
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cublas_v2.h>
@@ -166,6 +167,43 @@ static void cublas_check(cublasStatus_t status, const char *file, int line) {
 #define cublasCheck(status) cublas_check(status, __FILE__, __LINE__)
 // --- end shared-copy: cuda-check ---
 
+// --- begin shared-copy: gpu-budget ---
+// -G GiB: behave as if the GPU had only this much memory, so that a 16 GB card can be
+// studied on a bigger one. Before each allocation the device's memory in use is read
+// (cudaMemGetInfo: the CUDA context, cuBLAS's workspace, this program's tensors, anything
+// else on the device); an allocation that would take it past the budget fails as the real
+// card's would, with the program's out-of-memory advice. 0: the whole device.
+static size_t gpu_budget;
+__attribute__((unused)) static void gpu_budget_set(const char *flag, const char *value) { // (unused: a test built from this file)
+    char *end;
+    errno = 0;
+    double gib = strtod(value, &end);
+    if (errno != 0 || end == value || *end != '\0' || !(gib >= 0.0) || gib > 1e6) {
+        fprintf(stderr, "Error: flag %s needs a number of GiB >= 0, got '%s'\nHINT: %s -h lists every flag\n", flag, value, PROGRAM);
+        exit(EXIT_FAILURE);
+    }
+    gpu_budget = (size_t)(gib * 1073741824.0 + 0.5);
+}
+// the device's free and total memory, as the budget makes them
+static void gpu_memory_info(size_t *free_bytes, size_t *total_bytes) {
+    cudaGetLastError(); // (a failed allocation leaves its error behind; the query must not see it)
+    cudaMemGetInfo(free_bytes, total_bytes);
+    if (gpu_budget == 0) { return; }
+    size_t used = *total_bytes - *free_bytes;
+    *total_bytes = gpu_budget;
+    *free_bytes = used < gpu_budget ? gpu_budget - used : 0;
+}
+// cudaMalloc within the budget
+static cudaError_t gpu_malloc_budgeted(void **p, size_t bytes) {
+    if (gpu_budget > 0) {
+        size_t free_bytes = 0, total_bytes = 0;
+        gpu_memory_info(&free_bytes, &total_bytes);
+        if (bytes > free_bytes) { return cudaErrorMemoryAllocation; }
+    }
+    return cudaMalloc(p, bytes);
+}
+// --- end shared-copy: gpu-budget ---
+
 // Device memory for one group of tensors (`what`), or a message that says which
 // group did not fit, by how much, and what to change.
 static void *cuda_malloc_check(size_t bytes, const char *what) {
@@ -175,16 +213,16 @@ static void *cuda_malloc_check(size_t bytes, const char *what) {
     const char *precision_hint = "";
 #endif
     void *p = NULL;
-    cudaError_t err = cudaMalloc(&p, bytes > 0 ? bytes : 1);
+    cudaError_t err = gpu_malloc_budgeted(&p, bytes > 0 ? bytes : 1);
     if (err != cudaSuccess) {
         size_t free_bytes = 0, total_bytes = 0;
-        cudaGetLastError(); // clear the error, so that the query below works
-        cudaMemGetInfo(&free_bytes, &total_bytes);
-        fprintf(stderr, "Error: out of GPU memory: %s need %.1f MiB, %.1f MiB of %.1f MiB are free: %.1f MiB short (%s)\n"
+        gpu_memory_info(&free_bytes, &total_bytes);
+        size_t need = bytes > 0 ? bytes : 1, short_by = need > free_bytes ? need - free_bytes : 0;
+        fprintf(stderr, "Error: out of GPU memory%s: %s need %.1f MiB, %.1f MiB of %.1f MiB are free: %.1f MiB short (%zu bytes; %s)\n"
                 "HINT: lower the batch size (-b) or the sequence length (-t), and raise -d to keep the total batch;"
                 " or recompute more activations (-r 2)%s%s\n",
-                what, bytes / 1048576.0, free_bytes / 1048576.0, total_bytes / 1048576.0,
-                bytes > free_bytes ? (bytes - free_bytes) / 1048576.0 : 0.0, cudaGetErrorString(err),
+                gpu_budget > 0 ? " (the -G budget)" : "", what, bytes / 1048576.0, free_bytes / 1048576.0, total_bytes / 1048576.0,
+                short_by / 1048576.0, short_by, cudaGetErrorString(err),
                 precision_hint,
                 USE_CUDNN_ATTENTION ? "" : "; or build with cuDNN's attention (USE_CUDNN=1), which keeps no T x T matrices");
         exit(EXIT_FAILURE);
@@ -230,6 +268,15 @@ static inline double wall_seconds(void) {
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec + 1e-9 * ts.tv_nsec;
 }
+
+// --- begin shared-copy: nvtx-layer ---
+// a layer's pass as an NVTX range ("forward 3", "backward 3"), for Nsight Systems' timeline
+static void layer_range_push(const char *pass, int layer) {
+    char name[48];
+    snprintf(name, sizeof(name), "%s %d", pass, layer);
+    nvtxRangePushA(name);
+}
+// --- end shared-copy: nvtx-layer ---
 
 // --- begin shared-copy: omp-wait-policy ---
 // How our OpenMP threads wait for each other. At the end of a parallel loop the threads
@@ -1582,6 +1629,7 @@ void gpt2_forward(GPT2 *model, const int *inputs, const int *targets, size_t B, 
     ActivationTensors a = model->acts;
     encoder_forward(a.encoded, model->inputs_dev, p.wte, p.wpe, B, T, C);
     for (size_t l = 0; l < L; l++) {
+        layer_range_push("forward", (int)l);
         // this layer's slices of the parameters and activations
         const floatX *residual = l == 0 ? a.encoded : a.residual3 + (l - 1) * B * T * C;
         const floatX *l_ln1w = p.ln1w + l * C, *l_ln1b = p.ln1b + l * C;
@@ -1622,6 +1670,7 @@ void gpt2_forward(GPT2 *model, const int *inputs, const int *targets, size_t B, 
         }
         matmul_forward(l_fcproj, l_fch_gelu, l_fcprojw, l_fcprojb, B, T, 4 * C, C);
         residual_forward(l_residual3, l_residual2, l_fcproj, B * T * C);
+        nvtxRangePop();
     }
     const floatX *residual = a.residual3 + (L - 1) * B * T * C;
     layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, residual, p.lnfw, p.lnfb, B, T, C);
@@ -1704,6 +1753,7 @@ void gpt2_backward(GPT2 *model, float loss_scale) {
     // ...and flows down the residual stream, as in train_gpt2.c
     for (int li = (int)L - 1; li >= 0; li--) {
         size_t l = (size_t)li;
+        layer_range_push("backward", li);
         residual = l == 0 ? a.encoded : a.residual3 + (l - 1) * B * T * C;
         const floatX *l_ln1w = p.ln1w + l * C, *l_qkvw = p.qkvw + l * 3 * C * C, *l_attprojw = p.attprojw + l * C * C;
         const floatX *l_ln2w = p.ln2w + l * C, *l_fcw = p.fcw + l * 4 * C * C, *l_fcprojw = p.fcprojw + l * C * 4 * C;
@@ -1746,6 +1796,7 @@ void gpt2_backward(GPT2 *model, float loss_scale) {
 #endif
         matmul_backward(ga.dln, dl_qkvw, dl_qkvb, ga.dqkv, l_ln1, l_qkvw, B, T, C, 3 * C);
         layernorm_backward(ga.dresidual, dl_ln1w, dl_ln1b, ga.dln, residual, l_ln1w, l_ln1_mean, l_ln1_rstd, B, T, C);
+        nvtxRangePop();
     }
     encoder_backward(g.wte, g.wpe, ga.dresidual, model->inputs, B, T, C);
 }
@@ -2735,7 +2786,7 @@ double model_flops_utilization(const GPT2 *model, size_t tokens, size_t T, doubl
 #ifndef TESTING
 
 // --- begin shared-copy: phase-names ---
-// The phases of a training step that -P times (phases_mark, below)
+// The phases of a training step that -P times (phases_enter, below)
 enum { PHASE_DATA, PHASE_FORWARD, PHASE_BACKWARD, PHASE_NORM, PHASE_UPDATE, NUM_PHASES };
 static const char *const PHASE_NAMES[NUM_PHASES] = {"data", "forward", "backward", "norm", "update"};
 // --- end shared-copy: phase-names ---
@@ -2794,42 +2845,65 @@ static int phase_clock_read(PhaseClock *c, double *ms) {
     for (int k = 0; k < NUM_PHASES; k++) { ms[k] = c->ms[k]; }
     return 1;
 }
+// ... and a profiler's ranges: NVTX (header-only NVTX v3, in the CUDA toolkit), named spans of
+// the host's time that Nsight Systems draws on its timeline with the kernels launched in them
+static void range_push(const char *name) { nvtxRangePushA(name); }
+static void range_pop(void) { nvtxRangePop(); }
 // --- end shared-copy: phase-clock-gpu ---
 // --- begin shared-copy: phases ---
 // Where a training step's time goes (-P N: every N-th step, on the step's line and in the
 // metrics log): loading the data, the forward pass, the backward pass, the gradient's norm
-// (and clipping), the optimizer's update (and zeroing the gradients). phases_mark(p, X)
-// says that the time since the last mark was phase X: the phases follow one another, so
-// they add up to the step, and a step's micro-batches add up their passes. The clock is
-// phase_clock's: the host's on the CPU, the GPU's events on the GPU.
+// (and clipping), the optimizer's update (and zeroing the gradients). phases_enter(p, X)
+// says that what runs from here to the next phases_enter (or to phases_end) is phase X: the
+// phases follow one another, so they add up to the step, and a step's micro-batches add up
+// their passes. The clock is phase_clock's: the host's on the CPU, the GPU's events on the
+// GPU. Every step and phase is also a range for a profiler (range_push: NVTX on the GPU, so
+// that Nsight Systems shows the step's structure; nothing on the CPU), timed or not.
 typedef struct {
     int every;                  // -P: measure every this many steps (0: never)
     int on;                     // measuring the current step
+    int current;                // the phase running now (-1: none yet)
     int device;                 // ms is the device's own clock's (the GPU's), not the host's
     int shown;                  // (the host's clock has been shown beside the device's)
     double ms[NUM_PHASES];      // each phase's milliseconds
-    double host_ms[NUM_PHASES]; // ... by the host's clock, read at each mark without waiting
-    double host_last;           // the host's clock at the last mark
+    double host_ms[NUM_PHASES]; // ... by the host's clock, read at each boundary without waiting
+    double host_last;           // the host's clock at the last boundary
     PhaseClock clock;
 } Phases;
 
 // a step begins (step counts from 0: -P N measures steps N, 2N, ...)
 static void phases_begin(Phases *p, int step) {
+    char name[32];
+    snprintf(name, sizeof(name), "step %d", step + 1);
+    range_push(name);
+    p->current = -1;
     p->on = p->every > 0 && (step + 1) % p->every == 0;
     if (!p->on) { return; }
     for (int k = 0; k < NUM_PHASES; k++) { p->ms[k] = p->host_ms[k] = 0.0; }
     phase_clock_start(&p->clock);
     p->host_last = wall_seconds();
 }
-static void phases_mark(Phases *p, int phase) {
-    if (!p->on) { return; }
-    double now = wall_seconds();
-    p->host_ms[phase] += 1e3 * (now - p->host_last);
-    p->host_last = now;
-    phase_clock_mark(&p->clock, phase);
+// the phase that was running (if any) ends here
+static void phases_close(Phases *p) {
+    if (p->current < 0) { return; }
+    range_pop();
+    if (p->on) {
+        double now = wall_seconds();
+        p->host_ms[p->current] += 1e3 * (now - p->host_last);
+        p->host_last = now;
+        phase_clock_mark(&p->clock, p->current);
+    }
+    p->current = -1;
+}
+static void phases_enter(Phases *p, int phase) {
+    phases_close(p);
+    range_push(PHASE_NAMES[phase]);
+    p->current = phase;
 }
 // the step is done: read the device's clock (waiting for it)
 static void phases_end(Phases *p) {
+    phases_close(p);
+    range_pop(); // (the step's)
     if (!p->on) { return; }
     p->device = phase_clock_read(&p->clock, p->ms);
     if (!p->device) {
@@ -2950,8 +3024,13 @@ static void print_device_usage(void) {
            recompute_level);
     printf("  -w <0|1>      keep fp32 master weights (bf16 builds; fp16 always keeps them, fp32 needs none) [%d]\n",
            use_master_weights);
+    printf("  -G <GiB>      behave as if the GPU had only this much memory (a 16 GB card on a bigger one), 0 = all [0]\n");
 }
 static int parse_device_flag(const char *flag, const char *value) {
+    if (strcmp(flag, "-G") == 0) {
+        gpu_budget_set(flag, value);
+        return 1;
+    }
     if (strcmp(flag, "-r") == 0) {
         recompute_level = (int)parse_int(flag, value, 0);
         if (recompute_level > 2) { usage_error("flag -r takes 0, 1 or 2, got '%s'", value); }
@@ -3169,25 +3248,25 @@ static void train_step(const Run *r, GPT2 *model, DataLoader *train, int step, F
     const Options *o = &r->o;
     double t0 = wall_seconds();
     phases_begin(ph, step);
+    phases_enter(ph, PHASE_UPDATE);
     gpt2_zero_grad(model);
-    phases_mark(ph, PHASE_UPDATE);
     double loss = 0.0;
     for (int micro = 0; micro < r->accum_steps; micro++) {
+        phases_enter(ph, PHASE_DATA);
         dataloader_next_batch(train);
-        phases_mark(ph, PHASE_DATA);
+        phases_enter(ph, PHASE_FORWARD);
         gpt2_forward(model, train->inputs, train->targets, o->B, o->T);
-        phases_mark(ph, PHASE_FORWARD);
+        phases_enter(ph, PHASE_BACKWARD);
         gpt2_backward(model, 1.0f / r->accum_steps);
-        phases_mark(ph, PHASE_BACKWARD);
         loss += model->mean_loss;
     }
     loss /= r->accum_steps;
+    phases_enter(ph, PHASE_NORM);
     float norm = gpt2_grad_norm(model);
     // (train_gpt2.cu in FP16: gradients that overflowed skip the update and
     // lower the loss scale; otherwise skip is 0 and note empty)
     char note[128];
     int skip = gpt2_loss_scale_update(model, norm, note, sizeof(note));
-    phases_mark(ph, PHASE_NORM);
     if (!isfinite(loss) || (!isfinite(norm) && !skip)) {
         // nothing good can come of the next step: stop while the checkpoints are sound
         fprintf(stderr, "Error: step %d: loss %g, gradient norm %g: training diverged\n"
@@ -3198,8 +3277,8 @@ static void train_step(const Run *r, GPT2 *model, DataLoader *train, int step, F
     float grad_scale = 1.0f;
     if (o->grad_clip > 0.0f && o->grad_clip / (norm + 1e-6f) < 1.0f) { grad_scale = o->grad_clip / (norm + 1e-6f); }
     float lr = get_learning_rate(step, o->lr, o->warmup, o->max_steps, o->final_lr_frac);
+    phases_enter(ph, PHASE_UPDATE);
     if (!skip) { gpt2_update(model, lr, o->beta1, o->beta2, o->eps, o->weight_decay, grad_scale, step + 1); }
-    phases_mark(ph, PHASE_UPDATE);
     phases_end(ph); // (on the GPU this waits for the step's kernels: the step's time below includes them)
     double ms = (wall_seconds() - t0) * 1000.0;
     printf("step %4d/%d | loss %.6f | lr %.2e | norm %.4f | %.1f ms | %.0f tok/s", step + 1, o->max_steps,

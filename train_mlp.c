@@ -158,7 +158,7 @@ static inline double wall_seconds(void) {
 }
 
 // --- begin shared-copy: phase-names ---
-// The phases of a training step that -P times (phases_mark, below)
+// The phases of a training step that -P times (phases_enter, below)
 enum { PHASE_DATA, PHASE_FORWARD, PHASE_BACKWARD, PHASE_NORM, PHASE_UPDATE, NUM_PHASES };
 static const char *const PHASE_NAMES[NUM_PHASES] = {"data", "forward", "backward", "norm", "update"};
 // --- end shared-copy: phase-names ---
@@ -170,42 +170,64 @@ static void phase_clock_start(PhaseClock *c) { (void)c; }
 static void phase_clock_mark(PhaseClock *c, int phase) { (void)c; (void)phase; }
 // 0: no clock of its own (the host's times are the phases')
 static int phase_clock_read(PhaseClock *c, double *ms) { (void)c; (void)ms; return 0; }
+// ... and a profiler's ranges: none on the CPU (perf and gprof see the functions themselves)
+static void range_push(const char *name) { (void)name; }
+static void range_pop(void) {}
 // --- end shared-copy: phase-clock-cpu ---
 // --- begin shared-copy: phases ---
 // Where a training step's time goes (-P N: every N-th step, on the step's line and in the
 // metrics log): loading the data, the forward pass, the backward pass, the gradient's norm
-// (and clipping), the optimizer's update (and zeroing the gradients). phases_mark(p, X)
-// says that the time since the last mark was phase X: the phases follow one another, so
-// they add up to the step, and a step's micro-batches add up their passes. The clock is
-// phase_clock's: the host's on the CPU, the GPU's events on the GPU.
+// (and clipping), the optimizer's update (and zeroing the gradients). phases_enter(p, X)
+// says that what runs from here to the next phases_enter (or to phases_end) is phase X: the
+// phases follow one another, so they add up to the step, and a step's micro-batches add up
+// their passes. The clock is phase_clock's: the host's on the CPU, the GPU's events on the
+// GPU. Every step and phase is also a range for a profiler (range_push: NVTX on the GPU, so
+// that Nsight Systems shows the step's structure; nothing on the CPU), timed or not.
 typedef struct {
     int every;                  // -P: measure every this many steps (0: never)
     int on;                     // measuring the current step
+    int current;                // the phase running now (-1: none yet)
     int device;                 // ms is the device's own clock's (the GPU's), not the host's
     int shown;                  // (the host's clock has been shown beside the device's)
     double ms[NUM_PHASES];      // each phase's milliseconds
-    double host_ms[NUM_PHASES]; // ... by the host's clock, read at each mark without waiting
-    double host_last;           // the host's clock at the last mark
+    double host_ms[NUM_PHASES]; // ... by the host's clock, read at each boundary without waiting
+    double host_last;           // the host's clock at the last boundary
     PhaseClock clock;
 } Phases;
 
 // a step begins (step counts from 0: -P N measures steps N, 2N, ...)
 static void phases_begin(Phases *p, int step) {
+    char name[32];
+    snprintf(name, sizeof(name), "step %d", step + 1);
+    range_push(name);
+    p->current = -1;
     p->on = p->every > 0 && (step + 1) % p->every == 0;
     if (!p->on) { return; }
     for (int k = 0; k < NUM_PHASES; k++) { p->ms[k] = p->host_ms[k] = 0.0; }
     phase_clock_start(&p->clock);
     p->host_last = wall_seconds();
 }
-static void phases_mark(Phases *p, int phase) {
-    if (!p->on) { return; }
-    double now = wall_seconds();
-    p->host_ms[phase] += 1e3 * (now - p->host_last);
-    p->host_last = now;
-    phase_clock_mark(&p->clock, phase);
+// the phase that was running (if any) ends here
+static void phases_close(Phases *p) {
+    if (p->current < 0) { return; }
+    range_pop();
+    if (p->on) {
+        double now = wall_seconds();
+        p->host_ms[p->current] += 1e3 * (now - p->host_last);
+        p->host_last = now;
+        phase_clock_mark(&p->clock, p->current);
+    }
+    p->current = -1;
+}
+static void phases_enter(Phases *p, int phase) {
+    phases_close(p);
+    range_push(PHASE_NAMES[phase]);
+    p->current = phase;
 }
 // the step is done: read the device's clock (waiting for it)
 static void phases_end(Phases *p) {
+    phases_close(p);
+    range_pop(); // (the step's)
     if (!p->on) { return; }
     p->device = phase_clock_read(&p->clock, p->ms);
     if (!p->device) {
@@ -1213,19 +1235,19 @@ void train(MLP *m, const Optimizer *opt, const Options *o, const CheckpointSetti
             size_t nb = n_train - start < B ? n_train - start : B; // the last batch may be smaller
             double step_t0 = wall_seconds();
             phases_begin(&ph, pos.step);
+            phases_enter(&ph, PHASE_DATA);
             for (size_t b = 0; b < nb; b++) { batch_idx[b] = train_idx[order[start + b]]; }
             mlp_set_batch(m, labels, ds, batch_idx, nb);
-            phases_mark(&ph, PHASE_DATA);
+            phases_enter(&ph, PHASE_FORWARD);
             int correct;
             float loss = mlp_forward(m, labels, nb, 1, o->seed, (uint64_t)pos.step, &correct);
-            phases_mark(&ph, PHASE_FORWARD);
+            phases_enter(&ph, PHASE_UPDATE);
             mlp_zero_grad(m);
-            phases_mark(&ph, PHASE_UPDATE);
+            phases_enter(&ph, PHASE_BACKWARD);
             mlp_backward(m, nb);
-            phases_mark(&ph, PHASE_BACKWARD);
+            phases_enter(&ph, PHASE_UPDATE);
             float lr = get_lr(o->cosine, o->lr, pos.step, o->warmup, total_steps);
             mlp_update(m, opt, lr, pos.step + 1);
-            phases_mark(&ph, PHASE_UPDATE);
             phases_end(&ph);
             if (ph.on) { // (no gradient norm here: SGD, momentum and AdamW as they are, unclipped)
                 measured_ms += 1e3 * (wall_seconds() - step_t0);

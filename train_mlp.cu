@@ -53,6 +53,7 @@ ACCUMULATES (+=) into its parameter gradients.
 #include <sys/stat.h>
 #include <zlib.h>
 #include <cuda_runtime.h>
+#include <nvtx3/nvToolsExt.h> // (header-only: NVTX ranges for Nsight Systems)
 #include <cublas_v2.h>
 #define PROGRAM "./train_mlpcu" // in messages: how the user runs this program
 // Guard bands, for debug builds (-DGUARD_BYTES=256): each tensor carved out of a
@@ -144,15 +145,52 @@ static void cublas_check(cublasStatus_t status, const char *file, int line) {
 #define cublasCheck(status) cublas_check(status, __FILE__, __LINE__)
 // --- end shared-copy: cuda-check ---
 
+// --- begin shared-copy: gpu-budget ---
+// -G GiB: behave as if the GPU had only this much memory, so that a 16 GB card can be
+// studied on a bigger one. Before each allocation the device's memory in use is read
+// (cudaMemGetInfo: the CUDA context, cuBLAS's workspace, this program's tensors, anything
+// else on the device); an allocation that would take it past the budget fails as the real
+// card's would, with the program's out-of-memory advice. 0: the whole device.
+static size_t gpu_budget;
+__attribute__((unused)) static void gpu_budget_set(const char *flag, const char *value) { // (unused: a test built from this file)
+    char *end;
+    errno = 0;
+    double gib = strtod(value, &end);
+    if (errno != 0 || end == value || *end != '\0' || !(gib >= 0.0) || gib > 1e6) {
+        fprintf(stderr, "Error: flag %s needs a number of GiB >= 0, got '%s'\nHINT: %s -h lists every flag\n", flag, value, PROGRAM);
+        exit(EXIT_FAILURE);
+    }
+    gpu_budget = (size_t)(gib * 1073741824.0 + 0.5);
+}
+// the device's free and total memory, as the budget makes them
+static void gpu_memory_info(size_t *free_bytes, size_t *total_bytes) {
+    cudaGetLastError(); // (a failed allocation leaves its error behind; the query must not see it)
+    cudaMemGetInfo(free_bytes, total_bytes);
+    if (gpu_budget == 0) { return; }
+    size_t used = *total_bytes - *free_bytes;
+    *total_bytes = gpu_budget;
+    *free_bytes = used < gpu_budget ? gpu_budget - used : 0;
+}
+// cudaMalloc within the budget
+static cudaError_t gpu_malloc_budgeted(void **p, size_t bytes) {
+    if (gpu_budget > 0) {
+        size_t free_bytes = 0, total_bytes = 0;
+        gpu_memory_info(&free_bytes, &total_bytes);
+        if (bytes > free_bytes) { return cudaErrorMemoryAllocation; }
+    }
+    return cudaMalloc(p, bytes);
+}
+// --- end shared-copy: gpu-budget ---
+
 // device memory, with a message that says what did not fit
 static void *cuda_malloc_check(size_t bytes, const char *what) {
     void *p = NULL;
-    cudaError_t err = cudaMalloc(&p, bytes > 0 ? bytes : 1);
+    cudaError_t err = gpu_malloc_budgeted(&p, bytes > 0 ? bytes : 1);
     if (err != cudaSuccess) {
         size_t free_bytes = 0, total_bytes = 0;
-        cudaMemGetInfo(&free_bytes, &total_bytes);
-        fprintf(stderr, "Error: out of GPU memory allocating %.1f MiB for %s (%.1f of %.1f MiB free): %s\n"
-                "HINT: lower the batch size (-b) or the layer widths (-l)\n", bytes / 1048576.0, what,
+        gpu_memory_info(&free_bytes, &total_bytes);
+        fprintf(stderr, "Error: out of GPU memory%s allocating %.1f MiB for %s (%.1f of %.1f MiB free): %s\n"
+                "HINT: lower the batch size (-b) or the layer widths (-l)\n", gpu_budget > 0 ? " (the -G budget)" : "", bytes / 1048576.0, what,
                 free_bytes / 1048576.0, total_bytes / 1048576.0, cudaGetErrorString(err));
         exit(EXIT_FAILURE);
     }
@@ -213,8 +251,17 @@ static inline double wall_seconds(void) {
     return ts.tv_sec + 1e-9 * ts.tv_nsec;
 }
 
+// --- begin shared-copy: nvtx-layer ---
+// a layer's pass as an NVTX range ("forward 3", "backward 3"), for Nsight Systems' timeline
+static void layer_range_push(const char *pass, int layer) {
+    char name[48];
+    snprintf(name, sizeof(name), "%s %d", pass, layer);
+    nvtxRangePushA(name);
+}
+// --- end shared-copy: nvtx-layer ---
+
 // --- begin shared-copy: phase-names ---
-// The phases of a training step that -P times (phases_mark, below)
+// The phases of a training step that -P times (phases_enter, below)
 enum { PHASE_DATA, PHASE_FORWARD, PHASE_BACKWARD, PHASE_NORM, PHASE_UPDATE, NUM_PHASES };
 static const char *const PHASE_NAMES[NUM_PHASES] = {"data", "forward", "backward", "norm", "update"};
 // --- end shared-copy: phase-names ---
@@ -273,42 +320,65 @@ static int phase_clock_read(PhaseClock *c, double *ms) {
     for (int k = 0; k < NUM_PHASES; k++) { ms[k] = c->ms[k]; }
     return 1;
 }
+// ... and a profiler's ranges: NVTX (header-only NVTX v3, in the CUDA toolkit), named spans of
+// the host's time that Nsight Systems draws on its timeline with the kernels launched in them
+static void range_push(const char *name) { nvtxRangePushA(name); }
+static void range_pop(void) { nvtxRangePop(); }
 // --- end shared-copy: phase-clock-gpu ---
 // --- begin shared-copy: phases ---
 // Where a training step's time goes (-P N: every N-th step, on the step's line and in the
 // metrics log): loading the data, the forward pass, the backward pass, the gradient's norm
-// (and clipping), the optimizer's update (and zeroing the gradients). phases_mark(p, X)
-// says that the time since the last mark was phase X: the phases follow one another, so
-// they add up to the step, and a step's micro-batches add up their passes. The clock is
-// phase_clock's: the host's on the CPU, the GPU's events on the GPU.
+// (and clipping), the optimizer's update (and zeroing the gradients). phases_enter(p, X)
+// says that what runs from here to the next phases_enter (or to phases_end) is phase X: the
+// phases follow one another, so they add up to the step, and a step's micro-batches add up
+// their passes. The clock is phase_clock's: the host's on the CPU, the GPU's events on the
+// GPU. Every step and phase is also a range for a profiler (range_push: NVTX on the GPU, so
+// that Nsight Systems shows the step's structure; nothing on the CPU), timed or not.
 typedef struct {
     int every;                  // -P: measure every this many steps (0: never)
     int on;                     // measuring the current step
+    int current;                // the phase running now (-1: none yet)
     int device;                 // ms is the device's own clock's (the GPU's), not the host's
     int shown;                  // (the host's clock has been shown beside the device's)
     double ms[NUM_PHASES];      // each phase's milliseconds
-    double host_ms[NUM_PHASES]; // ... by the host's clock, read at each mark without waiting
-    double host_last;           // the host's clock at the last mark
+    double host_ms[NUM_PHASES]; // ... by the host's clock, read at each boundary without waiting
+    double host_last;           // the host's clock at the last boundary
     PhaseClock clock;
 } Phases;
 
 // a step begins (step counts from 0: -P N measures steps N, 2N, ...)
 static void phases_begin(Phases *p, int step) {
+    char name[32];
+    snprintf(name, sizeof(name), "step %d", step + 1);
+    range_push(name);
+    p->current = -1;
     p->on = p->every > 0 && (step + 1) % p->every == 0;
     if (!p->on) { return; }
     for (int k = 0; k < NUM_PHASES; k++) { p->ms[k] = p->host_ms[k] = 0.0; }
     phase_clock_start(&p->clock);
     p->host_last = wall_seconds();
 }
-static void phases_mark(Phases *p, int phase) {
-    if (!p->on) { return; }
-    double now = wall_seconds();
-    p->host_ms[phase] += 1e3 * (now - p->host_last);
-    p->host_last = now;
-    phase_clock_mark(&p->clock, phase);
+// the phase that was running (if any) ends here
+static void phases_close(Phases *p) {
+    if (p->current < 0) { return; }
+    range_pop();
+    if (p->on) {
+        double now = wall_seconds();
+        p->host_ms[p->current] += 1e3 * (now - p->host_last);
+        p->host_last = now;
+        phase_clock_mark(&p->clock, p->current);
+    }
+    p->current = -1;
+}
+static void phases_enter(Phases *p, int phase) {
+    phases_close(p);
+    range_push(PHASE_NAMES[phase]);
+    p->current = phase;
 }
 // the step is done: read the device's clock (waiting for it)
 static void phases_end(Phases *p) {
+    phases_close(p);
+    range_pop(); // (the step's)
     if (!p->on) { return; }
     p->device = phase_clock_read(&p->clock, p->ms);
     if (!p->device) {
@@ -920,8 +990,9 @@ float mlp_forward(MLP *m, const int *labels, size_t B, int train, uint64_t seed,
     cudaCheck(cudaMemcpy(m->labels, labels, B * sizeof(int), cudaMemcpyHostToDevice));
     for (int l = 0; l < L; l++) {
         size_t in = m->sizes[l], out = m->sizes[l + 1];
+        layer_range_push("forward", l);
         linear_forward(m->z[l], m->h[l], m->W[l], m->b[l], B, in, out);
-        if (l == L - 1) { break; } // the last layer's output are the logits
+        if (l == L - 1) { nvtxRangePop(); break; } // the last layer's output are the logits
         activation_forward(m->a[l], m->z[l], B * out, m->act);
         if (train && m->dropout > 0.0f) {
             dropout_forward(m->h[l + 1], m->mask[l], m->a[l], B * out, m->dropout,
@@ -929,6 +1000,7 @@ float mlp_forward(MLP *m, const int *labels, size_t B, int train, uint64_t seed,
         } else {
             cudaCheck(cudaMemcpy(m->h[l + 1], m->a[l], B * out * sizeof(float), cudaMemcpyDeviceToDevice));
         }
+        nvtxRangePop();
     }
     softmax_crossentropy(train ? m->dz : NULL, m->probs, m->losses, m->correct, m->z[L - 1], m->labels, B, m->sizes[L]);
     cudaCheck(cudaMemcpy(m->host_losses, m->losses, B * sizeof(float), cudaMemcpyDeviceToHost));
@@ -949,12 +1021,14 @@ void mlp_backward(MLP *m, size_t B) {
     int L = m->num_layers;
     for (int l = L - 1; l >= 0; l--) {
         size_t in = m->sizes[l], out = m->sizes[l + 1];
+        layer_range_push("backward", l);
         // dz: gradient at layer l's output z[l]; dh becomes the gradient at its input h[l]
         linear_backward(l > 0 ? m->dh : NULL, m->dW[l], m->db[l], m->dz, m->h[l], m->W[l], B, in, out);
-        if (l == 0) { break; }
+        if (l == 0) { nvtxRangePop(); break; }
         // back through dropout (multiply by the same mask) and the activation of layer l-1
         if (m->dropout > 0.0f) { dropout_backward(m->dh, m->mask[l - 1], B * in); }
         activation_backward(m->dz, m->dh, m->z[l - 1], m->a[l - 1], B * in, m->act);
+        nvtxRangePop();
     }
 }
 
@@ -1463,19 +1537,19 @@ void train(MLP *m, const Optimizer *opt, const Options *o, const CheckpointSetti
             size_t nb = n_train - start < B ? n_train - start : B; // the last batch may be smaller
             double step_t0 = wall_seconds();
             phases_begin(&ph, pos.step);
+            phases_enter(&ph, PHASE_DATA);
             for (size_t b = 0; b < nb; b++) { batch_idx[b] = train_idx[order[start + b]]; }
             mlp_set_batch(m, labels, ds, batch_idx, nb);
-            phases_mark(&ph, PHASE_DATA);
+            phases_enter(&ph, PHASE_FORWARD);
             int correct;
             float loss = mlp_forward(m, labels, nb, 1, o->seed, (uint64_t)pos.step, &correct);
-            phases_mark(&ph, PHASE_FORWARD);
+            phases_enter(&ph, PHASE_UPDATE);
             mlp_zero_grad(m);
-            phases_mark(&ph, PHASE_UPDATE);
+            phases_enter(&ph, PHASE_BACKWARD);
             mlp_backward(m, nb);
-            phases_mark(&ph, PHASE_BACKWARD);
+            phases_enter(&ph, PHASE_UPDATE);
             float lr = get_lr(o->cosine, o->lr, pos.step, o->warmup, total_steps);
             mlp_update(m, opt, lr, pos.step + 1);
-            phases_mark(&ph, PHASE_UPDATE);
             phases_end(&ph);
             if (ph.on) { // (no gradient norm here: SGD, momentum and AdamW as they are, unclipped)
                 measured_ms += 1e3 * (wall_seconds() - step_t0);
@@ -2224,12 +2298,19 @@ int main(int argc, char **argv) {
             printf("Usage: %s [options]\nOptions (default in brackets):\n", PROGRAM);
             print_common_flags();
             printf("  -M <matmul>   naive, tiled or cublas [cublas]\n");
+            printf("  -G <GiB>      behave as if the GPU had only this much memory, 0 = all [0]\n");
             printf("  --check       3 steps on the GPU, each tensor compared with a CPU reference, then exit\n");
             printf("  --time        the step time of each matmul path (naive, tiled, cublas), then exit\n");
             return 0;
         }
         if (strcmp(argv[i], "--check") == 0) { check = 1; continue; }
         if (strcmp(argv[i], "--time") == 0) { timing = 1; continue; }
+        if (strcmp(argv[i], "-G") == 0) {
+            if (i + 1 >= argc) { usage_error("flag %s needs a value", argv[i]); }
+            gpu_budget_set(argv[i], argv[i + 1]);
+            i++;
+            continue;
+        }
         if (strcmp(argv[i], "-M") == 0) {
             matmul_chosen = 1;
             if (i + 1 >= argc) { usage_error("flag %s needs a value", argv[i]); }

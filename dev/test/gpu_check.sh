@@ -200,6 +200,20 @@ BENCH=(-e d12 -b 64 -t 1024 -x 12 -v 0 -s 0 -o "")
 step gpt2_bench "train_gpt2cu: GPT-2 124M (d12), bf16, B=64, T=1024, 12 steps, -r 1" ./train_gpt2cu "${BENCH[@]}"
 step gpt2_bench_r0 "train_gpt2cu: the same, -r 0 (GELU fused in the matmul, nothing recomputed)" ./train_gpt2cu "${BENCH[@]}" -r 0
 step gpt2_bench_fp16 "train_gpt2cu_fp16: the same in fp16 (dynamic loss scaling), -r 1" ./train_gpt2cu_fp16 "${BENCH[@]}"
+# where the step's time goes (-P: CUDA events per phase, the host's clock beside them once), and
+# with Nsight Systems on the machine, one profile of a few steps: its NVTX ranges (steps, phases,
+# layers) and kernels summarised by nsys stats
+step gpt2_phases "train_gpt2cu -P 2: GPT-2 124M, bf16, B=64, T=1024, 6 steps timed by phase (CUDA events)" \
+    ./train_gpt2cu "${BENCH[@]}" -x 6 -P 2
+nsys_profile() { # one profile, then its summaries (the reports' names changed across nsys versions)
+    nsys profile -t cuda,nvtx -o "$LOGS/gpt2_profile" --force-overwrite true ./train_gpt2cu -e d12 -b 16 -t 1024 -x 4 -v 0 -s 0 -o "" || return 1
+    nsys stats -r nvtx_sum,cuda_gpu_kern_sum "$LOGS/gpt2_profile.nsys-rep" || nsys stats -r nvtxsum,gpukernsum "$LOGS/gpt2_profile.nsys-rep"
+}
+if command -v nsys > /dev/null 2>&1; then
+    step nsys "nsys profile + stats: train_gpt2cu d12, B=16, T=1024, 4 steps (NVTX ranges, kernels)" nsys_profile
+else
+    rows+=("| nsys profile + stats | skipped: no nsys on this machine | - | - |")
+fi
 if [ -n "$CUDNN_PROGRAMS" ]; then
     step cudnn_sample "train_gpt2cu_cudnn: a d1 model trains 4 steps and samples (one cuDNN graph per shape)" \
         ./train_gpt2cu_cudnn -e d1 -b 4 -t 64 -x 4 -v 2 -m 2 -s 2 -g 20 -o ""
@@ -279,6 +293,9 @@ for b in gpt2_bench gpt2_bench_r0 gpt2_bench_fp16 gpt2_bench_cudnn; do
 done
 echo
 sed -n '/^GPU memory (/,/^  total/p' "$LOGS/gpt2_bench.log"
+echo "-P 2, the phases of steps 2, 4, 6 (ms, CUDA events), and the host's clock at the same marks:"
+grep -E '^step|those are the GPU' "$LOGS/gpt2_phases.log" | grep -E 'sum|those are' | sed 's/^.*ETA [^|]*| //'
+[ -f "$LOGS/nsys.log" ] && { echo "nsys stats (first lines of each report; the whole in $LOGS/nsys.log):"; grep -A12 -E 'nvtx_?sum|gpu_?kern_?sum|NVTX Range|Time \(%\)' "$LOGS/nsys.log" | head -40; }
 echo "fp16: $(grep -E '^step +12/' "$LOGS/gpt2_bench_fp16.log" | grep -o 'loss scale [0-9]*') at step 12, $(grep -c 'update skipped' "$LOGS/gpt2_bench_fp16.log") updates skipped"
 echo
 echo "infercu, GPT-2 124M (d12, random weights), bf16 and fp32: prefill and decode (the decode step a CUDA graph):"

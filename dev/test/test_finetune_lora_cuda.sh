@@ -126,6 +126,11 @@ report "... and writes PEFT's files" $([ -s "$TMP/bf16/adapter_config.json" ] &&
 report "a missing data file: exit 1, the file" $([ $? = 1 ] && grep -q "$TMP/none.jsonl: cannot read it" "$TMP/err" && echo 1 || echo 0) "$(head -1 "$TMP/err")"
 "$FP32" -Z 1 2> "$TMP/err"
 report "an unknown flag: exit 1" $([ $? = 1 ] && grep -q "unknown flag -Z" "$TMP/err" && echo 1 || echo 0)
+EMU_DEVICE_MIB=2048 "$FP32" $R -D 0 -G 0.001 -o "$TMP/budget" > /dev/null 2> "$TMP/err"
+report "-G 0.001 (1 MiB): refused as an out-of-memory of the budget, exit 1" \
+    $([ $? = 1 ] && grep -q "^Error: out of GPU memory (the -G budget) for " "$TMP/err" && echo 1 || echo 0) "$(head -2 "$TMP/err" | tr '\n' ' ')"
+"$CPU" $R -G 16 -o "$TMP/x" 2> "$TMP/err"
+report "-G on the CPU: exit 1, the flag is finetune_loracu's" $([ $? = 1 ] && grep -q "flag -G is finetune_loracu's" "$TMP/err" && echo 1 || echo 0)
 
 echo
 echo "$passed passed, $failed failed"

@@ -25,7 +25,8 @@
 #      fixture of test_gpt2.cu has T equal to the head size. And a d1 model on
 #      B=3 x T=45 (row sums over two chunks, rows longer than a warp), and a
 #      model no d<N> makes (C=72, 3 heads of 24), written by this script;
-#   7. -P: the phases, timed by the GPU's events, add up to the step's time.
+#   7. -P: the phases, timed by the GPU's events, add up to the step's time;
+#   8. -G: a memory budget refuses exactly what exceeds it.
 # Run it from the repository root, after make data. SECTIONS="1 6" runs only those.
 set -u
 CPU=${1:-./train_gpt2}
@@ -384,6 +385,31 @@ else
     not_ok "-P 2: the run failed (see above)"
 fi
 fi # (section 7)
+
+# --- 8. -G: a memory budget, on the emulator's device of 4 GiB (EMU_DEVICE_MIB). Start from a
+# budget of 1 MiB and raise it each time by exactly the bytes the refusal says were missing,
+# until the run goes through: that budget is what the run needs, and one byte less is refused
+if want 8; then
+gib() { awk -v b="$1" 'BEGIN { printf "%.30f", b / 1073741824 }'; } # (exact: b / 2^30 is a double, printed in full)
+budget=$((1 << 20)) tries=0 fits=0
+while [ $tries -lt 40 ]; do
+    tries=$((tries + 1))
+    if EMU_DEVICE_MIB=4096 "$FP32" "${RUN[@]}" -x 1 -v 0 -n 0 -o "" -G "$(gib $budget)" > "$TMP/budget.out" 2>&1; then fits=1; break; fi
+    short=$(sed -n 's/.*MiB short (\([0-9]*\) bytes;.*/\1/p' "$TMP/budget.out" | head -1)
+    [ -n "$short" ] && [ "$short" -gt 0 ] || break
+    budget=$((budget + short))
+done
+EMU_DEVICE_MIB=4096 "$FP32" "${RUN[@]}" -x 1 -v 0 -n 0 -o "" -G "$(gib $((budget - 1)))" > "$TMP/budget_less.out" 2>&1
+rc=$?
+if [ $fits = 1 ] && [ $rc = 1 ] && grep -q "^Error: out of GPU memory (the -G budget): .* (1 bytes; " "$TMP/budget_less.out" &&
+   grep -q "^HINT: lower the batch size" "$TMP/budget_less.out"; then
+    ok "-G: the run fits a budget of exactly $budget bytes (found in $tries tries), and one byte less is refused with the out-of-memory advice"
+else
+    not_ok "-G: fits $fits after $tries tries at $budget bytes; one byte less: exit $rc"; tail -n 3 "$TMP/budget.out" "$TMP/budget_less.out"
+fi
+out=$("$FP32" -G lots 2>&1); rc=$?
+[ $rc = 1 ] && echo "$out" | grep -q "flag -G needs a number of GiB >= 0, got 'lots'" && ok "-G lots: exit 1, one clear error" || not_ok "-G lots: exit $rc: $out"
+fi # (section 8)
 
 echo "$passed passed, $failed failed"
 [ $failed = 0 ]

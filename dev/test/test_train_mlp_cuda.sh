@@ -142,7 +142,14 @@ else
     not_ok "-P 3: $lines lines with phases (worst $worst ms, $zero empty passes)"; grep -E "phases|those are" "$TMP/phases.out" | head -4
 fi
 
-# --- 6. bad flags of its own
+# --- 6. -G: a budget too small for the network is refused as an out-of-memory, one large enough runs
+# (the emulator's device: EMU_DEVICE_MIB)
+out=$(EMU_DEVICE_MIB=1024 "$GPU" -d "$TMP/data" -l 784,32,10 -b 64 -v 100 -e 1 -G 0.0001 2>&1); rc=$?
+[ $rc = 1 ] && echo "$out" | grep -q "^Error: out of GPU memory (the -G budget) allocating" && ok "-G 0.0001 (100 KiB): refused, exit 1, the budget named" ||
+    not_ok "-G 0.0001: exit $rc: $(echo "$out" | tail -n 2)"
+EMU_DEVICE_MIB=1024 "$GPU" -d "$TMP/data" -l 784,32,10 -b 64 -v 100 -e 1 -G 0.5 > "$TMP/g.out" 2>&1 && ok "-G 0.5: the same run fits" || { not_ok "-G 0.5 failed"; tail -n 3 "$TMP/g.out"; }
+
+# --- 7. bad flags of its own
 out=$("$GPU" -M fast 2>&1); rc=$?
 [ $rc != 0 ] && echo "$out" | grep -q "^Error: -M is naive, tiled or cublas, not 'fast'" && ok "-M with an unknown matmul: exit $rc, one clear error" || not_ok "-M fast: exit $rc: $out"
 
