@@ -3210,8 +3210,8 @@ static void run_bench(const Base *b, const Options *o) {
     ph.every = o->phase_every;
     phases_device_setup(&ph);
     for (int step = 0; step < steps; step++) {
+        phases_begin(&ph, step); // (first: on the GPU a timed step waits here for the one before)
         double t0 = wall_seconds(), sum = 0.0;
-        phases_begin(&ph, step);
         phases_enter(&ph, PHASE_UPDATE);
         lora_zero_grads(&lora);
         for (int k = 0; k < o->accum; k++) {
@@ -3445,8 +3445,8 @@ int main(int argc, char **argv) {
     ph.every = o.phase_every;
     phases_device_setup(&ph);
     for (int step = pr.step; step < steps; step++) {
+        phases_begin(&ph, step); // (first: on the GPU a timed step waits here for the one before)
         double t0 = wall_seconds();
-        phases_begin(&ph, step);
         phases_enter(&ph, PHASE_UPDATE);
         float lr = get_learning_rate(step, o.lr, o.warmup, steps, o.final_frac);
         lora_zero_grads(&lora);

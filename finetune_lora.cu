@@ -1598,6 +1598,10 @@ __attribute__((unused)) static void gpu_budget_set(const char *flag, const char 
         exit(EXIT_FAILURE);
     }
     gpu_budget = (size_t)(gib * 1073741824.0 + 0.5);
+    if (gib > 0.0 && gpu_budget == 0) { // (0 would mean no budget at all)
+        fprintf(stderr, "Error: flag %s: %s GiB is less than a byte\nHINT: 0 means the whole device\n", flag, value);
+        exit(EXIT_FAILURE);
+    }
 }
 // the device's free and total memory, as the budget makes them
 static void gpu_memory_info(size_t *free_bytes, size_t *total_bytes) {
@@ -2699,6 +2703,9 @@ static void phase_clock_start(PhaseClock *c) {
     }
     for (int k = 0; k < NUM_PHASES; k++) { c->ms[k] = 0.0; }
     c->n = 0;
+    // a timed step starts on an idle GPU (the step before may have left its update queued)
+    // and ends on one (phase_clock_read): its time is its own, none of a neighbour's
+    cudaCheck(cudaStreamSynchronize(c->stream));
     cudaCheck(cudaEventRecord(c->start, c->stream));
 }
 // the marks so far into ms; the last becomes the new start
@@ -3426,8 +3433,8 @@ static void run_bench(const Base *b, const Options *o) {
     ph.every = o->phase_every;
     phases_device_setup(&ph);
     for (int step = 0; step < steps; step++) {
+        phases_begin(&ph, step); // (first: on the GPU a timed step waits here for the one before)
         double t0 = wall_seconds(), sum = 0.0;
-        phases_begin(&ph, step);
         phases_enter(&ph, PHASE_UPDATE);
         lora_zero_grads(&lora);
         for (int k = 0; k < o->accum; k++) {
@@ -3661,8 +3668,8 @@ int main(int argc, char **argv) {
     ph.every = o.phase_every;
     phases_device_setup(&ph);
     for (int step = pr.step; step < steps; step++) {
+        phases_begin(&ph, step); // (first: on the GPU a timed step waits here for the one before)
         double t0 = wall_seconds();
-        phases_begin(&ph, step);
         phases_enter(&ph, PHASE_UPDATE);
         float lr = get_learning_rate(step, o.lr, o.warmup, steps, o.final_frac);
         lora_zero_grads(&lora);

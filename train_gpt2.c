@@ -2324,8 +2324,8 @@ static double validation_loss(GPT2 *model, DataLoader *val, const Options *o) {
 // clip; update; print and log the step's line.
 static void train_step(const Run *r, GPT2 *model, DataLoader *train, int step, FILE *logfile, Phases *ph) {
     const Options *o = &r->o;
+    phases_begin(ph, step); // (first: on the GPU a timed step waits here for the one before)
     double t0 = wall_seconds();
-    phases_begin(ph, step);
     phases_enter(ph, PHASE_UPDATE);
     gpt2_zero_grad(model);
     double loss = 0.0;

@@ -183,6 +183,10 @@ __attribute__((unused)) static void gpu_budget_set(const char *flag, const char 
         exit(EXIT_FAILURE);
     }
     gpu_budget = (size_t)(gib * 1073741824.0 + 0.5);
+    if (gib > 0.0 && gpu_budget == 0) { // (0 would mean no budget at all)
+        fprintf(stderr, "Error: flag %s: %s GiB is less than a byte\nHINT: 0 means the whole device\n", flag, value);
+        exit(EXIT_FAILURE);
+    }
 }
 // the device's free and total memory, as the budget makes them
 static void gpu_memory_info(size_t *free_bytes, size_t *total_bytes) {
@@ -2545,7 +2549,7 @@ static fe::error_object build_graph(fe::graph::Graph &graph) {
     if (fe::error_object e = graph.get_workspace_size(bytes); e.is_bad()) { return e; }
     if ((size_t)bytes > cudnn_workspace_size) {
         if (cudnn_workspace != NULL) { cudaCheck(cudaFree(cudnn_workspace)); } // (waits for the GPU)
-        cudaCheck(cudaMalloc(&cudnn_workspace, (size_t)bytes));
+        cudnn_workspace = cuda_malloc_check((size_t)bytes, "cuDNN's attention workspace"); // (within -G's budget)
         cudnn_workspace_size = (size_t)bytes;
     }
     return fe::error_object();
@@ -2815,6 +2819,9 @@ static void phase_clock_start(PhaseClock *c) {
     }
     for (int k = 0; k < NUM_PHASES; k++) { c->ms[k] = 0.0; }
     c->n = 0;
+    // a timed step starts on an idle GPU (the step before may have left its update queued)
+    // and ends on one (phase_clock_read): its time is its own, none of a neighbour's
+    cudaCheck(cudaStreamSynchronize(c->stream));
     cudaCheck(cudaEventRecord(c->start, c->stream));
 }
 // the marks so far into ms; the last becomes the new start
@@ -3246,8 +3253,8 @@ static double validation_loss(GPT2 *model, DataLoader *val, const Options *o) {
 // clip; update; print and log the step's line.
 static void train_step(const Run *r, GPT2 *model, DataLoader *train, int step, FILE *logfile, Phases *ph) {
     const Options *o = &r->o;
+    phases_begin(ph, step); // (first: on the GPU a timed step waits here for the one before)
     double t0 = wall_seconds();
-    phases_begin(ph, step);
     phases_enter(ph, PHASE_UPDATE);
     gpt2_zero_grad(model);
     double loss = 0.0;

@@ -1233,8 +1233,8 @@ void train(MLP *m, const Optimizer *opt, const Options *o, const CheckpointSetti
         random_permutation(order, n_train, rng_subkey(o->seed, STREAM_EPOCH, (uint64_t)epoch));
         for (size_t start = 0; start < n_train; start += B) {
             size_t nb = n_train - start < B ? n_train - start : B; // the last batch may be smaller
+            phases_begin(&ph, pos.step); // (first: on the GPU a timed step waits here for the one before)
             double step_t0 = wall_seconds();
-            phases_begin(&ph, pos.step);
             phases_enter(&ph, PHASE_DATA);
             for (size_t b = 0; b < nb; b++) { batch_idx[b] = train_idx[order[start + b]]; }
             mlp_set_batch(m, labels, ds, batch_idx, nb);

@@ -161,6 +161,10 @@ __attribute__((unused)) static void gpu_budget_set(const char *flag, const char 
         exit(EXIT_FAILURE);
     }
     gpu_budget = (size_t)(gib * 1073741824.0 + 0.5);
+    if (gib > 0.0 && gpu_budget == 0) { // (0 would mean no budget at all)
+        fprintf(stderr, "Error: flag %s: %s GiB is less than a byte\nHINT: 0 means the whole device\n", flag, value);
+        exit(EXIT_FAILURE);
+    }
 }
 // the device's free and total memory, as the budget makes them
 static void gpu_memory_info(size_t *free_bytes, size_t *total_bytes) {
@@ -290,6 +294,9 @@ static void phase_clock_start(PhaseClock *c) {
     }
     for (int k = 0; k < NUM_PHASES; k++) { c->ms[k] = 0.0; }
     c->n = 0;
+    // a timed step starts on an idle GPU (the step before may have left its update queued)
+    // and ends on one (phase_clock_read): its time is its own, none of a neighbour's
+    cudaCheck(cudaStreamSynchronize(c->stream));
     cudaCheck(cudaEventRecord(c->start, c->stream));
 }
 // the marks so far into ms; the last becomes the new start
@@ -1535,8 +1542,8 @@ void train(MLP *m, const Optimizer *opt, const Options *o, const CheckpointSetti
         random_permutation(order, n_train, rng_subkey(o->seed, STREAM_EPOCH, (uint64_t)epoch));
         for (size_t start = 0; start < n_train; start += B) {
             size_t nb = n_train - start < B ? n_train - start : B; // the last batch may be smaller
+            phases_begin(&ph, pos.step); // (first: on the GPU a timed step waits here for the one before)
             double step_t0 = wall_seconds();
-            phases_begin(&ph, pos.step);
             phases_enter(&ph, PHASE_DATA);
             for (size_t b = 0; b < nb; b++) { batch_idx[b] = train_idx[order[start + b]]; }
             mlp_set_batch(m, labels, ds, batch_idx, nb);

@@ -7,7 +7,7 @@
 A RUN is a log file, or a folder holding one (the -o folder of a run):
   train_mlp      metrics.log   epoch:1 train_loss:... train_acc:... val_loss:... val_acc:... s:...
   train_gpt2     main.log      s:1 trl:... lr:... norm:... ms:...   and   s:0 tel:... (validation)
-  finetune_lora  metrics.tsv   step lr loss grad_norm val_loss tokens_per_s (tab-separated, a header)
+  finetune_lora  metrics.tsv   step lr loss grad_norm val_loss tokens_per_s ms_data ... ms_update (tab-separated, a header)
 (train_gpt2.cu and train_mlp.cu write the same logs as their C twins.) The format is told by
 the content, not the name. Several runs are drawn on the same axes, one colour each: the
 loss (training thin, validation thick, with markers), and below it the learning rate and

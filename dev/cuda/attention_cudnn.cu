@@ -90,6 +90,16 @@ static inline floatX from_float(float x) { return (floatX)x; }
 // cuDNN: the handle, the workspace, the graphs. Declared here, defined below for the
 // host only (a device pass sees main's calls, and needs no more than these lines).
 
+// device memory or an error naming what did not fit (train_gpt2.cu's also keeps to its -G budget)
+static void *cuda_malloc_check(size_t bytes, const char *what) {
+    void *p = NULL;
+    if (cudaMalloc(&p, bytes > 0 ? bytes : 1) != cudaSuccess) {
+        fprintf(stderr, "Error: out of GPU memory: %s needs %.1f MiB\n", what, bytes / 1048576.0);
+        exit(EXIT_FAILURE);
+    }
+    return p;
+}
+
 // --- begin shared-copy: cudnn-attention ---
 void cudnn_create(void);
 void cudnn_destroy(void);
@@ -185,7 +195,7 @@ static fe::error_object build_graph(fe::graph::Graph &graph) {
     if (fe::error_object e = graph.get_workspace_size(bytes); e.is_bad()) { return e; }
     if ((size_t)bytes > cudnn_workspace_size) {
         if (cudnn_workspace != NULL) { cudaCheck(cudaFree(cudnn_workspace)); } // (waits for the GPU)
-        cudaCheck(cudaMalloc(&cudnn_workspace, (size_t)bytes));
+        cudnn_workspace = cuda_malloc_check((size_t)bytes, "cuDNN's attention workspace"); // (within -G's budget)
         cudnn_workspace_size = (size_t)bytes;
     }
     return fe::error_object();
