@@ -59,7 +59,8 @@ What the emulation does:
     captured with, as a GPU does.
   - The runtime API the project uses (cudaMalloc, cudaMemcpy, events, device properties,
     errors) has plain C stand-ins; include/cublas_v2.h and include/cublasLt.h do the same
-    for cuBLAS (loops in double), include/cuda_bf16.h and cuda_fp16.h for the 16-bit types.
+    for cuBLAS (loops in double), include/cuda_bf16.h and cuda_fp16.h for the 16-bit types,
+    include/nvtx3/nvToolsExt.h for NVTX's ranges (calls that do nothing).
   - EMU_DIGEST_FILE=F: at exit, append a hash of every byte copied from the device to the
     host to F, so that two runs under different schedules can be compared.
 What it cannot do: tensor cores (mma, wmma), inline PTX, streams running in parallel,
