@@ -1903,14 +1903,25 @@ void init_parameters(float *params, const size_t *param_sizes, GPT2Config config
     memset(params + V * C, 0, (Vp - V) * C * sizeof(float));
 }
 
-// The configuration of a new model from a short descriptor "d<N>": depth L = N,
+// The configuration of a new model from a short descriptor: "d<N>", depth L = N,
 // channels C = 64 N, heads NH = N (so the head size is always 64, as in every
-// GPT-2), maxT = 1024, GPT-2's vocabulary. d12 is GPT-2 small (124M parameters).
+// GPT-2), or one of the four GPT-2 sizes by name; maxT = 1024, GPT-2's vocabulary.
+// d12 is gpt2-124M, GPT-2 small; gpt2-350M (medium) is 24 layers of C = 1024 in
+// 16 heads, which no d<N> makes.
+static const struct { const char *name; int L, NH, C; } GPT2_SIZES[] = {
+    {"gpt2-124M", 12, 12, 768}, {"gpt2-350M", 24, 16, 1024}, {"gpt2-774M", 36, 20, 1280}, {"gpt2-1558M", 48, 25, 1600}};
 GPT2Config gpt2_config_from_descriptor(const char *descriptor) {
+    for (size_t i = 0; i < sizeof(GPT2_SIZES) / sizeof(GPT2_SIZES[0]); i++) {
+        if (strcmp(descriptor, GPT2_SIZES[i].name) == 0) {
+            GPT2Config c = {1024, 50257, 50304, GPT2_SIZES[i].L, GPT2_SIZES[i].NH, GPT2_SIZES[i].C};
+            return c;
+        }
+    }
     char *end = NULL;
     long depth = descriptor[0] == 'd' ? strtol(descriptor + 1, &end, 10) : 0;
     if (end == NULL || *end != '\0' || depth < 1 || depth > 64) {
-        fprintf(stderr, "Error: model '%s' is neither an existing file nor a descriptor d<N> (1 <= N <= 64)\n", descriptor);
+        fprintf(stderr, "Error: model '%s' is neither an existing file nor a descriptor d<N> (1 <= N <= 64)"
+                " or gpt2-124M, gpt2-350M, gpt2-774M, gpt2-1558M\n", descriptor);
         fprintf(stderr, "HINT: d4 makes a new 4-layer model; path/model.bin loads a checkpoint\n");
         exit(EXIT_FAILURE);
     }

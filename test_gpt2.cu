@@ -505,7 +505,7 @@ static void test_stochastic_rounding(void) {
            n / 4, mean, x, ok ? "OK" : "NOT OK");
     record(ok);
     free(host);
-    cudaCheck(cudaFree(dev));
+    cuda_free_check(dev);
 }
 #endif
 

@@ -1108,14 +1108,25 @@ void init_parameters(float *params, const size_t *param_sizes, GPT2Config config
     memset(params + V * C, 0, (Vp - V) * C * sizeof(float));
 }
 
-// The configuration of a new model from a short descriptor "d<N>": depth L = N,
+// The configuration of a new model from a short descriptor: "d<N>", depth L = N,
 // channels C = 64 N, heads NH = N (so the head size is always 64, as in every
-// GPT-2), maxT = 1024, GPT-2's vocabulary. d12 is GPT-2 small (124M parameters).
+// GPT-2), or one of the four GPT-2 sizes by name; maxT = 1024, GPT-2's vocabulary.
+// d12 is gpt2-124M, GPT-2 small; gpt2-350M (medium) is 24 layers of C = 1024 in
+// 16 heads, which no d<N> makes.
+static const struct { const char *name; int L, NH, C; } GPT2_SIZES[] = {
+    {"gpt2-124M", 12, 12, 768}, {"gpt2-350M", 24, 16, 1024}, {"gpt2-774M", 36, 20, 1280}, {"gpt2-1558M", 48, 25, 1600}};
 GPT2Config gpt2_config_from_descriptor(const char *descriptor) {
+    for (size_t i = 0; i < sizeof(GPT2_SIZES) / sizeof(GPT2_SIZES[0]); i++) {
+        if (strcmp(descriptor, GPT2_SIZES[i].name) == 0) {
+            GPT2Config c = {1024, 50257, 50304, GPT2_SIZES[i].L, GPT2_SIZES[i].NH, GPT2_SIZES[i].C};
+            return c;
+        }
+    }
     char *end = NULL;
     long depth = descriptor[0] == 'd' ? strtol(descriptor + 1, &end, 10) : 0;
     if (end == NULL || *end != '\0' || depth < 1 || depth > 64) {
-        fprintf(stderr, "Error: model '%s' is neither an existing file nor a descriptor d<N> (1 <= N <= 64)\n", descriptor);
+        fprintf(stderr, "Error: model '%s' is neither an existing file nor a descriptor d<N> (1 <= N <= 64)"
+                " or gpt2-124M, gpt2-350M, gpt2-774M, gpt2-1558M\n", descriptor);
         fprintf(stderr, "HINT: d4 makes a new 4-layer model; path/model.bin loads a checkpoint\n");
         exit(EXIT_FAILURE);
     }
@@ -2063,7 +2074,8 @@ static void print_usage(const Options *d) {
     printf("  -i <pattern>  training token shards, a glob [%s]\n", d->train_pattern);
     printf("  -j <pattern>  validation token shards [%s]\n", d->val_pattern);
     printf("  -k <path>     tokenizer for printing samples [%s]\n", d->tokenizer_path);
-    printf("  -e <model>    checkpoint file, or d<N> for a new random model (L=N, C=64N, NH=N) [%s]\n", d->model);
+    printf("  -e <model>    checkpoint file, or a new random model: d<N> (L=N, C=64N, NH=N) or gpt2-124M, -350M, -774M, -1558M [%s]\n",
+           d->model);
     printf("  -o <dir>      output directory for the log and checkpoints, \"\" for none [%s]\n", d->out_dir);
     printf("  -b <int>      batch size B [%d]\n", d->B);
     printf("  -t <int>      sequence length T [%d]\n", d->T);
@@ -2113,17 +2125,19 @@ static long parse_int(const char *flag, const char *s, long lo) {
 }
 // --- end shared-copy: parse-int ---
 
-// train_gpt2.cu's own flags (-r recomputation, -w master weights) have no meaning
+// train_gpt2.cu's own flags (-r recomputation, -w master weights, -G budget, -M plan) have no meaning
 // here: the CPU trainer keeps every activation and computes in fp32.
 static void print_device_usage(void) {}
 static int parse_device_flag(const char *flag, const char *value) {
     (void)value;
-    if (strcmp(flag, "-r") == 0 || strcmp(flag, "-w") == 0 || strcmp(flag, "-G") == 0) {
+    if (strcmp(flag, "-r") == 0 || strcmp(flag, "-w") == 0 || strcmp(flag, "-G") == 0 || strcmp(flag, "-M") == 0) {
         usage_error("flag %s is train_gpt2cu's (GPU memory and precision); the CPU trainer has no such choice"
                     " (the random seed is -p)", flag);
     }
     return 0;
 }
+// (nor has -M, train_gpt2.cu's plan of the GPU memory a run would take)
+static void print_plan_and_exit(const Options *o) { (void)o; }
 
 // --- begin shared-copy: gpt2-main ---
 // --- begin shared-copy: parse-float ---
@@ -2384,6 +2398,7 @@ int main(int argc, char **argv) {
     memset(&r, 0, sizeof(r));
     r.o = parse_args(argc, argv);
     const Options *o = &r.o;
+    print_plan_and_exit(o); // (train_gpt2.cu's -M: the memory a run would take, without a GPU)
     setup_hardware();
     plan_run(&r);
     GPT2 model;

@@ -208,6 +208,41 @@ static cudaError_t gpu_malloc_budgeted(void **p, size_t bytes) {
 }
 // --- end shared-copy: gpu-budget ---
 
+// The ledger of this program's device memory: a few large blocks, each in it from
+// cuda_malloc_check to cuda_free_check. What is live now and the most that ever
+// was, so that the start-up memory table can be held to the byte (the emulator's
+// test does) and the run can say what it allocated next to what the device says.
+#define MAX_DEVICE_BLOCKS 64
+static struct { void *p; size_t bytes; } device_blocks[MAX_DEVICE_BLOCKS];
+static size_t device_bytes_live, device_bytes_peak;
+static void ledger_add(void *p, size_t bytes) {
+    for (int i = 0; i < MAX_DEVICE_BLOCKS; i++) {
+        if (device_blocks[i].p == NULL) {
+            device_blocks[i].p = p;
+            device_blocks[i].bytes = bytes;
+            device_bytes_live += bytes;
+            device_bytes_peak = device_bytes_live > device_bytes_peak ? device_bytes_live : device_bytes_peak;
+            return;
+        }
+    }
+    fprintf(stderr, "Error: more than %d device blocks at once (a leak?)\n", MAX_DEVICE_BLOCKS);
+    exit(EXIT_FAILURE);
+}
+// cudaFree of a block from cuda_malloc_check (NULL: nothing)
+static void cuda_free_check(void *p) {
+    if (p == NULL) { return; }
+    for (int i = 0; i < MAX_DEVICE_BLOCKS; i++) {
+        if (device_blocks[i].p == p) {
+            device_bytes_live -= device_blocks[i].bytes;
+            device_blocks[i].p = NULL;
+            cudaCheck(cudaFree(p));
+            return;
+        }
+    }
+    fprintf(stderr, "Error: cuda_free_check of a pointer cuda_malloc_check did not return\n");
+    exit(EXIT_FAILURE);
+}
+
 // Device memory for one group of tensors (`what`), or a message that says which
 // group did not fit, by how much, and what to change.
 static void *cuda_malloc_check(size_t bytes, const char *what) {
@@ -231,6 +266,7 @@ static void *cuda_malloc_check(size_t bytes, const char *what) {
                 USE_CUDNN_ATTENTION ? "" : "; or build with cuDNN's attention (USE_CUDNN=1), which keeps no T x T matrices");
         exit(EXIT_FAILURE);
     }
+    ledger_add(p, bytes > 0 ? bytes : 1);
     return p;
 }
 
@@ -811,7 +847,7 @@ void encoder_backward(floatX *dwte, floatX *dwpe, const floatX *dout, const int 
     for (size_t i = 0; i < N; i++) { max_token = inp[i] > max_token ? inp[i] : max_token; }
     if (N > capacity) {
         free(order); free(seg_start); free(seg_token);
-        if (dev != NULL) { cudaCheck(cudaFree(dev)); }
+        cuda_free_check(dev);
         order = (int *)mallocCheck(N * sizeof(int));
         seg_start = (int *)mallocCheck((N + 1) * sizeof(int));
         seg_token = (int *)mallocCheck(N * sizeof(int));
@@ -998,6 +1034,8 @@ static int recompute_level = 1;
 // without it the bf16 weights are updated directly, rounded stochastically so
 // that updates smaller than a bf16 step are not lost on average.
 static int use_master_weights = 1;
+// -M 1: print the memory plan of the run and exit (print_plan_and_exit)
+static int plan_only = 0;
 // FP16's dynamic loss scaling, with torch.cuda.amp.GradScaler's defaults: start at
 // 2^16; halve the scale and skip the update when a gradient overflowed; double it
 // after 2000 steps in a row without overflow (torch.amp.GradScaler's documentation).
@@ -1230,10 +1268,14 @@ static void guard_check(void *const *slices, const size_t *sizes, const int *is_
 // One device allocation for a whole table (what: its name in an out-of-memory
 // message), its slices 256-byte aligned and, in debug builds, guarded. Returns
 // the bytes allocated.
-static size_t cuda_malloc_and_point(void **slices, const size_t *sizes, const int *is_fp32, int n, const char *what,
-                                    void **memory) {
+static size_t table_bytes(const size_t *sizes, const int *is_fp32, int n) {
     size_t total = 0;
     for (int i = 0; i < n; i++) { total += slice_stride(slice_bytes(sizes, is_fp32, i)); }
+    return total;
+}
+static size_t cuda_malloc_and_point(void **slices, const size_t *sizes, const int *is_fp32, int n, const char *what,
+                                    void **memory) {
+    size_t total = table_bytes(sizes, is_fp32, n);
     char *p = (char *)cuda_malloc_check(total, what);
     *memory = p;
     for (int i = 0; i < n; i++) {
@@ -1305,7 +1347,7 @@ static void gpt2_allocate_parameters(GPT2 *model, const float *host_params) {
     if (sizeof(floatX) < sizeof(float) && use_master_weights) {
         model->master_memory = staging; // the staging copy becomes the master weights
     } else {
-        cudaCheck(cudaFree(staging));
+        cuda_free_check(staging);
         model->master_memory = NULL;
     }
     model->grads_memory = NULL;
@@ -1441,14 +1483,25 @@ void init_parameters(float *params, const size_t *param_sizes, GPT2Config config
     memset(params + V * C, 0, (Vp - V) * C * sizeof(float));
 }
 
-// The configuration of a new model from a short descriptor "d<N>": depth L = N,
+// The configuration of a new model from a short descriptor: "d<N>", depth L = N,
 // channels C = 64 N, heads NH = N (so the head size is always 64, as in every
-// GPT-2), maxT = 1024, GPT-2's vocabulary. d12 is GPT-2 small (124M parameters).
+// GPT-2), or one of the four GPT-2 sizes by name; maxT = 1024, GPT-2's vocabulary.
+// d12 is gpt2-124M, GPT-2 small; gpt2-350M (medium) is 24 layers of C = 1024 in
+// 16 heads, which no d<N> makes.
+static const struct { const char *name; int L, NH, C; } GPT2_SIZES[] = {
+    {"gpt2-124M", 12, 12, 768}, {"gpt2-350M", 24, 16, 1024}, {"gpt2-774M", 36, 20, 1280}, {"gpt2-1558M", 48, 25, 1600}};
 GPT2Config gpt2_config_from_descriptor(const char *descriptor) {
+    for (size_t i = 0; i < sizeof(GPT2_SIZES) / sizeof(GPT2_SIZES[0]); i++) {
+        if (strcmp(descriptor, GPT2_SIZES[i].name) == 0) {
+            GPT2Config c = {1024, 50257, 50304, GPT2_SIZES[i].L, GPT2_SIZES[i].NH, GPT2_SIZES[i].C};
+            return c;
+        }
+    }
     char *end = NULL;
     long depth = descriptor[0] == 'd' ? strtol(descriptor + 1, &end, 10) : 0;
     if (end == NULL || *end != '\0' || depth < 1 || depth > 64) {
-        fprintf(stderr, "Error: model '%s' is neither an existing file nor a descriptor d<N> (1 <= N <= 64)\n", descriptor);
+        fprintf(stderr, "Error: model '%s' is neither an existing file nor a descriptor d<N> (1 <= N <= 64)"
+                " or gpt2-124M, gpt2-350M, gpt2-774M, gpt2-1558M\n", descriptor);
         fprintf(stderr, "HINT: d4 makes a new 4-layer model; path/model.bin loads a checkpoint\n");
         exit(EXIT_FAILURE);
     }
@@ -1456,6 +1509,54 @@ GPT2Config gpt2_config_from_descriptor(const char *descriptor) {
     return c;
 }
 // --- end shared-copy: gpt2-init ---
+
+// The GPU memory a training run of batches of B x T will allocate, group by group,
+// in bytes: exactly what it asks cuda_malloc_check for, so that the table printed at
+// start-up (and by -M without a GPU) is the run's allocation to the byte, which the
+// ledger checks after the first step. With cuDNN's attention its workspace, sized
+// by cuDNN when the first graph is built, comes on top.
+enum { MEM_PARAMETERS, MEM_MASTER, MEM_GRADIENTS, MEM_MOMENTS, MEM_ACTIVATIONS, MEM_GRAD_ACTS, MEM_SMALL, MEM_WORKSPACE,
+       NUM_MEM_GROUPS };
+static const char *const MEM_GROUP_NAMES[NUM_MEM_GROUPS] = {
+    "parameters", "fp32 master weights", "gradients", "AdamW moments (fp32)", "activations", "activation gradients",
+    "batch and scratch", "cuBLASLt workspace"};
+static size_t gpt2_memory_plan(size_t bytes[NUM_MEM_GROUPS], GPT2Config c, size_t B, size_t T, int recompute,
+                               int master_weights) {
+    size_t param_sizes[NUM_PARAMETER_TENSORS], act_sizes[NUM_ACTIVATION_TENSORS], grad_act_sizes[NUM_GRAD_ACT_TENSORS];
+    fill_in_parameter_sizes(param_sizes, c);
+    fill_in_activation_sizes(act_sizes, c, B, T, recompute);
+    fill_in_grad_act_sizes(grad_act_sizes, c, B, T);
+    size_t n = gpt2_count_parameters(c), N = B * T;
+    bytes[MEM_PARAMETERS] = table_bytes(param_sizes, NULL, NUM_PARAMETER_TENSORS);
+    bytes[MEM_MASTER] = sizeof(floatX) < sizeof(float) && master_weights ? n * sizeof(float) : 0;
+    bytes[MEM_GRADIENTS] = bytes[MEM_PARAMETERS];
+    bytes[MEM_MOMENTS] = 2 * n * sizeof(float);
+    bytes[MEM_ACTIVATIONS] = table_bytes(act_sizes, ACT_FP32, NUM_ACTIVATION_TENSORS);
+    bytes[MEM_GRAD_ACTS] = table_bytes(grad_act_sizes, NULL, NUM_GRAD_ACT_TENSORS);
+    bytes[MEM_SMALL] = 2 * N * sizeof(int)                                              // the batch: inputs, targets
+                       + (size_t)ceil_div(N, ROWS_PER_CHUNK) * 4 * c.channels * sizeof(float) // the column sums' partials
+                       + NUM_PARAMETER_TENSORS * NORM_BLOCKS * sizeof(float)                // the norm's partial sums
+                       + (3 * N + 1) * sizeof(int);                                     // the embedding gradient's buckets
+    bytes[MEM_WORKSPACE] = CUBLASLT_WORKSPACE_BYTES;
+    size_t total = 0;
+    for (int i = 0; i < NUM_MEM_GROUPS; i++) { total += bytes[i]; }
+    return total;
+}
+
+// the table: each group in MiB, the total also in bytes
+void gpt2_print_memory_plan(GPT2Config c, size_t B, size_t T, int recompute, int master_weights) {
+    size_t bytes[NUM_MEM_GROUPS];
+    size_t total = gpt2_memory_plan(bytes, c, B, T, recompute, master_weights);
+    printf("GPU memory (%s, B=%zu, T=%zu, recomputation -r %d%s):\n", PRECISION_NAME, B, T, recompute,
+           USE_CUDNN_ATTENTION ? ", cuDNN attention: its workspace comes on top" : "");
+    for (int i = 0; i < NUM_MEM_GROUPS; i++) { printf("  %-22s %10.1f MiB\n", MEM_GROUP_NAMES[i], bytes[i] / 1048576.0); }
+    printf("  %-22s %10.1f MiB = %zu bytes (predicted; after the first step the run checks it)\n", "total",
+           total / 1048576.0, total);
+}
+// and the table of a model whose activations are allocated
+void gpt2_print_memory(const GPT2 *model, size_t B, size_t T) {
+    gpt2_print_memory_plan(model->config, B, T, model->recompute, model->master_memory != NULL);
+}
 
 // the parameters exactly as stored on the GPU (floatX), in table order, into host memory
 static void gpt2_download_params(const GPT2 *model, floatX *out) {
@@ -1469,8 +1570,10 @@ static void gpt2_download_params(const GPT2 *model, floatX *out) {
 
 // A model file of llm.c's format: version 3 (fp32) or 5 (bf16) parameters; either
 // loads in either precision (converted on the way in).
-void gpt2_build_from_checkpoint(GPT2 *model, const char *checkpoint_path) {
-    FILE *fp = fopenCheck(checkpoint_path, "rb");
+// Its header, checked against the file's size: the configuration, and the bytes of
+// one stored parameter (elem).
+static GPT2Config read_model_header(FILE *fp, const char *checkpoint_path, size_t *elem_out) {
+    GPT2Config config;
     int header[256];
     if (fread(header, sizeof(int), 256, fp) != 256) {
         fprintf(stderr, "Error: %s: file too short for a model header (256 x int32)\n", checkpoint_path);
@@ -1488,14 +1591,14 @@ void gpt2_build_from_checkpoint(GPT2 *model, const char *checkpoint_path) {
                 checkpoint_path, header[1], MODEL_VERSION_FP32, MODEL_VERSION_BF16);
         exit(EXIT_FAILURE);
     }
-    model->config.max_seq_len = header[2];
-    model->config.vocab_size = header[3];
-    model->config.num_layers = header[4];
-    model->config.num_heads = header[5];
-    model->config.channels = header[6];
-    model->config.padded_vocab_size = header[7];
-    gpt2_validate_config(model->config, checkpoint_path);
-    size_t n = gpt2_count_parameters(model->config), elem = header[1] == MODEL_VERSION_FP32 ? 4 : 2;
+    config.max_seq_len = header[2];
+    config.vocab_size = header[3];
+    config.num_layers = header[4];
+    config.num_heads = header[5];
+    config.channels = header[6];
+    config.padded_vocab_size = header[7];
+    gpt2_validate_config(config, checkpoint_path);
+    size_t n = gpt2_count_parameters(config), elem = header[1] == MODEL_VERSION_FP32 ? 4 : 2;
     size_t expected = 256 * sizeof(int) + n * elem;
     long actual = file_size(fp, checkpoint_path);
     if ((size_t)actual != expected) {
@@ -1503,6 +1606,15 @@ void gpt2_build_from_checkpoint(GPT2 *model, const char *checkpoint_path) {
                 checkpoint_path, actual, header[4], header[6], header[7], header[2], elem == 4 ? "fp32" : "bf16", expected);
         exit(EXIT_FAILURE);
     }
+    *elem_out = elem;
+    return config;
+}
+
+void gpt2_build_from_checkpoint(GPT2 *model, const char *checkpoint_path) {
+    FILE *fp = fopenCheck(checkpoint_path, "rb");
+    size_t elem;
+    model->config = read_model_header(fp, checkpoint_path, &elem);
+    size_t n = gpt2_count_parameters(model->config);
     float *host = (float *)mallocCheck(n * sizeof(float));
     if (elem == 4) {
         freadCheck(host, sizeof(float), n, fp);
@@ -1584,7 +1696,7 @@ void gpt2_allocate_activations(GPT2 *model, size_t B, size_t T) {
                                              "the activations", &model->acts_memory);
     size_t needed = (size_t)ceil_div(B * T, ROWS_PER_CHUNK) * 4 * model->config.channels;
     if (needed > reduce_scratch_floats) {
-        if (reduce_scratch != NULL) { cudaCheck(cudaFree(reduce_scratch)); }
+        cuda_free_check(reduce_scratch);
         reduce_scratch = (float *)cuda_malloc_check(needed * sizeof(float), "the reduction scratch");
         reduce_scratch_floats = needed;
     }
@@ -1830,15 +1942,31 @@ float gpt2_grad_norm(const GPT2 *model) {
 // and evaluation never pay for the optimizer. m, v (and the master weights) are
 // flat arrays of num_parameters floats, in the order of checkpoint files, which
 // gpt2_update walks by param_sizes: not sliced, so they have no guard bands.
+#if defined(ENABLE_CUDNN)
+size_t cudnn_workspace_bytes(void); // (with cuDNN's attention, below)
+#endif
 static void gpt2_allocate_moments(GPT2 *model) {
     if (model->m_memory != NULL) { return; }
     model->m_memory = (float *)cuda_malloc_check(2 * model->num_parameters * sizeof(float), "the AdamW moments");
     model->v_memory = model->m_memory + model->num_parameters;
     cudaCheck(cudaMemset(model->m_memory, 0, 2 * model->num_parameters * sizeof(float)));
-    // everything is allocated now: what the device says is in use (all processes)
-    size_t free_bytes = 0, total_bytes = 0;
+    // Everything is allocated now. The ledger's figure must be the start-up table's
+    // (cuDNN's workspace aside); what the device says is in use has more: the CUDA
+    // context, the libraries' own memory, other processes.
+    size_t bytes[NUM_MEM_GROUPS], free_bytes = 0, total_bytes = 0;
+    size_t predicted = gpt2_memory_plan(bytes, model->config, model->batch_size, model->seq_len, model->recompute,
+                                        model->master_memory != NULL);
+#if defined(ENABLE_CUDNN)
+    size_t cudnn_bytes = cudnn_workspace_bytes();
+#else
+    size_t cudnn_bytes = 0;
+#endif
     cudaCheck(cudaMemGetInfo(&free_bytes, &total_bytes));
-    printf("GPU memory in use after the first step: %.1f MiB of %.1f MiB (measured)\n",
+    printf("GPU memory after the first step: allocated %zu bytes (%.1f MiB), peak %zu bytes, predicted %zu bytes%s%s;"
+           " the device has %.1f MiB of %.1f MiB in use (measured)\n",
+           device_bytes_live, device_bytes_live / 1048576.0, device_bytes_peak, predicted + cudnn_bytes,
+           cudnn_bytes > 0 ? " with cuDNN's workspace" : "",
+           device_bytes_live == predicted + cudnn_bytes && device_bytes_peak == device_bytes_live ? " (equal)" : " (DIFFERENT)",
            (total_bytes - free_bytes) / 1048576.0, total_bytes / 1048576.0);
 }
 
@@ -1893,14 +2021,14 @@ float get_learning_rate(int step, float max_lr, int warmup_steps, int max_steps,
 
 void gpt2_free(GPT2 *model) {
     gpt2_check_guard_bands(model); // (debug builds: nor did the evaluations and samples since)
-    cudaCheck(cudaFree(model->params_memory));
-    cudaCheck(cudaFree(model->master_memory));
-    cudaCheck(cudaFree(model->grads_memory));
-    cudaCheck(cudaFree(model->m_memory));
-    cudaCheck(cudaFree(model->norm_partials));
-    cudaCheck(cudaFree(model->acts_memory));
-    cudaCheck(cudaFree(model->grads_acts_memory));
-    cudaCheck(cudaFree(model->inputs_dev));
+    cuda_free_check(model->params_memory);
+    cuda_free_check(model->master_memory);
+    cuda_free_check(model->grads_memory);
+    cuda_free_check(model->m_memory);
+    cuda_free_check(model->norm_partials);
+    cuda_free_check(model->acts_memory);
+    cuda_free_check(model->grads_acts_memory);
+    cuda_free_check(model->inputs_dev);
     free(model->norm_partials_host);
     free(model->inputs);
     free(model->targets);
@@ -2509,7 +2637,7 @@ void cudnn_create(void) { cudnnCheck(cudnnCreate(&cudnn_handle)); }
 void cudnn_destroy(void) {
     forward_graphs.clear(); // the plans first: they were built on the handle
     backward_graphs.clear();
-    if (cudnn_workspace != NULL) { cudaCheck(cudaFree(cudnn_workspace)); }
+    cuda_free_check(cudnn_workspace);
     cudnn_workspace = NULL;
     cudnn_workspace_size = 0;
     cudnnCheck(cudnnDestroy(cudnn_handle));
@@ -2548,7 +2676,7 @@ static fe::error_object build_graph(fe::graph::Graph &graph) {
     int64_t bytes = 0;
     if (fe::error_object e = graph.get_workspace_size(bytes); e.is_bad()) { return e; }
     if ((size_t)bytes > cudnn_workspace_size) {
-        if (cudnn_workspace != NULL) { cudaCheck(cudaFree(cudnn_workspace)); } // (waits for the GPU)
+        cuda_free_check(cudnn_workspace); // (waits for the GPU)
         cudnn_workspace = cuda_malloc_check((size_t)bytes, "cuDNN's attention workspace"); // (within -G's budget)
         cudnn_workspace_size = (size_t)bytes;
     }
@@ -2687,27 +2815,6 @@ void print_hardware(void) {
 #else
     printf("attention: ours (batched cuBLASLt matmuls and a causal softmax kernel; make USE_CUDNN=1 for cuDNN's)\n");
 #endif
-}
-
-// the GPU memory of a run with batches of B x T, group by group
-void gpt2_print_memory(const GPT2 *model, size_t B, size_t T) {
-    size_t grad_act_sizes[NUM_GRAD_ACT_TENSORS], n_grad_acts = 0, n = model->num_parameters;
-    fill_in_grad_act_sizes(grad_act_sizes, model->config, B, T);
-    for (int i = 0; i < NUM_GRAD_ACT_TENSORS; i++) { n_grad_acts += grad_act_sizes[i]; }
-    const char *names[] = {"parameters", "fp32 master weights", "gradients", "AdamW moments (fp32)", "activations",
-                           "activation gradients", "cuBLASLt workspace"};
-    double MiB = 1024.0 * 1024.0;
-    double mib[] = {n * sizeof(floatX) / MiB, model->master_memory != NULL ? n * 4 / MiB : 0.0, n * sizeof(floatX) / MiB,
-                    2 * n * 4 / MiB, model->act_bytes / MiB, n_grad_acts * sizeof(floatX) / MiB,
-                    CUBLASLT_WORKSPACE_BYTES / MiB};
-    double total = 0.0;
-    printf("GPU memory (%s, B=%zu, T=%zu, recomputation -r %d%s):\n", PRECISION_NAME, B, T, model->recompute,
-           USE_CUDNN_ATTENTION ? ", cuDNN attention: its workspace comes on top" : "");
-    for (int i = 0; i < 7; i++) {
-        printf("  %-22s %10.1f MiB\n", names[i], mib[i]);
-        total += mib[i];
-    }
-    printf("  %-22s %10.1f MiB (the measured figure follows the first step)\n", "total", total);
 }
 
 // Find the GPU (or say clearly that there is none) and start cuBLASLt (and cuDNN).
@@ -2975,7 +3082,8 @@ static void print_usage(const Options *d) {
     printf("  -i <pattern>  training token shards, a glob [%s]\n", d->train_pattern);
     printf("  -j <pattern>  validation token shards [%s]\n", d->val_pattern);
     printf("  -k <path>     tokenizer for printing samples [%s]\n", d->tokenizer_path);
-    printf("  -e <model>    checkpoint file, or d<N> for a new random model (L=N, C=64N, NH=N) [%s]\n", d->model);
+    printf("  -e <model>    checkpoint file, or a new random model: d<N> (L=N, C=64N, NH=N) or gpt2-124M, -350M, -774M, -1558M [%s]\n",
+           d->model);
     printf("  -o <dir>      output directory for the log and checkpoints, \"\" for none [%s]\n", d->out_dir);
     printf("  -b <int>      batch size B [%d]\n", d->B);
     printf("  -t <int>      sequence length T [%d]\n", d->T);
@@ -3032,10 +3140,16 @@ static void print_device_usage(void) {
     printf("  -w <0|1>      keep fp32 master weights (bf16 builds; fp16 always keeps them, fp32 needs none) [%d]\n",
            use_master_weights);
     printf("  -G <GiB>      behave as if the GPU had only this much memory (a 16 GB card on a bigger one), 0 = all [0]\n");
+    printf("  -M <0|1>      print the model and the GPU memory this run would allocate, and exit (needs no GPU) [0]\n");
 }
 static int parse_device_flag(const char *flag, const char *value) {
     if (strcmp(flag, "-G") == 0) {
         gpu_budget_set(flag, value);
+        return 1;
+    }
+    if (strcmp(flag, "-M") == 0) {
+        plan_only = (int)parse_int(flag, value, 0);
+        if (plan_only > 1) { usage_error("flag -M takes 0 or 1, got '%s'", value); }
         return 1;
     }
     if (strcmp(flag, "-r") == 0) {
@@ -3052,6 +3166,39 @@ static int parse_device_flag(const char *flag, const char *value) {
         return 1;
     }
     return 0;
+}
+
+// -M 1: the model's shape and the start-up memory table of a run with these flags,
+// without a GPU (nothing CUDA is called), for planning runs and for the sweep
+// (dev/sweep_gpt2.sh); a run prints the same table and checks it after its first step.
+static void print_plan_and_exit(const Options *o) {
+    if (!plan_only) { return; }
+    if (o->resume) {
+        fprintf(stderr, "Error: -M plans a new run; -y 1 resumes one\nHINT: -M 1 -e %s/model_<step>.bin\n", o->out_dir);
+        exit(EXIT_FAILURE);
+    }
+    GPT2Config c;
+    if (access(o->model, F_OK) == 0) {
+        FILE *fp = fopenCheck(o->model, "rb");
+        size_t elem;
+        c = read_model_header(fp, o->model, &elem);
+        fcloseCheck(fp);
+    } else {
+        c = gpt2_config_from_descriptor(o->model);
+    }
+    if (o->T > c.max_seq_len) {
+        fprintf(stderr, "Error: -t %d is longer than the model's maximum sequence length %d\n", o->T, c.max_seq_len);
+        exit(EXIT_FAILURE);
+    }
+    if (recompute_level == 0 && (4 * c.channels) % 8 != 0) {
+        fprintf(stderr, "Error: -r 0 (GELU in cuBLASLt's epilogue) needs an even channel count, the model has C=%d\n"
+                "HINT: -r 1\n", c.channels);
+        exit(EXIT_FAILURE);
+    }
+    printf("model: %s | maxT %d | V %d (padded %d) | L %d | NH %d | C %d | %zu parameters\n", o->model, c.max_seq_len,
+           c.vocab_size, c.padded_vocab_size, c.num_layers, c.num_heads, c.channels, gpt2_count_parameters(c));
+    gpt2_print_memory_plan(c, (size_t)o->B, (size_t)o->T, recompute_level, use_master_weights);
+    exit(EXIT_SUCCESS);
 }
 
 // --- begin shared-copy: gpt2-main ---
@@ -3313,6 +3460,7 @@ int main(int argc, char **argv) {
     memset(&r, 0, sizeof(r));
     r.o = parse_args(argc, argv);
     const Options *o = &r.o;
+    print_plan_and_exit(o); // (train_gpt2.cu's -M: the memory a run would take, without a GPU)
     setup_hardware();
     plan_run(&r);
     GPT2 model;

@@ -91,7 +91,7 @@ static inline floatX from_float(float x) { return (floatX)x; }
 // host only (a device pass sees main's calls, and needs no more than these lines).
 
 // device memory or an error naming what did not fit (train_gpt2.cu's also keeps to its -G budget)
-static void *cuda_malloc_check(size_t bytes, const char *what) {
+__attribute__((unused)) static void *cuda_malloc_check(size_t bytes, const char *what) { // (unused: the device pass)
     void *p = NULL;
     if (cudaMalloc(&p, bytes > 0 ? bytes : 1) != cudaSuccess) {
         fprintf(stderr, "Error: out of GPU memory: %s needs %.1f MiB\n", what, bytes / 1048576.0);
@@ -99,6 +99,7 @@ static void *cuda_malloc_check(size_t bytes, const char *what) {
     }
     return p;
 }
+__attribute__((unused)) static void cuda_free_check(void *p) { cudaCheck(cudaFree(p)); } // (train_gpt2.cu's also keeps its ledger)
 
 // --- begin shared-copy: cudnn-attention ---
 void cudnn_create(void);
@@ -155,7 +156,7 @@ void cudnn_create(void) { cudnnCheck(cudnnCreate(&cudnn_handle)); }
 void cudnn_destroy(void) {
     forward_graphs.clear(); // the plans first: they were built on the handle
     backward_graphs.clear();
-    if (cudnn_workspace != NULL) { cudaCheck(cudaFree(cudnn_workspace)); }
+    cuda_free_check(cudnn_workspace);
     cudnn_workspace = NULL;
     cudnn_workspace_size = 0;
     cudnnCheck(cudnnDestroy(cudnn_handle));
@@ -194,7 +195,7 @@ static fe::error_object build_graph(fe::graph::Graph &graph) {
     int64_t bytes = 0;
     if (fe::error_object e = graph.get_workspace_size(bytes); e.is_bad()) { return e; }
     if ((size_t)bytes > cudnn_workspace_size) {
-        if (cudnn_workspace != NULL) { cudaCheck(cudaFree(cudnn_workspace)); } // (waits for the GPU)
+        cuda_free_check(cudnn_workspace); // (waits for the GPU)
         cudnn_workspace = cuda_malloc_check((size_t)bytes, "cuDNN's attention workspace"); // (within -G's budget)
         cudnn_workspace_size = (size_t)bytes;
     }

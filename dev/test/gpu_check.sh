@@ -214,6 +214,11 @@ if command -v nsys > /dev/null 2>&1; then
 else
     rows+=("| nsys profile + stats | skipped: no nsys on this machine | - | - |")
 fi
+# the sweep of docs/performance.md (dev/sweep_gpt2.sh): GPT-2 124M and 350M at T=1024 over batch
+# size, precision, recomputation and accumulation, each cell under a 16 GiB budget (-G 16): what
+# fits, the start-up table's prediction against the allocation, the device's memory, tokens/s
+step gpt2_sweep "dev/sweep_gpt2.sh gpu quick: GPT-2 124M/350M under -G 16 (fits? table = allocation? tokens/s)" \
+    bash dev/sweep_gpt2.sh gpu quick "$LOGS/sweep"
 if [ -n "$CUDNN_PROGRAMS" ]; then
     step cudnn_sample "train_gpt2cu_cudnn: a d1 model trains 4 steps and samples (one cuDNN graph per shape)" \
         ./train_gpt2cu_cudnn -e d1 -b 4 -t 64 -x 4 -v 2 -m 2 -s 2 -g 20 -o ""
@@ -288,7 +293,7 @@ echo "|---|---|---|---|---|"
 for b in gpt2_bench gpt2_bench_r0 gpt2_bench_fp16 gpt2_bench_cudnn; do
     [ -f "$LOGS/$b.log" ] || continue
     awk -v run="$b" '/^step +([2-9]|1[0-2])\/12/ { for (i = 1; i <= NF; i++) { if ($i == "tok/s") { s += $(i - 1); n++ } if ($i == "MFU") { m += $(i + 1) } if ($i == "ms") { t += $(i - 1) } } }
-         /^GPU memory in use/ { mem = $9 " " $10 }
+         /^GPU memory after the first step/ { for (i = 1; i <= NF; i++) if ($i == "has") mem = $(i + 1) " MiB" }
          END { if (n) printf "| %s | %.0f | %.1f%% | %.1f | %s |\n", run, s / n, m / n, t / n, mem; else printf "| %s | failed | - | - | - |\n", run }' "$LOGS/$b.log"
 done
 echo
@@ -296,6 +301,7 @@ sed -n '/^GPU memory (/,/^  total/p' "$LOGS/gpt2_bench.log"
 echo "-P 2, the phases of steps 2, 4, 6 (ms, CUDA events), and the host's clock at the same marks:"
 grep -E '^step|those are the GPU' "$LOGS/gpt2_phases.log" | grep -E 'sum|those are' | sed 's/^.*ETA [^|]*| //'
 [ -f "$LOGS/nsys.log" ] && { echo "nsys stats (first lines of each report; the whole in $LOGS/nsys.log):"; grep -A12 -E 'nvtx_?sum|gpu_?kern_?sum|NVTX Range|Time \(%\)' "$LOGS/nsys.log" | head -40; }
+[ -f "$LOGS/sweep/sweep.md" ] && { echo "the sweep (dev/sweep_gpt2.sh gpu quick; the plot: $LOGS/sweep/sweep.png):"; cat "$LOGS/sweep/sweep.md"; echo; }
 echo "fp16: $(grep -E '^step +12/' "$LOGS/gpt2_bench_fp16.log" | grep -o 'loss scale [0-9]*') at step 12, $(grep -c 'update skipped' "$LOGS/gpt2_bench_fp16.log") updates skipped"
 echo
 echo "infercu, GPT-2 124M (d12, random weights), bf16 and fp32: prefill and decode (the decode step a CUDA graph):"

@@ -26,7 +26,9 @@
 #      B=3 x T=45 (row sums over two chunks, rows longer than a warp), and a
 #      model no d<N> makes (C=72, 3 heads of 24), written by this script;
 #   7. -P: the phases, timed by the GPU's events, add up to the step's time;
-#   8. -G: a memory budget refuses exactly what exceeds it.
+#   8. -G: a memory budget refuses exactly what exceeds it; the start-up memory table
+#      (also printed by -M 1, without a GPU) is what the run allocates, to the byte;
+#   9. dev/sweep_gpt2.sh end to end (its tiny grid), in its GPU mode on these binaries.
 # Run it from the repository root, after make data. SECTIONS="1 6" runs only those.
 set -u
 CPU=${1:-./train_gpt2}
@@ -284,6 +286,10 @@ bad_flag "flag -r takes 0, 1 or 2" "$FP32" -r 3
 bad_flag "flag -w takes 0 or 1" "$BF16" -w 2
 bad_flag "an fp16 build always keeps master weights" "$FP16" -w 0
 bad_flag "flag -r is train_gpt2cu's" "$CPU" -r 1
+bad_flag "flag -M is train_gpt2cu's" "$CPU" -M 1
+bad_flag "flag -M takes 0 or 1" "$FP32" -M 2
+bad_flag "Error: -M plans a new run; -y 1 resumes one" "$FP32" -M 1 -y 1 -o "$TMP"
+bad_flag "neither an existing file nor a descriptor" "$FP32" -M 1 -e gpt2-125M
 # out of memory, on an emulated device of 100 MiB: the d1 model fits, its
 # activations at B=64, T=256 (the logits alone 1.6 GB) do not
 # (emulated binaries only: a real GPU has its own size)
@@ -407,9 +413,80 @@ if [ $fits = 1 ] && [ $rc = 1 ] && grep -q "^Error: out of GPU memory (the -G bu
 else
     not_ok "-G: fits $fits after $tries tries at $budget bytes; one byte less: exit $rc"; tail -n 3 "$TMP/budget.out" "$TMP/budget_less.out"
 fi
+# the budget that fits is, to the byte, the total of the start-up table (the emulator's device
+# has nothing else in use), and -M prints that table without running
+# (emulated binaries only: a real GPU has the CUDA context in use too)
+plan=$(EMU_DEVICE_MIB=4096 "$FP32" "${RUN[@]}" -M 1 -o "" | sed -n 's/^  total .* = \([0-9]*\) bytes.*/\1/p')
+case "$FP32" in *_cpu)
+    [ "$plan" = "$budget" ] && ok "-G: that budget is the start-up memory table's total, $plan bytes (-M 1)" ||
+        not_ok "-G: the run needs $budget bytes, the table (-M 1) says '$plan'" ;;
+esac
+# The table against the allocations (the ledger) after the first step, run by run: the three
+# precisions, the three recomputation levels, master weights off, gradient accumulation, shapes
+# that divide no block (B=3, T=7 and 45), validation and samples (other batch shapes), a model
+# file and the named GPT-2 shapes (their tables only: -M needs no device)
+plan_check() { # BINARY ARGS...: -M's table is the run's start-up table, and the run allocates exactly its total
+    local bin=$1
+    shift
+    "$bin" "$@" -M 1 > "$TMP/plan.out" 2>&1 || { not_ok "-M 1 $*: failed"; tail -n 2 "$TMP/plan.out"; return; }
+    EMU_DEVICE_MIB=4096 "$bin" "$@" > "$TMP/plan_run.out" 2>&1 || { not_ok "run $*: failed"; tail -n 2 "$TMP/plan_run.out"; return; }
+    local total allocated
+    total=$(sed -n 's/^  total .* = \([0-9]*\) bytes.*/\1/p' "$TMP/plan.out")
+    allocated=$(sed -n 's/^GPU memory after the first step: allocated \([0-9]*\) bytes.*, peak \([0-9]*\) bytes, predicted \([0-9]*\) .*/\1 \2 \3/p' "$TMP/plan_run.out")
+    if [ -n "$total" ] && [ "$allocated" = "$total $total $total" ] && grep -q "(equal)" "$TMP/plan_run.out" &&
+       diff <(grep -A9 '^GPU memory (' "$TMP/plan.out") <(grep -A9 '^GPU memory (' "$TMP/plan_run.out") > /dev/null; then
+        ok "memory plan = allocation, $total bytes: ${bin##*/} $*"
+    else
+        not_ok "memory plan $total, allocated/peak/predicted '$allocated': ${bin##*/} $*"; grep -A9 '^GPU memory' "$TMP/plan.out" "$TMP/plan_run.out"
+    fi
+}
+ONE=(-x 1 -v 0 -s 0 -n 0 -o "")
+plan_check "$FP32" -e d1 -b 3 -t 7 -r 0 "${ONE[@]}"
+plan_check "$FP32" -e d1 -b 3 -t 45 -r 2 -d 270 "${ONE[@]}"
+plan_check "$FP32" -e d2 -b 3 -t 7 -r 1 -x 1 -v 1 -m 1 -s 1 -g 3 -n 0 -o ""
+plan_check "$BF16" -e d1 -b 3 -t 7 -r 2 -w 0 "${ONE[@]}"
+plan_check "$BF16" -e d1 -b 2 -t 20 -r 0 "${ONE[@]}"
+plan_check "$FP16" -e d1 -b 2 -t 20 -r 1 "${ONE[@]}"
+rm -rf "$TMP/planned"
+if EMU_DEVICE_MIB=4096 "$BF16" -e d1 -b 2 -t 8 -x 1 -v 0 -s 0 -n 1 -o "$TMP/planned" > "$TMP/planned.out" 2>&1; then
+    plan_check "$FP16" -e "$TMP/planned/model_00000001.bin" -b 3 -t 9 -r 2 "${ONE[@]}"
+else
+    not_ok "a d1 checkpoint for the model-file plan: the run failed"
+fi
+# the named shapes: GPT-2 124M is d12 (the same table); 350M has 354,871,296 parameters
+# (transformers' GPT2LMHeadModel gpt2-medium: 354,823,168, and our tied head's padding
+# to 50304 rows adds 47 x 1024)
+a=$("$BF16" -M 1 -e gpt2-124M -b 4 -t 64 | grep -A9 '^GPU memory'); b=$("$BF16" -M 1 -e d12 -b 4 -t 64 | grep -A9 '^GPU memory')
+[ -n "$a" ] && [ "$a" = "$b" ] && ok "-M: gpt2-124M plans as d12" || not_ok "-M: gpt2-124M and d12 differ"
+"$BF16" -M 1 -e gpt2-350M -b 4 -t 64 | grep -q "^model: gpt2-350M | maxT 1024 | V 50257 (padded 50304) | L 24 | NH 16 | C 1024 | 354871296 parameters" &&
+    ok "-M: gpt2-350M is L 24, NH 16, C 1024, 354,871,296 parameters" || not_ok "-M: gpt2-350M's shape"
 out=$("$FP32" -G lots 2>&1); rc=$?
 [ $rc = 1 ] && echo "$out" | grep -q "flag -G needs a number of GiB >= 0, got 'lots'" && ok "-G lots: exit 1, one clear error" || not_ok "-G lots: exit $rc: $out"
 fi # (section 8)
+
+# --- 9. the sweep (dev/sweep_gpt2.sh, docs/performance.md) on its tiny grid, in its GPU mode:
+# every cell that fits must allocate what its table says (the run's own check) and report
+# tokens/s; the one whose logits alone exceed 16 GiB must be refused by -G 16; the CPU
+# trainer's cell reports its tokens/s and its table; the tables and the TSV are written
+if want 9; then
+if EMU_DEVICE_MIB=4096 SWEEP_FP32=$FP32 SWEEP_BF16=$BF16 SWEEP_FP16=$FP16 SWEEP_CPU=$CPU bash dev/sweep_gpt2.sh gpu tiny "$TMP/sweep" > "$TMP/sweep.out" 2>&1 &&
+   tail -n 1 "$TMP/sweep.out" | grep -q "^5 passed, 0 failed"; then
+    ok "dev/sweep_gpt2.sh gpu tiny: 5 cells, none failed"
+else
+    not_ok "dev/sweep_gpt2.sh gpu tiny failed"; tail -n 5 "$TMP/sweep.out"
+fi
+# (device in use: on the emulator's device, what the program allocated, printed in MiB to 0.1)
+bad=$(awk -F'\t' 'NR > 1 && $1 == "gpu" && $11 == "yes" && !($9 == $8 && $13 > 0 && ($10 - $8 / 1048576) ^ 2 < 0.0025) { print $2, $3, $4, $5 }' "$TMP/sweep/sweep.tsv")
+fit=$(awk -F'\t' 'NR > 1 && $1 == "gpu" && $11 == "yes"' "$TMP/sweep/sweep.tsv" | wc -l)
+[ "$fit" = 3 ] && [ -z "$bad" ] && ok "sweep: the 3 cells that fit allocated their tables' bytes (device in use alike) and have tokens/s" ||
+    not_ok "sweep: $fit cells fit; wrong: $bad"
+awk -F'\t' 'NR > 1 && $4 == 256 && $11 == "no" && $8 > 17179869184' "$TMP/sweep/sweep.tsv" | grep -q . &&
+    grep -q "out of GPU memory (the -G budget): the activations need" "$TMP/sweep/cells/d1_bf16_B256_T1024_r1_a1.out" &&
+    ok "sweep: B=256 x T=1024 (table > 16 GiB) refused by -G 16" || not_ok "sweep: the cell over 16 GiB was not refused as such"
+awk -F'\t' 'NR > 1 && $1 == "cpu-trainer" && $2 == "d1" && $8 > 0 && $13 > 0' "$TMP/sweep/sweep.tsv" | grep -q . &&
+    grep -q '^| d1 | 2 | 8 | ' "$TMP/sweep/sweep.md" && grep -q '^| d2 | fp16 | 3 | 7 | 2 | 2 | ' "$TMP/sweep/sweep.md" &&
+    ok "sweep: the CPU trainer's cell, and sweep.md's two tables" || not_ok "sweep: the CPU cell or sweep.md"
+fi # (section 9)
 
 echo "$passed passed, $failed failed"
 [ $failed = 0 ]
