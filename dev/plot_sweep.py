@@ -41,7 +41,8 @@ def main():
     T = max(int(r["T"]) for r in cells)
     colours = {"0": "tab:red", "1": "tab:blue", "2": "tab:green"}
     styles = {"fp32": ":", "bf16": "-", "fp16": "--", "bf16+cudnn": "-."}
-    fig, axes = plt.subplots(2, len(models), figsize=(6 * len(models), 8), squeeze=False)
+    fig, axes = plt.subplots(2, len(models), figsize=(6.5 * len(models), 10), squeeze=False)
+    plain = matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}")
     gib = 1024.0**3
     for col, model in enumerate(models):
         mem, tps = axes[0][col], axes[1][col]
@@ -66,21 +67,26 @@ def main():
         mem.axhline(16, color="k", linewidth=0.8)
         mem.text(0.02, 16.3, "16 GiB", fontsize=8, transform=mem.get_yaxis_transform())
         mem.set_xscale("log", base=2)
-        mem.xaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
-        mem.set_ylim(bottom=0)
+        mem.xaxis.set_major_formatter(plain)
+        mem.set_ylim(0, min(mem.get_ylim()[1], 48))  # (up to 3 x 16 GiB: beyond, the lines only climb)
         mem.set_title(f"{model}, T = {T}: GPU memory\n(lines: the start-up table = the allocation; circles: the device's in use)",
                       fontsize=9)
         mem.set_xlabel("batch size B")
         mem.set_ylabel("GiB")
         if mem.get_legend_handles_labels()[0]:
             mem.legend(fontsize=7)
-        for r in cpu:
-            if r["model"] == model:
-                tps.axhline(float(r["tok_s"]), color="grey", linestyle=":", linewidth=1)
-                tps.text(0.02, float(r["tok_s"]) * 1.15, f"CPU trainer, B={r['B']} T={r['T']}: {float(r['tok_s']):.0f} tok/s",
-                         fontsize=8, color="grey", transform=tps.get_yaxis_transform())
+        cpu_here = [r for r in cpu if r["model"] == model]
+        for r in cpu_here:
+            tps.axhline(float(r["tok_s"]), color="grey", linestyle=":", linewidth=1)
+        if cpu_here:
+            text = ", ".join(f"B={r['B']} T={r['T']}: {float(r['tok_s']):.0f}" for r in cpu_here)
+            tps.text(0.02, max(float(r["tok_s"]) for r in cpu_here) * 1.2, f"CPU trainer (tokens/s), {text}", fontsize=8,
+                     color="grey", transform=tps.get_yaxis_transform())
+        values = [float(r["tok_s"]) for r in cpu_here] + [y for line in tps.get_lines() for y in line.get_ydata()]
+        if values:
+            tps.set_ylim(min(values) / 3, max(values) * 3)
         tps.set_xscale("log", base=2)
-        tps.xaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
+        tps.xaxis.set_major_formatter(plain)
         tps.set_yscale("log")
         tps.set_xlabel("batch size B")
         tps.set_ylabel("tokens/s")

@@ -164,6 +164,34 @@ while read -r m p b t r a; do
     echo "$name: $toks tok/s (median of steps 2-$CPU_STEPS, $ms ms), table $table_mib MiB, peak resident ${rss_kib:-?} KiB"
 done < <(cpu_grid)
 
+# The largest batch each setting fits into 16 GiB, by the table (-M: no GPU time), found by
+# bisection over B, so that settings the grid's powers of two lump together come apart.
+# (A real card also holds the CUDA context and the libraries' memory: the GPU cells above say
+# how much; a B within that of the line may not fit.)
+largest_b() { # BINARY MODEL T R: the largest B whose table fits the budget (0: none)
+    local lo=0 hi=1024 mid bytes
+    while [ $((hi - lo)) -gt 1 ]; do
+        mid=$(((lo + hi) / 2))
+        bytes=$("$1" -M 1 -e "$2" -b "$mid" -t "$3" -r "$4" 2> /dev/null | sed -n 's/^  total .* = \([0-9]*\) bytes.*/\1/p')
+        if [ -n "$bytes" ] && [ "$bytes" -le "$budget_bytes" ]; then lo=$mid; else hi=$mid; fi
+    done
+    echo $lo
+}
+LARGEST=$OUT/largest_batch.md
+{
+    echo "| model | precision | T | -r 0 | -r 1 | -r 2 |"
+    echo "|---|---|---|---|---|---|"
+    if [ "$GRID" != tiny ]; then
+        precisions="fp32 bf16 fp16"; [ $CUDNN = 1 ] && precisions="$precisions bf16+cudnn"
+        lengths="256 512 1024"; [ "$GRID" = quick ] && lengths=1024
+        for m in gpt2-124M gpt2-350M; do for p in $precisions; do for t in $lengths; do
+            printf '| %s | %s | %s |' "$m" "$p" "$t"
+            for r in 0 1 2; do printf ' %s |' "$(largest_b "$(binary "$p")" "$m" "$t" "$r")"; done
+            echo
+        done; done; done
+    fi
+} > "$LARGEST"
+
 # the tables, as markdown
 {
     echo "Sweep: $MODE, grid $GRID, $(date -u '+%Y-%m-%d %H:%M UTC'), $(git rev-parse --short HEAD 2> /dev/null)"
@@ -174,6 +202,10 @@ done < <(cpu_grid)
         printf "| %s | %s | %d | %d | %s | %d | %.1f MiB | %s | %s | %s | %s | %s |\n", $2, $3, $4, $5, $6, $7, $8 / 1048576,
             $9 == "" ? "-" : ($9 == $8 ? "= table" : sprintf("%.1f MiB", $9 / 1048576)), $10 == "" ? "-" : $10 " MiB",
             $11, $12 == "" ? "-" : $12, $13 == "" ? "-" : $13 }' "$TSV"
+    echo
+    echo "The largest batch B whose start-up table fits 16 GiB (bisection with -M 1):"
+    echo
+    cat "$LARGEST"
     echo
     echo "The CPU trainer (train_gpt2, fp32, all activations kept; $(nproc) cores):"
     echo
