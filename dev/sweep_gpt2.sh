@@ -181,7 +181,8 @@ LARGEST=$OUT/largest_batch.md
 {
     echo "| model | precision | T | -r 0 | -r 1 | -r 2 |"
     echo "|---|---|---|---|---|---|"
-    if [ "$GRID" != tiny ]; then
+    # (not in gpu quick: the same on any machine, and make gpu-check's minutes are few)
+    if [ "$GRID" = full ] || { [ "$GRID" = quick ] && [ "$MODE" = cpu ]; }; then
         precisions="fp32 bf16 fp16"; [ $CUDNN = 1 ] && precisions="$precisions bf16+cudnn"
         lengths="256 512 1024"; [ "$GRID" = quick ] && lengths=1024
         for m in gpt2-124M gpt2-350M; do for p in $precisions; do for t in $lengths; do
@@ -203,10 +204,12 @@ LARGEST=$OUT/largest_batch.md
             $9 == "" ? "-" : ($9 == $8 ? "= table" : sprintf("%.1f MiB", $9 / 1048576)), $10 == "" ? "-" : $10 " MiB",
             $11, $12 == "" ? "-" : $12, $13 == "" ? "-" : $13 }' "$TSV"
     echo
-    echo "The largest batch B whose start-up table fits 16 GiB (bisection with -M 1):"
-    echo
-    cat "$LARGEST"
-    echo
+    if [ "$(wc -l < "$LARGEST")" -gt 2 ]; then
+        echo "The largest batch B whose start-up table fits 16 GiB (bisection with -M 1):"
+        echo
+        cat "$LARGEST"
+        echo
+    fi
     echo "The CPU trainer (train_gpt2, fp32, all activations kept; $(nproc) cores):"
     echo
     echo "| model | B | T | memory (its table) | peak resident set | ms/step | tokens/s |"
