@@ -1950,6 +1950,7 @@ static void gpt2_allocate_moments(GPT2 *model) {
     model->m_memory = (float *)cuda_malloc_check(2 * model->num_parameters * sizeof(float), "the AdamW moments");
     model->v_memory = model->m_memory + model->num_parameters;
     cudaCheck(cudaMemset(model->m_memory, 0, 2 * model->num_parameters * sizeof(float)));
+#ifndef TESTING // (a test holds several models at once: one ledger, several tables)
     // Everything is allocated now. The ledger's figure must be the start-up table's
     // (cuDNN's workspace aside); what the device says is in use has more: the CUDA
     // context, the libraries' own memory, other processes.
@@ -1968,6 +1969,7 @@ static void gpt2_allocate_moments(GPT2 *model) {
            cudnn_bytes > 0 ? " with cuDNN's workspace" : "",
            device_bytes_live == predicted + cudnn_bytes && device_bytes_peak == device_bytes_live ? " (equal)" : " (DIFFERENT)",
            (total_bytes - free_bytes) / 1048576.0, total_bytes / 1048576.0);
+#endif
 }
 
 // t counts the steps from 1; those skipped for an overflow (FP16) made no update,

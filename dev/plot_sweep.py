@@ -33,7 +33,16 @@ def main():
     if len(sys.argv) != 3:
         sys.exit("usage: python3 dev/plot_sweep.py SWEEP.tsv OUT.png")
     rows = load(sys.argv[1])
-    cells = [r for r in rows if r["device"] != "cpu-trainer" and r["accum"] == "1"]
+    # a cell measured on the GPU wins over the same cell's table-only row (a TSV may hold both
+    # runs: the CPU-mode sweep's whole grid, and a GPU run's rows appended)
+    best = {}
+    for r in rows:
+        if r["device"] == "cpu-trainer" or r["accum"] != "1":
+            continue
+        key = (r["model"], r["precision"], r["B"], r["T"], r["recompute"])
+        if key not in best or r["device"] == "gpu":
+            best[key] = r
+    cells = list(best.values())
     cpu = [r for r in rows if r["device"] == "cpu-trainer" and r["tok_s"]]
     models = list(dict.fromkeys(r["model"] for r in cells))  # (in the sweep's order)
     if not models:
