@@ -2141,7 +2141,7 @@ void init_parameters(float *params, const size_t *param_sizes, GPT2Config config
 // GPT-2), or one of the four GPT-2 sizes by name; maxT = 1024, GPT-2's vocabulary.
 // d12 is gpt2-124M, GPT-2 small; gpt2-350M (medium) is 24 layers of C = 1024 in
 // 16 heads, which no d<N> makes.
-static const struct { const char *name; int L, NH, C; } GPT2_SIZES[] = {
+static const struct { const char *name; int L, NH, C; } GPT2_SIZES[] = { // name, layers, heads, channels
     {"gpt2-124M", 12, 12, 768}, {"gpt2-350M", 24, 16, 1024}, {"gpt2-774M", 36, 20, 1280}, {"gpt2-1558M", 48, 25, 1600}};
 GPT2Config gpt2_config_from_descriptor(const char *descriptor) {
     for (size_t i = 0; i < sizeof(GPT2_SIZES) / sizeof(GPT2_SIZES[0]); i++) {

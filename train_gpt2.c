@@ -1113,7 +1113,7 @@ void init_parameters(float *params, const size_t *param_sizes, GPT2Config config
 // GPT-2), or one of the four GPT-2 sizes by name; maxT = 1024, GPT-2's vocabulary.
 // d12 is gpt2-124M, GPT-2 small; gpt2-350M (medium) is 24 layers of C = 1024 in
 // 16 heads, which no d<N> makes.
-static const struct { const char *name; int L, NH, C; } GPT2_SIZES[] = {
+static const struct { const char *name; int L, NH, C; } GPT2_SIZES[] = { // name, layers, heads, channels
     {"gpt2-124M", 12, 12, 768}, {"gpt2-350M", 24, 16, 1024}, {"gpt2-774M", 36, 20, 1280}, {"gpt2-1558M", 48, 25, 1600}};
 GPT2Config gpt2_config_from_descriptor(const char *descriptor) {
     for (size_t i = 0; i < sizeof(GPT2_SIZES) / sizeof(GPT2_SIZES[0]); i++) {
@@ -2219,7 +2219,7 @@ typedef struct {
     double start_time;     // when its first step began (wall_seconds), for the ETA
 } Run;
 
-// Batch sizes that fit, gradient accumulation, the output directory.
+// Batch sizes that fit, gradient accumulation, whether there is an output directory.
 static void plan_run(Run *r) {
     Options *o = &r->o;
     // sizes that fit: B*T*Vp floats of logits must be addressable, and gemm takes ints
@@ -2240,6 +2240,11 @@ static void plan_run(Run *r) {
         fprintf(stderr, "Error: -n and -y need an output directory (-o)\n");
         exit(EXIT_FAILURE);
     }
+}
+
+// the output directory, made if it is missing
+static void make_out_dir(const Run *r) {
+    const Options *o = &r->o;
     if (r->have_out && mkdir(o->out_dir, 0755) != 0 && errno != EEXIST) {
         fprintf(stderr, "Error: could not create output directory %s: %s\n", o->out_dir, strerror(errno));
         exit(EXIT_FAILURE);
@@ -2398,9 +2403,10 @@ int main(int argc, char **argv) {
     memset(&r, 0, sizeof(r));
     r.o = parse_args(argc, argv);
     const Options *o = &r.o;
-    print_plan_and_exit(o); // (train_gpt2.cu's -M: the memory a run would take, without a GPU)
-    setup_hardware();
     plan_run(&r);
+    print_plan_and_exit(o); // (train_gpt2.cu's -M: the memory the run would take, without a GPU)
+    setup_hardware();
+    make_out_dir(&r);
     GPT2 model;
     build_model(&r, &model);
     GPT2Config c = model.config;

@@ -239,7 +239,7 @@ static void cuda_free_check(void *p) {
             return;
         }
     }
-    fprintf(stderr, "Error: cuda_free_check of a pointer cuda_malloc_check did not return\n");
+    fprintf(stderr, "Error: cuda_free_check(%p): not a block from cuda_malloc_check\n", p);
     exit(EXIT_FAILURE);
 }
 
@@ -257,6 +257,12 @@ static void *cuda_malloc_check(size_t bytes, const char *what) {
         size_t free_bytes = 0, total_bytes = 0;
         gpu_memory_info(&free_bytes, &total_bytes);
         size_t need = bytes > 0 ? bytes : 1, short_by = need > free_bytes ? need - free_bytes : 0;
+        if (gpu_budget > 0) { // (what is in use may be past the budget already, the CUDA context alone can be: short too)
+            size_t device_free = 0, device_total = 0;
+            cudaMemGetInfo(&device_free, &device_total);
+            size_t after = device_total - device_free + need;
+            if (after > gpu_budget && after - gpu_budget > short_by) { short_by = after - gpu_budget; }
+        }
         fprintf(stderr, "Error: out of GPU memory%s: %s need %.1f MiB, %.1f MiB of %.1f MiB are free: %.1f MiB short (%zu bytes; %s)\n"
                 "HINT: lower the batch size (-b) or the sequence length (-t), and raise -d to keep the total batch;"
                 " or recompute more activations (-r 2)%s%s\n",
@@ -1488,7 +1494,7 @@ void init_parameters(float *params, const size_t *param_sizes, GPT2Config config
 // GPT-2), or one of the four GPT-2 sizes by name; maxT = 1024, GPT-2's vocabulary.
 // d12 is gpt2-124M, GPT-2 small; gpt2-350M (medium) is 24 layers of C = 1024 in
 // 16 heads, which no d<N> makes.
-static const struct { const char *name; int L, NH, C; } GPT2_SIZES[] = {
+static const struct { const char *name; int L, NH, C; } GPT2_SIZES[] = { // name, layers, heads, channels
     {"gpt2-124M", 12, 12, 768}, {"gpt2-350M", 24, 16, 1024}, {"gpt2-774M", 36, 20, 1280}, {"gpt2-1558M", 48, 25, 1600}};
 GPT2Config gpt2_config_from_descriptor(const char *descriptor) {
     for (size_t i = 0; i < sizeof(GPT2_SIZES) / sizeof(GPT2_SIZES[0]); i++) {
@@ -1676,19 +1682,23 @@ void gpt2_build_from_descriptor(GPT2 *model, const char *descriptor, uint64_t se
 // ----------------------------------------------------------------------------
 // the model: forward, backward, update
 
+// -r 0 applies GELU in cuBLASLt's epilogue, which stores its input with a leading
+// dimension of 4C, and needs that to be a multiple of 8
+static void check_recompute_level(GPT2Config c, int recompute) {
+    if (recompute == 0 && (4 * c.channels) % 8 != 0) {
+        fprintf(stderr, "Error: -r 0 (GELU in cuBLASLt's epilogue) needs an even channel count, the model has C=%d\n"
+                "HINT: -r 1\n", c.channels);
+        exit(EXIT_FAILURE);
+    }
+}
+
 // Activations for batches of up to B x T tokens, and the scratch of the row
 // reductions (the widest: 4C columns for the MLP's bias).
 void gpt2_allocate_activations(GPT2 *model, size_t B, size_t T) {
     model->batch_size = (int)B;
     model->seq_len = (int)T;
     model->recompute = recompute_level;
-    if (model->recompute == 0 && (4 * model->config.channels) % 8 != 0) {
-        // cuBLASLt's GELU epilogue stores its input with a leading dimension of 4C,
-        // which it needs to be a multiple of 8
-        fprintf(stderr, "Error: -r 0 (GELU in cuBLASLt's epilogue) needs an even channel count, the model has C=%d\n"
-                "HINT: -r 1\n", model->config.channels);
-        exit(EXIT_FAILURE);
-    }
+    check_recompute_level(model->config, model->recompute);
     fill_in_activation_sizes(model->act_sizes, model->config, B, T, model->recompute);
     model->num_activations = 0;
     for (int i = 0; i < NUM_ACTIVATION_TENSORS; i++) { model->num_activations += model->act_sizes[i]; }
@@ -1942,18 +1952,22 @@ float gpt2_grad_norm(const GPT2 *model) {
 // and evaluation never pay for the optimizer. m, v (and the master weights) are
 // flat arrays of num_parameters floats, in the order of checkpoint files, which
 // gpt2_update walks by param_sizes: not sliced, so they have no guard bands.
-#if defined(ENABLE_CUDNN)
-size_t cudnn_workspace_bytes(void); // (with cuDNN's attention, below)
-#endif
 static void gpt2_allocate_moments(GPT2 *model) {
     if (model->m_memory != NULL) { return; }
     model->m_memory = (float *)cuda_malloc_check(2 * model->num_parameters * sizeof(float), "the AdamW moments");
     model->v_memory = model->m_memory + model->num_parameters;
     cudaCheck(cudaMemset(model->m_memory, 0, 2 * model->num_parameters * sizeof(float)));
+}
+
 #ifndef TESTING // (a test holds several models at once: one ledger, several tables)
-    // Everything is allocated now. The ledger's figure must be the start-up table's
-    // (cuDNN's workspace aside); what the device says is in use has more: the CUDA
-    // context, the libraries' own memory, other processes.
+// After the first update everything is allocated (the moments at the first update, or
+// by load_state when the run resumed). The ledger's figure must be the start-up table's
+// (cuDNN's workspace, which cuDNN sizes when it builds a graph, added); what the device
+// says is in use has more: the CUDA context, the libraries' own memory, other processes.
+#if defined(ENABLE_CUDNN)
+size_t cudnn_workspace_bytes(void); // (with cuDNN's attention, below)
+#endif
+static void gpt2_report_memory(const GPT2 *model) {
     size_t bytes[NUM_MEM_GROUPS], free_bytes = 0, total_bytes = 0;
     size_t predicted = gpt2_memory_plan(bytes, model->config, model->batch_size, model->seq_len, model->recompute,
                                         model->master_memory != NULL);
@@ -1969,8 +1983,11 @@ static void gpt2_allocate_moments(GPT2 *model) {
            cudnn_bytes > 0 ? " with cuDNN's workspace" : "",
            device_bytes_live == predicted + cudnn_bytes && device_bytes_peak == device_bytes_live ? " (equal)" : " (DIFFERENT)",
            (total_bytes - free_bytes) / 1048576.0, total_bytes / 1048576.0);
-#endif
+    if (device_bytes_live != predicted + cudnn_bytes || device_bytes_peak != device_bytes_live) {
+        fprintf(stderr, "Warning: the start-up memory table does not match what was allocated (a bug: please report it)\n");
+    }
 }
+#endif
 
 // t counts the steps from 1; those skipped for an overflow (FP16) made no update,
 // so AdamW's bias correction counts only the others, as PyTorch's does when its
@@ -2002,6 +2019,13 @@ void gpt2_update(GPT2 *model, float learning_rate, float beta1, float beta2, flo
         model->good_steps = 0;
     }
     gpt2_check_guard_bands(model); // (debug builds: the step's kernels stayed inside their tensors?)
+#ifndef TESTING
+    static int memory_reported = 0;
+    if (!memory_reported) {
+        memory_reported = 1;
+        gpt2_report_memory(model);
+    }
+#endif
 }
 
 // the learning rate schedule: linear warm-up, then cosine decay to a floor
@@ -3192,14 +3216,16 @@ static void print_plan_and_exit(const Options *o) {
         fprintf(stderr, "Error: -t %d is longer than the model's maximum sequence length %d\n", o->T, c.max_seq_len);
         exit(EXIT_FAILURE);
     }
-    if (recompute_level == 0 && (4 * c.channels) % 8 != 0) {
-        fprintf(stderr, "Error: -r 0 (GELU in cuBLASLt's epilogue) needs an even channel count, the model has C=%d\n"
-                "HINT: -r 1\n", c.channels);
-        exit(EXIT_FAILURE);
-    }
+    check_recompute_level(c, recompute_level);
     printf("model: %s | maxT %d | V %d (padded %d) | L %d | NH %d | C %d | %zu parameters\n", o->model, c.max_seq_len,
            c.vocab_size, c.padded_vocab_size, c.num_layers, c.num_heads, c.channels, gpt2_count_parameters(c));
     gpt2_print_memory_plan(c, (size_t)o->B, (size_t)o->T, recompute_level, use_master_weights);
+    if (gpu_budget > 0) { // (-G: the run's check counts the device's memory in use besides, the CUDA context first)
+        size_t bytes[NUM_MEM_GROUPS], total = gpt2_memory_plan(bytes, c, o->B, o->T, recompute_level, use_master_weights);
+        printf("-G %.2f GiB: the table %s the budget by %.1f MiB, before the CUDA context and the libraries' memory\n",
+               gpu_budget / 1073741824.0, total <= gpu_budget ? "fits" : "exceeds",
+               (total <= gpu_budget ? gpu_budget - total : total - gpu_budget) / 1048576.0);
+    }
     exit(EXIT_SUCCESS);
 }
 
@@ -3283,7 +3309,7 @@ typedef struct {
     double start_time;     // when its first step began (wall_seconds), for the ETA
 } Run;
 
-// Batch sizes that fit, gradient accumulation, the output directory.
+// Batch sizes that fit, gradient accumulation, whether there is an output directory.
 static void plan_run(Run *r) {
     Options *o = &r->o;
     // sizes that fit: B*T*Vp floats of logits must be addressable, and gemm takes ints
@@ -3304,6 +3330,11 @@ static void plan_run(Run *r) {
         fprintf(stderr, "Error: -n and -y need an output directory (-o)\n");
         exit(EXIT_FAILURE);
     }
+}
+
+// the output directory, made if it is missing
+static void make_out_dir(const Run *r) {
+    const Options *o = &r->o;
     if (r->have_out && mkdir(o->out_dir, 0755) != 0 && errno != EEXIST) {
         fprintf(stderr, "Error: could not create output directory %s: %s\n", o->out_dir, strerror(errno));
         exit(EXIT_FAILURE);
@@ -3462,9 +3493,10 @@ int main(int argc, char **argv) {
     memset(&r, 0, sizeof(r));
     r.o = parse_args(argc, argv);
     const Options *o = &r.o;
-    print_plan_and_exit(o); // (train_gpt2.cu's -M: the memory a run would take, without a GPU)
-    setup_hardware();
     plan_run(&r);
+    print_plan_and_exit(o); // (train_gpt2.cu's -M: the memory the run would take, without a GPU)
+    setup_hardware();
+    make_out_dir(&r);
     GPT2 model;
     build_model(&r, &model);
     GPT2Config c = model.config;

@@ -7,7 +7,7 @@ One column a model (GPT-2 124M, 350M), at the longest sequence length of the swe
 and without gradient accumulation. Top: the GPU memory of each cell, as the start-up
 table predicts it (lines; the GPU run's ledger equals it) and as the device reported
 it in use (dots, when a GPU ran the sweep), with the 16 GiB budget. Bottom: the
-GPU's tokens/s (when it ran), and the CPU trainer's at batch 1 (dotted line).
+GPU's tokens/s (when it ran), and the CPU trainer's cells (dotted lines, labelled).
 Colour: recomputation level; line style: precision. Needs matplotlib.
 """
 import csv

@@ -217,7 +217,7 @@ fi
 # the sweep of docs/performance.md (dev/sweep_gpt2.sh): GPT-2 124M and 350M at T=1024 over batch
 # size, precision, recomputation and accumulation, each cell under a 16 GiB budget (-G 16): what
 # fits, the start-up table's prediction against the allocation, the device's memory, tokens/s
-# (about two minutes on an H200; GPU_CHECK_SWEEP=0 leaves it out)
+# (estimated at two minutes on an H200, not yet measured; GPU_CHECK_SWEEP=0 leaves it out)
 if [ "${GPU_CHECK_SWEEP:-1}" != 0 ]; then
     step gpt2_sweep "dev/sweep_gpt2.sh gpu quick: GPT-2 124M/350M under -G 16 (fits? table = allocation? tokens/s)" \
         bash dev/sweep_gpt2.sh gpu quick "$LOGS/sweep"
