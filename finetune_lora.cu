@@ -3475,7 +3475,42 @@ static void run_bench(const Base *b, const Options *o) {
 // metrics.tsv: a line a step (0: before any); the ms_ columns are -P's phases, empty on the steps not timed
 #define METRICS_HEADER "step\tlr\tloss\tgrad_norm\tval_loss\ttokens_per_s\tms_data\tms_forward\tms_backward\tms_norm\tms_update\n"
 
+// --- begin shared-copy: omp-wait-policy ---
+// How our OpenMP threads wait for each other. At the end of a parallel loop the threads
+// that are done wait at a barrier; libgomp's default makes them spin for up to 300,000
+// rounds (a millisecond or more) before they sleep. On an idle machine that is fast. But
+// when another process keeps the cores busy, a spinning thread holds a core that the
+// thread everyone waits for needs, and time slices are milliseconds long: with a busy
+// neighbour on both cores, a GPT-2 124M decode step took 10 times as long. So we spin
+// briefly (10,000 rounds), then sleep. Measured with ./dev/cpu/bench_infer (d12, decode
+// ms at positions 16/256/1000; 2-core Xeon VM, 2026-12-01, while a `make test` also ran):
+//   lightly loaded: default 27/29/34, GOMP_SPINCOUNT=10000 27/28/35, passive 32/32/39
+//   busy neighbour: default 330/914/375, GOMP_SPINCOUNT=10000 168/180/212, passive 141/148/183
+// Passive (never spin) is a little better under load, but 15% slower without it.
+// libgomp reads its settings once, when it is loaded, before main runs; setting them
+// in main is too late. So main sets ours and starts the program over (exec of
+// /proc/self/exe, same arguments), unless the user chose (OMP_WAIT_POLICY or
+// GOMP_SPINCOUNT set: then we leave theirs alone). Where exec fails (no /proc), or a
+// program is started by another name than its path (from $PATH), we carry on with
+// libgomp's default.
+void set_omp_wait_policy(char **argv) {
+#ifdef _OPENMP
+    if (getenv("OMP_WAIT_POLICY") != NULL || getenv("GOMP_SPINCOUNT") != NULL) { return; }
+    // only where /proc/self/exe is this program: under valgrind or a loader run by hand it
+    // is the tool or ld.so, which would start something else (there, set the variable yourself)
+    struct stat self, named;
+    if (stat("/proc/self/exe", &self) != 0 || stat(argv[0], &named) != 0 || self.st_dev != named.st_dev ||
+        self.st_ino != named.st_ino) { return; }
+    setenv("GOMP_SPINCOUNT", "10000", 1);
+    execv("/proc/self/exe", argv);
+#else
+    (void)argv;
+#endif
+}
+// --- end shared-copy: omp-wait-policy ---
+
 int main(int argc, char **argv) {
+    set_omp_wait_policy(argv); // first of all: it may start the program over
     Options defaults = {"data/smollm2/SmolLM2-135M-Instruct.bin", NULL, "data/iso/train.jsonl", NULL, "log_lora", "all-linear", NULL, NULL, 8, 0, 4, 4,
                         128, 0, 1, 10, 50, 0, 0, 0, 0, 0, 16.0f, 0.05f, 1e-3f, 0.0f, 1.0f, 0.05f, 0.1f, 1337, 0},
             o = defaults;

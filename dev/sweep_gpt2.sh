@@ -20,7 +20,7 @@
 #        peak memory (its resident set) on the CPU cells; the GPU columns stay empty
 #        until a GPU run fills them.
 # quick: a grid that fits make gpu-check's few minutes; full: the whole grid (the
-# GPU part: half an hour on an H200, estimated); tiny: d1 and d2 models, seconds (the test's).
+# GPU part: half an hour on an H200, estimated); tiny: d1 models, seconds (the test's).
 # Writes OUT/sweep.tsv (one row a cell), OUT/sweep.md (the tables) and, with
 # matplotlib, OUT/sweep.png (python3 dev/plot_sweep.py); each run's output in OUT/cells/.
 # OUT defaults to sweep-logs. SWEEP_FP32, SWEEP_BF16, SWEEP_FP16, SWEEP_CUDNN and SWEEP_CPU
@@ -69,7 +69,7 @@ CPU_TRAINER=${SWEEP_CPU:-./train_gpt2}
 grid() {
     local m p b t r
     if [ "$GRID" = tiny ]; then
-        echo "d1 bf16 2 8 1 1"; echo "d2 fp32 3 7 0 1"; echo "d2 fp16 3 7 2 2"
+        echo "d1 bf16 2 8 1 1"; echo "d1 fp32 3 7 0 1"; echo "d1 fp16 3 7 2 2"
         echo "d1 bf16 256 1024 1 1" # (its logits alone are 25 GiB: refused before anything is allocated)
     elif [ "$GRID" = full ]; then
         for m in gpt2-124M gpt2-350M; do for p in fp32 bf16 fp16; do for t in 256 512 1024; do for r in 0 1 2; do
