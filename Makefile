@@ -103,12 +103,15 @@ ifneq ($(NVCC),)
 endif
 
 # --- programs ---------------------------------------------------------------------
+# What no chapter teaches lives in lib/, header-only (lib/README.md): every program
+# includes some of these, and a change to one rebuilds them all
+LIB = $(wildcard lib/*.h)
 .PHONY: all data smollm2 test reference bench clean help cuda gpu-check fuzz mutants
 
 all: train_gpt2 test_gpt2 data/tokenizer test_tokenizer train_mlp test_mlp infer infer_bf16 test_infer test_infer_bf16 convert test_convert data/instructions finetune_lora test_finetune_lora
 
 # the GPT-2 BPE tokenizer and data preparation (writes token shards + tokenizer.bin)
-data/tokenizer: data/tokenizer.c data/unicode_tables.h
+data/tokenizer: data/tokenizer.c $(LIB)
 	$(CC) -O3 -march=native -Wall -Wextra -std=c11 $< -o $@
 
 # tinyshakespeare as token shards, and the tokenizer.bin the trainers decode with
@@ -118,7 +121,7 @@ $(TINYSHAKESPEARE) data/gpt2_tokenizer.bin &: data/tokenizer data/tinyshakespear
 data: $(TINYSHAKESPEARE) data/gpt2_tokenizer.bin
 
 # the fine-tuning chapter's instruction data (Alpaca JSONL) from Debian's iso-codes
-data/instructions: data/instructions.c
+data/instructions: data/instructions.c $(LIB)
 	$(CC) -O2 -Wall -Wextra -std=c11 $< -lm -o $@
 ISO_CODES ?= /usr/share/iso-codes/json
 data/iso/train.jsonl data/iso/eval.jsonl &: data/instructions
@@ -133,7 +136,7 @@ $(SMOLLM2) &: | convert
 smollm2: $(SMOLLM2)
 
 # chapter 1: an MLP by hand on Fashion-MNIST (apt-get install dataset-fashion-mnist for the data)
-train_mlp: train_mlp.c
+train_mlp: train_mlp.c $(LIB)
 ifeq ($(HAVE_ZLIB),1)
 	$(CC) $(CFLAGS) $(ZLIB_CFLAGS) $(OMP_FLAGS) $< $(LDLIBS) $(ZLIB_LIBS) -o $@
 else
@@ -141,19 +144,19 @@ else
 endif
 
 # the CPU reference trainer; building it also prepares the data its default run reads
-train_gpt2: train_gpt2.c | data
+train_gpt2: train_gpt2.c $(LIB) | data
 	$(CC) $(CFLAGS) $(OMP_FLAGS) $< $(LDLIBS) -o $@
 
 # chapter 5b: inference on the CPU (prefill, KV-cache decode, sampling)
-infer: infer.c
+infer: infer.c $(LIB)
 	$(CC) $(CFLAGS) $(OMP_FLAGS) $< $(LDLIBS) -o $@
 # ... with the linear layers' weights in bf16: a decode step reads half the bytes (the
 # arithmetic stays fp32)
-infer_bf16: infer.c
+infer_bf16: infer.c $(LIB)
 	$(CC) $(CFLAGS) $(OMP_FLAGS) -DWEIGHTS_BF16 $< $(LDLIBS) -o $@
 
 # every model-file conversion: Hugging Face folders <-> llm.c checkpoints (and tokenizers)
-convert: convert.c
+convert: convert.c $(LIB)
 	$(CC) $(CFLAGS) $(OMP_FLAGS) $< $(LDLIBS) -o $@
 
 # the reference's Hugging Face folders as our checkpoints, for the inference tests (infer.c
@@ -190,48 +193,48 @@ $(addprefix dev/cuda/,$(LADDERS)): dev/cuda/%: dev/cuda/%.cu dev/cuda/common.h d
 $(addprefix dev/emu/,$(addsuffix _cpu,$(LADDERS))): dev/emu/%_cpu: dev/cuda/%.cu dev/cuda/common.h dev/cuda/precision.h $(EMU)
 	$(emu_build) $< $@ -DENABLE_BF16
 # the GPU trainer, in the precision PRECISION chooses, and in FP32
-train_gpt2cu: train_gpt2.cu
+train_gpt2cu: train_gpt2.cu $(LIB)
 	$(NVCC) $(NVCC_FLAGS) -DENABLE_$(PRECISION) $(TRAINER_CUDNN) -Xcompiler "$(OMP_FLAGS)" $< -lcublas -lcublasLt $(TRAINER_CUDNN_LIBS) $(if $(filter -fopenmp,$(OMP_FLAGS)),-lgomp) -o $@
 # with cuDNN's attention, in PRECISION (BF16 unless FP16)
-train_gpt2cu_cudnn: train_gpt2.cu
+train_gpt2cu_cudnn: train_gpt2.cu $(LIB)
 	$(NVCC) $(NVCC_FLAGS) -DENABLE_$(if $(filter FP16,$(PRECISION)),FP16,BF16) $(CUDNN_FLAGS) -Xcompiler "$(OMP_FLAGS)" $< -lcublas -lcublasLt $(CUDNN_LIBS) $(if $(filter -fopenmp,$(OMP_FLAGS)),-lgomp) -o $@
-test_gpt2cu_cudnn: test_gpt2.cu train_gpt2.cu
+test_gpt2cu_cudnn: test_gpt2.cu train_gpt2.cu $(LIB)
 	$(NVCC) $(NVCC_FLAGS) -DENABLE_$(if $(filter FP16,$(PRECISION)),FP16,BF16) $(CUDNN_FLAGS) -Xcompiler "$(OMP_FLAGS)" $< -lcublas -lcublasLt $(CUDNN_LIBS) $(if $(filter -fopenmp,$(OMP_FLAGS)),-lgomp) -o $@
 dev/cuda/attention_cudnn: dev/cuda/attention_cudnn.cu dev/cuda/common.h
 	$(NVCC) $(NVCC_FLAGS) -DENABLE_$(if $(filter FP16,$(PRECISION)),FP16,BF16) $(CUDNN_FLAGS) $< $(CUDNN_LIBS) -o $@
-train_gpt2cu_fp32: train_gpt2.cu
+train_gpt2cu_fp32: train_gpt2.cu $(LIB)
 	$(NVCC) $(NVCC_FLAGS) -DENABLE_FP32 -Xcompiler "$(OMP_FLAGS)" $< -lcublas -lcublasLt $(if $(filter -fopenmp,$(OMP_FLAGS)),-lgomp) -o $@
-train_gpt2cu_fp16: train_gpt2.cu
+train_gpt2cu_fp16: train_gpt2.cu $(LIB)
 	$(NVCC) $(NVCC_FLAGS) -DENABLE_FP16 -Xcompiler "$(OMP_FLAGS)" $< -lcublas -lcublasLt $(if $(filter -fopenmp,$(OMP_FLAGS)),-lgomp) -o $@
 # its test against the PyTorch fixtures (without a GPU: skipped, exit 0)
-test_gpt2cu: test_gpt2.cu train_gpt2.cu
+test_gpt2cu: test_gpt2.cu train_gpt2.cu $(LIB)
 	$(NVCC) $(NVCC_FLAGS) -DENABLE_$(PRECISION) $(TRAINER_CUDNN) -Xcompiler "$(OMP_FLAGS)" $< -lcublas -lcublasLt $(TRAINER_CUDNN_LIBS) $(if $(filter -fopenmp,$(OMP_FLAGS)),-lgomp) -o $@
-test_gpt2cu_fp32: test_gpt2.cu train_gpt2.cu
+test_gpt2cu_fp32: test_gpt2.cu train_gpt2.cu $(LIB)
 	$(NVCC) $(NVCC_FLAGS) -DENABLE_FP32 -Xcompiler "$(OMP_FLAGS)" $< -lcublas -lcublasLt $(if $(filter -fopenmp,$(OMP_FLAGS)),-lgomp) -o $@
-test_gpt2cu_fp16: test_gpt2.cu train_gpt2.cu
+test_gpt2cu_fp16: test_gpt2.cu train_gpt2.cu $(LIB)
 	$(NVCC) $(NVCC_FLAGS) -DENABLE_FP16 -Xcompiler "$(OMP_FLAGS)" $< -lcublas -lcublasLt $(if $(filter -fopenmp,$(OMP_FLAGS)),-lgomp) -o $@
 # inference on the GPU, in PRECISION (BF16 unless FP32: infer.cu has no fp16), and in FP32
 INFER_PRECISION = $(if $(filter FP32,$(PRECISION)),FP32,BF16)
 OMP_LINK = -Xcompiler "$(OMP_FLAGS)" $(if $(filter -fopenmp,$(OMP_FLAGS)),-lgomp)
-infercu: infer.cu
+infercu: infer.cu $(LIB)
 	$(NVCC) $(NVCC_FLAGS) -DENABLE_$(INFER_PRECISION) $< -lcublas $(OMP_LINK) -o $@
-infercu_fp32: infer.cu
+infercu_fp32: infer.cu $(LIB)
 	$(NVCC) $(NVCC_FLAGS) -DENABLE_FP32 $< -lcublas $(OMP_LINK) -o $@
-test_infercu: test_infer.cu infer.cu
+test_infercu: test_infer.cu infer.cu $(LIB)
 	$(NVCC) $(NVCC_FLAGS) -DENABLE_$(INFER_PRECISION) $< -lcublas $(OMP_LINK) -o $@
-test_infercu_fp32: test_infer.cu infer.cu
+test_infercu_fp32: test_infer.cu infer.cu $(LIB)
 	$(NVCC) $(NVCC_FLAGS) -DENABLE_FP32 $< -lcublas $(OMP_LINK) -o $@
 # LoRA fine-tuning on the GPU: the frozen base in PRECISION (BF16 unless FP32), and in FP32
-finetune_loracu: finetune_lora.cu
+finetune_loracu: finetune_lora.cu $(LIB)
 	$(NVCC) $(NVCC_FLAGS) -DENABLE_$(INFER_PRECISION) $< -lcublas $(OMP_LINK) -o $@
-finetune_loracu_fp32: finetune_lora.cu
+finetune_loracu_fp32: finetune_lora.cu $(LIB)
 	$(NVCC) $(NVCC_FLAGS) -DENABLE_FP32 $< -lcublas $(OMP_LINK) -o $@
-test_finetune_loracu: test_finetune_lora.cu finetune_lora.cu
+test_finetune_loracu: test_finetune_lora.cu finetune_lora.cu $(LIB)
 	$(NVCC) $(NVCC_FLAGS) -DENABLE_$(INFER_PRECISION) $< -lcublas $(OMP_LINK) -o $@
-test_finetune_loracu_fp32: test_finetune_lora.cu finetune_lora.cu
+test_finetune_loracu_fp32: test_finetune_lora.cu finetune_lora.cu $(LIB)
 	$(NVCC) $(NVCC_FLAGS) -DENABLE_FP32 $< -lcublas $(OMP_LINK) -o $@
 # the MLP of train_mlp.c on the GPU (same flags, data and checkpoints)
-train_mlpcu: train_mlp.cu
+train_mlpcu: train_mlp.cu $(LIB)
 ifeq ($(HAVE_ZLIB),1)
 	$(NVCC) $(NVCC_FLAGS) $(ZLIB_CFLAGS) $< -lcublas $(ZLIB_LIBS) -o $@
 else
@@ -259,7 +262,7 @@ emu_build = bash dev/emu/emu_build.sh -m $(if $(filter %_race,$@),race,$(if $(fi
 emu_precision = $(subst fp32,-DENABLE_FP32,$(subst bf16,-DENABLE_BF16,$(subst fp16,-DENABLE_FP16,$(filter fp32 bf16 fp16,$(subst _, ,$(notdir $@))))))
 dev/emu/test_emu_cpu dev/emu/test_emu_race dev/emu/test_emu_asan: dev/emu/test_emu.cu $(EMU)
 	$(emu_build) $< $@
-dev/emu/train_mlpcu_cpu dev/emu/train_mlpcu_race: train_mlp.cu $(EMU)
+dev/emu/train_mlpcu_cpu dev/emu/train_mlpcu_race: train_mlp.cu $(EMU) $(LIB)
 ifeq ($(HAVE_ZLIB),1)
 	$(emu_build) $< $@ $(EMU_DEBUG) $(ZLIB_CFLAGS) $(ZLIB_LIBS)
 else
@@ -268,21 +271,21 @@ endif
 dev/emu/matmul_cpu: dev/cuda/matmul.cu dev/cuda/common.h $(EMU)
 	$(emu_build) $< $@
 EMU_GPT2 = $(foreach p,fp32 bf16 fp16,dev/emu/train_gpt2cu_$(p)_cpu dev/emu/test_gpt2cu_$(p)_cpu) dev/emu/test_gpt2cu_fp32_race dev/emu/test_gpt2cu_bf16_race dev/emu/test_gpt2cu_fp16_asan
-$(filter dev/emu/train_gpt2cu_%,$(EMU_GPT2)): train_gpt2.cu $(EMU)
+$(filter dev/emu/train_gpt2cu_%,$(EMU_GPT2)): train_gpt2.cu $(EMU) $(LIB)
 	$(emu_build) $< $@ $(emu_precision) $(EMU_DEBUG)
-$(filter dev/emu/test_gpt2cu_%,$(EMU_GPT2)): test_gpt2.cu train_gpt2.cu $(EMU)
+$(filter dev/emu/test_gpt2cu_%,$(EMU_GPT2)): test_gpt2.cu train_gpt2.cu $(EMU) $(LIB)
 	$(emu_build) $< $@ $(emu_precision) $(EMU_DEBUG)
 INFER_EMU = dev/emu/infercu_fp32_cpu dev/emu/infercu_bf16_cpu dev/emu/test_infercu_fp32_cpu dev/emu/test_infercu_bf16_cpu \
             dev/emu/test_infercu_fp32_race dev/emu/test_infercu_bf16_asan
-$(filter dev/emu/infercu_%,$(INFER_EMU)): infer.cu $(EMU)
+$(filter dev/emu/infercu_%,$(INFER_EMU)): infer.cu $(EMU) $(LIB)
 	$(emu_build) $< $@ $(emu_precision) $(EMU_DEBUG)
-$(filter dev/emu/test_infercu_%,$(INFER_EMU)): test_infer.cu infer.cu $(EMU) | $(CONVERTED)
+$(filter dev/emu/test_infercu_%,$(INFER_EMU)): test_infer.cu infer.cu $(EMU) $(LIB) | $(CONVERTED)
 	$(emu_build) $< $@ $(emu_precision) $(EMU_DEBUG)
 LORA_EMU = dev/emu/finetune_loracu_fp32_cpu dev/emu/finetune_loracu_bf16_cpu dev/emu/test_finetune_loracu_fp32_cpu \
            dev/emu/test_finetune_loracu_bf16_cpu dev/emu/test_finetune_loracu_fp32_race dev/emu/test_finetune_loracu_bf16_asan
-$(filter dev/emu/finetune_loracu_%,$(LORA_EMU)): finetune_lora.cu $(EMU)
+$(filter dev/emu/finetune_loracu_%,$(LORA_EMU)): finetune_lora.cu $(EMU) $(LIB)
 	$(emu_build) $< $@ $(emu_precision) $(EMU_DEBUG)
-$(filter dev/emu/test_finetune_loracu_%,$(LORA_EMU)): test_finetune_lora.cu finetune_lora.cu $(EMU) | $(CONVERTED)
+$(filter dev/emu/test_finetune_loracu_%,$(LORA_EMU)): test_finetune_lora.cu finetune_lora.cu $(EMU) $(LIB) | $(CONVERTED)
 	$(emu_build) $< $@ $(emu_precision) $(EMU_DEBUG)
 EMU_PROGRAMS = dev/emu/test_emu_cpu dev/emu/test_emu_race dev/emu/test_emu_asan dev/emu/matmul_cpu dev/emu/train_mlpcu_cpu \
                dev/emu/train_mlpcu_race $(EMU_GPT2) $(INFER_EMU) $(LORA_EMU) $(addprefix dev/emu/,$(addsuffix _cpu,$(LADDERS)))
@@ -293,42 +296,42 @@ gpu-check:
 	@bash dev/test/gpu_check.sh
 
 # --- tests --------------------------------------------------------------------------
-test_gpt2: test_gpt2.c train_gpt2.c
+test_gpt2: test_gpt2.c train_gpt2.c $(LIB)
 	$(CC) $(CFLAGS) $(OMP_FLAGS) $< $(LDLIBS) -o $@
 
-test_mlp: test_mlp.c train_mlp.c
+test_mlp: test_mlp.c train_mlp.c $(LIB)
 ifeq ($(HAVE_ZLIB),1)
 	$(CC) $(CFLAGS) $(ZLIB_CFLAGS) $(OMP_FLAGS) $< $(LDLIBS) $(ZLIB_LIBS) -o $@
 else
 	@echo "Error: test_mlp needs zlib's header: apt-get install zlib1g-dev (Debian/Ubuntu)" && exit 1
 endif
 
-test_infer: test_infer.c infer.c | $(CONVERTED)
+test_infer: test_infer.c infer.c $(LIB) | $(CONVERTED)
 	$(CC) $(CFLAGS) $(OMP_FLAGS) $< $(LDLIBS) -o $@
-test_infer_bf16: test_infer.c infer.c | $(CONVERTED)
+test_infer_bf16: test_infer.c infer.c $(LIB) | $(CONVERTED)
 	$(CC) $(CFLAGS) $(OMP_FLAGS) -DWEIGHTS_BF16 $< $(LDLIBS) -o $@
 # ... and both built for AVX2 (-march=haswell) on a CPU with AVX-512, whose native build takes
 # the 16-float paths (32-wide panels, an 8-row GEMM tile): this one runs the 8-float ones
 AVX2_CPU := $(shell grep -qw avx2 /proc/cpuinfo 2>/dev/null && grep -qw avx512f /proc/cpuinfo 2>/dev/null && echo 1)
-test_infer_avx2: test_infer.c infer.c | $(CONVERTED)
+test_infer_avx2: test_infer.c infer.c $(LIB) | $(CONVERTED)
 	$(CC) -O2 -march=haswell -fno-trapping-math -Wall -Wextra $(OMP_FLAGS) $< $(LDLIBS) -o $@
-test_infer_bf16_avx2: test_infer.c infer.c | $(CONVERTED)
+test_infer_bf16_avx2: test_infer.c infer.c $(LIB) | $(CONVERTED)
 	$(CC) -O2 -march=haswell -fno-trapping-math -Wall -Wextra $(OMP_FLAGS) -DWEIGHTS_BF16 $< $(LDLIBS) -o $@
 AVX2_TESTS = $(if $(AVX2_CPU),test_infer_avx2 test_infer_bf16_avx2)
 # chapter 6 (in progress): LoRA fine-tuning on the CPU, PEFT's adapters
-finetune_lora: finetune_lora.c
+finetune_lora: finetune_lora.c $(LIB)
 	$(CC) $(CFLAGS) $(OMP_FLAGS) $< $(LDLIBS) -o $@
-test_finetune_lora: test_finetune_lora.c finetune_lora.c | $(CONVERTED)
+test_finetune_lora: test_finetune_lora.c finetune_lora.c $(LIB) | $(CONVERTED)
 	$(CC) $(CFLAGS) $(OMP_FLAGS) $< $(LDLIBS) -o $@
-test_convert: test_convert.c convert.c
+test_convert: test_convert.c convert.c $(LIB)
 	$(CC) $(CFLAGS) $(OMP_FLAGS) $< $(LDLIBS) -o $@
 # the same tests under AddressSanitizer and UBSan: the JSON and safetensors parsers read
 # files we did not write (and infer.c's prompt files and tokenizer), so every
 # out-of-bounds read must show up as a failure
 SANITIZE = -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
-test_infer_asan: test_infer.c infer.c | $(CONVERTED)
+test_infer_asan: test_infer.c infer.c $(LIB) | $(CONVERTED)
 	$(CC) $(SANITIZE) -march=native -Wall -Wextra $(OMP_FLAGS) $< $(LDLIBS) -o $@
-test_convert_asan: test_convert.c convert.c
+test_convert_asan: test_convert.c convert.c $(LIB)
 	$(CC) $(SANITIZE) -march=native -Wall -Wextra $(OMP_FLAGS) $< $(LDLIBS) -o $@
 
 # Fuzz the parsers of untrusted input (safetensors headers, shard indexes, config.json,
@@ -337,15 +340,15 @@ test_convert_asan: test_convert.c convert.c
 FUZZ_SECONDS ?= 60
 FUZZ_TARGETS = safetensors config json gguf
 FUZZ_CC ?= clang
-$(addprefix dev/fuzz/fuzz_,$(FUZZ_TARGETS)): dev/fuzz/fuzz_%: dev/fuzz/fuzz_convert.c convert.c
+$(addprefix dev/fuzz/fuzz_,$(FUZZ_TARGETS)): dev/fuzz/fuzz_%: dev/fuzz/fuzz_convert.c convert.c $(LIB)
 	$(FUZZ_CC) -O1 -g -fsanitize=fuzzer,address,undefined -Wno-unknown-pragmas -DFUZZ_$(shell echo $* | tr a-z A-Z) $< -lm -o $@
 fuzz: $(addprefix dev/fuzz/fuzz_,$(FUZZ_TARGETS))
 	@bash dev/fuzz/run_fuzz.sh $(FUZZ_SECONDS) $(FUZZ_TARGETS)
 
-test_tokenizer: test_tokenizer.c data/tokenizer.c data/unicode_tables.h
+test_tokenizer: test_tokenizer.c data/tokenizer.c $(LIB)
 	$(CC) -O3 -march=native -Wall -Wextra -std=c11 $< -o $@
 # the same under AddressSanitizer + UBSan (the tokenizer files are input we did not write)
-test_tokenizer_asan: test_tokenizer.c data/tokenizer.c data/unicode_tables.h
+test_tokenizer_asan: test_tokenizer.c data/tokenizer.c $(LIB)
 	$(CC) $(SANITIZE) -march=native -Wall -Wextra -std=c11 $< -o $@
 
 # Every emulated test runs under two schedules of the emulator (dev/emu/run_schedules.sh:
@@ -419,10 +422,10 @@ reference: data/tokenizer convert finetune_lora $(SMOLLM2)
 	HF_HUB_OFFLINE=1 $(PYTHON) dev/reference/lora_reference.py --check-ours   # PEFT loads ./finetune_lora's adapter
 
 # --- benchmarks (tables, not tests) -------------------------------------------------
-dev/cpu/bench_train_gpt2: dev/cpu/bench_train_gpt2.c train_gpt2.c
+dev/cpu/bench_train_gpt2: dev/cpu/bench_train_gpt2.c train_gpt2.c $(LIB)
 	$(CC) $(CFLAGS) $(OMP_FLAGS) $< $(LDLIBS) -o $@
 # infer.c's decode step against llama2.c-style code (compiled -Ofast, as llama2.c's runomp)
-dev/cpu/bench_infer: dev/cpu/bench_infer.c dev/cpu/llama2c_style.c infer.c
+dev/cpu/bench_infer: dev/cpu/bench_infer.c dev/cpu/llama2c_style.c infer.c $(LIB)
 	$(CC) -Ofast -march=native $(OMP_FLAGS) -c dev/cpu/llama2c_style.c -o dev/cpu/llama2c_style.o
 	$(CC) $(CFLAGS) $(OMP_FLAGS) $< dev/cpu/llama2c_style.o $(LDLIBS) -o $@
 	rm -f dev/cpu/llama2c_style.o

@@ -53,95 +53,14 @@ ACCUMULATES (+=) into its parameter gradients.
 #include <omp.h>
 #endif
 #define PROGRAM "./train_mlp" // in messages: how the user runs this program
+#include "lib/utils.h"
+#include "lib/rand.h"
+#include "lib/gemm.h"
+#include "lib/phases.h"
 
 // ----------------------------------------------------------------------------
 // utilities: checked calls, random numbers, timer
 
-// --- begin shared-copy: check-macros ---
-// Every libc call that can fail goes through one of these wrappers. On failure each prints one
-// line saying what failed, the C library's own reason (strerror) and where in our source it
-// happened, then exits with status 1. They are static inline so that a program using only
-// some of them still compiles cleanly under -Wall -Wextra -Werror.
-
-static inline FILE *fopen_check(const char *path, const char *mode, const char *file, int line) {
-    FILE *fp = fopen(path, mode);
-    if (fp == NULL) {
-        fprintf(stderr, "Error: cannot open '%s' (mode \"%s\"): %s [%s:%d]\n",
-                path, mode, strerror(errno), file, line);
-        exit(EXIT_FAILURE);
-    }
-    return fp;
-}
-#define fopenCheck(path, mode) fopen_check(path, mode, __FILE__, __LINE__)
-
-static inline void fread_check(void *ptr, size_t size, size_t nmemb, FILE *stream,
-                               const char *file, int line) {
-    size_t got = fread(ptr, size, nmemb, stream);
-    if (got != nmemb) {
-        // a short read is either the file ending early or a real I/O error; say which
-        if (feof(stream)) {
-            fprintf(stderr, "Error: file ended early: read %zu of %zu items of %zu bytes [%s:%d]\n",
-                    got, nmemb, size, file, line);
-        } else {
-            fprintf(stderr, "Error: read failed after %zu of %zu items: %s [%s:%d]\n",
-                    got, nmemb, strerror(errno), file, line);
-        }
-        exit(EXIT_FAILURE);
-    }
-}
-#define freadCheck(ptr, size, nmemb, stream) fread_check(ptr, size, nmemb, stream, __FILE__, __LINE__)
-
-static inline void fclose_check(FILE *fp, const char *file, int line) {
-    // fclose flushes buffered writes, so a full disk often shows up only here
-    if (fclose(fp) != 0) {
-        fprintf(stderr, "Error: closing a file failed: %s [%s:%d]\n", strerror(errno), file, line);
-        exit(EXIT_FAILURE);
-    }
-}
-#define fcloseCheck(fp) fclose_check(fp, __FILE__, __LINE__)
-
-static inline void *malloc_check(size_t size, const char *file, int line) {
-    // malloc(0) may legally return NULL; ask for one byte so that is never mistaken for failure
-    void *ptr = malloc(size > 0 ? size : 1);
-    if (ptr == NULL) {
-        fprintf(stderr, "Error: out of memory: could not allocate %zu bytes [%s:%d]\n",
-                size, file, line);
-        exit(EXIT_FAILURE);
-    }
-    return ptr;
-}
-#define mallocCheck(size) malloc_check(size, __FILE__, __LINE__)
-// --- end shared-copy: check-macros ---
-
-// --- begin shared-copy: splitmix-next ---
-// --- begin shared-copy: splitmix-counter ---
-// One small generator for everything random: SplitMix64 (Steele, Lea, Flood 2014).
-// Used two ways. As a hash of a counter it gives random numbers that depend only
-// on (seed, stream, index): weight init can run in any order, in parallel, and
-// numpy can reproduce it vectorised (dev/reference/gpt2_reference.py does). As a
-// sequential generator (state += golden ratio) it shuffles and samples.
-static inline uint64_t splitmix64(uint64_t z) {
-    z += 0x9E3779B97F4A7C15ull;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-// The key of one random stream (each program lists its streams; in train_gpt2.c
-// 0..15 are the parameter tensors, which the reference reproduces). A stream can
-// be split further by an index (an epoch, a step) with rng_subkey.
-static inline uint64_t rng_key(uint64_t seed, uint64_t stream) { return splitmix64((seed << 32) ^ stream); }
-static inline uint64_t rng_subkey(uint64_t seed, uint64_t stream, uint64_t index) { return splitmix64(rng_key(seed, stream) ^ index); }
-// uniform in [0, 1) with 24 random bits, so the value is exact in a float
-static inline double rng_uniform_at(uint64_t key, uint64_t i) { return (double)(splitmix64(key + i) >> 40) * 0x1p-24; }
-// standard normal by Box-Muller, from the uniforms at 2i and 2i+1
-static inline double rng_normal_at(uint64_t key, uint64_t i) {
-    double u1 = rng_uniform_at(key, 2 * i), u2 = rng_uniform_at(key, 2 * i + 1);
-    return sqrt(-2.0 * log(1.0 - u1)) * cos(2.0 * M_PI * u2);
-}
-// --- end shared-copy: splitmix-counter ---
-// sequential use: *state is the counter
-static inline uint64_t rng_next(uint64_t *state) { return splitmix64((*state)++); }
-// --- end shared-copy: splitmix-next ---
 
 // The random streams of this program (see rng_key): each a function of the seed,
 // so a resumed run draws exactly what an uninterrupted one would have.
@@ -151,157 +70,6 @@ static inline uint64_t rng_next(uint64_t *state) { return splitmix64((*state)++)
 #define STREAM_DROPOUT 3    // index: step * MAX_LAYERS + layer; dropout masks
 #define STREAM_GRADCHECK 4  // the gradient check's random network and inputs
 
-static inline double wall_seconds(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + 1e-9 * ts.tv_nsec;
-}
-
-// --- begin shared-copy: phase-names ---
-// The phases of a training step that -P times (phases_enter, below)
-enum { PHASE_DATA, PHASE_FORWARD, PHASE_BACKWARD, PHASE_NORM, PHASE_UPDATE, NUM_PHASES };
-static const char *const PHASE_NAMES[NUM_PHASES] = {"data", "forward", "backward", "norm", "update"};
-// --- end shared-copy: phase-names ---
-// --- begin shared-copy: phase-clock-cpu ---
-// -P's clock on the CPU is the host's own: a call returns when its work is done, so the
-// time between two marks is the time of what ran between them.
-typedef struct { int unused; } PhaseClock;
-static void phase_clock_start(PhaseClock *c) { (void)c; }
-static void phase_clock_mark(PhaseClock *c, int phase) { (void)c; (void)phase; }
-// 0: no clock of its own (the host's times are the phases')
-static int phase_clock_read(PhaseClock *c, double *ms) { (void)c; (void)ms; return 0; }
-// ... and a profiler's ranges: none on the CPU (perf and gprof see the functions themselves)
-static void range_push(const char *name) { (void)name; }
-static void range_pop(void) {}
-// --- end shared-copy: phase-clock-cpu ---
-// --- begin shared-copy: phases ---
-// Where a training step's time goes (-P N: every N-th step, on the step's line and in the
-// metrics log): loading the data, the forward pass, the backward pass, the gradient's norm
-// (and clipping), the optimizer's update (and zeroing the gradients). phases_enter(p, X)
-// says that what runs from here to the next phases_enter (or to phases_end) is phase X: the
-// phases follow one another, so they add up to the step, and a step's micro-batches add up
-// their passes. The clock is phase_clock's: the host's on the CPU, the GPU's events on the
-// GPU. Every step and phase is also a range for a profiler (range_push: NVTX on the GPU, so
-// that Nsight Systems shows the step's structure; nothing on the CPU), timed or not.
-typedef struct {
-    int every;                  // -P: measure every this many steps (0: never)
-    int on;                     // measuring the current step
-    int current;                // the phase running now (-1: none yet)
-    int device;                 // ms is the device's own clock's (the GPU's), not the host's
-    int shown;                  // (the host's clock has been shown beside the device's)
-    double ms[NUM_PHASES];      // each phase's milliseconds
-    double host_ms[NUM_PHASES]; // ... by the host's clock, read at each boundary without waiting
-    double host_last;           // the host's clock at the last boundary
-    PhaseClock clock;
-} Phases;
-
-// a step begins (step counts from 0: -P N measures steps N, 2N, ...)
-static void phases_begin(Phases *p, int step) {
-    char name[32];
-    snprintf(name, sizeof(name), "step %d", step + 1);
-    range_push(name);
-    p->current = -1;
-    p->on = p->every > 0 && (step + 1) % p->every == 0;
-    if (!p->on) { return; }
-    for (int k = 0; k < NUM_PHASES; k++) { p->ms[k] = p->host_ms[k] = 0.0; }
-    phase_clock_start(&p->clock);
-    p->host_last = wall_seconds();
-}
-// the phase that was running (if any) ends here
-static void phases_close(Phases *p) {
-    if (p->current < 0) { return; }
-    range_pop();
-    if (p->on) {
-        double now = wall_seconds();
-        p->host_ms[p->current] += 1e3 * (now - p->host_last);
-        p->host_last = now;
-        phase_clock_mark(&p->clock, p->current);
-    }
-    p->current = -1;
-}
-static void phases_enter(Phases *p, int phase) {
-    phases_close(p);
-    range_push(PHASE_NAMES[phase]);
-    p->current = phase;
-}
-// the step is done: read the device's clock (waiting for it)
-static void phases_end(Phases *p) {
-    phases_close(p);
-    range_pop(); // (the step's)
-    if (!p->on) { return; }
-    p->device = phase_clock_read(&p->clock, p->ms);
-    if (!p->device) {
-        for (int k = 0; k < NUM_PHASES; k++) { p->ms[k] = p->host_ms[k]; }
-    }
-}
-static double phases_sum(const double *ms) {
-    double sum = 0.0;
-    for (int k = 0; k < NUM_PHASES; k++) { sum += ms[k]; }
-    return sum;
-}
-// The reports (marked unused: train_mlp prints a mean per epoch its own way, finetune_lora
-// writes its own columns, and neither compiler may warn of them).
-// on the step's line: " | data 0.1 forward 20.5 ... ms (sum 41.0 of the step's 41.0)", the
-// step's time as the program measured it for its line
-__attribute__((unused)) static void phases_print(const Phases *p, double step_ms) {
-    if (!p->on) { return; }
-    printf(" |");
-    for (int k = 0; k < NUM_PHASES; k++) { printf(" %s %.1f", PHASE_NAMES[k], p->ms[k]); }
-    printf(" ms (sum %.1f of the step's %.1f)", phases_sum(p->ms), step_ms);
-}
-// once, on a line of its own, where the device has its own clock: what the host's said
-__attribute__((unused)) static void phases_print_host(Phases *p) {
-    if (!p->on || !p->device || p->shown) { return; }
-    p->shown = 1;
-    printf("  (-P: those are the GPU's times, from events; the host's clock, read at the same marks without"
-           " waiting for the GPU, says");
-    for (int k = 0; k < NUM_PHASES; k++) { printf(" %s %.1f", PHASE_NAMES[k], p->host_ms[k]); }
-    printf(" ms: a phase whose kernels were only queued looks short, and the wait for them is charged to"
-           " the first call that needs a result)\n");
-}
-// key:value fields for a metrics log line: ms_data:... and, with a device clock, host_ms_data:...
-__attribute__((unused)) static void phases_log(const Phases *p, FILE *f) {
-    if (!p->on || f == NULL) { return; }
-    for (int k = 0; k < NUM_PHASES; k++) { fprintf(f, " ms_%s:%.3f", PHASE_NAMES[k], p->ms[k]); }
-    if (p->device) {
-        for (int k = 0; k < NUM_PHASES; k++) { fprintf(f, " host_ms_%s:%.3f", PHASE_NAMES[k], p->host_ms[k]); }
-    }
-}
-// --- end shared-copy: phases ---
-
-// --- begin shared-copy: omp-wait-policy ---
-// How our OpenMP threads wait for each other. At the end of a parallel loop the threads
-// that are done wait at a barrier; libgomp's default makes them spin for up to 300,000
-// rounds (a millisecond or more) before they sleep. On an idle machine that is fast. But
-// when another process keeps the cores busy, a spinning thread holds a core that the
-// thread everyone waits for needs, and time slices are milliseconds long: with a busy
-// neighbour on both cores, a GPT-2 124M decode step took 10 times as long. So we spin
-// briefly (10,000 rounds), then sleep. Measured with ./dev/cpu/bench_infer (d12, decode
-// ms at positions 16/256/1000; 2-core Xeon VM, 2026-12-01, while a `make test` also ran):
-//   lightly loaded: default 27/29/34, GOMP_SPINCOUNT=10000 27/28/35, passive 32/32/39
-//   busy neighbour: default 330/914/375, GOMP_SPINCOUNT=10000 168/180/212, passive 141/148/183
-// Passive (never spin) is a little better under load, but 15% slower without it.
-// libgomp reads its settings once, when it is loaded, before main runs; setting them
-// in main is too late. So main sets ours and starts the program over (exec of
-// /proc/self/exe, same arguments), unless the user chose (OMP_WAIT_POLICY or
-// GOMP_SPINCOUNT set: then we leave theirs alone). Where exec fails (no /proc), or a
-// program is started by another name than its path (from $PATH), we carry on with
-// libgomp's default.
-void set_omp_wait_policy(char **argv) {
-#ifdef _OPENMP
-    if (getenv("OMP_WAIT_POLICY") != NULL || getenv("GOMP_SPINCOUNT") != NULL) { return; }
-    // only where /proc/self/exe is this program: under valgrind or a loader run by hand it
-    // is the tool or ld.so, which would start something else (there, set the variable yourself)
-    struct stat self, named;
-    if (stat("/proc/self/exe", &self) != 0 || stat(argv[0], &named) != 0 || self.st_dev != named.st_dev ||
-        self.st_ino != named.st_ino) { return; }
-    setenv("GOMP_SPINCOUNT", "10000", 1);
-    execv("/proc/self/exe", argv);
-#else
-    (void)argv;
-#endif
-}
-// --- end shared-copy: omp-wait-policy ---
 
 // ----------------------------------------------------------------------------
 // the layers, forward and backward
@@ -398,211 +166,6 @@ float softmax_crossentropy(float *dlogits, float *probs, const float *logits, co
 // ----------------------------------------------------------------------------
 // fast path: the blocked matrix multiply behind linear_forward and linear_backward
 
-// --- begin shared-copy: gemm ---
-// C(M,N) (+)= A(M,K) B(K,N), where every operand is addressed through a row
-// and a column stride (element (i,j) of C is C[i*c_rs + j*c_cs]), so that the
-// transposes a linear layer needs cost nothing. With accumulate = 0, C is
-// overwritten instead of added to.
-//
-// This is the blocked GEMM of Goto & van de Geijn ("Anatomy of High-Performance
-// Matrix Multiplication", 2008), cut down to what our shapes need. One of the two
-// sizes N or K is always small here (B*T or C), so:
-//   - a KC x NC block of B is copied ("packed") into panels of 16 columns, so the
-//     micro-kernel reads it contiguously and it stays in the L2 cache;
-//   - A is read in place, MR rows at a time; the callers arrange for A to be the
-//     big operand (a weight matrix, or dlogits) so that it streams through once;
-//   - the micro-kernel keeps an MR x 2V tile of C in 2 MR vector registers (V floats
-//     each: 16 with AVX-512, 8 with AVX) and does 2 MR fused multiply-adds per step of
-//     k: all the FLOPs happen there.
-// Each element of C is summed in the same order whatever the number of threads,
-// so results are deterministic and a run reproduces exactly.
-#if defined(__AVX512F__)
-#define GEMM_VEC 16 // floats in a vector register: AVX-512's 512 bits (and 32 registers)
-#else
-#define GEMM_VEC 8  // AVX's 256 bits (SSE and NEON do it as two halves)
-#endif
-#define GEMM_NR (2 * GEMM_VEC) // columns of the register tile: two vectors
-// Rows of the register tile (MR) and depth of a packed block (KC). AVX has 16 registers:
-// a 6 x 2 tile (12) + 2 of B + 1 of A. AVX-512 has 32: an 8 x 2 tile (16 FMAs per step
-// of k for 10 loads, against 12 for 8), and a deeper block (a K of 576 or 768 in two
-// blocks, not three): 10-30% faster on a 2-core Xeon (AVX-512) at inference's shapes.
-#if defined(__AVX512F__)
-#define GEMM_MR 8
-#ifndef GEMM_KC
-#define GEMM_KC 384
-#endif
-#else
-#define GEMM_MR 6
-#ifndef GEMM_KC
-#define GEMM_KC 256
-#endif
-#endif
-#ifndef GEMM_NC
-#define GEMM_NC 256 // columns of a packed block: KC x NC x 4 bytes = 256 KiB (AVX-512: 384), within an L2
-#endif
-
-// GCC's auto-vectoriser keeps a plain float acc[6][2V] in memory and spills; a
-// vector type (a GCC/Clang extension: no intrinsics, compiles to AVX-512, AVX, NEON
-// or SSE) makes the register tile explicit. (infer.c uses it for decode too.)
-typedef float vecf __attribute__((vector_size(GEMM_VEC * sizeof(float))));
-
-// bp: the panel of B, its row k at bp + k b_ld (b_ld = GEMM_NR when packed)
-static void gemm_micro_kernel(float *c, size_t c_rs, size_t c_cs, const float *a, size_t a_rs, size_t a_cs,
-                              const float *bp, size_t b_ld, int kc, int mr, int nr, int accumulate) {
-    // rows past the edge of A repeat row 0: computed, never stored
-    const float *arow[GEMM_MR];
-    for (int i = 0; i < GEMM_MR; i++) { arow[i] = a + (size_t)(i < mr ? i : 0) * a_rs; }
-    vecf acc[GEMM_MR][2];
-    memset(acc, 0, sizeof(acc));
-    if (nr <= GEMM_VEC) { // a narrow panel (a short prompt's 16 rows): its right half is padding
-        for (int k = 0; k < kc; k++) {
-            vecf b0;
-            memcpy(&b0, bp + (size_t)k * b_ld, sizeof(vecf));
-            for (int i = 0; i < GEMM_MR; i++) { acc[i][0] += arow[i][(size_t)k * a_cs] * b0; }
-        }
-    } else {
-        for (int k = 0; k < kc; k++) { // most of the training time is spent in this loop
-            vecf b0, b1;
-            memcpy(&b0, bp + (size_t)k * b_ld, sizeof(vecf));
-            memcpy(&b1, bp + (size_t)k * b_ld + GEMM_VEC, sizeof(vecf));
-            size_t ak = (size_t)k * a_cs;
-            // the panel comes in from the L2 cache: ask for its row 16 steps ahead, so that it
-            // is in L1 by then (the hardware's own prefetcher falls behind: 6-8% of a LoRA step)
-            __builtin_prefetch(bp + (size_t)(k + 16) * b_ld);
-            __builtin_prefetch(bp + (size_t)(k + 16) * b_ld + GEMM_VEC);
-            for (int i = 0; i < GEMM_MR; i++) {
-                float ai = arow[i][ak];
-                acc[i][0] += ai * b0;
-                acc[i][1] += ai * b1;
-            }
-        }
-    }
-    if (c_cs == 1 && nr == GEMM_NR) {
-        // rows of C are contiguous: two vector loads and stores per row
-        for (int i = 0; i < mr; i++) {
-            float *ci = c + i * c_rs;
-            vecf c0 = acc[i][0], c1 = acc[i][1];
-            if (accumulate) {
-                vecf old0, old1;
-                memcpy(&old0, ci, sizeof(vecf));
-                memcpy(&old1, ci + GEMM_VEC, sizeof(vecf));
-                c0 += old0;
-                c1 += old1;
-            }
-            memcpy(ci, &c0, sizeof(vecf));
-            memcpy(ci + GEMM_VEC, &c1, sizeof(vecf));
-        }
-        return;
-    }
-    for (int i = 0; i < mr; i++) {
-        for (int j = 0; j < nr; j++) {
-            float *cij = c + i * c_rs + j * c_cs;
-            float v = acc[i][j / GEMM_VEC][j % GEMM_VEC];
-            *cij = accumulate ? *cij + v : v;
-        }
-    }
-}
-
-static void gemm(float *C, size_t c_rs, size_t c_cs, const float *A, size_t a_rs, size_t a_cs,
-                 const float *B, size_t b_rs, size_t b_cs, int M, int N, int K, int accumulate) {
-    // The packed blocks, shared by the threads: two, used in turn, so that a thread
-    // that is done with one block can pack the next while others still read the last
-    // (one barrier per block instead of two: a barrier costs microseconds, and a time
-    // slice when another program holds a core). They live as long as the program: a
-    // fresh 256 KiB malloc per call is an mmap, and the kernel would zero its pages
-    // again on every one of the ~100 calls per step (measured: 5% of a step). Each thread
-    // that calls gemm has a pair of its own (_Thread_local), shared with the team it starts:
-    // so threads may each run a gemm of their own at once (infer.c's attention does: inside
-    // a parallel region, a gemm's own region runs on the calling thread alone).
-    int strips = (M + GEMM_MR - 1) / GEMM_MR;
-    if (M <= 4 * GEMM_MR && b_cs == 1) {
-        // A few rows of C (an adapter's gradient, r rows) and a B whose rows are contiguous:
-        // packing B would cost as much as the product (each number of it meets only M rows of
-        // A), so the micro-kernel reads B where it lies, and the threads share its columns
-        // (there are too few rows to share). Only the last panel, if narrower than GEMM_NR,
-        // is copied with zero padding, so that no load reaches past the end of a row.
-        int panels = (N + GEMM_NR - 1) / GEMM_NR;
-        #pragma omp parallel for schedule(static) if ((double)M * N * K > 2e5 && !omp_in_parallel())
-        for (int p = 0; p < panels; p++) {
-            int j0 = p * GEMM_NR, nr = N - j0 < GEMM_NR ? N - j0 : GEMM_NR;
-            float edge[GEMM_KC * GEMM_NR];
-            for (int pc = 0; pc < K; pc += GEMM_KC) {
-                int kc = K - pc < GEMM_KC ? K - pc : GEMM_KC;
-                const float *bp = B + (size_t)pc * b_rs + j0;
-                size_t b_ld = b_rs;
-                if (nr < GEMM_NR) {
-                    for (int k = 0; k < kc; k++) {
-                        for (int j = 0; j < GEMM_NR; j++) { edge[k * GEMM_NR + j] = j < nr ? bp[(size_t)k * b_rs + j] : 0.0f; }
-                    }
-                    bp = edge;
-                    b_ld = GEMM_NR;
-                }
-                for (int s = 0; s < strips; s++) {
-                    int i0 = s * GEMM_MR, mr = M - i0 < GEMM_MR ? M - i0 : GEMM_MR;
-                    gemm_micro_kernel(C + (size_t)i0 * c_rs + (size_t)j0 * c_cs, c_rs, c_cs, A + (size_t)i0 * a_rs + (size_t)pc * a_cs,
-                                      a_rs, a_cs, bp, b_ld, kc, mr, nr, accumulate || pc > 0);
-                }
-            }
-        }
-        return;
-    }
-    static _Thread_local float *buffers[2] = {NULL, NULL};
-    if (buffers[0] == NULL) {
-        buffers[0] = (float *)mallocCheck(sizeof(float) * GEMM_KC * GEMM_NC);
-        buffers[1] = (float *)mallocCheck(sizeof(float) * GEMM_KC * GEMM_NC);
-    }
-    float *packed[2] = {buffers[0], buffers[1]}; // (the calling thread's, read by the whole team)
-    // threads only for products big enough to pay for waking them, and not from inside a
-    // parallel region (there the caller's threads each run products of their own)
-    #pragma omp parallel if ((double)M * N * K > 2e5 && !omp_in_parallel())
-    for (int jc = 0, block = 0; jc < N; jc += GEMM_NC) {
-        int panels = ((N - jc < GEMM_NC ? N - jc : GEMM_NC) + GEMM_NR - 1) / GEMM_NR;
-        for (int pc = 0; pc < K; pc += GEMM_KC, block++) {
-            int kc = K - pc < GEMM_KC ? K - pc : GEMM_KC;
-            float *bp = packed[block % 2];
-            // pack B[pc:pc+kc, jc:jc+NC] as panels of NR columns, zero-padded. No thread
-            // still reads this buffer: each passed the barrier after packing the block in
-            // between, and so had finished its strips of the block before that.
-            #pragma omp for schedule(static)
-            for (int p = 0; p < panels; p++) {
-                int j0 = jc + p * GEMM_NR, nr = N - j0 < GEMM_NR ? N - j0 : GEMM_NR;
-                float *dst = bp + (size_t)p * kc * GEMM_NR;
-                for (int k = 0; k < kc; k++) {
-                    const float *src = B + (size_t)(pc + k) * b_rs + (size_t)j0 * b_cs;
-                    for (int j = 0; j < GEMM_NR; j++) { dst[k * GEMM_NR + j] = j < nr ? src[j * b_cs] : 0.0f; }
-                }
-            }
-            // (the implicit barrier: the block is packed) then MR-row strips of A against every
-            // panel; no barrier after them (nowait): a thread gets the same strips, so the
-            // same rows of C, in every block (OpenMP's static schedule promises it)
-            #pragma omp for schedule(static) nowait
-            for (int s = 0; s < strips; s++) {
-                int i0 = s * GEMM_MR, mr = M - i0 < GEMM_MR ? M - i0 : GEMM_MR;
-                const float *a = A + (size_t)i0 * a_rs + (size_t)pc * a_cs;
-                size_t strip_rs = a_rs, strip_cs = a_cs;
-                float ap[GEMM_KC * GEMM_MR];
-                if (a_cs != 1) {
-                    // A is a transpose (dout^T for dweight): its MR rows at one k sit
-                    // in one row of memory, and successive k are a whole row apart,
-                    // a stride that lands every k in the same few L1 sets. Copying
-                    // the strip to a contiguous buffer once is cheaper than the misses.
-                    for (int k = 0; k < kc; k++) {
-                        for (int i = 0; i < GEMM_MR; i++) { ap[k * GEMM_MR + i] = a[(size_t)(i < mr ? i : 0) * a_rs + (size_t)k * a_cs]; }
-                    }
-                    a = ap;
-                    strip_rs = 1;
-                    strip_cs = GEMM_MR;
-                }
-                for (int p = 0; p < panels; p++) {
-                    int j0 = jc + p * GEMM_NR, nr = N - j0 < GEMM_NR ? N - j0 : GEMM_NR;
-                    gemm_micro_kernel(C + (size_t)i0 * c_rs + (size_t)j0 * c_cs, c_rs, c_cs, a, strip_rs, strip_cs,
-                                      bp + (size_t)p * kc * GEMM_NR, GEMM_NR, kc, mr, nr, accumulate || pc > 0);
-                }
-            }
-        }
-    }
-}
-// --- end shared-copy: gemm ---
 
 // ----------------------------------------------------------------------------
 // the model
@@ -868,19 +431,6 @@ static void gather_batch(float *x, int *y, const Dataset *ds, const size_t *indi
 }
 // --- end shared-copy: mlp-data ---
 
-// --- begin shared-copy: permutation ---
-// a random permutation of 0..n-1 (Fisher-Yates) from its own random stream
-static void random_permutation(size_t *order, size_t n, uint64_t key) {
-    for (size_t i = 0; i < n; i++) { order[i] = i; }
-    uint64_t state = key;
-    for (size_t i = n; i > 1; i--) {
-        size_t j = (size_t)(rng_next(&state) % i);
-        size_t tmp = order[i - 1];
-        order[i - 1] = order[j];
-        order[j] = tmp;
-    }
-}
-// --- end shared-copy: permutation ---
 
 // The next batch: images `indices` of ds into the input h[0], their labels into
 // labels. (train_mlp.cu gathers on the GPU instead; the training loop is the same.)
@@ -977,61 +527,6 @@ typedef struct {
 } Position;
 // --- end shared-copy: mlp-checkpoint-format ---
 
-// --- begin shared-copy: format-path ---
-// snprintf into a path buffer, or exit if the path does not fit (a silently
-// truncated path would read or write the wrong file)
-static void format_path(char *out, size_t size, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void format_path(char *out, size_t size, const char *fmt, ...) {
-    va_list args;
-    va_start(args, fmt);
-    int n = vsnprintf(out, size, fmt, args);
-    va_end(args);
-    if (n < 0 || (size_t)n >= size) {
-        fprintf(stderr, "Error: a path is longer than %zu bytes: %.60s...\n", size - 1, out);
-        exit(EXIT_FAILURE);
-    }
-}
-// --- end shared-copy: format-path ---
-// --- begin shared-copy: eta ---
-// "ETA 3m07s": the time the rest takes at the pace so far (`done` of `total` units in
-// `seconds`), for the progress lines of long runs (inline: a test build need not use it)
-static inline void format_eta(char *out, size_t size, double seconds, double done, double total) {
-    if (!(done > 0.0) || !(total >= done)) { snprintf(out, size, "ETA ?"); return; }
-    long s = (long)(seconds / done * (total - done) + 0.5);
-    if (s >= 3600) { snprintf(out, size, "ETA %ldh%02ldm", s / 3600, s / 60 % 60); }
-    else if (s >= 60) { snprintf(out, size, "ETA %ldm%02lds", s / 60, s % 60); }
-    else { snprintf(out, size, "ETA %lds", s); }
-}
-// --- end shared-copy: eta ---
-// --- begin shared-copy: atomic-write ---
-// Write each of n buffers, in order, to `path` atomically: write path.tmp, flush,
-// fsync, rename over path, fsync the directory (so that the rename itself is on
-// disk before we write the next file). A crash or a full disk leaves either the
-// old file or the new one, never half of one; on failure the .tmp is removed.
-static void write_file_atomic(const char *path, const void **bufs, const size_t *sizes, int n) {
-    char tmp[4096], dir[4096];
-    format_path(tmp, sizeof(tmp), "%s.tmp", path);
-    FILE *fp = fopenCheck(tmp, "wb");
-    int ok = 1;
-    for (int i = 0; i < n && ok; i++) { ok = sizes[i] == 0 || fwrite(bufs[i], 1, sizes[i], fp) == sizes[i]; }
-    ok = ok && fflush(fp) == 0 && fsync(fileno(fp)) == 0;
-    ok = (fclose(fp) == 0) && ok;
-    if (!ok || rename(tmp, path) != 0) {
-        fprintf(stderr, "Error: could not write %s: %s (the previous file, if any, is untouched)\n", path, strerror(errno));
-        remove(tmp);
-        exit(EXIT_FAILURE);
-    }
-    // the directory entry: fsync the folder the file is in
-    format_path(dir, sizeof(dir), "%s", path);
-    char *slash = strrchr(dir, '/');
-    if (slash != NULL) { *slash = '\0'; } else { strcpy(dir, "."); }
-    int dfd = open(dir, O_RDONLY);
-    if (dfd >= 0) {
-        fsync(dfd); // best effort: some file systems refuse fsync on a directory
-        close(dfd);
-    }
-}
-// --- end shared-copy: atomic-write ---
 
 // --- begin shared-copy: mlp-checkpoint ---
 static int optimizer_buffers(int kind) { return kind == OPT_ADAMW ? 2 : kind == OPT_MOMENTUM ? 1 : 0; }
@@ -1127,35 +622,6 @@ Position mlp_load(MLP *m, const Optimizer *opt, uint64_t seed, const CheckpointS
 }
 // --- end shared-copy: mlp-checkpoint ---
 
-// --- begin shared-copy: log-truncate ---
-// On resume, the log of the first run may go on past the checkpoint (it ran a
-// while longer before it stopped). Keep only the lines whose first number, read
-// with key_format (e.g. "s:%d"), is at most `last`, and write the result back
-// atomically, so that the resumed run's lines follow on.
-void log_truncate_after(const char *path, const char *key_format, int last) {
-    FILE *fp = fopen(path, "rb");
-    if (fp == NULL) { return; } // no log yet: nothing to keep
-    size_t cap = 1 << 16, len = 0;
-    char *kept = (char *)mallocCheck(cap), line[1024];
-    while (fgets(line, sizeof(line), fp) != NULL) {
-        int key;
-        if (sscanf(line, key_format, &key) != 1 || key > last) { continue; }
-        size_t n = strlen(line);
-        if (len + n > cap) {
-            cap = 2 * (len + n);
-            char *bigger = (char *)realloc(kept, cap);
-            if (bigger == NULL) { fprintf(stderr, "Error: out of memory reading %s\n", path); exit(EXIT_FAILURE); }
-            kept = bigger;
-        }
-        memcpy(kept + len, line, n);
-        len += n;
-    }
-    fcloseCheck(fp);
-    const void *bufs[1] = {kept};
-    write_file_atomic(path, bufs, &len, 1);
-    free(kept);
-}
-// --- end shared-copy: log-truncate ---
 
 // --- begin shared-copy: mlp-training ---
 // the newest checkpoint mlp_<epoch>.bin in dir, or -1
@@ -1570,34 +1036,12 @@ static void print_common_flags(void) {
     printf("  -h            this help\n");
 }
 
-// --- begin shared-copy: usage-error ---
-// a bad flag: one line saying what is wrong, one saying where the flags are listed
-static void usage_error(const char *fmt, const char *arg) {
-    fprintf(stderr, "Error: ");
-    fprintf(stderr, fmt, arg);
-    fprintf(stderr, "\nHINT: %s -h lists every flag\n", PROGRAM);
-    exit(EXIT_FAILURE);
-}
-// --- end shared-copy: usage-error ---
 // --- end shared-copy: mlp-cli ---
 
-// --- begin shared-copy: parse-int ---
-// a whole-string integer in [lo, 2^31), or a usage error naming the flag
-static long parse_int(const char *flag, const char *s, long lo) {
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno != 0 || end == s || *end != '\0' || v < lo || v > 2147483647L) {
-        char msg[256];
-        snprintf(msg, sizeof(msg), "flag %s needs an integer >= %ld, got '%%s'", flag, lo);
-        usage_error(msg, s);
-    }
-    return v;
-}
-// --- end shared-copy: parse-int ---
 
 // --- begin shared-copy: mlp-main ---
-static float parse_float(const char *flag, const char *s, float hi) {
+// a whole-string float in [0, hi], or a usage error naming the flag
+static float parse_float_max(const char *flag, const char *s, float hi) {
     char *end;
     errno = 0;
     float v = strtof(s, &end);
@@ -1649,10 +1093,10 @@ static void parse_common_flag(Options *o, int argc, char **argv, int *i) {
         for (int k = 0; k < 3; k++) { if (strcmp(v, OPT_NAMES[k]) == 0) { o->opt = k; } }
         if (o->opt < 0) { usage_error("-O is sgd, momentum or adamw, not '%s'", v); }
         break;
-    case 'r': o->lr = parse_float(a, v, 1e3f); break;
-    case 'w': o->weight_decay = parse_float(a, v, 1e3f); break;
-    case 'm': o->momentum = parse_float(a, v, 1.0f); break;
-    case 'p': o->dropout = parse_float(a, v, 0.95f); break;
+    case 'r': o->lr = parse_float_max(a, v, 1e3f); break;
+    case 'w': o->weight_decay = parse_float_max(a, v, 1e3f); break;
+    case 'm': o->momentum = parse_float_max(a, v, 1.0f); break;
+    case 'p': o->dropout = parse_float_max(a, v, 0.95f); break;
     case 'b': o->batch = (int)parse_int(a, v, 1); break;
     case 'e': o->epochs = (int)parse_int(a, v, 1); break;
     case 'u': o->warmup = (int)parse_int(a, v, 0); break;

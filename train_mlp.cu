@@ -56,6 +56,10 @@ ACCUMULATES (+=) into its parameter gradients.
 #include <nvtx3/nvToolsExt.h> // (header-only: NVTX ranges for Nsight Systems)
 #include <cublas_v2.h>
 #define PROGRAM "./train_mlpcu" // in messages: how the user runs this program
+#include "lib/utils.h"
+#include "lib/rand.h"
+#include "lib/cuda_utils.h"
+#include "lib/phases.h"
 // Guard bands, for debug builds (-DGUARD_BYTES=256): each tensor carved out of a
 // shared allocation (the parameters, their gradients, the optimizer state, the
 // activations) is followed by this many bytes of a pattern (guard-bands below), and
@@ -71,120 +75,6 @@ static_assert(GUARD_BYTES % sizeof(float) == 0, "GUARD_BYTES: a whole number of 
 // ----------------------------------------------------------------------------
 // utilities: check macros, random numbers, timer
 
-// --- begin shared-copy: check-macros ---
-// Every libc call that can fail goes through one of these wrappers. On failure each prints one
-// line saying what failed, the C library's own reason (strerror) and where in our source it
-// happened, then exits with status 1. They are static inline so that a program using only
-// some of them still compiles cleanly under -Wall -Wextra -Werror.
-
-static inline FILE *fopen_check(const char *path, const char *mode, const char *file, int line) {
-    FILE *fp = fopen(path, mode);
-    if (fp == NULL) {
-        fprintf(stderr, "Error: cannot open '%s' (mode \"%s\"): %s [%s:%d]\n",
-                path, mode, strerror(errno), file, line);
-        exit(EXIT_FAILURE);
-    }
-    return fp;
-}
-#define fopenCheck(path, mode) fopen_check(path, mode, __FILE__, __LINE__)
-
-static inline void fread_check(void *ptr, size_t size, size_t nmemb, FILE *stream,
-                               const char *file, int line) {
-    size_t got = fread(ptr, size, nmemb, stream);
-    if (got != nmemb) {
-        // a short read is either the file ending early or a real I/O error; say which
-        if (feof(stream)) {
-            fprintf(stderr, "Error: file ended early: read %zu of %zu items of %zu bytes [%s:%d]\n",
-                    got, nmemb, size, file, line);
-        } else {
-            fprintf(stderr, "Error: read failed after %zu of %zu items: %s [%s:%d]\n",
-                    got, nmemb, strerror(errno), file, line);
-        }
-        exit(EXIT_FAILURE);
-    }
-}
-#define freadCheck(ptr, size, nmemb, stream) fread_check(ptr, size, nmemb, stream, __FILE__, __LINE__)
-
-static inline void fclose_check(FILE *fp, const char *file, int line) {
-    // fclose flushes buffered writes, so a full disk often shows up only here
-    if (fclose(fp) != 0) {
-        fprintf(stderr, "Error: closing a file failed: %s [%s:%d]\n", strerror(errno), file, line);
-        exit(EXIT_FAILURE);
-    }
-}
-#define fcloseCheck(fp) fclose_check(fp, __FILE__, __LINE__)
-
-static inline void *malloc_check(size_t size, const char *file, int line) {
-    // malloc(0) may legally return NULL; ask for one byte so that is never mistaken for failure
-    void *ptr = malloc(size > 0 ? size : 1);
-    if (ptr == NULL) {
-        fprintf(stderr, "Error: out of memory: could not allocate %zu bytes [%s:%d]\n",
-                size, file, line);
-        exit(EXIT_FAILURE);
-    }
-    return ptr;
-}
-#define mallocCheck(size) malloc_check(size, __FILE__, __LINE__)
-// --- end shared-copy: check-macros ---
-
-// --- begin shared-copy: cuda-check ---
-// exit with the file, line and the library's own message on any CUDA error
-static void cuda_check(cudaError_t err, const char *file, int line) {
-    if (err != cudaSuccess) {
-        fprintf(stderr, "Error: CUDA: %s [%s:%d]\n", cudaGetErrorString(err), file, line);
-        exit(EXIT_FAILURE);
-    }
-}
-#define cudaCheck(err) cuda_check(err, __FILE__, __LINE__)
-static void cublas_check(cublasStatus_t status, const char *file, int line) {
-    if (status != CUBLAS_STATUS_SUCCESS) {
-        fprintf(stderr, "Error: cuBLAS: %s [%s:%d]\n", cublasGetStatusString(status), file, line);
-        exit(EXIT_FAILURE);
-    }
-}
-#define cublasCheck(status) cublas_check(status, __FILE__, __LINE__)
-// --- end shared-copy: cuda-check ---
-
-// --- begin shared-copy: gpu-budget ---
-// -G GiB: behave as if the GPU had only this much memory, so that a 16 GB card can be
-// studied on a bigger one. Before each allocation the device's memory in use is read
-// (cudaMemGetInfo: the CUDA context, cuBLAS's workspace, this program's tensors, anything
-// else on the device); an allocation that would take it past the budget fails as the real
-// card's would, with the program's out-of-memory advice. 0: the whole device.
-static size_t gpu_budget;
-__attribute__((unused)) static void gpu_budget_set(const char *flag, const char *value) { // (unused: a test built from this file)
-    char *end;
-    errno = 0;
-    double gib = strtod(value, &end);
-    if (errno != 0 || end == value || *end != '\0' || !(gib >= 0.0) || gib > 1e6) {
-        fprintf(stderr, "Error: flag %s needs a number of GiB >= 0, got '%s'\nHINT: %s -h lists every flag\n", flag, value, PROGRAM);
-        exit(EXIT_FAILURE);
-    }
-    gpu_budget = (size_t)(gib * 1073741824.0 + 0.5);
-    if (gib > 0.0 && gpu_budget == 0) { // (0 would mean no budget at all)
-        fprintf(stderr, "Error: flag %s: %s GiB is less than a byte\nHINT: 0 means the whole device\n", flag, value);
-        exit(EXIT_FAILURE);
-    }
-}
-// the device's free and total memory, as the budget makes them
-static void gpu_memory_info(size_t *free_bytes, size_t *total_bytes) {
-    cudaGetLastError(); // (a failed allocation leaves its error behind; the query must not see it)
-    cudaMemGetInfo(free_bytes, total_bytes);
-    if (gpu_budget == 0) { return; }
-    size_t used = *total_bytes - *free_bytes;
-    *total_bytes = gpu_budget;
-    *free_bytes = used < gpu_budget ? gpu_budget - used : 0;
-}
-// cudaMalloc within the budget
-static cudaError_t gpu_malloc_budgeted(void **p, size_t bytes) {
-    if (gpu_budget > 0) {
-        size_t free_bytes = 0, total_bytes = 0;
-        gpu_memory_info(&free_bytes, &total_bytes);
-        if (bytes > free_bytes) { return cudaErrorMemoryAllocation; }
-    }
-    return cudaMalloc(p, bytes);
-}
-// --- end shared-copy: gpu-budget ---
 
 // device memory, with a message that says what did not fit
 static void *cuda_malloc_check(size_t bytes, const char *what) {
@@ -201,35 +91,6 @@ static void *cuda_malloc_check(size_t bytes, const char *what) {
     return p;
 }
 
-// --- begin shared-copy: splitmix-next ---
-// --- begin shared-copy: splitmix-counter ---
-// One small generator for everything random: SplitMix64 (Steele, Lea, Flood 2014).
-// Used two ways. As a hash of a counter it gives random numbers that depend only
-// on (seed, stream, index): weight init can run in any order, in parallel, and
-// numpy can reproduce it vectorised (dev/reference/gpt2_reference.py does). As a
-// sequential generator (state += golden ratio) it shuffles and samples.
-static inline uint64_t splitmix64(uint64_t z) {
-    z += 0x9E3779B97F4A7C15ull;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-// The key of one random stream (each program lists its streams; in train_gpt2.c
-// 0..15 are the parameter tensors, which the reference reproduces). A stream can
-// be split further by an index (an epoch, a step) with rng_subkey.
-static inline uint64_t rng_key(uint64_t seed, uint64_t stream) { return splitmix64((seed << 32) ^ stream); }
-static inline uint64_t rng_subkey(uint64_t seed, uint64_t stream, uint64_t index) { return splitmix64(rng_key(seed, stream) ^ index); }
-// uniform in [0, 1) with 24 random bits, so the value is exact in a float
-static inline double rng_uniform_at(uint64_t key, uint64_t i) { return (double)(splitmix64(key + i) >> 40) * 0x1p-24; }
-// standard normal by Box-Muller, from the uniforms at 2i and 2i+1
-static inline double rng_normal_at(uint64_t key, uint64_t i) {
-    double u1 = rng_uniform_at(key, 2 * i), u2 = rng_uniform_at(key, 2 * i + 1);
-    return sqrt(-2.0 * log(1.0 - u1)) * cos(2.0 * M_PI * u2);
-}
-// --- end shared-copy: splitmix-counter ---
-// sequential use: *state is the counter
-static inline uint64_t rng_next(uint64_t *state) { return splitmix64((*state)++); }
-// --- end shared-copy: splitmix-next ---
 
 // The same counter-based generator on the device, for the dropout masks: the
 // GPU draws exactly the numbers train_mlp.c draws (integer arithmetic, and a
@@ -249,217 +110,6 @@ __device__ inline double rng_uniform_at_device(uint64_t key, uint64_t i) {
 #define STREAM_EPOCH 2      // index: epoch; the order of the training images
 #define STREAM_DROPOUT 3    // index: step * MAX_LAYERS + layer; dropout masks
 
-static inline double wall_seconds(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + 1e-9 * ts.tv_nsec;
-}
-
-// --- begin shared-copy: nvtx-layer ---
-// a layer's pass as an NVTX range ("forward 3", "backward 3"), for Nsight Systems' timeline
-static void layer_range_push(const char *pass, int layer) {
-    char name[48];
-    snprintf(name, sizeof(name), "%s %d", pass, layer);
-    nvtxRangePushA(name);
-}
-// --- end shared-copy: nvtx-layer ---
-
-// --- begin shared-copy: phase-names ---
-// The phases of a training step that -P times (phases_enter, below)
-enum { PHASE_DATA, PHASE_FORWARD, PHASE_BACKWARD, PHASE_NORM, PHASE_UPDATE, NUM_PHASES };
-static const char *const PHASE_NAMES[NUM_PHASES] = {"data", "forward", "backward", "norm", "update"};
-// --- end shared-copy: phase-names ---
-// --- begin shared-copy: phase-clock-gpu ---
-// -P's clock on the GPU: CUDA events. A kernel launch returns as soon as the kernel is
-// queued, so the host's clock read between two launches times the queueing, not the
-// kernels; the wait for them shows up later, in whichever call first needs a result (a copy
-// back to the host, a synchronisation), and is charged to that phase instead. An event
-// recorded on the stream at each mark is stamped by the GPU when everything queued before
-// it is done: the time between two events is the GPU's time for the work queued between
-// the marks. Reading them waits for the last one, once per measured step (a step with more
-// than PHASE_MARKS marks is read, and waited for, every PHASE_MARKS). -P's first report
-// prints the host's clock beside the events' to show the difference.
-#define PHASE_MARKS 64
-typedef struct {
-    cudaStream_t stream;                        // where the program's work is queued (0: the default stream)
-    cudaEvent_t start, events[PHASE_MARKS];     // the step's start, and its marks so far
-    int phase[PHASE_MARKS], n, created;
-    double ms[NUM_PHASES];                      // the marks read so far, per phase
-} PhaseClock;
-static void phase_clock_start(PhaseClock *c) {
-    if (!c->created) {
-        cudaCheck(cudaEventCreate(&c->start));
-        for (int i = 0; i < PHASE_MARKS; i++) { cudaCheck(cudaEventCreate(&c->events[i])); }
-        c->created = 1;
-    }
-    for (int k = 0; k < NUM_PHASES; k++) { c->ms[k] = 0.0; }
-    c->n = 0;
-    // a timed step starts on an idle GPU (the step before may have left its update queued)
-    // and ends on one (phase_clock_read): its time is its own, none of a neighbour's
-    cudaCheck(cudaStreamSynchronize(c->stream));
-    cudaCheck(cudaEventRecord(c->start, c->stream));
-}
-// the marks so far into ms; the last becomes the new start
-static void phase_clock_collect(PhaseClock *c) {
-    if (c->n == 0) { return; }
-    cudaCheck(cudaEventSynchronize(c->events[c->n - 1]));
-    cudaEvent_t before = c->start;
-    for (int i = 0; i < c->n; i++) {
-        float ms = 0.0f;
-        cudaCheck(cudaEventElapsedTime(&ms, before, c->events[i]));
-        c->ms[c->phase[i]] += ms;
-        before = c->events[i];
-    }
-    cudaEvent_t last = c->events[c->n - 1];
-    c->events[c->n - 1] = c->start;
-    c->start = last;
-    c->n = 0;
-}
-static void phase_clock_mark(PhaseClock *c, int phase) {
-    if (c->n == PHASE_MARKS) { phase_clock_collect(c); }
-    c->phase[c->n] = phase;
-    cudaCheck(cudaEventRecord(c->events[c->n], c->stream));
-    c->n++;
-}
-// 1: the GPU's times, in ms
-static int phase_clock_read(PhaseClock *c, double *ms) {
-    phase_clock_collect(c);
-    for (int k = 0; k < NUM_PHASES; k++) { ms[k] = c->ms[k]; }
-    return 1;
-}
-// ... and a profiler's ranges: NVTX (header-only NVTX v3, in the CUDA toolkit), named spans of
-// the host's time that Nsight Systems draws on its timeline with the kernels launched in them
-static void range_push(const char *name) { nvtxRangePushA(name); }
-static void range_pop(void) { nvtxRangePop(); }
-// --- end shared-copy: phase-clock-gpu ---
-// --- begin shared-copy: phases ---
-// Where a training step's time goes (-P N: every N-th step, on the step's line and in the
-// metrics log): loading the data, the forward pass, the backward pass, the gradient's norm
-// (and clipping), the optimizer's update (and zeroing the gradients). phases_enter(p, X)
-// says that what runs from here to the next phases_enter (or to phases_end) is phase X: the
-// phases follow one another, so they add up to the step, and a step's micro-batches add up
-// their passes. The clock is phase_clock's: the host's on the CPU, the GPU's events on the
-// GPU. Every step and phase is also a range for a profiler (range_push: NVTX on the GPU, so
-// that Nsight Systems shows the step's structure; nothing on the CPU), timed or not.
-typedef struct {
-    int every;                  // -P: measure every this many steps (0: never)
-    int on;                     // measuring the current step
-    int current;                // the phase running now (-1: none yet)
-    int device;                 // ms is the device's own clock's (the GPU's), not the host's
-    int shown;                  // (the host's clock has been shown beside the device's)
-    double ms[NUM_PHASES];      // each phase's milliseconds
-    double host_ms[NUM_PHASES]; // ... by the host's clock, read at each boundary without waiting
-    double host_last;           // the host's clock at the last boundary
-    PhaseClock clock;
-} Phases;
-
-// a step begins (step counts from 0: -P N measures steps N, 2N, ...)
-static void phases_begin(Phases *p, int step) {
-    char name[32];
-    snprintf(name, sizeof(name), "step %d", step + 1);
-    range_push(name);
-    p->current = -1;
-    p->on = p->every > 0 && (step + 1) % p->every == 0;
-    if (!p->on) { return; }
-    for (int k = 0; k < NUM_PHASES; k++) { p->ms[k] = p->host_ms[k] = 0.0; }
-    phase_clock_start(&p->clock);
-    p->host_last = wall_seconds();
-}
-// the phase that was running (if any) ends here
-static void phases_close(Phases *p) {
-    if (p->current < 0) { return; }
-    range_pop();
-    if (p->on) {
-        double now = wall_seconds();
-        p->host_ms[p->current] += 1e3 * (now - p->host_last);
-        p->host_last = now;
-        phase_clock_mark(&p->clock, p->current);
-    }
-    p->current = -1;
-}
-static void phases_enter(Phases *p, int phase) {
-    phases_close(p);
-    range_push(PHASE_NAMES[phase]);
-    p->current = phase;
-}
-// the step is done: read the device's clock (waiting for it)
-static void phases_end(Phases *p) {
-    phases_close(p);
-    range_pop(); // (the step's)
-    if (!p->on) { return; }
-    p->device = phase_clock_read(&p->clock, p->ms);
-    if (!p->device) {
-        for (int k = 0; k < NUM_PHASES; k++) { p->ms[k] = p->host_ms[k]; }
-    }
-}
-static double phases_sum(const double *ms) {
-    double sum = 0.0;
-    for (int k = 0; k < NUM_PHASES; k++) { sum += ms[k]; }
-    return sum;
-}
-// The reports (marked unused: train_mlp prints a mean per epoch its own way, finetune_lora
-// writes its own columns, and neither compiler may warn of them).
-// on the step's line: " | data 0.1 forward 20.5 ... ms (sum 41.0 of the step's 41.0)", the
-// step's time as the program measured it for its line
-__attribute__((unused)) static void phases_print(const Phases *p, double step_ms) {
-    if (!p->on) { return; }
-    printf(" |");
-    for (int k = 0; k < NUM_PHASES; k++) { printf(" %s %.1f", PHASE_NAMES[k], p->ms[k]); }
-    printf(" ms (sum %.1f of the step's %.1f)", phases_sum(p->ms), step_ms);
-}
-// once, on a line of its own, where the device has its own clock: what the host's said
-__attribute__((unused)) static void phases_print_host(Phases *p) {
-    if (!p->on || !p->device || p->shown) { return; }
-    p->shown = 1;
-    printf("  (-P: those are the GPU's times, from events; the host's clock, read at the same marks without"
-           " waiting for the GPU, says");
-    for (int k = 0; k < NUM_PHASES; k++) { printf(" %s %.1f", PHASE_NAMES[k], p->host_ms[k]); }
-    printf(" ms: a phase whose kernels were only queued looks short, and the wait for them is charged to"
-           " the first call that needs a result)\n");
-}
-// key:value fields for a metrics log line: ms_data:... and, with a device clock, host_ms_data:...
-__attribute__((unused)) static void phases_log(const Phases *p, FILE *f) {
-    if (!p->on || f == NULL) { return; }
-    for (int k = 0; k < NUM_PHASES; k++) { fprintf(f, " ms_%s:%.3f", PHASE_NAMES[k], p->ms[k]); }
-    if (p->device) {
-        for (int k = 0; k < NUM_PHASES; k++) { fprintf(f, " host_ms_%s:%.3f", PHASE_NAMES[k], p->host_ms[k]); }
-    }
-}
-// --- end shared-copy: phases ---
-
-// --- begin shared-copy: omp-wait-policy ---
-// How our OpenMP threads wait for each other. At the end of a parallel loop the threads
-// that are done wait at a barrier; libgomp's default makes them spin for up to 300,000
-// rounds (a millisecond or more) before they sleep. On an idle machine that is fast. But
-// when another process keeps the cores busy, a spinning thread holds a core that the
-// thread everyone waits for needs, and time slices are milliseconds long: with a busy
-// neighbour on both cores, a GPT-2 124M decode step took 10 times as long. So we spin
-// briefly (10,000 rounds), then sleep. Measured with ./dev/cpu/bench_infer (d12, decode
-// ms at positions 16/256/1000; 2-core Xeon VM, 2026-12-01, while a `make test` also ran):
-//   lightly loaded: default 27/29/34, GOMP_SPINCOUNT=10000 27/28/35, passive 32/32/39
-//   busy neighbour: default 330/914/375, GOMP_SPINCOUNT=10000 168/180/212, passive 141/148/183
-// Passive (never spin) is a little better under load, but 15% slower without it.
-// libgomp reads its settings once, when it is loaded, before main runs; setting them
-// in main is too late. So main sets ours and starts the program over (exec of
-// /proc/self/exe, same arguments), unless the user chose (OMP_WAIT_POLICY or
-// GOMP_SPINCOUNT set: then we leave theirs alone). Where exec fails (no /proc), or a
-// program is started by another name than its path (from $PATH), we carry on with
-// libgomp's default.
-void set_omp_wait_policy(char **argv) {
-#ifdef _OPENMP
-    if (getenv("OMP_WAIT_POLICY") != NULL || getenv("GOMP_SPINCOUNT") != NULL) { return; }
-    // only where /proc/self/exe is this program: under valgrind or a loader run by hand it
-    // is the tool or ld.so, which would start something else (there, set the variable yourself)
-    struct stat self, named;
-    if (stat("/proc/self/exe", &self) != 0 || stat(argv[0], &named) != 0 || self.st_dev != named.st_dev ||
-        self.st_ino != named.st_ino) { return; }
-    setenv("GOMP_SPINCOUNT", "10000", 1);
-    execv("/proc/self/exe", argv);
-#else
-    (void)argv;
-#endif
-}
-// --- end shared-copy: omp-wait-policy ---
 
 // ----------------------------------------------------------------------------
 // the kernels
@@ -638,7 +288,6 @@ static const char *MATMUL_NAMES[] = {"naive", "tiled", "cublas"};
 static int matmul_kind = MATMUL_CUBLAS; // -M
 static cublasHandle_t cublas_handle;
 
-static inline unsigned ceil_div(size_t n, size_t d) { return (unsigned)((n + d - 1) / d); }
 #define BLOCK 256 // threads per block of the elementwise kernels
 
 // C = op(A) @ op(B) (+ C), as in the kernels' comment above
@@ -744,39 +393,6 @@ typedef struct {
     uint8_t *cached_pixels[2];
 } MLP;
 
-// --- begin shared-copy: guard-bands ---
-// What a guard band holds (debug builds, GUARD_BYTES > 0): the 16-bit word 0xFF81 + k % 63,
-// over and over, in the band after tensor k of a table: a NaN as a bf16 or an fp16 and,
-// two of them, as an fp32 (a signaling one in bf16 and fp32). So a kernel that writes past
-// a tensor's end breaks the pattern whatever it writes: a number; a NaN copied from
-// another band (another k); or a NaN computed from this one (fp32 arithmetic on a
-// signaling NaN gives a quiet one, and a conversion to bf16 or fp16 gives CUDA's 0x7FFF,
-// on the CPU as on the GPU). A kernel that reads past the end reads a NaN. (Bands of 0xFF
-// bytes, a quiet NaN, missed an overrun in the emulator: x86 arithmetic passes a quiet NaN
-// operand through bit for bit, and 0xFF + 0xFF came back as 0xFF.)
-static uint8_t guard_byte(int k, uintptr_t address) {
-    unsigned word = 0xFF81u + (unsigned)k % 63u;
-    return (uint8_t)(address % 2 == 0 ? word & 0xFFu : word >> 8); // (little-endian: the low byte first)
-}
-// band k of `bytes` bytes at p, in device memory
-static void guard_fill_band(void *p, size_t bytes, int k) {
-    uint8_t *host = (uint8_t *)mallocCheck(bytes > 0 ? bytes : 1);
-    for (size_t i = 0; i < bytes; i++) { host[i] = guard_byte(k, (uintptr_t)p + i); }
-    cudaCheck(cudaMemcpy(p, host, bytes, cudaMemcpyHostToDevice));
-    free(host);
-}
-// the first byte of band k at p that lost its pattern, or -1 if none did
-static long guard_band_broken(const void *p, size_t bytes, int k) {
-    uint8_t *host = (uint8_t *)mallocCheck(bytes > 0 ? bytes : 1);
-    cudaCheck(cudaMemcpy(host, p, bytes, cudaMemcpyDeviceToHost));
-    long broken = -1;
-    for (size_t i = 0; i < bytes && broken < 0; i++) {
-        if (host[i] != guard_byte(k, (uintptr_t)p + i)) { broken = (long)i; }
-    }
-    free(host);
-    return broken;
-}
-// --- end shared-copy: guard-bands ---
 
 // Tensor k's band: the GUARD_BYTES after the n floats at p. Fill it, or check that it is
 // still whole, else name the tensor (`what` its kind, `name` the tensor) and stop. Byte K
@@ -1188,19 +804,6 @@ static void gather_batch(float *x, int *y, const Dataset *ds, const size_t *indi
 }
 // --- end shared-copy: mlp-data ---
 
-// --- begin shared-copy: permutation ---
-// a random permutation of 0..n-1 (Fisher-Yates) from its own random stream
-static void random_permutation(size_t *order, size_t n, uint64_t key) {
-    for (size_t i = 0; i < n; i++) { order[i] = i; }
-    uint64_t state = key;
-    for (size_t i = n; i > 1; i--) {
-        size_t j = (size_t)(rng_next(&state) % i);
-        size_t tmp = order[i - 1];
-        order[i - 1] = order[j];
-        order[j] = tmp;
-    }
-}
-// --- end shared-copy: permutation ---
 
 // The next batch: images `indices` of ds gathered on the GPU into h[0] (the
 // dataset's pixels are copied there on first use), their labels into labels.
@@ -1286,61 +889,6 @@ typedef struct {
 } Position;
 // --- end shared-copy: mlp-checkpoint-format ---
 
-// --- begin shared-copy: format-path ---
-// snprintf into a path buffer, or exit if the path does not fit (a silently
-// truncated path would read or write the wrong file)
-static void format_path(char *out, size_t size, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void format_path(char *out, size_t size, const char *fmt, ...) {
-    va_list args;
-    va_start(args, fmt);
-    int n = vsnprintf(out, size, fmt, args);
-    va_end(args);
-    if (n < 0 || (size_t)n >= size) {
-        fprintf(stderr, "Error: a path is longer than %zu bytes: %.60s...\n", size - 1, out);
-        exit(EXIT_FAILURE);
-    }
-}
-// --- end shared-copy: format-path ---
-// --- begin shared-copy: eta ---
-// "ETA 3m07s": the time the rest takes at the pace so far (`done` of `total` units in
-// `seconds`), for the progress lines of long runs (inline: a test build need not use it)
-static inline void format_eta(char *out, size_t size, double seconds, double done, double total) {
-    if (!(done > 0.0) || !(total >= done)) { snprintf(out, size, "ETA ?"); return; }
-    long s = (long)(seconds / done * (total - done) + 0.5);
-    if (s >= 3600) { snprintf(out, size, "ETA %ldh%02ldm", s / 3600, s / 60 % 60); }
-    else if (s >= 60) { snprintf(out, size, "ETA %ldm%02lds", s / 60, s % 60); }
-    else { snprintf(out, size, "ETA %lds", s); }
-}
-// --- end shared-copy: eta ---
-// --- begin shared-copy: atomic-write ---
-// Write each of n buffers, in order, to `path` atomically: write path.tmp, flush,
-// fsync, rename over path, fsync the directory (so that the rename itself is on
-// disk before we write the next file). A crash or a full disk leaves either the
-// old file or the new one, never half of one; on failure the .tmp is removed.
-static void write_file_atomic(const char *path, const void **bufs, const size_t *sizes, int n) {
-    char tmp[4096], dir[4096];
-    format_path(tmp, sizeof(tmp), "%s.tmp", path);
-    FILE *fp = fopenCheck(tmp, "wb");
-    int ok = 1;
-    for (int i = 0; i < n && ok; i++) { ok = sizes[i] == 0 || fwrite(bufs[i], 1, sizes[i], fp) == sizes[i]; }
-    ok = ok && fflush(fp) == 0 && fsync(fileno(fp)) == 0;
-    ok = (fclose(fp) == 0) && ok;
-    if (!ok || rename(tmp, path) != 0) {
-        fprintf(stderr, "Error: could not write %s: %s (the previous file, if any, is untouched)\n", path, strerror(errno));
-        remove(tmp);
-        exit(EXIT_FAILURE);
-    }
-    // the directory entry: fsync the folder the file is in
-    format_path(dir, sizeof(dir), "%s", path);
-    char *slash = strrchr(dir, '/');
-    if (slash != NULL) { *slash = '\0'; } else { strcpy(dir, "."); }
-    int dfd = open(dir, O_RDONLY);
-    if (dfd >= 0) {
-        fsync(dfd); // best effort: some file systems refuse fsync on a directory
-        close(dfd);
-    }
-}
-// --- end shared-copy: atomic-write ---
 
 // --- begin shared-copy: mlp-checkpoint ---
 static int optimizer_buffers(int kind) { return kind == OPT_ADAMW ? 2 : kind == OPT_MOMENTUM ? 1 : 0; }
@@ -1436,35 +984,6 @@ Position mlp_load(MLP *m, const Optimizer *opt, uint64_t seed, const CheckpointS
 }
 // --- end shared-copy: mlp-checkpoint ---
 
-// --- begin shared-copy: log-truncate ---
-// On resume, the log of the first run may go on past the checkpoint (it ran a
-// while longer before it stopped). Keep only the lines whose first number, read
-// with key_format (e.g. "s:%d"), is at most `last`, and write the result back
-// atomically, so that the resumed run's lines follow on.
-void log_truncate_after(const char *path, const char *key_format, int last) {
-    FILE *fp = fopen(path, "rb");
-    if (fp == NULL) { return; } // no log yet: nothing to keep
-    size_t cap = 1 << 16, len = 0;
-    char *kept = (char *)mallocCheck(cap), line[1024];
-    while (fgets(line, sizeof(line), fp) != NULL) {
-        int key;
-        if (sscanf(line, key_format, &key) != 1 || key > last) { continue; }
-        size_t n = strlen(line);
-        if (len + n > cap) {
-            cap = 2 * (len + n);
-            char *bigger = (char *)realloc(kept, cap);
-            if (bigger == NULL) { fprintf(stderr, "Error: out of memory reading %s\n", path); exit(EXIT_FAILURE); }
-            kept = bigger;
-        }
-        memcpy(kept + len, line, n);
-        len += n;
-    }
-    fcloseCheck(fp);
-    const void *bufs[1] = {kept};
-    write_file_atomic(path, bufs, &len, 1);
-    free(kept);
-}
-// --- end shared-copy: log-truncate ---
 
 // --- begin shared-copy: mlp-training ---
 // the newest checkpoint mlp_<epoch>.bin in dir, or -1
@@ -1772,34 +1291,12 @@ static void print_common_flags(void) {
     printf("  -h            this help\n");
 }
 
-// --- begin shared-copy: usage-error ---
-// a bad flag: one line saying what is wrong, one saying where the flags are listed
-static void usage_error(const char *fmt, const char *arg) {
-    fprintf(stderr, "Error: ");
-    fprintf(stderr, fmt, arg);
-    fprintf(stderr, "\nHINT: %s -h lists every flag\n", PROGRAM);
-    exit(EXIT_FAILURE);
-}
-// --- end shared-copy: usage-error ---
 // --- end shared-copy: mlp-cli ---
 
-// --- begin shared-copy: parse-int ---
-// a whole-string integer in [lo, 2^31), or a usage error naming the flag
-static long parse_int(const char *flag, const char *s, long lo) {
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno != 0 || end == s || *end != '\0' || v < lo || v > 2147483647L) {
-        char msg[256];
-        snprintf(msg, sizeof(msg), "flag %s needs an integer >= %ld, got '%%s'", flag, lo);
-        usage_error(msg, s);
-    }
-    return v;
-}
-// --- end shared-copy: parse-int ---
 
 // --- begin shared-copy: mlp-main ---
-static float parse_float(const char *flag, const char *s, float hi) {
+// a whole-string float in [0, hi], or a usage error naming the flag
+static float parse_float_max(const char *flag, const char *s, float hi) {
     char *end;
     errno = 0;
     float v = strtof(s, &end);
@@ -1851,10 +1348,10 @@ static void parse_common_flag(Options *o, int argc, char **argv, int *i) {
         for (int k = 0; k < 3; k++) { if (strcmp(v, OPT_NAMES[k]) == 0) { o->opt = k; } }
         if (o->opt < 0) { usage_error("-O is sgd, momentum or adamw, not '%s'", v); }
         break;
-    case 'r': o->lr = parse_float(a, v, 1e3f); break;
-    case 'w': o->weight_decay = parse_float(a, v, 1e3f); break;
-    case 'm': o->momentum = parse_float(a, v, 1.0f); break;
-    case 'p': o->dropout = parse_float(a, v, 0.95f); break;
+    case 'r': o->lr = parse_float_max(a, v, 1e3f); break;
+    case 'w': o->weight_decay = parse_float_max(a, v, 1e3f); break;
+    case 'm': o->momentum = parse_float_max(a, v, 1.0f); break;
+    case 'p': o->dropout = parse_float_max(a, v, 0.95f); break;
     case 'b': o->batch = (int)parse_int(a, v, 1); break;
     case 'e': o->epochs = (int)parse_int(a, v, 1); break;
     case 'u': o->warmup = (int)parse_int(a, v, 0); break;

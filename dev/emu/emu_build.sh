@@ -29,12 +29,47 @@ here=$(cd "$(dirname "$0")" && pwd)
 tmpdir=$(mktemp -d /tmp/emu_XXXXXX)
 tmp=$tmpdir/$(basename "$src" .cu).cpp
 trap 'rm -rf "$tmpdir"' EXIT
-# a test program's  #include "program.cu"  is pasted in first, so that its launches are rewritten too
-# (#line keeps the original files and lines in compiler messages and the race detector's reports)
-awk -v dir="$(dirname "$src")" -v src="$src" 'NR == 1 { print "#line 1 \"" src "\"" }
-    /^#include "[^"]*\.cu"/ { f = $2; gsub(/"/, "", f); print "#line 1 \"" dir "/" f "\""; while ((getline line < (dir "/" f)) > 0) print line
-                              print "#line " NR + 1 " \"" src "\""; next }
-    { print }' "$src" |
+# Every #include "..." of a file of ours (a test's program.cu, the programs' lib/*.h, the
+# ladders' common.h) is pasted in first, recursively and each file once, so that the
+# launches and __shared__ declarations in it are rewritten too and none escapes the race
+# detector and the poisoned shared memory (#line keeps the original files and lines in
+# compiler messages and the race detector's reports). Includes of files that do not exist
+# beside the including file (<...>, the stand-ins in dev/emu/include) are left as they are.
+awk -v src="$src" '
+    # a/b/../c -> a/c, ./a -> a
+    function normalize(path,    n, i, k, part, kept, out) {
+        n = split(path, part, "/"); k = 0
+        for (i = 1; i <= n; i++) {
+            if (part[i] == "." || part[i] == "") continue
+            if (part[i] == ".." && k > 0 && kept[k] != "..") { k--; continue }
+            kept[++k] = part[i]
+        }
+        out = (substr(path, 1, 1) == "/") ? "/" : ""
+        for (i = 1; i <= k; i++) out = out (i > 1 ? "/" : "") kept[i]
+        return out
+    }
+    function paste(file,    line, nr, dir, f, path) {
+        seen[file] = 1
+        dir = file; if (!sub(/\/[^\/]*$/, "", dir)) dir = "."
+        print "#line 1 \"" file "\""
+        nr = 0
+        while ((getline line < file) > 0) {
+            nr++
+            if (line ~ /^[ \t]*#[ \t]*include[ \t]*"[^"]*"/) {
+                f = line; sub(/^[^"]*"/, "", f); sub(/".*$/, "", f)
+                path = normalize(dir "/" f)
+                if ((path in seen) || readable(path)) {
+                    if (!(path in seen)) paste(path)
+                    print "#line " nr + 1 " \"" file "\""
+                    continue
+                }
+            }
+            print line
+        }
+        close(file)
+    }
+    function readable(path,    r, probe) { r = (getline probe < path); close(path); return r >= 0 }
+    BEGIN { paste(normalize(src)) }' |
     awk '
     # __launch_bounds__(N[, M]): gone from the declaration, checked where the body opens
     function insert_check(s, from,    i) {
@@ -82,6 +117,13 @@ awk -v dir="$(dirname "$src")" -v src="$src" 'NR == 1 { print "#line 1 \"" src "
 # every block, never poisoned or checked): refuse it, with its line
 if left=$(grep -nE '(^|[;{])[ \t]*__shared__[ \t]' "$tmp" | head -3) && [ -n "$left" ]; then
     echo "Error: emu_build.sh: $src: a __shared__ declaration it cannot rewrite (one declaration a statement, on one line, please):" >&2
+    echo "$left" >&2
+    exit 1
+fi
+# ... and so would a kernel launch it did not turn into emu::Launch (C++ would not compile
+# it, but say why)
+if left=$(grep -n '<<<' "$tmp" | head -3) && [ -n "$left" ]; then
+    echo "Error: emu_build.sh: $src: a kernel launch it cannot rewrite (name<<<grid, block[, shared, stream]>>>(args), on one line, please):" >&2
     echo "$left" >&2
     exit 1
 fi

@@ -1,5 +1,5 @@
 """
-Generates data/unicode_tables.h: the Unicode code point ranges that data/tokenizer.c needs to
+Generates lib/unicode_tables.h: the Unicode code point ranges that lib/tokenizer.h needs to
 pre-tokenize text exactly like tiktoken's GPT-2 pattern (and, at the end, the canonical
 decompositions and combining classes of Unicode NFC, which Qwen2's tokenizer applies first)
 
@@ -33,7 +33,7 @@ import os
 import sys
 
 UNICODE_VERSION = "16.0.0"
-OUT_PATH = os.path.join("data", "unicode_tables.h")
+OUT_PATH = os.path.join("lib", "unicode_tables.h")
 
 # PropList.txt, property White_Space (identical in Unicode 6.3 ... 17.0)
 WHITE_SPACE = [(0x0009, 0x000D), (0x0020, 0x0020), (0x0085, 0x0085), (0x00A0, 0x00A0),
@@ -139,7 +139,7 @@ def main():
                 combining[-1][1] = c
             else:
                 combining.append([c, c, k])
-    header = f"""// unicode_tables.h: Unicode character classes for the pre-tokenizers in data/tokenizer.c, and
+    header = f"""// lib/unicode_tables.h: Unicode character classes for the pre-tokenizers in lib/tokenizer.h, and
 // the data of Unicode NFC (Qwen2's normalizer).
 // GENERATED FILE, do not edit. Regenerate from the repository root with:
 //     pip install unicodedata2=={UNICODE_VERSION}
@@ -153,9 +153,6 @@ def main():
 #ifndef UNICODE_TABLES_H
 #define UNICODE_TABLES_H
 #include <stdint.h>
-// (infer.c holds a copy of the tables, between the shared-copy markers, so that it
-// compiles from its own source; make test checks the copies stay identical)
-// --- begin shared-copy: unicode-tables ---
 #define UNICODE_TABLES_VERSION "{UNICODE_VERSION}"
 """
     body = "\n\n".join([
@@ -172,7 +169,7 @@ def main():
     if row:
         rows.append("    " + " ".join(row))
     nfc = "\n".join([
-        "// Unicode NFC (data/tokenizer.c's nfc_normalize, for Qwen2's tokenizer), Unicode " + UNICODE_VERSION + ".",
+        "// Unicode NFC (lib/tokenizer.h's nfc_normalize, for Qwen2's tokenizer), Unicode " + UNICODE_VERSION + ".",
         f"// Canonical decompositions, one level: {{code point, first, second (0: a singleton), 1 if NFC",
         f"// composes first + second back into it}}, sorted: {len(decompositions)} entries",
         "static const uint32_t unicode_decompositions[][4] = {", *rows, "};", "",
@@ -188,9 +185,7 @@ def main():
         nfc += "\n    " + " ".join(row)
     nfc += "\n};"
     with open(OUT_PATH, "w") as f:
-        f.write(header + "\n" + body + "\n// --- end shared-copy: unicode-tables ---\n\n"
-                + "// --- begin shared-copy: unicode-nfc ---\n" + nfc + "\n// --- end shared-copy: unicode-nfc ---\n\n"
-                + "#endif // UNICODE_TABLES_H\n")
+        f.write(header + "\n" + body + "\n\n" + nfc + "\n\n#endif // UNICODE_TABLES_H\n")
     print(f"wrote {OUT_PATH}: {len(letters)} letters, {len(numbers)} numbers, "
           f"{len(spaces)} white space code points, {len(decompositions)} decompositions, "
           f"{len(combining)} combining class ranges (Unicode {UNICODE_VERSION})")

@@ -160,12 +160,12 @@ def main():
     if tiktoken.__version__ != PINNED_TIKTOKEN:
         print(f"WARNING: tiktoken {tiktoken.__version__}, the fixtures were made with {PINNED_TIKTOKEN}")
     unicode_version = "unknown"
-    with open(os.path.join("data", "unicode_tables.h")) as f:
+    with open(os.path.join("lib", "unicode_tables.h")) as f:
         for line in f:
             if line.startswith("#define UNICODE_TABLES_VERSION"):
                 unicode_version = line.split('"')[1]
     print(f"tiktoken {tiktoken.__version__}, numpy {np.__version__}, "
-          f"Unicode {unicode_version} (data/unicode_tables.h, checked against tiktoken by "
+          f"Unicode {unicode_version} (lib/unicode_tables.h, checked against tiktoken by "
           f"dev/reference/gen_unicode_tables.py)")
     check_inputs()
     enc, shipped = build_encodings()

@@ -50,9 +50,9 @@ cd "$root" || exit 2
 # these files that holds it: the chapter that introduces the code (chapter 1's train_mlp.c
 # for the utilities, the tokenizer for its file helpers, train_gpt2.c for the GPT-2 layers
 # and model files, infer.c for inference), a .c before its .cu, the programs before their
-# tests; data/unicode_tables.h first because dev/reference/gen_unicode_tables.py writes it.
+# tests.
 # A block in none of them lives in the first of its files in alphabetical order.
-HOME_ORDER="data/unicode_tables.h train_mlp.c data/tokenizer.c train_gpt2.c infer.c convert.c
+HOME_ORDER="train_mlp.c data/tokenizer.c train_gpt2.c infer.c convert.c
             train_mlp.cu train_gpt2.cu infer.cu test_gpt2.c test_infer.c test_convert.c test_gpt2.cu test_infer.cu"
 # the exceptions: the file formats' code belongs to the conversion program
 HOME_OF="json=convert.c bf16-to-float=convert.c float-to-bf16=convert.c fp16-to-float=convert.c safetensors=convert.c model-file-write=convert.c llama-model-write=convert.c json-api=convert.c llama-config=convert.c llama-model-read=convert.c lora-adapter=finetune_lora.c"

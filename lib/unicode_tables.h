@@ -1,4 +1,4 @@
-// unicode_tables.h: Unicode character classes for the pre-tokenizers in data/tokenizer.c, and
+// lib/unicode_tables.h: Unicode character classes for the pre-tokenizers in lib/tokenizer.h, and
 // the data of Unicode NFC (Qwen2's normalizer).
 // GENERATED FILE, do not edit. Regenerate from the repository root with:
 //     pip install unicodedata2==16.0.0
@@ -12,9 +12,6 @@
 #ifndef UNICODE_TABLES_H
 #define UNICODE_TABLES_H
 #include <stdint.h>
-// (infer.c holds a copy of the tables, between the shared-copy markers, so that it
-// compiles from its own source; make test checks the copies stay identical)
-// --- begin shared-copy: unicode-tables ---
 #define UNICODE_TABLES_VERSION "16.0.0"
 
 // \p{L}: Lu Ll Lt Lm Lo: 677 ranges
@@ -167,10 +164,8 @@ static const uint32_t unicode_space_ranges[][2] = {
     {0x9,0xD}, {0x20,0x20}, {0x85,0x85}, {0xA0,0xA0}, {0x1680,0x1680}, {0x2000,0x200A},
     {0x2028,0x2029}, {0x202F,0x202F}, {0x205F,0x205F}, {0x3000,0x3000},
 };
-// --- end shared-copy: unicode-tables ---
 
-// --- begin shared-copy: unicode-nfc ---
-// Unicode NFC (data/tokenizer.c's nfc_normalize, for Qwen2's tokenizer), Unicode 16.0.0.
+// Unicode NFC (lib/tokenizer.h's nfc_normalize, for Qwen2's tokenizer), Unicode 16.0.0.
 // Canonical decompositions, one level: {code point, first, second (0: a singleton), 1 if NFC
 // composes first + second back into it}, sorted: 2081 entries
 static const uint32_t unicode_decompositions[][4] = {
@@ -662,6 +657,5 @@ static const uint32_t unicode_combining_ranges[][3] = {
     {0x1E2EC,0x1E2EF,230}, {0x1E4EC,0x1E4ED,232}, {0x1E4EE,0x1E4EE,220}, {0x1E4EF,0x1E4EF,230}, {0x1E5EE,0x1E5EE,230}, {0x1E5EF,0x1E5EF,220},
     {0x1E8D0,0x1E8D6,220}, {0x1E944,0x1E949,230}, {0x1E94A,0x1E94A,7},
 };
-// --- end shared-copy: unicode-nfc ---
 
 #endif // UNICODE_TABLES_H
