@@ -106,7 +106,7 @@ endif
 # What no chapter teaches lives in lib/, header-only (lib/README.md): every program
 # includes some of these, and a change to one rebuilds them all
 LIB = $(wildcard lib/*.h)
-.PHONY: all data smollm2 test reference bench clean help cuda gpu-check fuzz mutants
+.PHONY: all data smollm2 test reference bench clean help cuda gpu-check fuzz mutants amalgamated
 
 all: train_gpt2 test_gpt2 data/tokenizer test_tokenizer train_mlp test_mlp infer infer_bf16 test_infer test_infer_bf16 convert test_convert data/instructions finetune_lora test_finetune_lora
 
@@ -395,10 +395,18 @@ TESTS = ./test_gpt2 \
         "bash dev/test/test_train_mlp_cli.sh ./train_mlp" \
         "bash dev/test/test_plot_metrics.sh" \
         "bash dev/test/check_copies.sh" \
+        "bash dev/test/test_amalgamation.sh" \
         "bash dev/test/test_check_copies.sh" \
         "bash dev/test/check_cuda_builds.sh"
 test: train_gpt2 test_gpt2 data/tokenizer data/instructions test_tokenizer test_tokenizer_asan train_mlp test_mlp infer infer_bf16 test_infer test_infer_bf16 $(AVX2_TESTS) test_infer_asan convert test_convert test_convert_asan finetune_lora test_finetune_lora $(EMU_PROGRAMS) $(CONVERTED) $(SMOLLM2)
 	@bash dev/test/run_tests.sh $(TESTS)
+
+# One file when wanted: every root program as a single source, its lib/ headers pasted in
+# (dev/amalgamate.sh), in build/amalgamated/; make test compiles each and runs it once
+ROOT_PROGRAMS = train_mlp.c train_gpt2.c infer.c convert.c finetune_lora.c train_mlp.cu train_gpt2.cu infer.cu finetune_lora.cu \
+                data/tokenizer.c data/instructions.c
+amalgamated:
+	@for p in $(ROOT_PROGRAMS); do bash dev/amalgamate.sh $$p build/amalgamated/$$(basename $$p) || exit 1; done
 
 # Plant realistic GPU bugs in train_gpt2.cu, infer.cu and train_mlp.cu, one at a time in a
 # scratch copy, and check that the emulated test meant to catch each fails (about 30 minutes)
@@ -442,6 +450,7 @@ print-%:
 clean:
 	rm -f train_gpt2 test_gpt2 test_tokenizer test_tokenizer_asan infer infer_bf16 test_infer test_infer_bf16 test_infer_avx2 test_infer_bf16_avx2 test_infer_asan convert test_convert test_convert_asan finetune_lora test_finetune_lora $(CONVERTED) $(addprefix dev/fuzz/fuzz_,$(FUZZ_TARGETS)) data/tokenizer data/instructions dev/cpu/bench_train_gpt2 dev/cpu/bench_infer train_mlp test_mlp $(CUDA_PROGRAMS) train_gpt2cu_cudnn test_gpt2cu_cudnn dev/cuda/attention_cudnn $(EMU_PROGRAMS)
 	rm -f $(TINYSHAKESPEARE) data/gpt2_tokenizer.bin
+	rm -rf build/amalgamated
 
 help:
 	@echo "make train_gpt2 && ./train_gpt2   train a small GPT-2 on tinyshakespeare (CPU)"
@@ -454,6 +463,7 @@ help:
 	@echo "make bench                        time a GPT-2 124M training step, inference, and the tokenizer"
 	@echo "make fuzz                         fuzz convert's safetensors / JSON parsers (clang, FUZZ_SECONDS=60 each)"
 	@echo "make mutants                      plant GPU bugs one at a time: the emulated tests must catch each (~30 min)"
+	@echo "make amalgamated                  every program as one file, lib/ pasted in (build/amalgamated/)"
 	@echo "make reference                    regenerate the test fixtures (Python, dev/reference/)"
 	@echo "make train_mlpcu && ./train_mlpcu the same MLP on the GPU (--check: against the CPU, --time: step times)"
 	@echo "make train_gpt2cu && ./train_gpt2cu   the GPT-2 trainer on the GPU (PRECISION=BF16, FP16 or FP32; USE_CUDNN=1)"

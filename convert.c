@@ -25,7 +25,7 @@ Formats today:
        Face folder transformers loads.
   their tokenizers (byte-level BPE): from the GGUF file, or the folder's tokenizer.json and
        tokenizer_config.json, into our tokenizer file beside the model (NAME_tokenizer.bin;
-       the layout is data/tokenizer.c's, at tokenizer_load_file), and back out to
+       the layout is lib/tokenizer.h's, at tokenizer_load_file), and back out to
        tokenizer.json + tokenizer_config.json in an export (transformers' AutoTokenizer loads
        them: the same ids, the same chat prompts).
   GGUF without -o: what the file holds (metadata and tensors), listed.
@@ -83,14 +83,6 @@ Sizes: C channels, NH heads, V vocabulary, Vp padded vocabulary, L layers, maxT 
 #include "lib/json.h"
 #include "lib/safetensors.h"
 #include "lib/tokenizer.h"
-
-// ----------------------------------------------------------------------------
-// utilities: checked calls, files, random numbers, 16-bit floats
-
-// 16-bit floats to and from float. Narrowing to bf16 rounds to nearest even (llm.c writes
-// its version-5 files the same way). fp16 (IEEE binary16: 5 exponent bits, 10 mantissa
-// bits) needs its exponent rebiased, and its subnormals (exponent 0) scaled by hand.
-
 
 // ----------------------------------------------------------------------------
 // the model in memory (GPT-2), and llm.c checkpoints: the same code as infer.c's
@@ -371,14 +363,6 @@ void gpt2_save_checkpoint(const GPT2Weights *w, const char *path, int bf16) {
     write_model_file(path, header, w->params_memory, w->num_parameters, bf16);
 }
 // --- end shared-copy: model-file-write ---
-
-// ----------------------------------------------------------------------------
-// JSON: just enough of a parser for config.json and safetensors headers
-
-
-// ----------------------------------------------------------------------------
-// safetensors: the file format of Hugging Face models
-
 
 // ----------------------------------------------------------------------------
 // a Hugging Face folder's weights: one model.safetensors, or shards and their index
@@ -1106,7 +1090,6 @@ static void hf_weights_write(const char *dir, const OutTensor *t, int n, int bf1
 // ----------------------------------------------------------------------------
 // the GPT-2 family: tensor names, config.json
 
-
 // HF's names for our 16 tensors (GPT2LMHeadModel's state_dict, which save_pretrained
 // prefixes with "transformer."; the files on the Hub for gpt2 ... gpt2-xl have no prefix).
 // The per-layer ones (2..13) are h.<l>.<name>. Conv1D weights are (in, out): transposed.
@@ -1215,7 +1198,6 @@ static int hf_tensor_index(const char *name, int *layer) {
     }
     return -2;
 }
-
 
 // ----------------------------------------------------------------------------
 // Hugging Face GPT-2 folders in and out
@@ -2122,17 +2104,16 @@ void llama_build_from_gguf(LlamaWeights *w, const char *path) {
 
 // ----------------------------------------------------------------------------
 // The Llama family's tokenizers: from a GGUF file or a Hugging Face tokenizer.json into our
-// tokenizer file (its layout, and the code that reads it, are data/tokenizer.c's:
+// tokenizer file (its layout, and the code that reads it, are lib/tokenizer.h's:
 // tokenizer_load_file). Byte-level BPE only: a vocabulary, a ranked merge list, a
 // pre-tokenizer rule, special tokens, and the chat template reduced to its kind and
 // default system message. (SentencePiece tokenizers, Llama 2's, are not byte-level BPE.)
-
 
 // (TOKENIZER_FILE_MAGIC, the PRE_* rules and the CHAT_* kinds are lib/tokenizer.h's)
 static const char *PRE_NAMES[] = {"GPT-2's", "SmolLM2's (digits apart, then GPT-2's)", "Llama 3's", "Qwen2's"};
 static const char *CHAT_NAMES[] = {"none", "ChatML", "Llama 3", "Llama 3.1 (system turn dated 26 Jul 2024)",
                                    "Llama 3.2 (system turn dated today)"};
-// the regexes of Llama 3's and Qwen2's tokenizer.json (data/tokenizer.c matches them by hand)
+// the regexes of Llama 3's and Qwen2's tokenizer.json (lib/tokenizer.h matches them by hand)
 #define LLAMA3_REGEX "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
 #define QWEN2_REGEX "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
 
@@ -2616,7 +2597,7 @@ int tokenizer_from_hf(TokenizerSpec *ts, const char *dir, int model_vocab, int m
     return 1;
 }
 
-// Writes the tokenizer file (layout at data/tokenizer.c's tokenizer_load_file), atomically.
+// Writes the tokenizer file (layout at lib/tokenizer.h's tokenizer_load_file), atomically.
 void tokenizer_write(const TokenizerSpec *ts, const char *path) {
     int32_t header[256] = {0};
     size_t syslen = strlen(ts->system);
@@ -2649,7 +2630,7 @@ void tokenizer_write(const TokenizerSpec *ts, const char *path) {
 }
 
 // Reads our tokenizer file back (for an export to a Hugging Face folder); the checks are
-// data/tokenizer.c's loader's, in short: every count and length against the file's size.
+// lib/tokenizer.h's loader's, in short: every count and length against the file's size.
 void tokenizer_read(TokenizerSpec *ts, const char *path) {
     const char *hint = "a tokenizer file written by ./convert (NAME_tokenizer.bin)";
     size_t len;
@@ -2964,7 +2945,6 @@ static void print_usage(const Options *d) {
     printf("                                                         (and smollm2_tokenizer.bin)\n");
     printf("  %s -i path/to/tokenizer.json -o my_tokenizer.bin    a tokenizer alone (and back: -i my_tokenizer.bin -o DIR)\n", PROGRAM);
 }
-
 
 // a size in bytes with an optional K, M or G (powers of 1024), or a usage error
 static size_t parse_size(const char *flag, const char *s) {

@@ -69,10 +69,6 @@ layers, r the adapter's rank.
 #include "lib/phases.h"
 
 // ----------------------------------------------------------------------------
-// utilities, the JSON and safetensors readers, the GEMM (shared copies: dev/README.md lists them)
-
-
-// ----------------------------------------------------------------------------
 // the model files: llm.c's GPT-2 checkpoints and our Llama-family files (as infer.c reads them)
 
 // --- begin shared-copy: gpt2-config ---
@@ -773,7 +769,6 @@ static void lora_free(Lora *lora) {
 }
 // --- end shared-copy: lora-adapter ---
 
-
 // ----------------------------------------------------------------------------
 // the layers, forward and backward, over N = B T rows (row n: sequence n / T, position n % T)
 
@@ -876,7 +871,6 @@ static void rope_apply(float *qkv, const float *inv_freq, int N, int T, int NH, 
     }
     free(cs);
 }
-
 
 // Causal self-attention of B sequences of T rows: q, k, v from qkv (N, Q + 2KV); query head
 // h reads key/value head h / (NH / NKV). att (B, NH, T, T): the probabilities, kept.
@@ -1394,11 +1388,8 @@ static void lora_save(const Lora *lora, const Base *b, const char *dir, const ch
 }
 // --- end shared-copy: lora-train-host ---
 
-
 // ----------------------------------------------------------------------------
-// the tokenizer (its code is at the end of the file, as data/tokenizer.c's) and the prompt templates
-
-static size_t utf8_decode(const uint8_t *s, size_t n, uint32_t *cp);
+// the prompt templates (the tokenizer is lib/tokenizer.h's)
 
 // --- begin shared-copy: alpaca-template ---
 // The instruction template of the fine-tuning chapter (Alpaca's, Taori et al. 2023): the
@@ -1449,7 +1440,6 @@ static void base_to_device(const Base *b) { (void)b; }
 static void lora_to_device(const Lora *lora) { (void)lora; }
 static void lora_to_host(Lora *lora) { (void)lora; }
 static void lora_zero_grads(Lora *lora) { memset(lora->grads, 0, lora->num_params * sizeof(float)); }
-
 
 #ifndef TESTING // (test_finetune_lora takes what is above; dev/test/test_finetune_lora_cli.sh what follows)
 
@@ -1675,7 +1665,7 @@ static void checkpoint_save(const char *out, const Lora *lora, const Base *b, co
 }
 
 // the newest step with both its state and its adapter in out, -1 if none
-static int find_latest_checkpoint(const char *out) {
+static int find_latest_adapter_checkpoint(const char *out) {
     char pattern[MAX_PATH_LEN], dir[MAX_PATH_LEN];
     format_path(pattern, sizeof(pattern), "%s/state_*.bin", out);
     glob_t g;
@@ -1863,7 +1853,6 @@ static void check_leakage(const char *data_path, const char *eval_path) {
     free(train); free(eval); free(answers);
 }
 
-
 // ----------------------------------------------------------------------------
 // main: train an adapter
 
@@ -2026,7 +2015,6 @@ static void run_bench(const Base *b, const Options *o) {
 // metrics.tsv: a line a step (0: before any); the ms_ columns are -P's phases, empty on the steps not timed
 #define METRICS_HEADER "step\tlr\tloss\tgrad_norm\tval_loss\ttokens_per_s\tms_data\tms_forward\tms_backward\tms_norm\tms_update\n"
 
-
 int main(int argc, char **argv) {
     set_omp_wait_policy(argv); // first of all: it may start the program over
     Options defaults = {"data/smollm2/SmolLM2-135M-Instruct.bin", NULL, "data/iso/train.jsonl", NULL, "log_lora", "all-linear", NULL, NULL, 8, 0, 4, 4,
@@ -2116,13 +2104,13 @@ int main(int argc, char **argv) {
     int per_step = o.B * o.accum, steps = o.steps > 0 ? o.steps : o.epochs * ((train.n + per_step - 1) / per_step);
 
     // the adapter: from the newest checkpoint (-y 1), from -i, or new
-    int resume_step = o.resume ? find_latest_checkpoint(o.out) : -1;
+    int resume_step = o.resume ? find_latest_adapter_checkpoint(o.out) : -1;
     if (o.resume && resume_step < 0) {
         die_file(o.out, "a run with -S N writes them; -y 1 resumes it with the same flags", "-y 1, but no checkpoint here (state_N.bin with step_N/)");
     }
-    if (!o.resume && o.save_every > 0 && find_latest_checkpoint(o.out) >= 0) {
+    if (!o.resume && o.save_every > 0 && find_latest_adapter_checkpoint(o.out) >= 0) {
         die_file(o.out, "resume them with -y 1, or pick another -o", "already holds checkpoints (the newest: step %d); not writing over them",
-                 find_latest_checkpoint(o.out));
+                 find_latest_adapter_checkpoint(o.out));
     }
     Lora lora;
     char from[MAX_PATH_LEN];
@@ -2301,7 +2289,3 @@ int main(int argc, char **argv) {
 }
 // --- end shared-copy: finetune-main ---
 #endif
-
-// ----------------------------------------------------------------------------
-// the prompt's tokenizer: byte-level BPE (GPT-2's, SmolLM2's, Llama 3's, Qwen2's), the same code as data/tokenizer.c
-

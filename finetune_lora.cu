@@ -62,10 +62,6 @@ or 2H for SwiGLU's gate and up), V vocabulary (Vp padded), L layers, r the adapt
 #include "lib/phases.h"
 
 // ----------------------------------------------------------------------------
-// utilities, the JSON and safetensors readers (shared copies: dev/README.md lists them)
-
-
-// ----------------------------------------------------------------------------
 // the model files: llm.c's GPT-2 checkpoints and our Llama-family files (as infer.c reads them)
 
 // --- begin shared-copy: gpt2-config ---
@@ -766,7 +762,6 @@ static void lora_free(Lora *lora) {
 }
 // --- end shared-copy: lora-adapter ---
 
-
 // ----------------------------------------------------------------------------
 // the GPU: precision, the cuBLAS handle and stream, memory
 
@@ -809,7 +804,6 @@ static void gpu_init(void) {
     (void)rng_normal_at; // (splitmix-counter's normal draws start a new model's weights; a LoRA run makes none)
     done = 1;
 }
-
 
 // cudaMalloc, or one message saying what did not fit. What is held is counted (the
 // benchmark's peak memory): a table of the live allocations, a few dozen at most.
@@ -1374,7 +1368,6 @@ static void acts_free(Acts *a) {
     memset(a, 0, sizeof(*a));
 }
 
-
 // One layer's activations: its slot (layer l's own, or the one slot with recomputation)
 typedef struct {
     float *x, *xmid, *n1, *n2, *st, *qkv, *att, *atty, *fc, *act, *xout;
@@ -1737,11 +1730,8 @@ static void lora_save(const Lora *lora, const Base *b, const char *dir, const ch
 }
 // --- end shared-copy: lora-train-host ---
 
-
 // ----------------------------------------------------------------------------
-// the tokenizer (its code is at the end of the file, as data/tokenizer.c's) and the prompt templates
-
-static size_t utf8_decode(const uint8_t *s, size_t n, uint32_t *cp);
+// the prompt templates (the tokenizer is lib/tokenizer.h's)
 
 // --- begin shared-copy: alpaca-template ---
 // The instruction template of the fine-tuning chapter (Alpaca's, Taori et al. 2023): the
@@ -2008,7 +1998,7 @@ static void checkpoint_save(const char *out, const Lora *lora, const Base *b, co
 }
 
 // the newest step with both its state and its adapter in out, -1 if none
-static int find_latest_checkpoint(const char *out) {
+static int find_latest_adapter_checkpoint(const char *out) {
     char pattern[MAX_PATH_LEN], dir[MAX_PATH_LEN];
     format_path(pattern, sizeof(pattern), "%s/state_*.bin", out);
     glob_t g;
@@ -2196,7 +2186,6 @@ static void check_leakage(const char *data_path, const char *eval_path) {
     free(train); free(eval); free(answers);
 }
 
-
 // ----------------------------------------------------------------------------
 // main: train an adapter
 
@@ -2359,7 +2348,6 @@ static void run_bench(const Base *b, const Options *o) {
 // metrics.tsv: a line a step (0: before any); the ms_ columns are -P's phases, empty on the steps not timed
 #define METRICS_HEADER "step\tlr\tloss\tgrad_norm\tval_loss\ttokens_per_s\tms_data\tms_forward\tms_backward\tms_norm\tms_update\n"
 
-
 int main(int argc, char **argv) {
     set_omp_wait_policy(argv); // first of all: it may start the program over
     Options defaults = {"data/smollm2/SmolLM2-135M-Instruct.bin", NULL, "data/iso/train.jsonl", NULL, "log_lora", "all-linear", NULL, NULL, 8, 0, 4, 4,
@@ -2449,13 +2437,13 @@ int main(int argc, char **argv) {
     int per_step = o.B * o.accum, steps = o.steps > 0 ? o.steps : o.epochs * ((train.n + per_step - 1) / per_step);
 
     // the adapter: from the newest checkpoint (-y 1), from -i, or new
-    int resume_step = o.resume ? find_latest_checkpoint(o.out) : -1;
+    int resume_step = o.resume ? find_latest_adapter_checkpoint(o.out) : -1;
     if (o.resume && resume_step < 0) {
         die_file(o.out, "a run with -S N writes them; -y 1 resumes it with the same flags", "-y 1, but no checkpoint here (state_N.bin with step_N/)");
     }
-    if (!o.resume && o.save_every > 0 && find_latest_checkpoint(o.out) >= 0) {
+    if (!o.resume && o.save_every > 0 && find_latest_adapter_checkpoint(o.out) >= 0) {
         die_file(o.out, "resume them with -y 1, or pick another -o", "already holds checkpoints (the newest: step %d); not writing over them",
-                 find_latest_checkpoint(o.out));
+                 find_latest_adapter_checkpoint(o.out));
     }
     Lora lora;
     char from[MAX_PATH_LEN];
@@ -2634,7 +2622,3 @@ int main(int argc, char **argv) {
 }
 // --- end shared-copy: finetune-main ---
 #endif
-
-// ----------------------------------------------------------------------------
-// the prompt's tokenizer: byte-level BPE (GPT-2's, SmolLM2's, Llama 3's, Qwen2's), the same code as data/tokenizer.c
-

@@ -100,8 +100,7 @@ per sequence in the KV cache, N rows in one forward pass (a row = one token of o
 #include "lib/tokenizer.h"
 
 // ----------------------------------------------------------------------------
-// utilities: checked calls, random numbers, time (the file helpers are with the models in)
-
+// where we run: threads, and the hardware's name for the reports
 
 static int num_threads(void) {
 #ifdef _OPENMP
@@ -140,19 +139,13 @@ static int thread_id(void) {
 typedef float floatX;
 #ifdef WEIGHTS_BF16
 typedef uint16_t weightX; // a bf16's bits: the top half of an fp32's
-static inline float bf16_to_float(uint16_t h); // (with the model files, below)
-static inline uint16_t float_to_bf16(float f);
 #else
 typedef float weightX;
 #endif
 
-// The fast paths these layers call (a blocked GEMM, an exp the compiler can vectorise, the
-// linear layers' matrix products) come after them, in their own section: first what each
-// layer computes, then how it is made fast.
-static void gemm(float *C, size_t c_rs, size_t c_cs, const float *A, size_t a_rs, size_t a_cs,
-                 const float *B, size_t b_rs, size_t b_cs, int M, int N, int K, int accumulate);
-static inline float exp_fast(float x);
-static inline float dot8(const float *a, const float *b, size_t n);
+// The linear layers' own matrix products (weights in panels, below) come after the layers,
+// in their own section: first what each layer computes, then how it is made fast. The
+// blocked GEMM, exp_fast and dot8 they call are lib/gemm.h's.
 static void matmul_panels(float *out, const float *inp, const weightX *weight, int N, int C, int OC);
 static void matvec_panels(float *out, const float *inp, const weightX *weight, int N, int C, int OC);
 
@@ -441,8 +434,8 @@ void argmax_forward(int *out, const float *logits, int NL, int V, int Vp) {
 }
 
 // ----------------------------------------------------------------------------
-// fast paths: the blocked GEMM, exp, dot products (the layers above call them)
-
+// fast paths: attention over a prompt as GEMMs, the linear layers' weights in panels
+// (the layers above call them)
 
 // The fast path of attention_forward for a prompt: rows 0..N-1 all of one sequence at
 // consecutive positions p0..p0+N-1 (a prefill, or a chunk of one), enough of them to pay
@@ -498,7 +491,6 @@ static int attention_prefill(floatX *out, const floatX *q, const floatX *key_cac
     }
     return 1;
 }
-
 
 // The linear layers' weights in panels (see linear_forward): panel p holds rows o0 = p NR to
 // o0 + width - 1 (width = NR but for a last, narrower panel), its element (k, j) at
@@ -1178,11 +1170,7 @@ void gpt2_free(GPT2 *model) {
 }
 
 // ----------------------------------------------------------------------------
-// models in: file helpers, llm.c checkpoints and new random models
-
-
-// ----------------------------------------------------------------------------
-// an adapter's files (-L): JSON, safetensors, PEFT's LoRA layout
+// an adapter's files (-L): PEFT's LoRA layout
 
 // --- begin shared-copy: lora-adapter ---
 // LoRA (Hu et al. 2021): each adapted linear layer y = x W^T + b gets a low-rank update,
@@ -1879,10 +1867,6 @@ void gpt2_forward(GPT2 *model, const int *tokens, const int *seq, const int *pos
     gpt2_forward_layers(model, N, NL, greedy);
 }
 
-// ----------------------------------------------------------------------------
-// the tokenizer: what generation and main use of it (its code is at the end of the file)
-
-
 // --- begin shared-copy: infer-sampling ---
 // ----------------------------------------------------------------------------
 // sampling: temperature, top-k, top-p
@@ -2326,7 +2310,6 @@ char *instruct_prompt(const Tokenizer *tok, const char *system, const char *inst
 }
 // --- end shared-copy: instruct-prompt ---
 
-
 // --- begin shared-copy: infer-prompts ---
 // -f: one prompt per line. A line that starts with '{' is a JSON object: {"prompt": ...},
 // or {"instruction": ..., "input": ...} (Alpaca's fields; "input" optional) for -a 1;
@@ -2399,7 +2382,6 @@ int parse_ids(const char *s, int V, int *out, const char *what) {
 
 // ----------------------------------------------------------------------------
 // main
-
 
 // --- begin shared-copy: infer-eval ---
 // ----------------------------------------------------------------------------
@@ -2671,7 +2653,6 @@ static void print_usage(const Options *d) {
 
 // --- end shared-copy: infer-options ---
 
-
 // --- begin shared-copy: infer-main ---
 // parses "1,4,16" into up to max positive integers; returns how many, -1 if malformed
 static int parse_list(const char *s, int *out, int max) {
@@ -2685,7 +2666,6 @@ static int parse_list(const char *s, int *out, int max) {
     }
     return n;
 }
-
 
 // The flags, checked. Defaults: transformers' generate() sampling defaults (temperature 1,
 // top-k 50, top-p 1).
@@ -3029,11 +3009,3 @@ int main(int argc, char **argv) {
 }
 // --- end shared-copy: infer-main ---
 #endif
-
-// ----------------------------------------------------------------------------
-// the prompt's tokenizer: byte-level BPE (GPT-2's, SmolLM2's, Llama 3's, Qwen2's), the same code as data/tokenizer.c
-
-
-// ----------------------------------------------------------------------------
-// JSON: just enough of a parser for prompt files (-f), the same as convert.c's
-

@@ -87,10 +87,8 @@ pass, NL rows with logits, C channels, NH and NKV heads, HS, Q, KV, H, V, Vp, L,
 #define GUARD_BYTES 0
 #endif
 
-
 // ----------------------------------------------------------------------------
-// utilities: checked calls, random numbers, time (the file helpers are with the models in)
-
+// where we run: the hardware's name for the reports
 
 // where we run, for the reports
 static const char *hardware_name(void) {
@@ -567,7 +565,6 @@ typedef struct {
 #define GUARD_GAP (((size_t)GUARD_BYTES + 255) / 256 * 256)
 
 static size_t guard_band_end(const DeviceTable *t, int k) { return k + 1 < t->n ? t->begin[k + 1] : t->bytes; }
-
 
 // every band of a table holds its pattern: after allocating, and after anything that sets a whole table
 static void guard_fill(const DeviceTable *t) {
@@ -1145,11 +1142,7 @@ void gpt2_free(GPT2 *model) {
 }
 
 // ----------------------------------------------------------------------------
-// models in: file helpers, llm.c checkpoints and new random models
-
-
-// ----------------------------------------------------------------------------
-// an adapter's files (-L): JSON, safetensors, PEFT's LoRA layout
+// an adapter's files (-L): PEFT's LoRA layout
 
 // --- begin shared-copy: lora-adapter ---
 // LoRA (Hu et al. 2021): each adapted linear layer y = x W^T + b gets a low-rank update,
@@ -1889,10 +1882,6 @@ void gpt2_forward(GPT2 *model, const int *tokens, const int *seq, const int *pos
     }
 }
 
-// ----------------------------------------------------------------------------
-// the tokenizer: what generation and main use of it (its code is at the end of the file)
-
-
 // --- begin shared-copy: infer-sampling ---
 // ----------------------------------------------------------------------------
 // sampling: temperature, top-k, top-p
@@ -2336,7 +2325,6 @@ char *instruct_prompt(const Tokenizer *tok, const char *system, const char *inst
 }
 // --- end shared-copy: instruct-prompt ---
 
-
 // --- begin shared-copy: infer-prompts ---
 // -f: one prompt per line. A line that starts with '{' is a JSON object: {"prompt": ...},
 // or {"instruction": ..., "input": ...} (Alpaca's fields; "input" optional) for -a 1;
@@ -2408,7 +2396,6 @@ int parse_ids(const char *s, int V, int *out, const char *what) {
 // --- end shared-copy: infer-prompts ---
 // ----------------------------------------------------------------------------
 // main
-
 
 // --- begin shared-copy: infer-eval ---
 // ----------------------------------------------------------------------------
@@ -2680,7 +2667,6 @@ static void print_usage(const Options *d) {
 
 // --- end shared-copy: infer-options ---
 
-
 // --- begin shared-copy: infer-main ---
 // parses "1,4,16" into up to max positive integers; returns how many, -1 if malformed
 static int parse_list(const char *s, int *out, int max) {
@@ -2694,7 +2680,6 @@ static int parse_list(const char *s, int *out, int max) {
     }
     return n;
 }
-
 
 // The flags, checked. Defaults: transformers' generate() sampling defaults (temperature 1,
 // top-k 50, top-p 1).
@@ -3038,11 +3023,3 @@ int main(int argc, char **argv) {
 }
 // --- end shared-copy: infer-main ---
 #endif
-
-// ----------------------------------------------------------------------------
-// the prompt's tokenizer: byte-level BPE (GPT-2's, SmolLM2's, Llama 3's, Qwen2's), the same code as data/tokenizer.c
-
-
-// ----------------------------------------------------------------------------
-// JSON: just enough of a parser for prompt files (-f), the same as convert.c's
-

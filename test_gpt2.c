@@ -43,7 +43,6 @@ typedef struct {
     float atol; // relative to the largest |ref| of the tensor
 } Tolerance;
 
-
 static int num_passed = 0, num_failed = 0;
 
 static void record(int ok) {
@@ -321,7 +320,6 @@ static void test_gemm_shapes(void) {
     printf("%zu shapes x 8 stride patterns: %s\n", sizeof(shapes) / sizeof(shapes[0]), all_ok ? "OK" : "NOT OK");
     record(all_ok);
 }
-
 
 // The counter-based generator must give exactly the values the reference's numpy
 // port printed (dev/reference/README.md lists them), or the "small" weights differ.

@@ -42,7 +42,6 @@ typedef struct {
     float atol; // relative to the largest |ref| of the tensor
 } Tolerance;
 
-
 static int num_passed = 0, num_failed = 0;
 
 static void record(int ok) {

@@ -55,19 +55,11 @@ cross-entropy's dlogits.
 #include "lib/phases.h"
 
 // ----------------------------------------------------------------------------
-// utilities: checked calls, random numbers, timer
-
-
-// ----------------------------------------------------------------------------
 // the layers, forward and backward, in the order data flows through GPT-2
 
-// The fast paths these layers call come after them, in their own section: the blocked
-// GEMM behind matmul_forward/backward (about 90% of a training step is spent there), an
-// exp the compiler can vectorise, a dot product in independent partial sums.
-static void gemm(float *C, size_t c_rs, size_t c_cs, const float *A, size_t a_rs, size_t a_cs,
-                 const float *B, size_t b_rs, size_t b_cs, int M, int N, int K, int accumulate);
-static inline float exp_fast(float x);
-static inline float dot8(const float *a, const float *b, size_t n);
+// The fast paths these layers call are lib/gemm.h's: the blocked GEMM behind
+// matmul_forward/backward (about 90% of a training step is spent there), an exp the
+// compiler can vectorise, a dot product in independent partial sums.
 
 void encoder_forward(float *out, const int *inp, const float *wte, const float *wpe, size_t B, size_t T, size_t C) {
     // out[b,t,:] = wte[token] + wpe[t]: token embedding plus learned position embedding
@@ -214,7 +206,6 @@ void matmul_backward(float *dinp, float *dweight, float *dbias, const float *dou
         }
     }
 }
-
 
 void attention_forward(float *out, float *att, const float *qkv, size_t B, size_t T, size_t C, size_t NH) {
     // qkv (B,T,3C) holds query, key, value side by side; head h uses channels
@@ -374,10 +365,6 @@ void crossentropy_softmax_backward(float *dlogits, const float *probs, const int
         dlogits_bt[targets[bt]] -= dloss;
     }
 }
-
-// ----------------------------------------------------------------------------
-// fast paths: the blocked GEMM (the one hot spot), exp, a dot product
-
 
 // ----------------------------------------------------------------------------
 // the model: configuration, parameter and activation tables
@@ -572,7 +559,6 @@ static void gpt2_allocate_parameters(GPT2 *model) {
     model->seq_len = 0;
     model->mean_loss = -1.0f;
 }
-
 
 // --- begin shared-copy: gpt2-model-file ---
 // The size of an open file in bytes; the position is left just after the 256 x
@@ -1043,7 +1029,6 @@ typedef struct {
 
 // --- end shared-copy: gpt2-data-shards ---
 
-
 // --- begin shared-copy: gpt2-data-loader ---
 // Random streams of the data loader and the sampler. The shuffles are functions
 // of (seed, epoch, shard), so resuming needs only the position, not a state.
@@ -1430,7 +1415,6 @@ int find_latest_checkpoint(const char *out_dir) {
 
 // --- end shared-copy: gpt2-find-checkpoint ---
 
-
 // ----------------------------------------------------------------------------
 // main: argument parsing and the training loop
 
@@ -1475,7 +1459,6 @@ void gpt2_print_memory(const GPT2 *model, size_t B, size_t T) {
 }
 
 #ifndef TESTING
-
 
 // --- begin shared-copy: gpt2-options ---
 // Defaults: the embedded default run trains a 4-layer GPT-2 (d4, 16M parameters,
@@ -1526,7 +1509,6 @@ static void print_usage(const Options *d) {
 }
 
 // --- end shared-copy: gpt2-options ---
-
 
 // train_gpt2.cu's own flags (-r recomputation, -w master weights, -G budget, -M plan) have no meaning
 // here: the CPU trainer keeps every activation and computes in fp32.

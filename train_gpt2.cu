@@ -95,8 +95,7 @@ residual stream's one running gradient); other activation gradients are WRITTEN.
 #endif
 
 // ----------------------------------------------------------------------------
-// utilities: checked calls, random numbers, timer
-
+// device memory: a ledger of what we allocate, checked allocations
 
 // The ledger of this program's device memory: a few large blocks, each in it from
 // cuda_malloc_check to cuda_free_check. What is live now and the most that ever
@@ -165,7 +164,6 @@ static void *cuda_malloc_check(size_t bytes, const char *what) {
     ledger_add(p, bytes > 0 ? bytes : 1);
     return p;
 }
-
 
 // ----------------------------------------------------------------------------
 // precision: floatX is what parameters, gradients and activations are stored in
@@ -1016,7 +1014,6 @@ static size_t slice_bytes(const size_t *sizes, const int *is_fp32, int i) {
 }
 static size_t slice_stride(size_t bytes) { return (bytes + GUARD_BYTES + 255) / 256 * 256; }
 
-
 // With GUARD_BYTES > 0: everything from each tensor's end to the next one's start (the
 // band and the alignment padding) holds its band's pattern; again after every memset of
 // a whole table.
@@ -1150,7 +1147,6 @@ static void gpt2_allocate_parameters(GPT2 *model, const float *host_params) {
     model->good_steps = 0;
     model->skipped_updates = 0;
 }
-
 
 // --- begin shared-copy: gpt2-model-file ---
 // The size of an open file in bytes; the position is left just after the 256 x
@@ -1835,7 +1831,6 @@ typedef struct {
 
 // --- end shared-copy: gpt2-data-shards ---
 
-
 // --- begin shared-copy: gpt2-data-loader ---
 // Random streams of the data loader and the sampler. The shuffles are functions
 // of (seed, epoch, shard), so resuming needs only the position, not a state.
@@ -2277,7 +2272,6 @@ int find_latest_checkpoint(const char *out_dir) {
 
 // --- end shared-copy: gpt2-find-checkpoint ---
 
-
 // ----------------------------------------------------------------------------
 // cuDNN's attention (USE_CUDNN=1): building and running its graphs
 
@@ -2600,7 +2594,6 @@ double model_flops_utilization(const GPT2 *model, size_t tokens, size_t T, doubl
 
 #ifndef TESTING
 
-
 // --- begin shared-copy: gpt2-options ---
 // Defaults: the embedded default run trains a 4-layer GPT-2 (d4, 16M parameters,
 // most of them the embeddings) on tinyshakespeare in a few minutes on 2 cores.
@@ -2650,7 +2643,6 @@ static void print_usage(const Options *d) {
 }
 
 // --- end shared-copy: gpt2-options ---
-
 
 // the GPU trainer's own flags: recomputation (-r) and master weights (-w)
 static void print_device_usage(void) {

@@ -59,8 +59,7 @@ ACCUMULATES (+=) into its parameter gradients.
 #include "lib/phases.h"
 
 // ----------------------------------------------------------------------------
-// utilities: checked calls, random numbers, timer
-
+// the random streams (the generator is lib/rand.h's)
 
 // The random streams of this program (see rng_key): each a function of the seed,
 // so a resumed run draws exactly what an uninterrupted one would have.
@@ -70,15 +69,11 @@ ACCUMULATES (+=) into its parameter gradients.
 #define STREAM_DROPOUT 3    // index: step * MAX_LAYERS + layer; dropout masks
 #define STREAM_GRADCHECK 4  // the gradient check's random network and inputs
 
-
 // ----------------------------------------------------------------------------
 // the layers, forward and backward
 
-// The matrix multiply the linear layers call, a blocked GEMM (the same code as
-// train_gpt2.c's: most of the time goes there), comes after the layers, in its own
-// section: first what each layer computes, then how it is made fast.
-static void gemm(float *C, size_t c_rs, size_t c_cs, const float *A, size_t a_rs, size_t a_cs,
-                 const float *B, size_t b_rs, size_t b_cs, int M, int N, int K, int accumulate);
+// The matrix multiply the linear layers call is lib/gemm.h's blocked GEMM (most of the
+// time goes there): here, what each layer computes; there, how it is made fast.
 
 // out (B, OUT) = inp (B, IN) @ weight^T + bias, weight (OUT, IN) as in nn.Linear
 void linear_forward(float *out, const float *inp, const float *weight, const float *bias, size_t B, size_t IN, size_t OUT) {
@@ -162,10 +157,6 @@ float softmax_crossentropy(float *dlogits, float *probs, const float *logits, co
     if (correct != NULL) { *correct = right; }
     return (float)(loss / B);
 }
-
-// ----------------------------------------------------------------------------
-// fast path: the blocked matrix multiply behind linear_forward and linear_backward
-
 
 // ----------------------------------------------------------------------------
 // the model
@@ -431,7 +422,6 @@ static void gather_batch(float *x, int *y, const Dataset *ds, const size_t *indi
 }
 // --- end shared-copy: mlp-data ---
 
-
 // The next batch: images `indices` of ds into the input h[0], their labels into
 // labels. (train_mlp.cu gathers on the GPU instead; the training loop is the same.)
 void mlp_set_batch(MLP *m, int *labels, const Dataset *ds, const size_t *indices, size_t B) {
@@ -527,7 +517,6 @@ typedef struct {
 } Position;
 // --- end shared-copy: mlp-checkpoint-format ---
 
-
 // --- begin shared-copy: mlp-checkpoint ---
 static int optimizer_buffers(int kind) { return kind == OPT_ADAMW ? 2 : kind == OPT_MOMENTUM ? 1 : 0; }
 
@@ -621,7 +610,6 @@ Position mlp_load(MLP *m, const Optimizer *opt, uint64_t seed, const CheckpointS
     return pos;
 }
 // --- end shared-copy: mlp-checkpoint ---
-
 
 // --- begin shared-copy: mlp-training ---
 // the newest checkpoint mlp_<epoch>.bin in dir, or -1
@@ -1037,7 +1025,6 @@ static void print_common_flags(void) {
 }
 
 // --- end shared-copy: mlp-cli ---
-
 
 // --- begin shared-copy: mlp-main ---
 // a whole-string float in [0, hi], or a usage error naming the flag

@@ -73,8 +73,7 @@ ACCUMULATES (+=) into its parameter gradients.
 static_assert(GUARD_BYTES % sizeof(float) == 0, "GUARD_BYTES: a whole number of floats");
 
 // ----------------------------------------------------------------------------
-// utilities: check macros, random numbers, timer
-
+// device memory: checked allocations
 
 // device memory, with a message that says what did not fit
 static void *cuda_malloc_check(size_t bytes, const char *what) {
@@ -90,7 +89,6 @@ static void *cuda_malloc_check(size_t bytes, const char *what) {
     }
     return p;
 }
-
 
 // The same counter-based generator on the device, for the dropout masks: the
 // GPU draws exactly the numbers train_mlp.c draws (integer arithmetic, and a
@@ -109,7 +107,6 @@ __device__ inline double rng_uniform_at_device(uint64_t key, uint64_t i) {
 #define STREAM_SPLIT 1      // which training images are held out for validation
 #define STREAM_EPOCH 2      // index: epoch; the order of the training images
 #define STREAM_DROPOUT 3    // index: step * MAX_LAYERS + layer; dropout masks
-
 
 // ----------------------------------------------------------------------------
 // the kernels
@@ -392,7 +389,6 @@ typedef struct {
     const uint8_t *cached_from[2];
     uint8_t *cached_pixels[2];
 } MLP;
-
 
 // Tensor k's band: the GUARD_BYTES after the n floats at p. Fill it, or check that it is
 // still whole, else name the tensor (`what` its kind, `name` the tensor) and stop. Byte K
@@ -804,7 +800,6 @@ static void gather_batch(float *x, int *y, const Dataset *ds, const size_t *indi
 }
 // --- end shared-copy: mlp-data ---
 
-
 // The next batch: images `indices` of ds gathered on the GPU into h[0] (the
 // dataset's pixels are copied there on first use), their labels into labels.
 void mlp_set_batch(MLP *m, int *labels, const Dataset *ds, const size_t *indices, size_t B) {
@@ -888,7 +883,6 @@ typedef struct {
     int step;  // updates completed
 } Position;
 // --- end shared-copy: mlp-checkpoint-format ---
-
 
 // --- begin shared-copy: mlp-checkpoint ---
 static int optimizer_buffers(int kind) { return kind == OPT_ADAMW ? 2 : kind == OPT_MOMENTUM ? 1 : 0; }
@@ -983,7 +977,6 @@ Position mlp_load(MLP *m, const Optimizer *opt, uint64_t seed, const CheckpointS
     return pos;
 }
 // --- end shared-copy: mlp-checkpoint ---
-
 
 // --- begin shared-copy: mlp-training ---
 // the newest checkpoint mlp_<epoch>.bin in dir, or -1
@@ -1292,7 +1285,6 @@ static void print_common_flags(void) {
 }
 
 // --- end shared-copy: mlp-cli ---
-
 
 // --- begin shared-copy: mlp-main ---
 // a whole-string float in [0, hi], or a usage error naming the flag
@@ -1791,7 +1783,6 @@ static int time_steps(const Options *o, int steps) {
     dataset_free(&ds);
     return EXIT_SUCCESS;
 }
-
 
 int main(int argc, char **argv) {
     set_omp_wait_policy(argv); // first of all: it may start the program over

@@ -47,10 +47,6 @@ is given (empty fields, duplicates, UTF-8, lengths) and splits off its validatio
 #include "../lib/json.h"
 
 // ----------------------------------------------------------------------------
-// utilities (shared copies: dev/README.md lists them)
-
-
-// ----------------------------------------------------------------------------
 // the tables: ISO 3166-1 countries and ISO 4217 currencies, as iso-codes' JSON has them
 
 #define HINT_ISO "Debian's iso-codes package has these files (apt-get install iso-codes); -d names another folder"
@@ -296,7 +292,6 @@ static int contains_word(const char *text, const char *word) {
 
 // ----------------------------------------------------------------------------
 // main
-
 
 typedef struct {
     const char *iso_dir, *out_dir;

@@ -3,38 +3,9 @@ GPT-2's byte-level BPE tokenizer in plain C: text in, token ids out, token for t
 as tiktoken's "gpt2" encoding. It also writes the two binary files the rest of the project
 reads: token shards for training, and tokenizer.bin for turning ids back into text.
 
-How GPT-2 tokenizes, in three steps:
-  1. Pre-tokenize: a regex cuts the text into pieces ("Hello", " world", "!", "\n"), so that a
-     token never spans a word boundary:
-         's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
-     We match it by hand over UTF-8, no regex library. The Unicode classes come from
-     lib/unicode_tables.h (Unicode 16.0.0, the version tiktoken's Rust regex uses; see that
-     file for how it was generated and checked).
-  2. BPE each piece: start from its single bytes, then keep merging the adjacent pair whose
-     concatenation has the lowest rank (= token id) until no adjacent pair is a token.
-  3. Special tokens: only <|endoftext|> (id 50256), and only when asked (-s); otherwise that
-     text is ordinary text, like tiktoken's encode_ordinary.
-
-The same code tokenizes for the Llama family (infer.c carries a copy), from a tokenizer file
-that ./convert writes out of a GGUF file or a Hugging Face tokenizer.json (the layout is at
-tokenizer_load_file). What differs from GPT-2, all of it data in that file:
-  - the pre-tokenizer rule: SmolLM2 cuts out every digit first; Llama 3 and Qwen2 use a
-    regex of their own (pretoken_end_llama3);
-  - the merges: Hugging Face's BPE merges only the pairs its merge list names, in the list's
-    order, where tiktoken merges any two parts whose join is a token, in id order; the two
-    agree on GPT-2's vocabulary, not on every vocabulary (bpe_merge does either);
-  - many special tokens (<|im_start|>, <|eot_id|>, ...), a start token that Llama 3 puts in
-    front of every prompt, and a chat template (tokenizer_chat_prompt).
-test_tokenizer.c checks them against Hugging Face's tokenizers library running each model's
-own definition (dev/reference/bpe_tokenizer_reference.py); Qwen2 normalizes text to Unicode
-NFC first (nfc_normalize, on tables from lib/unicode_tables.h). Not done: SentencePiece
-models (Llama 2's), other normalizers.
-
-What we leave out: training a BPE, other encodings (cl100k, o200k), and input that is
-not valid UTF-8 in tiktoken's sense. tiktoken cannot take such input at all; we treat every
-byte that does not start a valid UTF-8 character as one "other symbol" character (class
-[^\s\p{L}\p{N}]), so such files still encode and decode back to the same bytes.
-encoder.json is read with the project's one JSON parser (convert.c's, also in infer.c).
+The tokenizer itself (how GPT-2 tokenizes, the Llama family's rules, what is left out) is
+lib/tokenizer.h's, which infer, convert and finetune_lora include too; this program is its
+command line: it reads a text and writes the files.
 
 Modes (run with -h for every flag and default):
   default: the llm.c Tiny Shakespeare convention. Split the text at "\n\n"; every section
@@ -74,8 +45,7 @@ dev/reference/tokenizer_reference.py (regenerate: python dev/reference/tokenizer
 #include "../lib/tokenizer.h"
 
 // ----------------------------------------------------------------------------
-// utilities: check macros, errors, whole-file reading, atomic writes
-
+// output files: checked writes, all of a run's outputs renamed into place together
 
 static inline void fwrite_check(const void *ptr, size_t size, size_t nmemb, FILE *stream,
                                 const char *file, int line) {
@@ -87,7 +57,6 @@ static inline void fwrite_check(const void *ptr, size_t size, size_t nmemb, FILE
     }
 }
 #define fwriteCheck(ptr, size, nmemb, stream) fwrite_check(ptr, size, nmemb, stream, __FILE__, __LINE__)
-
 
 // Atomic writes. Every output goes to NAME.tmp first, which is flushed, fsync'ed and closed;
 // only when all outputs of a run are complete do we rename them to their final names. If we
@@ -181,15 +150,8 @@ static void put_le32(uint8_t *dst, uint32_t v) {
     dst[0] = (uint8_t)v; dst[1] = (uint8_t)(v >> 8); dst[2] = (uint8_t)(v >> 16); dst[3] = (uint8_t)(v >> 24);
 }
 
-static double now_seconds(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 // ----------------------------------------------------------------------------
-// JSON: encoder.json is read with the same parser as convert.c's and infer.c's
-
+// encoding a text: the Tiny Shakespeare convention
 
 // The llm.c Tiny Shakespeare convention: cut the text at every "\n\n" (as Python's
 // str.split: left to right, not overlapping), then emit [EOT] + encode(section + "\n\n") for
@@ -298,11 +260,11 @@ void tokenize_file(const Options *o) {
     uint8_t *text = read_whole_file(o->input_path, &len, "-i names the text file to tokenize");
     if (len == 0) { die_file(o->input_path, "-i names the text file to tokenize", "the file is empty"); }
 
-    double t0 = now_seconds();
+    double t0 = wall_seconds();
     int32_t *ids = (int32_t *)mallocCheck((len + len / 2 + 1) * sizeof(int32_t));
     size_t num = o->encode_mode ? tokenizer_encode(&t, text, len, o->allow_special, ids)
                                 : encode_sections(&t, text, len, o->allow_special, ids);
-    double seconds = now_seconds() - t0;
+    double seconds = wall_seconds() - t0;
     printf("encoded %s: %zu bytes -> %zu tokens in %.4f s (%.1f MB/s)%s\n", o->input_path, len, num,
            seconds, (double)len / 1e6 / (seconds > 0 ? seconds : 1e-9),
            o->allow_special ? ", <|endoftext|> as special token" : "");

@@ -1,9 +1,41 @@
-// lib/tokenizer.h: byte-level BPE as GPT-2 and the Llama family use it: the pre-tokenizers
-// (GPT-2's and Llama 3's / Qwen2's regular expressions, written out by hand over the
-// Unicode classes in unicode_tables.h), Unicode NFC, the merges, special tokens, and the
-// tokenizer files (GPT-2's encoder.json + vocab.bpe, our tokenizer file from ./convert).
-// Checked against tiktoken and Hugging Face tokenizers by test_tokenizer.c and
-// test_infer.c.
+// lib/tokenizer.h: byte-level BPE as GPT-2 and the Llama family use it: the pre-tokenizers,
+// Unicode NFC, the merges, special tokens, chat prompts, and the tokenizer files (GPT-2's
+// encoder.json + vocab.bpe, our tokenizer file from ./convert). data/tokenizer.c is its
+// command line (text in, token shards and tokenizer.bin out).
+/*
+How GPT-2 tokenizes, in three steps:
+  1. Pre-tokenize: a regex cuts the text into pieces ("Hello", " world", "!", "\n"), so that a
+     token never spans a word boundary:
+         's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+     We match it by hand over UTF-8, no regex library. The Unicode classes come from
+     lib/unicode_tables.h (Unicode 16.0.0, the version tiktoken's Rust regex uses; see that
+     file for how it was generated and checked).
+  2. BPE each piece: start from its single bytes, then keep merging the adjacent pair whose
+     concatenation has the lowest rank (= token id) until no adjacent pair is a token.
+  3. Special tokens: only <|endoftext|> (id 50256), and only when asked (-s); otherwise that
+     text is ordinary text, like tiktoken's encode_ordinary.
+
+The same code tokenizes for the Llama family, from a tokenizer file
+that ./convert writes out of a GGUF file or a Hugging Face tokenizer.json (the layout is at
+tokenizer_load_file). What differs from GPT-2, all of it data in that file:
+  - the pre-tokenizer rule: SmolLM2 cuts out every digit first; Llama 3 and Qwen2 use a
+    regex of their own (pretoken_end_llama3);
+  - the merges: Hugging Face's BPE merges only the pairs its merge list names, in the list's
+    order, where tiktoken merges any two parts whose join is a token, in id order; the two
+    agree on GPT-2's vocabulary, not on every vocabulary (bpe_merge does either);
+  - many special tokens (<|im_start|>, <|eot_id|>, ...), a start token that Llama 3 puts in
+    front of every prompt, and a chat template (tokenizer_chat_prompt).
+test_tokenizer.c checks them against Hugging Face's tokenizers library running each model's
+own definition (dev/reference/bpe_tokenizer_reference.py); Qwen2 normalizes text to Unicode
+NFC first (nfc_normalize, on tables from lib/unicode_tables.h). Not done: SentencePiece
+models (Llama 2's), other normalizers.
+
+What we leave out: training a BPE, other encodings (cl100k, o200k), and input that is
+not valid UTF-8 in tiktoken's sense. tiktoken cannot take such input at all; we treat every
+byte that does not start a valid UTF-8 character as one "other symbol" character (class
+[^\s\p{L}\p{N}]), so such files still encode and decode back to the same bytes.
+encoder.json is read with the project's one JSON parser (lib/json.h).
+*/
 #ifndef LIB_TOKENIZER_H
 #define LIB_TOKENIZER_H
 #include "utils.h"

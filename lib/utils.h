@@ -288,6 +288,9 @@ static inline void format_eta(char *out, size_t size, double seconds, double don
 
 // ----------------------------------------------------------------------------
 // 16-bit floats on the host
+// To and from float. Narrowing to bf16 rounds to nearest even (llm.c writes its version-5
+// files the same way). fp16 (IEEE binary16: 5 exponent bits, 10 mantissa bits) needs its
+// exponent rebiased, and its subnormals (exponent 0) scaled by hand.
 
 // bf16 is the top half of a float: widening it is a shift.
 static inline float bf16_to_float(uint16_t h) {

@@ -32,44 +32,8 @@ trap 'rm -rf "$tmpdir"' EXIT
 # Every #include "..." of a file of ours (a test's program.cu, the programs' lib/*.h, the
 # ladders' common.h) is pasted in first, recursively and each file once, so that the
 # launches and __shared__ declarations in it are rewritten too and none escapes the race
-# detector and the poisoned shared memory (#line keeps the original files and lines in
-# compiler messages and the race detector's reports). Includes of files that do not exist
-# beside the including file (<...>, the stand-ins in dev/emu/include) are left as they are.
-awk -v src="$src" '
-    # a/b/../c -> a/c, ./a -> a
-    function normalize(path,    n, i, k, part, kept, out) {
-        n = split(path, part, "/"); k = 0
-        for (i = 1; i <= n; i++) {
-            if (part[i] == "." || part[i] == "") continue
-            if (part[i] == ".." && k > 0 && kept[k] != "..") { k--; continue }
-            kept[++k] = part[i]
-        }
-        out = (substr(path, 1, 1) == "/") ? "/" : ""
-        for (i = 1; i <= k; i++) out = out (i > 1 ? "/" : "") kept[i]
-        return out
-    }
-    function paste(file,    line, nr, dir, f, path) {
-        seen[file] = 1
-        dir = file; if (!sub(/\/[^\/]*$/, "", dir)) dir = "."
-        print "#line 1 \"" file "\""
-        nr = 0
-        while ((getline line < file) > 0) {
-            nr++
-            if (line ~ /^[ \t]*#[ \t]*include[ \t]*"[^"]*"/) {
-                f = line; sub(/^[^"]*"/, "", f); sub(/".*$/, "", f)
-                path = normalize(dir "/" f)
-                if ((path in seen) || readable(path)) {
-                    if (!(path in seen)) paste(path)
-                    print "#line " nr + 1 " \"" file "\""
-                    continue
-                }
-            }
-            print line
-        }
-        close(file)
-    }
-    function readable(path,    r, probe) { r = (getline probe < path); close(path); return r >= 0 }
-    BEGIN { paste(normalize(src)) }' |
+# detector and the poisoned shared memory (dev/paste_includes.awk says how)
+awk -v src="$src" -v lines=1 -f "$here/../paste_includes.awk" |
     awk '
     # __launch_bounds__(N[, M]): gone from the declaration, checked where the body opens
     function insert_check(s, from,    i) {

@@ -48,9 +48,9 @@ cd "$root" || exit 2
 
 # A block's home, the copy that is edited first and copied to the others, is the first of
 # these files that holds it: the chapter that introduces the code (chapter 1's train_mlp.c
-# for the utilities, the tokenizer for its file helpers, train_gpt2.c for the GPT-2 layers
-# and model files, infer.c for inference), a .c before its .cu, the programs before their
-# tests.
+# for the MLP's files, train_gpt2.c for the GPT-2 layers and model files, infer.c for
+# inference), a .c before its .cu, the programs before their tests. (What no chapter
+# teaches is not copied at all: it lives in lib/, included.)
 # A block in none of them lives in the first of its files in alphabetical order.
 HOME_ORDER="train_mlp.c data/tokenizer.c train_gpt2.c infer.c convert.c
             train_mlp.cu train_gpt2.cu infer.cu test_gpt2.c test_infer.c test_convert.c test_gpt2.cu test_infer.cu"
