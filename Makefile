@@ -255,7 +255,7 @@ cuda: $(CUDA_PROGRAMS)
 # three builds: plain (NAME_cpu), the race detector (NAME_race) and AddressSanitizer
 # (NAME_asan). The programs' emulated builds are debug builds: a guard band after every
 # tensor they carve out of one allocation, checked after every step (-DGUARD_BYTES=256).
-EMU = dev/emu/cuda_emu.h dev/emu/include/cuda_runtime.h dev/emu/include/cublas_v2.h dev/emu/include/cublasLt.h dev/emu/include/cuda_bf16.h dev/emu/include/cuda_fp16.h dev/emu/emu_build.sh
+EMU = dev/emu/cuda_emu.h dev/emu/include/cuda_runtime.h dev/emu/include/cublas_v2.h dev/emu/include/cublasLt.h dev/emu/include/cuda_bf16.h dev/emu/include/cuda_fp16.h dev/emu/emu_build.sh dev/paste_includes.awk
 EMU_DEBUG = -DGUARD_BYTES=256
 # (from the target's name: the build, and the precision: test_gpt2cu_fp32_race -> race, -DENABLE_FP32)
 emu_build = bash dev/emu/emu_build.sh -m $(if $(filter %_race,$@),race,$(if $(filter %_asan,$@),asan,plain))
@@ -396,6 +396,7 @@ TESTS = ./test_gpt2 \
         "bash dev/test/test_plot_metrics.sh" \
         "bash dev/test/check_copies.sh" \
         "bash dev/test/test_amalgamation.sh" \
+        "bash dev/test/test_emu_build.sh" \
         "bash dev/test/test_check_copies.sh" \
         "bash dev/test/check_cuda_builds.sh"
 test: train_gpt2 test_gpt2 data/tokenizer data/instructions test_tokenizer test_tokenizer_asan train_mlp test_mlp infer infer_bf16 test_infer test_infer_bf16 $(AVX2_TESTS) test_infer_asan convert test_convert test_convert_asan finetune_lora test_finetune_lora $(EMU_PROGRAMS) $(CONVERTED) $(SMOLLM2)

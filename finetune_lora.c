@@ -84,7 +84,7 @@ typedef struct {
 // The parameters, in the order of llm.c's checkpoint files (which we read and write).
 #define NUM_PARAMETER_TENSORS 16
 // --- end shared-copy: gpt2-config ---
-// --- begin shared-copy: infer-weights ---
+// --- begin shared-copy: gpt2-parameters ---
 typedef struct {
     float *wte;      // (Vp, C) token embeddings, tied with the output layer
     float *wpe;      // (maxT, C) position embeddings
@@ -103,7 +103,7 @@ typedef struct {
     float *lnfw;     // (C)
     float *lnfb;     // (C)
 } ParameterTensors;
-// --- end shared-copy: infer-weights ---
+// --- end shared-copy: gpt2-parameters ---
 // --- begin shared-copy: gpt2-shapes ---
 // (extern: in C++ a const array would have internal linkage, and a program that does not
 // print the names would be warned about it; the tests use them)

@@ -6,9 +6,11 @@ command line, the "no GPU here" message, the timing. The ladders of train_gpt2.c
 kernels also include precision.h (floatX). With these out of the way, a ladder file
 reads as its op alone: the CPU reference, the kernels, the launchers, the checks, main.
 
-For the dev/cuda ladders only. The root programs (train_gpt2.cu, train_mlp.cu, ...)
-never include it: each of them compiles from its own source alone, and keeps its own
-copy of what it needs (../shared/STYLE.md, section 1: dev/ is the workshop).
+For the dev/cuda ladders only (../shared/STYLE.md, section 1: dev/ is the workshop). The
+root programs (train_gpt2.cu, train_mlp.cu, ...) never include it: their helpers are
+lib/cuda_utils.h's, and the reductions below are theirs, copied here verbatim. The
+ladders keep these few check macros of their own rather than lib/'s, which want a
+PROGRAM name, cuBLAS and NVTX that most ladders do without.
 
 Every function here is inline or a template, so a ladder that leaves one unused gets
 no warning for it (nvcc and g++ warn about unused plain static functions, and the

@@ -85,8 +85,18 @@ if left=$(grep -nE '(^|[;{])[ \t]*__shared__[ \t]' "$tmp" | head -3) && [ -n "$l
     exit 1
 fi
 # ... and so would a kernel launch it did not turn into emu::Launch (C++ would not compile
-# it, but say why)
-if left=$(grep -n '<<<' "$tmp" | head -3) && [ -n "$left" ]; then
+# it, but say why): a <<< outside comments
+if left=$(awk '{
+        line = $0; code = ""
+        while (line != "") {
+            if (in_comment) { i = index(line, "*/"); if (i == 0) { line = "" } else { line = substr(line, i + 2); in_comment = 0 } continue }
+            i = index(line, "/*"); j = index(line, "//")
+            if (j > 0 && (i == 0 || j < i)) { code = code substr(line, 1, j - 1); line = "" }
+            else if (i > 0) { code = code substr(line, 1, i - 1); line = substr(line, i + 2); in_comment = 1 }
+            else { code = code line; line = "" }
+        }
+        if (index(code, "<<<") > 0) print NR ": " $0
+    }' "$tmp" | head -3) && [ -n "$left" ]; then
     echo "Error: emu_build.sh: $src: a kernel launch it cannot rewrite (name<<<grid, block[, shared, stream]>>>(args), on one line, please):" >&2
     echo "$left" >&2
     exit 1
