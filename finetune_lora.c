@@ -1,5 +1,5 @@
 /*
-finetune_lora.c: LoRA fine-tuning on the CPU, in plain C, fp32 (the fine-tuning chapter; in progress).
+finetune_lora.c: LoRA fine-tuning on the CPU, in plain C, fp32 (chapter 6, fine-tuning).
 
 LoRA (Hu et al., "LoRA: Low-Rank Adaptation of Large Language Models", 2021) freezes a
 pretrained model and trains, beside some of its linear layers, a low-rank update: y = x W^T
@@ -8,8 +8,8 @@ r (in + out) numbers per layer instead of in x out, so the gradients and AdamW's
 135M-parameter model fit in a few megabytes; the frozen weights need no gradient and no
 optimizer state at all, and need not even be fp32 (QLoRA keeps them in 4 bits).
 
-What it does, so far: it loads our model file of either family (GPT-2, the Llama family) and
-its tokenizer; reads Alpaca-format JSONL (instruction, input, output), checks every record
+What it does: it loads our model file of either family (GPT-2, the Llama family) and its
+tokenizer; reads Alpaca-format JSONL (instruction, input, output), checks every record
 (empty fields, invalid UTF-8, duplicates, longer than T: dropped or refused, each counted,
 with the token-length distribution so that T is chosen from the data) and lays each out in
 the model's chat template (or Alpaca's), the loss on the response and its end token only;
@@ -19,15 +19,31 @@ accumulation, warm-up and cosine decay, clipping and AdamW, logging the validati
 and writes the adapter as PEFT does (adapter_config.json + adapter_model.safetensors,
 which PeftModel.from_pretrained loads). The backward pass goes through the frozen layers
 (norms, RoPE, attention with grouped key/value heads, GELU or SwiGLU) to the adapter's
-gradients only. test_finetune_lora.c checks the arithmetic against PEFT on three tiny
-models (dev/reference/lora_reference.py: logits, every gradient, five accumulated AdamW
-steps, a merge); dev/test/test_finetune_lora_cli.sh the command line.
-Checkpoints (-S) with bit-exact resuming (-y 1); -M writes the model with the adapter merged
-(a model file infer runs); -E refuses to train on data that holds an evaluation's questions
-or answers (leakage). infer -L runs the adapter unmerged (the merged model's tokens), and
-infer -E asks the evaluation's questions before and after (see docs/lora-smollm2.md). -B 1
-times training steps on random tokens (dev/bench_lora.sh sets it beside PyTorch + PEFT).
-finetune_lora.cu is this program on a GPU (the same flags, files and main).
+gradients only. Checkpoints (-S) with bit-exact resuming (-y 1); -M writes the model with
+the adapter merged (a model file infer runs); -E refuses to train on data that holds an
+evaluation's questions or answers (leakage). infer -L runs the adapter unmerged (the merged
+model's tokens), and infer -E asks the evaluation's questions before and after (see
+docs/lora-smollm2.md). -B 1 times training steps on random tokens (dev/bench_lora.sh sets it
+beside PyTorch + PEFT). finetune_lora.cu is this program on a GPU (the same flags, files
+and main).
+
+What it leaves out, on purpose: QLoRA's 4-bit base (next in the book), DoRA, LoRA on the
+embeddings or the head, adapter biases (PEFT's bias "none" only), several adapters at once,
+and sequence packing (each record is one sequence of its own, padded to T).
+
+The file, top to bottom: the adapter's types (what LoRA adds to a linear layer); the
+layers, forward and backward; our model files (GPT-2 checkpoints, Llama-family files); the
+frozen base model; PEFT's adapter files; the model with its adapter (forward to the loss,
+backward to the adapter); the optimizer; a new adapter; writing it; the prompt templates;
+where the numbers live (finetune_lora.cu's device copies, here no-ops); the instruction
+data; checkpoints; the leakage check; what a run is made of (flags, evaluation, the
+benchmark); main, in named steps. The check macros, files, JSON, safetensors, the tokenizer,
+the RNG, the phase clock and the GEMM are lib/'s.
+
+Checked against PEFT on three tiny models by test_finetune_lora.c (fixtures from
+dev/reference/lora_reference.py, regenerate with make reference: logits, every gradient,
+five accumulated AdamW steps, a merge); dev/test/test_finetune_lora_cli.sh checks the
+command line.
 
     make finetune_lora smollm2 data/iso/train.jsonl
     ./finetune_lora -h                              # every flag with its default
@@ -67,6 +83,259 @@ layers, r the adapter's rank.
 #include "lib/safetensors.h"
 #include "lib/tokenizer.h"
 #include "lib/phases.h"
+
+// ----------------------------------------------------------------------------
+// the adapter: what LoRA adds to a linear layer
+
+// --- begin shared-copy: lora-types ---
+// LoRA (Hu et al. 2021): each adapted linear layer y = x W^T + b gets a low-rank update,
+//     y = x W^T + b + s (x A^T) B^T,    A (r, in), B (out, r), s = alpha / r (rsLoRA: alpha / sqrt(r))
+// W stays frozen; only A and B train: r (in + out) numbers instead of in x out. PEFT names
+// each adapted module by its path in the Hugging Face model, and so do we (its files are
+// ours). Our model files fuse some of Hugging Face's layers: q, k and v are one (Q + 2KV, C)
+// matrix, gate and up one (2H, C); a module of Hugging Face's then adapts a band of rows of
+// ours (its `offset`, `out` rows), which changes nothing in the arithmetic.
+
+enum { SITE_QKV, SITE_ATTPROJ, SITE_FC, SITE_FCPROJ, NUM_SITES }; // the four linear layers of a block
+
+// What of the base model an adapter must fit: the family (its module names), L layers, C
+// channels, Q = NH HS query and KV = NKV HS key/value channels, the MLP's width H
+typedef struct {
+    int llama, L, C, Q, KV, H;
+} LoraShape;
+
+typedef struct {
+    char name[128]; // PEFT's module path, e.g. "model.layers.3.self_attn.q_proj"
+    int layer, site, offset, out, in;
+    float *A, *B;   // (r, in), (out, r): into Lora.params
+    float *dA, *dB; // their gradients: into Lora.grads (finetune_lora; NULL in infer)
+} LoraModule;
+
+typedef struct {
+    int r;
+    float alpha, scale;
+    int rslora;
+    float dropout;         // LoRA dropout p: on the adapter's input x (not the base layer's), while training
+    int training;          // 1: dropout applies (0: evaluation, inference)
+    uint64_t dropout_key;  // the current micro-batch's: which inputs are dropped (set before its forward pass)
+    int num_modules;
+    LoraModule *modules;
+    size_t num_params;
+    float *params, *grads, *m, *v; // all modules' A and B, back to back (training: their gradients, AdamW's moments)
+} Lora;
+// --- end shared-copy: lora-types ---
+
+// ----------------------------------------------------------------------------
+// the layers, forward and backward, over N = B T rows (row n: sequence n / T, position n % T)
+
+// y (N, OUT) = x (N, in) W^T (+ bias), W (OUT, in) as nn.Linear's
+static void linear_forward(float *y, const float *x, const float *W, const float *bias, int N, int in, int OUT) {
+    gemm(y, (size_t)OUT, 1, x, (size_t)in, 1, W, 1, (size_t)in, N, OUT, in, 0);
+    if (bias == NULL) { return; }
+    #pragma omp parallel for if ((size_t)N * OUT > 65536)
+    for (int n = 0; n < N; n++) {
+        for (int o = 0; o < OUT; o++) { y[(size_t)n * OUT + o] += bias[o]; }
+    }
+}
+// dx (N, in) += dy (N, OUT) W: the frozen weight passes the gradient through, and gets none
+static void linear_backward(float *dx, const float *dy, const float *W, int N, int in, int OUT) {
+    gemm(dx, (size_t)in, 1, dy, (size_t)OUT, 1, W, (size_t)in, 1, N, in, OUT, 1);
+}
+
+// A module's update, added to its rows of y (N, OUT): h = s x A^T (N, r), kept for the
+// backward pass, then y[:, offset:offset+out] += h B^T
+static void lora_forward(float *y, float *h, const float *x, const LoraModule *m, float scale, int r, int N, int OUT) {
+    gemm(h, (size_t)r, 1, x, (size_t)m->in, 1, m->A, 1, (size_t)m->in, N, r, m->in, 0);
+    for (size_t i = 0; i < (size_t)N * r; i++) { h[i] *= scale; }
+    gemm(y + m->offset, (size_t)OUT, 1, h, (size_t)r, 1, m->B, 1, (size_t)r, N, m->out, r, 1);
+}
+// ... and its backward, dy_m = dy[:, offset:offset+out]:
+//     dB += dy_m^T h,   dh = s dy_m B (N, r; dh is scratch),   dA += dh^T x,   dx += dh A
+static void lora_backward(float *dx, float *dh, const float *dy, const float *h, const float *x, LoraModule *m, float scale,
+                          int r, int N, int OUT) {
+    gemm(m->dB, 1, (size_t)r, h, 1, (size_t)r, dy + m->offset, (size_t)OUT, 1, r, m->out, N, 1); // as dB^T += h^T dy_m: r rows
+    gemm(dh, (size_t)r, 1, dy + m->offset, (size_t)OUT, 1, m->B, (size_t)r, 1, N, r, m->out, 0);
+    for (size_t i = 0; i < (size_t)N * r; i++) { dh[i] *= scale; }
+    gemm(m->dA, (size_t)m->in, 1, dh, 1, (size_t)r, x, (size_t)m->in, 1, r, m->in, N, 1);
+    gemm(dx, (size_t)m->in, 1, dh, (size_t)r, 1, m->A, (size_t)m->in, 1, N, m->in, r, 1);
+}
+
+// LayerNorm (GPT-2) or, with rms, RMSNorm (the Llama family): y = (x - mean) rstd w + b, or
+// x rstd w; mean and rstd of each row kept for the backward pass
+static void norm_forward(float *y, float *mean, float *rstd, const float *x, const float *w, const float *bias, int N, int C,
+                         float eps, int rms) {
+    #pragma omp parallel for if ((size_t)N * C > 65536)
+    for (int n = 0; n < N; n++) {
+        const float *xn = x + (size_t)n * C;
+        float m = 0.0f, v = 0.0f;
+        for (int i = 0; i < C && !rms; i++) { m += xn[i]; }
+        m /= C;
+        for (int i = 0; i < C; i++) { v += (xn[i] - m) * (xn[i] - m); }
+        float s = 1.0f / sqrtf(v / C + eps);
+        for (int i = 0; i < C; i++) { y[(size_t)n * C + i] = (xn[i] - m) * s * w[i] + (bias != NULL ? bias[i] : 0.0f); }
+        mean[n] = m;
+        rstd[n] = s;
+    }
+}
+// dx += the gradient through the norm (w and b frozen): with x^ = (x - mean) rstd and g = dy w,
+// LayerNorm's dx = rstd (g - mean(g) - x^ mean(g x^)); RMSNorm's the same without mean(g)
+static void norm_backward(float *dx, const float *dy, const float *x, const float *mean, const float *rstd, const float *w,
+                          int N, int C, int rms) {
+    #pragma omp parallel for if ((size_t)N * C > 65536)
+    for (int n = 0; n < N; n++) {
+        const float *xn = x + (size_t)n * C, *dyn = dy + (size_t)n * C;
+        float g_mean = 0.0f, gx_mean = 0.0f;
+        for (int i = 0; i < C; i++) {
+            float g = dyn[i] * w[i], xh = (xn[i] - mean[n]) * rstd[n];
+            g_mean += g;
+            gx_mean += g * xh;
+        }
+        g_mean = rms ? 0.0f : g_mean / C;
+        gx_mean /= C;
+        for (int i = 0; i < C; i++) {
+            float g = dyn[i] * w[i], xh = (xn[i] - mean[n]) * rstd[n];
+            dx[(size_t)n * C + i] += rstd[n] * (g - g_mean - xh * gx_mean);
+        }
+    }
+}
+
+// RoPE on the queries and keys of qkv (N, Q + 2KV), in place: channels i and i + HS/2 of each
+// head turned by pos inv_freq[i] (as infer.c's rope_forward); sign -1 turns them back, which
+// is the backward pass (a rotation's transpose is its inverse)
+static void rope_apply(float *qkv, const float *inv_freq, int N, int T, int NH, int NKV, int HS, float sign) {
+    int QKV = (NH + 2 * NKV) * HS, half = HS / 2;
+    // the cosines and sines of the T positions' angles, once for all rows and heads
+    float *cs = (float *)mallocCheck((size_t)T * HS * sizeof(float)); // position t: HS/2 cosines, then HS/2 sines
+    for (int t = 0; t < T; t++) {
+        for (int i = 0; i < half; i++) {
+            float angle = (float)t * inv_freq[i];
+            cs[(size_t)t * HS + i] = cosf(angle);
+            cs[(size_t)t * HS + half + i] = sign * sinf(angle);
+        }
+    }
+    #pragma omp parallel for if ((size_t)N * QKV > 65536)
+    for (int n = 0; n < N; n++) {
+        const float *c = cs + (size_t)(n % T) * HS, *s = c + half;
+        for (int h = 0; h < NH + NKV; h++) { // the query heads, then the key heads (they follow in qkv)
+            float *x = qkv + (size_t)n * QKV + (size_t)h * HS;
+            for (int i = 0; i < half; i++) {
+                float x0 = x[i], x1 = x[i + half];
+                x[i] = x0 * c[i] - x1 * s[i];
+                x[i + half] = x1 * c[i] + x0 * s[i];
+            }
+        }
+    }
+    free(cs);
+}
+
+// Causal self-attention of B sequences of T rows: q, k, v from qkv (N, Q + 2KV); query head
+// h reads key/value head h / (NH / NKV). att (B, NH, T, T): the probabilities, kept.
+// For each sequence and head it is two matrix products, S = Q K^T and O = P V, with the
+// softmax of S's rows in between (P = 0 above the diagonal: a position sees no later one).
+// The products are gemm's, on one thread each (gemm runs alone inside a parallel region):
+// they compute the masked half too, and are still several times faster than loops over
+// (t, s) pairs, whose short dot products and row updates wait on memory.
+static void attention_forward(float *out, float *att, const float *qkv, int B, int T, int NH, int NKV, int HS) {
+    int Q = NH * HS, KV = NKV * HS, QKV = Q + 2 * KV;
+    float scale = 1.0f / sqrtf((float)HS);
+    #pragma omp parallel for collapse(2) schedule(static)
+    for (int b = 0; b < B; b++) {
+        for (int h = 0; h < NH; h++) {
+            int g = h / (NH / NKV);
+            const float *q = qkv + (size_t)b * T * QKV + (size_t)h * HS, *k = qkv + (size_t)b * T * QKV + Q + (size_t)g * HS;
+            const float *v = k + KV;
+            float *p = att + ((size_t)b * NH + h) * T * T;
+            gemm(p, (size_t)T, 1, q, (size_t)QKV, 1, k, 1, (size_t)QKV, T, T, HS, 0); // S = Q K^T: (T, T)
+            for (int t = 0; t < T; t++) {
+                float *row = p + (size_t)t * T, maxval = -INFINITY, sum = 0.0f;
+                for (int s = 0; s <= t; s++) {
+                    row[s] *= scale;
+                    maxval = row[s] > maxval ? row[s] : maxval;
+                }
+                for (int s = 0; s <= t; s++) { row[s] = exp_fast(row[s] - maxval); }
+                for (int s = 0; s <= t; s++) { sum += row[s]; }
+                for (int s = 0; s <= t; s++) { row[s] /= sum; }
+                for (int s = t + 1; s < T; s++) { row[s] = 0.0f; }
+            }
+            gemm(out + (size_t)b * T * Q + (size_t)h * HS, (size_t)Q, 1, p, (size_t)T, 1, v, (size_t)QKV, 1, T, HS, T, 0); // O = P V
+        }
+    }
+}
+// dqkv (N, Q + 2KV) = the gradient of attention's inputs, from dout (N, Q): per sequence and
+// head, with P = att and dO its rows of dout,
+//     dP = dO V^T,  dV += P^T dO,  dZ = P * (dP - rowsum(P * dP)) scale (elementwise),
+//     dQ = dZ K,  dK += dZ^T Q
+// Key/value heads shared by several query heads sum their gradients: one thread per
+// (sequence, key/value head) writes them, so no two threads write the same numbers.
+static void attention_backward(float *dqkv, const float *dout, const float *qkv, const float *att, int B, int T, int NH, int NKV,
+                               int HS) {
+    int Q = NH * HS, KV = NKV * HS, QKV = Q + 2 * KV, group = NH / NKV;
+    float scale = 1.0f / sqrtf((float)HS);
+    memset(dqkv, 0, (size_t)B * T * QKV * sizeof(float));
+    #pragma omp parallel for collapse(2) schedule(static)
+    for (int b = 0; b < B; b++) {
+        for (int g = 0; g < NKV; g++) {
+            float *dz = (float *)mallocCheck((size_t)T * T * sizeof(float));
+            const float *k = qkv + (size_t)b * T * QKV + Q + (size_t)g * HS, *v = k + KV;
+            float *dk = dqkv + (size_t)b * T * QKV + Q + (size_t)g * HS, *dv = dk + KV;
+            for (int h = g * group; h < (g + 1) * group; h++) {
+                const float *p = att + ((size_t)b * NH + h) * T * T, *dO = dout + (size_t)b * T * Q + (size_t)h * HS;
+                const float *q = qkv + (size_t)b * T * QKV + (size_t)h * HS;
+                float *dq = dqkv + (size_t)b * T * QKV + (size_t)h * HS;
+                gemm(dz, (size_t)T, 1, dO, (size_t)Q, 1, v, 1, (size_t)QKV, T, T, HS, 0);     // dP = dO V^T
+                gemm(dv, (size_t)QKV, 1, p, 1, (size_t)T, dO, (size_t)Q, 1, T, HS, T, 1);     // dV += P^T dO
+                for (int t = 0; t < T; t++) {
+                    const float *pt = p + (size_t)t * T;
+                    float *row = dz + (size_t)t * T, dot = 0.0f;
+                    for (int s = 0; s <= t; s++) { dot += pt[s] * row[s]; }
+                    for (int s = 0; s < T; s++) { row[s] = s <= t ? pt[s] * (row[s] - dot) * scale : 0.0f; }
+                }
+                gemm(dq, (size_t)QKV, 1, dz, (size_t)T, 1, k, (size_t)QKV, 1, T, HS, T, 0);   // dQ = dZ K
+                gemm(dk, (size_t)QKV, 1, dz, 1, (size_t)T, q, (size_t)QKV, 1, T, HS, T, 1);   // dK += dZ^T Q
+            }
+            free(dz);
+        }
+    }
+}
+
+// GPT-2's GELU (tanh form) and SwiGLU (the Llama family: silu(gate) up), and their backward
+#define GELU_K 0.7978845608028654f // sqrt(2 / pi)
+static void activation_forward(float *out, const float *inp, int N, int H, int llama) {
+    #pragma omp parallel for if ((size_t)N * H > 65536)
+    for (int n = 0; n < N; n++) {
+        float *y = out + (size_t)n * H;
+        if (llama) { // (one loop per branch, so that the compiler vectorises each)
+            const float *gate = inp + (size_t)n * 2 * H, *up = gate + H;
+            for (int j = 0; j < H; j++) { y[j] = gate[j] / (1.0f + exp_fast(-gate[j])) * up[j]; }
+        } else {
+            const float *x = inp + (size_t)n * H;
+            for (int j = 0; j < H; j++) { y[j] = 0.5f * x[j] * (1.0f + tanhf(GELU_K * (x[j] + 0.044715f * x[j] * x[j] * x[j]))); }
+        }
+    }
+}
+static void activation_backward(float *dinp, const float *dout, const float *inp, int N, int H, int llama) {
+    #pragma omp parallel for if ((size_t)N * H > 65536)
+    for (int n = 0; n < N; n++) {
+        const float *d = dout + (size_t)n * H;
+        if (llama) { // d/da silu(a) = sigmoid(a) (1 + a (1 - sigmoid(a)))
+            const float *gate = inp + (size_t)n * 2 * H, *up = gate + H;
+            float *dgate = dinp + (size_t)n * 2 * H, *dup = dgate + H;
+            for (int j = 0; j < H; j++) {
+                float a = gate[j], sig = 1.0f / (1.0f + exp_fast(-a));
+                dgate[j] = d[j] * up[j] * sig * (1.0f + a * (1.0f - sig));
+                dup[j] = d[j] * a * sig;
+            }
+        } else {
+            const float *x = inp + (size_t)n * H;
+            float *dx = dinp + (size_t)n * H;
+            for (int j = 0; j < H; j++) {
+                float u = GELU_K * (x[j] + 0.044715f * x[j] * x[j] * x[j]), th = tanhf(u);
+                float du = GELU_K * (1.0f + 3.0f * 0.044715f * x[j] * x[j]);
+                dx[j] = d[j] * (0.5f * (1.0f + th) + 0.5f * x[j] * (1.0f - th * th) * du);
+            }
+        }
+    }
+}
 
 // ----------------------------------------------------------------------------
 // the model files: llm.c's GPT-2 checkpoints and our Llama-family files (as infer.c reads them)
@@ -576,43 +845,9 @@ static void base_free(Base *b) {
 // --- end shared-copy: finetune-base ---
 
 // ----------------------------------------------------------------------------
+// an adapter's files: PEFT's LoRA layout (adapter_config.json, adapter_model.safetensors)
+
 // --- begin shared-copy: lora-adapter ---
-// LoRA (Hu et al. 2021): each adapted linear layer y = x W^T + b gets a low-rank update,
-//     y = x W^T + b + s (x A^T) B^T,    A (r, in), B (out, r), s = alpha / r (rsLoRA: alpha / sqrt(r))
-// W stays frozen; only A and B train: r (in + out) numbers instead of in x out. PEFT names
-// each adapted module by its path in the Hugging Face model, and so do we (its files are
-// ours). Our model files fuse some of Hugging Face's layers: q, k and v are one (Q + 2KV, C)
-// matrix, gate and up one (2H, C); a module of Hugging Face's then adapts a band of rows of
-// ours (its `offset`, `out` rows), which changes nothing in the arithmetic.
-
-enum { SITE_QKV, SITE_ATTPROJ, SITE_FC, SITE_FCPROJ, NUM_SITES }; // the four linear layers of a block
-
-// What of the base model an adapter must fit: the family (its module names), L layers, C
-// channels, Q = NH HS query and KV = NKV HS key/value channels, the MLP's width H
-typedef struct {
-    int llama, L, C, Q, KV, H;
-} LoraShape;
-
-typedef struct {
-    char name[128]; // PEFT's module path, e.g. "model.layers.3.self_attn.q_proj"
-    int layer, site, offset, out, in;
-    float *A, *B;   // (r, in), (out, r): into Lora.params
-    float *dA, *dB; // their gradients: into Lora.grads (finetune_lora; NULL in infer)
-} LoraModule;
-
-typedef struct {
-    int r;
-    float alpha, scale;
-    int rslora;
-    float dropout;         // LoRA dropout p: on the adapter's input x (not the base layer's), while training
-    int training;          // 1: dropout applies (0: evaluation, inference)
-    uint64_t dropout_key;  // the current micro-batch's: which inputs are dropped (set before its forward pass)
-    int num_modules;
-    LoraModule *modules;
-    size_t num_params;
-    float *params, *grads, *m, *v; // all modules' A and B, back to back (training: their gradients, AdamW's moments)
-} Lora;
-
 // Every module the family has, in PEFT's names: fills names/sites/offsets/outs/ins for layer
 // l and returns how many (GPT-2: 4, the Llama family: 7)
 static int family_modules(const LoraShape *b, int l, char names[][128], int *site, int *offset, int *out, int *in) {
@@ -768,218 +1003,6 @@ static void lora_free(Lora *lora) {
     memset(lora, 0, sizeof(*lora));
 }
 // --- end shared-copy: lora-adapter ---
-
-// ----------------------------------------------------------------------------
-// the layers, forward and backward, over N = B T rows (row n: sequence n / T, position n % T)
-
-// y (N, OUT) = x (N, in) W^T (+ bias), W (OUT, in) as nn.Linear's
-static void linear_forward(float *y, const float *x, const float *W, const float *bias, int N, int in, int OUT) {
-    gemm(y, (size_t)OUT, 1, x, (size_t)in, 1, W, 1, (size_t)in, N, OUT, in, 0);
-    if (bias == NULL) { return; }
-    #pragma omp parallel for if ((size_t)N * OUT > 65536)
-    for (int n = 0; n < N; n++) {
-        for (int o = 0; o < OUT; o++) { y[(size_t)n * OUT + o] += bias[o]; }
-    }
-}
-// dx (N, in) += dy (N, OUT) W: the frozen weight passes the gradient through, and gets none
-static void linear_backward(float *dx, const float *dy, const float *W, int N, int in, int OUT) {
-    gemm(dx, (size_t)in, 1, dy, (size_t)OUT, 1, W, (size_t)in, 1, N, in, OUT, 1);
-}
-
-// A module's update, added to its rows of y (N, OUT): h = s x A^T (N, r), kept for the
-// backward pass, then y[:, offset:offset+out] += h B^T
-static void lora_forward(float *y, float *h, const float *x, const LoraModule *m, float scale, int r, int N, int OUT) {
-    gemm(h, (size_t)r, 1, x, (size_t)m->in, 1, m->A, 1, (size_t)m->in, N, r, m->in, 0);
-    for (size_t i = 0; i < (size_t)N * r; i++) { h[i] *= scale; }
-    gemm(y + m->offset, (size_t)OUT, 1, h, (size_t)r, 1, m->B, 1, (size_t)r, N, m->out, r, 1);
-}
-// ... and its backward, dy_m = dy[:, offset:offset+out]:
-//     dB += dy_m^T h,   dh = s dy_m B (N, r; dh is scratch),   dA += dh^T x,   dx += dh A
-static void lora_backward(float *dx, float *dh, const float *dy, const float *h, const float *x, LoraModule *m, float scale,
-                          int r, int N, int OUT) {
-    gemm(m->dB, 1, (size_t)r, h, 1, (size_t)r, dy + m->offset, (size_t)OUT, 1, r, m->out, N, 1); // as dB^T += h^T dy_m: r rows
-    gemm(dh, (size_t)r, 1, dy + m->offset, (size_t)OUT, 1, m->B, (size_t)r, 1, N, r, m->out, 0);
-    for (size_t i = 0; i < (size_t)N * r; i++) { dh[i] *= scale; }
-    gemm(m->dA, (size_t)m->in, 1, dh, 1, (size_t)r, x, (size_t)m->in, 1, r, m->in, N, 1);
-    gemm(dx, (size_t)m->in, 1, dh, (size_t)r, 1, m->A, (size_t)m->in, 1, N, m->in, r, 1);
-}
-
-// LayerNorm (GPT-2) or, with rms, RMSNorm (the Llama family): y = (x - mean) rstd w + b, or
-// x rstd w; mean and rstd of each row kept for the backward pass
-static void norm_forward(float *y, float *mean, float *rstd, const float *x, const float *w, const float *bias, int N, int C,
-                         float eps, int rms) {
-    #pragma omp parallel for if ((size_t)N * C > 65536)
-    for (int n = 0; n < N; n++) {
-        const float *xn = x + (size_t)n * C;
-        float m = 0.0f, v = 0.0f;
-        for (int i = 0; i < C && !rms; i++) { m += xn[i]; }
-        m /= C;
-        for (int i = 0; i < C; i++) { v += (xn[i] - m) * (xn[i] - m); }
-        float s = 1.0f / sqrtf(v / C + eps);
-        for (int i = 0; i < C; i++) { y[(size_t)n * C + i] = (xn[i] - m) * s * w[i] + (bias != NULL ? bias[i] : 0.0f); }
-        mean[n] = m;
-        rstd[n] = s;
-    }
-}
-// dx += the gradient through the norm (w and b frozen): with x^ = (x - mean) rstd and g = dy w,
-// LayerNorm's dx = rstd (g - mean(g) - x^ mean(g x^)); RMSNorm's the same without mean(g)
-static void norm_backward(float *dx, const float *dy, const float *x, const float *mean, const float *rstd, const float *w,
-                          int N, int C, int rms) {
-    #pragma omp parallel for if ((size_t)N * C > 65536)
-    for (int n = 0; n < N; n++) {
-        const float *xn = x + (size_t)n * C, *dyn = dy + (size_t)n * C;
-        float g_mean = 0.0f, gx_mean = 0.0f;
-        for (int i = 0; i < C; i++) {
-            float g = dyn[i] * w[i], xh = (xn[i] - mean[n]) * rstd[n];
-            g_mean += g;
-            gx_mean += g * xh;
-        }
-        g_mean = rms ? 0.0f : g_mean / C;
-        gx_mean /= C;
-        for (int i = 0; i < C; i++) {
-            float g = dyn[i] * w[i], xh = (xn[i] - mean[n]) * rstd[n];
-            dx[(size_t)n * C + i] += rstd[n] * (g - g_mean - xh * gx_mean);
-        }
-    }
-}
-
-// RoPE on the queries and keys of qkv (N, Q + 2KV), in place: channels i and i + HS/2 of each
-// head turned by pos inv_freq[i] (as infer.c's rope_forward); sign -1 turns them back, which
-// is the backward pass (a rotation's transpose is its inverse)
-static void rope_apply(float *qkv, const float *inv_freq, int N, int T, int NH, int NKV, int HS, float sign) {
-    int QKV = (NH + 2 * NKV) * HS, half = HS / 2;
-    // the cosines and sines of the T positions' angles, once for all rows and heads
-    float *cs = (float *)mallocCheck((size_t)T * HS * sizeof(float)); // position t: HS/2 cosines, then HS/2 sines
-    for (int t = 0; t < T; t++) {
-        for (int i = 0; i < half; i++) {
-            float angle = (float)t * inv_freq[i];
-            cs[(size_t)t * HS + i] = cosf(angle);
-            cs[(size_t)t * HS + half + i] = sign * sinf(angle);
-        }
-    }
-    #pragma omp parallel for if ((size_t)N * QKV > 65536)
-    for (int n = 0; n < N; n++) {
-        const float *c = cs + (size_t)(n % T) * HS, *s = c + half;
-        for (int h = 0; h < NH + NKV; h++) { // the query heads, then the key heads (they follow in qkv)
-            float *x = qkv + (size_t)n * QKV + (size_t)h * HS;
-            for (int i = 0; i < half; i++) {
-                float x0 = x[i], x1 = x[i + half];
-                x[i] = x0 * c[i] - x1 * s[i];
-                x[i + half] = x1 * c[i] + x0 * s[i];
-            }
-        }
-    }
-    free(cs);
-}
-
-// Causal self-attention of B sequences of T rows: q, k, v from qkv (N, Q + 2KV); query head
-// h reads key/value head h / (NH / NKV). att (B, NH, T, T): the probabilities, kept.
-// For each sequence and head it is two matrix products, S = Q K^T and O = P V, with the
-// softmax of S's rows in between (P = 0 above the diagonal: a position sees no later one).
-// The products are gemm's, on one thread each (gemm runs alone inside a parallel region):
-// they compute the masked half too, and are still several times faster than loops over
-// (t, s) pairs, whose short dot products and row updates wait on memory.
-static void attention_forward(float *out, float *att, const float *qkv, int B, int T, int NH, int NKV, int HS) {
-    int Q = NH * HS, KV = NKV * HS, QKV = Q + 2 * KV;
-    float scale = 1.0f / sqrtf((float)HS);
-    #pragma omp parallel for collapse(2) schedule(static)
-    for (int b = 0; b < B; b++) {
-        for (int h = 0; h < NH; h++) {
-            int g = h / (NH / NKV);
-            const float *q = qkv + (size_t)b * T * QKV + (size_t)h * HS, *k = qkv + (size_t)b * T * QKV + Q + (size_t)g * HS;
-            const float *v = k + KV;
-            float *p = att + ((size_t)b * NH + h) * T * T;
-            gemm(p, (size_t)T, 1, q, (size_t)QKV, 1, k, 1, (size_t)QKV, T, T, HS, 0); // S = Q K^T: (T, T)
-            for (int t = 0; t < T; t++) {
-                float *row = p + (size_t)t * T, maxval = -INFINITY, sum = 0.0f;
-                for (int s = 0; s <= t; s++) {
-                    row[s] *= scale;
-                    maxval = row[s] > maxval ? row[s] : maxval;
-                }
-                for (int s = 0; s <= t; s++) { row[s] = exp_fast(row[s] - maxval); }
-                for (int s = 0; s <= t; s++) { sum += row[s]; }
-                for (int s = 0; s <= t; s++) { row[s] /= sum; }
-                for (int s = t + 1; s < T; s++) { row[s] = 0.0f; }
-            }
-            gemm(out + (size_t)b * T * Q + (size_t)h * HS, (size_t)Q, 1, p, (size_t)T, 1, v, (size_t)QKV, 1, T, HS, T, 0); // O = P V
-        }
-    }
-}
-// dqkv (N, Q + 2KV) = the gradient of attention's inputs, from dout (N, Q): per sequence and
-// head, with P = att and dO its rows of dout,
-//     dP = dO V^T,  dV += P^T dO,  dZ = P * (dP - rowsum(P * dP)) scale (elementwise),
-//     dQ = dZ K,  dK += dZ^T Q
-// Key/value heads shared by several query heads sum their gradients: one thread per
-// (sequence, key/value head) writes them, so no two threads write the same numbers.
-static void attention_backward(float *dqkv, const float *dout, const float *qkv, const float *att, int B, int T, int NH, int NKV,
-                               int HS) {
-    int Q = NH * HS, KV = NKV * HS, QKV = Q + 2 * KV, group = NH / NKV;
-    float scale = 1.0f / sqrtf((float)HS);
-    memset(dqkv, 0, (size_t)B * T * QKV * sizeof(float));
-    #pragma omp parallel for collapse(2) schedule(static)
-    for (int b = 0; b < B; b++) {
-        for (int g = 0; g < NKV; g++) {
-            float *dz = (float *)mallocCheck((size_t)T * T * sizeof(float));
-            const float *k = qkv + (size_t)b * T * QKV + Q + (size_t)g * HS, *v = k + KV;
-            float *dk = dqkv + (size_t)b * T * QKV + Q + (size_t)g * HS, *dv = dk + KV;
-            for (int h = g * group; h < (g + 1) * group; h++) {
-                const float *p = att + ((size_t)b * NH + h) * T * T, *dO = dout + (size_t)b * T * Q + (size_t)h * HS;
-                const float *q = qkv + (size_t)b * T * QKV + (size_t)h * HS;
-                float *dq = dqkv + (size_t)b * T * QKV + (size_t)h * HS;
-                gemm(dz, (size_t)T, 1, dO, (size_t)Q, 1, v, 1, (size_t)QKV, T, T, HS, 0);     // dP = dO V^T
-                gemm(dv, (size_t)QKV, 1, p, 1, (size_t)T, dO, (size_t)Q, 1, T, HS, T, 1);     // dV += P^T dO
-                for (int t = 0; t < T; t++) {
-                    const float *pt = p + (size_t)t * T;
-                    float *row = dz + (size_t)t * T, dot = 0.0f;
-                    for (int s = 0; s <= t; s++) { dot += pt[s] * row[s]; }
-                    for (int s = 0; s < T; s++) { row[s] = s <= t ? pt[s] * (row[s] - dot) * scale : 0.0f; }
-                }
-                gemm(dq, (size_t)QKV, 1, dz, (size_t)T, 1, k, (size_t)QKV, 1, T, HS, T, 0);   // dQ = dZ K
-                gemm(dk, (size_t)QKV, 1, dz, 1, (size_t)T, q, (size_t)QKV, 1, T, HS, T, 1);   // dK += dZ^T Q
-            }
-            free(dz);
-        }
-    }
-}
-
-// GPT-2's GELU (tanh form) and SwiGLU (the Llama family: silu(gate) up), and their backward
-#define GELU_K 0.7978845608028654f // sqrt(2 / pi)
-static void activation_forward(float *out, const float *inp, int N, int H, int llama) {
-    #pragma omp parallel for if ((size_t)N * H > 65536)
-    for (int n = 0; n < N; n++) {
-        float *y = out + (size_t)n * H;
-        if (llama) { // (one loop per branch, so that the compiler vectorises each)
-            const float *gate = inp + (size_t)n * 2 * H, *up = gate + H;
-            for (int j = 0; j < H; j++) { y[j] = gate[j] / (1.0f + exp_fast(-gate[j])) * up[j]; }
-        } else {
-            const float *x = inp + (size_t)n * H;
-            for (int j = 0; j < H; j++) { y[j] = 0.5f * x[j] * (1.0f + tanhf(GELU_K * (x[j] + 0.044715f * x[j] * x[j] * x[j]))); }
-        }
-    }
-}
-static void activation_backward(float *dinp, const float *dout, const float *inp, int N, int H, int llama) {
-    #pragma omp parallel for if ((size_t)N * H > 65536)
-    for (int n = 0; n < N; n++) {
-        const float *d = dout + (size_t)n * H;
-        if (llama) { // d/da silu(a) = sigmoid(a) (1 + a (1 - sigmoid(a)))
-            const float *gate = inp + (size_t)n * 2 * H, *up = gate + H;
-            float *dgate = dinp + (size_t)n * 2 * H, *dup = dgate + H;
-            for (int j = 0; j < H; j++) {
-                float a = gate[j], sig = 1.0f / (1.0f + exp_fast(-a));
-                dgate[j] = d[j] * up[j] * sig * (1.0f + a * (1.0f - sig));
-                dup[j] = d[j] * a * sig;
-            }
-        } else {
-            const float *x = inp + (size_t)n * H;
-            float *dx = dinp + (size_t)n * H;
-            for (int j = 0; j < H; j++) {
-                float u = GELU_K * (x[j] + 0.044715f * x[j] * x[j] * x[j]), th = tanhf(u);
-                float du = GELU_K * (1.0f + 3.0f * 0.044715f * x[j] * x[j]);
-                dx[j] = d[j] * (0.5f * (1.0f + th) + 0.5f * x[j] * (1.0f - th * th) * du);
-            }
-        }
-    }
-}
 
 // ----------------------------------------------------------------------------
 // the model with its adapter: forward to the loss, backward to the adapter's gradients
@@ -1854,7 +1877,7 @@ static void check_leakage(const char *data_path, const char *eval_path) {
 }
 
 // ----------------------------------------------------------------------------
-// main: train an adapter
+// what a run is made of: the schedule, the flags, the validation loss, the benchmark
 
 // --- begin shared-copy: gpt2-lr-schedule ---
 // Step s (counting from 0) uses lr(s): warm-up from max_lr/warmup up to max_lr
@@ -1878,7 +1901,21 @@ typedef struct {
     float alpha, dropout, lr, weight_decay, clip, val_frac, final_frac;
     uint64_t seed;
     int phase_every;
+    int dropout_set; // -D was given (else an adapter read from a folder keeps its own)
 } Options;
+
+// The defaults (-h shows them). r 8 and alpha 16 on every linear layer, lr 1e-3 with a short
+// warm-up, no weight decay: the usual LoRA recipe (PEFT's examples, alpaca-lora) for a small
+// model and a couple of thousand records. LoRA dropout 0.05 as alpaca-lora and QLoRA's
+// smaller runs use (PEFT's own default is 0: -D 0): with a few epochs over small data, a
+// little dropout on the adapter's input keeps it from memorising the records.
+static const Options DEFAULTS = {
+    .model = "data/smollm2/SmolLM2-135M-Instruct.bin", .tokenizer = NULL, .data = "data/iso/train.jsonl", .eval = NULL,
+    .out = "log_lora", .targets = "all-linear", .init = NULL, .merge = NULL,
+    .r = 8, .rslora = 0, .B = 4, .accum = 4, .T = 128, .steps = 0, .epochs = 1, .warmup = 10, .val_every = 50, .refuse = 0,
+    .save_every = 0, .resume = 0, .recompute = 0, .bench = 0,
+    .alpha = 16.0f, .dropout = 0.05f, .lr = 1e-3f, .weight_decay = 0.0f, .clip = 1.0f, .val_frac = 0.05f, .final_frac = 0.1f,
+    .seed = 1337, .phase_every = 0, .dropout_set = 0};
 
 static void print_usage(const Options *d) {
     printf("usage: %s [flags]    LoRA fine-tuning of a model file on instruction data (Alpaca JSONL)\n"
@@ -1888,14 +1925,15 @@ static void print_usage(const Options *d) {
            "  -E FILE   an evaluation's questions (JSONL with \"answer\"; infer -E asks them): refuse to train if one of\n"
            "            them, or its answer, is in the training data (leakage) [none]\n"
            "  -o DIR    where the adapter (PEFT's files) and metrics.tsv go [%s]\n"
-           "  -i DIR    start from this adapter (PEFT's files; its rank, alpha and modules) instead of a new one\n"
+           "  -i DIR    start from this adapter (PEFT's files; its rank, alpha, modules and dropout) instead of a new one\n"
            "  -M FILE   no training: merge -i's adapter into the model and write it to FILE (with its tokenizer beside it),\n"
            "            after checking on -d's validation records that it computes what model + adapter do\n"
            "  -T LIST   the modules to adapt: all-linear, or PEFT names (q_proj,v_proj; GPT-2: c_attn,c_proj,c_fc) [%s]\n"
            "  -r N      LoRA's rank [%d]\n"
            "  -a X      LoRA's alpha: the update is scaled by alpha / r [%g]\n"
            "  -R 0|1    rsLoRA: scale by alpha / sqrt(r) [%d]\n"
-           "  -D X      LoRA dropout: the probability that an entry of an adapter's input is dropped [%g]\n"
+           "  -D X      LoRA dropout: the probability that an entry of an adapter's input is dropped (PEFT's default: 0;\n"
+           "            with -i or -y 1, the adapter's own unless -D is given) [%g]\n"
            "  -b N      sequences per micro-batch [%d]\n"
            "  -k N      micro-batches per step (gradient accumulation) [%d]\n"
            "  -t N      tokens per sequence, T: the longest example (printed with the data) must fit [%d]\n"
@@ -2015,13 +2053,29 @@ static void run_bench(const Base *b, const Options *o) {
 // metrics.tsv: a line a step (0: before any); the ms_ columns are -P's phases, empty on the steps not timed
 #define METRICS_HEADER "step\tlr\tloss\tgrad_norm\tval_loss\ttokens_per_s\tms_data\tms_forward\tms_backward\tms_norm\tms_update\n"
 
-int main(int argc, char **argv) {
-    set_omp_wait_policy(argv); // first of all: it may start the program over
-    Options defaults = {"data/smollm2/SmolLM2-135M-Instruct.bin", NULL, "data/iso/train.jsonl", NULL, "log_lora", "all-linear", NULL, NULL, 8, 0, 4, 4,
-                        128, 0, 1, 10, 50, 0, 0, 0, 0, 0, 16.0f, 0.05f, 1e-3f, 0.0f, 1.0f, 0.05f, 0.1f, 1337, 0},
-            o = defaults;
+// ----------------------------------------------------------------------------
+// main: its steps, in the order it takes them
+
+// A run: the flags and everything main builds from them
+typedef struct {
+    Options o;
+    Base b;
+    Tokenizer tok;
+    const char *tok_path;            // the tokenizer file read (NULL: GPT-2's folder, data/gpt2)
+    char tok_beside[MAX_PATH_LEN];   // (NAME_tokenizer.bin beside the model, when that is it)
+    Dataset train, val;
+    int T;                           // positions a sequence: the longest example's, at most -t
+    int steps, per_step;             // optimizer steps; sequences a step (-k x -b)
+    Lora lora;
+    int resume_step;                 // the checkpoint resumed (-y 1), -1 if none
+    char from[MAX_PATH_LEN];         // ... its folder
+    Acts a;
+} Run;
+
+static Options parse_args(int argc, char **argv) {
+    Options o = DEFAULTS;
     for (int i = 1; i < argc; i += 2) {
-        if (strcmp(argv[i], "-h") == 0) { print_usage(&defaults); return 0; }
+        if (strcmp(argv[i], "-h") == 0) { print_usage(&DEFAULTS); exit(EXIT_SUCCESS); }
         if (argv[i][0] != '-' || argv[i][1] == '\0' || argv[i][2] != '\0') { usage_error("unknown argument '%s'", argv[i]); }
         if (i + 1 >= argc) { usage_error("flag %s needs a value", argv[i]); }
         const char *v = argv[i + 1], *flag = argv[i];
@@ -2037,7 +2091,7 @@ int main(int argc, char **argv) {
         case 'r': o.r = (int)parse_int(flag, v, 1); break;
         case 'a': o.alpha = parse_float(flag, v); break;
         case 'R': o.rslora = (int)parse_int(flag, v, 0) != 0; break;
-        case 'D': o.dropout = parse_float(flag, v); break;
+        case 'D': o.dropout = parse_float(flag, v); o.dropout_set = 1; break;
         case 'b': o.B = (int)parse_int(flag, v, 1); break;
         case 'k': o.accum = (int)parse_int(flag, v, 1); break;
         case 't': o.T = (int)parse_int(flag, v, 2); break;
@@ -2066,194 +2120,256 @@ int main(int argc, char **argv) {
     if (o.dropout >= 1.0f) { usage_error("-D: the dropout probability must be below 1%s", ""); }
     if (o.accum > 256) { usage_error("-k: at most 256 micro-batches a step, got more%s", ""); }
     if (o.val_frac >= 1.0f) { usage_error("-V: the validation fraction must be below 1%s", ""); }
+    return o;
+}
 
-    Base b;
-    base_load(&b, o.model);
-    base_to_device(&b);
-    if (o.T > b.maxT) {
+// the frozen base model (on the GPU too, in finetune_lora.cu)
+static void load_base(Run *r) {
+    base_load(&r->b, r->o.model);
+    base_to_device(&r->b);
+    if (r->o.T > r->b.maxT) {
         char msg[160];
-        snprintf(msg, sizeof(msg), "-t %d: longer than the model's context (%d)", o.T, b.maxT);
+        snprintf(msg, sizeof(msg), "-t %d: longer than the model's context (%d)", r->o.T, r->b.maxT);
         usage_error("%s", msg);
     }
-    if (o.bench) {
-        run_bench(&b, &o);
-        base_free(&b);
-        return 0;
-    }
-    // the tokenizer: -g, else the one ./convert wrote beside the model, else GPT-2's
-    Tokenizer tok;
-    char beside[MAX_PATH_LEN] = "";
-    const char *tok_path = o.tokenizer;
-    size_t model_len = strlen(o.model);
-    if (tok_path == NULL && model_len > 4 && strcmp(o.model + model_len - 4, ".bin") == 0 && model_len < sizeof(beside) - 16) {
-        snprintf(beside, sizeof(beside), "%.*s_tokenizer.bin", (int)(model_len - 4), o.model);
-        if (access(beside, R_OK) == 0) { tok_path = beside; }
-    }
-    if (tok_path == NULL && b.llama) {
-        die_file(o.model, "./convert writes NAME_tokenizer.bin beside the model; -g names another", "a Llama-family model without its tokenizer");
-    }
-    tokenizer_init(&tok, tok_path != NULL ? tok_path : "data/gpt2");
-    if (tok.vocab_size > b.V) { die_file(o.model, "-g names the model's tokenizer", "%d tokens, its tokenizer %d: they do not belong together", b.V, tok.vocab_size); }
+}
 
-    Dataset train, val;
-    read_examples(&train, &val, o.data, &tok, o.T, o.refuse, o.val_frac, o.seed);
-    if (o.eval != NULL) { check_leakage(o.data, o.eval); }
+// the tokenizer: -g, else the one ./convert wrote beside the model, else GPT-2's
+static void open_tokenizer(Run *r) {
+    const Options *o = &r->o;
+    r->tok_path = o->tokenizer;
+    size_t model_len = strlen(o->model);
+    if (r->tok_path == NULL && model_len > 4 && strcmp(o->model + model_len - 4, ".bin") == 0 && model_len < sizeof(r->tok_beside) - 16) {
+        snprintf(r->tok_beside, sizeof(r->tok_beside), "%.*s_tokenizer.bin", (int)(model_len - 4), o->model);
+        if (access(r->tok_beside, R_OK) == 0) { r->tok_path = r->tok_beside; }
+    }
+    if (r->tok_path == NULL && r->b.llama) {
+        die_file(o->model, "./convert writes NAME_tokenizer.bin beside the model; -g names another", "a Llama-family model without its tokenizer");
+    }
+    tokenizer_init(&r->tok, r->tok_path != NULL ? r->tok_path : "data/gpt2");
+    if (r->tok.vocab_size > r->b.V) {
+        die_file(o->model, "-g names the model's tokenizer", "%d tokens, its tokenizer %d: they do not belong together", r->b.V, r->tok.vocab_size);
+    }
+}
+
+// the records, checked and split (and, with -E, checked for leakage); T and the steps follow
+static void read_data(Run *r) {
+    const Options *o = &r->o;
+    read_examples(&r->train, &r->val, o->data, &r->tok, o->T, o->refuse, o->val_frac, o->seed);
+    if (o->eval != NULL) { check_leakage(o->data, o->eval); }
     int longest = 0; // T: as long as the longest example needs, at most -t
-    for (int i = 0; i < train.n + val.n; i++) { longest = train.examples[i].len - 1 > longest ? train.examples[i].len - 1 : longest; }
-    int T = longest < o.T ? longest : o.T;
-    int per_step = o.B * o.accum, steps = o.steps > 0 ? o.steps : o.epochs * ((train.n + per_step - 1) / per_step);
+    for (int i = 0; i < r->train.n + r->val.n; i++) {
+        longest = r->train.examples[i].len - 1 > longest ? r->train.examples[i].len - 1 : longest;
+    }
+    r->T = longest < o->T ? longest : o->T;
+    r->per_step = o->B * o->accum;
+    r->steps = o->steps > 0 ? o->steps : o->epochs * ((r->train.n + r->per_step - 1) / r->per_step);
+}
 
-    // the adapter: from the newest checkpoint (-y 1), from -i, or new
-    int resume_step = o.resume ? find_latest_adapter_checkpoint(o.out) : -1;
-    if (o.resume && resume_step < 0) {
-        die_file(o.out, "a run with -S N writes them; -y 1 resumes it with the same flags", "-y 1, but no checkpoint here (state_N.bin with step_N/)");
+// the adapter: from the newest checkpoint (-y 1), from -i, or new. One read from a folder
+// keeps its rank, alpha, rsLoRA and dropout (PEFT's adapter_config.json), unless -D says
+// otherwise for the dropout.
+static void open_adapter(Run *r) {
+    Options *o = &r->o;
+    r->resume_step = o->resume ? find_latest_adapter_checkpoint(o->out) : -1;
+    if (o->resume && r->resume_step < 0) {
+        die_file(o->out, "a run with -S N writes them; -y 1 resumes it with the same flags", "-y 1, but no checkpoint here (state_N.bin with step_N/)");
     }
-    if (!o.resume && o.save_every > 0 && find_latest_adapter_checkpoint(o.out) >= 0) {
-        die_file(o.out, "resume them with -y 1, or pick another -o", "already holds checkpoints (the newest: step %d); not writing over them",
-                 find_latest_adapter_checkpoint(o.out));
+    if (!o->resume && o->save_every > 0 && find_latest_adapter_checkpoint(o->out) >= 0) {
+        die_file(o->out, "resume them with -y 1, or pick another -o", "already holds checkpoints (the newest: step %d); not writing over them",
+                 find_latest_adapter_checkpoint(o->out));
     }
-    Lora lora;
-    char from[MAX_PATH_LEN];
-    LoraShape shape = base_shape(&b);
-    if (resume_step >= 0) {
-        format_path(from, sizeof(from), "%s/step_%06d", o.out, resume_step);
-        lora_load(&lora, &shape, from, 1);
-        o.r = lora.r; o.alpha = lora.alpha; o.rslora = lora.rslora; o.targets = "from the checkpoint";
-    } else if (o.init != NULL) {
-        lora_load(&lora, &shape, o.init, 1);
-        o.r = lora.r; o.alpha = lora.alpha; o.rslora = lora.rslora; o.targets = "from -i";
+    LoraShape shape = base_shape(&r->b);
+    const char *folder = NULL;
+    if (r->resume_step >= 0) {
+        format_path(r->from, sizeof(r->from), "%s/step_%06d", o->out, r->resume_step);
+        folder = r->from;
+        o->targets = "from the checkpoint";
+    } else if (o->init != NULL) {
+        folder = o->init;
+        o->targets = "from -i";
+    }
+    if (folder != NULL) {
+        lora_load(&r->lora, &shape, folder, 1);
+        o->r = r->lora.r; o->alpha = r->lora.alpha; o->rslora = r->lora.rslora;
+        if (o->dropout_set) { r->lora.dropout = o->dropout; } else { o->dropout = r->lora.dropout; }
     } else {
-        lora_create(&lora, &b, o.r, o.alpha, o.rslora, o.targets, o.seed);
+        lora_create(&r->lora, &r->b, o->r, o->alpha, o->rslora, o->targets, o->seed);
+        r->lora.dropout = o->dropout;
     }
-    lora.dropout = o.dropout;
-    lora_to_device(&lora);
-    size_t base_params = b.llama ? b.llama_weights.num_parameters : b.gpt2.num_parameters;
-    Acts a;
-    acts_allocate(&a, &b, &lora, o.B, T, o.recompute);
-    printf("model: %s: %s, %.1fM parameters, frozen\n", o.model, b.llama ? "Llama family" : "GPT-2", base_params / 1e6);
+    lora_to_device(&r->lora);
+}
+
+// the activations' memory, and what the run is
+static void allocate_and_report(Run *r) {
+    const Options *o = &r->o;
+    size_t base_params = r->b.llama ? r->b.llama_weights.num_parameters : r->b.gpt2.num_parameters;
+    acts_allocate(&r->a, &r->b, &r->lora, o->B, r->T, o->recompute);
+    printf("model: %s: %s, %.1fM parameters, frozen\n", o->model, r->b.llama ? "Llama family" : "GPT-2", base_params / 1e6);
     printf("LoRA: r=%d, alpha %g (scale %.4g%s), dropout %g, %d modules (%s): %zu trainable parameters, %.3f%% of the model's\n",
-           o.r, o.alpha, lora.scale, o.rslora ? ", rsLoRA" : "", o.dropout, lora.num_modules, o.targets, lora.num_params,
-           100.0 * lora.num_params / base_params);
-    print_memory(&b, &lora, &a);
-    size_t N = (size_t)o.B * T;
+           o->r, o->alpha, r->lora.scale, o->rslora ? ", rsLoRA" : "", o->dropout, r->lora.num_modules, o->targets, r->lora.num_params,
+           100.0 * r->lora.num_params / base_params);
+    print_memory(&r->b, &r->lora, &r->a);
+}
 
-    if (o.merge != NULL) { // -M: merge, check, write
-        int *tokens = (int *)mallocCheck(N * sizeof(int)), *labels = (int *)mallocCheck(N * sizeof(int));
-        double adapted = evaluate(&b, &lora, &a, &val, tokens, labels);
-        Lora none = lora;
-        none.num_modules = 0;
-        merge_adapter(&b, &lora);
-        base_to_device(&b);
-        double merged = evaluate(&b, &none, &a, &val, tokens, labels);
-        printf("validation loss: %.6f with the adapter, %.6f merged\n", adapted, merged);
-        int bf16 = b.llama ? b.llama_weights.from_bf16 : b.gpt2.from_bf16;
-        if (b.llama) { llama_save(&b.llama_weights, o.merge, bf16); } else { gpt2_save_checkpoint(&b.gpt2, o.merge, bf16); }
-        size_t merge_len = strlen(o.merge);
-        if (tok_path != NULL && merge_len > 4 && strcmp(o.merge + merge_len - 4, ".bin") == 0) { // its tokenizer beside it, as ./convert does
-            char tok_out[MAX_PATH_LEN];
-            format_path(tok_out, sizeof(tok_out), "%.*s_tokenizer.bin", (int)(merge_len - 4), o.merge);
-            size_t len;
-            uint8_t *bytes = read_whole_file(tok_path, &len, NULL);
-            const void *bufs[1] = {bytes};
-            write_file_atomic(tok_out, bufs, &len, 1);
-            free(bytes);
-            printf("wrote %s (%s, the adapter merged%s) and %s\n", o.merge, b.llama ? "Llama-family model file" : "GPT-2 checkpoint",
-                   bf16 ? ", rounded to bf16 as the base was" : "", tok_out);
-        } else {
-            printf("wrote %s (%s, the adapter merged%s)\n", o.merge, b.llama ? "Llama-family model file" : "GPT-2 checkpoint",
-                   bf16 ? ", rounded to bf16 as the base was" : "");
-        }
-        free(tokens); free(labels);
-        acts_free(&a); lora_free(&lora); tokenizer_free(&tok); base_free(&b);
-        return 0;
-    }
-    printf("training: %d steps of %d x %d sequences (%.2f epochs of %d records), lr %g, warm-up %d, weight decay %g, clip %g\n", steps,
-           o.accum, o.B, (double)steps * per_step / train.n, train.n, o.lr, o.warmup, o.weight_decay, o.clip);
-    if (mkdir(o.out, 0755) != 0 && errno != EEXIST) { die_file(o.out, NULL, "cannot make the folder: %s", strerror(errno)); }
-    char path[MAX_PATH_LEN];
-    path_concat(path, o.out, "/adapter_model.safetensors");
-    if (resume_step < 0 && access(path, F_OK) == 0) { // (a new run would write its metrics and adapter over a finished one's)
-        die_file(o.out, "pick another -o, or remove the folder's files first", "already holds an adapter (adapter_model.safetensors); not writing over it");
-    }
-    path_concat(path, o.out, "/metrics.tsv");
+// -M: merge -i's adapter into the model, check on the validation records that the merged
+// model computes what model + adapter do, and write it (with its tokenizer beside it)
+static void merge_and_write(Run *r) {
+    const Options *o = &r->o;
+    Base *b = &r->b;
+    size_t N = (size_t)o->B * r->T;
     int *tokens = (int *)mallocCheck(N * sizeof(int)), *labels = (int *)mallocCheck(N * sizeof(int));
-    int *order = (int *)mallocCheck((size_t)train.n * sizeof(int));
-    for (int i = 0; i < train.n; i++) { order[i] = i; }
-    Progress pr = {0, 0, train.n}; // (the cursor past the end: the first step starts an epoch, with a new order)
-    double val_loss = 0.0;
-    FILE *log;
-    if (resume_step >= 0) {
-        checkpoint_load(o.out, resume_step, &lora, &pr, order, train.n, o.B, o.accum, T, steps, o.seed);
-        lora_to_device(&lora); // (AdamW's moments, read just now)
-        log_truncate_after(path, "%d", resume_step); // (the lines the stopped run wrote after its checkpoint go,
-        size_t len;                                  // and the header, which has no step: written again)
-        uint8_t *kept = read_whole_file(path, &len, NULL);
-        const void *bufs[2] = {METRICS_HEADER, kept};
-        size_t sizes[2] = {strlen(METRICS_HEADER), len};
-        write_file_atomic(path, bufs, sizes, 2);
-        free(kept);
-        log = fopenCheck(path, "a");
-        printf("resuming at step %d of %d from %s\n", pr.step, steps, from);
+    double adapted = evaluate(b, &r->lora, &r->a, &r->val, tokens, labels);
+    Lora none = r->lora;
+    none.num_modules = 0;
+    merge_adapter(b, &r->lora);
+    base_to_device(b);
+    double merged = evaluate(b, &none, &r->a, &r->val, tokens, labels);
+    printf("validation loss: %.6f with the adapter, %.6f merged\n", adapted, merged);
+    int bf16 = b->llama ? b->llama_weights.from_bf16 : b->gpt2.from_bf16;
+    if (b->llama) { llama_save(&b->llama_weights, o->merge, bf16); } else { gpt2_save_checkpoint(&b->gpt2, o->merge, bf16); }
+    size_t merge_len = strlen(o->merge);
+    if (r->tok_path != NULL && merge_len > 4 && strcmp(o->merge + merge_len - 4, ".bin") == 0) { // its tokenizer beside it, as ./convert does
+        char tok_out[MAX_PATH_LEN];
+        format_path(tok_out, sizeof(tok_out), "%.*s_tokenizer.bin", (int)(merge_len - 4), o->merge);
+        size_t len;
+        uint8_t *bytes = read_whole_file(r->tok_path, &len, NULL);
+        const void *bufs[1] = {bytes};
+        write_file_atomic(tok_out, bufs, &len, 1);
+        free(bytes);
+        printf("wrote %s (%s, the adapter merged%s) and %s\n", o->merge, b->llama ? "Llama-family model file" : "GPT-2 checkpoint",
+               bf16 ? ", rounded to bf16 as the base was" : "", tok_out);
     } else {
-        log = fopenCheck(path, "w");
-        fputs(METRICS_HEADER, log);
-        val_loss = evaluate(&b, &lora, &a, &val, tokens, labels);
-        printf("step %5d/%d | val loss %.4f (the %s)\n", 0, steps, val_loss, o.init != NULL ? "start adapter" : "base model");
-        fprintf(log, "0\t\t\t\t%.6f\t\t\t\t\t\t\n", val_loss);
+        printf("wrote %s (%s, the adapter merged%s)\n", o->merge, b->llama ? "Llama-family model file" : "GPT-2 checkpoint",
+               bf16 ? ", rounded to bf16 as the base was" : "");
     }
-    int cursor = pr.cursor, epoch = pr.epoch;
-    double start = wall_seconds();
+    free(tokens); free(labels);
+}
+
+// metrics.tsv, opened for the run: a new run writes its header and the step-0 validation
+// loss; a resumed one keeps the lines up to its checkpoint. Lines written by an older
+// version, with fewer columns, are padded with empty ones, so that the file stays one
+// table (dev/plot_metrics.py refuses a ragged one).
+static FILE *open_metrics(Run *r, Progress *pr, int *order, int *tokens, int *labels) {
+    const Options *o = &r->o;
+    char path[MAX_PATH_LEN];
+    path_concat(path, o->out, "/metrics.tsv");
+    if (r->resume_step < 0) {
+        FILE *log = fopenCheck(path, "w");
+        fputs(METRICS_HEADER, log);
+        double val_loss = evaluate(&r->b, &r->lora, &r->a, &r->val, tokens, labels);
+        printf("step %5d/%d | val loss %.4f (the %s)\n", 0, r->steps, val_loss, o->init != NULL ? "start adapter" : "base model");
+        fprintf(log, "0\t\t\t\t%.6f\t\t\t\t\t\t\n", val_loss);
+        return log;
+    }
+    checkpoint_load(o->out, r->resume_step, &r->lora, pr, order, r->train.n, o->B, o->accum, r->T, r->steps, o->seed);
+    lora_to_device(&r->lora); // (AdamW's moments, read just now)
+    log_truncate_after(path, "%d", r->resume_step); // (the lines the stopped run wrote after its checkpoint go,
+    size_t len;                                     // and the header, which has no step: written again)
+    uint8_t *kept = read_whole_file(path, &len, NULL);
+    int columns = 1;
+    for (const char *c = METRICS_HEADER; *c != '\0'; c++) { columns += *c == '\t'; }
+    char *padded = (char *)mallocCheck(len + 1 + (len / 2 + 1) * (size_t)columns); // (a line is 2 bytes at least)
+    size_t at = 0;
+    for (size_t i = 0; i < len;) {
+        size_t end = i;
+        int tabs = 0;
+        while (end < len && kept[end] != '\n') { tabs += kept[end] == '\t'; end++; }
+        memcpy(padded + at, kept + i, end - i);
+        at += end - i;
+        for (; tabs < columns - 1; tabs++) { padded[at++] = '\t'; }
+        padded[at++] = '\n';
+        i = end + 1;
+    }
+    const void *bufs[2] = {METRICS_HEADER, padded};
+    size_t sizes[2] = {strlen(METRICS_HEADER), at};
+    write_file_atomic(path, bufs, sizes, 2);
+    free(kept);
+    free(padded);
+    printf("resuming at step %d of %d from %s\n", pr->step, r->steps, r->from);
+    return fopenCheck(path, "a");
+}
+
+// One optimizer step: the micro-batches' data (a new order at each epoch), their forward
+// and backward passes, the clipped norm, AdamW. Returns the step's mean loss per labelled
+// token; *norm the gradient's norm before clipping.
+static float train_step(Run *r, Phases *ph, Progress *pr, int *order, int *tokens, int *labels, int step, float lr, float *norm) {
+    const Options *o = &r->o;
+    phases_enter(ph, PHASE_UPDATE);
+    lora_zero_grads(&r->lora);
+    // the step's micro-batches first, to count their labelled tokens: the loss is their mean
+    phases_enter(ph, PHASE_DATA);
+    int firsts[256], count = 0;
+    for (int k = 0; k < o->accum && k < 256; k++) {
+        if (pr->cursor + o->B > r->train.n) { // a new epoch: a new order
+            for (int i = r->train.n - 1; i > 0; i--) {
+                int j = (int)(rng_uniform_at(rng_subkey(o->seed, 202, (uint64_t)pr->epoch), (uint64_t)i) * (i + 1));
+                int t = order[i]; order[i] = order[j]; order[j] = t;
+            }
+            pr->cursor = 0;
+            pr->epoch++;
+        }
+        firsts[k] = pr->cursor;
+        pr->cursor += o->B;
+        count += fill_batch(tokens, labels, &r->train, order, firsts[k], o->B, r->T);
+    }
+    double sum = 0.0;
+    for (int k = 0; k < o->accum && k < 256; k++) {
+        int c;
+        phases_enter(ph, PHASE_DATA);
+        r->lora.training = 1;
+        r->lora.dropout_key = rng_subkey(o->seed, 303, (uint64_t)step * 256 + (uint64_t)k);
+        fill_batch(tokens, labels, &r->train, order, firsts[k], o->B, r->T);
+        phases_enter(ph, PHASE_FORWARD);
+        sum += model_forward(&r->b, &r->lora, &r->a, tokens, labels, &c);
+        phases_enter(ph, PHASE_BACKWARD);
+        model_backward(&r->b, &r->lora, &r->a, labels, 1.0f / (float)(count > 0 ? count : 1));
+    }
+    phases_enter(ph, PHASE_NORM);
+    float loss = (float)(sum / (count > 0 ? count : 1));
+    *norm = clip_gradients(&r->lora, o->clip);
+    phases_enter(ph, PHASE_UPDATE);
+    adamw_update(&r->lora, lr, 0.9f, 0.999f, 1e-8f, o->weight_decay, step + 1);
+    return loss;
+}
+
+// The training loop: steps, validation, the step's line and metrics row, checkpoints; then
+// the adapter, written as PEFT does
+static void train(Run *r) {
+    const Options *o = &r->o;
+    size_t N = (size_t)o->B * r->T;
+    printf("training: %d steps of %d x %d sequences (%.2f epochs of %d records), lr %g, warm-up %d, weight decay %g, clip %g\n", r->steps,
+           o->accum, o->B, (double)r->steps * r->per_step / r->train.n, r->train.n, o->lr, o->warmup, o->weight_decay, o->clip);
+    if (mkdir(o->out, 0755) != 0 && errno != EEXIST) { die_file(o->out, NULL, "cannot make the folder: %s", strerror(errno)); }
+    char path[MAX_PATH_LEN];
+    path_concat(path, o->out, "/adapter_model.safetensors");
+    if (r->resume_step < 0 && access(path, F_OK) == 0) { // (a new run would write its metrics and adapter over a finished one's)
+        die_file(o->out, "pick another -o, or remove the folder's files first", "already holds an adapter (adapter_model.safetensors); not writing over it");
+    }
+    int *tokens = (int *)mallocCheck(N * sizeof(int)), *labels = (int *)mallocCheck(N * sizeof(int));
+    int *order = (int *)mallocCheck((size_t)r->train.n * sizeof(int));
+    for (int i = 0; i < r->train.n; i++) { order[i] = i; }
+    Progress pr = {0, 0, r->train.n}; // (the cursor past the end: the first step starts an epoch, with a new order)
+    FILE *log = open_metrics(r, &pr, order, tokens, labels);
+    double start = wall_seconds(), val_loss = 0.0;
     int first_step = pr.step; // (a resumed run's ETA counts the steps it runs)
     Phases ph;
     memset(&ph, 0, sizeof(ph));
-    ph.every = o.phase_every;
+    ph.every = o->phase_every;
     phases_device_setup(&ph);
-    for (int step = pr.step; step < steps; step++) {
+    for (int step = pr.step; step < r->steps; step++) {
         phases_begin(&ph, step); // (first: on the GPU a timed step waits here for the one before)
         double t0 = wall_seconds();
-        phases_enter(&ph, PHASE_UPDATE);
-        float lr = get_learning_rate(step, o.lr, o.warmup, steps, o.final_frac);
-        lora_zero_grads(&lora);
-        // the step's micro-batches first, to count their labelled tokens: the loss is their mean
-        phases_enter(&ph, PHASE_DATA);
-        int firsts[256], count = 0;
-        for (int k = 0; k < o.accum && k < 256; k++) {
-            if (cursor + o.B > train.n) { // a new epoch: a new order
-                for (int i = train.n - 1; i > 0; i--) {
-                    int j = (int)(rng_uniform_at(rng_subkey(o.seed, 202, (uint64_t)epoch), (uint64_t)i) * (i + 1));
-                    int t = order[i]; order[i] = order[j]; order[j] = t;
-                }
-                cursor = 0;
-                epoch++;
-            }
-            firsts[k] = cursor;
-            cursor += o.B;
-            count += fill_batch(tokens, labels, &train, order, firsts[k], o.B, T);
-        }
-        double sum = 0.0;
-        for (int k = 0; k < o.accum && k < 256; k++) {
-            int c;
-            phases_enter(&ph, PHASE_DATA);
-            lora.training = 1;
-            lora.dropout_key = rng_subkey(o.seed, 303, (uint64_t)step * 256 + (uint64_t)k);
-            fill_batch(tokens, labels, &train, order, firsts[k], o.B, T);
-            phases_enter(&ph, PHASE_FORWARD);
-            sum += model_forward(&b, &lora, &a, tokens, labels, &c);
-            phases_enter(&ph, PHASE_BACKWARD);
-            model_backward(&b, &lora, &a, labels, 1.0f / (float)(count > 0 ? count : 1));
-        }
-        phases_enter(&ph, PHASE_NORM);
-        float loss = (float)(sum / (count > 0 ? count : 1)), norm = clip_gradients(&lora, o.clip);
-        phases_enter(&ph, PHASE_UPDATE);
-        adamw_update(&lora, lr, 0.9f, 0.999f, 1e-8f, o.weight_decay, step + 1);
+        float lr = get_learning_rate(step, o->lr, o->warmup, r->steps, o->final_frac), norm;
+        float loss = train_step(r, &ph, &pr, order, tokens, labels, step, lr, &norm);
         phases_end(&ph); // (on the GPU: waits for the step's kernels, so that dt below includes them)
         double dt = wall_seconds() - t0, elapsed = wall_seconds() - start;
-        int last = step + 1 == steps, validate = (step + 1) % o.val_every == 0 || last;
-        if (validate) { val_loss = evaluate(&b, &lora, &a, &val, tokens, labels); }
-        printf("step %5d/%d | loss %.4f | norm %.3f | lr %.2e | %.0f tokens/s", step + 1, steps, loss, norm, lr, N * o.accum / dt);
+        int last = step + 1 == r->steps, validate = (step + 1) % o->val_every == 0 || last;
+        if (validate) { val_loss = evaluate(&r->b, &r->lora, &r->a, &r->val, tokens, labels); }
+        printf("step %5d/%d | loss %.4f | norm %.3f | lr %.2e | %.0f tokens/s", step + 1, r->steps, loss, norm, lr, N * o->accum / dt);
         if (validate) { printf(" | val loss %.4f", val_loss); }
         char eta[32];
-        format_eta(eta, sizeof(eta), elapsed, step + 1 - first_step, steps - first_step);
+        format_eta(eta, sizeof(eta), elapsed, step + 1 - first_step, r->steps - first_step);
         printf(" | %s", eta);
         phases_print(&ph, 1e3 * dt);
         printf("\n");
@@ -2261,30 +2377,56 @@ int main(int argc, char **argv) {
         fflush(stdout);
         fprintf(log, "%d\t%g\t%.6f\t%.6f\t", step + 1, lr, loss, norm);
         if (validate) { fprintf(log, "%.6f", val_loss); }
-        fprintf(log, "\t%.1f", N * o.accum / dt);
+        fprintf(log, "\t%.1f", N * o->accum / dt);
         for (int k = 0; k < NUM_PHASES; k++) {
             if (ph.on) { fprintf(log, "\t%.3f", ph.ms[k]); } else { fprintf(log, "\t"); }
         }
         fprintf(log, "\n");
         fflush(log);
-        if (o.save_every > 0 && ((step + 1) % o.save_every == 0 || last)) {
-            Progress now = {step + 1, epoch, cursor};
-            lora_to_host(&lora);
-            checkpoint_save(o.out, &lora, &b, o.model, &now, order, train.n, o.B, o.accum, T, steps, o.seed);
-            printf("checkpoint: %s/step_%06d/ and state_%06d.bin\n", o.out, step + 1, step + 1);
+        pr.step = step + 1;
+        if (o->save_every > 0 && ((step + 1) % o->save_every == 0 || last)) {
+            lora_to_host(&r->lora);
+            checkpoint_save(o->out, &r->lora, &r->b, o->model, &pr, order, r->train.n, o->B, o->accum, r->T, r->steps, o->seed);
+            printf("checkpoint: %s/step_%06d/ and state_%06d.bin\n", o->out, step + 1, step + 1);
         }
     }
     fcloseCheck(log);
-    lora_to_host(&lora);
-    lora_save(&lora, &b, o.out, o.model);
-    printf("wrote %s/adapter_config.json and adapter_model.safetensors (PEFT's LoRA adapter), %s/metrics.tsv\n", o.out, o.out);
+    lora_to_host(&r->lora);
+    lora_save(&r->lora, &r->b, o->out, o->model);
+    printf("wrote %s/adapter_config.json and adapter_model.safetensors (PEFT's LoRA adapter), %s/metrics.tsv\n", o->out, o->out);
     free(tokens); free(labels); free(order);
-    for (int i = 0; i < train.n + val.n; i++) { free(train.examples[i].tokens); }
-    free(train.examples);
-    acts_free(&a);
-    lora_free(&lora);
-    tokenizer_free(&tok);
-    base_free(&b);
+}
+
+static void run_free(Run *r) {
+    for (int i = 0; i < r->train.n + r->val.n; i++) { free(r->train.examples[i].tokens); }
+    free(r->train.examples);
+    acts_free(&r->a);
+    lora_free(&r->lora);
+    tokenizer_free(&r->tok);
+    base_free(&r->b);
+}
+
+int main(int argc, char **argv) {
+    set_omp_wait_policy(argv); // first of all: it may start the program over
+    Run r;
+    memset(&r, 0, sizeof(r));
+    r.o = parse_args(argc, argv);
+    load_base(&r);
+    if (r.o.bench) { // -B 1: random tokens, no data, no files
+        run_bench(&r.b, &r.o);
+        base_free(&r.b);
+        return 0;
+    }
+    open_tokenizer(&r);
+    read_data(&r);
+    open_adapter(&r);
+    allocate_and_report(&r);
+    if (r.o.merge != NULL) {
+        merge_and_write(&r);
+    } else {
+        train(&r);
+    }
+    run_free(&r);
     return 0;
 }
 // --- end shared-copy: finetune-main ---

@@ -62,6 +62,484 @@ or 2H for SwiGLU's gate and up), V vocabulary (Vp padded), L layers, r the adapt
 #include "lib/phases.h"
 
 // ----------------------------------------------------------------------------
+// the GPU: precision, the cuBLAS handle and stream, memory
+
+// floatX: what the frozen base model's weights are stored in on the GPU (and what its
+// matmuls read their inputs in). The adapter, its gradients, AdamW's moments and the
+// activations between layers stay fp32: the base is frozen, so nothing small is lost to
+// rounding an update, and a 16-bit base halves the weights' memory and doubles the matmuls'
+// speed (QLoRA goes to 4 bits, the next step).
+#if defined(ENABLE_FP32)
+typedef float floatX;
+#define CUBLAS_FLOATX CUDA_R_32F
+#define BASE_TYPE "fp32"
+#elif defined(ENABLE_BF16)
+typedef __nv_bfloat16 floatX;
+#define CUBLAS_FLOATX CUDA_R_16BF
+#define BASE_TYPE "bf16"
+#else
+#error "build with -DENABLE_FP32 or -DENABLE_BF16 (make finetune_loracu PRECISION=FP32|BF16)"
+#endif
+__device__ __host__ inline float to_float(floatX x) { return (float)x; }
+__device__ __host__ inline floatX from_float(float x) { return (floatX)x; }
+
+static cublasHandle_t cublas_handle;
+static cudaStream_t main_stream;
+#define BLOCK 256 // threads per block of the elementwise kernels
+
+// the handle and the stream, once; a clear message where there is no GPU
+static void gpu_init(void) {
+    static int done = 0;
+    if (done) { return; }
+    int devices = 0;
+    if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
+        fprintf(stderr, "Error: no CUDA GPU found\nHINT: ./finetune_lora is the same program on the CPU\n");
+        exit(EXIT_FAILURE);
+    }
+    cudaCheck(cudaStreamCreate(&main_stream));
+    cublasCheck(cublasCreate(&cublas_handle));
+    cublasCheck(cublasSetStream(cublas_handle, main_stream));
+    cublasCheck(cublasSetMathMode(cublas_handle, CUBLAS_DEFAULT_MATH)); // (fp32 matmuls in fp32, not TF32)
+    (void)rng_normal_at; // (splitmix-counter's normal draws start a new model's weights; a LoRA run makes none)
+    done = 1;
+}
+
+// cudaMalloc, or one message saying what did not fit. What is held is counted (the
+// benchmark's peak memory): a table of the live allocations, a few dozen at most.
+#define MAX_ALLOCATIONS 64
+static struct { void *p; size_t bytes; } live[MAX_ALLOCATIONS];
+static size_t held_bytes, peak_bytes;
+static void *gpu_alloc(size_t bytes, const char *what) {
+    void *p = NULL;
+    cudaError_t err = gpu_malloc_budgeted(&p, bytes > 0 ? bytes : 1);
+    if (err != cudaSuccess) {
+        size_t free_bytes = 0, total = 0;
+        gpu_memory_info(&free_bytes, &total);
+        fprintf(stderr, "Error: out of GPU memory%s for %s: %.1f MiB asked, %.1f MiB free of %.1f\n"
+                "HINT: a smaller -b or -t, or -A 1 (activation recomputation)\n", gpu_budget > 0 ? " (the -G budget)" : "", what, bytes / 1048576.0,
+                free_bytes / 1048576.0, total / 1048576.0);
+        exit(EXIT_FAILURE);
+    }
+    int k = 0;
+    while (k < MAX_ALLOCATIONS && live[k].p != NULL) { k++; }
+    if (k == MAX_ALLOCATIONS) { fprintf(stderr, "Error: more than %d GPU allocations held at once (%s): a leak?\n", MAX_ALLOCATIONS, what); exit(EXIT_FAILURE); }
+    live[k].p = p;
+    live[k].bytes = bytes;
+    held_bytes += bytes;
+    peak_bytes = held_bytes > peak_bytes ? held_bytes : peak_bytes;
+    return p;
+}
+static void gpu_free(void *p) {
+    if (p == NULL) { return; }
+    for (int k = 0; k < MAX_ALLOCATIONS; k++) {
+        if (live[k].p == p) { held_bytes -= live[k].bytes; live[k].p = NULL; break; }
+    }
+    cudaCheck(cudaFree(p));
+}
+
+// --- begin shared-copy: gpu-reductions ---
+// sums and maxima across the 32 threads of a warp, every thread gets the result
+__device__ inline float warp_sum(float v) {
+    for (int offset = 16; offset > 0; offset /= 2) { v += __shfl_xor_sync(0xffffffffu, v, offset); }
+    return v;
+}
+__device__ inline float warp_max(float v) {
+    for (int offset = 16; offset > 0; offset /= 2) { v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset)); }
+    return v;
+}
+// ... and across a block (a whole number of warps, at most 1024 threads)
+__device__ inline float block_sum(float v) {
+    __shared__ float partial[32];
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    v = warp_sum(v);
+    __syncthreads(); // partial may still be read by an earlier call
+    if (lane == 0) { partial[warp] = v; }
+    __syncthreads();
+    return warp_sum(lane < (int)(blockDim.x / 32) ? partial[lane] : 0.0f);
+}
+__device__ inline float block_max(float v) {
+    __shared__ float partial[32];
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    v = warp_max(v);
+    __syncthreads();
+    if (lane == 0) { partial[warp] = v; }
+    __syncthreads();
+    return warp_max(lane < (int)(blockDim.x / 32) ? partial[lane] : -INFINITY);
+}
+// --- end shared-copy: gpu-reductions ---
+
+// splitmix-counter's uniform, on the GPU: LoRA dropout's masks are the CPU's, bit for bit
+__device__ inline double device_uniform_at(uint64_t key, uint64_t i) {
+    uint64_t z = key + i + 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z = z ^ (z >> 31);
+    return (double)(z >> 40) * 0x1p-24;
+}
+
+// ----------------------------------------------------------------------------
+// the adapter: what LoRA adds to a linear layer
+
+// --- begin shared-copy: lora-types ---
+// LoRA (Hu et al. 2021): each adapted linear layer y = x W^T + b gets a low-rank update,
+//     y = x W^T + b + s (x A^T) B^T,    A (r, in), B (out, r), s = alpha / r (rsLoRA: alpha / sqrt(r))
+// W stays frozen; only A and B train: r (in + out) numbers instead of in x out. PEFT names
+// each adapted module by its path in the Hugging Face model, and so do we (its files are
+// ours). Our model files fuse some of Hugging Face's layers: q, k and v are one (Q + 2KV, C)
+// matrix, gate and up one (2H, C); a module of Hugging Face's then adapts a band of rows of
+// ours (its `offset`, `out` rows), which changes nothing in the arithmetic.
+
+enum { SITE_QKV, SITE_ATTPROJ, SITE_FC, SITE_FCPROJ, NUM_SITES }; // the four linear layers of a block
+
+// What of the base model an adapter must fit: the family (its module names), L layers, C
+// channels, Q = NH HS query and KV = NKV HS key/value channels, the MLP's width H
+typedef struct {
+    int llama, L, C, Q, KV, H;
+} LoraShape;
+
+typedef struct {
+    char name[128]; // PEFT's module path, e.g. "model.layers.3.self_attn.q_proj"
+    int layer, site, offset, out, in;
+    float *A, *B;   // (r, in), (out, r): into Lora.params
+    float *dA, *dB; // their gradients: into Lora.grads (finetune_lora; NULL in infer)
+} LoraModule;
+
+typedef struct {
+    int r;
+    float alpha, scale;
+    int rslora;
+    float dropout;         // LoRA dropout p: on the adapter's input x (not the base layer's), while training
+    int training;          // 1: dropout applies (0: evaluation, inference)
+    uint64_t dropout_key;  // the current micro-batch's: which inputs are dropped (set before its forward pass)
+    int num_modules;
+    LoraModule *modules;
+    size_t num_params;
+    float *params, *grads, *m, *v; // all modules' A and B, back to back (training: their gradients, AdamW's moments)
+} Lora;
+// --- end shared-copy: lora-types ---
+
+// ----------------------------------------------------------------------------
+// the layers on the GPU: a kernel and a launcher for each of finetune_lora.c's layer
+// functions, in its order. Activations are fp32 (N, width) row-major as there; the base's
+// matmuls read their input rounded to floatX (cast_to_floatx) and write fp32.
+
+// the base model's weight W (OUT, in) floatX: y (N, OUT) = x (N, in) W^T (+ bias); dy W back.
+// cuBLAS is column-major: row-major y is its y^T (OUT x N) = W^T (OUT x in: the row-major W
+// read transposed) x^T (in x N).
+static floatX *cast_scratch; // (the widest input rounded to floatX: see acts_allocate)
+__global__ void cast_kernel(floatX *out, const float *in, size_t n) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) { out[i] = from_float(in[i]); }
+}
+static const floatX *cast_to_floatx(const float *x, size_t n) {
+#if defined(ENABLE_FP32)
+    (void)n;
+    return x; // (floatX is float: nothing to round)
+#else
+    cast_kernel<<<ceil_div(n, BLOCK), BLOCK, 0, main_stream>>>(cast_scratch, x, n);
+    cudaCheck(cudaGetLastError());
+    return cast_scratch;
+#endif
+}
+__global__ void bias_add_kernel(float *y, const floatX *bias, int N, int OUT) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < (size_t)N * OUT) { y[i] += to_float(bias[i % OUT]); }
+}
+static void linear_forward(float *y, const float *x, const floatX *W, const floatX *bias, int N, int in, int OUT) {
+    static const float one = 1.0f, zero = 0.0f;
+    const floatX *xc = cast_to_floatx(x, (size_t)N * in);
+    cublasCheck(cublasGemmEx(cublas_handle, CUBLAS_OP_T, CUBLAS_OP_N, OUT, N, in, &one, W, CUBLAS_FLOATX, in, xc, CUBLAS_FLOATX, in,
+                             &zero, y, CUDA_R_32F, OUT, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    if (bias != NULL) {
+        bias_add_kernel<<<ceil_div((size_t)N * OUT, BLOCK), BLOCK, 0, main_stream>>>(y, bias, N, OUT);
+        cudaCheck(cudaGetLastError());
+    }
+}
+// dx (N, in) += dy (N, OUT) W: dx^T (in x N) += W^T... in column-major terms W (in x OUT) dy^T (OUT x N)
+static void linear_backward(float *dx, const float *dy, const floatX *W, int N, int in, int OUT) {
+    static const float one = 1.0f;
+    const floatX *dyc = cast_to_floatx(dy, (size_t)N * OUT);
+    cublasCheck(cublasGemmEx(cublas_handle, CUBLAS_OP_N, CUBLAS_OP_N, in, N, OUT, &one, W, CUBLAS_FLOATX, in, dyc, CUBLAS_FLOATX, OUT,
+                             &one, dx, CUDA_R_32F, in, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
+// fp32 row-major C (M, N) = alpha op(A) op(B) + beta C, op(A) (M, K), op(B) (K, N), with
+// leading dimensions (row strides) lda, ldb, ldc: cublasSgemm on the transposes
+static void sgemm(float *C, const float *A, const float *B, int M, int N, int K, int ta, int tb, float alpha, float beta, int lda,
+                  int ldb, int ldc) {
+    cublasCheck(cublasSgemm(cublas_handle, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &alpha, B, ldb, A,
+                            lda, &beta, C, ldc));
+}
+
+// A module's update, as finetune_lora.c's: h = s x A^T (N, r), kept; y[:, offset:offset+out] += h B^T
+static void lora_forward(float *y, float *h, const float *x, const float *A, const float *B, const LoraModule *m, float scale, int r,
+                         int N, int OUT) {
+    sgemm(h, x, A, N, r, m->in, 0, 1, scale, 0.0f, m->in, m->in, r);
+    sgemm(y + m->offset, h, B, N, m->out, r, 0, 1, 1.0f, 1.0f, r, r, OUT);
+}
+// ... and back: dB += dy_m^T h, dh = s dy_m B, dA += dh^T x, dx += dh A
+static void lora_backward(float *dx, float *dh, const float *dy, const float *h, const float *x, const float *A, const float *B,
+                          float *dA, float *dB, const LoraModule *m, float scale, int r, int N, int OUT) {
+    sgemm(dB, dy + m->offset, h, m->out, r, N, 1, 0, 1.0f, 1.0f, OUT, r, r);
+    sgemm(dh, dy + m->offset, B, N, r, m->out, 0, 0, scale, 0.0f, OUT, r, r);
+    sgemm(dA, dh, x, r, m->in, N, 1, 0, 1.0f, 1.0f, r, m->in, m->in);
+    sgemm(dx, dh, A, N, m->in, r, 0, 0, 1.0f, 1.0f, r, m->in, m->in);
+}
+
+// x (N, C) = wte[token] + wpe[position] (without wpe: wte[token])
+__global__ void embed_kernel(float *x, const int *tokens, const floatX *wte, const floatX *wpe, int N, int T, int C) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (size_t)N * C) { return; }
+    int n = (int)(i / C), c = (int)(i % C);
+    x[i] = to_float(wte[(size_t)tokens[n] * C + c]) + (wpe != NULL ? to_float(wpe[(size_t)(n % T) * C + c]) : 0.0f);
+}
+
+// LayerNorm, or RMSNorm with rms, a warp per row: y = (x - mean) rstd w + b, mean and rstd kept
+__global__ void norm_forward_kernel(float *y, float *mean, float *rstd, const float *x, const floatX *w, const floatX *bias, int N,
+                                    int C, float eps, int rms) {
+    int n = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (n >= N) { return; }
+    const float *xn = x + (size_t)n * C;
+    float m = 0.0f, v = 0.0f;
+    for (int i = lane; i < C && !rms; i += 32) { m += xn[i]; }
+    m = warp_sum(m) / C;
+    for (int i = lane; i < C; i += 32) { v += (xn[i] - m) * (xn[i] - m); }
+    float s = 1.0f / sqrtf(warp_sum(v) / C + eps);
+    for (int i = lane; i < C; i += 32) { y[(size_t)n * C + i] = (xn[i] - m) * s * to_float(w[i]) + (bias != NULL ? to_float(bias[i]) : 0.0f); }
+    if (lane == 0) { mean[n] = m; rstd[n] = s; }
+}
+static void norm_forward(float *y, float *mean, float *rstd, const float *x, const floatX *w, const floatX *bias, int N, int C, float eps,
+                         int rms) {
+    norm_forward_kernel<<<ceil_div(N, BLOCK / 32), BLOCK, 0, main_stream>>>(y, mean, rstd, x, w, bias, N, C, eps, rms);
+    cudaCheck(cudaGetLastError());
+}
+// dx += the gradient through the norm (w frozen): rstd (g - mean(g) - x^ mean(g x^)), g = dy w
+__global__ void norm_backward_kernel(float *dx, const float *dy, const float *x, const float *mean, const float *rstd, const floatX *w,
+                                     int N, int C, int rms) {
+    int n = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (n >= N) { return; }
+    const float *xn = x + (size_t)n * C, *dyn = dy + (size_t)n * C;
+    float g_mean = 0.0f, gx_mean = 0.0f;
+    for (int i = lane; i < C; i += 32) {
+        float g = dyn[i] * to_float(w[i]), xh = (xn[i] - mean[n]) * rstd[n];
+        g_mean += g;
+        gx_mean += g * xh;
+    }
+    g_mean = rms ? 0.0f : warp_sum(g_mean) / C;
+    gx_mean = warp_sum(gx_mean) / C;
+    for (int i = lane; i < C; i += 32) {
+        float g = dyn[i] * to_float(w[i]), xh = (xn[i] - mean[n]) * rstd[n];
+        dx[(size_t)n * C + i] += rstd[n] * (g - g_mean - xh * gx_mean);
+    }
+}
+static void norm_backward(float *dx, const float *dy, const float *x, const float *mean, const float *rstd, const floatX *w, int N, int C,
+                          int rms) {
+    norm_backward_kernel<<<ceil_div(N, BLOCK / 32), BLOCK, 0, main_stream>>>(dx, dy, x, mean, rstd, w, N, C, rms);
+    cudaCheck(cudaGetLastError());
+}
+
+// RoPE in place on qkv's query and key heads (sign -1: turned back, the backward pass). The
+// angles' cosines and sines come from table (T, HS): for each position HS/2 cosines, then
+// HS/2 sines, computed on the host as finetune_lora.c computes them (rope_table_fill)
+__global__ void rope_kernel(float *qkv, const float *table, int N, int T, int NH, int NKV, int HS, float sign) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x, half = HS / 2;
+    if (i >= (size_t)N * (NH + NKV) * half) { return; }
+    int n = (int)(i / ((NH + NKV) * half)), h = (int)(i / half % (NH + NKV)), j = (int)(i % half);
+    float *x = qkv + (size_t)n * (NH + 2 * NKV) * HS + (size_t)h * HS;
+    const float *cs = table + (size_t)(n % T) * HS;
+    float c = cs[j], s = sign * cs[half + j], x0 = x[j], x1 = x[j + half];
+    x[j] = x0 * c - x1 * s;
+    x[j + half] = x1 * c + x0 * s;
+}
+static void rope_apply(float *qkv, const float *table, int N, int T, int NH, int NKV, int HS, float sign) {
+    rope_kernel<<<ceil_div((size_t)N * (NH + NKV) * (HS / 2), BLOCK), BLOCK, 0, main_stream>>>(qkv, table, N, T, NH, NKV, HS, sign);
+    cudaCheck(cudaGetLastError());
+}
+
+// Causal attention as finetune_lora.c's: per sequence and query head h (key/value head
+// g = h / group), S = Q K^T / sqrt(HS), P = the softmax of S's rows with the positions after
+// t masked (kept in att (B, NH, T, T), zeros past t), O = P V; and back,
+//     dP = dO V^T,  dV += P^T dO,  dZ = P * (dP - rowsum(P * dP)) / sqrt(HS),  dQ = dZ K,  dK += dZ^T Q.
+// The products are cuBLAS's, batched over the key/value heads: the query heads at the same
+// place j in their groups (h = g group + j) are a constant stride apart (group HS columns of
+// qkv, group T^2 numbers of att), as are their key/value heads (HS), so one strided-batched
+// call per (sequence, j) does NKV heads' product. The softmaxes are a warp per row.
+
+// fp32 row-major C_z (M, N) = alpha op(A_z) op(B_z) + beta C_z for z < batch, X_z = X + z sX
+static void sgemm_batched(float *C, const float *A, const float *B, int M, int N, int K, int ta, int tb, float alpha, float beta,
+                          int lda, int ldb, int ldc, long long sA, long long sB, long long sC, int batch) {
+    cublasCheck(cublasSgemmStridedBatched(cublas_handle, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &alpha,
+                                          B, ldb, sB, A, lda, sA, &beta, C, ldc, sC, batch));
+}
+
+#define ATT_WARPS 4
+// att's rows (B NH T of them, row t of a head's T x T block) from scores to probabilities
+__global__ void __launch_bounds__(ATT_WARPS * 32) causal_softmax_kernel(float *att, int rows, int T) {
+    int row = blockIdx.x * ATT_WARPS + threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (row >= rows) { return; }
+    int t = row % T;
+    float *a = att + (size_t)row * T, maxval = -INFINITY, sum = 0.0f;
+    for (int s = lane; s <= t; s += 32) { maxval = fmaxf(maxval, a[s]); }
+    maxval = warp_max(maxval);
+    for (int s = lane; s <= t; s += 32) { sum += expf(a[s] - maxval); }
+    sum = warp_sum(sum);
+    for (int s = lane; s < T; s += 32) { a[s] = s <= t ? expf(a[s] - maxval) / sum : 0.0f; }
+}
+// dz's rows from dP to dZ = P * (dP - rowsum(P * dP)) scale, zeros past t
+__global__ void __launch_bounds__(ATT_WARPS * 32) causal_softmax_backward_kernel(float *dz, const float *att, int rows, int T, float scale) {
+    int row = blockIdx.x * ATT_WARPS + threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (row >= rows) { return; }
+    int t = row % T;
+    const float *p = att + (size_t)row * T;
+    float *z = dz + (size_t)row * T, dot = 0.0f;
+    for (int s = lane; s <= t; s += 32) { dot += p[s] * z[s]; }
+    dot = warp_sum(dot);
+    for (int s = lane; s < T; s += 32) { z[s] = s <= t ? p[s] * (z[s] - dot) * scale : 0.0f; }
+}
+
+static void attention_forward(float *out, float *att, const float *qkv, int B, int T, int NH, int NKV, int HS) {
+    int Q = NH * HS, KV = NKV * HS, QKV = Q + 2 * KV, group = NH / NKV;
+    float scale = 1.0f / sqrtf((float)HS);
+    long long TT = (long long)T * T;
+    for (int b = 0; b < B; b++) {
+        const float *q = qkv + (size_t)b * T * QKV, *k = q + Q;
+        for (int j = 0; j < group; j++) { // S = Q K^T scale for the heads j, group + j, 2 group + j, ...
+            sgemm_batched(att + ((size_t)b * NH + j) * TT, q + (size_t)j * HS, k, T, T, HS, 0, 1, scale, 0.0f, QKV, QKV, T,
+                          (long long)group * HS, HS, group * TT, NKV);
+        }
+    }
+    causal_softmax_kernel<<<ceil_div((size_t)B * NH * T, ATT_WARPS), ATT_WARPS * 32, 0, main_stream>>>(att, B * NH * T, T);
+    cudaCheck(cudaGetLastError());
+    for (int b = 0; b < B; b++) {
+        const float *v = qkv + (size_t)b * T * QKV + Q + KV;
+        for (int j = 0; j < group; j++) { // O = P V
+            sgemm_batched(out + (size_t)b * T * Q + (size_t)j * HS, att + ((size_t)b * NH + j) * TT, v, T, HS, T, 0, 0, 1.0f, 0.0f,
+                          T, QKV, Q, group * TT, HS, (long long)group * HS, NKV);
+        }
+    }
+}
+// dqkv: every number written (dQ by one product, dK and dV by the group's first head's, with
+// beta 0, then added to by the others' in order j = 1, 2, ...: no atomics, the same sums
+// every run). dz: (B, NH, T, T) scratch.
+static void attention_backward(float *dqkv, float *dz, const float *dout, const float *qkv, const float *att, int B, int T, int NH, int NKV,
+                               int HS) {
+    int Q = NH * HS, KV = NKV * HS, QKV = Q + 2 * KV, group = NH / NKV;
+    float scale = 1.0f / sqrtf((float)HS);
+    long long TT = (long long)T * T, sq = (long long)group * HS;
+    for (int b = 0; b < B; b++) {
+        const float *v = qkv + (size_t)b * T * QKV + Q + KV, *dO = dout + (size_t)b * T * Q;
+        for (int j = 0; j < group; j++) { // dP = dO V^T
+            sgemm_batched(dz + ((size_t)b * NH + j) * TT, dO + (size_t)j * HS, v, T, T, HS, 0, 1, 1.0f, 0.0f, Q, QKV, T, sq, HS,
+                          group * TT, NKV);
+        }
+    }
+    causal_softmax_backward_kernel<<<ceil_div((size_t)B * NH * T, ATT_WARPS), ATT_WARPS * 32, 0, main_stream>>>(dz, att, B * NH * T, T,
+                                                                                                              scale);
+    cudaCheck(cudaGetLastError());
+    for (int b = 0; b < B; b++) {
+        const float *q = qkv + (size_t)b * T * QKV, *k = q + Q, *dO = dout + (size_t)b * T * Q;
+        float *dq = dqkv + (size_t)b * T * QKV, *dk = dq + Q, *dv = dk + KV;
+        for (int j = 0; j < group; j++) {
+            const float *p = att + ((size_t)b * NH + j) * TT, *z = dz + ((size_t)b * NH + j) * TT;
+            float beta = j > 0 ? 1.0f : 0.0f;
+            sgemm_batched(dv, p, dO + (size_t)j * HS, T, HS, T, 1, 0, 1.0f, beta, T, Q, QKV, group * TT, sq, HS, NKV);  // dV += P^T dO
+            sgemm_batched(dq + (size_t)j * HS, z, k, T, HS, T, 0, 0, 1.0f, 0.0f, T, QKV, QKV, group * TT, HS, sq, NKV); // dQ = dZ K
+            sgemm_batched(dk, z, q + (size_t)j * HS, T, HS, T, 1, 0, 1.0f, beta, T, QKV, QKV, group * TT, sq, HS, NKV); // dK += dZ^T Q
+        }
+    }
+}
+
+// GPT-2's GELU (tanh form) or SwiGLU (silu(gate) up), and back
+#define GELU_K 0.7978845608028654f // sqrt(2 / pi)
+__global__ void activation_forward_kernel(float *out, const float *inp, int N, int H, int llama) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (size_t)N * H) { return; }
+    size_t n = i / H, j = i % H;
+    if (llama) {
+        float a = inp[n * 2 * H + j], u = inp[n * 2 * H + H + j];
+        out[i] = a / (1.0f + expf(-a)) * u;
+    } else {
+        float x = inp[i];
+        out[i] = 0.5f * x * (1.0f + tanhf(GELU_K * (x + 0.044715f * x * x * x)));
+    }
+}
+__global__ void activation_backward_kernel(float *dinp, const float *dout, const float *inp, int N, int H, int llama) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (size_t)N * H) { return; }
+    size_t n = i / H, j = i % H;
+    float d = dout[i];
+    if (llama) {
+        float a = inp[n * 2 * H + j], u = inp[n * 2 * H + H + j], sig = 1.0f / (1.0f + expf(-a));
+        dinp[n * 2 * H + j] = d * u * sig * (1.0f + a * (1.0f - sig));
+        dinp[n * 2 * H + H + j] = d * a * sig;
+    } else {
+        float x = inp[i], u = GELU_K * (x + 0.044715f * x * x * x), th = tanhf(u), du = GELU_K * (1.0f + 3.0f * 0.044715f * x * x);
+        dinp[i] = d * (0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * du);
+    }
+}
+static void activation_forward(float *out, const float *inp, int N, int H, int llama) {
+    activation_forward_kernel<<<ceil_div((size_t)N * H, BLOCK), BLOCK, 0, main_stream>>>(out, inp, N, H, llama);
+    cudaCheck(cudaGetLastError());
+}
+static void activation_backward(float *dinp, const float *dout, const float *inp, int N, int H, int llama) {
+    activation_backward_kernel<<<ceil_div((size_t)N * H, BLOCK), BLOCK, 0, main_stream>>>(dinp, dout, inp, N, H, llama);
+    cudaCheck(cudaGetLastError());
+}
+
+// y += x (the residual adds)
+__global__ void add_kernel(float *y, const float *x, size_t n) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) { y[i] += x[i]; }
+}
+static void add_inplace(float *y, const float *x, size_t n) {
+    add_kernel<<<ceil_div(n, BLOCK), BLOCK, 0, main_stream>>>(y, x, n);
+    cudaCheck(cudaGetLastError());
+}
+
+// LoRA dropout (finetune_lora.c's dropout_apply, the same draws): out = x masked (or += with accumulate)
+__global__ void dropout_kernel(float *out, const float *x, uint64_t key, float p, size_t n, int accumulate) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) { return; }
+    float v = device_uniform_at(key, i) < p ? 0.0f : x[i] * (1.0f / (1.0f - p));
+    out[i] = accumulate ? out[i] + v : v;
+}
+static void dropout_apply(float *out, const float *x, const Lora *lora, int k, int N, int in, int accumulate) {
+    size_t n = (size_t)N * in;
+    dropout_kernel<<<ceil_div(n, BLOCK), BLOCK, 0, main_stream>>>(out, x, rng_subkey(lora->dropout_key, (uint64_t)k, 0), lora->dropout, n,
+                                                                   accumulate);
+    cudaCheck(cudaGetLastError());
+}
+static int dropping(const Lora *lora) { return lora->training && lora->dropout > 0.0f; }
+
+// The cross-entropy, a block per row: the softmax over the V real tokens in place (the
+// probabilities, for the backward pass) and the row's loss, or 0 without a label
+__global__ void cross_entropy_kernel(float *logits, float *loss, const int *labels, int V, int Vp) {
+    int n = blockIdx.x;
+    float *row = logits + (size_t)n * Vp;
+    if (labels[n] == -100) {
+        if (threadIdx.x == 0) { loss[n] = 0.0f; }
+        return;
+    }
+    float maxval = -INFINITY;
+    for (int v = threadIdx.x; v < V; v += blockDim.x) { maxval = fmaxf(maxval, row[v]); }
+    maxval = block_max(maxval);
+    float sum = 0.0f;
+    for (int v = threadIdx.x; v < V; v += blockDim.x) { sum += expf(row[v] - maxval); }
+    sum = block_sum(sum);
+    float target = row[labels[n]]; // (read by all before anyone writes: block_sum synchronised)
+    __syncthreads();
+    for (int v = threadIdx.x; v < V; v += blockDim.x) { row[v] = expf(row[v] - maxval) / sum; }
+    if (threadIdx.x == 0) { loss[n] = logf(sum) + maxval - target; }
+}
+// dlogits = dscale (p - onehot(label)) on labelled rows, 0 elsewhere and on the padding columns
+__global__ void cross_entropy_backward_kernel(float *logits, const int *labels, int N, int V, int Vp, float dscale) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (size_t)N * Vp) { return; }
+    int n = (int)(i / Vp), v = (int)(i % Vp);
+    logits[i] = labels[n] == -100 || v >= V ? 0.0f : dscale * (logits[i] - (v == labels[n] ? 1.0f : 0.0f));
+}
+
+// ----------------------------------------------------------------------------
 // the model files: llm.c's GPT-2 checkpoints and our Llama-family files (as infer.c reads them)
 
 // --- begin shared-copy: gpt2-config ---
@@ -569,43 +1047,9 @@ static void base_free(Base *b) {
 // --- end shared-copy: finetune-base ---
 
 // ----------------------------------------------------------------------------
+// an adapter's files: PEFT's LoRA layout (adapter_config.json, adapter_model.safetensors)
+
 // --- begin shared-copy: lora-adapter ---
-// LoRA (Hu et al. 2021): each adapted linear layer y = x W^T + b gets a low-rank update,
-//     y = x W^T + b + s (x A^T) B^T,    A (r, in), B (out, r), s = alpha / r (rsLoRA: alpha / sqrt(r))
-// W stays frozen; only A and B train: r (in + out) numbers instead of in x out. PEFT names
-// each adapted module by its path in the Hugging Face model, and so do we (its files are
-// ours). Our model files fuse some of Hugging Face's layers: q, k and v are one (Q + 2KV, C)
-// matrix, gate and up one (2H, C); a module of Hugging Face's then adapts a band of rows of
-// ours (its `offset`, `out` rows), which changes nothing in the arithmetic.
-
-enum { SITE_QKV, SITE_ATTPROJ, SITE_FC, SITE_FCPROJ, NUM_SITES }; // the four linear layers of a block
-
-// What of the base model an adapter must fit: the family (its module names), L layers, C
-// channels, Q = NH HS query and KV = NKV HS key/value channels, the MLP's width H
-typedef struct {
-    int llama, L, C, Q, KV, H;
-} LoraShape;
-
-typedef struct {
-    char name[128]; // PEFT's module path, e.g. "model.layers.3.self_attn.q_proj"
-    int layer, site, offset, out, in;
-    float *A, *B;   // (r, in), (out, r): into Lora.params
-    float *dA, *dB; // their gradients: into Lora.grads (finetune_lora; NULL in infer)
-} LoraModule;
-
-typedef struct {
-    int r;
-    float alpha, scale;
-    int rslora;
-    float dropout;         // LoRA dropout p: on the adapter's input x (not the base layer's), while training
-    int training;          // 1: dropout applies (0: evaluation, inference)
-    uint64_t dropout_key;  // the current micro-batch's: which inputs are dropped (set before its forward pass)
-    int num_modules;
-    LoraModule *modules;
-    size_t num_params;
-    float *params, *grads, *m, *v; // all modules' A and B, back to back (training: their gradients, AdamW's moments)
-} Lora;
-
 // Every module the family has, in PEFT's names: fills names/sites/offsets/outs/ins for layer
 // l and returns how many (GPT-2: 4, the Llama family: 7)
 static int family_modules(const LoraShape *b, int l, char names[][128], int *site, int *offset, int *out, int *in) {
@@ -763,122 +1207,6 @@ static void lora_free(Lora *lora) {
 // --- end shared-copy: lora-adapter ---
 
 // ----------------------------------------------------------------------------
-// the GPU: precision, the cuBLAS handle and stream, memory
-
-// floatX: what the frozen base model's weights are stored in on the GPU (and what its
-// matmuls read their inputs in). The adapter, its gradients, AdamW's moments and the
-// activations between layers stay fp32: the base is frozen, so nothing small is lost to
-// rounding an update, and a 16-bit base halves the weights' memory and doubles the matmuls'
-// speed (QLoRA goes to 4 bits, the next step).
-#if defined(ENABLE_FP32)
-typedef float floatX;
-#define CUBLAS_FLOATX CUDA_R_32F
-#define BASE_TYPE "fp32"
-#elif defined(ENABLE_BF16)
-typedef __nv_bfloat16 floatX;
-#define CUBLAS_FLOATX CUDA_R_16BF
-#define BASE_TYPE "bf16"
-#else
-#error "build with -DENABLE_FP32 or -DENABLE_BF16 (make finetune_loracu PRECISION=FP32|BF16)"
-#endif
-__device__ __host__ inline float to_float(floatX x) { return (float)x; }
-__device__ __host__ inline floatX from_float(float x) { return (floatX)x; }
-
-static cublasHandle_t cublas_handle;
-static cudaStream_t main_stream;
-#define BLOCK 256 // threads per block of the elementwise kernels
-
-// the handle and the stream, once; a clear message where there is no GPU
-static void gpu_init(void) {
-    static int done = 0;
-    if (done) { return; }
-    int devices = 0;
-    if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
-        fprintf(stderr, "Error: no CUDA GPU found\nHINT: ./finetune_lora is the same program on the CPU\n");
-        exit(EXIT_FAILURE);
-    }
-    cudaCheck(cudaStreamCreate(&main_stream));
-    cublasCheck(cublasCreate(&cublas_handle));
-    cublasCheck(cublasSetStream(cublas_handle, main_stream));
-    cublasCheck(cublasSetMathMode(cublas_handle, CUBLAS_DEFAULT_MATH)); // (fp32 matmuls in fp32, not TF32)
-    (void)rng_normal_at; // (splitmix-counter's normal draws start a new model's weights; a LoRA run makes none)
-    done = 1;
-}
-
-// cudaMalloc, or one message saying what did not fit. What is held is counted (the
-// benchmark's peak memory): a table of the live allocations, a few dozen at most.
-#define MAX_ALLOCATIONS 64
-static struct { void *p; size_t bytes; } live[MAX_ALLOCATIONS];
-static size_t held_bytes, peak_bytes;
-static void *gpu_alloc(size_t bytes, const char *what) {
-    void *p = NULL;
-    cudaError_t err = gpu_malloc_budgeted(&p, bytes > 0 ? bytes : 1);
-    if (err != cudaSuccess) {
-        size_t free_bytes = 0, total = 0;
-        gpu_memory_info(&free_bytes, &total);
-        fprintf(stderr, "Error: out of GPU memory%s for %s: %.1f MiB asked, %.1f MiB free of %.1f\n"
-                "HINT: a smaller -b or -t, or -A 1 (activation recomputation)\n", gpu_budget > 0 ? " (the -G budget)" : "", what, bytes / 1048576.0,
-                free_bytes / 1048576.0, total / 1048576.0);
-        exit(EXIT_FAILURE);
-    }
-    int k = 0;
-    while (k < MAX_ALLOCATIONS && live[k].p != NULL) { k++; }
-    if (k == MAX_ALLOCATIONS) { fprintf(stderr, "Error: more than %d GPU allocations held at once (%s): a leak?\n", MAX_ALLOCATIONS, what); exit(EXIT_FAILURE); }
-    live[k].p = p;
-    live[k].bytes = bytes;
-    held_bytes += bytes;
-    peak_bytes = held_bytes > peak_bytes ? held_bytes : peak_bytes;
-    return p;
-}
-static void gpu_free(void *p) {
-    if (p == NULL) { return; }
-    for (int k = 0; k < MAX_ALLOCATIONS; k++) {
-        if (live[k].p == p) { held_bytes -= live[k].bytes; live[k].p = NULL; break; }
-    }
-    cudaCheck(cudaFree(p));
-}
-
-// --- begin shared-copy: gpu-reductions ---
-// sums and maxima across the 32 threads of a warp, every thread gets the result
-__device__ inline float warp_sum(float v) {
-    for (int offset = 16; offset > 0; offset /= 2) { v += __shfl_xor_sync(0xffffffffu, v, offset); }
-    return v;
-}
-__device__ inline float warp_max(float v) {
-    for (int offset = 16; offset > 0; offset /= 2) { v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset)); }
-    return v;
-}
-// ... and across a block (a whole number of warps, at most 1024 threads)
-__device__ inline float block_sum(float v) {
-    __shared__ float partial[32];
-    int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    v = warp_sum(v);
-    __syncthreads(); // partial may still be read by an earlier call
-    if (lane == 0) { partial[warp] = v; }
-    __syncthreads();
-    return warp_sum(lane < (int)(blockDim.x / 32) ? partial[lane] : 0.0f);
-}
-__device__ inline float block_max(float v) {
-    __shared__ float partial[32];
-    int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    v = warp_max(v);
-    __syncthreads();
-    if (lane == 0) { partial[warp] = v; }
-    __syncthreads();
-    return warp_max(lane < (int)(blockDim.x / 32) ? partial[lane] : -INFINITY);
-}
-// --- end shared-copy: gpu-reductions ---
-
-// splitmix-counter's uniform, on the GPU: LoRA dropout's masks are the CPU's, bit for bit
-__device__ inline double device_uniform_at(uint64_t key, uint64_t i) {
-    uint64_t z = key + i + 0x9E3779B97F4A7C15ull;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    z = z ^ (z >> 31);
-    return (double)(z >> 40) * 0x1p-24;
-}
-
-// ----------------------------------------------------------------------------
 // the base model and the adapter on the GPU
 
 // The frozen base's tensors (Base's names), floatX, in one allocation; lm_head is wte's
@@ -964,327 +1292,6 @@ static void lora_zero_grads(Lora *lora) { cudaCheck(cudaMemsetAsync(device_lora.
 static float *device_param(const Lora *lora, const float *host, const float *base_host, float *base_device) {
     (void)lora;
     return base_device + (host - base_host);
-}
-
-// ----------------------------------------------------------------------------
-// the layers on the GPU: a kernel and a launcher for each of finetune_lora.c's layer
-// functions, in its order. Activations are fp32 (N, width) row-major as there; the base's
-// matmuls read their input rounded to floatX (cast_to_floatx) and write fp32.
-
-// the base model's weight W (OUT, in) floatX: y (N, OUT) = x (N, in) W^T (+ bias); dy W back.
-// cuBLAS is column-major: row-major y is its y^T (OUT x N) = W^T (OUT x in: the row-major W
-// read transposed) x^T (in x N).
-static floatX *cast_scratch; // (the widest input rounded to floatX: see acts_allocate)
-__global__ void cast_kernel(floatX *out, const float *in, size_t n) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) { out[i] = from_float(in[i]); }
-}
-static const floatX *cast_to_floatx(const float *x, size_t n) {
-#if defined(ENABLE_FP32)
-    (void)n;
-    return x; // (floatX is float: nothing to round)
-#else
-    cast_kernel<<<ceil_div(n, BLOCK), BLOCK, 0, main_stream>>>(cast_scratch, x, n);
-    cudaCheck(cudaGetLastError());
-    return cast_scratch;
-#endif
-}
-__global__ void bias_add_kernel(float *y, const floatX *bias, int N, int OUT) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < (size_t)N * OUT) { y[i] += to_float(bias[i % OUT]); }
-}
-static void linear_forward(float *y, const float *x, const floatX *W, const floatX *bias, int N, int in, int OUT) {
-    static const float one = 1.0f, zero = 0.0f;
-    const floatX *xc = cast_to_floatx(x, (size_t)N * in);
-    cublasCheck(cublasGemmEx(cublas_handle, CUBLAS_OP_T, CUBLAS_OP_N, OUT, N, in, &one, W, CUBLAS_FLOATX, in, xc, CUBLAS_FLOATX, in,
-                             &zero, y, CUDA_R_32F, OUT, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-    if (bias != NULL) {
-        bias_add_kernel<<<ceil_div((size_t)N * OUT, BLOCK), BLOCK, 0, main_stream>>>(y, bias, N, OUT);
-        cudaCheck(cudaGetLastError());
-    }
-}
-// dx (N, in) += dy (N, OUT) W: dx^T (in x N) += W^T... in column-major terms W (in x OUT) dy^T (OUT x N)
-static void linear_backward(float *dx, const float *dy, const floatX *W, int N, int in, int OUT) {
-    static const float one = 1.0f;
-    const floatX *dyc = cast_to_floatx(dy, (size_t)N * OUT);
-    cublasCheck(cublasGemmEx(cublas_handle, CUBLAS_OP_N, CUBLAS_OP_N, in, N, OUT, &one, W, CUBLAS_FLOATX, in, dyc, CUBLAS_FLOATX, OUT,
-                             &one, dx, CUDA_R_32F, in, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-}
-
-// fp32 row-major C (M, N) = alpha op(A) op(B) + beta C, op(A) (M, K), op(B) (K, N), with
-// leading dimensions (row strides) lda, ldb, ldc: cublasSgemm on the transposes
-static void sgemm(float *C, const float *A, const float *B, int M, int N, int K, int ta, int tb, float alpha, float beta, int lda,
-                  int ldb, int ldc) {
-    cublasCheck(cublasSgemm(cublas_handle, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &alpha, B, ldb, A,
-                            lda, &beta, C, ldc));
-}
-
-// A module's update, as finetune_lora.c's: h = s x A^T (N, r), kept; y[:, offset:offset+out] += h B^T
-static void lora_forward(float *y, float *h, const float *x, const float *A, const float *B, const LoraModule *m, float scale, int r,
-                         int N, int OUT) {
-    sgemm(h, x, A, N, r, m->in, 0, 1, scale, 0.0f, m->in, m->in, r);
-    sgemm(y + m->offset, h, B, N, m->out, r, 0, 1, 1.0f, 1.0f, r, r, OUT);
-}
-// ... and back: dB += dy_m^T h, dh = s dy_m B, dA += dh^T x, dx += dh A
-static void lora_backward(float *dx, float *dh, const float *dy, const float *h, const float *x, const float *A, const float *B,
-                          float *dA, float *dB, const LoraModule *m, float scale, int r, int N, int OUT) {
-    sgemm(dB, dy + m->offset, h, m->out, r, N, 1, 0, 1.0f, 1.0f, OUT, r, r);
-    sgemm(dh, dy + m->offset, B, N, r, m->out, 0, 0, scale, 0.0f, OUT, r, r);
-    sgemm(dA, dh, x, r, m->in, N, 1, 0, 1.0f, 1.0f, r, m->in, m->in);
-    sgemm(dx, dh, A, N, m->in, r, 0, 0, 1.0f, 1.0f, r, m->in, m->in);
-}
-
-// x (N, C) = wte[token] + wpe[position] (without wpe: wte[token])
-__global__ void embed_kernel(float *x, const int *tokens, const floatX *wte, const floatX *wpe, int N, int T, int C) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= (size_t)N * C) { return; }
-    int n = (int)(i / C), c = (int)(i % C);
-    x[i] = to_float(wte[(size_t)tokens[n] * C + c]) + (wpe != NULL ? to_float(wpe[(size_t)(n % T) * C + c]) : 0.0f);
-}
-
-// LayerNorm, or RMSNorm with rms, a warp per row: y = (x - mean) rstd w + b, mean and rstd kept
-__global__ void norm_forward_kernel(float *y, float *mean, float *rstd, const float *x, const floatX *w, const floatX *bias, int N,
-                                    int C, float eps, int rms) {
-    int n = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
-    if (n >= N) { return; }
-    const float *xn = x + (size_t)n * C;
-    float m = 0.0f, v = 0.0f;
-    for (int i = lane; i < C && !rms; i += 32) { m += xn[i]; }
-    m = warp_sum(m) / C;
-    for (int i = lane; i < C; i += 32) { v += (xn[i] - m) * (xn[i] - m); }
-    float s = 1.0f / sqrtf(warp_sum(v) / C + eps);
-    for (int i = lane; i < C; i += 32) { y[(size_t)n * C + i] = (xn[i] - m) * s * to_float(w[i]) + (bias != NULL ? to_float(bias[i]) : 0.0f); }
-    if (lane == 0) { mean[n] = m; rstd[n] = s; }
-}
-static void norm_forward(float *y, float *mean, float *rstd, const float *x, const floatX *w, const floatX *bias, int N, int C, float eps,
-                         int rms) {
-    norm_forward_kernel<<<ceil_div(N, BLOCK / 32), BLOCK, 0, main_stream>>>(y, mean, rstd, x, w, bias, N, C, eps, rms);
-    cudaCheck(cudaGetLastError());
-}
-// dx += the gradient through the norm (w frozen): rstd (g - mean(g) - x^ mean(g x^)), g = dy w
-__global__ void norm_backward_kernel(float *dx, const float *dy, const float *x, const float *mean, const float *rstd, const floatX *w,
-                                     int N, int C, int rms) {
-    int n = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
-    if (n >= N) { return; }
-    const float *xn = x + (size_t)n * C, *dyn = dy + (size_t)n * C;
-    float g_mean = 0.0f, gx_mean = 0.0f;
-    for (int i = lane; i < C; i += 32) {
-        float g = dyn[i] * to_float(w[i]), xh = (xn[i] - mean[n]) * rstd[n];
-        g_mean += g;
-        gx_mean += g * xh;
-    }
-    g_mean = rms ? 0.0f : warp_sum(g_mean) / C;
-    gx_mean = warp_sum(gx_mean) / C;
-    for (int i = lane; i < C; i += 32) {
-        float g = dyn[i] * to_float(w[i]), xh = (xn[i] - mean[n]) * rstd[n];
-        dx[(size_t)n * C + i] += rstd[n] * (g - g_mean - xh * gx_mean);
-    }
-}
-static void norm_backward(float *dx, const float *dy, const float *x, const float *mean, const float *rstd, const floatX *w, int N, int C,
-                          int rms) {
-    norm_backward_kernel<<<ceil_div(N, BLOCK / 32), BLOCK, 0, main_stream>>>(dx, dy, x, mean, rstd, w, N, C, rms);
-    cudaCheck(cudaGetLastError());
-}
-
-// RoPE in place on qkv's query and key heads (sign -1: turned back, the backward pass). The
-// angles' cosines and sines come from table (T, HS): for each position HS/2 cosines, then
-// HS/2 sines, computed on the host as finetune_lora.c computes them (rope_table_fill)
-__global__ void rope_kernel(float *qkv, const float *table, int N, int T, int NH, int NKV, int HS, float sign) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x, half = HS / 2;
-    if (i >= (size_t)N * (NH + NKV) * half) { return; }
-    int n = (int)(i / ((NH + NKV) * half)), h = (int)(i / half % (NH + NKV)), j = (int)(i % half);
-    float *x = qkv + (size_t)n * (NH + 2 * NKV) * HS + (size_t)h * HS;
-    const float *cs = table + (size_t)(n % T) * HS;
-    float c = cs[j], s = sign * cs[half + j], x0 = x[j], x1 = x[j + half];
-    x[j] = x0 * c - x1 * s;
-    x[j + half] = x1 * c + x0 * s;
-}
-static void rope_apply(float *qkv, const float *table, int N, int T, int NH, int NKV, int HS, float sign) {
-    rope_kernel<<<ceil_div((size_t)N * (NH + NKV) * (HS / 2), BLOCK), BLOCK, 0, main_stream>>>(qkv, table, N, T, NH, NKV, HS, sign);
-    cudaCheck(cudaGetLastError());
-}
-
-// Causal attention as finetune_lora.c's: per sequence and query head h (key/value head
-// g = h / group), S = Q K^T / sqrt(HS), P = the softmax of S's rows with the positions after
-// t masked (kept in att (B, NH, T, T), zeros past t), O = P V; and back,
-//     dP = dO V^T,  dV += P^T dO,  dZ = P * (dP - rowsum(P * dP)) / sqrt(HS),  dQ = dZ K,  dK += dZ^T Q.
-// The products are cuBLAS's, batched over the key/value heads: the query heads at the same
-// place j in their groups (h = g group + j) are a constant stride apart (group HS columns of
-// qkv, group T^2 numbers of att), as are their key/value heads (HS), so one strided-batched
-// call per (sequence, j) does NKV heads' product. The softmaxes are a warp per row.
-
-// fp32 row-major C_z (M, N) = alpha op(A_z) op(B_z) + beta C_z for z < batch, X_z = X + z sX
-static void sgemm_batched(float *C, const float *A, const float *B, int M, int N, int K, int ta, int tb, float alpha, float beta,
-                          int lda, int ldb, int ldc, long long sA, long long sB, long long sC, int batch) {
-    cublasCheck(cublasSgemmStridedBatched(cublas_handle, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &alpha,
-                                          B, ldb, sB, A, lda, sA, &beta, C, ldc, sC, batch));
-}
-
-#define ATT_WARPS 4
-// att's rows (B NH T of them, row t of a head's T x T block) from scores to probabilities
-__global__ void __launch_bounds__(ATT_WARPS * 32) causal_softmax_kernel(float *att, int rows, int T) {
-    int row = blockIdx.x * ATT_WARPS + threadIdx.x / 32, lane = threadIdx.x % 32;
-    if (row >= rows) { return; }
-    int t = row % T;
-    float *a = att + (size_t)row * T, maxval = -INFINITY, sum = 0.0f;
-    for (int s = lane; s <= t; s += 32) { maxval = fmaxf(maxval, a[s]); }
-    maxval = warp_max(maxval);
-    for (int s = lane; s <= t; s += 32) { sum += expf(a[s] - maxval); }
-    sum = warp_sum(sum);
-    for (int s = lane; s < T; s += 32) { a[s] = s <= t ? expf(a[s] - maxval) / sum : 0.0f; }
-}
-// dz's rows from dP to dZ = P * (dP - rowsum(P * dP)) scale, zeros past t
-__global__ void __launch_bounds__(ATT_WARPS * 32) causal_softmax_backward_kernel(float *dz, const float *att, int rows, int T, float scale) {
-    int row = blockIdx.x * ATT_WARPS + threadIdx.x / 32, lane = threadIdx.x % 32;
-    if (row >= rows) { return; }
-    int t = row % T;
-    const float *p = att + (size_t)row * T;
-    float *z = dz + (size_t)row * T, dot = 0.0f;
-    for (int s = lane; s <= t; s += 32) { dot += p[s] * z[s]; }
-    dot = warp_sum(dot);
-    for (int s = lane; s < T; s += 32) { z[s] = s <= t ? p[s] * (z[s] - dot) * scale : 0.0f; }
-}
-
-static void attention_forward(float *out, float *att, const float *qkv, int B, int T, int NH, int NKV, int HS) {
-    int Q = NH * HS, KV = NKV * HS, QKV = Q + 2 * KV, group = NH / NKV;
-    float scale = 1.0f / sqrtf((float)HS);
-    long long TT = (long long)T * T;
-    for (int b = 0; b < B; b++) {
-        const float *q = qkv + (size_t)b * T * QKV, *k = q + Q;
-        for (int j = 0; j < group; j++) { // S = Q K^T scale for the heads j, group + j, 2 group + j, ...
-            sgemm_batched(att + ((size_t)b * NH + j) * TT, q + (size_t)j * HS, k, T, T, HS, 0, 1, scale, 0.0f, QKV, QKV, T,
-                          (long long)group * HS, HS, group * TT, NKV);
-        }
-    }
-    causal_softmax_kernel<<<ceil_div((size_t)B * NH * T, ATT_WARPS), ATT_WARPS * 32, 0, main_stream>>>(att, B * NH * T, T);
-    cudaCheck(cudaGetLastError());
-    for (int b = 0; b < B; b++) {
-        const float *v = qkv + (size_t)b * T * QKV + Q + KV;
-        for (int j = 0; j < group; j++) { // O = P V
-            sgemm_batched(out + (size_t)b * T * Q + (size_t)j * HS, att + ((size_t)b * NH + j) * TT, v, T, HS, T, 0, 0, 1.0f, 0.0f,
-                          T, QKV, Q, group * TT, HS, (long long)group * HS, NKV);
-        }
-    }
-}
-// dqkv: every number written (dQ by one product, dK and dV by the group's first head's, with
-// beta 0, then added to by the others' in order j = 1, 2, ...: no atomics, the same sums
-// every run). dz: (B, NH, T, T) scratch.
-static void attention_backward(float *dqkv, float *dz, const float *dout, const float *qkv, const float *att, int B, int T, int NH, int NKV,
-                               int HS) {
-    int Q = NH * HS, KV = NKV * HS, QKV = Q + 2 * KV, group = NH / NKV;
-    float scale = 1.0f / sqrtf((float)HS);
-    long long TT = (long long)T * T, sq = (long long)group * HS;
-    for (int b = 0; b < B; b++) {
-        const float *v = qkv + (size_t)b * T * QKV + Q + KV, *dO = dout + (size_t)b * T * Q;
-        for (int j = 0; j < group; j++) { // dP = dO V^T
-            sgemm_batched(dz + ((size_t)b * NH + j) * TT, dO + (size_t)j * HS, v, T, T, HS, 0, 1, 1.0f, 0.0f, Q, QKV, T, sq, HS,
-                          group * TT, NKV);
-        }
-    }
-    causal_softmax_backward_kernel<<<ceil_div((size_t)B * NH * T, ATT_WARPS), ATT_WARPS * 32, 0, main_stream>>>(dz, att, B * NH * T, T,
-                                                                                                              scale);
-    cudaCheck(cudaGetLastError());
-    for (int b = 0; b < B; b++) {
-        const float *q = qkv + (size_t)b * T * QKV, *k = q + Q, *dO = dout + (size_t)b * T * Q;
-        float *dq = dqkv + (size_t)b * T * QKV, *dk = dq + Q, *dv = dk + KV;
-        for (int j = 0; j < group; j++) {
-            const float *p = att + ((size_t)b * NH + j) * TT, *z = dz + ((size_t)b * NH + j) * TT;
-            float beta = j > 0 ? 1.0f : 0.0f;
-            sgemm_batched(dv, p, dO + (size_t)j * HS, T, HS, T, 1, 0, 1.0f, beta, T, Q, QKV, group * TT, sq, HS, NKV);  // dV += P^T dO
-            sgemm_batched(dq + (size_t)j * HS, z, k, T, HS, T, 0, 0, 1.0f, 0.0f, T, QKV, QKV, group * TT, HS, sq, NKV); // dQ = dZ K
-            sgemm_batched(dk, z, q + (size_t)j * HS, T, HS, T, 1, 0, 1.0f, beta, T, QKV, QKV, group * TT, sq, HS, NKV); // dK += dZ^T Q
-        }
-    }
-}
-
-// GPT-2's GELU (tanh form) or SwiGLU (silu(gate) up), and back
-#define GELU_K 0.7978845608028654f // sqrt(2 / pi)
-__global__ void activation_forward_kernel(float *out, const float *inp, int N, int H, int llama) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= (size_t)N * H) { return; }
-    size_t n = i / H, j = i % H;
-    if (llama) {
-        float a = inp[n * 2 * H + j], u = inp[n * 2 * H + H + j];
-        out[i] = a / (1.0f + expf(-a)) * u;
-    } else {
-        float x = inp[i];
-        out[i] = 0.5f * x * (1.0f + tanhf(GELU_K * (x + 0.044715f * x * x * x)));
-    }
-}
-__global__ void activation_backward_kernel(float *dinp, const float *dout, const float *inp, int N, int H, int llama) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= (size_t)N * H) { return; }
-    size_t n = i / H, j = i % H;
-    float d = dout[i];
-    if (llama) {
-        float a = inp[n * 2 * H + j], u = inp[n * 2 * H + H + j], sig = 1.0f / (1.0f + expf(-a));
-        dinp[n * 2 * H + j] = d * u * sig * (1.0f + a * (1.0f - sig));
-        dinp[n * 2 * H + H + j] = d * a * sig;
-    } else {
-        float x = inp[i], u = GELU_K * (x + 0.044715f * x * x * x), th = tanhf(u), du = GELU_K * (1.0f + 3.0f * 0.044715f * x * x);
-        dinp[i] = d * (0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * du);
-    }
-}
-static void activation_forward(float *out, const float *inp, int N, int H, int llama) {
-    activation_forward_kernel<<<ceil_div((size_t)N * H, BLOCK), BLOCK, 0, main_stream>>>(out, inp, N, H, llama);
-    cudaCheck(cudaGetLastError());
-}
-static void activation_backward(float *dinp, const float *dout, const float *inp, int N, int H, int llama) {
-    activation_backward_kernel<<<ceil_div((size_t)N * H, BLOCK), BLOCK, 0, main_stream>>>(dinp, dout, inp, N, H, llama);
-    cudaCheck(cudaGetLastError());
-}
-
-// y += x (the residual adds)
-__global__ void add_kernel(float *y, const float *x, size_t n) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) { y[i] += x[i]; }
-}
-static void add_inplace(float *y, const float *x, size_t n) {
-    add_kernel<<<ceil_div(n, BLOCK), BLOCK, 0, main_stream>>>(y, x, n);
-    cudaCheck(cudaGetLastError());
-}
-
-// LoRA dropout (finetune_lora.c's dropout_apply, the same draws): out = x masked (or += with accumulate)
-__global__ void dropout_kernel(float *out, const float *x, uint64_t key, float p, size_t n, int accumulate) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n) { return; }
-    float v = device_uniform_at(key, i) < p ? 0.0f : x[i] * (1.0f / (1.0f - p));
-    out[i] = accumulate ? out[i] + v : v;
-}
-static void dropout_apply(float *out, const float *x, const Lora *lora, int k, int N, int in, int accumulate) {
-    size_t n = (size_t)N * in;
-    dropout_kernel<<<ceil_div(n, BLOCK), BLOCK, 0, main_stream>>>(out, x, rng_subkey(lora->dropout_key, (uint64_t)k, 0), lora->dropout, n,
-                                                                   accumulate);
-    cudaCheck(cudaGetLastError());
-}
-static int dropping(const Lora *lora) { return lora->training && lora->dropout > 0.0f; }
-
-// The cross-entropy, a block per row: the softmax over the V real tokens in place (the
-// probabilities, for the backward pass) and the row's loss, or 0 without a label
-__global__ void cross_entropy_kernel(float *logits, float *loss, const int *labels, int V, int Vp) {
-    int n = blockIdx.x;
-    float *row = logits + (size_t)n * Vp;
-    if (labels[n] == -100) {
-        if (threadIdx.x == 0) { loss[n] = 0.0f; }
-        return;
-    }
-    float maxval = -INFINITY;
-    for (int v = threadIdx.x; v < V; v += blockDim.x) { maxval = fmaxf(maxval, row[v]); }
-    maxval = block_max(maxval);
-    float sum = 0.0f;
-    for (int v = threadIdx.x; v < V; v += blockDim.x) { sum += expf(row[v] - maxval); }
-    sum = block_sum(sum);
-    float target = row[labels[n]]; // (read by all before anyone writes: block_sum synchronised)
-    __syncthreads();
-    for (int v = threadIdx.x; v < V; v += blockDim.x) { row[v] = expf(row[v] - maxval) / sum; }
-    if (threadIdx.x == 0) { loss[n] = logf(sum) + maxval - target; }
-}
-// dlogits = dscale (p - onehot(label)) on labelled rows, 0 elsewhere and on the padding columns
-__global__ void cross_entropy_backward_kernel(float *logits, const int *labels, int N, int V, int Vp, float dscale) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= (size_t)N * Vp) { return; }
-    int n = (int)(i / Vp), v = (int)(i % Vp);
-    logits[i] = labels[n] == -100 || v >= V ? 0.0f : dscale * (logits[i] - (v == labels[n] ? 1.0f : 0.0f));
 }
 
 // ----------------------------------------------------------------------------
@@ -2187,7 +2194,7 @@ static void check_leakage(const char *data_path, const char *eval_path) {
 }
 
 // ----------------------------------------------------------------------------
-// main: train an adapter
+// what a run is made of: the schedule, the flags, the validation loss, the benchmark
 
 // --- begin shared-copy: gpt2-lr-schedule ---
 // Step s (counting from 0) uses lr(s): warm-up from max_lr/warmup up to max_lr
@@ -2211,7 +2218,21 @@ typedef struct {
     float alpha, dropout, lr, weight_decay, clip, val_frac, final_frac;
     uint64_t seed;
     int phase_every;
+    int dropout_set; // -D was given (else an adapter read from a folder keeps its own)
 } Options;
+
+// The defaults (-h shows them). r 8 and alpha 16 on every linear layer, lr 1e-3 with a short
+// warm-up, no weight decay: the usual LoRA recipe (PEFT's examples, alpaca-lora) for a small
+// model and a couple of thousand records. LoRA dropout 0.05 as alpaca-lora and QLoRA's
+// smaller runs use (PEFT's own default is 0: -D 0): with a few epochs over small data, a
+// little dropout on the adapter's input keeps it from memorising the records.
+static const Options DEFAULTS = {
+    .model = "data/smollm2/SmolLM2-135M-Instruct.bin", .tokenizer = NULL, .data = "data/iso/train.jsonl", .eval = NULL,
+    .out = "log_lora", .targets = "all-linear", .init = NULL, .merge = NULL,
+    .r = 8, .rslora = 0, .B = 4, .accum = 4, .T = 128, .steps = 0, .epochs = 1, .warmup = 10, .val_every = 50, .refuse = 0,
+    .save_every = 0, .resume = 0, .recompute = 0, .bench = 0,
+    .alpha = 16.0f, .dropout = 0.05f, .lr = 1e-3f, .weight_decay = 0.0f, .clip = 1.0f, .val_frac = 0.05f, .final_frac = 0.1f,
+    .seed = 1337, .phase_every = 0, .dropout_set = 0};
 
 static void print_usage(const Options *d) {
     printf("usage: %s [flags]    LoRA fine-tuning of a model file on instruction data (Alpaca JSONL)\n"
@@ -2221,14 +2242,15 @@ static void print_usage(const Options *d) {
            "  -E FILE   an evaluation's questions (JSONL with \"answer\"; infer -E asks them): refuse to train if one of\n"
            "            them, or its answer, is in the training data (leakage) [none]\n"
            "  -o DIR    where the adapter (PEFT's files) and metrics.tsv go [%s]\n"
-           "  -i DIR    start from this adapter (PEFT's files; its rank, alpha and modules) instead of a new one\n"
+           "  -i DIR    start from this adapter (PEFT's files; its rank, alpha, modules and dropout) instead of a new one\n"
            "  -M FILE   no training: merge -i's adapter into the model and write it to FILE (with its tokenizer beside it),\n"
            "            after checking on -d's validation records that it computes what model + adapter do\n"
            "  -T LIST   the modules to adapt: all-linear, or PEFT names (q_proj,v_proj; GPT-2: c_attn,c_proj,c_fc) [%s]\n"
            "  -r N      LoRA's rank [%d]\n"
            "  -a X      LoRA's alpha: the update is scaled by alpha / r [%g]\n"
            "  -R 0|1    rsLoRA: scale by alpha / sqrt(r) [%d]\n"
-           "  -D X      LoRA dropout: the probability that an entry of an adapter's input is dropped [%g]\n"
+           "  -D X      LoRA dropout: the probability that an entry of an adapter's input is dropped (PEFT's default: 0;\n"
+           "            with -i or -y 1, the adapter's own unless -D is given) [%g]\n"
            "  -b N      sequences per micro-batch [%d]\n"
            "  -k N      micro-batches per step (gradient accumulation) [%d]\n"
            "  -t N      tokens per sequence, T: the longest example (printed with the data) must fit [%d]\n"
@@ -2348,13 +2370,29 @@ static void run_bench(const Base *b, const Options *o) {
 // metrics.tsv: a line a step (0: before any); the ms_ columns are -P's phases, empty on the steps not timed
 #define METRICS_HEADER "step\tlr\tloss\tgrad_norm\tval_loss\ttokens_per_s\tms_data\tms_forward\tms_backward\tms_norm\tms_update\n"
 
-int main(int argc, char **argv) {
-    set_omp_wait_policy(argv); // first of all: it may start the program over
-    Options defaults = {"data/smollm2/SmolLM2-135M-Instruct.bin", NULL, "data/iso/train.jsonl", NULL, "log_lora", "all-linear", NULL, NULL, 8, 0, 4, 4,
-                        128, 0, 1, 10, 50, 0, 0, 0, 0, 0, 16.0f, 0.05f, 1e-3f, 0.0f, 1.0f, 0.05f, 0.1f, 1337, 0},
-            o = defaults;
+// ----------------------------------------------------------------------------
+// main: its steps, in the order it takes them
+
+// A run: the flags and everything main builds from them
+typedef struct {
+    Options o;
+    Base b;
+    Tokenizer tok;
+    const char *tok_path;            // the tokenizer file read (NULL: GPT-2's folder, data/gpt2)
+    char tok_beside[MAX_PATH_LEN];   // (NAME_tokenizer.bin beside the model, when that is it)
+    Dataset train, val;
+    int T;                           // positions a sequence: the longest example's, at most -t
+    int steps, per_step;             // optimizer steps; sequences a step (-k x -b)
+    Lora lora;
+    int resume_step;                 // the checkpoint resumed (-y 1), -1 if none
+    char from[MAX_PATH_LEN];         // ... its folder
+    Acts a;
+} Run;
+
+static Options parse_args(int argc, char **argv) {
+    Options o = DEFAULTS;
     for (int i = 1; i < argc; i += 2) {
-        if (strcmp(argv[i], "-h") == 0) { print_usage(&defaults); return 0; }
+        if (strcmp(argv[i], "-h") == 0) { print_usage(&DEFAULTS); exit(EXIT_SUCCESS); }
         if (argv[i][0] != '-' || argv[i][1] == '\0' || argv[i][2] != '\0') { usage_error("unknown argument '%s'", argv[i]); }
         if (i + 1 >= argc) { usage_error("flag %s needs a value", argv[i]); }
         const char *v = argv[i + 1], *flag = argv[i];
@@ -2370,7 +2408,7 @@ int main(int argc, char **argv) {
         case 'r': o.r = (int)parse_int(flag, v, 1); break;
         case 'a': o.alpha = parse_float(flag, v); break;
         case 'R': o.rslora = (int)parse_int(flag, v, 0) != 0; break;
-        case 'D': o.dropout = parse_float(flag, v); break;
+        case 'D': o.dropout = parse_float(flag, v); o.dropout_set = 1; break;
         case 'b': o.B = (int)parse_int(flag, v, 1); break;
         case 'k': o.accum = (int)parse_int(flag, v, 1); break;
         case 't': o.T = (int)parse_int(flag, v, 2); break;
@@ -2399,194 +2437,256 @@ int main(int argc, char **argv) {
     if (o.dropout >= 1.0f) { usage_error("-D: the dropout probability must be below 1%s", ""); }
     if (o.accum > 256) { usage_error("-k: at most 256 micro-batches a step, got more%s", ""); }
     if (o.val_frac >= 1.0f) { usage_error("-V: the validation fraction must be below 1%s", ""); }
+    return o;
+}
 
-    Base b;
-    base_load(&b, o.model);
-    base_to_device(&b);
-    if (o.T > b.maxT) {
+// the frozen base model (on the GPU too, in finetune_lora.cu)
+static void load_base(Run *r) {
+    base_load(&r->b, r->o.model);
+    base_to_device(&r->b);
+    if (r->o.T > r->b.maxT) {
         char msg[160];
-        snprintf(msg, sizeof(msg), "-t %d: longer than the model's context (%d)", o.T, b.maxT);
+        snprintf(msg, sizeof(msg), "-t %d: longer than the model's context (%d)", r->o.T, r->b.maxT);
         usage_error("%s", msg);
     }
-    if (o.bench) {
-        run_bench(&b, &o);
-        base_free(&b);
-        return 0;
-    }
-    // the tokenizer: -g, else the one ./convert wrote beside the model, else GPT-2's
-    Tokenizer tok;
-    char beside[MAX_PATH_LEN] = "";
-    const char *tok_path = o.tokenizer;
-    size_t model_len = strlen(o.model);
-    if (tok_path == NULL && model_len > 4 && strcmp(o.model + model_len - 4, ".bin") == 0 && model_len < sizeof(beside) - 16) {
-        snprintf(beside, sizeof(beside), "%.*s_tokenizer.bin", (int)(model_len - 4), o.model);
-        if (access(beside, R_OK) == 0) { tok_path = beside; }
-    }
-    if (tok_path == NULL && b.llama) {
-        die_file(o.model, "./convert writes NAME_tokenizer.bin beside the model; -g names another", "a Llama-family model without its tokenizer");
-    }
-    tokenizer_init(&tok, tok_path != NULL ? tok_path : "data/gpt2");
-    if (tok.vocab_size > b.V) { die_file(o.model, "-g names the model's tokenizer", "%d tokens, its tokenizer %d: they do not belong together", b.V, tok.vocab_size); }
+}
 
-    Dataset train, val;
-    read_examples(&train, &val, o.data, &tok, o.T, o.refuse, o.val_frac, o.seed);
-    if (o.eval != NULL) { check_leakage(o.data, o.eval); }
+// the tokenizer: -g, else the one ./convert wrote beside the model, else GPT-2's
+static void open_tokenizer(Run *r) {
+    const Options *o = &r->o;
+    r->tok_path = o->tokenizer;
+    size_t model_len = strlen(o->model);
+    if (r->tok_path == NULL && model_len > 4 && strcmp(o->model + model_len - 4, ".bin") == 0 && model_len < sizeof(r->tok_beside) - 16) {
+        snprintf(r->tok_beside, sizeof(r->tok_beside), "%.*s_tokenizer.bin", (int)(model_len - 4), o->model);
+        if (access(r->tok_beside, R_OK) == 0) { r->tok_path = r->tok_beside; }
+    }
+    if (r->tok_path == NULL && r->b.llama) {
+        die_file(o->model, "./convert writes NAME_tokenizer.bin beside the model; -g names another", "a Llama-family model without its tokenizer");
+    }
+    tokenizer_init(&r->tok, r->tok_path != NULL ? r->tok_path : "data/gpt2");
+    if (r->tok.vocab_size > r->b.V) {
+        die_file(o->model, "-g names the model's tokenizer", "%d tokens, its tokenizer %d: they do not belong together", r->b.V, r->tok.vocab_size);
+    }
+}
+
+// the records, checked and split (and, with -E, checked for leakage); T and the steps follow
+static void read_data(Run *r) {
+    const Options *o = &r->o;
+    read_examples(&r->train, &r->val, o->data, &r->tok, o->T, o->refuse, o->val_frac, o->seed);
+    if (o->eval != NULL) { check_leakage(o->data, o->eval); }
     int longest = 0; // T: as long as the longest example needs, at most -t
-    for (int i = 0; i < train.n + val.n; i++) { longest = train.examples[i].len - 1 > longest ? train.examples[i].len - 1 : longest; }
-    int T = longest < o.T ? longest : o.T;
-    int per_step = o.B * o.accum, steps = o.steps > 0 ? o.steps : o.epochs * ((train.n + per_step - 1) / per_step);
+    for (int i = 0; i < r->train.n + r->val.n; i++) {
+        longest = r->train.examples[i].len - 1 > longest ? r->train.examples[i].len - 1 : longest;
+    }
+    r->T = longest < o->T ? longest : o->T;
+    r->per_step = o->B * o->accum;
+    r->steps = o->steps > 0 ? o->steps : o->epochs * ((r->train.n + r->per_step - 1) / r->per_step);
+}
 
-    // the adapter: from the newest checkpoint (-y 1), from -i, or new
-    int resume_step = o.resume ? find_latest_adapter_checkpoint(o.out) : -1;
-    if (o.resume && resume_step < 0) {
-        die_file(o.out, "a run with -S N writes them; -y 1 resumes it with the same flags", "-y 1, but no checkpoint here (state_N.bin with step_N/)");
+// the adapter: from the newest checkpoint (-y 1), from -i, or new. One read from a folder
+// keeps its rank, alpha, rsLoRA and dropout (PEFT's adapter_config.json), unless -D says
+// otherwise for the dropout.
+static void open_adapter(Run *r) {
+    Options *o = &r->o;
+    r->resume_step = o->resume ? find_latest_adapter_checkpoint(o->out) : -1;
+    if (o->resume && r->resume_step < 0) {
+        die_file(o->out, "a run with -S N writes them; -y 1 resumes it with the same flags", "-y 1, but no checkpoint here (state_N.bin with step_N/)");
     }
-    if (!o.resume && o.save_every > 0 && find_latest_adapter_checkpoint(o.out) >= 0) {
-        die_file(o.out, "resume them with -y 1, or pick another -o", "already holds checkpoints (the newest: step %d); not writing over them",
-                 find_latest_adapter_checkpoint(o.out));
+    if (!o->resume && o->save_every > 0 && find_latest_adapter_checkpoint(o->out) >= 0) {
+        die_file(o->out, "resume them with -y 1, or pick another -o", "already holds checkpoints (the newest: step %d); not writing over them",
+                 find_latest_adapter_checkpoint(o->out));
     }
-    Lora lora;
-    char from[MAX_PATH_LEN];
-    LoraShape shape = base_shape(&b);
-    if (resume_step >= 0) {
-        format_path(from, sizeof(from), "%s/step_%06d", o.out, resume_step);
-        lora_load(&lora, &shape, from, 1);
-        o.r = lora.r; o.alpha = lora.alpha; o.rslora = lora.rslora; o.targets = "from the checkpoint";
-    } else if (o.init != NULL) {
-        lora_load(&lora, &shape, o.init, 1);
-        o.r = lora.r; o.alpha = lora.alpha; o.rslora = lora.rslora; o.targets = "from -i";
+    LoraShape shape = base_shape(&r->b);
+    const char *folder = NULL;
+    if (r->resume_step >= 0) {
+        format_path(r->from, sizeof(r->from), "%s/step_%06d", o->out, r->resume_step);
+        folder = r->from;
+        o->targets = "from the checkpoint";
+    } else if (o->init != NULL) {
+        folder = o->init;
+        o->targets = "from -i";
+    }
+    if (folder != NULL) {
+        lora_load(&r->lora, &shape, folder, 1);
+        o->r = r->lora.r; o->alpha = r->lora.alpha; o->rslora = r->lora.rslora;
+        if (o->dropout_set) { r->lora.dropout = o->dropout; } else { o->dropout = r->lora.dropout; }
     } else {
-        lora_create(&lora, &b, o.r, o.alpha, o.rslora, o.targets, o.seed);
+        lora_create(&r->lora, &r->b, o->r, o->alpha, o->rslora, o->targets, o->seed);
+        r->lora.dropout = o->dropout;
     }
-    lora.dropout = o.dropout;
-    lora_to_device(&lora);
-    size_t base_params = b.llama ? b.llama_weights.num_parameters : b.gpt2.num_parameters;
-    Acts a;
-    acts_allocate(&a, &b, &lora, o.B, T, o.recompute);
-    printf("model: %s: %s, %.1fM parameters, frozen\n", o.model, b.llama ? "Llama family" : "GPT-2", base_params / 1e6);
+    lora_to_device(&r->lora);
+}
+
+// the activations' memory, and what the run is
+static void allocate_and_report(Run *r) {
+    const Options *o = &r->o;
+    size_t base_params = r->b.llama ? r->b.llama_weights.num_parameters : r->b.gpt2.num_parameters;
+    acts_allocate(&r->a, &r->b, &r->lora, o->B, r->T, o->recompute);
+    printf("model: %s: %s, %.1fM parameters, frozen\n", o->model, r->b.llama ? "Llama family" : "GPT-2", base_params / 1e6);
     printf("LoRA: r=%d, alpha %g (scale %.4g%s), dropout %g, %d modules (%s): %zu trainable parameters, %.3f%% of the model's\n",
-           o.r, o.alpha, lora.scale, o.rslora ? ", rsLoRA" : "", o.dropout, lora.num_modules, o.targets, lora.num_params,
-           100.0 * lora.num_params / base_params);
-    print_memory(&b, &lora, &a);
-    size_t N = (size_t)o.B * T;
+           o->r, o->alpha, r->lora.scale, o->rslora ? ", rsLoRA" : "", o->dropout, r->lora.num_modules, o->targets, r->lora.num_params,
+           100.0 * r->lora.num_params / base_params);
+    print_memory(&r->b, &r->lora, &r->a);
+}
 
-    if (o.merge != NULL) { // -M: merge, check, write
-        int *tokens = (int *)mallocCheck(N * sizeof(int)), *labels = (int *)mallocCheck(N * sizeof(int));
-        double adapted = evaluate(&b, &lora, &a, &val, tokens, labels);
-        Lora none = lora;
-        none.num_modules = 0;
-        merge_adapter(&b, &lora);
-        base_to_device(&b);
-        double merged = evaluate(&b, &none, &a, &val, tokens, labels);
-        printf("validation loss: %.6f with the adapter, %.6f merged\n", adapted, merged);
-        int bf16 = b.llama ? b.llama_weights.from_bf16 : b.gpt2.from_bf16;
-        if (b.llama) { llama_save(&b.llama_weights, o.merge, bf16); } else { gpt2_save_checkpoint(&b.gpt2, o.merge, bf16); }
-        size_t merge_len = strlen(o.merge);
-        if (tok_path != NULL && merge_len > 4 && strcmp(o.merge + merge_len - 4, ".bin") == 0) { // its tokenizer beside it, as ./convert does
-            char tok_out[MAX_PATH_LEN];
-            format_path(tok_out, sizeof(tok_out), "%.*s_tokenizer.bin", (int)(merge_len - 4), o.merge);
-            size_t len;
-            uint8_t *bytes = read_whole_file(tok_path, &len, NULL);
-            const void *bufs[1] = {bytes};
-            write_file_atomic(tok_out, bufs, &len, 1);
-            free(bytes);
-            printf("wrote %s (%s, the adapter merged%s) and %s\n", o.merge, b.llama ? "Llama-family model file" : "GPT-2 checkpoint",
-                   bf16 ? ", rounded to bf16 as the base was" : "", tok_out);
-        } else {
-            printf("wrote %s (%s, the adapter merged%s)\n", o.merge, b.llama ? "Llama-family model file" : "GPT-2 checkpoint",
-                   bf16 ? ", rounded to bf16 as the base was" : "");
-        }
-        free(tokens); free(labels);
-        acts_free(&a); lora_free(&lora); tokenizer_free(&tok); base_free(&b);
-        return 0;
-    }
-    printf("training: %d steps of %d x %d sequences (%.2f epochs of %d records), lr %g, warm-up %d, weight decay %g, clip %g\n", steps,
-           o.accum, o.B, (double)steps * per_step / train.n, train.n, o.lr, o.warmup, o.weight_decay, o.clip);
-    if (mkdir(o.out, 0755) != 0 && errno != EEXIST) { die_file(o.out, NULL, "cannot make the folder: %s", strerror(errno)); }
-    char path[MAX_PATH_LEN];
-    path_concat(path, o.out, "/adapter_model.safetensors");
-    if (resume_step < 0 && access(path, F_OK) == 0) { // (a new run would write its metrics and adapter over a finished one's)
-        die_file(o.out, "pick another -o, or remove the folder's files first", "already holds an adapter (adapter_model.safetensors); not writing over it");
-    }
-    path_concat(path, o.out, "/metrics.tsv");
+// -M: merge -i's adapter into the model, check on the validation records that the merged
+// model computes what model + adapter do, and write it (with its tokenizer beside it)
+static void merge_and_write(Run *r) {
+    const Options *o = &r->o;
+    Base *b = &r->b;
+    size_t N = (size_t)o->B * r->T;
     int *tokens = (int *)mallocCheck(N * sizeof(int)), *labels = (int *)mallocCheck(N * sizeof(int));
-    int *order = (int *)mallocCheck((size_t)train.n * sizeof(int));
-    for (int i = 0; i < train.n; i++) { order[i] = i; }
-    Progress pr = {0, 0, train.n}; // (the cursor past the end: the first step starts an epoch, with a new order)
-    double val_loss = 0.0;
-    FILE *log;
-    if (resume_step >= 0) {
-        checkpoint_load(o.out, resume_step, &lora, &pr, order, train.n, o.B, o.accum, T, steps, o.seed);
-        lora_to_device(&lora); // (AdamW's moments, read just now)
-        log_truncate_after(path, "%d", resume_step); // (the lines the stopped run wrote after its checkpoint go,
-        size_t len;                                  // and the header, which has no step: written again)
-        uint8_t *kept = read_whole_file(path, &len, NULL);
-        const void *bufs[2] = {METRICS_HEADER, kept};
-        size_t sizes[2] = {strlen(METRICS_HEADER), len};
-        write_file_atomic(path, bufs, sizes, 2);
-        free(kept);
-        log = fopenCheck(path, "a");
-        printf("resuming at step %d of %d from %s\n", pr.step, steps, from);
+    double adapted = evaluate(b, &r->lora, &r->a, &r->val, tokens, labels);
+    Lora none = r->lora;
+    none.num_modules = 0;
+    merge_adapter(b, &r->lora);
+    base_to_device(b);
+    double merged = evaluate(b, &none, &r->a, &r->val, tokens, labels);
+    printf("validation loss: %.6f with the adapter, %.6f merged\n", adapted, merged);
+    int bf16 = b->llama ? b->llama_weights.from_bf16 : b->gpt2.from_bf16;
+    if (b->llama) { llama_save(&b->llama_weights, o->merge, bf16); } else { gpt2_save_checkpoint(&b->gpt2, o->merge, bf16); }
+    size_t merge_len = strlen(o->merge);
+    if (r->tok_path != NULL && merge_len > 4 && strcmp(o->merge + merge_len - 4, ".bin") == 0) { // its tokenizer beside it, as ./convert does
+        char tok_out[MAX_PATH_LEN];
+        format_path(tok_out, sizeof(tok_out), "%.*s_tokenizer.bin", (int)(merge_len - 4), o->merge);
+        size_t len;
+        uint8_t *bytes = read_whole_file(r->tok_path, &len, NULL);
+        const void *bufs[1] = {bytes};
+        write_file_atomic(tok_out, bufs, &len, 1);
+        free(bytes);
+        printf("wrote %s (%s, the adapter merged%s) and %s\n", o->merge, b->llama ? "Llama-family model file" : "GPT-2 checkpoint",
+               bf16 ? ", rounded to bf16 as the base was" : "", tok_out);
     } else {
-        log = fopenCheck(path, "w");
-        fputs(METRICS_HEADER, log);
-        val_loss = evaluate(&b, &lora, &a, &val, tokens, labels);
-        printf("step %5d/%d | val loss %.4f (the %s)\n", 0, steps, val_loss, o.init != NULL ? "start adapter" : "base model");
-        fprintf(log, "0\t\t\t\t%.6f\t\t\t\t\t\t\n", val_loss);
+        printf("wrote %s (%s, the adapter merged%s)\n", o->merge, b->llama ? "Llama-family model file" : "GPT-2 checkpoint",
+               bf16 ? ", rounded to bf16 as the base was" : "");
     }
-    int cursor = pr.cursor, epoch = pr.epoch;
-    double start = wall_seconds();
+    free(tokens); free(labels);
+}
+
+// metrics.tsv, opened for the run: a new run writes its header and the step-0 validation
+// loss; a resumed one keeps the lines up to its checkpoint. Lines written by an older
+// version, with fewer columns, are padded with empty ones, so that the file stays one
+// table (dev/plot_metrics.py refuses a ragged one).
+static FILE *open_metrics(Run *r, Progress *pr, int *order, int *tokens, int *labels) {
+    const Options *o = &r->o;
+    char path[MAX_PATH_LEN];
+    path_concat(path, o->out, "/metrics.tsv");
+    if (r->resume_step < 0) {
+        FILE *log = fopenCheck(path, "w");
+        fputs(METRICS_HEADER, log);
+        double val_loss = evaluate(&r->b, &r->lora, &r->a, &r->val, tokens, labels);
+        printf("step %5d/%d | val loss %.4f (the %s)\n", 0, r->steps, val_loss, o->init != NULL ? "start adapter" : "base model");
+        fprintf(log, "0\t\t\t\t%.6f\t\t\t\t\t\t\n", val_loss);
+        return log;
+    }
+    checkpoint_load(o->out, r->resume_step, &r->lora, pr, order, r->train.n, o->B, o->accum, r->T, r->steps, o->seed);
+    lora_to_device(&r->lora); // (AdamW's moments, read just now)
+    log_truncate_after(path, "%d", r->resume_step); // (the lines the stopped run wrote after its checkpoint go,
+    size_t len;                                     // and the header, which has no step: written again)
+    uint8_t *kept = read_whole_file(path, &len, NULL);
+    int columns = 1;
+    for (const char *c = METRICS_HEADER; *c != '\0'; c++) { columns += *c == '\t'; }
+    char *padded = (char *)mallocCheck(len + 1 + (len / 2 + 1) * (size_t)columns); // (a line is 2 bytes at least)
+    size_t at = 0;
+    for (size_t i = 0; i < len;) {
+        size_t end = i;
+        int tabs = 0;
+        while (end < len && kept[end] != '\n') { tabs += kept[end] == '\t'; end++; }
+        memcpy(padded + at, kept + i, end - i);
+        at += end - i;
+        for (; tabs < columns - 1; tabs++) { padded[at++] = '\t'; }
+        padded[at++] = '\n';
+        i = end + 1;
+    }
+    const void *bufs[2] = {METRICS_HEADER, padded};
+    size_t sizes[2] = {strlen(METRICS_HEADER), at};
+    write_file_atomic(path, bufs, sizes, 2);
+    free(kept);
+    free(padded);
+    printf("resuming at step %d of %d from %s\n", pr->step, r->steps, r->from);
+    return fopenCheck(path, "a");
+}
+
+// One optimizer step: the micro-batches' data (a new order at each epoch), their forward
+// and backward passes, the clipped norm, AdamW. Returns the step's mean loss per labelled
+// token; *norm the gradient's norm before clipping.
+static float train_step(Run *r, Phases *ph, Progress *pr, int *order, int *tokens, int *labels, int step, float lr, float *norm) {
+    const Options *o = &r->o;
+    phases_enter(ph, PHASE_UPDATE);
+    lora_zero_grads(&r->lora);
+    // the step's micro-batches first, to count their labelled tokens: the loss is their mean
+    phases_enter(ph, PHASE_DATA);
+    int firsts[256], count = 0;
+    for (int k = 0; k < o->accum && k < 256; k++) {
+        if (pr->cursor + o->B > r->train.n) { // a new epoch: a new order
+            for (int i = r->train.n - 1; i > 0; i--) {
+                int j = (int)(rng_uniform_at(rng_subkey(o->seed, 202, (uint64_t)pr->epoch), (uint64_t)i) * (i + 1));
+                int t = order[i]; order[i] = order[j]; order[j] = t;
+            }
+            pr->cursor = 0;
+            pr->epoch++;
+        }
+        firsts[k] = pr->cursor;
+        pr->cursor += o->B;
+        count += fill_batch(tokens, labels, &r->train, order, firsts[k], o->B, r->T);
+    }
+    double sum = 0.0;
+    for (int k = 0; k < o->accum && k < 256; k++) {
+        int c;
+        phases_enter(ph, PHASE_DATA);
+        r->lora.training = 1;
+        r->lora.dropout_key = rng_subkey(o->seed, 303, (uint64_t)step * 256 + (uint64_t)k);
+        fill_batch(tokens, labels, &r->train, order, firsts[k], o->B, r->T);
+        phases_enter(ph, PHASE_FORWARD);
+        sum += model_forward(&r->b, &r->lora, &r->a, tokens, labels, &c);
+        phases_enter(ph, PHASE_BACKWARD);
+        model_backward(&r->b, &r->lora, &r->a, labels, 1.0f / (float)(count > 0 ? count : 1));
+    }
+    phases_enter(ph, PHASE_NORM);
+    float loss = (float)(sum / (count > 0 ? count : 1));
+    *norm = clip_gradients(&r->lora, o->clip);
+    phases_enter(ph, PHASE_UPDATE);
+    adamw_update(&r->lora, lr, 0.9f, 0.999f, 1e-8f, o->weight_decay, step + 1);
+    return loss;
+}
+
+// The training loop: steps, validation, the step's line and metrics row, checkpoints; then
+// the adapter, written as PEFT does
+static void train(Run *r) {
+    const Options *o = &r->o;
+    size_t N = (size_t)o->B * r->T;
+    printf("training: %d steps of %d x %d sequences (%.2f epochs of %d records), lr %g, warm-up %d, weight decay %g, clip %g\n", r->steps,
+           o->accum, o->B, (double)r->steps * r->per_step / r->train.n, r->train.n, o->lr, o->warmup, o->weight_decay, o->clip);
+    if (mkdir(o->out, 0755) != 0 && errno != EEXIST) { die_file(o->out, NULL, "cannot make the folder: %s", strerror(errno)); }
+    char path[MAX_PATH_LEN];
+    path_concat(path, o->out, "/adapter_model.safetensors");
+    if (r->resume_step < 0 && access(path, F_OK) == 0) { // (a new run would write its metrics and adapter over a finished one's)
+        die_file(o->out, "pick another -o, or remove the folder's files first", "already holds an adapter (adapter_model.safetensors); not writing over it");
+    }
+    int *tokens = (int *)mallocCheck(N * sizeof(int)), *labels = (int *)mallocCheck(N * sizeof(int));
+    int *order = (int *)mallocCheck((size_t)r->train.n * sizeof(int));
+    for (int i = 0; i < r->train.n; i++) { order[i] = i; }
+    Progress pr = {0, 0, r->train.n}; // (the cursor past the end: the first step starts an epoch, with a new order)
+    FILE *log = open_metrics(r, &pr, order, tokens, labels);
+    double start = wall_seconds(), val_loss = 0.0;
     int first_step = pr.step; // (a resumed run's ETA counts the steps it runs)
     Phases ph;
     memset(&ph, 0, sizeof(ph));
-    ph.every = o.phase_every;
+    ph.every = o->phase_every;
     phases_device_setup(&ph);
-    for (int step = pr.step; step < steps; step++) {
+    for (int step = pr.step; step < r->steps; step++) {
         phases_begin(&ph, step); // (first: on the GPU a timed step waits here for the one before)
         double t0 = wall_seconds();
-        phases_enter(&ph, PHASE_UPDATE);
-        float lr = get_learning_rate(step, o.lr, o.warmup, steps, o.final_frac);
-        lora_zero_grads(&lora);
-        // the step's micro-batches first, to count their labelled tokens: the loss is their mean
-        phases_enter(&ph, PHASE_DATA);
-        int firsts[256], count = 0;
-        for (int k = 0; k < o.accum && k < 256; k++) {
-            if (cursor + o.B > train.n) { // a new epoch: a new order
-                for (int i = train.n - 1; i > 0; i--) {
-                    int j = (int)(rng_uniform_at(rng_subkey(o.seed, 202, (uint64_t)epoch), (uint64_t)i) * (i + 1));
-                    int t = order[i]; order[i] = order[j]; order[j] = t;
-                }
-                cursor = 0;
-                epoch++;
-            }
-            firsts[k] = cursor;
-            cursor += o.B;
-            count += fill_batch(tokens, labels, &train, order, firsts[k], o.B, T);
-        }
-        double sum = 0.0;
-        for (int k = 0; k < o.accum && k < 256; k++) {
-            int c;
-            phases_enter(&ph, PHASE_DATA);
-            lora.training = 1;
-            lora.dropout_key = rng_subkey(o.seed, 303, (uint64_t)step * 256 + (uint64_t)k);
-            fill_batch(tokens, labels, &train, order, firsts[k], o.B, T);
-            phases_enter(&ph, PHASE_FORWARD);
-            sum += model_forward(&b, &lora, &a, tokens, labels, &c);
-            phases_enter(&ph, PHASE_BACKWARD);
-            model_backward(&b, &lora, &a, labels, 1.0f / (float)(count > 0 ? count : 1));
-        }
-        phases_enter(&ph, PHASE_NORM);
-        float loss = (float)(sum / (count > 0 ? count : 1)), norm = clip_gradients(&lora, o.clip);
-        phases_enter(&ph, PHASE_UPDATE);
-        adamw_update(&lora, lr, 0.9f, 0.999f, 1e-8f, o.weight_decay, step + 1);
+        float lr = get_learning_rate(step, o->lr, o->warmup, r->steps, o->final_frac), norm;
+        float loss = train_step(r, &ph, &pr, order, tokens, labels, step, lr, &norm);
         phases_end(&ph); // (on the GPU: waits for the step's kernels, so that dt below includes them)
         double dt = wall_seconds() - t0, elapsed = wall_seconds() - start;
-        int last = step + 1 == steps, validate = (step + 1) % o.val_every == 0 || last;
-        if (validate) { val_loss = evaluate(&b, &lora, &a, &val, tokens, labels); }
-        printf("step %5d/%d | loss %.4f | norm %.3f | lr %.2e | %.0f tokens/s", step + 1, steps, loss, norm, lr, N * o.accum / dt);
+        int last = step + 1 == r->steps, validate = (step + 1) % o->val_every == 0 || last;
+        if (validate) { val_loss = evaluate(&r->b, &r->lora, &r->a, &r->val, tokens, labels); }
+        printf("step %5d/%d | loss %.4f | norm %.3f | lr %.2e | %.0f tokens/s", step + 1, r->steps, loss, norm, lr, N * o->accum / dt);
         if (validate) { printf(" | val loss %.4f", val_loss); }
         char eta[32];
-        format_eta(eta, sizeof(eta), elapsed, step + 1 - first_step, steps - first_step);
+        format_eta(eta, sizeof(eta), elapsed, step + 1 - first_step, r->steps - first_step);
         printf(" | %s", eta);
         phases_print(&ph, 1e3 * dt);
         printf("\n");
@@ -2594,30 +2694,56 @@ int main(int argc, char **argv) {
         fflush(stdout);
         fprintf(log, "%d\t%g\t%.6f\t%.6f\t", step + 1, lr, loss, norm);
         if (validate) { fprintf(log, "%.6f", val_loss); }
-        fprintf(log, "\t%.1f", N * o.accum / dt);
+        fprintf(log, "\t%.1f", N * o->accum / dt);
         for (int k = 0; k < NUM_PHASES; k++) {
             if (ph.on) { fprintf(log, "\t%.3f", ph.ms[k]); } else { fprintf(log, "\t"); }
         }
         fprintf(log, "\n");
         fflush(log);
-        if (o.save_every > 0 && ((step + 1) % o.save_every == 0 || last)) {
-            Progress now = {step + 1, epoch, cursor};
-            lora_to_host(&lora);
-            checkpoint_save(o.out, &lora, &b, o.model, &now, order, train.n, o.B, o.accum, T, steps, o.seed);
-            printf("checkpoint: %s/step_%06d/ and state_%06d.bin\n", o.out, step + 1, step + 1);
+        pr.step = step + 1;
+        if (o->save_every > 0 && ((step + 1) % o->save_every == 0 || last)) {
+            lora_to_host(&r->lora);
+            checkpoint_save(o->out, &r->lora, &r->b, o->model, &pr, order, r->train.n, o->B, o->accum, r->T, r->steps, o->seed);
+            printf("checkpoint: %s/step_%06d/ and state_%06d.bin\n", o->out, step + 1, step + 1);
         }
     }
     fcloseCheck(log);
-    lora_to_host(&lora);
-    lora_save(&lora, &b, o.out, o.model);
-    printf("wrote %s/adapter_config.json and adapter_model.safetensors (PEFT's LoRA adapter), %s/metrics.tsv\n", o.out, o.out);
+    lora_to_host(&r->lora);
+    lora_save(&r->lora, &r->b, o->out, o->model);
+    printf("wrote %s/adapter_config.json and adapter_model.safetensors (PEFT's LoRA adapter), %s/metrics.tsv\n", o->out, o->out);
     free(tokens); free(labels); free(order);
-    for (int i = 0; i < train.n + val.n; i++) { free(train.examples[i].tokens); }
-    free(train.examples);
-    acts_free(&a);
-    lora_free(&lora);
-    tokenizer_free(&tok);
-    base_free(&b);
+}
+
+static void run_free(Run *r) {
+    for (int i = 0; i < r->train.n + r->val.n; i++) { free(r->train.examples[i].tokens); }
+    free(r->train.examples);
+    acts_free(&r->a);
+    lora_free(&r->lora);
+    tokenizer_free(&r->tok);
+    base_free(&r->b);
+}
+
+int main(int argc, char **argv) {
+    set_omp_wait_policy(argv); // first of all: it may start the program over
+    Run r;
+    memset(&r, 0, sizeof(r));
+    r.o = parse_args(argc, argv);
+    load_base(&r);
+    if (r.o.bench) { // -B 1: random tokens, no data, no files
+        run_bench(&r.b, &r.o);
+        base_free(&r.b);
+        return 0;
+    }
+    open_tokenizer(&r);
+    read_data(&r);
+    open_adapter(&r);
+    allocate_and_report(&r);
+    if (r.o.merge != NULL) {
+        merge_and_write(&r);
+    } else {
+        train(&r);
+    }
+    run_free(&r);
     return 0;
 }
 // --- end shared-copy: finetune-main ---

@@ -1172,7 +1172,7 @@ void gpt2_free(GPT2 *model) {
 // ----------------------------------------------------------------------------
 // an adapter's files (-L): PEFT's LoRA layout
 
-// --- begin shared-copy: lora-adapter ---
+// --- begin shared-copy: lora-types ---
 // LoRA (Hu et al. 2021): each adapted linear layer y = x W^T + b gets a low-rank update,
 //     y = x W^T + b + s (x A^T) B^T,    A (r, in), B (out, r), s = alpha / r (rsLoRA: alpha / sqrt(r))
 // W stays frozen; only A and B train: r (in + out) numbers instead of in x out. PEFT names
@@ -1208,7 +1208,8 @@ typedef struct {
     size_t num_params;
     float *params, *grads, *m, *v; // all modules' A and B, back to back (training: their gradients, AdamW's moments)
 } Lora;
-
+// --- end shared-copy: lora-types ---
+// --- begin shared-copy: lora-adapter ---
 // Every module the family has, in PEFT's names: fills names/sites/offsets/outs/ins for layer
 // l and returns how many (GPT-2: 4, the Llama family: 7)
 static int family_modules(const LoraShape *b, int l, char names[][128], int *site, int *offset, int *out, int *in) {

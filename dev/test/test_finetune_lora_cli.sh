@@ -77,6 +77,19 @@ report "the same seed: the same adapter, bit for bit" $(cmp -s "$OUT/adapter_mod
 report "-i: starts from that adapter (its rank and modules), trains on" \
     $([ $? = 0 ] && grep -q 'r=4, alpha 16 .*60 modules (from -i)' "$TMP/log2" && echo 1 || echo 0) "$(grep '^LoRA\|Error' "$TMP/log2")"
 
+# -i keeps the adapter's own LoRA dropout (its adapter_config.json's lora_dropout), unless -D
+# is given; -D's value is then what the new adapter records
+sed 's/"lora_dropout": 0.05,/"lora_dropout": 0.125,/' "$OUT/adapter_config.json" > "$TMP/drop.json"
+mkdir -p "$TMP/drop_in" && cp "$OUT/adapter_model.safetensors" "$TMP/drop_in/" && mv "$TMP/drop.json" "$TMP/drop_in/adapter_config.json"
+"$BIN" -d "$D" -o "$TMP/drop_kept" -t 64 -n 1 -b 2 -k 1 -V 0.2 -i "$TMP/drop_in" > "$TMP/log_drop" 2>&1
+report "-i: the adapter's own dropout (0.125), in the run and in what it writes" \
+    $(grep -q 'dropout 0.125, 60 modules (from -i)' "$TMP/log_drop" && grep -q '"lora_dropout": 0.125,' "$TMP/drop_kept/adapter_config.json" && echo 1 || echo 0) \
+    "$(grep '^LoRA\|Error' "$TMP/log_drop")"
+"$BIN" -d "$D" -o "$TMP/drop_set" -t 64 -n 1 -b 2 -k 1 -V 0.2 -i "$TMP/drop_in" -D 0.25 > "$TMP/log_drop2" 2>&1
+report "-i with -D 0.25: -D's" \
+    $(grep -q 'dropout 0.25, 60 modules (from -i)' "$TMP/log_drop2" && grep -q '"lora_dropout": 0.25,' "$TMP/drop_set/adapter_config.json" && echo 1 || echo 0) \
+    "$(grep '^LoRA\|Error' "$TMP/log_drop2")"
+
 # checkpoints: a run of 4 steps saving every 2; the same run stopped after step 2 (its step 4
 # files removed) and resumed with -y 1 must end with the same adapter, bit for bit, and the
 # same metrics (but the timing column)
@@ -91,6 +104,16 @@ report "checkpoints every 2 steps: step_000002/, state_000002.bin, ..._4" \
 report "-y 1 resumes at step 2" $(grep -q 'resuming at step 2 of 4' "$TMP/log3" && echo 1 || echo 0) "$(grep -i 'error\|resum' "$TMP/log3")"
 report "... and ends with the same adapter, bit for bit" $(cmp -s "$TMP/whole/adapter_model.safetensors" "$TMP/stopped/adapter_model.safetensors" && cmp -s "$TMP/whole/step_000004/adapter_model.safetensors" "$TMP/stopped/step_000004/adapter_model.safetensors" && cmp -s "$TMP/whole/state_000004.bin" "$TMP/stopped/state_000004.bin" && echo 1 || echo 0)
 report "... and the same metrics.tsv (the line past the checkpoint gone)" $(diff <(cut -f1-5 "$TMP/whole/metrics.tsv") <(cut -f1-5 "$TMP/stopped/metrics.tsv") > /dev/null && echo 1 || echo 0) "$(diff <(cut -f1-5 "$TMP/whole/metrics.tsv") <(cut -f1-5 "$TMP/stopped/metrics.tsv") | head -4 | tr '\n' ' ')"
+# a run checkpointed by an older finetune_lora, whose metrics.tsv had 6 columns (no -P
+# phases): resumed, its kept lines are padded to today's 11, one table again
+"$BIN" $R -o "$TMP/old_columns" > /dev/null 2>&1
+rm -rf "$TMP/old_columns/step_000004" "$TMP/old_columns/state_000004.bin" "$TMP/old_columns/adapter_model.safetensors"
+head -4 "$TMP/old_columns/metrics.tsv" | cut -f1-6 > "$TMP/m" && mv "$TMP/m" "$TMP/old_columns/metrics.tsv"
+"$BIN" $R -o "$TMP/old_columns" -y 1 > "$TMP/log_old" 2>&1
+report "resuming a 6-column metrics.tsv: every line 11 columns, the old values kept" \
+    $([ "$(awk -F'\t' 'NF != 11' "$TMP/old_columns/metrics.tsv" | wc -l)" = 0 ] && [ "$(wc -l < "$TMP/old_columns/metrics.tsv")" = 6 ] &&
+      diff <(cut -f1-5 "$TMP/whole/metrics.tsv") <(cut -f1-5 "$TMP/old_columns/metrics.tsv") > /dev/null && echo 1 || echo 0) \
+    "$(awk -F'\t' '{ printf "%d ", NF }' "$TMP/old_columns/metrics.tsv"; grep -i error "$TMP/log_old")"
 
 # -M: the adapter merged into a model file that infer runs, computing what model + adapter did
 "$BIN" -d "$D" -t 64 -V 0.2 -i "$OUT" -M "$TMP/merged.bin" > "$TMP/log4" 2>&1
