@@ -139,8 +139,10 @@ static int thread_id(void) {
 typedef float floatX;
 #ifdef WEIGHTS_BF16
 typedef uint16_t weightX; // a bf16's bits: the top half of an fp32's
+#define WEIGHTS_TYPE "bf16"
 #else
 typedef float weightX;
+#define WEIGHTS_TYPE "fp32"
 #endif
 
 // The linear layers' own matrix products (weights in panels, below) come after the layers,
@@ -497,13 +499,41 @@ static int attention_prefill(floatX *out, const floatX *q, const floatX *key_cac
 // o0 C + k width + j: weight[o0 + j][k]. Full panels are the GEMM's packed operand; the
 // layout has exactly OC x C elements, so a stack of layers keeps its offsets (l x OC x C).
 // make infer_bf16 stores them in bf16: 2 bytes a weight, widened to fp32 as they are read.
-static inline weightX to_weight(float x) {
+//
+// In the layers, what the two builds do differently is these three helpers: a weight stored
+// (to_weight), read back (weight_value), and a panel row of 2 x GEMM_VEC weights loaded as
+// two fp32 vectors (panel_weights; PANEL_PAIRS says in which order). At load, where the
+// panels go is place_weights' (with the model, below).
 #ifdef WEIGHTS_BF16
-    return float_to_bf16(x);
-#else
-    return x;
+static inline weightX to_weight(float x) { return float_to_bf16(x); }
+static inline float weight_value(weightX w) { return bf16_to_float(w); }
+// A bf16 panel row is 2V bf16 = V 32-bit words, each the pair (j = 2m, 2m + 1): widening
+// takes a shift (the even one, in the low half) and a mask (the odd one), no shuffles, so w0
+// holds the even columns and w1 the odd ones (PANEL_PAIRS: panel_dot puts them back). (A
+// pair's first weight is its low half: little-endian, as x86 and ARM are.)
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "infer_bf16 reads pairs of bf16 weights as little-endian 32-bit words"
 #endif
+#define PANEL_PAIRS 1
+static inline void panel_weights(vecf *w0, vecf *w1, const weightX *row) {
+    typedef uint32_t vecu __attribute__((vector_size(GEMM_VEC * sizeof(uint32_t))));
+    vecu pairs, even, odd;
+    memcpy(&pairs, row, sizeof(pairs));
+    even = pairs << 16;
+    odd = pairs & 0xffff0000u;
+    memcpy(w0, &even, sizeof(vecf));
+    memcpy(w1, &odd, sizeof(vecf));
 }
+#else
+static inline weightX to_weight(float x) { return x; }
+static inline float weight_value(weightX w) { return w; }
+// an fp32 panel row: its own memory, columns 0..V-1 then V..2V-1
+#define PANEL_PAIRS 0
+static inline void panel_weights(vecf *w0, vecf *w1, const weightX *row) {
+    memcpy(w0, row, sizeof(vecf));
+    memcpy(w1, row + GEMM_VEC, sizeof(vecf));
+}
+#endif
 static void pack_linear(weightX *dst, const float *src, int OC, int C) {
     int panels = (OC + GEMM_NR - 1) / GEMM_NR;
     #pragma omp parallel for
@@ -514,36 +544,6 @@ static void pack_linear(weightX *dst, const float *src, int OC, int C) {
             for (int j = 0; j < width; j++) { panel[(size_t)k * width + j] = to_weight(src[(size_t)(o0 + j) * C + k]); }
         }
     }
-}
-
-// Weights (k, 0..2V-1) of a full panel as two fp32 vectors: with fp32 weights the panel's
-// own memory. A bf16 panel row is 2V bf16 = V 32-bit words, each the pair (j = 2m, 2m + 1):
-// widening takes a shift (the even one, in the low half) and a mask (the odd one), no
-// shuffles, so w0 holds the even columns and w1 the odd ones; panel_dot puts them back.
-// (A pair's first weight is its low half: little-endian, as x86 and ARM are.)
-#if defined(WEIGHTS_BF16) && defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
-#error "infer_bf16 reads pairs of bf16 weights as little-endian 32-bit words"
-#endif
-static inline void panel_weights(vecf *w0, vecf *w1, const weightX *row) {
-#ifdef WEIGHTS_BF16
-    typedef uint32_t vecu __attribute__((vector_size(GEMM_VEC * sizeof(uint32_t))));
-    vecu pairs, even, odd;
-    memcpy(&pairs, row, sizeof(pairs));
-    even = pairs << 16;
-    odd = pairs & 0xffff0000u;
-    memcpy(w0, &even, sizeof(vecf));
-    memcpy(w1, &odd, sizeof(vecf));
-#else
-    memcpy(w0, row, sizeof(vecf));
-    memcpy(w1, row + GEMM_VEC, sizeof(vecf));
-#endif
-}
-static inline float weight_value(weightX w) {
-#ifdef WEIGHTS_BF16
-    return bf16_to_float(w);
-#else
-    return w;
-#endif
 }
 
 // sums[n][j] = inp[n] . weight[o0 + j] for the N (a constant after inlining) inputs and the
@@ -564,14 +564,9 @@ static inline __attribute__((always_inline)) void panel_dot(float sums[][GEMM_NR
         }
     }
     for (int n = 0; n < N; n++) {
-        for (int j = 0; j < GEMM_VEC; j++) {
-#ifdef WEIGHTS_BF16
-            sums[n][2 * j] = acc[n][0][j];
-            sums[n][2 * j + 1] = acc[n][1][j];
-#else
-            sums[n][j] = acc[n][0][j];
-            sums[n][GEMM_VEC + j] = acc[n][1][j];
-#endif
+        for (int j = 0; j < GEMM_VEC; j++) { // (PANEL_PAIRS, a constant: one of the two is compiled)
+            sums[n][PANEL_PAIRS ? 2 * j : j] = acc[n][0][j];
+            sums[n][PANEL_PAIRS ? 2 * j + 1 : GEMM_VEC + j] = acc[n][1][j];
         }
     }
 }
@@ -631,10 +626,9 @@ static void matmul_panels(float *out, const float *inp, const weightX *weight, i
                 int kc = C - pc < GEMM_KC ? C - pc : GEMM_KC;
                 const weightX *rows = weight + (size_t)o0 * C + (size_t)pc * width; // the panel's rows pc..pc+kc-1
                 const float *bp = widened;
-#ifndef WEIGHTS_BF16
-                if (width == GEMM_NR) { bp = rows; } else
-#endif
-                if (width == GEMM_NR) { // (one loop over contiguous weights: the compiler vectorises it)
+                if (sizeof(weightX) == sizeof(float) && width == GEMM_NR) { // (fp32: the panel as it is)
+                    bp = (const float *)(const void *)rows;
+                } else if (width == GEMM_NR) { // (one loop over contiguous weights: the compiler vectorises it)
                     for (int i = 0; i < kc * GEMM_NR; i++) { widened[i] = weight_value(rows[i]); }
                 } else {
                     for (int k = 0; k < kc; k++) {
@@ -652,15 +646,10 @@ static void matmul_panels(float *out, const float *inp, const weightX *weight, i
 }
 
 // ----------------------------------------------------------------------------
-// the model: configuration, parameters, the KV cache
+// the model: its configuration, its tensors, what a forward pass keeps
 
 #define KV_ELEMENT_BYTES sizeof(floatX) // what the KV cache holds
 #define WEIGHT_BYTES sizeof(weightX)    // and the weights (the linear layers', nearly all of them)
-#ifdef WEIGHTS_BF16
-#define WEIGHTS_TYPE "bf16"
-#else
-#define WEIGHTS_TYPE "fp32"
-#endif
 
 // --- begin shared-copy: gpt2-config ---
 typedef struct {
@@ -939,12 +928,8 @@ typedef struct {
 } LoraSite;
 // --- end shared-copy: infer-lora-site ---
 
-// the model from -m: a checkpoint or d<N>, and the tensors the forward pass reads (models in, below)
 typedef struct GPT2 GPT2;
-void model_weights_build(GPT2 *model, const char *source, uint64_t seed);
-#define NUM_FORWARD_TENSORS 17
-static void forward_sources(const GPT2 *model, const float **src, size_t *sizes);
-static void rope_table_fill(float *table, const float *inv_freq, int S, int HS);
+#define NUM_FORWARD_TENSORS 17 // the tensors the forward pass reads (forward_sources, with the models in)
 
 // --- begin shared-copy: infer-row-buffers ---
 // What one forward pass over up to N rows needs, NL of them with logits. Nothing is kept
@@ -998,373 +983,8 @@ struct GPT2 {
     int *argmax;   // (max_logit_rows) the last greedy pass's tokens (rows.argmax; infer.cu: a host copy)
 };
 
-// --- begin shared-copy: infer-row-sizes ---
-// The bytes of each row buffer (RowBuffers' order) for passes of up to N rows, NL with logits.
-static void row_buffer_bytes(size_t *bytes, ModelConfig c, size_t N, size_t NL, size_t S, size_t att_per_row) {
-    size_t C = c.channels, Q = (size_t)c.num_heads * c.head_size, KV = (size_t)c.num_kv_heads * c.head_size, H = c.hidden;
-    size_t widest = Q + 2 * KV > C ? Q + 2 * KV : C; // the matmuls' fp32 outputs: qkv, the MLP's (SwiGLU: 2H), C
-    widest = widest > (c.llama ? 2 : 1) * H ? widest : (c.llama ? 2 : 1) * H;
-    size_t X = sizeof(floatX), I = sizeof(int), F = sizeof(float);
-    size_t b[NUM_ROW_BUFFERS] = {N * I, N * I, N * I, NL * I, NL * I, N * C * F, N * C * X, N * Q * X, N * Q * X, N * H * X,
-                                 N * widest * F, att_per_row * S * F, NL * c.padded_vocab_size * F, N * c.lora_rank * F};
-    memcpy(bytes, b, sizeof(b));
-}
-// --- end shared-copy: infer-row-sizes ---
-
-// Buffers for forward passes of up to N rows, with logits for up to NL of them: one
-// allocation, each buffer on 64 bytes.
-void gpt2_allocate_rows(GPT2 *model, int N, int NL) {
-    free(model->rows_memory);
-    size_t S = model->cache_len > 0 ? model->cache_len : 1, bytes[NUM_ROW_BUFFERS], at[NUM_ROW_BUFFERS], total = 0;
-    row_buffer_bytes(bytes, model->config, (size_t)N, (size_t)NL, S, (size_t)num_threads()); // (attention: S scores per thread)
-    for (int k = 0; k < NUM_ROW_BUFFERS; k++) {
-        at[k] = total;
-        total += (bytes[k] + 63) / 64 * 64;
-    }
-    char *m = model->rows_memory = (char *)mallocCheck(total);
-    RowBuffers *r = &model->rows;
-    r->tokens = (int *)(m + at[0]);
-    r->seq = (int *)(m + at[1]);
-    r->pos = (int *)(m + at[2]);
-    r->logit_rows = (int *)(m + at[3]);
-    r->argmax = (int *)(m + at[4]);
-    r->residual = (float *)(m + at[5]);
-    r->ln = (floatX *)(m + at[6]);
-    r->q = (floatX *)(m + at[7]);
-    r->atty = (floatX *)(m + at[8]);
-    r->fch = (floatX *)(m + at[9]);
-    r->scratch = (float *)(m + at[10]);
-    r->att = (float *)(m + at[11]);
-    r->logits = (float *)(m + at[12]);
-    r->lora_h = (float *)(m + at[13]);
-    model->logits = r->logits;
-    model->argmax = r->argmax;
-    model->max_rows = N;
-    model->max_logit_rows = NL;
-}
-
-// The KV cache for B sequences of up to S positions each. Two halves of one allocation:
-// keys and values. (The cache grows with B x S; at GPT-2 124M, 64 sequences of 1024 tokens
-// take 4.5 GiB: on a GPU it limits the batch before the weights do. Grouped-query attention
-// makes it NH/NKV times smaller.)
-void gpt2_allocate_cache(GPT2 *model, int B, int S) {
-    free(model->cache_memory);
-    ModelConfig c = model->config;
-    size_t per_layer = (size_t)B * S * c.num_kv_heads * c.head_size, L = c.num_layers;
-    model->cache_memory = (floatX *)mallocCheck(2 * L * per_layer * sizeof(floatX));
-    model->key_cache = model->cache_memory;
-    model->value_cache = model->cache_memory + L * per_layer;
-    model->cache_layer = per_layer;
-    model->cache_batch = B;
-    model->cache_len = S;
-    if (c.llama) { // RoPE's cosines and sines for the S positions
-        free(model->rope_table);
-        model->rope_table = (float *)mallocCheck((size_t)S * c.head_size * sizeof(float));
-        rope_table_fill(model->rope_table, model->rope_host, S, c.head_size);
-    }
-    // the attention scores scale with S too
-    if (model->max_rows > 0) { gpt2_allocate_rows(model, model->max_rows, model->max_logit_rows); }
-}
-
-// The model from -m, with no cache and no buffers yet.
-void gpt2_build(GPT2 *model, const char *source, uint64_t seed) {
-    memset(model, 0, sizeof(*model));
-    model_weights_build(model, source, seed);
-    // The forward pass's weights (infer.cu's are its copy on the GPU): the linear layers' laid
-    // out in panels of weightX (pack_linear), the rest fp32 as loaded. In fp32 the panels take
-    // their tensor's own place, a layer at a time through a buffer of one layer, so loading
-    // needs no second copy of the model. In bf16 they go to an allocation of their own, half
-    // the size, the rest is copied out, and the loaded fp32 weights are let go (at load, for
-    // a moment, 1.5 times the fp32 model). A tied head (GPT-2's, SmolLM2's) gets panels of its
-    // own beside the embedding table, whose rows the first layer reads: Vp x C weights more.
-    const float *src[NUM_FORWARD_TENSORS];
-    size_t sizes[NUM_FORWARD_TENSORS];
-    forward_sources(model, src, sizes);
-    ModelConfig c = model->config;
-    int C = c.channels, Q = c.num_heads * c.head_size, KV = c.num_kv_heads * c.head_size, H = c.hidden, L = c.num_layers;
-    // each linear layer's slot in ForwardTensors' order, its (OC, C) and how many layers
-    const int slot[5] = {4, 6, 10, 12, 16}, OC[5] = {Q + 2 * KV, C, c.llama ? 2 * H : H, C, c.padded_vocab_size};
-    const int IC[5] = {C, Q, C, H, C}, layers[5] = {L, L, L, L, 1};
-#ifndef WEIGHTS_BF16
-    int tied = src[16] == src[0]; // (bf16: every linear layer, the head too, gets panels of its own)
-#endif
-    sizes[16] = (size_t)c.padded_vocab_size * C;
-    size_t own = 0, rest = 0, largest = 0; // (own: the panels that go to an allocation of their own)
-    for (int j = 0; j < 5; j++) {
-        size_t layer = (size_t)OC[j] * IC[j];
-        largest = layer > largest ? layer : largest;
-#ifdef WEIGHTS_BF16
-        own += sizes[slot[j]];
-#else
-        own += j == 4 && tied ? sizes[16] : 0;
-#endif
-    }
-    for (int k = 0; k < NUM_FORWARD_TENSORS; k++) {
-        int linear = k == 4 || k == 6 || k == 10 || k == 12 || k == 16;
-        rest += linear ? 0 : sizes[k];
-    }
-    model->linear_memory = (weightX *)mallocCheck((own > 0 ? own : 1) * sizeof(weightX));
-    ForwardTensors *p = &model->params;
-    weightX **linear[5] = {&p->qkvw, &p->attprojw, &p->fcw, &p->fcprojw, &p->lm_head};
-    weightX *at = model->linear_memory;
-#ifndef WEIGHTS_BF16
-    float *buffer = (float *)mallocCheck(largest * sizeof(float));
-#endif
-    for (int j = 0; j < 5; j++) {
-        size_t layer = (size_t)OC[j] * IC[j];
-        float *tensor = (float *)src[slot[j]]; // (the loaded weights are ours to overwrite)
-#ifdef WEIGHTS_BF16
-        *linear[j] = at;
-#else
-        *linear[j] = j == 4 && tied ? at : tensor;
-#endif
-        for (int l = 0; l < layers[j]; l++) {
-#ifdef WEIGHTS_BF16
-            pack_linear(at + l * layer, tensor + l * layer, OC[j], IC[j]);
-#else
-            if (j == 4 && tied) { pack_linear(at, tensor, OC[j], IC[j]); continue; }
-            pack_linear(buffer, tensor + l * layer, OC[j], IC[j]);
-            memcpy(tensor + l * layer, buffer, layer * sizeof(float));
-#endif
-        }
-        at += *linear[j] == at ? sizes[slot[j]] : 0;
-    }
-    float **others[NUM_FORWARD_TENSORS] = {&p->wte, &p->wpe, &p->ln1w, &p->ln1b, NULL, &p->qkvb, NULL, &p->attprojb, &p->ln2w,
-                                           &p->ln2b, NULL, &p->fcb, NULL, &p->fcprojb, &p->lnfw, &p->lnfb, NULL};
-#ifdef WEIGHTS_BF16
-    model->rest_memory = (float *)mallocCheck((rest > 0 ? rest : 1) * sizeof(float));
-    float *fat = model->rest_memory;
-    for (int k = 0; k < NUM_FORWARD_TENSORS; k++) {
-        if (others[k] == NULL) { continue; }
-        *others[k] = src[k] != NULL ? fat : NULL; // (NULL stays NULL: a tensor the model does not have)
-        if (src[k] != NULL) { memcpy(fat, src[k], sizes[k] * sizeof(float)); }
-        fat += sizes[k];
-    }
-    gpt2_weights_free(&model->w);
-    llama_free(&model->lw);
-#else
-    free(buffer);
-    for (int k = 0; k < NUM_FORWARD_TENSORS; k++) {
-        if (others[k] != NULL) { *others[k] = (float *)src[k]; }
-    }
-#endif
-    model->weight_bytes = own * sizeof(weightX) + rest * sizeof(float);
-#ifndef WEIGHTS_BF16
-    for (int j = 0; j < 5; j++) { model->weight_bytes += j == 4 && tied ? 0 : sizes[slot[j]] * sizeof(float); }
-#endif
-    model->step_bytes = model->weight_bytes - (sizes[0] + sizes[1]) * sizeof(float); // (wte, wpe: a row each per token)
-}
-
-void gpt2_free(GPT2 *model) {
-    free(model->lora_sites);
-    free(model->lora_memory);
-    gpt2_weights_free(&model->w);
-    llama_free(&model->lw);
-    free(model->linear_memory);
-    free(model->rest_memory);
-    free(model->rope_host);
-    free(model->rope_table);
-    free(model->cache_memory);
-    free(model->rows_memory);
-    memset(model, 0, sizeof(*model));
-}
-
 // ----------------------------------------------------------------------------
-// an adapter's files (-L): PEFT's LoRA layout
-
-// --- begin shared-copy: lora-types ---
-// LoRA (Hu et al. 2021): each adapted linear layer y = x W^T + b gets a low-rank update,
-//     y = x W^T + b + s (x A^T) B^T,    A (r, in), B (out, r), s = alpha / r (rsLoRA: alpha / sqrt(r))
-// W stays frozen; only A and B train: r (in + out) numbers instead of in x out. PEFT names
-// each adapted module by its path in the Hugging Face model, and so do we (its files are
-// ours). Our model files fuse some of Hugging Face's layers: q, k and v are one (Q + 2KV, C)
-// matrix, gate and up one (2H, C); a module of Hugging Face's then adapts a band of rows of
-// ours (its `offset`, `out` rows), which changes nothing in the arithmetic.
-
-enum { SITE_QKV, SITE_ATTPROJ, SITE_FC, SITE_FCPROJ, NUM_SITES }; // the four linear layers of a block
-
-// What of the base model an adapter must fit: the family (its module names), L layers, C
-// channels, Q = NH HS query and KV = NKV HS key/value channels, the MLP's width H
-typedef struct {
-    int llama, L, C, Q, KV, H;
-} LoraShape;
-
-typedef struct {
-    char name[128]; // PEFT's module path, e.g. "model.layers.3.self_attn.q_proj"
-    int layer, site, offset, out, in;
-    float *A, *B;   // (r, in), (out, r): into Lora.params
-    float *dA, *dB; // their gradients: into Lora.grads (finetune_lora; NULL in infer)
-} LoraModule;
-
-typedef struct {
-    int r;
-    float alpha, scale;
-    int rslora;
-    float dropout;         // LoRA dropout p: on the adapter's input x (not the base layer's), while training
-    int training;          // 1: dropout applies (0: evaluation, inference)
-    uint64_t dropout_key;  // the current micro-batch's: which inputs are dropped (set before its forward pass)
-    int num_modules;
-    LoraModule *modules;
-    size_t num_params;
-    float *params, *grads, *m, *v; // all modules' A and B, back to back (training: their gradients, AdamW's moments)
-} Lora;
-// --- end shared-copy: lora-types ---
-// --- begin shared-copy: lora-adapter ---
-// Every module the family has, in PEFT's names: fills names/sites/offsets/outs/ins for layer
-// l and returns how many (GPT-2: 4, the Llama family: 7)
-static int family_modules(const LoraShape *b, int l, char names[][128], int *site, int *offset, int *out, int *in) {
-    int C = b->C, Q = b->Q, KV = b->KV, H = b->H;
-    if (!b->llama) {
-        const char *n[4] = {"attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"};
-        int s[4] = {SITE_QKV, SITE_ATTPROJ, SITE_FC, SITE_FCPROJ}, o[4] = {3 * C, C, H, C}, i[4] = {C, C, C, H};
-        for (int k = 0; k < 4; k++) {
-            snprintf(names[k], 128, "transformer.h.%d.%s", l, n[k]);
-            site[k] = s[k]; offset[k] = 0; out[k] = o[k]; in[k] = i[k];
-        }
-        return 4;
-    }
-    const char *n[7] = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj", "mlp.gate_proj",
-                        "mlp.up_proj", "mlp.down_proj"};
-    int s[7] = {SITE_QKV, SITE_QKV, SITE_QKV, SITE_ATTPROJ, SITE_FC, SITE_FC, SITE_FCPROJ};
-    int f[7] = {0, Q, Q + KV, 0, 0, H, 0}, o[7] = {Q, KV, KV, C, H, H, C}, i[7] = {C, C, C, Q, C, C, H};
-    for (int k = 0; k < 7; k++) {
-        snprintf(names[k], 128, "model.layers.%d.%s", l, n[k]);
-        site[k] = s[k]; offset[k] = f[k]; out[k] = o[k]; in[k] = i[k];
-    }
-    return 7;
-}
-
-static const char *ADAPTER_HINT = "an adapter folder holds adapter_config.json and adapter_model.safetensors (PEFT's save_pretrained)";
-
-// The numbers of lora's modules (num_modules, their in, out and lora->r set): params, each
-// module's A then B; for training also grads (dA, dB alike) and AdamW's m and v, zeroed
-static void lora_allocate(Lora *lora, int training, const char *what) {
-    lora->params = (float *)calloc(lora->num_params, sizeof(float));
-    int ok = lora->params != NULL;
-    if (training) {
-        lora->grads = (float *)calloc(lora->num_params, sizeof(float));
-        lora->m = (float *)calloc(lora->num_params, sizeof(float));
-        lora->v = (float *)calloc(lora->num_params, sizeof(float));
-        ok = ok && lora->grads != NULL && lora->m != NULL && lora->v != NULL;
-    }
-    if (!ok) { die_file(what, NULL, "out of memory for an adapter of %zu numbers", lora->num_params); }
-    size_t at = 0;
-    for (int k = 0; k < lora->num_modules; k++) {
-        LoraModule *m = &lora->modules[k];
-        m->A = lora->params + at; m->dA = training ? lora->grads + at : NULL; at += (size_t)lora->r * m->in;
-        m->B = lora->params + at; m->dB = training ? lora->grads + at : NULL; at += (size_t)lora->r * m->out;
-    }
-}
-
-// Reads a PEFT LoRA adapter folder for a base model of shape b: adapter_config.json
-// (peft_type LORA, r, lora_alpha, use_rslora, bias "none") and adapter_model.safetensors,
-// whose every tensor must be the lora_A or lora_B of a module the base has, with shapes
-// [r, in] and [out, r]. Any mismatch is one error naming the file. training: 1 allocates
-// the gradients and AdamW's moments too (lora_allocate).
-static void lora_load(Lora *lora, const LoraShape *b, const char *dir, int training) {
-    memset(lora, 0, sizeof(*lora));
-    char path[MAX_PATH_LEN], err[256];
-    path_concat(path, dir, "/adapter_config.json");
-    size_t len;
-    uint8_t *text = read_whole_file(path, &len, ADAPTER_HINT);
-    Json j;
-    if (json_parse(&j, (const char *)text, len, err, sizeof(err)) != 0) { die_file(path, NULL, "%s", err); }
-    if (j.tokens[0].type != JSON_OBJECT) { die_file(path, NULL, "not a JSON object"); }
-    char s[64] = "";
-    int at = json_get(&j, 0, "peft_type");
-    if (at < 0 || json_string(&j, at, s, sizeof(s)) < 0 || strcmp(s, "LORA") != 0) { die_file(path, NULL, "peft_type is not \"LORA\""); }
-    int64_t r = 0;
-    double alpha = 0.0;
-    at = json_get(&j, 0, "r");
-    if (at < 0 || json_int64(&j, at, &r) != 0 || r < 1 || r > 4096) { die_file(path, NULL, "r is not a rank in 1..4096"); }
-    at = json_get(&j, 0, "lora_alpha");
-    if (at < 0 || json_double(&j, at, &alpha) != 0 || !(alpha > 0.0)) { die_file(path, NULL, "lora_alpha is not a positive number"); }
-    at = json_get(&j, 0, "lora_dropout");
-    double dropout = 0.0;
-    if (at >= 0 && (json_double(&j, at, &dropout) != 0 || !(dropout >= 0.0 && dropout < 1.0))) { die_file(path, NULL, "lora_dropout is not a probability below 1"); }
-    lora->dropout = (float)dropout;
-    at = json_get(&j, 0, "use_rslora");
-    lora->rslora = at >= 0 && j.tokens[at].type == JSON_TRUE;
-    at = json_get(&j, 0, "bias");
-    if (at >= 0 && (json_string(&j, at, s, sizeof(s)) < 0 || strcmp(s, "none") != 0)) {
-        die_file(path, NULL, "bias is not \"none\": we train LoRA's A and B only");
-    }
-    at = json_get(&j, 0, "use_dora");
-    if (at >= 0 && j.tokens[at].type == JSON_TRUE) { die_file(path, NULL, "a DoRA adapter (use_dora): we read LoRA's"); }
-    json_free(&j);
-    free(text);
-    lora->r = (int)r;
-    lora->alpha = (float)alpha;
-    lora->scale = (float)(lora->rslora ? alpha / sqrt((double)r) : alpha / (double)r);
-
-    path_concat(path, dir, "/adapter_model.safetensors");
-    SafeTensors st;
-    safetensors_open(&st, path, ADAPTER_HINT);
-    // the modules present: each of the family's whose lora_A is in the file
-    int max_modules = b->L * 7;
-    lora->modules = (LoraModule *)calloc((size_t)max_modules, sizeof(LoraModule));
-    if (lora->modules == NULL) { die_file(path, NULL, "out of memory"); }
-    int found = 0;
-    for (int l = 0; l < b->L; l++) {
-        char names[7][128];
-        int site[7], offset[7], out[7], in[7], n = family_modules(b, l, names, site, offset, out, in);
-        for (int k = 0; k < n; k++) {
-            char key_a[256], key_b[256];
-            snprintf(key_a, sizeof(key_a), "base_model.model.%s.lora_A.weight", names[k]);
-            snprintf(key_b, sizeof(key_b), "base_model.model.%s.lora_B.weight", names[k]);
-            const StTensor *ta = safetensors_find(&st, key_a), *tb = safetensors_find(&st, key_b);
-            if (ta == NULL && tb == NULL) { continue; }
-            if (ta == NULL || tb == NULL) { die_file(path, ADAPTER_HINT, "%s without %s", ta != NULL ? key_a : key_b, ta != NULL ? key_b : key_a); }
-            if (ta->ndim != 2 || ta->shape[0] != r || ta->shape[1] != in[k] || tb->ndim != 2 || tb->shape[0] != out[k] || tb->shape[1] != r) {
-                die_file(path, "the adapter is for another model, or another rank than adapter_config.json's",
-                         "%s: lora_A must be [%d, %d] and lora_B [%d, %d] (r = %d)", names[k], (int)r, in[k], out[k], (int)r, (int)r);
-            }
-            if (!st_float_dtype(ta->dtype) || !st_float_dtype(tb->dtype)) { die_file(path, NULL, "%s: dtype %s, we read F32, F16, BF16, F64", names[k], ta->dtype); }
-            LoraModule *m = &lora->modules[lora->num_modules++];
-            snprintf(m->name, sizeof(m->name), "%s", names[k]);
-            m->layer = l; m->site = site[k]; m->offset = offset[k]; m->out = out[k]; m->in = in[k];
-            lora->num_params += (size_t)r * (in[k] + out[k]);
-            found += 2;
-        }
-    }
-    if (found != st.num) { // a tensor that is no module of ours
-        for (int k = 0; k < st.num; k++) {
-            int ours = 0;
-            for (int m = 0; m < lora->num_modules && !ours; m++) {
-                char key[256];
-                snprintf(key, sizeof(key), "base_model.model.%s.lora_", lora->modules[m].name);
-                ours = strncmp(st.tensors[k].name, key, strlen(key)) == 0;
-            }
-            if (!ours) { die_file(path, "the adapter is for another model family or layout", "tensor %s is no LoRA module of this %s model", st.tensors[k].name, b->llama ? "Llama-family" : "GPT-2"); }
-        }
-    }
-    if (lora->num_modules == 0) { die_file(path, NULL, "no LoRA tensors"); }
-    lora_allocate(lora, training, path);
-    FILE *fp = fopenCheck(path, "rb");
-    size_t largest = 0; // (the biggest tensor, in bytes at 8 a number: the read buffer)
-    for (int m = 0; m < lora->num_modules; m++) {
-        size_t side = (size_t)(lora->modules[m].in > lora->modules[m].out ? lora->modules[m].in : lora->modules[m].out);
-        largest = (size_t)r * side > largest ? (size_t)r * side : largest;
-    }
-    void *buf = mallocCheck(largest * 8);
-    for (int m = 0; m < lora->num_modules; m++) {
-        LoraModule *mod = &lora->modules[m];
-        char key[256];
-        snprintf(key, sizeof(key), "base_model.model.%s.lora_A.weight", mod->name);
-        st_read_floats(fp, &st, safetensors_find(&st, key), mod->A, buf, path);
-        snprintf(key, sizeof(key), "base_model.model.%s.lora_B.weight", mod->name);
-        st_read_floats(fp, &st, safetensors_find(&st, key), mod->B, buf, path);
-    }
-    free(buf);
-    fcloseCheck(fp);
-    safetensors_free(&st);
-}
-
-static void lora_free(Lora *lora) {
-    free(lora->modules); free(lora->params); free(lora->grads); free(lora->m); free(lora->v);
-    memset(lora, 0, sizeof(*lora));
-}
-// --- end shared-copy: lora-adapter ---
+// models in: llm.c's checkpoints, our Llama-family files, new random models
 
 // --- begin shared-copy: gpt2-model-file ---
 // The size of an open file in bytes; the position is left just after the 256 x
@@ -1690,7 +1310,387 @@ static void forward_sources(const GPT2 *model, const float **src, size_t *sizes)
 // --- end shared-copy: infer-models-in ---
 
 // ----------------------------------------------------------------------------
-// the forward pass with a KV cache
+// the model in memory: row buffers, the KV cache, build and free
+
+// --- begin shared-copy: infer-row-sizes ---
+// The bytes of each row buffer (RowBuffers' order) for passes of up to N rows, NL with logits.
+static void row_buffer_bytes(size_t *bytes, ModelConfig c, size_t N, size_t NL, size_t S, size_t att_per_row) {
+    size_t C = c.channels, Q = (size_t)c.num_heads * c.head_size, KV = (size_t)c.num_kv_heads * c.head_size, H = c.hidden;
+    size_t widest = Q + 2 * KV > C ? Q + 2 * KV : C; // the matmuls' fp32 outputs: qkv, the MLP's (SwiGLU: 2H), C
+    widest = widest > (c.llama ? 2 : 1) * H ? widest : (c.llama ? 2 : 1) * H;
+    size_t X = sizeof(floatX), I = sizeof(int), F = sizeof(float);
+    size_t b[NUM_ROW_BUFFERS] = {N * I, N * I, N * I, NL * I, NL * I, N * C * F, N * C * X, N * Q * X, N * Q * X, N * H * X,
+                                 N * widest * F, att_per_row * S * F, NL * c.padded_vocab_size * F, N * c.lora_rank * F};
+    memcpy(bytes, b, sizeof(b));
+}
+// --- end shared-copy: infer-row-sizes ---
+
+// Buffers for forward passes of up to N rows, with logits for up to NL of them: one
+// allocation, each buffer on 64 bytes.
+void gpt2_allocate_rows(GPT2 *model, int N, int NL) {
+    free(model->rows_memory);
+    size_t S = model->cache_len > 0 ? model->cache_len : 1, bytes[NUM_ROW_BUFFERS], at[NUM_ROW_BUFFERS], total = 0;
+    row_buffer_bytes(bytes, model->config, (size_t)N, (size_t)NL, S, (size_t)num_threads()); // (attention: S scores per thread)
+    for (int k = 0; k < NUM_ROW_BUFFERS; k++) {
+        at[k] = total;
+        total += (bytes[k] + 63) / 64 * 64;
+    }
+    char *m = model->rows_memory = (char *)mallocCheck(total);
+    RowBuffers *r = &model->rows;
+    r->tokens = (int *)(m + at[0]);
+    r->seq = (int *)(m + at[1]);
+    r->pos = (int *)(m + at[2]);
+    r->logit_rows = (int *)(m + at[3]);
+    r->argmax = (int *)(m + at[4]);
+    r->residual = (float *)(m + at[5]);
+    r->ln = (floatX *)(m + at[6]);
+    r->q = (floatX *)(m + at[7]);
+    r->atty = (floatX *)(m + at[8]);
+    r->fch = (floatX *)(m + at[9]);
+    r->scratch = (float *)(m + at[10]);
+    r->att = (float *)(m + at[11]);
+    r->logits = (float *)(m + at[12]);
+    r->lora_h = (float *)(m + at[13]);
+    model->logits = r->logits;
+    model->argmax = r->argmax;
+    model->max_rows = N;
+    model->max_logit_rows = NL;
+}
+
+// The KV cache for B sequences of up to S positions each. Two halves of one allocation:
+// keys and values. (The cache grows with B x S; at GPT-2 124M, 64 sequences of 1024 tokens
+// take 4.5 GiB: on a GPU it limits the batch before the weights do. Grouped-query attention
+// makes it NH/NKV times smaller.)
+void gpt2_allocate_cache(GPT2 *model, int B, int S) {
+    free(model->cache_memory);
+    ModelConfig c = model->config;
+    size_t per_layer = (size_t)B * S * c.num_kv_heads * c.head_size, L = c.num_layers;
+    model->cache_memory = (floatX *)mallocCheck(2 * L * per_layer * sizeof(floatX));
+    model->key_cache = model->cache_memory;
+    model->value_cache = model->cache_memory + L * per_layer;
+    model->cache_layer = per_layer;
+    model->cache_batch = B;
+    model->cache_len = S;
+    if (c.llama) { // RoPE's cosines and sines for the S positions
+        free(model->rope_table);
+        model->rope_table = (float *)mallocCheck((size_t)S * c.head_size * sizeof(float));
+        rope_table_fill(model->rope_table, model->rope_host, S, c.head_size);
+    }
+    // the attention scores scale with S too
+    if (model->max_rows > 0) { gpt2_allocate_rows(model, model->max_rows, model->max_logit_rows); }
+}
+
+// The forward pass's weights (infer.cu's are its copy on the GPU): the linear layers' laid
+// out in panels of weightX (pack_linear), the rest fp32 as loaded. src and sizes are the
+// loaded tensors in ForwardTensors' order (forward_sources); the five linear layers are
+// slots 4, 6, 10, 12 and 16 (the head), each `layers` layers of (OC, IC).
+#define NUM_LINEAR 5
+static const int LINEAR_SLOT[NUM_LINEAR] = {4, 6, 10, 12, 16};
+static int is_linear_slot(int k) { return k == 4 || k == 6 || k == 10 || k == 12 || k == 16; }
+#ifdef WEIGHTS_BF16
+// bf16: every linear layer (the head too, tied or not) in panels of an allocation of its
+// own, half the size; the rest is copied out, and the loaded fp32 weights are let go (at
+// load, for a moment, 1.5 times the fp32 model)
+static void place_weights(GPT2 *model, const float **src, const size_t *sizes, const int *OC, const int *IC, const int *layers) {
+    size_t own = 0, rest = 0;
+    for (int j = 0; j < NUM_LINEAR; j++) { own += sizes[LINEAR_SLOT[j]]; }
+    for (int k = 0; k < NUM_FORWARD_TENSORS; k++) { rest += is_linear_slot(k) ? 0 : sizes[k]; }
+    model->linear_memory = (weightX *)mallocCheck((own > 0 ? own : 1) * sizeof(weightX));
+    ForwardTensors *p = &model->params;
+    weightX **linear[NUM_LINEAR] = {&p->qkvw, &p->attprojw, &p->fcw, &p->fcprojw, &p->lm_head};
+    weightX *at = model->linear_memory;
+    for (int j = 0; j < NUM_LINEAR; j++) {
+        size_t layer = (size_t)OC[j] * IC[j];
+        *linear[j] = at;
+        for (int l = 0; l < layers[j]; l++) { pack_linear(at + l * layer, src[LINEAR_SLOT[j]] + l * layer, OC[j], IC[j]); }
+        at += sizes[LINEAR_SLOT[j]];
+    }
+    float **others[NUM_FORWARD_TENSORS] = {&p->wte, &p->wpe, &p->ln1w, &p->ln1b, NULL, &p->qkvb, NULL, &p->attprojb, &p->ln2w,
+                                           &p->ln2b, NULL, &p->fcb, NULL, &p->fcprojb, &p->lnfw, &p->lnfb, NULL};
+    model->rest_memory = (float *)mallocCheck((rest > 0 ? rest : 1) * sizeof(float));
+    float *fat = model->rest_memory;
+    for (int k = 0; k < NUM_FORWARD_TENSORS; k++) {
+        if (others[k] == NULL) { continue; }
+        *others[k] = src[k] != NULL ? fat : NULL; // (NULL stays NULL: a tensor the model does not have)
+        if (src[k] != NULL) { memcpy(fat, src[k], sizes[k] * sizeof(float)); }
+        fat += sizes[k];
+    }
+    gpt2_weights_free(&model->w);
+    llama_free(&model->lw);
+    model->weight_bytes = own * sizeof(weightX) + rest * sizeof(float);
+}
+#else
+// fp32: the panels take their tensor's own place, a layer at a time through a buffer of one
+// layer, so loading needs no second copy of the model. A tied head (GPT-2's, SmolLM2's) gets
+// panels of its own beside the embedding table, whose rows the first layer reads: Vp x C
+// weights more.
+static void place_weights(GPT2 *model, const float **src, const size_t *sizes, const int *OC, const int *IC, const int *layers) {
+    int tied = src[16] == src[0];
+    size_t own = tied ? sizes[16] : 0, rest = 0, largest = 0; // (own: the panels that go to an allocation of their own)
+    for (int j = 0; j < NUM_LINEAR; j++) {
+        size_t layer = (size_t)OC[j] * IC[j];
+        largest = layer > largest ? layer : largest;
+    }
+    for (int k = 0; k < NUM_FORWARD_TENSORS; k++) { rest += is_linear_slot(k) ? 0 : sizes[k]; }
+    model->linear_memory = (weightX *)mallocCheck((own > 0 ? own : 1) * sizeof(weightX));
+    ForwardTensors *p = &model->params;
+    weightX **linear[NUM_LINEAR] = {&p->qkvw, &p->attprojw, &p->fcw, &p->fcprojw, &p->lm_head};
+    float *buffer = (float *)mallocCheck(largest * sizeof(float));
+    for (int j = 0; j < NUM_LINEAR; j++) {
+        size_t layer = (size_t)OC[j] * IC[j];
+        float *tensor = (float *)src[LINEAR_SLOT[j]]; // (the loaded weights are ours to overwrite)
+        if (j == 4 && tied) {
+            *linear[j] = model->linear_memory;
+            pack_linear(model->linear_memory, tensor, OC[j], IC[j]);
+            continue;
+        }
+        *linear[j] = tensor;
+        for (int l = 0; l < layers[j]; l++) {
+            pack_linear(buffer, tensor + l * layer, OC[j], IC[j]);
+            memcpy(tensor + l * layer, buffer, layer * sizeof(float));
+        }
+    }
+    free(buffer);
+    float **others[NUM_FORWARD_TENSORS] = {&p->wte, &p->wpe, &p->ln1w, &p->ln1b, NULL, &p->qkvb, NULL, &p->attprojb, &p->ln2w,
+                                           &p->ln2b, NULL, &p->fcb, NULL, &p->fcprojb, &p->lnfw, &p->lnfb, NULL};
+    for (int k = 0; k < NUM_FORWARD_TENSORS; k++) {
+        if (others[k] != NULL) { *others[k] = (float *)src[k]; }
+    }
+    model->weight_bytes = own * sizeof(weightX) + rest * sizeof(float);
+    for (int j = 0; j < NUM_LINEAR; j++) { model->weight_bytes += j == 4 && tied ? 0 : sizes[LINEAR_SLOT[j]] * sizeof(float); }
+}
+#endif
+
+// The model from -m, with no cache and no buffers yet.
+void gpt2_build(GPT2 *model, const char *source, uint64_t seed) {
+    memset(model, 0, sizeof(*model));
+    model_weights_build(model, source, seed);
+    const float *src[NUM_FORWARD_TENSORS];
+    size_t sizes[NUM_FORWARD_TENSORS];
+    forward_sources(model, src, sizes);
+    ModelConfig c = model->config;
+    int C = c.channels, Q = c.num_heads * c.head_size, KV = c.num_kv_heads * c.head_size, H = c.hidden, L = c.num_layers;
+    // each linear layer's (OC, IC) and how many layers, in LINEAR_SLOT's order
+    const int OC[NUM_LINEAR] = {Q + 2 * KV, C, c.llama ? 2 * H : H, C, c.padded_vocab_size};
+    const int IC[NUM_LINEAR] = {C, Q, C, H, C}, layers[NUM_LINEAR] = {L, L, L, L, 1};
+    sizes[16] = (size_t)c.padded_vocab_size * C;
+    place_weights(model, src, sizes, OC, IC, layers);
+    model->step_bytes = model->weight_bytes - (sizes[0] + sizes[1]) * sizeof(float); // (wte, wpe: a row each per token)
+}
+
+void gpt2_free(GPT2 *model) {
+    free(model->lora_sites);
+    free(model->lora_memory);
+    gpt2_weights_free(&model->w);
+    llama_free(&model->lw);
+    free(model->linear_memory);
+    free(model->rest_memory);
+    free(model->rope_host);
+    free(model->rope_table);
+    free(model->cache_memory);
+    free(model->rows_memory);
+    memset(model, 0, sizeof(*model));
+}
+
+// ----------------------------------------------------------------------------
+// an adapter's files (-L): PEFT's LoRA layout
+
+// --- begin shared-copy: lora-types ---
+// LoRA (Hu et al. 2021): each adapted linear layer y = x W^T + b gets a low-rank update,
+//     y = x W^T + b + s (x A^T) B^T,    A (r, in), B (out, r), s = alpha / r (rsLoRA: alpha / sqrt(r))
+// W stays frozen; only A and B train: r (in + out) numbers instead of in x out. PEFT names
+// each adapted module by its path in the Hugging Face model, and so do we (its files are
+// ours). Our model files fuse some of Hugging Face's layers: q, k and v are one (Q + 2KV, C)
+// matrix, gate and up one (2H, C); a module of Hugging Face's then adapts a band of rows of
+// ours (its `offset`, `out` rows), which changes nothing in the arithmetic.
+
+enum { SITE_QKV, SITE_ATTPROJ, SITE_FC, SITE_FCPROJ, NUM_SITES }; // the four linear layers of a block
+
+// What of the base model an adapter must fit: the family (its module names), L layers, C
+// channels, Q = NH HS query and KV = NKV HS key/value channels, the MLP's width H
+typedef struct {
+    int llama, L, C, Q, KV, H;
+} LoraShape;
+
+typedef struct {
+    char name[128]; // PEFT's module path, e.g. "model.layers.3.self_attn.q_proj"
+    int layer, site, offset, out, in;
+    float *A, *B;   // (r, in), (out, r): into Lora.params
+    float *dA, *dB; // their gradients: into Lora.grads (finetune_lora; NULL in infer)
+} LoraModule;
+
+typedef struct {
+    int r;
+    float alpha, scale;
+    int rslora;
+    float dropout;         // LoRA dropout p: on the adapter's input x (not the base layer's), while training
+    int training;          // 1: dropout applies (0: evaluation, inference)
+    uint64_t dropout_key;  // the current micro-batch's: which inputs are dropped (set before its forward pass)
+    int num_modules;
+    LoraModule *modules;
+    size_t num_params;
+    float *params, *grads, *m, *v; // all modules' A and B, back to back (training: their gradients, AdamW's moments)
+} Lora;
+// --- end shared-copy: lora-types ---
+// --- begin shared-copy: lora-adapter ---
+// Every module the family has, in PEFT's names: fills names/sites/offsets/outs/ins for layer
+// l and returns how many (GPT-2: 4, the Llama family: 7)
+static int family_modules(const LoraShape *b, int l, char names[][128], int *site, int *offset, int *out, int *in) {
+    int C = b->C, Q = b->Q, KV = b->KV, H = b->H;
+    if (!b->llama) {
+        const char *n[4] = {"attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"};
+        int s[4] = {SITE_QKV, SITE_ATTPROJ, SITE_FC, SITE_FCPROJ}, o[4] = {3 * C, C, H, C}, i[4] = {C, C, C, H};
+        for (int k = 0; k < 4; k++) {
+            snprintf(names[k], 128, "transformer.h.%d.%s", l, n[k]);
+            site[k] = s[k]; offset[k] = 0; out[k] = o[k]; in[k] = i[k];
+        }
+        return 4;
+    }
+    const char *n[7] = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj", "mlp.gate_proj",
+                        "mlp.up_proj", "mlp.down_proj"};
+    int s[7] = {SITE_QKV, SITE_QKV, SITE_QKV, SITE_ATTPROJ, SITE_FC, SITE_FC, SITE_FCPROJ};
+    int f[7] = {0, Q, Q + KV, 0, 0, H, 0}, o[7] = {Q, KV, KV, C, H, H, C}, i[7] = {C, C, C, Q, C, C, H};
+    for (int k = 0; k < 7; k++) {
+        snprintf(names[k], 128, "model.layers.%d.%s", l, n[k]);
+        site[k] = s[k]; offset[k] = f[k]; out[k] = o[k]; in[k] = i[k];
+    }
+    return 7;
+}
+
+static const char *ADAPTER_HINT = "an adapter folder holds adapter_config.json and adapter_model.safetensors (PEFT's save_pretrained)";
+
+// The numbers of lora's modules (num_modules, their in, out and lora->r set): params, each
+// module's A then B; for training also grads (dA, dB alike) and AdamW's m and v, zeroed
+static void lora_allocate(Lora *lora, int training, const char *what) {
+    lora->params = (float *)calloc(lora->num_params, sizeof(float));
+    int ok = lora->params != NULL;
+    if (training) {
+        lora->grads = (float *)calloc(lora->num_params, sizeof(float));
+        lora->m = (float *)calloc(lora->num_params, sizeof(float));
+        lora->v = (float *)calloc(lora->num_params, sizeof(float));
+        ok = ok && lora->grads != NULL && lora->m != NULL && lora->v != NULL;
+    }
+    if (!ok) { die_file(what, NULL, "out of memory for an adapter of %zu numbers", lora->num_params); }
+    size_t at = 0;
+    for (int k = 0; k < lora->num_modules; k++) {
+        LoraModule *m = &lora->modules[k];
+        m->A = lora->params + at; m->dA = training ? lora->grads + at : NULL; at += (size_t)lora->r * m->in;
+        m->B = lora->params + at; m->dB = training ? lora->grads + at : NULL; at += (size_t)lora->r * m->out;
+    }
+}
+
+// Reads a PEFT LoRA adapter folder for a base model of shape b: adapter_config.json
+// (peft_type LORA, r, lora_alpha, use_rslora, bias "none") and adapter_model.safetensors,
+// whose every tensor must be the lora_A or lora_B of a module the base has, with shapes
+// [r, in] and [out, r]. Any mismatch is one error naming the file. training: 1 allocates
+// the gradients and AdamW's moments too (lora_allocate).
+static void lora_load(Lora *lora, const LoraShape *b, const char *dir, int training) {
+    memset(lora, 0, sizeof(*lora));
+    char path[MAX_PATH_LEN], err[256];
+    path_concat(path, dir, "/adapter_config.json");
+    size_t len;
+    uint8_t *text = read_whole_file(path, &len, ADAPTER_HINT);
+    Json j;
+    if (json_parse(&j, (const char *)text, len, err, sizeof(err)) != 0) { die_file(path, NULL, "%s", err); }
+    if (j.tokens[0].type != JSON_OBJECT) { die_file(path, NULL, "not a JSON object"); }
+    char s[64] = "";
+    int at = json_get(&j, 0, "peft_type");
+    if (at < 0 || json_string(&j, at, s, sizeof(s)) < 0 || strcmp(s, "LORA") != 0) { die_file(path, NULL, "peft_type is not \"LORA\""); }
+    int64_t r = 0;
+    double alpha = 0.0;
+    at = json_get(&j, 0, "r");
+    if (at < 0 || json_int64(&j, at, &r) != 0 || r < 1 || r > 4096) { die_file(path, NULL, "r is not a rank in 1..4096"); }
+    at = json_get(&j, 0, "lora_alpha");
+    if (at < 0 || json_double(&j, at, &alpha) != 0 || !(alpha > 0.0)) { die_file(path, NULL, "lora_alpha is not a positive number"); }
+    at = json_get(&j, 0, "lora_dropout");
+    double dropout = 0.0;
+    if (at >= 0 && (json_double(&j, at, &dropout) != 0 || !(dropout >= 0.0 && dropout < 1.0))) { die_file(path, NULL, "lora_dropout is not a probability below 1"); }
+    lora->dropout = (float)dropout;
+    at = json_get(&j, 0, "use_rslora");
+    lora->rslora = at >= 0 && j.tokens[at].type == JSON_TRUE;
+    at = json_get(&j, 0, "bias");
+    if (at >= 0 && (json_string(&j, at, s, sizeof(s)) < 0 || strcmp(s, "none") != 0)) {
+        die_file(path, NULL, "bias is not \"none\": we train LoRA's A and B only");
+    }
+    at = json_get(&j, 0, "use_dora");
+    if (at >= 0 && j.tokens[at].type == JSON_TRUE) { die_file(path, NULL, "a DoRA adapter (use_dora): we read LoRA's"); }
+    json_free(&j);
+    free(text);
+    lora->r = (int)r;
+    lora->alpha = (float)alpha;
+    lora->scale = (float)(lora->rslora ? alpha / sqrt((double)r) : alpha / (double)r);
+
+    path_concat(path, dir, "/adapter_model.safetensors");
+    SafeTensors st;
+    safetensors_open(&st, path, ADAPTER_HINT);
+    // the modules present: each of the family's whose lora_A is in the file
+    int max_modules = b->L * 7;
+    lora->modules = (LoraModule *)calloc((size_t)max_modules, sizeof(LoraModule));
+    if (lora->modules == NULL) { die_file(path, NULL, "out of memory"); }
+    int found = 0;
+    for (int l = 0; l < b->L; l++) {
+        char names[7][128];
+        int site[7], offset[7], out[7], in[7], n = family_modules(b, l, names, site, offset, out, in);
+        for (int k = 0; k < n; k++) {
+            char key_a[256], key_b[256];
+            snprintf(key_a, sizeof(key_a), "base_model.model.%s.lora_A.weight", names[k]);
+            snprintf(key_b, sizeof(key_b), "base_model.model.%s.lora_B.weight", names[k]);
+            const StTensor *ta = safetensors_find(&st, key_a), *tb = safetensors_find(&st, key_b);
+            if (ta == NULL && tb == NULL) { continue; }
+            if (ta == NULL || tb == NULL) { die_file(path, ADAPTER_HINT, "%s without %s", ta != NULL ? key_a : key_b, ta != NULL ? key_b : key_a); }
+            if (ta->ndim != 2 || ta->shape[0] != r || ta->shape[1] != in[k] || tb->ndim != 2 || tb->shape[0] != out[k] || tb->shape[1] != r) {
+                die_file(path, "the adapter is for another model, or another rank than adapter_config.json's",
+                         "%s: lora_A must be [%d, %d] and lora_B [%d, %d] (r = %d)", names[k], (int)r, in[k], out[k], (int)r, (int)r);
+            }
+            if (!st_float_dtype(ta->dtype) || !st_float_dtype(tb->dtype)) { die_file(path, NULL, "%s: dtype %s, we read F32, F16, BF16, F64", names[k], ta->dtype); }
+            LoraModule *m = &lora->modules[lora->num_modules++];
+            snprintf(m->name, sizeof(m->name), "%s", names[k]);
+            m->layer = l; m->site = site[k]; m->offset = offset[k]; m->out = out[k]; m->in = in[k];
+            lora->num_params += (size_t)r * (in[k] + out[k]);
+            found += 2;
+        }
+    }
+    if (found != st.num) { // a tensor that is no module of ours
+        for (int k = 0; k < st.num; k++) {
+            int ours = 0;
+            for (int m = 0; m < lora->num_modules && !ours; m++) {
+                char key[256];
+                snprintf(key, sizeof(key), "base_model.model.%s.lora_", lora->modules[m].name);
+                ours = strncmp(st.tensors[k].name, key, strlen(key)) == 0;
+            }
+            if (!ours) { die_file(path, "the adapter is for another model family or layout", "tensor %s is no LoRA module of this %s model", st.tensors[k].name, b->llama ? "Llama-family" : "GPT-2"); }
+        }
+    }
+    if (lora->num_modules == 0) { die_file(path, NULL, "no LoRA tensors"); }
+    lora_allocate(lora, training, path);
+    FILE *fp = fopenCheck(path, "rb");
+    size_t largest = 0; // (the biggest tensor, in bytes at 8 a number: the read buffer)
+    for (int m = 0; m < lora->num_modules; m++) {
+        size_t side = (size_t)(lora->modules[m].in > lora->modules[m].out ? lora->modules[m].in : lora->modules[m].out);
+        largest = (size_t)r * side > largest ? (size_t)r * side : largest;
+    }
+    void *buf = mallocCheck(largest * 8);
+    for (int m = 0; m < lora->num_modules; m++) {
+        LoraModule *mod = &lora->modules[m];
+        char key[256];
+        snprintf(key, sizeof(key), "base_model.model.%s.lora_A.weight", mod->name);
+        st_read_floats(fp, &st, safetensors_find(&st, key), mod->A, buf, path);
+        snprintf(key, sizeof(key), "base_model.model.%s.lora_B.weight", mod->name);
+        st_read_floats(fp, &st, safetensors_find(&st, key), mod->B, buf, path);
+    }
+    free(buf);
+    fcloseCheck(fp);
+    safetensors_free(&st);
+}
+
+static void lora_free(Lora *lora) {
+    free(lora->modules); free(lora->params); free(lora->grads); free(lora->m); free(lora->v);
+    memset(lora, 0, sizeof(*lora));
+}
+// --- end shared-copy: lora-adapter ---
+
+// ----------------------------------------------------------------------------
+// the adapter on the model (-L): its modules stacked by site
 
 // --- begin shared-copy: infer-lora-build ---
 // lora's modules stacked per site (LoraSite) into one new fp32 buffer, returned, its floats
@@ -1766,6 +1766,9 @@ static void adapter_placed(GPT2 *model, float *memory, size_t count) {
 
 // the adapter (-L) on or off: the tuned model or the base model
 void model_adapter_on(GPT2 *model, int on) { model->lora_on = on && model->lora_sites != NULL; }
+
+// ----------------------------------------------------------------------------
+// the forward pass with a KV cache
 
 // --- begin shared-copy: infer-forward ---
 // A pass's rows must fit its buffers and the cache, its logit rows be among its rows.
@@ -2381,9 +2384,6 @@ int parse_ids(const char *s, int V, int *out, const char *what) {
 
 // --- end shared-copy: infer-prompts ---
 
-// ----------------------------------------------------------------------------
-// main
-
 // --- begin shared-copy: infer-eval ---
 // ----------------------------------------------------------------------------
 // -E: an evaluation, the same questions to the base model and (with -L) the tuned one
@@ -2584,6 +2584,9 @@ int eval_classify(const EvalQuestion *q, const char *reply, int ended) {
     return other ? EVAL_HALLUCINATION : EVAL_FORMAT;
 }
 // --- end shared-copy: infer-eval ---
+
+// ----------------------------------------------------------------------------
+// main: the flags, the model, the prompts, generation
 
 #ifndef TESTING
 // --- begin shared-copy: gpt2-find-checkpoint ---

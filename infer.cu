@@ -653,7 +653,7 @@ static void gpu_release(void) {
 }
 
 // ----------------------------------------------------------------------------
-// the model: configuration, parameters on the host and on the GPU, the KV cache
+// the model: its configuration, its tensors (on the host and on the GPU), what a forward pass keeps
 
 // --- begin shared-copy: gpt2-config ---
 typedef struct {
@@ -933,12 +933,8 @@ typedef struct {
 } LoraSite;
 // --- end shared-copy: infer-lora-site ---
 
-// the model from -m: a checkpoint or d<N>, and the tensors the forward pass reads (models in, below)
 typedef struct GPT2 GPT2;
-void model_weights_build(GPT2 *model, const char *source, uint64_t seed);
-#define NUM_FORWARD_TENSORS 17
-static void forward_sources(const GPT2 *model, const float **src, size_t *sizes);
-static void rope_table_fill(float *table, const float *inv_freq, int S, int HS);
+#define NUM_FORWARD_TENSORS 17 // the tensors the forward pass reads (forward_sources, with the models in)
 
 // --- begin shared-copy: infer-row-buffers ---
 // What one forward pass over up to N rows needs, NL of them with logits. Nothing is kept
@@ -999,6 +995,335 @@ struct GPT2 {
     int use_graphs;                     // 0: launch the kernels one by one (tests compare)
     int gpu_held;                       // gpt2_build took the cuBLAS handle and stream (gpu_acquire)
 };
+
+// ----------------------------------------------------------------------------
+// models in: llm.c's checkpoints, our Llama-family files, new random models
+
+// --- begin shared-copy: gpt2-model-file ---
+// The size of an open file in bytes; the position is left just after the 256 x
+// int32 header that all our binary files start with.
+static long file_size(FILE *fp, const char *path) {
+    long bytes = -1;
+    if (fseek(fp, 0, SEEK_END) == 0) { bytes = ftell(fp); }
+    if (bytes < 0 || fseek(fp, 256 * sizeof(int), SEEK_SET) != 0) {
+        fprintf(stderr, "Error: %s: cannot seek: %s\n", path, strerror(errno));
+        exit(EXIT_FAILURE);
+    }
+    return bytes;
+}
+
+// Model checkpoints use llm.c's format, so its GPT-2 files load here unchanged:
+// a header of 256 int32 (magic 20240326, version 3 = fp32, maxT, V, L, NH, C, Vp),
+// then the 16 parameter tensors in table order, float32.
+#define MODEL_MAGIC 20240326
+#define MODEL_VERSION_FP32 3
+#define MODEL_VERSION_BF16 5
+// --- end shared-copy: gpt2-model-file ---
+// --- begin shared-copy: gpt2-init ---
+// Fill the parameters with random numbers: tensor k gets mean_k + std_k * N(0,1)
+// from random stream k of `seed`, then the vocabulary padding rows are zeroed.
+// GPT-2's scheme (Radford et al. 2019, and its released code): weights N(0, 0.02),
+// the two projections that feed the residual stream scaled by 1/sqrt(2L) so the
+// stream's variance does not grow with depth, biases 0, LayerNorms 1 and 0.
+// With noisy = 1, biases and LayerNorms get noise too: the tests use that, so a
+// bias or a LayerNorm weight that is ignored somewhere cannot go unnoticed.
+// params: all of them, fp32, in table order (sizes: param_sizes).
+void init_parameters(float *params, const size_t *param_sizes, GPT2Config config, uint64_t seed, int noisy) {
+    double std_w = 0.02, std_proj = 0.02 / sqrt(2.0 * config.num_layers);
+    double std_b = noisy ? 0.02 : 0.0, std_ln = noisy ? 0.1 : 0.0;
+    //                                   wte    wpe    ln1w   ln1b   qkvw   qkvb   attprojw  attprojb
+    double means[NUM_PARAMETER_TENSORS] = {0,     0,     1,     0,     0,     0,     0,        0,
+    //                                   ln2w   ln2b   fcw    fcb    fcprojw   fcprojb lnfw lnfb
+                                         1,     0,     0,     0,     0,        0,      1,   0};
+    double stds[NUM_PARAMETER_TENSORS] = {std_w, std_w, std_ln, std_ln, std_w, std_b, std_proj, std_b,
+                                          std_ln, std_ln, std_w, std_b, std_proj, std_b, std_ln, std_ln};
+    float *p = params;
+    for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {
+        uint64_t key = rng_key(seed, (uint64_t)k);
+        double mean = means[k], std = stds[k];
+        #pragma omp parallel for
+        for (size_t i = 0; i < param_sizes[k]; i++) {
+            // the product is rounded before the add, as numpy does it: GCC would
+            // otherwise fuse the two into an FMA, which can differ in the last bit
+            volatile double scaled = std * rng_normal_at(key, i);
+            p[i] = (float)(mean + scaled);
+        }
+        p += param_sizes[k];
+    }
+    // wte is the first tensor: its rows V..Vp-1 are the padding
+    size_t V = config.vocab_size, Vp = config.padded_vocab_size, C = config.channels;
+    memset(params + V * C, 0, (Vp - V) * C * sizeof(float));
+}
+
+// The configuration of a new model from a short descriptor: "d<N>", depth L = N,
+// channels C = 64 N, heads NH = N (so the head size is always 64, as in every
+// GPT-2), or one of the four GPT-2 sizes by name; maxT = 1024, GPT-2's vocabulary.
+// d12 is gpt2-124M, GPT-2 small; gpt2-350M (medium) is 24 layers of C = 1024 in
+// 16 heads, which no d<N> makes.
+static const struct { const char *name; int L, NH, C; } GPT2_SIZES[] = { // name, layers, heads, channels
+    {"gpt2-124M", 12, 12, 768}, {"gpt2-350M", 24, 16, 1024}, {"gpt2-774M", 36, 20, 1280}, {"gpt2-1558M", 48, 25, 1600}};
+GPT2Config gpt2_config_from_descriptor(const char *descriptor) {
+    for (size_t i = 0; i < sizeof(GPT2_SIZES) / sizeof(GPT2_SIZES[0]); i++) {
+        if (strcmp(descriptor, GPT2_SIZES[i].name) == 0) {
+            GPT2Config c = {1024, 50257, 50304, GPT2_SIZES[i].L, GPT2_SIZES[i].NH, GPT2_SIZES[i].C};
+            return c;
+        }
+    }
+    char *end = NULL;
+    long depth = descriptor[0] == 'd' ? strtol(descriptor + 1, &end, 10) : 0;
+    if (end == NULL || *end != '\0' || depth < 1 || depth > 64) {
+        fprintf(stderr, "Error: model '%s' is neither an existing file nor a descriptor d<N> (1 <= N <= 64)"
+                " or gpt2-124M, gpt2-350M, gpt2-774M, gpt2-1558M\n", descriptor);
+        fprintf(stderr, "HINT: d4 makes a new 4-layer model; path/model.bin loads a checkpoint\n");
+        exit(EXIT_FAILURE);
+    }
+    GPT2Config c = {1024, 50257, 50304, (int)depth, (int)depth, 64 * (int)depth};
+    return c;
+}
+// --- end shared-copy: gpt2-init ---
+
+// --- begin shared-copy: checkpoint-read ---
+// Reads an llm.c / train_gpt2 checkpoint: version 3 (fp32) or 5 (bf16, widened to fp32).
+void gpt2_build_from_checkpoint(GPT2Weights *w, const char *path) {
+    FILE *fp = fopenCheck(path, "rb");
+    int header[256];
+    if (fread(header, sizeof(int), 256, fp) != 256) {
+        die_file(path, "pass a model file (model_<step>.bin from train_gpt2; ./convert makes one from a Hugging Face folder)",
+                 "file too short for a model header (256 x int32)");
+    }
+    if (header[0] != MODEL_MAGIC) {
+        die_file(path, "pass a model file (model_<step>.bin, llm.c's gpt2_124M.bin; ./convert makes one from a Hugging Face"
+                 " folder) or d<N> for a random model", "bad magic number: expected %d (llm.c GPT-2 model), found %d",
+                 MODEL_MAGIC, header[0]);
+    }
+    if (header[1] != MODEL_VERSION_FP32 && header[1] != MODEL_VERSION_BF16) {
+        die_file(path, NULL, "model file version %d, expected %d (fp32) or %d (bf16)", header[1],
+                 MODEL_VERSION_FP32, MODEL_VERSION_BF16);
+    }
+    w->config.max_seq_len = header[2];
+    w->config.vocab_size = header[3];
+    w->config.num_layers = header[4];
+    w->config.num_heads = header[5];
+    w->config.channels = header[6];
+    w->config.padded_vocab_size = header[7];
+    gpt2_validate_config(w->config, path);
+    size_t bytes_per = header[1] == MODEL_VERSION_BF16 ? 2 : 4;
+    size_t expected = 256 * sizeof(int) + gpt2_count_parameters(w->config) * bytes_per;
+    long actual = file_size(fp, path);
+    if ((size_t)actual != expected) {
+        die_file(path, NULL, "file has %ld bytes, its header (version %d, L=%d C=%d Vp=%d maxT=%d) needs %zu:"
+                 " truncated or corrupt", actual, header[1], header[4], header[6], header[7], header[2], expected);
+    }
+    gpt2_weights_allocate(w);
+    w->from_bf16 = header[1] == MODEL_VERSION_BF16;
+    if (!w->from_bf16) {
+        freadCheck(w->params_memory, sizeof(float), w->num_parameters, fp);
+    } else { // in chunks, widening as we go
+        uint16_t buf[1 << 16];
+        for (size_t done = 0; done < w->num_parameters;) {
+            size_t n = w->num_parameters - done < (1 << 16) ? w->num_parameters - done : (1 << 16);
+            freadCheck(buf, sizeof(uint16_t), n, fp);
+            for (size_t i = 0; i < n; i++) { w->params_memory[done + i] = bf16_to_float(buf[i]); }
+            done += n;
+        }
+    }
+    fcloseCheck(fp);
+}
+// --- end shared-copy: checkpoint-read ---
+
+// --- begin shared-copy: llama-model-read ---
+static float bits_float(int i) {
+    float f;
+    memcpy(&f, &i, 4);
+    return f;
+}
+
+// Reads our Llama-family model file, or exits with a message naming it.
+void llama_load(LlamaWeights *w, const char *path) {
+    memset(w, 0, sizeof(*w));
+    FILE *fp = fopenCheck(path, "rb");
+    int h[256];
+    if (fread(h, sizeof(int), 256, fp) != 256) { die_file(path, NULL, "file too short for a model header (256 x int32)"); }
+    long size = file_size(fp, path); // (and back to the end of the header)
+    if (h[0] != LLAMA_MAGIC) { die_file(path, NULL, "bad magic number: expected %d (a Llama-family model), found %d", LLAMA_MAGIC, h[0]); }
+    if (h[1] != MODEL_VERSION_FP32 && h[1] != MODEL_VERSION_BF16) {
+        die_file(path, NULL, "version %d: we read 3 (fp32) and 5 (bf16)", h[1]);
+    }
+    LlamaConfig c = {h[2], h[3], h[4], h[5], h[6], h[7], h[9], h[8], h[10] & 1, (h[10] >> 1) & 1, h[17],
+                     bits_float(h[11]), bits_float(h[12]), bits_float(h[13]), bits_float(h[14]), bits_float(h[15]), h[16], h[18], h[19]};
+    char err[256];
+    if (h[17] == 0 && h[8] >= 0 && h[8] < 16) { // llm.c's own Llama 3 files: ffn_dim_multiplier, multiple_of, ... from field 8
+        die_file(path, NULL, "an llm.c Llama 3 model file (its header stores other fields from field 8 on); we read our own "
+                 "(./convert makes one from a Hugging Face folder or a GGUF file)");
+    }
+    if ((h[10] & ~3) != 0 || llama_check_config(c, err, sizeof(err)) != 0) {
+        die_file(path, NULL, "its header is not a model's (%s): truncated or corrupt", (h[10] & ~3) != 0 ? "unknown flags" : err);
+    }
+    size_t element = h[1] == MODEL_VERSION_BF16 ? 2 : 4, sizes[NUM_LLAMA_TENSORS], count = 0;
+    llama_tensor_sizes(sizes, c);
+    for (int k = 0; k < NUM_LLAMA_TENSORS; k++) { count += sizes[k]; }
+    if ((unsigned long)size != sizeof(h) + count * element) { // (before allocating: a corrupt header may ask for terabytes)
+        die_file(path, NULL, "file has %ld bytes, its header (version %d, L=%d C=%d V=%d H=%d) needs %zu: truncated or corrupt",
+                 size, h[1], c.num_layers, c.channels, c.vocab_size, c.hidden, sizeof(h) + count * element);
+    }
+    w->config = c;
+    llama_allocate(w);
+    if (element == 4) {
+        freadCheck(w->params, sizeof(float), w->num_parameters, fp);
+    } else { // bf16 -> fp32, a chunk at a time
+        uint16_t chunk[4096];
+        for (size_t at = 0; at < w->num_parameters; at += 4096) {
+            size_t n = w->num_parameters - at < 4096 ? w->num_parameters - at : 4096;
+            freadCheck(chunk, sizeof(uint16_t), n, fp);
+            for (size_t i = 0; i < n; i++) { w->params[at + i] = bf16_to_float(chunk[i]); }
+        }
+        w->from_bf16 = 1;
+    }
+    fcloseCheck(fp);
+}
+// --- end shared-copy: llama-model-read ---
+
+// --- begin shared-copy: infer-models-in ---
+// --- begin shared-copy: rope-frequencies ---
+// RoPE's HS/2 frequencies, inv_freq[i] = theta^(-2i/HS), in float as transformers computes
+// them; with Llama 3's scaling, long wavelengths (beyond original_max / low_freq_factor
+// positions) are slowed down by factor, short ones (within original_max /
+// high_freq_factor) kept, those between blended (transformers' rope_type "llama3").
+static float *rope_frequencies(const LlamaConfig *c) {
+    int half = c->head_size / 2;
+    float *f = (float *)mallocCheck((size_t)half * sizeof(float));
+    for (int i = 0; i < half; i++) {
+        f[i] = 1.0f / powf(c->rope_theta, (float)(2 * i) / (float)c->head_size);
+        if (c->rope_factor > 0.0f) {
+            float wavelen = 2.0f * (float)M_PI / f[i], old = (float)c->rope_original_max;
+            float low = old / c->rope_low_freq_factor, high = old / c->rope_high_freq_factor;
+            if (wavelen > low) { f[i] = f[i] / c->rope_factor; }
+            else if (wavelen >= high) {
+                float smooth = (old / wavelen - c->rope_low_freq_factor) / (c->rope_high_freq_factor - c->rope_low_freq_factor);
+                f[i] = (1.0f - smooth) * f[i] / c->rope_factor + smooth * f[i];
+            }
+        }
+    }
+    return f;
+}
+// --- end shared-copy: rope-frequencies ---
+
+// RoPE's cosines and sines of every position 0..S-1: for each, HS/2 cosines of pos *
+// inv_freq[i], then the HS/2 sines (the angles in float, as transformers computes them)
+static void rope_table_fill(float *table, const float *inv_freq, int S, int HS) {
+    for (int t = 0; t < S; t++) {
+        for (int i = 0; i < HS / 2; i++) {
+            float angle = (float)t * inv_freq[i];
+            table[(size_t)t * HS + i] = cosf(angle);
+            table[(size_t)t * HS + HS / 2 + i] = sinf(angle);
+        }
+    }
+}
+// --- begin shared-copy: llama-random ---
+// Random Llama-family models of real models' shapes, for benchmarks (-m llama:NAME): what
+// matters for speed is the shape, not the values. Weights uniform in [-0.02, 0.02] (0.02
+// is GPT-2's init scale), RMSNorm weights 1. (Llama 3.2 1B: 1.24B parameters, 4.6 GiB fp32.)
+static const struct { const char *name; LlamaConfig c; } LLAMA_SHAPES[] = {
+    // maxT, V, L, NH, NKV, C, HS, H, tied, qkv_bias, family, theta, eps, Llama 3 RoPE scaling (4), bos, eos
+    {"smollm2-135m", {8192, 49152, 30, 9, 3, 576, 64, 1536, 1, 0, LLAMA_FAMILY_LLAMA, 1e5f, 1e-5f, 0.0f, 0.0f, 0.0f, 0, 1, 2}},
+    {"llama3.2-1b", {131072, 128256, 16, 32, 8, 2048, 64, 8192, 1, 0, LLAMA_FAMILY_LLAMA, 5e5f, 1e-5f, 32.0f, 1.0f, 4.0f, 8192,
+                     128000, 128009}},
+    {"qwen2.5-0.5b", {32768, 151936, 24, 14, 2, 896, 64, 4864, 1, 1, LLAMA_FAMILY_QWEN2, 1e6f, 1e-6f, 0.0f, 0.0f, 0.0f, 0, -1,
+                      151645}},
+};
+
+static int llama_random(LlamaWeights *w, const char *source, uint64_t seed) {
+    if (strncmp(source, "llama:", 6) != 0) { return 0; }
+    for (size_t k = 0; k < sizeof(LLAMA_SHAPES) / sizeof(LLAMA_SHAPES[0]); k++) {
+        if (strcmp(source + 6, LLAMA_SHAPES[k].name) != 0) { continue; }
+        memset(w, 0, sizeof(*w));
+        w->config = LLAMA_SHAPES[k].c;
+        llama_allocate(w);
+        uint64_t key = rng_key(seed, 0);
+        #pragma omp parallel for schedule(static)
+        for (size_t i = 0; i < w->num_parameters; i++) { w->params[i] = (float)(0.04 * rng_uniform_at(key, i) - 0.02); }
+        const int norms[3] = {LL_LN1W, LL_LN2W, LL_LNFW};
+        for (int n = 0; n < 3; n++) {
+            for (size_t i = 0; i < w->sizes[norms[n]]; i++) { w->tensors[norms[n]][i] = 1.0f; }
+        }
+        return 1;
+    }
+    die_file(source, "-m llama:NAME takes smollm2-135m, llama3.2-1b or qwen2.5-0.5b", "no such shape");
+    return 0;
+}
+// --- end shared-copy: llama-random ---
+
+// -m: a checkpoint file (GPT-2's, llm.c's format; or our Llama-family file, told apart by its
+// magic number), d<N> for a new random GPT-2, or llama:NAME for a random Llama-family shape. We read only the project's own files: a
+// Hugging Face folder or a GGUF file goes through ./convert first (a one-line hint says how).
+void model_weights_build(GPT2 *model, const char *source, uint64_t seed) {
+    struct stat info;
+    if (stat(source, &info) == 0 && S_ISDIR(info.st_mode)) {
+        char name[MAX_PATH_LEN];
+        format_path(name, sizeof(name), "%s", source);
+        for (size_t n = strlen(name); n > 1 && name[n - 1] == '/'; n--) { name[n - 1] = '\0'; }
+        die_file(source, NULL, "is a folder; " PROGRAM " reads our model files (a Hugging Face folder: "
+                 "./convert -i %s -o %s.bin, then -m %s.bin)", name, name, name);
+    } else if (stat(source, &info) == 0) {
+        size_t n = strlen(source);
+        if (n > 5 && strcmp(source + n - 5, ".gguf") == 0) {
+            die_file(source, NULL, "is a GGUF file; " PROGRAM " reads our model files (./convert -i %s -o %.*s.bin first)",
+                     source, (int)(n - 5), source);
+        }
+        FILE *fp = fopenCheck(source, "rb");
+        int magic = 0;
+        if (fread(&magic, sizeof(magic), 1, fp) != 1) { magic = 0; }
+        fcloseCheck(fp);
+        if (magic == LLAMA_MAGIC) { llama_load(&model->lw, source); }
+        else { gpt2_build_from_checkpoint(&model->w, source); }
+    } else if (llama_random(&model->lw, source, seed)) {
+        // (a random Llama-family model of a named shape)
+    } else if (source[0] == 'd' && source[1] >= '0' && source[1] <= '9') {
+        model->w.config = gpt2_config_from_descriptor(source);
+        gpt2_weights_allocate(&model->w);
+        init_parameters(model->w.params_memory, model->w.param_sizes, model->w.config, seed, 0);
+    } else {
+        die_file(source, "-m takes a model file, d<N> (a random GPT-2) or llama:NAME (a random Llama shape), "
+                 "the last two for benchmarks", "no such file or folder");
+    }
+    snprintf(model->source, sizeof(model->source), "%s", source);
+    ModelConfig *c = &model->config;
+    if (model->lw.params != NULL) {
+        LlamaConfig l = model->lw.config;
+        *c = (ModelConfig){l.max_seq_len, l.vocab_size, l.vocab_size, l.num_layers, l.num_heads, l.channels, 1,
+                           l.num_kv_heads, l.head_size, l.hidden, l.norm_eps, l.bos_token_id, l.eos_token_id, 0}; // (no adapter yet)
+        model->num_parameters = model->lw.num_parameters;
+        model->rope_host = rope_frequencies(&l);
+    } else {
+        GPT2Config g = model->w.config;
+        int eot = g.vocab_size > 50256 ? 50256 : -1;
+        *c = (ModelConfig){g.max_seq_len, g.vocab_size, g.padded_vocab_size, g.num_layers, g.num_heads, g.channels, 0,
+                           g.num_heads, g.channels / g.num_heads, 4 * g.channels, 1e-5f, eot, eot, 0}; // (no adapter yet)
+        model->num_parameters = model->w.num_parameters;
+    }
+}
+
+// The loaded tensors in ForwardTensors' order and their sizes (NULL and 0: the model has
+// none; a tied lm_head is wte, with size 0: nothing of its own).
+static void forward_sources(const GPT2 *model, const float **src, size_t *sizes) {
+    memset(src, 0, NUM_FORWARD_TENSORS * sizeof(*src));
+    memset(sizes, 0, NUM_FORWARD_TENSORS * sizeof(*sizes));
+    if (!model->config.llama) { // ParameterTensors: GPT-2's 16, in ForwardTensors' order
+        const float *const *t = (const float *const *)&model->w.params;
+        for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) { src[k] = t[k]; sizes[k] = model->w.param_sizes[k]; }
+        src[16] = src[0];
+        return;
+    }
+    const LlamaWeights *l = &model->lw; // ForwardTensors' slot of each of ours
+    static const int slot[NUM_LLAMA_TENSORS] = {0, 2, 4, 5, 6, 8, 10, 12, 14, 16}; // wte ln1w qkvw qkvb attprojw ln2w fcw fcprojw lnfw lm_head
+    for (int k = 0; k < NUM_LLAMA_TENSORS; k++) { src[slot[k]] = l->tensors[k]; sizes[slot[k]] = l->sizes[k]; }
+    if (l->config.tied) { src[16] = src[0]; }
+}
+
+// --- end shared-copy: infer-models-in ---
+
+// ----------------------------------------------------------------------------
+// the model in memory: row buffers, the KV cache, build and free
 
 // --- begin shared-copy: infer-row-sizes ---
 // The bytes of each row buffer (RowBuffers' order) for passes of up to N rows, NL with logits.
@@ -1338,331 +1663,8 @@ static void lora_free(Lora *lora) {
 }
 // --- end shared-copy: lora-adapter ---
 
-// --- begin shared-copy: gpt2-model-file ---
-// The size of an open file in bytes; the position is left just after the 256 x
-// int32 header that all our binary files start with.
-static long file_size(FILE *fp, const char *path) {
-    long bytes = -1;
-    if (fseek(fp, 0, SEEK_END) == 0) { bytes = ftell(fp); }
-    if (bytes < 0 || fseek(fp, 256 * sizeof(int), SEEK_SET) != 0) {
-        fprintf(stderr, "Error: %s: cannot seek: %s\n", path, strerror(errno));
-        exit(EXIT_FAILURE);
-    }
-    return bytes;
-}
-
-// Model checkpoints use llm.c's format, so its GPT-2 files load here unchanged:
-// a header of 256 int32 (magic 20240326, version 3 = fp32, maxT, V, L, NH, C, Vp),
-// then the 16 parameter tensors in table order, float32.
-#define MODEL_MAGIC 20240326
-#define MODEL_VERSION_FP32 3
-#define MODEL_VERSION_BF16 5
-// --- end shared-copy: gpt2-model-file ---
-// --- begin shared-copy: gpt2-init ---
-// Fill the parameters with random numbers: tensor k gets mean_k + std_k * N(0,1)
-// from random stream k of `seed`, then the vocabulary padding rows are zeroed.
-// GPT-2's scheme (Radford et al. 2019, and its released code): weights N(0, 0.02),
-// the two projections that feed the residual stream scaled by 1/sqrt(2L) so the
-// stream's variance does not grow with depth, biases 0, LayerNorms 1 and 0.
-// With noisy = 1, biases and LayerNorms get noise too: the tests use that, so a
-// bias or a LayerNorm weight that is ignored somewhere cannot go unnoticed.
-// params: all of them, fp32, in table order (sizes: param_sizes).
-void init_parameters(float *params, const size_t *param_sizes, GPT2Config config, uint64_t seed, int noisy) {
-    double std_w = 0.02, std_proj = 0.02 / sqrt(2.0 * config.num_layers);
-    double std_b = noisy ? 0.02 : 0.0, std_ln = noisy ? 0.1 : 0.0;
-    //                                   wte    wpe    ln1w   ln1b   qkvw   qkvb   attprojw  attprojb
-    double means[NUM_PARAMETER_TENSORS] = {0,     0,     1,     0,     0,     0,     0,        0,
-    //                                   ln2w   ln2b   fcw    fcb    fcprojw   fcprojb lnfw lnfb
-                                         1,     0,     0,     0,     0,        0,      1,   0};
-    double stds[NUM_PARAMETER_TENSORS] = {std_w, std_w, std_ln, std_ln, std_w, std_b, std_proj, std_b,
-                                          std_ln, std_ln, std_w, std_b, std_proj, std_b, std_ln, std_ln};
-    float *p = params;
-    for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {
-        uint64_t key = rng_key(seed, (uint64_t)k);
-        double mean = means[k], std = stds[k];
-        #pragma omp parallel for
-        for (size_t i = 0; i < param_sizes[k]; i++) {
-            // the product is rounded before the add, as numpy does it: GCC would
-            // otherwise fuse the two into an FMA, which can differ in the last bit
-            volatile double scaled = std * rng_normal_at(key, i);
-            p[i] = (float)(mean + scaled);
-        }
-        p += param_sizes[k];
-    }
-    // wte is the first tensor: its rows V..Vp-1 are the padding
-    size_t V = config.vocab_size, Vp = config.padded_vocab_size, C = config.channels;
-    memset(params + V * C, 0, (Vp - V) * C * sizeof(float));
-}
-
-// The configuration of a new model from a short descriptor: "d<N>", depth L = N,
-// channels C = 64 N, heads NH = N (so the head size is always 64, as in every
-// GPT-2), or one of the four GPT-2 sizes by name; maxT = 1024, GPT-2's vocabulary.
-// d12 is gpt2-124M, GPT-2 small; gpt2-350M (medium) is 24 layers of C = 1024 in
-// 16 heads, which no d<N> makes.
-static const struct { const char *name; int L, NH, C; } GPT2_SIZES[] = { // name, layers, heads, channels
-    {"gpt2-124M", 12, 12, 768}, {"gpt2-350M", 24, 16, 1024}, {"gpt2-774M", 36, 20, 1280}, {"gpt2-1558M", 48, 25, 1600}};
-GPT2Config gpt2_config_from_descriptor(const char *descriptor) {
-    for (size_t i = 0; i < sizeof(GPT2_SIZES) / sizeof(GPT2_SIZES[0]); i++) {
-        if (strcmp(descriptor, GPT2_SIZES[i].name) == 0) {
-            GPT2Config c = {1024, 50257, 50304, GPT2_SIZES[i].L, GPT2_SIZES[i].NH, GPT2_SIZES[i].C};
-            return c;
-        }
-    }
-    char *end = NULL;
-    long depth = descriptor[0] == 'd' ? strtol(descriptor + 1, &end, 10) : 0;
-    if (end == NULL || *end != '\0' || depth < 1 || depth > 64) {
-        fprintf(stderr, "Error: model '%s' is neither an existing file nor a descriptor d<N> (1 <= N <= 64)"
-                " or gpt2-124M, gpt2-350M, gpt2-774M, gpt2-1558M\n", descriptor);
-        fprintf(stderr, "HINT: d4 makes a new 4-layer model; path/model.bin loads a checkpoint\n");
-        exit(EXIT_FAILURE);
-    }
-    GPT2Config c = {1024, 50257, 50304, (int)depth, (int)depth, 64 * (int)depth};
-    return c;
-}
-// --- end shared-copy: gpt2-init ---
-
-// --- begin shared-copy: checkpoint-read ---
-// Reads an llm.c / train_gpt2 checkpoint: version 3 (fp32) or 5 (bf16, widened to fp32).
-void gpt2_build_from_checkpoint(GPT2Weights *w, const char *path) {
-    FILE *fp = fopenCheck(path, "rb");
-    int header[256];
-    if (fread(header, sizeof(int), 256, fp) != 256) {
-        die_file(path, "pass a model file (model_<step>.bin from train_gpt2; ./convert makes one from a Hugging Face folder)",
-                 "file too short for a model header (256 x int32)");
-    }
-    if (header[0] != MODEL_MAGIC) {
-        die_file(path, "pass a model file (model_<step>.bin, llm.c's gpt2_124M.bin; ./convert makes one from a Hugging Face"
-                 " folder) or d<N> for a random model", "bad magic number: expected %d (llm.c GPT-2 model), found %d",
-                 MODEL_MAGIC, header[0]);
-    }
-    if (header[1] != MODEL_VERSION_FP32 && header[1] != MODEL_VERSION_BF16) {
-        die_file(path, NULL, "model file version %d, expected %d (fp32) or %d (bf16)", header[1],
-                 MODEL_VERSION_FP32, MODEL_VERSION_BF16);
-    }
-    w->config.max_seq_len = header[2];
-    w->config.vocab_size = header[3];
-    w->config.num_layers = header[4];
-    w->config.num_heads = header[5];
-    w->config.channels = header[6];
-    w->config.padded_vocab_size = header[7];
-    gpt2_validate_config(w->config, path);
-    size_t bytes_per = header[1] == MODEL_VERSION_BF16 ? 2 : 4;
-    size_t expected = 256 * sizeof(int) + gpt2_count_parameters(w->config) * bytes_per;
-    long actual = file_size(fp, path);
-    if ((size_t)actual != expected) {
-        die_file(path, NULL, "file has %ld bytes, its header (version %d, L=%d C=%d Vp=%d maxT=%d) needs %zu:"
-                 " truncated or corrupt", actual, header[1], header[4], header[6], header[7], header[2], expected);
-    }
-    gpt2_weights_allocate(w);
-    w->from_bf16 = header[1] == MODEL_VERSION_BF16;
-    if (!w->from_bf16) {
-        freadCheck(w->params_memory, sizeof(float), w->num_parameters, fp);
-    } else { // in chunks, widening as we go
-        uint16_t buf[1 << 16];
-        for (size_t done = 0; done < w->num_parameters;) {
-            size_t n = w->num_parameters - done < (1 << 16) ? w->num_parameters - done : (1 << 16);
-            freadCheck(buf, sizeof(uint16_t), n, fp);
-            for (size_t i = 0; i < n; i++) { w->params_memory[done + i] = bf16_to_float(buf[i]); }
-            done += n;
-        }
-    }
-    fcloseCheck(fp);
-}
-// --- end shared-copy: checkpoint-read ---
-
-// --- begin shared-copy: llama-model-read ---
-static float bits_float(int i) {
-    float f;
-    memcpy(&f, &i, 4);
-    return f;
-}
-
-// Reads our Llama-family model file, or exits with a message naming it.
-void llama_load(LlamaWeights *w, const char *path) {
-    memset(w, 0, sizeof(*w));
-    FILE *fp = fopenCheck(path, "rb");
-    int h[256];
-    if (fread(h, sizeof(int), 256, fp) != 256) { die_file(path, NULL, "file too short for a model header (256 x int32)"); }
-    long size = file_size(fp, path); // (and back to the end of the header)
-    if (h[0] != LLAMA_MAGIC) { die_file(path, NULL, "bad magic number: expected %d (a Llama-family model), found %d", LLAMA_MAGIC, h[0]); }
-    if (h[1] != MODEL_VERSION_FP32 && h[1] != MODEL_VERSION_BF16) {
-        die_file(path, NULL, "version %d: we read 3 (fp32) and 5 (bf16)", h[1]);
-    }
-    LlamaConfig c = {h[2], h[3], h[4], h[5], h[6], h[7], h[9], h[8], h[10] & 1, (h[10] >> 1) & 1, h[17],
-                     bits_float(h[11]), bits_float(h[12]), bits_float(h[13]), bits_float(h[14]), bits_float(h[15]), h[16], h[18], h[19]};
-    char err[256];
-    if (h[17] == 0 && h[8] >= 0 && h[8] < 16) { // llm.c's own Llama 3 files: ffn_dim_multiplier, multiple_of, ... from field 8
-        die_file(path, NULL, "an llm.c Llama 3 model file (its header stores other fields from field 8 on); we read our own "
-                 "(./convert makes one from a Hugging Face folder or a GGUF file)");
-    }
-    if ((h[10] & ~3) != 0 || llama_check_config(c, err, sizeof(err)) != 0) {
-        die_file(path, NULL, "its header is not a model's (%s): truncated or corrupt", (h[10] & ~3) != 0 ? "unknown flags" : err);
-    }
-    size_t element = h[1] == MODEL_VERSION_BF16 ? 2 : 4, sizes[NUM_LLAMA_TENSORS], count = 0;
-    llama_tensor_sizes(sizes, c);
-    for (int k = 0; k < NUM_LLAMA_TENSORS; k++) { count += sizes[k]; }
-    if ((unsigned long)size != sizeof(h) + count * element) { // (before allocating: a corrupt header may ask for terabytes)
-        die_file(path, NULL, "file has %ld bytes, its header (version %d, L=%d C=%d V=%d H=%d) needs %zu: truncated or corrupt",
-                 size, h[1], c.num_layers, c.channels, c.vocab_size, c.hidden, sizeof(h) + count * element);
-    }
-    w->config = c;
-    llama_allocate(w);
-    if (element == 4) {
-        freadCheck(w->params, sizeof(float), w->num_parameters, fp);
-    } else { // bf16 -> fp32, a chunk at a time
-        uint16_t chunk[4096];
-        for (size_t at = 0; at < w->num_parameters; at += 4096) {
-            size_t n = w->num_parameters - at < 4096 ? w->num_parameters - at : 4096;
-            freadCheck(chunk, sizeof(uint16_t), n, fp);
-            for (size_t i = 0; i < n; i++) { w->params[at + i] = bf16_to_float(chunk[i]); }
-        }
-        w->from_bf16 = 1;
-    }
-    fcloseCheck(fp);
-}
-// --- end shared-copy: llama-model-read ---
-
-// --- begin shared-copy: infer-models-in ---
-// --- begin shared-copy: rope-frequencies ---
-// RoPE's HS/2 frequencies, inv_freq[i] = theta^(-2i/HS), in float as transformers computes
-// them; with Llama 3's scaling, long wavelengths (beyond original_max / low_freq_factor
-// positions) are slowed down by factor, short ones (within original_max /
-// high_freq_factor) kept, those between blended (transformers' rope_type "llama3").
-static float *rope_frequencies(const LlamaConfig *c) {
-    int half = c->head_size / 2;
-    float *f = (float *)mallocCheck((size_t)half * sizeof(float));
-    for (int i = 0; i < half; i++) {
-        f[i] = 1.0f / powf(c->rope_theta, (float)(2 * i) / (float)c->head_size);
-        if (c->rope_factor > 0.0f) {
-            float wavelen = 2.0f * (float)M_PI / f[i], old = (float)c->rope_original_max;
-            float low = old / c->rope_low_freq_factor, high = old / c->rope_high_freq_factor;
-            if (wavelen > low) { f[i] = f[i] / c->rope_factor; }
-            else if (wavelen >= high) {
-                float smooth = (old / wavelen - c->rope_low_freq_factor) / (c->rope_high_freq_factor - c->rope_low_freq_factor);
-                f[i] = (1.0f - smooth) * f[i] / c->rope_factor + smooth * f[i];
-            }
-        }
-    }
-    return f;
-}
-// --- end shared-copy: rope-frequencies ---
-
-// RoPE's cosines and sines of every position 0..S-1: for each, HS/2 cosines of pos *
-// inv_freq[i], then the HS/2 sines (the angles in float, as transformers computes them)
-static void rope_table_fill(float *table, const float *inv_freq, int S, int HS) {
-    for (int t = 0; t < S; t++) {
-        for (int i = 0; i < HS / 2; i++) {
-            float angle = (float)t * inv_freq[i];
-            table[(size_t)t * HS + i] = cosf(angle);
-            table[(size_t)t * HS + HS / 2 + i] = sinf(angle);
-        }
-    }
-}
-// --- begin shared-copy: llama-random ---
-// Random Llama-family models of real models' shapes, for benchmarks (-m llama:NAME): what
-// matters for speed is the shape, not the values. Weights uniform in [-0.02, 0.02] (0.02
-// is GPT-2's init scale), RMSNorm weights 1. (Llama 3.2 1B: 1.24B parameters, 4.6 GiB fp32.)
-static const struct { const char *name; LlamaConfig c; } LLAMA_SHAPES[] = {
-    // maxT, V, L, NH, NKV, C, HS, H, tied, qkv_bias, family, theta, eps, Llama 3 RoPE scaling (4), bos, eos
-    {"smollm2-135m", {8192, 49152, 30, 9, 3, 576, 64, 1536, 1, 0, LLAMA_FAMILY_LLAMA, 1e5f, 1e-5f, 0.0f, 0.0f, 0.0f, 0, 1, 2}},
-    {"llama3.2-1b", {131072, 128256, 16, 32, 8, 2048, 64, 8192, 1, 0, LLAMA_FAMILY_LLAMA, 5e5f, 1e-5f, 32.0f, 1.0f, 4.0f, 8192,
-                     128000, 128009}},
-    {"qwen2.5-0.5b", {32768, 151936, 24, 14, 2, 896, 64, 4864, 1, 1, LLAMA_FAMILY_QWEN2, 1e6f, 1e-6f, 0.0f, 0.0f, 0.0f, 0, -1,
-                      151645}},
-};
-
-static int llama_random(LlamaWeights *w, const char *source, uint64_t seed) {
-    if (strncmp(source, "llama:", 6) != 0) { return 0; }
-    for (size_t k = 0; k < sizeof(LLAMA_SHAPES) / sizeof(LLAMA_SHAPES[0]); k++) {
-        if (strcmp(source + 6, LLAMA_SHAPES[k].name) != 0) { continue; }
-        memset(w, 0, sizeof(*w));
-        w->config = LLAMA_SHAPES[k].c;
-        llama_allocate(w);
-        uint64_t key = rng_key(seed, 0);
-        #pragma omp parallel for schedule(static)
-        for (size_t i = 0; i < w->num_parameters; i++) { w->params[i] = (float)(0.04 * rng_uniform_at(key, i) - 0.02); }
-        const int norms[3] = {LL_LN1W, LL_LN2W, LL_LNFW};
-        for (int n = 0; n < 3; n++) {
-            for (size_t i = 0; i < w->sizes[norms[n]]; i++) { w->tensors[norms[n]][i] = 1.0f; }
-        }
-        return 1;
-    }
-    die_file(source, "-m llama:NAME takes smollm2-135m, llama3.2-1b or qwen2.5-0.5b", "no such shape");
-    return 0;
-}
-// --- end shared-copy: llama-random ---
-
-// -m: a checkpoint file (GPT-2's, llm.c's format; or our Llama-family file, told apart by its
-// magic number), d<N> for a new random GPT-2, or llama:NAME for a random Llama-family shape. We read only the project's own files: a
-// Hugging Face folder or a GGUF file goes through ./convert first (a one-line hint says how).
-void model_weights_build(GPT2 *model, const char *source, uint64_t seed) {
-    struct stat info;
-    if (stat(source, &info) == 0 && S_ISDIR(info.st_mode)) {
-        char name[MAX_PATH_LEN];
-        format_path(name, sizeof(name), "%s", source);
-        for (size_t n = strlen(name); n > 1 && name[n - 1] == '/'; n--) { name[n - 1] = '\0'; }
-        die_file(source, NULL, "is a folder; " PROGRAM " reads our model files (a Hugging Face folder: "
-                 "./convert -i %s -o %s.bin, then -m %s.bin)", name, name, name);
-    } else if (stat(source, &info) == 0) {
-        size_t n = strlen(source);
-        if (n > 5 && strcmp(source + n - 5, ".gguf") == 0) {
-            die_file(source, NULL, "is a GGUF file; " PROGRAM " reads our model files (./convert -i %s -o %.*s.bin first)",
-                     source, (int)(n - 5), source);
-        }
-        FILE *fp = fopenCheck(source, "rb");
-        int magic = 0;
-        if (fread(&magic, sizeof(magic), 1, fp) != 1) { magic = 0; }
-        fcloseCheck(fp);
-        if (magic == LLAMA_MAGIC) { llama_load(&model->lw, source); }
-        else { gpt2_build_from_checkpoint(&model->w, source); }
-    } else if (llama_random(&model->lw, source, seed)) {
-        // (a random Llama-family model of a named shape)
-    } else if (source[0] == 'd' && source[1] >= '0' && source[1] <= '9') {
-        model->w.config = gpt2_config_from_descriptor(source);
-        gpt2_weights_allocate(&model->w);
-        init_parameters(model->w.params_memory, model->w.param_sizes, model->w.config, seed, 0);
-    } else {
-        die_file(source, "-m takes a model file, d<N> (a random GPT-2) or llama:NAME (a random Llama shape), "
-                 "the last two for benchmarks", "no such file or folder");
-    }
-    snprintf(model->source, sizeof(model->source), "%s", source);
-    ModelConfig *c = &model->config;
-    if (model->lw.params != NULL) {
-        LlamaConfig l = model->lw.config;
-        *c = (ModelConfig){l.max_seq_len, l.vocab_size, l.vocab_size, l.num_layers, l.num_heads, l.channels, 1,
-                           l.num_kv_heads, l.head_size, l.hidden, l.norm_eps, l.bos_token_id, l.eos_token_id, 0}; // (no adapter yet)
-        model->num_parameters = model->lw.num_parameters;
-        model->rope_host = rope_frequencies(&l);
-    } else {
-        GPT2Config g = model->w.config;
-        int eot = g.vocab_size > 50256 ? 50256 : -1;
-        *c = (ModelConfig){g.max_seq_len, g.vocab_size, g.padded_vocab_size, g.num_layers, g.num_heads, g.channels, 0,
-                           g.num_heads, g.channels / g.num_heads, 4 * g.channels, 1e-5f, eot, eot, 0}; // (no adapter yet)
-        model->num_parameters = model->w.num_parameters;
-    }
-}
-
-// The loaded tensors in ForwardTensors' order and their sizes (NULL and 0: the model has
-// none; a tied lm_head is wte, with size 0: nothing of its own).
-static void forward_sources(const GPT2 *model, const float **src, size_t *sizes) {
-    memset(src, 0, NUM_FORWARD_TENSORS * sizeof(*src));
-    memset(sizes, 0, NUM_FORWARD_TENSORS * sizeof(*sizes));
-    if (!model->config.llama) { // ParameterTensors: GPT-2's 16, in ForwardTensors' order
-        const float *const *t = (const float *const *)&model->w.params;
-        for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) { src[k] = t[k]; sizes[k] = model->w.param_sizes[k]; }
-        src[16] = src[0];
-        return;
-    }
-    const LlamaWeights *l = &model->lw; // ForwardTensors' slot of each of ours
-    static const int slot[NUM_LLAMA_TENSORS] = {0, 2, 4, 5, 6, 8, 10, 12, 14, 16}; // wte ln1w qkvw qkvb attprojw ln2w fcw fcprojw lnfw lm_head
-    for (int k = 0; k < NUM_LLAMA_TENSORS; k++) { src[slot[k]] = l->tensors[k]; sizes[slot[k]] = l->sizes[k]; }
-    if (l->config.tied) { src[16] = src[0]; }
-}
-
-// --- end shared-copy: infer-models-in ---
-
 // ----------------------------------------------------------------------------
-// the forward pass with a KV cache
+// the adapter on the model (-L): its modules stacked by site
 
 // --- begin shared-copy: infer-lora-build ---
 // lora's modules stacked per site (LoraSite) into one new fp32 buffer, returned, its floats
@@ -1754,6 +1756,9 @@ void model_adapter_on(GPT2 *model, int on) {
     model->lora_on = on && model->lora_sites != NULL;
     gpt2_drop_graphs(model);
 }
+
+// ----------------------------------------------------------------------------
+// the forward pass with a KV cache
 
 // --- begin shared-copy: infer-forward ---
 // A pass's rows must fit its buffers and the cache, its logit rows be among its rows.
@@ -2395,9 +2400,6 @@ int parse_ids(const char *s, int V, int *out, const char *what) {
 }
 
 // --- end shared-copy: infer-prompts ---
-// ----------------------------------------------------------------------------
-// main
-
 // --- begin shared-copy: infer-eval ---
 // ----------------------------------------------------------------------------
 // -E: an evaluation, the same questions to the base model and (with -L) the tuned one
@@ -2598,6 +2600,9 @@ int eval_classify(const EvalQuestion *q, const char *reply, int ended) {
     return other ? EVAL_HALLUCINATION : EVAL_FORMAT;
 }
 // --- end shared-copy: infer-eval ---
+
+// ----------------------------------------------------------------------------
+// main: the flags, the model, the prompts, generation
 
 #ifndef TESTING
 // --- begin shared-copy: gpt2-find-checkpoint ---
