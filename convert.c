@@ -391,19 +391,30 @@ static int hf_shard_name_ok(const char *name) {
     return n > 12 && n < 256 && strchr(name, '/') == NULL && strcmp(name + n - 12, ".safetensors") == 0;
 }
 
-// the index of the shard called name in h, adding it if new; -1 if there are too many
-static int hf_shard(HfWeights *h, const char *dir, const char *name) {
-    char path[MAX_PATH_LEN];
-    format_path(path, sizeof(path), "%s/%s", dir, name);
-    for (int s = 0; s < h->num; s++) {
-        if (strcmp(h->paths[s], path) == 0) { return s; }
-    }
-    if (h->num == HF_MAX_SHARDS) { return -1; }
-    memcpy(h->paths[h->num], path, MAX_PATH_LEN);
-    return h->num++;
+// A tensor's name (or a shard's file name) and a number beside it: its shard, or the entry
+// of the index that named it. The index's checks sort these and search them (O(n log n)):
+// an index is a file we did not write, and one of a million entries must not take a
+// million squared comparisons.
+typedef struct {
+    char *name;
+    int num;
+} HfName;
+static int compare_hf_names(const void *a, const void *b) {
+    const HfName *x = (const HfName *)a, *y = (const HfName *)b;
+    int c = strcmp(x->name, y->name);
+    return c != 0 ? c : (x->num > y->num) - (x->num < y->num);
 }
-
-static int compare_names(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+static int compare_tensor_names(const void *a, const void *b) { return strcmp(((const HfName *)a)->name, ((const HfName *)b)->name); }
+static int compare_ints(const void *a, const void *b) { return (*(const int *)a > *(const int *)b) - (*(const int *)a < *(const int *)b); }
+static char *hf_strdup(const char *s, const char *index) {
+    char *copy = strdup(s);
+    if (copy == NULL) { die_file(index, NULL, "out of memory"); }
+    return copy;
+}
+static void hf_names_free(HfName *names, size_t n) {
+    for (size_t i = 0; i < n; i++) { free(names[i].name); }
+    free(names);
+}
 
 static void hf_weights_open(HfWeights *h, const char *dir, const char *hint) {
     memset(h, 0, sizeof(*h));
@@ -426,46 +437,74 @@ static void hf_weights_open(HfWeights *h, const char *dir, const char *hint) {
     if (map < 0 || j.tokens[map].type != JSON_OBJECT || j.tokens[map].size == 0) {
         die_file(index, hint, "no \"weight_map\" object naming the shard of each tensor");
     }
-    // the shards, in the order the index first names them
-    int entries = j.tokens[map].size;
-    int *shard_of = (int *)mallocCheck((size_t)entries * sizeof(int));
+    // every entry's tensor and file (files: num is the entry)
+    size_t entries = (size_t)j.tokens[map].size;
+    HfName *named = (HfName *)mallocCheck(entries * sizeof(HfName)), *files = (HfName *)mallocCheck(entries * sizeof(HfName));
     char name[256], file[256];
     int at = map + 1;
-    for (int e = 0; e < entries; e++, at = j.tokens[at + 1].next) {
+    for (size_t e = 0; e < entries; e++, at = j.tokens[at + 1].next) {
         if (json_string(&j, at, name, sizeof(name)) < 0 || json_string(&j, at + 1, file, sizeof(file)) < 0 || !hf_shard_name_ok(file)) {
-            die_file(index, hint, "weight_map entry %d is not \"tensor name\": \"<file>.safetensors\" (a file in this folder)", e);
+            die_file(index, hint, "weight_map entry %zu is not \"tensor name\": \"<file>.safetensors\" (a file in this folder)", e);
         }
-        shard_of[e] = hf_shard(h, dir, file);
-        if (shard_of[e] < 0) { die_file(index, NULL, "names more than %d shards", HF_MAX_SHARDS); }
+        named[e].name = hf_strdup(name, index);
+        files[e].name = hf_strdup(file, index);
+        files[e].num = (int)e;
     }
+    // the shards, in the order the index first names them: the files sorted (by name, then
+    // entry), each run of one name a shard whose first entry is its run's first
+    qsort(files, entries, sizeof(HfName), compare_hf_names);
+    int *first = (int *)mallocCheck(((size_t)HF_MAX_SHARDS + 1) * sizeof(int)), runs = 0;
+    for (size_t i = 0; i < entries; i++) {
+        if (i > 0 && strcmp(files[i].name, files[i - 1].name) == 0) { continue; }
+        if (runs == HF_MAX_SHARDS) { die_file(index, NULL, "names more than %d shards", HF_MAX_SHARDS); }
+        first[runs++] = files[i].num;
+    }
+    qsort(first, (size_t)runs, sizeof(int), compare_ints); // (shard s is the run whose first entry is first[s])
+    for (size_t i = 0, run_start = 0; i < entries; i++) {
+        if (i > 0 && strcmp(files[i].name, files[i - 1].name) != 0) { run_start = i; }
+        int *found = (int *)bsearch(&files[run_start].num, first, (size_t)runs, sizeof(int), compare_ints);
+        named[files[i].num].num = (int)(found - first);
+        if (i == run_start) { format_path(h->paths[found - first], MAX_PATH_LEN, "%s/%s", dir, files[i].name); }
+    }
+    h->num = runs;
+    free(first);
+    hf_names_free(files, entries);
     h->st = (SafeTensors *)mallocCheck((size_t)h->num * sizeof(SafeTensors));
     for (int s = 0; s < h->num; s++) { safetensors_open(&h->st[s], h->paths[s], hint); }
-    // every tensor in the shard the index names, named once; every tensor of every shard in the index
-    char **names = (char **)mallocCheck((size_t)entries * sizeof(char *));
-    at = map + 1;
-    for (int e = 0; e < entries; e++, at = j.tokens[at + 1].next) {
-        json_string(&j, at, name, sizeof(name));
-        if (safetensors_find(&h->st[shard_of[e]], name) == NULL) {
-            die_file(index, hint, "says tensor %s is in %s, which has no such tensor", name, h->paths[shard_of[e]]);
-        }
-        names[e] = strdup(name);
-        if (names[e] == NULL) { die_file(index, NULL, "out of memory"); }
+    // what the shards hold: (tensor, shard), sorted
+    size_t held = 0;
+    for (int s = 0; s < h->num; s++) { held += (size_t)h->st[s].num; }
+    HfName *holds = (HfName *)mallocCheck((held > 0 ? held : 1) * sizeof(HfName));
+    for (int s = 0, k = 0; s < h->num; s++) {
+        for (int i = 0; i < h->st[s].num; i++, k++) { holds[k].name = h->st[s].tensors[i].name; holds[k].num = s; }
     }
-    qsort(names, (size_t)entries, sizeof(char *), compare_names);
-    for (int e = 1; e < entries; e++) {
-        if (strcmp(names[e - 1], names[e]) == 0) { die_file(index, hint, "names tensor %s twice", names[e]); }
+    qsort(holds, held, sizeof(HfName), compare_hf_names);
+    // every tensor in the shard the index names (in the index's order: the first wrong entry
+    // is the one reported), named once; every tensor of every shard in the index, in one shard
+    for (size_t e = 0; e < entries; e++) {
+        if (bsearch(&named[e], holds, held, sizeof(HfName), compare_hf_names) == NULL) {
+            die_file(index, hint, "says tensor %s is in %s, which has no such tensor", named[e].name, h->paths[named[e].num]);
+        }
+    }
+    qsort(named, entries, sizeof(HfName), compare_hf_names);
+    for (size_t e = 1; e < entries; e++) {
+        if (strcmp(named[e - 1].name, named[e].name) == 0) { die_file(index, hint, "names tensor %s twice", named[e].name); }
     }
     for (int s = 0; s < h->num; s++) {
         for (int i = 0; i < h->st[s].num; i++) {
-            const char *key = h->st[s].tensors[i].name;
-            if (bsearch(&key, names, (size_t)entries, sizeof(char *), compare_names) == NULL) {
-                die_file(index, hint, "leaves out tensor %s of %s", key, h->paths[s]);
+            HfName key = {h->st[s].tensors[i].name, 0};
+            if (bsearch(&key, named, entries, sizeof(HfName), compare_tensor_names) == NULL) {
+                die_file(index, hint, "leaves out tensor %s of %s", key.name, h->paths[s]);
             }
         }
     }
-    for (int e = 0; e < entries; e++) { free(names[e]); }
-    free(names);
-    free(shard_of);
+    for (size_t k = 1; k < held; k++) {
+        if (strcmp(holds[k - 1].name, holds[k].name) == 0) {
+            die_file(index, hint, "tensor %s is in two shards, %s and %s", holds[k].name, h->paths[holds[k - 1].num], h->paths[holds[k].num]);
+        }
+    }
+    free(holds); // (its names are the shards')
+    hf_names_free(named, entries);
     json_free(&j);
     free(text);
 }
@@ -972,31 +1011,22 @@ typedef struct {
 
 static size_t out_numel(const OutTensor *t) { return (size_t)t->dims[0] * (t->ndim == 2 ? (size_t)t->dims[1] : 1); }
 
-// Writes tensors [0, n) into one safetensors file, atomically. The header lists them in
-// order, with "__metadata__": {"format": "pt"} as transformers writes it, padded with
-// spaces to 8 bytes so the data is aligned.
+// Writes tensors [0, n) into one safetensors file, atomically (the header is lib/safetensors.h's:
+// them in order, with "__metadata__": {"format": "pt"} as transformers writes it, padded
+// to 8 bytes so the data is aligned).
 static void safetensors_write(const char *path, const OutTensor *t, int n, int bf16, int keep_tmp) {
-    size_t element = bf16 ? 2 : 4, cap = 4096 + (size_t)n * 256, used = 0, offset = 0, largest = 1;
-    char *header = (char *)mallocCheck(cap);
-    used += (size_t)snprintf(header, cap, "{\"__metadata__\":{\"format\":\"pt\"}");
+    StOut *outs = (StOut *)mallocCheck((size_t)(n > 0 ? n : 1) * sizeof(StOut));
+    size_t largest = 1, used, data_bytes;
     for (int i = 0; i < n; i++) {
-        size_t bytes = out_numel(&t[i]) * element;
-        char shape[64];
-        if (t[i].ndim == 2) { snprintf(shape, sizeof(shape), "%" PRId64 ",%" PRId64, t[i].dims[0], t[i].dims[1]); }
-        else { snprintf(shape, sizeof(shape), "%" PRId64, t[i].dims[0]); }
-        used += (size_t)snprintf(header + used, cap - used, ",\"%s\":{\"dtype\":\"%s\",\"shape\":[%s],\"data_offsets\":[%zu,%zu]}",
-                                 t[i].name, bf16 ? "BF16" : "F32", shape, offset, offset + bytes);
-        offset += bytes;
+        outs[i] = (StOut){.name = t[i].name, .dtype = bf16 ? "BF16" : "F32", .ndim = t[i].ndim, .shape = {t[i].dims[0], t[i].dims[1]}};
         if (out_numel(&t[i]) > largest) { largest = out_numel(&t[i]); }
     }
-    used += (size_t)snprintf(header + used, cap - used, "}");
-    while (used % 8 != 0) { header[used++] = ' '; }
+    uint8_t *header = safetensors_header_bytes(outs, n, &used, &data_bytes);
+    free(outs);
     char tmp[MAX_PATH_LEN];
     path_concat(tmp, path, ".tmp");
     FILE *fp = fopenCheck(tmp, "wb");
-    uint8_t length[8];
-    for (int i = 0; i < 8; i++) { length[i] = (uint8_t)((uint64_t)used >> (8 * i)); }
-    int ok = fwrite(length, 1, 8, fp) == 8 && fwrite(header, 1, used, fp) == used;
+    int ok = fwrite(header, 1, used, fp) == used;
     // the data, one tensor at a time (transposed or narrowed in a scratch buffer)
     float *slice = (float *)mallocCheck(largest * sizeof(float));
     uint16_t *narrow = (uint16_t *)mallocCheck(largest * sizeof(uint16_t));

@@ -1709,30 +1709,26 @@ static void lora_save(const Lora *lora, const Base *b, const char *dir, const ch
     size_t sizes[3] = {(size_t)n};
     write_file_atomic(path, bufs, sizes, 1);
     free(json);
-    // adapter_model.safetensors
-    size_t hcap = 256 + (size_t)lora->num_modules * 2 * 256;
-    char *header = (char *)mallocCheck(hcap);
-    int h = snprintf(header, hcap, "{\"__metadata__\":{\"format\":\"pt\"}");
-    size_t offset = 0;
+    // adapter_model.safetensors: each module's A (r, in) then B (out, r), in PEFT's names;
+    // they are back to back in params in this order, so the data is one buffer
+    int n_out = 2 * lora->num_modules;
+    StOut *outs = (StOut *)mallocCheck((size_t)(n_out > 0 ? n_out : 1) * sizeof(StOut));
+    char (*names)[256] = (char (*)[256])mallocCheck((size_t)(n_out > 0 ? n_out : 1) * 256);
     for (int k = 0; k < lora->num_modules; k++) {
         const LoraModule *m = &lora->modules[k];
-        size_t a = (size_t)lora->r * m->in * 4, bb = (size_t)lora->r * m->out * 4;
-        h += snprintf(header + h, hcap - (size_t)h, ",\"base_model.model.%s.lora_A.weight\":{\"dtype\":\"F32\",\"shape\":[%d,%d],"
-                      "\"data_offsets\":[%zu,%zu]}", m->name, lora->r, m->in, offset, offset + a);
-        offset += a;
-        h += snprintf(header + h, hcap - (size_t)h, ",\"base_model.model.%s.lora_B.weight\":{\"dtype\":\"F32\",\"shape\":[%d,%d],"
-                      "\"data_offsets\":[%zu,%zu]}", m->name, m->out, lora->r, offset, offset + bb);
-        offset += bb;
+        snprintf(names[2 * k], 256, "base_model.model.%s.lora_A.weight", m->name);
+        snprintf(names[2 * k + 1], 256, "base_model.model.%s.lora_B.weight", m->name);
+        outs[2 * k] = (StOut){.name = names[2 * k], .dtype = "F32", .ndim = 2, .shape = {lora->r, m->in}};
+        outs[2 * k + 1] = (StOut){.name = names[2 * k + 1], .dtype = "F32", .ndim = 2, .shape = {m->out, lora->r}};
     }
-    h += snprintf(header + h, hcap - (size_t)h, "}");
-    while (h % 8 != 0) { header[h++] = ' '; }
-    uint8_t length[8];
-    for (int i = 0; i < 8; i++) { length[i] = (uint8_t)((uint64_t)h >> (8 * i)); }
-    // the modules' A and B are back to back in params, in this order: one buffer
+    size_t header_len, data_bytes;
+    uint8_t *header = safetensors_header_bytes(outs, n_out, &header_len, &data_bytes);
     path_concat(path, dir, "/adapter_model.safetensors");
-    bufs[0] = length; bufs[1] = header; bufs[2] = lora->params;
-    sizes[0] = 8; sizes[1] = (size_t)h; sizes[2] = lora->num_params * sizeof(float);
-    write_file_atomic(path, bufs, sizes, 3);
+    bufs[0] = header; bufs[1] = lora->params;
+    sizes[0] = header_len; sizes[1] = lora->num_params * sizeof(float);
+    write_file_atomic(path, bufs, sizes, 2);
+    free(outs);
+    free(names);
     free(header);
 }
 // --- end shared-copy: lora-train-host ---

@@ -30,12 +30,12 @@ typedef struct {
 } Json;
 
 // the parser's interface (the code follows)
-int json_parse(Json *j, const char *text, size_t len, char *err, size_t err_size);
-void json_free(Json *j);
-int json_string(const Json *j, int index, char *out, size_t cap);
-int json_get(const Json *j, int object, const char *key);
-int json_int64(const Json *j, int index, int64_t *out);
-int json_double(const Json *j, int index, double *out);
+static inline int json_parse(Json *j, const char *text, size_t len, char *err, size_t err_size);
+static inline void json_free(Json *j);
+static inline int json_string(const Json *j, int index, char *out, size_t cap);
+static inline int json_get(const Json *j, int object, const char *key);
+static inline int json_int64(const Json *j, int index, int64_t *out);
+static inline int json_double(const Json *j, int index, double *out);
 
 static inline int json_fail(Json *j, size_t at, const char *what) {
     snprintf(j->err, j->err_size, "JSON error at byte %zu: %s", at, what);
@@ -185,7 +185,7 @@ static inline int json_parse_value(Json *j, size_t *at, int depth) {
 
 // Parses text[0..len) (one value, white space around it allowed). 0 on success, -1 with
 // a message in err on failure. json_free releases the tokens either way.
-int json_parse(Json *j, const char *text, size_t len, char *err, size_t err_size) {
+static inline int json_parse(Json *j, const char *text, size_t len, char *err, size_t err_size) {
     memset(j, 0, sizeof(*j));
     j->text = text;
     j->len = len;
@@ -198,7 +198,7 @@ int json_parse(Json *j, const char *text, size_t len, char *err, size_t err_size
     return 0;
 }
 
-void json_free(Json *j) {
+static inline void json_free(Json *j) {
     free(j->tokens);
     j->tokens = NULL;
     j->num = j->cap = 0;
@@ -207,7 +207,7 @@ void json_free(Json *j) {
 // Decodes string token `index` into out (room for cap bytes including a final 0): the
 // escapes become their characters, \uXXXX (and surrogate pairs) UTF-8. Returns the
 // length, or -1 if it does not fit or holds a lone surrogate or a \u0000.
-int json_string(const Json *j, int index, char *out, size_t cap) {
+static inline int json_string(const Json *j, int index, char *out, size_t cap) {
     const JsonToken *t = &j->tokens[index];
     if (t->type != JSON_STRING || cap == 0) { return -1; }
     size_t n = 0;
@@ -255,7 +255,7 @@ int json_string(const Json *j, int index, char *out, size_t cap) {
 
 // The value of key in object token `object`, or -1 if absent. Keys are compared after
 // decoding, so "n_\u0065mbd" is n_embd, as JSON says.
-int json_get(const Json *j, int object, const char *key) {
+static inline int json_get(const Json *j, int object, const char *key) {
     if (object < 0 || j->tokens[object].type != JSON_OBJECT) { return -1; }
     int at = object + 1;
     for (int k = 0; k < j->tokens[object].size; k++) {
@@ -268,7 +268,7 @@ int json_get(const Json *j, int object, const char *key) {
 }
 
 // A number token as an integer: digits only (an optional minus sign), at most 18 of them.
-int json_int64(const Json *j, int index, int64_t *out) {
+static inline int json_int64(const Json *j, int index, int64_t *out) {
     if (index < 0 || j->tokens[index].type != JSON_NUMBER) { return -1; }
     const JsonToken *t = &j->tokens[index];
     size_t i = t->start, digits = 0;
@@ -283,7 +283,7 @@ int json_int64(const Json *j, int index, int64_t *out) {
     return 0;
 }
 
-int json_double(const Json *j, int index, double *out) {
+static inline int json_double(const Json *j, int index, double *out) {
     if (index < 0 || j->tokens[index].type != JSON_NUMBER) { return -1; }
     char buf[64];
     size_t n = j->tokens[index].end - j->tokens[index].start;

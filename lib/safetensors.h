@@ -3,6 +3,7 @@
 // written back.
 #ifndef LIB_SAFETENSORS_H
 #define LIB_SAFETENSORS_H
+#include <inttypes.h>
 #include "utils.h"
 #include "json.h"
 
@@ -139,7 +140,7 @@ static inline int st_check_entries(SafeTensors *st, const Json *j, StTensor **or
 
 // Parses and checks the header text (N bytes) of a file whose data part has data_len
 // bytes. 0 on success; -1 with a message in err (st is then empty).
-int safetensors_parse_header(SafeTensors *st, const char *header, size_t N, uint64_t data_len, char *err, size_t err_size) {
+static inline int safetensors_parse_header(SafeTensors *st, const char *header, size_t N, uint64_t data_len, char *err, size_t err_size) {
     memset(st, 0, sizeof(*st));
     Json j;
     int ok = json_parse(&j, header, N, err, err_size) == 0;
@@ -165,7 +166,7 @@ int safetensors_parse_header(SafeTensors *st, const char *header, size_t N, uint
 // The first step of reading a file of file_len bytes that starts with head (at least
 // min(8, file_len) bytes): the header length N, checked against the file. -1 and a
 // message if it cannot be a safetensors file.
-int safetensors_header_length(const uint8_t *head, uint64_t file_len, size_t *N, char *err, size_t err_size) {
+static inline int safetensors_header_length(const uint8_t *head, uint64_t file_len, size_t *N, char *err, size_t err_size) {
     if (file_len < 8) { return st_fail(err, err_size, "only %" PRIu64 " bytes: too short for a safetensors file", file_len); }
     uint64_t n = 0;
     for (int i = 7; i >= 0; i--) { n = (n << 8) | head[i]; }
@@ -179,19 +180,19 @@ int safetensors_header_length(const uint8_t *head, uint64_t file_len, size_t *N,
 }
 
 // A whole file in memory (the fuzzer's entry point; the loader reads just the header).
-int safetensors_parse_buffer(SafeTensors *st, const uint8_t *buf, size_t len, char *err, size_t err_size) {
+static inline int safetensors_parse_buffer(SafeTensors *st, const uint8_t *buf, size_t len, char *err, size_t err_size) {
     size_t N = 0;
     memset(st, 0, sizeof(*st));
     if (safetensors_header_length(buf, len, &N, err, err_size) != 0) { return -1; }
     return safetensors_parse_header(st, (const char *)buf + 8, N, len - 8 - N, err, err_size);
 }
 
-void safetensors_free(SafeTensors *st) {
+static inline void safetensors_free(SafeTensors *st) {
     free(st->tensors);
     memset(st, 0, sizeof(*st));
 }
 
-const StTensor *safetensors_find(const SafeTensors *st, const char *name) {
+static inline const StTensor *safetensors_find(const SafeTensors *st, const char *name) {
     for (int k = 0; k < st->num; k++) {
         if (strcmp(st->tensors[k].name, name) == 0) { return &st->tensors[k]; }
     }
@@ -208,7 +209,7 @@ static inline void safetensors_open(SafeTensors *st, const char *path, const cha
     if (fseeko(fp, 0, SEEK_END) != 0) { die_file(path, NULL, "cannot seek: %s", strerror(errno)); }
     off_t file_len = ftello(fp);
     uint8_t head[8] = {0};
-    size_t N;
+    size_t N = 0;
     if (fseeko(fp, 0, SEEK_SET) != 0 || file_len < 0) { die_file(path, NULL, "cannot seek: %s", strerror(errno)); }
     if (file_len >= 8) { freadCheck(head, 1, 8, fp); }
     if (safetensors_header_length(head, (uint64_t)file_len, &N, err, sizeof(err)) != 0) { die_file(path, hint, "%s", err); }
@@ -243,6 +244,53 @@ static inline void st_read_floats(FILE *fp, const SafeTensors *st, const StTenso
     } else {
         die_file(path, NULL, "tensor %s has dtype %s; we read F32, F16, BF16 and F64", t->name, t->dtype);
     }
+}
+
+// ----------------------------------------------------------------------------
+// writing: the header for tensors laid out back to back in the order given
+
+// A tensor to write: its name, dtype (F32, BF16, ...: its bytes from ST_DTYPES) and shape
+typedef struct {
+    const char *name;
+    const char *dtype;
+    int ndim;
+    int64_t shape[ST_MAX_DIMS];
+} StOut;
+
+// The file's first bytes for tensors t[0..n): the header's length (8 bytes, little-endian),
+// then {"__metadata__":{"format":"pt"}, "name":{"dtype","shape","data_offsets"}, ...} as
+// transformers writes it, padded with spaces to a multiple of 8 so that the data, which
+// follows, is aligned. Returns them (malloc'ed), their count in *len, and the data's bytes
+// in *data_bytes.
+static inline uint8_t *safetensors_header_bytes(const StOut *t, int n, size_t *len, size_t *data_bytes) {
+    size_t cap = 64, used = 8, offset = 0;
+    for (int i = 0; i < n; i++) { cap += strlen(t[i].name) + 64 + 24 * (size_t)(t[i].ndim + 2); }
+    uint8_t *out = (uint8_t *)mallocCheck(cap + 8);
+    char *header = (char *)out + 8;
+    used = (size_t)snprintf(header, cap, "{\"__metadata__\":{\"format\":\"pt\"}");
+    for (int i = 0; i < n; i++) {
+        size_t element = 0, numel = 1;
+        for (size_t d = 0; d < sizeof(ST_DTYPES) / sizeof(ST_DTYPES[0]); d++) {
+            if (strcmp(t[i].dtype, ST_DTYPES[d].name) == 0) { element = ST_DTYPES[d].bytes; }
+        }
+        if (element == 0 || t[i].ndim < 0 || t[i].ndim > ST_MAX_DIMS) {
+            fprintf(stderr, "Error: safetensors_header_bytes: tensor %s: dtype %s, %d dims\n", t[i].name, t[i].dtype, t[i].ndim);
+            exit(EXIT_FAILURE);
+        }
+        used += (size_t)snprintf(header + used, cap - used, ",\"%s\":{\"dtype\":\"%s\",\"shape\":[", t[i].name, t[i].dtype);
+        for (int d = 0; d < t[i].ndim; d++) {
+            used += (size_t)snprintf(header + used, cap - used, "%s%" PRId64, d > 0 ? "," : "", t[i].shape[d]);
+            numel *= (size_t)t[i].shape[d];
+        }
+        used += (size_t)snprintf(header + used, cap - used, "],\"data_offsets\":[%zu,%zu]}", offset, offset + numel * element);
+        offset += numel * element;
+    }
+    used += (size_t)snprintf(header + used, cap - used, "}");
+    while (used % 8 != 0) { header[used++] = ' '; }
+    for (int i = 0; i < 8; i++) { out[i] = (uint8_t)((uint64_t)used >> (8 * i)); }
+    *len = 8 + used;
+    *data_bytes = offset;
+    return out;
 }
 
 #endif // LIB_SAFETENSORS_H

@@ -108,14 +108,14 @@ typedef struct Tokenizer {
 } Tokenizer;
 
 // the tokenizer's interface (the code follows)
-void tokenizer_init(Tokenizer *t, const char *path); // GPT-2's folder, or a tokenizer file
-void tokenizer_free(Tokenizer *t);
-size_t tokenizer_encode(Tokenizer *t, const uint8_t *text, size_t len, int allow_special, int32_t *out);
-size_t tokenizer_max_ids(const Tokenizer *t, size_t len); // room tokenizer_encode needs for len bytes
-size_t tokenizer_decode(const Tokenizer *t, const int32_t *ids, size_t n, uint8_t *out, size_t cap);
-const uint8_t *tokenizer_token(const Tokenizer *t, int id, size_t *len);
-int tokenizer_find(const Tokenizer *t, const char *text); // the id whose bytes are text, or -1
-char *tokenizer_chat_prompt(const Tokenizer *t, const char *system, const char *user);
+static inline void tokenizer_init(Tokenizer *t, const char *path); // GPT-2's folder, or a tokenizer file
+static inline void tokenizer_free(Tokenizer *t);
+static inline size_t tokenizer_encode(Tokenizer *t, const uint8_t *text, size_t len, int allow_special, int32_t *out);
+static inline size_t tokenizer_max_ids(const Tokenizer *t, size_t len); // room tokenizer_encode needs for len bytes
+static inline size_t tokenizer_decode(const Tokenizer *t, const int32_t *ids, size_t n, uint8_t *out, size_t cap);
+static inline const uint8_t *tokenizer_token(const Tokenizer *t, int id, size_t *len);
+static inline int tokenizer_find(const Tokenizer *t, const char *text); // the id whose bytes are text, or -1
+static inline char *tokenizer_chat_prompt(const Tokenizer *t, const char *system, const char *user);
 
 // ----------------------------------------------------------------------------
 // UTF-8 and the three Unicode classes of the pre-tokenizer
@@ -518,7 +518,7 @@ static inline uint64_t hash_bytes(const uint8_t *s, size_t n) {
 // leave parts of it unused without a warning; everything else is static.
 
 // The raw bytes of token id, or NULL (and *len = 0) if id is not in the vocabulary.
-const uint8_t *tokenizer_token(const Tokenizer *t, int id, size_t *len) {
+static inline const uint8_t *tokenizer_token(const Tokenizer *t, int id, size_t *len) {
     if (id < 0 || id >= t->vocab_size) { *len = 0; return NULL; }
     *len = t->token_offset[id + 1] - t->token_offset[id];
     return t->token_bytes + t->token_offset[id];
@@ -862,7 +862,7 @@ static inline void tokenizer_index(Tokenizer *t, const char *path) {
 
 // Loads a tokenizer: from a file, the tokenizer file of ./convert; from a folder, GPT-2's
 // encoder.json and vocab.bpe. Exits with a message naming the file on any problem.
-void tokenizer_init(Tokenizer *t, const char *path) {
+static inline void tokenizer_init(Tokenizer *t, const char *path) {
     memset(t, 0, sizeof(*t));
     struct stat st;
     int file = stat(path, &st) == 0 && !S_ISDIR(st.st_mode); // else a folder (or nothing: then
@@ -871,7 +871,7 @@ void tokenizer_init(Tokenizer *t, const char *path) {
     tokenizer_index(t, path);
 }
 
-void tokenizer_free(Tokenizer *t) {
+static inline void tokenizer_free(Tokenizer *t) {
     free(t->token_bytes); free(t->token_offset); free(t->rank_table); free(t->special); free(t->specials);
     free(t->system); free(t->merge_key); free(t->merge_rank); free(t->merge_result);
     free(t->cache); free(t->cache_keys); free(t->cache_tokens);
@@ -879,7 +879,7 @@ void tokenizer_free(Tokenizer *t) {
 }
 
 // The id of the token whose bytes are text (special or not), or -1.
-int tokenizer_find(const Tokenizer *t, const char *text) {
+static inline int tokenizer_find(const Tokenizer *t, const char *text) {
     size_t n = strlen(text);
     for (int i = 0; i < t->num_specials; i++) {
         size_t len;
@@ -939,7 +939,7 @@ static inline void chat_put_trimmed(ChatText *c, const char *text) {
 // none. Llama 3.1's and 3.2's (and 3.3's) write the dates: 3.1's {date} is "26 Jul 2024",
 // 3.2's today's (strftime_now("%d %b %Y"), which transformers and llama.cpp give it), or
 // t->date when set. (Their tool-calling parts are not here: one user message has no tools.)
-char *tokenizer_chat_prompt(const Tokenizer *t, const char *system, const char *user) {
+static inline char *tokenizer_chat_prompt(const Tokenizer *t, const char *system, const char *user) {
     if (t->chat == CHAT_NONE) { return NULL; }
     ChatText c = {NULL, 0, 0};
     chat_puts(&c, "");
@@ -1150,7 +1150,7 @@ static inline size_t encode_ordinary(Tokenizer *t, const uint8_t *text, size_t l
 
 // Room for the ids of len bytes of text: every token covers at least one byte, and NFC
 // makes a text at most 3 times longer (U+1D1C0, 4 bytes, is 3 characters of 4 bytes).
-size_t tokenizer_max_ids(const Tokenizer *t, size_t len) { return (t->nfc ? 3 : 1) * len + 1; }
+static inline size_t tokenizer_max_ids(const Tokenizer *t, size_t len) { return (t->nfc ? 3 : 1) * len + 1; }
 
 // The special token whose text starts at text[i] (the longest if several do), or -1.
 static inline int special_at(const Tokenizer *t, const uint8_t *text, size_t len, size_t i) {
@@ -1169,7 +1169,7 @@ static inline int special_at(const Tokenizer *t, const uint8_t *text, size_t len
 // the text between them is encoded on its own (like tiktoken's encode with allowed_special,
 // and Hugging Face's added tokens: the pre-tokenizer never sees across a special token);
 // without it that text is ordinary text, like tiktoken's encode_ordinary.
-size_t tokenizer_encode(Tokenizer *t, const uint8_t *text, size_t len, int allow_special, int32_t *out) {
+static inline size_t tokenizer_encode(Tokenizer *t, const uint8_t *text, size_t len, int allow_special, int32_t *out) {
     if (!allow_special) { return encode_ordinary(t, text, len, out); }
     size_t num = 0, segment = 0;
     for (size_t i = 0; i < len; i++) {
@@ -1189,7 +1189,7 @@ size_t tokenizer_encode(Tokenizer *t, const uint8_t *text, size_t len, int allow
 
 // Writes the bytes of ids[0..n) to out (room for cap bytes) and returns how many it wrote,
 // or SIZE_MAX if an id is not in the vocabulary or out is too small.
-size_t tokenizer_decode(const Tokenizer *t, const int32_t *ids, size_t n, uint8_t *out, size_t cap) {
+static inline size_t tokenizer_decode(const Tokenizer *t, const int32_t *ids, size_t n, uint8_t *out, size_t cap) {
     size_t used = 0;
     for (size_t i = 0; i < n; i++) {
         size_t len;

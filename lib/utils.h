@@ -104,7 +104,7 @@ static inline void format_path(char *out, size_t size, const char *fmt, ...) {
 
 // Bad input (as opposed to a failing libc call) gets one line naming the file and the
 // problem, an optional HINT line saying what to do about it, and exit status 1.
-static inline void die_file(const char *path, const char *hint, const char *fmt, ...) {
+__attribute__((noreturn)) static inline void die_file(const char *path, const char *hint, const char *fmt, ...) {
     va_list args;
     va_start(args, fmt);
     fprintf(stderr, "Error: %s: ", path);
@@ -173,7 +173,7 @@ static inline void write_file_atomic(const char *path, const void **bufs, const 
 // while longer before it stopped). Keep only the lines whose first number, read
 // with key_format (e.g. "s:%d"), is at most `last`, and write the result back
 // atomically, so that the resumed run's lines follow on.
-void log_truncate_after(const char *path, const char *key_format, int last) {
+static inline void log_truncate_after(const char *path, const char *key_format, int last) {
     FILE *fp = fopen(path, "rb");
     if (fp == NULL) { return; } // no log yet: nothing to keep
     size_t cap = 1 << 16, len = 0;
@@ -201,7 +201,7 @@ void log_truncate_after(const char *path, const char *key_format, int last) {
 // flags
 
 // a bad flag: one line saying what is wrong, one saying where the flags are listed
-static inline void usage_error(const char *fmt, const char *arg) {
+__attribute__((noreturn)) static inline void usage_error(const char *fmt, const char *arg) {
     fprintf(stderr, "Error: ");
     fprintf(stderr, fmt, arg);
     fprintf(stderr, "\nHINT: %s -h lists every flag\n", PROGRAM);
@@ -254,7 +254,7 @@ static inline float parse_float(const char *flag, const char *s) {
 // GOMP_SPINCOUNT set: then we leave theirs alone). Where exec fails (no /proc), or a
 // program is started by another name than its path (from $PATH), we carry on with
 // libgomp's default.
-void set_omp_wait_policy(char **argv) {
+static inline void set_omp_wait_policy(char **argv) {
 #ifdef _OPENMP
     if (getenv("OMP_WAIT_POLICY") != NULL || getenv("GOMP_SPINCOUNT") != NULL) { return; }
     // only where /proc/self/exe is this program: under valgrind or a loader run by hand it

@@ -130,5 +130,38 @@ head -c 3000 $F/gguf_tiny.gguf > "$TMP/trunc.gguf"
 expect_error "a truncated GGUF file" "$TMP/trunc.gguf: at byte" "$BIN" -i "$TMP/trunc.gguf"
 expect_error "a GGUF file that does not exist" "no/such.gguf: cannot open it" "$BIN" -i no/such.gguf
 
+# --- a hostile shard index: 200,000 tensors in one shard, all of them in the index. The
+# index's checks sort and search (O(n log n)); one search per entry through the shard's
+# list was 2 x 10^10 string comparisons, minutes. (The run then stops at the first name
+# that is not GPT-2's, as it should.) And an index naming more shards than we open.
+H="$TMP/hostile" && mkdir -p "$H" && cp "$F/hf_tiny_fp32/config.json" "$H/"
+N=200000
+awk -v n=$N 'BEGIN { printf "{"; for (i = 0; i < n; i++) printf "%s\"t%d\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[%d,%d]}", (i ? "," : ""), i, 4 * i, 4 * i + 4; printf "}" }' > "$TMP/header"
+hl=$(stat -c %s "$TMP/header")
+{ printf "$(printf '\\x%02x' $((hl & 255)) $((hl >> 8 & 255)) $((hl >> 16 & 255)) $((hl >> 24 & 255)) 0 0 0 0)"; cat "$TMP/header"; head -c $((4 * N)) /dev/zero; } > "$H/model-00001-of-00001.safetensors"
+awk -v n=$N 'BEGIN { printf "{\"metadata\":{},\"weight_map\":{"; for (i = 0; i < n; i++) printf "%s\"t%d\":\"model-00001-of-00001.safetensors\"", (i ? "," : ""), i; printf "}}" }' > "$H/model.safetensors.index.json"
+start=$(date +%s)
+timeout 120 "$BIN" -i "$H" -o "$TMP/hostile.bin" > /dev/null 2> "$TMP/err"
+rc=$?
+secs=$(($(date +%s) - start))
+if [ $rc = 1 ] && grep -q "not part of GPT-2\|is missing" "$TMP/err"; then ok "a shard index of $N entries is checked and the folder refused in ${secs} s: $(head -c 100 "$TMP/err")"
+else not_ok "a shard index of $N entries (exit $rc after ${secs} s; 124: did not finish in 120 s): $(head -c 200 "$TMP/err")"; fi
+awk 'BEGIN { printf "{\"weight_map\":{"; for (i = 0; i < 5000; i++) printf "%s\"t%d\":\"model-%05d-of-05000.safetensors\"", (i ? "," : ""), i, i; printf "}}" }' > "$H/model.safetensors.index.json"
+expect_error "an index naming 5,000 shards" "names more than 4096 shards" "$BIN" -i "$H" -o "$TMP/hostile.bin"
+# a tensor in two shards, the index naming it in one of them: which one is meant?
+shard() { # FILE TENSOR...: a safetensors file of one-float tensors
+    local out=$1 header="{" i=0
+    shift
+    for t in "$@"; do header="$header$([ $i = 0 ] || echo ,)\"$t\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[$((4 * i)),$((4 * i + 4))]}"; i=$((i + 1)); done
+    header="$header}"
+    local n=${#header}
+    { printf "$(printf '\\x%02x' $((n & 255)) $((n >> 8 & 255)) 0 0 0 0 0 0)"; printf '%s' "$header"; head -c $((4 * i)) /dev/zero; } > "$out"
+}
+rm -f "$H"/*.safetensors
+shard "$H/model-00001-of-00002.safetensors" t0
+shard "$H/model-00002-of-00002.safetensors" t0 t1
+printf '{"weight_map": {"t0": "model-00001-of-00002.safetensors", "t1": "model-00002-of-00002.safetensors"}}' > "$H/model.safetensors.index.json"
+expect_error "a tensor in two shards" "tensor t0 is in two shards" "$BIN" -i "$H" -o "$TMP/hostile.bin"
+
 echo "$passed passed, $failed failed"
 [ $failed = 0 ]
