@@ -88,7 +88,9 @@ static void check_scalar(const char *name, float ours, float ref, Tolerance tol)
 // add up. Measured under the emulator on "tiny" (max abs error over the tensor's
 // largest value): logits 4.5e-3, gradients up to 1.1e-2 (fcw); loss 1.7e-5
 // relative; ten steps: losses 1.3e-4, norms 1.7e-3. The tolerances are 3-10x
-// that: still far below what a wrong kernel gives (errors of order 1).
+// that: still far below what a wrong kernel gives (errors of order 1). (Measured
+// on the fixture's earlier batch, T = 16; its batch is T = 13 now, so that no
+// stride equal to the head size hides, and these tolerances pass it as they are.)
 #if defined(ENABLE_FP32)
 static const Tolerance TOL[] = {
     {"logits", 1e-4f, 1e-5f},
