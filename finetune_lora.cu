@@ -1817,17 +1817,6 @@ typedef struct {
     int n;
 } Dataset;
 
-// UTF-8 as RFC 3629 has it: no overlong forms, no surrogates, nothing above U+10FFFF
-static int valid_utf8(const uint8_t *s, size_t n) {
-    for (size_t i = 0; i < n;) {
-        uint32_t cp;
-        size_t len = utf8_decode(s + i, n - i, &cp);
-        if (len == 0) { return 0; }
-        i += len;
-    }
-    return 1;
-}
-
 // a field of a record: 1 with a string (maybe empty) in *out (malloc'ed), 0 if the key is
 // missing, -1 if it is not a string
 static int record_field(const Json *j, const char *key, char **out) {
@@ -1876,8 +1865,8 @@ static void read_examples(Dataset *train, Dataset *val, const char *path, const 
         if (fi < 0 || fn < 0 || fo < 0) { die_file(path, NULL, "line %d: instruction, input and output must be strings", lines); }
         int problem = -1; // 0 empty, 1 UTF-8, 2 duplicate, 3 too long
         if (fi == 0 || fo == 0 || instruction[0] == '\0' || output[0] == '\0') { problem = 0; }
-        else if (!valid_utf8((const uint8_t *)instruction, strlen(instruction)) || !valid_utf8((const uint8_t *)output, strlen(output)) ||
-                 (input != NULL && !valid_utf8((const uint8_t *)input, strlen(input)))) { problem = 1; }
+        else if (!utf8_valid((const uint8_t *)instruction, strlen(instruction)) || !utf8_valid((const uint8_t *)output, strlen(output)) ||
+                 (input != NULL && !utf8_valid((const uint8_t *)input, strlen(input)))) { problem = 1; }
         if (problem < 0) { // exact duplicates: the three fields' hash (FNV-1a 64), compared with every earlier one
             uint64_t hash = 14695981039346656037ull;
             const char *fields[3] = {instruction, input != NULL ? input : "", output};

@@ -2851,12 +2851,9 @@ static void print_cell(const char *text, size_t max) {
     size_t n = strlen(text), i = 0;
     while (i < n && i < max) {
         unsigned char c = s[i];
-        size_t len = c < 0x80 ? 1 : (c & 0xE0) == 0xC0 && c >= 0xC2 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 && c <= 0xF4 ? 4 : 0;
-        int valid = len > 0 && i + len <= n;
-        for (size_t k = 1; valid && k < len; k++) { valid = (s[i + k] & 0xC0) == 0x80; }
-        if (valid && len == 3) { valid = !(c == 0xE0 && s[i + 1] < 0xA0) && !(c == 0xED && s[i + 1] >= 0xA0); } // overlong, surrogates
-        if (valid && len == 4) { valid = !(c == 0xF0 && s[i + 1] < 0x90) && !(c == 0xF4 && s[i + 1] >= 0x90); }
-        if (!valid) { fputs("\xEF\xBF\xBD", stdout); i++; continue; }
+        uint32_t cp;
+        size_t len = utf8_decode(s + i, n - i, &cp); // (0: no character: overlong, a surrogate, cut off, a stray byte)
+        if (len == 0) { fputs("\xEF\xBF\xBD", stdout); i++; continue; }
         if (i + len > max) { break; }
         if (c == '|') { fputs("\\|", stdout); }
         else if (c < 0x20 || c == 0x7f) { fputc(' ', stdout); } // (new lines, tabs, escapes: one line of text)

@@ -173,6 +173,18 @@ static inline size_t utf8_decode(const uint8_t *s, size_t n, uint32_t *cp) {
     return len;
 }
 
+// 1 if s[0..n) is UTF-8 as RFC 3629 has it: no overlong forms, no surrogates, nothing above
+// U+10FFFF (utf8_decode's rules), 0 if not
+static inline int utf8_valid(const uint8_t *s, size_t n) {
+    for (size_t i = 0; i < n;) {
+        uint32_t cp;
+        size_t len = utf8_decode(s + i, n - i, &cp);
+        if (len == 0) { return 0; }
+        i += len;
+    }
+    return 1;
+}
+
 // The class and byte length of the character at s[0..n), n >= 1. A byte that does not start
 // a valid character counts as a one-byte OTHER character (see the file header).
 static inline size_t next_char(const uint8_t *s, size_t n, int *cls) {

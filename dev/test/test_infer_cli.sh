@@ -142,5 +142,16 @@ else
     not_ok "$S2 is missing (make smollm2)"
 fi
 
+# -E's table is valid UTF-8 whatever the text holds: each byte that starts no character (a
+# stray continuation byte, an overlong form, a surrogate, a character cut off) is one U+FFFD
+printf '{"instruction": "caf\xc3\xa9 bad\x80 over\xc0\xaf sur\xed\xa0\x80 cut\xe2\x82", "answer": "b"}\n' > "$TMP/bytes.jsonl"
+"$BIN" -m d1 -E "$TMP/bytes.jsonl" -n 2 > "$TMP/bytes.md" 2> /dev/null
+R=$(printf '\xef\xbf\xbd')
+if grep -qF "| 1 | café bad$R over$R$R sur$R$R$R cut$R$R |" "$TMP/bytes.md" && iconv -f UTF-8 -t UTF-8 "$TMP/bytes.md" > /dev/null 2>&1; then
+    ok "-E: a question's bytes that are no UTF-8 character are each one U+FFFD in the table"
+else
+    not_ok "-E: bytes that are no UTF-8 character: $(grep '^| 1 |' "$TMP/bytes.md" | cut -c 1-80)"
+fi
+
 echo "$passed passed, $failed failed"
 [ $failed = 0 ]
