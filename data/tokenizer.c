@@ -47,19 +47,11 @@ dev/reference/tokenizer_reference.py (regenerate: python dev/reference/tokenizer
 // ----------------------------------------------------------------------------
 // output files: checked writes, all of a run's outputs renamed into place together
 
-static inline void fwrite_check(const void *ptr, size_t size, size_t nmemb, FILE *stream,
-                                const char *file, int line) {
-    size_t put = fwrite(ptr, size, nmemb, stream);
-    if (put != nmemb) {
-        fprintf(stderr, "Error: write failed after %zu of %zu items: %s [%s:%d]\n",
-                put, nmemb, strerror(errno), file, line);
-        exit(EXIT_FAILURE);
-    }
-}
-#define fwriteCheck(ptr, size, nmemb, stream) fwrite_check(ptr, size, nmemb, stream, __FILE__, __LINE__)
 
 // Atomic writes. Every output goes to NAME.tmp first, which is flushed, fsync'ed and closed;
-// only when all outputs of a run are complete do we rename them to their final names. If we
+// only when all outputs of a run are complete do we rename them to their final names. (Not
+// lib/utils.h's write_file_atomic, which writes one buffer: the shards are written as they
+// are encoded, and a run's files must appear together.) If we
 // exit early for any reason (a check macro, bad input), an atexit handler deletes the .tmp
 // files, so a failed run leaves no partial file behind and never clobbers a good old one.
 #define MAX_OUTPUTS 4

@@ -1,5 +1,5 @@
 // lib/utils.h: what every program needs and no chapter teaches. Checked libc calls that
-// exit with the reason and our source line (fopenCheck, freadCheck, fcloseCheck,
+// exit with the reason and our source line (fopenCheck, freadCheck, fwriteCheck, fcloseCheck,
 // mallocCheck); bad input named by its file (die_file, read_whole_file); paths that never
 // silently truncate (format_path, path_concat); atomic file writes (write_file_atomic);
 // flags parsed whole (usage_error, parse_int, parse_float); a resumed run's log cut back to
@@ -70,6 +70,15 @@ static inline void fclose_check(FILE *fp, const char *file, int line) {
     }
 }
 #define fcloseCheck(fp) fclose_check(fp, __FILE__, __LINE__)
+
+static inline void fwrite_check(const void *ptr, size_t size, size_t nmemb, FILE *stream, const char *file, int line) {
+    size_t put = fwrite(ptr, size, nmemb, stream);
+    if (put != nmemb) {
+        fprintf(stderr, "Error: write failed after %zu of %zu items: %s [%s:%d]\n", put, nmemb, strerror(errno), file, line);
+        exit(EXIT_FAILURE);
+    }
+}
+#define fwriteCheck(ptr, size, nmemb, stream) fwrite_check(ptr, size, nmemb, stream, __FILE__, __LINE__)
 
 static inline void *malloc_check(size_t size, const char *file, int line) {
     // malloc(0) may legally return NULL; ask for one byte so that is never mistaken for failure
