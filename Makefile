@@ -395,6 +395,7 @@ TESTS = ./test_gpt2 \
         "bash dev/test/test_train_mlp_cli.sh ./train_mlp" \
         "bash dev/test/test_plot_metrics.sh" \
         "bash dev/test/check_copies.sh" \
+        "bash dev/test/check_lib.sh" \
         "bash dev/test/test_amalgamation.sh" \
         "bash dev/test/test_emu_build.sh" \
         "bash dev/test/test_check_copies.sh" \

@@ -12,6 +12,7 @@
 #ifdef _OPENMP
 #include <omp.h>
 #endif
+#include "utils.h"
 
 // e^x in a form the compiler can vectorise (libm's expf is a function call per
 // element, and the softmaxes and GELUs call it ~50 million times a step).
