@@ -57,10 +57,11 @@ biases, a tied head, Llama 3 RoPE scaling); and the real SmolLM2-135M-Instruct a
 transformers on the same GGUF (a chat prompt and its 24-token greedy answer: the logits,
 every argmax, the answer); regenerate with make reference.
 
-How the file reads: utilities, the layers, their fast paths (a first reading can skip
-them), the model and its file, the forward pass, sampling, generation, the reports, prompts,
-main; then, at the end, the BPE tokenizer that turns the prompt into tokens (and lays out
-chats) and the JSON reader of prompt files (both needed, neither about inference). infer.cu is this file with
+How the file reads: where we run, the layers, their fast paths (a first reading can skip
+them), the model, the models in, an adapter (-L), the forward pass, sampling, generation,
+the reports, prompts, the evaluation (-E), main. The BPE tokenizer that turns the prompt into
+tokens (and lays out chats), the JSON reader of prompt files, the GEMM and the small
+utilities are lib/'s (needed, none about inference). infer.cu is this file with
 the forward pass on a GPU, and diffs against it function by function: its layers are
 kernels behind launchers of the same names and arguments as the layer functions here, so
 each linear layer here ends, as there, in an epilogue (its bias, then the KV-cache write,

@@ -46,7 +46,7 @@ differences only:
     uploads the weights; GPT2 holds the decode graphs, and host copies of logits and argmax;
   - gpt2_forward: the same arguments and the same layers (gpt2_forward_layers, a shared
     copy), around them the copies to and from the GPU, the decode graph, the guard checks.
-Everything from sampling to main, and the tokenizer and JSON reader at the end, is infer.c's.
+Everything from sampling to main is infer.c's (the tokenizer and the JSON reader are lib/'s).
 
 Sizes: as infer.c. B sequences, S positions of cache per sequence, N rows of a forward
 pass, NL rows with logits, C channels, NH and NKV heads, HS, Q, KV, H, V, Vp, L, maxT.
@@ -79,7 +79,7 @@ pass, NL rows with logits, C channels, NH and NKV heads, HS, Q, KV, H, V, Vp, L,
 
 // Debug builds (make test's emulated ones) pass -DGUARD_BYTES=256: every tensor carved out
 // of one GPU allocation (the weights, each layer's keys and values, the row buffers) is
-// then followed by a guard band (a pattern: guard-bands below), checked after every
+// then followed by a guard band (a pattern: guard_byte, lib/cuda_utils.h), checked after every
 // forward pass, so that a kernel writing past the end of its tensor is caught on the step
 // it does (guard_check).
 // 0: no bands, no checks, and the memory laid out exactly as without them.
@@ -548,7 +548,7 @@ static void *cuda_malloc_check(size_t bytes, const char *what) {
 // Tensors carved out of one GPU allocation (the weights; the KV cache, a slice per layer
 // for keys, then one per layer for values; the row buffers). Tensor k is bytes [begin[k],
 // end[k]) of memory. With GUARD_BYTES > 0, the bytes from its end to where the next one
-// begins (or the allocation ends) are its guard band: its pattern (guard-bands), checked
+// begins (or the allocation ends) are its guard band: its pattern (guard_byte, lib/cuda_utils.h), checked
 // after every pass.
 typedef struct {
     const char *group;        // for messages: "weight", "KV cache", "row buffer"

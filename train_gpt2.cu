@@ -86,7 +86,7 @@ residual stream's one running gradient); other activation gradients are WRITTEN.
 #include "lib/phases.h"
 // Guard bands, for debug builds (-DGUARD_BYTES=256): each tensor carved out of a
 // shared allocation (parameters, gradients, activations, activation gradients) is
-// followed by at least this many bytes of a pattern (guard-bands below), and after
+// followed by at least this many bytes of a pattern (guard_byte, lib/cuda_utils.h), and after
 // every training step we read them back: a kernel that writes past the end of its tensor (an `i <= N`, one
 // block too many) is named, instead of silently corrupting its neighbour. The
 // default 0 costs nothing: no bands, no checks, slices rounded to 256 bytes as ever.

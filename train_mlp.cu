@@ -62,7 +62,7 @@ ACCUMULATES (+=) into its parameter gradients.
 #include "lib/phases.h"
 // Guard bands, for debug builds (-DGUARD_BYTES=256): each tensor carved out of a
 // shared allocation (the parameters, their gradients, the optimizer state, the
-// activations) is followed by this many bytes of a pattern (guard-bands below), and
+// activations) is followed by this many bytes of a pattern (guard_byte, lib/cuda_utils.h), and
 // after every update we read them back: a kernel that writes past the end of its tensor (an `i <= N`, a
 // tile without its bounds check) is named, instead of silently corrupting its
 // neighbour. The default 0 costs nothing: no bands, no checks, the packed layout.

@@ -262,12 +262,25 @@ typedef struct {
 // transformers writes it, padded with spaces to a multiple of 8 so that the data, which
 // follows, is aligned. Returns them (malloc'ed), their count in *len, and the data's bytes
 // in *data_bytes.
+// (appends to a header of capacity cap; a header that would not fit is our own error)
+static inline void st_append(char *header, size_t cap, size_t *used, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static inline void st_append(char *header, size_t cap, size_t *used, const char *fmt, ...) {
+    va_list args;
+    va_start(args, fmt);
+    int n = *used < cap ? vsnprintf(header + *used, cap - *used, fmt, args) : -1;
+    va_end(args);
+    if (n < 0 || *used + (size_t)n >= cap) {
+        fprintf(stderr, "Error: safetensors_header_bytes: the header outgrew its %zu bytes (a bug: its size estimate)\n", cap);
+        exit(EXIT_FAILURE);
+    }
+    *used += (size_t)n;
+}
 static inline uint8_t *safetensors_header_bytes(const StOut *t, int n, size_t *len, size_t *data_bytes) {
-    size_t cap = 64, used = 8, offset = 0;
-    for (int i = 0; i < n; i++) { cap += strlen(t[i].name) + 64 + 24 * (size_t)(t[i].ndim + 2); }
-    uint8_t *out = (uint8_t *)mallocCheck(cap + 8);
+    size_t cap = 64, used = 0, offset = 0;
+    for (int i = 0; i < n; i++) { cap += strlen(t[i].name) + strlen(t[i].dtype) + 64 + 24 * (size_t)(t[i].ndim + 2); }
+    uint8_t *out = (uint8_t *)mallocCheck(8 + cap + 8); // (the length, the header, up to 7 bytes of padding)
     char *header = (char *)out + 8;
-    used = (size_t)snprintf(header, cap, "{\"__metadata__\":{\"format\":\"pt\"}");
+    st_append(header, cap, &used, "{\"__metadata__\":{\"format\":\"pt\"}");
     for (int i = 0; i < n; i++) {
         size_t element = 0, numel = 1;
         for (size_t d = 0; d < sizeof(ST_DTYPES) / sizeof(ST_DTYPES[0]); d++) {
@@ -277,15 +290,15 @@ static inline uint8_t *safetensors_header_bytes(const StOut *t, int n, size_t *l
             fprintf(stderr, "Error: safetensors_header_bytes: tensor %s: dtype %s, %d dims\n", t[i].name, t[i].dtype, t[i].ndim);
             exit(EXIT_FAILURE);
         }
-        used += (size_t)snprintf(header + used, cap - used, ",\"%s\":{\"dtype\":\"%s\",\"shape\":[", t[i].name, t[i].dtype);
+        st_append(header, cap, &used, ",\"%s\":{\"dtype\":\"%s\",\"shape\":[", t[i].name, t[i].dtype);
         for (int d = 0; d < t[i].ndim; d++) {
-            used += (size_t)snprintf(header + used, cap - used, "%s%" PRId64, d > 0 ? "," : "", t[i].shape[d]);
+            st_append(header, cap, &used, "%s%" PRId64, d > 0 ? "," : "", t[i].shape[d]);
             numel *= (size_t)t[i].shape[d];
         }
-        used += (size_t)snprintf(header + used, cap - used, "],\"data_offsets\":[%zu,%zu]}", offset, offset + numel * element);
+        st_append(header, cap, &used, "],\"data_offsets\":[%zu,%zu]}", offset, offset + numel * element);
         offset += numel * element;
     }
-    used += (size_t)snprintf(header + used, cap - used, "}");
+    st_append(header, cap, &used, "}");
     while (used % 8 != 0) { header[used++] = ' '; }
     for (int i = 0; i < 8; i++) { out[i] = (uint8_t)((uint64_t)used >> (8 * i)); }
     *len = 8 + used;

@@ -12,8 +12,9 @@ How GPT-2 tokenizes, in three steps:
      file for how it was generated and checked).
   2. BPE each piece: start from its single bytes, then keep merging the adjacent pair whose
      concatenation has the lowest rank (= token id) until no adjacent pair is a token.
-  3. Special tokens: only <|endoftext|> (id 50256), and only when asked (-s); otherwise that
-     text is ordinary text, like tiktoken's encode_ordinary.
+  3. Special tokens: only <|endoftext|> (id 50256), and only when asked (tokenizer_encode's
+     allow_special: data/tokenizer -s); otherwise that text is ordinary text, like tiktoken's
+     encode_ordinary.
 
 The same code tokenizes for the Llama family, from a tokenizer file
 that ./convert writes out of a GGUF file or a Hugging Face tokenizer.json (the layout is at

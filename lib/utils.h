@@ -7,8 +7,8 @@
 // fp16 conversions on the host.
 // Header-only, every function static inline (a program that uses some of them still
 // compiles under -Wall -Wextra -Werror). The including program defines PROGRAM first (how
-// the user runs it, for the HINT lines) and _XOPEN_SOURCE 700 before any system header
-// (fsync, M_PI, access, mkdir and clock_gettime are POSIX).
+// the user runs it, for the HINT lines) and _XOPEN_SOURCE 700 (or _POSIX_C_SOURCE 200809L)
+// before any system header (fsync, access, mkdir and clock_gettime are POSIX; M_PI X/Open).
 #ifndef LIB_UTILS_H
 #define LIB_UTILS_H
 #ifndef PROGRAM

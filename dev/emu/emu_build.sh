@@ -13,7 +13,7 @@
 #   extern __shared__ T name[];  ->  T *name = (T *)emu::dynamic_shared();
 #   __shared__ T a[...], b;  ->  static T (&a)[...] = a block of its own, made when it first runs; the same for b
 #   (emu::shared_alloc: poisoned at each block's start, and checked by the asan and race builds).
-set -eu
+set -euo pipefail # (a failed paste, early in the pipeline below, must fail the build)
 mode=plain
 if [ "${1:-}" = -m ]; then
     mode=$2
@@ -85,9 +85,10 @@ if left=$(grep -nE '(^|[;{])[ \t]*__shared__[ \t]' "$tmp" | head -3) && [ -n "$l
     exit 1
 fi
 # ... and so would a kernel launch it did not turn into emu::Launch (C++ would not compile
-# it, but say why): a <<< outside comments
+# it, but say why): a <<< outside comments, strings and character literals
 if left=$(awk '{
         line = $0; code = ""
+        if (!in_comment) { gsub(/"([^"\\]|\\.)*"/, "\"\"", line); gsub(/\047([^\047\\]|\\.)*\047/, "0", line) } # (strings and characters)
         while (line != "") {
             if (in_comment) { i = index(line, "*/"); if (i == 0) { line = "" } else { line = substr(line, i + 2); in_comment = 0 } continue }
             i = index(line, "/*"); j = index(line, "//")

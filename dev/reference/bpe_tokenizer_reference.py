@@ -41,7 +41,7 @@ Outputs in dev/reference/fixtures/:
                              tokenizer_config.json, which transformers' AutoTokenizer loaded and
                              which gave the same ids on every text and the same chat prompts
                              (asserted here); test_convert_cli.sh holds the export to these hashes
-  nfc_cases.txt              Unicode NFC (Qwen2's normalizer, done by hand in data/tokenizer.c)
+  nfc_cases.txt              Unicode NFC (Qwen2's normalizer, done by hand in lib/tokenizer.h)
                              from unicodedata2 16.0.0 (the version of lib/unicode_tables.h):
                              every code point NFC changes, and sequences that exercise the
                              ordering of marks and the composition rules; "input ; NFC" in hex

@@ -54,8 +54,8 @@ for row in "${SMOKE[@]}"; do
         not_ok "$src: the amalgamated file does not compile alone: $(grep -m1 -E 'error|Error' "$TMP/err")"; continue
     fi
     run=${cmd//PROG/$bin}
-    if ! bash -c "$run" > "$TMP/out" 2>&1; then
-        not_ok "$src: '$run' failed: $(tail -1 "$TMP/out")"; continue
+    if ! timeout 300 bash -c "$run" > "$TMP/out" 2>&1; then # (124: it hung)
+        not_ok "$src: '$run' failed (exit $?): $(tail -1 "$TMP/out")"; continue
     fi
     if ! grep -qF -- "$want" "$TMP/out"; then
         not_ok "$src: '$run' printed no line with '$want'; its last: $(tail -1 "$TMP/out")"; continue

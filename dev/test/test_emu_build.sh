@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # The emulator's build step follows the includes (dev/emu/emu_build.sh, dev/paste_includes.awk):
 # a kernel, a __shared__ array and a launch that live in a header of ours, two includes
-# deep, are rewritten and checked like the program's own; a header included twice is
-# pasted once; what the rewrite cannot understand, in a header as in the program, is
-# refused with the file's line. And the amalgamation pastes the same way.
+# deep, are rewritten and checked like the program's own; a header included three times is
+# pasted once (it has no include guard: it builds only so); an include of ours inside #if
+# is refused (pasted once, it would be on one branch only); what the rewrite cannot
+# understand, in a header as in the program, is refused with the file's line. And the
+# amalgamation pastes the same way.
 #     bash dev/test/test_emu_build.sh        (ends with "N passed, M failed")
 set -u
 cd "$(dirname "$0")/../.." || exit 1
@@ -16,9 +18,8 @@ not_ok() { echo "NOT OK  $1"; failed=$((failed + 1)); }
 mkdir -p "$TMP/src/inc/deeper"
 # a kernel in a header two includes deep that reads shared memory no thread has written
 # (element 31 of a 32-float array, with 31 threads writing 0..30): on a GPU, garbage
+# (no include guard: included three times, it builds only if pasted once)
 cat > "$TMP/src/inc/deeper/reduce.cuh" << 'H'
-#ifndef REDUCE_CUH
-#define REDUCE_CUH
 __global__ void sum_kernel(float *out, const float *in, int n) {
     __shared__ float part[32];
     if ((int)threadIdx.x < n) { part[threadIdx.x] = in[threadIdx.x]; }
@@ -31,7 +32,6 @@ __global__ void sum_kernel(float *out, const float *in, int n) {
 }
 // the launch, in the header too
 static inline void sum(float *out, const float *in, int n) { sum_kernel<<<1, 32>>>(out, in, n); }
-#endif
 H
 cat > "$TMP/src/inc/helpers.h" << 'H'
 #ifndef HELPERS_H
@@ -65,10 +65,10 @@ if bash dev/emu/emu_build.sh -m race "$TMP/src/prog.cu" "$TMP/prog_race" > "$TMP
     else
         not_ok "the header's uninitialised shared read went unseen: $(tail -1 "$TMP/run.log")"
     fi
-    if grep -q 'reduce.cuh:9' "$TMP/run.log"; then
-        ok "the report names the header's own line (reduce.cuh:9)"
+    if grep -q 'reduce.cuh:7' "$TMP/run.log"; then
+        ok "the report names the header's own line (reduce.cuh:7)"
     else
-        not_ok "the report does not name reduce.cuh:9: $(grep -m1 -i "error\|race" "$TMP/run.log")"
+        not_ok "the report does not name reduce.cuh:7: $(grep -m1 -i "error\|race" "$TMP/run.log")"
     fi
 else
     not_ok "the header program does not build: $(grep -m1 -i error "$TMP/build.log")"
@@ -93,6 +93,17 @@ else
     not_ok "a launch over two lines failed otherwise: $(head -1 "$TMP/bad.log")"
 fi
 cp "$TMP/keep.cuh" "$TMP/src/inc/deeper/reduce.cuh"
+# an include of ours inside #if: pasted once, it would be on one branch only: refused
+cp "$TMP/src/prog.cu" "$TMP/keep.cu"
+sed -i 's|^#include "inc/helpers.h"$|#ifdef NEVER\n#include "inc/helpers.h"\n#endif|' "$TMP/src/prog.cu"
+if bash dev/emu/emu_build.sh "$TMP/src/prog.cu" "$TMP/prog_bad" > "$TMP/bad.log" 2>&1; then
+    not_ok "an include of ours inside #ifdef was not refused"
+elif grep -q 'inside #if/#ifdef' "$TMP/bad.log"; then
+    ok "an include of ours inside #ifdef is refused: $(grep -m1 -o 'prog.cu:[0-9]*: #include "inc/helpers.h" inside #if/#ifdef' "$TMP/bad.log")"
+else
+    not_ok "an include inside #ifdef failed otherwise: $(head -1 "$TMP/bad.log")"
+fi
+cp "$TMP/keep.cu" "$TMP/src/prog.cu"
 # the amalgamation: one copy of the header, no include of ours left, and it builds alone
 bash dev/amalgamate.sh "$TMP/src/prog.cu" "$TMP/one.cu" > /dev/null
 n=$(grep -c '^__global__ void sum_kernel' "$TMP/one.cu")
