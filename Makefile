@@ -428,6 +428,7 @@ reference: data/tokenizer convert finetune_lora $(SMOLLM2)
 	HF_HUB_OFFLINE=1 $(PYTHON) dev/reference/llama_convert_reference.py   # runs ./convert, checks its output in transformers
 	$(PYTHON) dev/reference/bpe_tokenizer_reference.py   # needs make smollm2 (the GGUF's tokenizer)
 	HF_HUB_OFFLINE=1 $(PYTHON) dev/reference/smollm2_reference.py   # transformers on the same GGUF, after the line above
+	HF_HUB_OFFLINE=1 $(PYTHON) dev/reference/chat_reference.py   # apply_chat_template, logits processors (after the two above)
 	HF_HUB_OFFLINE=1 $(PYTHON) dev/reference/lora_reference.py   # PEFT's LoRA steps on the tiny models (finetune_lora)
 	HF_HUB_OFFLINE=1 $(PYTHON) dev/reference/lora_reference.py --check-ours   # PEFT loads ./finetune_lora's adapter
 

@@ -83,6 +83,7 @@ Sizes: C channels, NH heads, V vocabulary, Vp padded vocabulary, L layers, maxT 
 #include "lib/json.h"
 #include "lib/safetensors.h"
 #include "lib/tokenizer.h"
+#include "lib/model_notes.h"
 
 // ----------------------------------------------------------------------------
 // the model in memory (GPT-2), and llm.c checkpoints: the same code as infer.c's
@@ -349,8 +350,9 @@ static void write_model_file(const char *path, const int *header, const float *p
     free(narrow);
 }
 
-// Writes an llm.c checkpoint: version 3 (fp32) or, with bf16, version 5.
-void gpt2_save_checkpoint(const GPT2Weights *w, const char *path, int bf16) {
+// Writes an llm.c checkpoint: version 3 (fp32) or, with bf16, version 5; with notes (NULL:
+// none) where the model came from and how to sample it (lib/model_notes.h).
+void gpt2_save_checkpoint(const GPT2Weights *w, const char *path, int bf16, const ModelNotes *notes) {
     int header[256] = {0};
     header[0] = MODEL_MAGIC;
     header[1] = bf16 ? MODEL_VERSION_BF16 : MODEL_VERSION_FP32;
@@ -360,6 +362,7 @@ void gpt2_save_checkpoint(const GPT2Weights *w, const char *path, int bf16) {
     header[5] = w->config.num_heads;
     header[6] = w->config.channels;
     header[7] = w->config.padded_vocab_size;
+    model_notes_put(header, notes);
     write_model_file(path, header, w->params_memory, w->num_parameters, bf16);
 }
 // --- end shared-copy: model-file-write ---
@@ -1571,7 +1574,7 @@ static int float_bits(float f) {
     return i;
 }
 
-void llama_save(const LlamaWeights *w, const char *path, int bf16) {
+void llama_save(const LlamaWeights *w, const char *path, int bf16, const ModelNotes *notes) {
     LlamaConfig c = w->config;
     int header[256] = {0};
     int fields[20] = {LLAMA_MAGIC, bf16 ? MODEL_VERSION_BF16 : MODEL_VERSION_FP32, c.max_seq_len, c.vocab_size, c.num_layers,
@@ -1579,6 +1582,7 @@ void llama_save(const LlamaWeights *w, const char *path, int bf16) {
                       float_bits(c.rope_theta), float_bits(c.norm_eps), float_bits(c.rope_factor), float_bits(c.rope_low_freq_factor),
                       float_bits(c.rope_high_freq_factor), c.rope_original_max, c.family, c.bos_token_id, c.eos_token_id};
     memcpy(header, fields, sizeof(fields));
+    model_notes_put(header, notes);
     write_model_file(path, header, w->params, w->num_parameters, bf16);
 }
 // --- end shared-copy: llama-model-write ---
@@ -3033,6 +3037,56 @@ static int is_llama_family(const char *input) {
 // -i a GGUF file or a tokenizer.json, -o NAME_tokenizer.bin: the tokenizer alone (its start
 // and end tokens from the files beside a tokenizer.json, or from the GGUF's metadata); or
 // -i NAME_tokenizer.bin -o DIR: ours as a Hugging Face folder's tokenizer files
+// The notes a model file carries (lib/model_notes.h): from a Hugging Face folder, its
+// generation_config.json and the folder's path as the origin; from our model file, its own;
+// none from a GGUF file (llama.cpp keeps no sampling settings) or a new model.
+static void notes_of_input(ModelNotes *n, const char *input, int from_folder, int V) {
+    memset(n, 0, sizeof(*n));
+    if (from_folder) {
+        model_notes_from_generation_config(n, input, V);
+        model_notes_set_origin(n, input);
+    } else if (ends_with(input, ".bin")) {
+        model_notes_read(input, V, n);
+    }
+}
+
+// one line on what the notes say, if anything
+static void print_notes(const ModelNotes *n) {
+    char about[512];
+    model_notes_describe(n, about, sizeof(about));
+    if (n->has != 0) { fprintf(stderr, "generation settings: %s\n", about); }
+}
+
+// An export's generation_config.json, from the notes (nothing to write: no file)
+static void write_generation_config(const char *dir, const ModelNotes *n) {
+    if (n->has == 0) { return; }
+    char text[2048], path[MAX_PATH_LEN], num[32];
+    size_t at = 0;
+#define GEN_PUT(...) at += (size_t)snprintf(text + at, sizeof(text) - at, __VA_ARGS__)
+    GEN_PUT("{\n");
+    if (n->has & NOTE_DO_SAMPLE) { GEN_PUT("  \"do_sample\": %s,\n", n->do_sample ? "true" : "false"); }
+    if (n->has & NOTE_END_TOKENS) {
+        GEN_PUT("  \"eos_token_id\": ");
+        if (n->num_end == 1) { GEN_PUT("%d,\n", n->end_tokens[0]); }
+        else {
+            for (int i = 0; i < n->num_end; i++) { GEN_PUT("%s%d", i ? ", " : "[", n->end_tokens[i]); }
+            GEN_PUT("],\n");
+        }
+    }
+    if (n->has & NOTE_MIN_P) { shortest_float(num, sizeof(num), n->min_p); GEN_PUT("  \"min_p\": %s,\n", num); }
+    if (n->has & NOTE_REPETITION_PENALTY) { shortest_float(num, sizeof(num), n->repetition_penalty); GEN_PUT("  \"repetition_penalty\": %s,\n", num); }
+    if (n->has & NOTE_TEMPERATURE) { shortest_float(num, sizeof(num), n->temperature); GEN_PUT("  \"temperature\": %s,\n", num); }
+    if (n->has & NOTE_TOP_K) { GEN_PUT("  \"top_k\": %d,\n", n->top_k); }
+    if (n->has & NOTE_TOP_P) { shortest_float(num, sizeof(num), n->top_p); GEN_PUT("  \"top_p\": %s,\n", num); }
+#undef GEN_PUT
+    text[at - 2] = '\n'; // the last comma goes
+    text[at - 1] = '}';
+    text[at++] = '\n';
+    path_concat(path, dir, "/generation_config.json");
+    const void *bufs[1] = {text};
+    write_file_atomic(path, bufs, &at, 1);
+}
+
 static void convert_tokenizer(const Options *o) {
     TokenizerSpec ts;
     int found = 1;
@@ -3093,13 +3147,16 @@ static void convert_llama(const Options *o, int to_checkpoint) {
         }
     }
     LlamaConfig c = w.config;
+    ModelNotes notes;
+    notes_of_input(&notes, o->input, strcmp(kind, "Hugging Face folder") == 0, c.vocab_size);
     int bf16 = strcmp(o->dtype, "bf16") == 0 || (strcmp(o->dtype, "auto") == 0 && w.from_bf16);
     fprintf(stderr, "read %s (%s): %s, L=%d C=%d NH=%d NKV=%d HS=%d H=%d V=%d maxT=%d%s%s, %zu parameters%s\n", o->input, kind,
             c.family == LLAMA_FAMILY_QWEN2 ? "Qwen2" : "Llama", c.num_layers, c.channels, c.num_heads, c.num_kv_heads, c.head_size,
             c.hidden, c.vocab_size, c.max_seq_len, c.tied ? ", tied head" : "", c.qkv_bias ? ", q/k/v biases" : "", w.num_parameters,
             w.from_bf16 ? " (bf16)" : "");
+    print_notes(&notes);
     if (to_checkpoint) {
-        llama_save(&w, o->output, bf16);
+        llama_save(&w, o->output, bf16, &notes);
         fprintf(stderr, "wrote %s (Llama-family model file, version %d: %s)\n", o->output, bf16 ? MODEL_VERSION_BF16 : MODEL_VERSION_FP32,
                 bf16 ? "bf16" : "fp32");
         char path[MAX_PATH_LEN], about[8192];
@@ -3114,6 +3171,7 @@ static void convert_llama(const Options *o, int to_checkpoint) {
         }
     } else {
         llama_export_hf(&w, o->output, bf16, o->shard_bytes);
+        write_generation_config(o->output, &notes);
         fprintf(stderr, "wrote %s/config.json and the weights (%s%s)\n", o->output, bf16 ? "BF16" : "F32", o->shard_bytes > 0 ? ", sharded" : "");
         if (has_tokenizer) {
             tokenizer_export_hf(&ts, o->output);
@@ -3172,6 +3230,8 @@ int main(int argc, char **argv) {
     GPT2Weights w;
     gpt2_weights_build(&w, o.input, (uint64_t)o.seed);
     GPT2Config c = w.config;
+    ModelNotes notes;
+    notes_of_input(&notes, o.input, from_hf, c.vocab_size);
     int bf16 = strcmp(o.dtype, "bf16") == 0 || (strcmp(o.dtype, "auto") == 0 && w.from_bf16);
     // the tokenizer's files, checked before anything is written: into a Hugging Face folder
     // from -t (default data/gpt2, for a model with GPT-2's vocabulary, where that folder is
@@ -3194,8 +3254,9 @@ int main(int argc, char **argv) {
     if (tok_from != NULL) { copy_tokenizer(tok_from, NULL, !to_checkpoint); }
     fprintf(stderr, "read %s: GPT-2, L=%d C=%d NH=%d V=%d maxT=%d, %zu parameters%s\n", o.input, c.num_layers, c.channels,
             c.num_heads, c.vocab_size, c.max_seq_len, gpt2_count_parameters(c), w.from_bf16 ? " (bf16)" : "");
+    print_notes(&notes);
     if (to_checkpoint) {
-        gpt2_save_checkpoint(&w, o.output, bf16);
+        gpt2_save_checkpoint(&w, o.output, bf16, &notes);
         fprintf(stderr, "wrote %s (llm.c checkpoint, version %d: %s)\n", o.output, bf16 ? MODEL_VERSION_BF16 : MODEL_VERSION_FP32,
                 bf16 ? "bf16" : "fp32");
         if (tok_from != NULL) {
@@ -3205,6 +3266,7 @@ int main(int argc, char **argv) {
         }
     } else {
         gpt2_export_hf(&w, o.output, bf16, o.shard_bytes);
+        write_generation_config(o.output, &notes);
         fprintf(stderr, "wrote %s/config.json and the weights (%s%s)\n", o.output, bf16 ? "BF16" : "F32",
                 o.shard_bytes > 0 ? ", sharded" : "");
         // the tokenizer, where the model has GPT-2's vocabulary (our own models of other

@@ -82,6 +82,7 @@ layers, r the adapter's rank.
 #include "lib/json.h"
 #include "lib/safetensors.h"
 #include "lib/tokenizer.h"
+#include "lib/model_notes.h"
 #include "lib/phases.h"
 
 // ----------------------------------------------------------------------------
@@ -697,8 +698,9 @@ static void write_model_file(const char *path, const int *header, const float *p
     free(narrow);
 }
 
-// Writes an llm.c checkpoint: version 3 (fp32) or, with bf16, version 5.
-void gpt2_save_checkpoint(const GPT2Weights *w, const char *path, int bf16) {
+// Writes an llm.c checkpoint: version 3 (fp32) or, with bf16, version 5; with notes (NULL:
+// none) where the model came from and how to sample it (lib/model_notes.h).
+void gpt2_save_checkpoint(const GPT2Weights *w, const char *path, int bf16, const ModelNotes *notes) {
     int header[256] = {0};
     header[0] = MODEL_MAGIC;
     header[1] = bf16 ? MODEL_VERSION_BF16 : MODEL_VERSION_FP32;
@@ -708,6 +710,7 @@ void gpt2_save_checkpoint(const GPT2Weights *w, const char *path, int bf16) {
     header[5] = w->config.num_heads;
     header[6] = w->config.channels;
     header[7] = w->config.padded_vocab_size;
+    model_notes_put(header, notes);
     write_model_file(path, header, w->params_memory, w->num_parameters, bf16);
 }
 // --- end shared-copy: model-file-write ---
@@ -718,7 +721,7 @@ static int float_bits(float f) {
     return i;
 }
 
-void llama_save(const LlamaWeights *w, const char *path, int bf16) {
+void llama_save(const LlamaWeights *w, const char *path, int bf16, const ModelNotes *notes) {
     LlamaConfig c = w->config;
     int header[256] = {0};
     int fields[20] = {LLAMA_MAGIC, bf16 ? MODEL_VERSION_BF16 : MODEL_VERSION_FP32, c.max_seq_len, c.vocab_size, c.num_layers,
@@ -726,6 +729,7 @@ void llama_save(const LlamaWeights *w, const char *path, int bf16) {
                       float_bits(c.rope_theta), float_bits(c.norm_eps), float_bits(c.rope_factor), float_bits(c.rope_low_freq_factor),
                       float_bits(c.rope_high_freq_factor), c.rope_original_max, c.family, c.bos_token_id, c.eos_token_id};
     memcpy(header, fields, sizeof(fields));
+    model_notes_put(header, notes);
     write_model_file(path, header, w->params, w->num_parameters, bf16);
 }
 // --- end shared-copy: llama-model-write ---
@@ -1363,12 +1367,22 @@ static void lora_save(const Lora *lora, const Base *b, const char *dir, const ch
     char path[MAX_PATH_LEN];
     if (mkdir(dir, 0755) != 0 && errno != EEXIST) { die_file(dir, NULL, "cannot make the folder: %s", strerror(errno)); }
     // adapter_config.json: what PEFT needs to rebuild the modules
-    size_t cap = 4096 + (size_t)lora->num_modules * 64;
+    // base_model_name_or_path: what PEFT's AutoPeftModel loads the base from, the Hugging Face
+    // folder our model file was converted from (./convert notes it in the file), else null;
+    // our file's own name goes in a key of ours, base_model_file (PEFT ignores keys it does
+    // not know)
+    ModelNotes notes;
+    model_notes_read(base_path, b->V, &notes);
+    char base_name[2 * NOTE_ORIGIN_BYTES + 8] = "null", base_file[2 * MAX_PATH_LEN + 8];
+    if (notes.origin[0] != '\0') { json_quote(notes.origin, base_name, sizeof(base_name)); }
+    json_quote(base_path, base_file, sizeof(base_file));
+    size_t cap = 4096 + sizeof(base_name) + sizeof(base_file) + (size_t)lora->num_modules * 64;
     char *json = (char *)mallocCheck(cap);
-    int n = snprintf(json, cap, "{\n  \"base_model_name_or_path\": \"%s\",\n  \"bias\": \"none\",\n  \"fan_in_fan_out\": %s,\n"
+    int n = snprintf(json, cap, "{\n  \"base_model_file\": %s,\n  \"base_model_name_or_path\": %s,\n  \"bias\": \"none\",\n"
+                     "  \"fan_in_fan_out\": %s,\n"
                      "  \"inference_mode\": true,\n  \"init_lora_weights\": true,\n  \"lora_alpha\": %g,\n  \"lora_dropout\": %g,\n"
                      "  \"modules_to_save\": null,\n  \"peft_type\": \"LORA\",\n  \"r\": %d,\n  \"target_modules\": [",
-                     base_path, b->llama ? "false" : "true", lora->alpha, lora->dropout, lora->r);
+                     base_file, base_name, b->llama ? "false" : "true", lora->alpha, lora->dropout, lora->r);
     int first = 1;
     for (int k = 0; k < lora->num_modules; k++) { // each leaf name once, in the order met
         const char *leaf = strrchr(lora->modules[k].name, '.') + 1;
@@ -1414,13 +1428,12 @@ static void lora_save(const Lora *lora, const Base *b, const char *dir, const ch
 // The instruction template of the fine-tuning chapter (Alpaca's, Taori et al. 2023): the
 // one place it is written down. finetune_lora.c trains on exactly this text, so a model it
 // tuned answers the instruction when prompted the same way (-a 1).
+#define ALPACA_PREAMBLE "Below is an instruction that describes a task. Write a response that appropriately completes the request.\n\n"
 #define ALPACA_WITH_INPUT                                                                                  \
     "Below is an instruction that describes a task, paired with an input that provides further context. " \
     "Write a response that appropriately completes the request.\n\n"                                       \
     "### Instruction:\n%s\n\n### Input:\n%s\n\n### Response:\n"
-#define ALPACA_NO_INPUT                                                                                    \
-    "Below is an instruction that describes a task. Write a response that appropriately completes the "   \
-    "request.\n\n### Instruction:\n%s\n\n### Response:\n"
+#define ALPACA_NO_INPUT ALPACA_PREAMBLE "### Instruction:\n%s\n\n### Response:\n"
 
 // The prompt text for an instruction (and an optional input, NULL or "" for none); malloc'ed.
 char *alpaca_prompt(const char *instruction, const char *input) {
@@ -1429,6 +1442,32 @@ char *alpaca_prompt(const char *instruction, const char *input) {
     char *text = (char *)mallocCheck(n);
     if (with_input) { snprintf(text, n, ALPACA_WITH_INPUT, instruction, input); }
     else { snprintf(text, n, ALPACA_NO_INPUT, instruction); }
+    return text;
+}
+
+// A conversation in the Alpaca template, for a model without a chat template of its own
+// (GPT-2's tokenizer, ours): the system message (if it comes first) in place of the
+// preamble, then each user message as an instruction and each assistant message as its
+// response; with add_generation_prompt, "### Response:\n" last. As a Jinja chat template
+// (dev/reference/chat_reference.py renders conversations with it, for the tests):
+//   {%- if messages and messages[0]['role'] == 'system' %}{{ messages[0]['content'] + '\n\n' }}
+//   {%- set messages = messages[1:] %}{%- else %}{{ PREAMBLE }}{%- endif %}
+//   {%- for m in messages %}{%- if m['role'] == 'user' %}{{ '### Instruction:\n' + m['content'] + '\n\n' }}
+//   {%- elif m['role'] == 'assistant' %}{{ '### Response:\n' + m['content'] + '\n\n' }}
+//   {%- else %}{{ m['content'] + '\n\n' }}{%- endif %}{%- endfor %}
+//   {%- if add_generation_prompt %}{{ '### Response:\n' }}{%- endif %}
+// One user message gives alpaca_prompt's text. Malloc'ed.
+char *alpaca_render(const ChatMessage *m, int n, int add_generation_prompt) {
+    size_t cap = strlen(ALPACA_PREAMBLE) + 32;
+    for (int i = 0; i < n; i++) { cap += strlen(m[i].content) + 32; }
+    char *text = (char *)mallocCheck(cap);
+    int first = n > 0 && strcmp(m[0].role, "system") == 0;
+    size_t at = (size_t)snprintf(text, cap, "%s%s", first ? m[0].content : ALPACA_PREAMBLE, first ? "\n\n" : "");
+    for (int i = first; i < n; i++) {
+        const char *head = strcmp(m[i].role, "user") == 0 ? "### Instruction:\n" : strcmp(m[i].role, "assistant") == 0 ? "### Response:\n" : "";
+        at += (size_t)snprintf(text + at, cap - at, "%s%s\n\n", head, m[i].content);
+    }
+    if (add_generation_prompt) { snprintf(text + at, cap - at, "### Response:\n"); }
     return text;
 }
 
@@ -1447,6 +1486,14 @@ char *instruct_prompt(const Tokenizer *tok, const char *system, const char *inst
     char *text = tokenizer_chat_prompt(tok, system, user);
     free(user);
     return text;
+}
+
+// A conversation (-a 1 without -i, or -f's {"messages": [...]}) in the model's chat
+// template, or in the Alpaca template for a tokenizer without one; with the generation
+// prompt. Malloc'ed.
+char *conversation_prompt(const Tokenizer *tok, const ChatMessage *m, int n) {
+    if (tok == NULL || tok->chat == CHAT_NONE) { return alpaca_render(m, n, 1); }
+    return tokenizer_chat_render(tok, m, n, 1);
 }
 // --- end shared-copy: instruct-prompt ---
 
@@ -2212,9 +2259,16 @@ static void merge_and_write(Run *r) {
     double merged = evaluate(b, &none, &r->a, &r->val, tokens, labels);
     printf("validation loss: %.6f with the adapter, %.6f merged\n", adapted, merged);
     int bf16 = b->llama ? b->llama_weights.from_bf16 : b->gpt2.from_bf16;
-    if (b->llama) { llama_save(&b->llama_weights, o->merge, bf16); } else { gpt2_save_checkpoint(&b->gpt2, o->merge, bf16); }
+    // the base's notes (lib/model_notes.h: its sampling settings) go along; its origin does
+    // not: the merged model is not that model any more
+    ModelNotes notes;
+    model_notes_read(o->model, b->V, &notes);
+    memset(notes.origin, 0, sizeof(notes.origin));
+    if (b->llama) { llama_save(&b->llama_weights, o->merge, bf16, &notes); } else { gpt2_save_checkpoint(&b->gpt2, o->merge, bf16, &notes); }
     size_t merge_len = strlen(o->merge);
-    if (r->tok_path != NULL && merge_len > 4 && strcmp(o->merge + merge_len - 4, ".bin") == 0) { // its tokenizer beside it, as ./convert does
+    struct stat info; // a tokenizer file goes beside it, as ./convert does; GPT-2's folder (-g data/gpt2) stays where it is
+    int tok_file = r->tok_path != NULL && stat(r->tok_path, &info) == 0 && S_ISREG(info.st_mode);
+    if (tok_file && merge_len > 4 && strcmp(o->merge + merge_len - 4, ".bin") == 0) {
         char tok_out[MAX_PATH_LEN];
         format_path(tok_out, sizeof(tok_out), "%.*s_tokenizer.bin", (int)(merge_len - 4), o->merge);
         size_t len;

@@ -75,6 +75,7 @@ pass, NL rows with logits, C channels, NH and NKV heads, HS, Q, KV, H, V, Vp, L,
 #include "lib/json.h"
 #include "lib/safetensors.h"
 #include "lib/tokenizer.h"
+#include "lib/model_notes.h"
 #include "lib/cuda_utils.h"
 
 // Debug builds (make test's emulated ones) pass -DGUARD_BYTES=256: every tensor carved out
@@ -1896,6 +1897,10 @@ typedef struct {
     float temperature; // 0: greedy (always the most probable token)
     int top_k;         // keep the k most probable tokens; 0: all
     float top_p;       // then the fewest most probable tokens whose probabilities sum to >= p; 1: all
+    float min_p;       // then those at least min_p times as probable as the most probable; 0: all
+    float repetition_penalty; // first, the logit of every token in history: / penalty if > 0, x penalty if not; 1: none
+    const int *history;       // the tokens so far (the prompt's and the generated), for the penalty
+    int num_history;
     float *probs;      // (V) scratch
 } Sampler;
 
@@ -1912,11 +1917,24 @@ static int candidate_compare(const void *a, const void *b) {
 }
 
 // The tokens a draw chooses from, with their renormalised probabilities, into out (room
-// for V); returns how many. The order of the filters is transformers' (temperature, top-k,
-// top-p, as in its logits warpers), so -t/-k/-p mean what they mean in generate().
-// Top-p (Holtzman et al. 2019, "nucleus sampling") keeps the smallest set of most probable
-// tokens whose probabilities sum to at least p.
+// for V); returns how many. The order of the steps is transformers' (its repetition penalty,
+// then the logits warpers: temperature, top-k, top-p, min-p), so -r/-t/-k/-p/-M mean what
+// they mean in generate().
+// The repetition penalty (Keskar et al. 2019, CTRL) makes every token already in the text
+// less likely: its logit divided by the penalty if positive, multiplied if not (once per
+// token, however often it appears). Top-p (Holtzman et al. 2019, "nucleus sampling") keeps
+// the smallest set of most probable tokens whose probabilities sum to at least p. Min-p
+// (Nguyen et al. 2024) keeps the tokens at least min_p times as probable as the most
+// probable one: a cut that follows the model's confidence.
 int sample_candidates(const float *logits, int V, Sampler *s, Candidate *out) {
+    if (s->repetition_penalty != 1.0f && s->num_history > 0) { // the penalized logits, in probs for now
+        memcpy(s->probs, logits, (size_t)V * sizeof(float));
+        for (int i = 0; i < s->num_history; i++) {
+            int id = s->history[i];
+            if (id >= 0 && id < V) { s->probs[id] = logits[id] > 0.0f ? logits[id] / s->repetition_penalty : logits[id] * s->repetition_penalty; }
+        }
+        logits = s->probs;
+    }
     int argmax = 0;
     for (int i = 1; i < V; i++) {
         if (logits[i] > logits[argmax]) { argmax = i; }
@@ -1926,8 +1944,9 @@ int sample_candidates(const float *logits, int V, Sampler *s, Candidate *out) {
         return 1;
     }
     double sum = 0.0; // softmax(logits / temperature), shifted by the max for stability
-    for (int i = 0; i < V; i++) {
-        s->probs[i] = expf((logits[i] - logits[argmax]) / s->temperature);
+    float max = logits[argmax];
+    for (int i = 0; i < V; i++) { // (logits may be probs itself: each element is read, then written)
+        s->probs[i] = expf((logits[i] - max) / s->temperature);
         sum += s->probs[i];
     }
     for (int i = 0; i < V; i++) { s->probs[i] = (float)(s->probs[i] / sum); }
@@ -1965,8 +1984,17 @@ int sample_candidates(const float *logits, int V, Sampler *s, Candidate *out) {
             out[n++] = (Candidate){s->probs[argmax], argmax};
         }
     } else {
-        for (int i = 0; i < V; i++) { out[n++] = (Candidate){s->probs[i], i}; }
-        return n; // the whole distribution, in id order: no sort needed
+        // the whole distribution, in id order (no sort needed), but for what min-p cuts: the
+        // most probable token has probability probs[argmax]
+        float cut = s->min_p * s->probs[argmax];
+        double kept = 0.0;
+        for (int i = 0; i < V; i++) {
+            if (s->probs[i] >= cut) { out[n++] = (Candidate){s->probs[i], i}; kept += s->probs[i]; }
+        }
+        if (n < V) {
+            for (int i = 0; i < n; i++) { out[i].prob = (float)(out[i].prob / kept); }
+        }
+        return n;
     }
     qsort(out, (size_t)n, sizeof(Candidate), candidate_compare);
     // the mass top-p takes its share of: what top-k kept, or all of it (1, whatever the
@@ -1985,6 +2013,16 @@ int sample_candidates(const float *logits, int V, Sampler *s, Candidate *out) {
         }
         n = m;
         total = cumulative;
+    }
+    if (s->min_p > 0.0f) { // (out[0] is the most probable: the list is sorted)
+        float cut = s->min_p * out[0].prob;
+        int m = 1;
+        while (m < n && out[m].prob >= cut) { m++; }
+        if (m < n) {
+            total = 0.0;
+            for (int i = 0; i < m; i++) { total += out[i].prob; }
+            n = m;
+        }
     }
     for (int i = 0; i < n; i++) { out[i].prob = (float)(out[i].prob / total); }
     return n;
@@ -2017,6 +2055,8 @@ typedef struct {
     const char *prompt;  // its text (NULL with token ids)
     int *tokens;         // (max_tokens) the prompt, then what we generate
     int num_prompt, num_tokens, max_tokens;
+    int cached;          // the prompt's first tokens already in the cache (a conversation's earlier turns)
+    int fed;             // the tokens whose keys and values are in the cache now
     int context_full;    // max_tokens is the model's context, not the length asked for
     int done;
     const char *stop;    // why it stopped
@@ -2029,6 +2069,8 @@ typedef struct {
     const char *stop_string; // "" for none
     int eot_token;           // stop when it is sampled; -1 never
     const char *eot_name;    // how the report names it (NULL: <|endoftext|>)
+    const int *more_end;     // more tokens to stop at (a model's generation settings may list several)
+    int num_more_end;
     uint64_t seed;
     Sampler sampler;
     const Tokenizer *tok;    // NULL: token ids in and out
@@ -2076,6 +2118,9 @@ static size_t stop_prefix_at_end(const char *text, size_t len, const char *stop)
 // to print (never part of what may turn out to be the stop string, which is not printed).
 static void sequence_add(Sequence *s, int token, const GenerateOptions *o) {
     if (token == o->eot_token) { s->done = 1; s->stop = o->eot_name != NULL ? o->eot_name : "<|endoftext|>"; }
+    for (int i = 0; i < o->num_more_end && !s->done; i++) {
+        if (token == o->more_end[i]) { s->done = 1; s->stop = "an end token of the model's generation settings"; }
+    }
     if (!s->done) {
         s->tokens[s->num_tokens++] = token;
         char ids[16];
@@ -2122,11 +2167,13 @@ static void sequence_add(Sequence *s, int token, const GenerateOptions *o) {
 // The token for sequence b (index b in the batch) from logit row j of the last forward
 // pass: greedy's argmax, or a draw from the sampler with the sequence's next random number.
 static void sample_into(GPT2 *model, Sequence *s, int b, int j, const GenerateOptions *o, Candidate *scratch) {
-    if (o->sampler.temperature == 0.0f) {
+    if (o->sampler.temperature == 0.0f && o->sampler.repetition_penalty == 1.0f) {
         sequence_add(s, model->argmax[j], o);
         return;
     }
     Sampler sampler = o->sampler;
+    sampler.history = s->tokens;
+    sampler.num_history = s->num_tokens;
     const float *logits = model->logits + (size_t)j * model->config.padded_vocab_size;
     float coin = (float)rng_uniform_at(rng_subkey(o->seed, STREAM_SAMPLING, (uint64_t)b), (uint64_t)(s->num_tokens - s->num_prompt));
     sequence_add(s, sample_token(logits, model->config.vocab_size, &sampler, scratch, coin), o);
@@ -2150,19 +2197,25 @@ void generate(GPT2 *model, Sequence *seqs, int B, const GenerateOptions *o, Gene
     if (model->max_rows < rows || model->max_logit_rows < B) { gpt2_allocate_rows(model, rows, B); }
     int *tokens = (int *)mallocCheck(3 * (size_t)rows * sizeof(int)), *seq = tokens + rows, *pos = tokens + 2 * rows;
     int *logit_rows = (int *)mallocCheck((size_t)B * sizeof(int)), *logit_seq = (int *)mallocCheck((size_t)B * sizeof(int));
-    int greedy = o->sampler.temperature == 0.0f;
+    int greedy = o->sampler.temperature == 0.0f && o->sampler.repetition_penalty == 1.0f; // (the forward pass's argmax will do)
     Candidate *scratch = (Candidate *)mallocCheck((size_t)c.vocab_size * sizeof(Candidate));
     GenerateOptions opts = *o;
     opts.sampler.probs = (float *)mallocCheck((size_t)c.vocab_size * sizeof(float));
     memset(stats, 0, sizeof(*stats));
+    for (int b = 0; b < B; b++) { // (the last prompt token goes through again at least: its logits give the first new token)
+        if (seqs[b].cached > seqs[b].num_prompt - 1) { seqs[b].cached = seqs[b].num_prompt - 1; }
+        total_prompt -= (size_t)seqs[b].cached;
+    }
     stats->prompt_tokens = total_prompt;
     for (int b = 0; b < B; b++) { seqs[b].printed = seqs[b].text_len; }
 
-    // prefill: every prompt position, in chunks of rows; logits only at each prompt's end
+    // prefill: every prompt position not already in the cache, in chunks of rows; logits only
+    // at each prompt's end
     double t0 = wall_seconds();
     int n = 0, nl = 0;
     for (int b = 0; b < B; b++) {
-        for (int t = 0; t < seqs[b].num_prompt; t++) {
+        for (int t = seqs[b].cached; t < seqs[b].num_prompt; t++) {
+            seqs[b].fed = t + 1;
             tokens[n] = seqs[b].tokens[t];
             seq[n] = b;
             pos[n] = t;
@@ -2187,6 +2240,7 @@ void generate(GPT2 *model, Sequence *seqs, int B, const GenerateOptions *o, Gene
             tokens[n] = seqs[b].tokens[seqs[b].num_tokens - 1];
             seq[n] = b;
             pos[n] = seqs[b].num_tokens - 1;
+            seqs[b].fed = seqs[b].num_tokens;
             logit_rows[n] = n;
             n++;
         }
@@ -2244,8 +2298,8 @@ void bench(GPT2 *model, const int *batches, int nb, const int *prompts, int np, 
             hardware_name(), (double)model->step_bytes / (1 << 20));
     printf("| batch | prompt | generated | TTFT ms | prefill tok/s | decode tok/s | ms/step | KV cache MiB |\n");
     printf("|------:|-------:|----------:|--------:|--------------:|-------------:|--------:|-------------:|\n");
-    GenerateOptions o = {.max_new = 0, .stop_string = "", .eot_token = -1, .eot_name = NULL, .seed = seed,
-                         .sampler = {.temperature = 0.0f, .top_k = 0, .top_p = 1.0f, .probs = NULL}, .tok = NULL, .stream = NULL};
+    GenerateOptions o = {.max_new = 0, .stop_string = "", .eot_token = -1, .eot_name = NULL, .more_end = NULL, .num_more_end = 0, .seed = seed,
+                         .sampler = {.temperature = 0.0f, .top_k = 0, .top_p = 1.0f, .min_p = 0.0f, .repetition_penalty = 1.0f, .history = NULL, .num_history = 0, .probs = NULL}, .tok = NULL, .stream = NULL};
     uint64_t key = rng_key(seed, STREAM_BENCH);
     int warmed_up = 0;
     for (int ib = 0; ib < nb; ib++) {
@@ -2295,13 +2349,12 @@ void bench(GPT2 *model, const int *batches, int nb, const int *prompts, int np, 
 // The instruction template of the fine-tuning chapter (Alpaca's, Taori et al. 2023): the
 // one place it is written down. finetune_lora.c trains on exactly this text, so a model it
 // tuned answers the instruction when prompted the same way (-a 1).
+#define ALPACA_PREAMBLE "Below is an instruction that describes a task. Write a response that appropriately completes the request.\n\n"
 #define ALPACA_WITH_INPUT                                                                                  \
     "Below is an instruction that describes a task, paired with an input that provides further context. " \
     "Write a response that appropriately completes the request.\n\n"                                       \
     "### Instruction:\n%s\n\n### Input:\n%s\n\n### Response:\n"
-#define ALPACA_NO_INPUT                                                                                    \
-    "Below is an instruction that describes a task. Write a response that appropriately completes the "   \
-    "request.\n\n### Instruction:\n%s\n\n### Response:\n"
+#define ALPACA_NO_INPUT ALPACA_PREAMBLE "### Instruction:\n%s\n\n### Response:\n"
 
 // The prompt text for an instruction (and an optional input, NULL or "" for none); malloc'ed.
 char *alpaca_prompt(const char *instruction, const char *input) {
@@ -2310,6 +2363,32 @@ char *alpaca_prompt(const char *instruction, const char *input) {
     char *text = (char *)mallocCheck(n);
     if (with_input) { snprintf(text, n, ALPACA_WITH_INPUT, instruction, input); }
     else { snprintf(text, n, ALPACA_NO_INPUT, instruction); }
+    return text;
+}
+
+// A conversation in the Alpaca template, for a model without a chat template of its own
+// (GPT-2's tokenizer, ours): the system message (if it comes first) in place of the
+// preamble, then each user message as an instruction and each assistant message as its
+// response; with add_generation_prompt, "### Response:\n" last. As a Jinja chat template
+// (dev/reference/chat_reference.py renders conversations with it, for the tests):
+//   {%- if messages and messages[0]['role'] == 'system' %}{{ messages[0]['content'] + '\n\n' }}
+//   {%- set messages = messages[1:] %}{%- else %}{{ PREAMBLE }}{%- endif %}
+//   {%- for m in messages %}{%- if m['role'] == 'user' %}{{ '### Instruction:\n' + m['content'] + '\n\n' }}
+//   {%- elif m['role'] == 'assistant' %}{{ '### Response:\n' + m['content'] + '\n\n' }}
+//   {%- else %}{{ m['content'] + '\n\n' }}{%- endif %}{%- endfor %}
+//   {%- if add_generation_prompt %}{{ '### Response:\n' }}{%- endif %}
+// One user message gives alpaca_prompt's text. Malloc'ed.
+char *alpaca_render(const ChatMessage *m, int n, int add_generation_prompt) {
+    size_t cap = strlen(ALPACA_PREAMBLE) + 32;
+    for (int i = 0; i < n; i++) { cap += strlen(m[i].content) + 32; }
+    char *text = (char *)mallocCheck(cap);
+    int first = n > 0 && strcmp(m[0].role, "system") == 0;
+    size_t at = (size_t)snprintf(text, cap, "%s%s", first ? m[0].content : ALPACA_PREAMBLE, first ? "\n\n" : "");
+    for (int i = first; i < n; i++) {
+        const char *head = strcmp(m[i].role, "user") == 0 ? "### Instruction:\n" : strcmp(m[i].role, "assistant") == 0 ? "### Response:\n" : "";
+        at += (size_t)snprintf(text + at, cap - at, "%s%s\n\n", head, m[i].content);
+    }
+    if (add_generation_prompt) { snprintf(text + at, cap - at, "### Response:\n"); }
     return text;
 }
 
@@ -2329,14 +2408,59 @@ char *instruct_prompt(const Tokenizer *tok, const char *system, const char *inst
     free(user);
     return text;
 }
+
+// A conversation (-a 1 without -i, or -f's {"messages": [...]}) in the model's chat
+// template, or in the Alpaca template for a tokenizer without one; with the generation
+// prompt. Malloc'ed.
+char *conversation_prompt(const Tokenizer *tok, const ChatMessage *m, int n) {
+    if (tok == NULL || tok->chat == CHAT_NONE) { return alpaca_render(m, n, 1); }
+    return tokenizer_chat_render(tok, m, n, 1);
+}
 // --- end shared-copy: instruct-prompt ---
 
 // --- begin shared-copy: infer-prompts ---
+// messages with their own role and content strings (json_messages', the chat's), let go
+void chat_free(ChatMessage *m, int n) {
+    for (int i = 0; m != NULL && i < n; i++) { free((char *)m[i].role); free((char *)m[i].content); }
+    free(m);
+}
+
+// A conversation from JSON, {"messages": [{"role": ..., "content": ...}, ...]} (the layout of
+// transformers' chat pipeline and of OpenAI's chat API): its messages into *out, malloc'ed,
+// each role and content a string of its own (chat_free lets them go). Returns how many, or
+// -1 with what is wrong in err: no "messages", an empty list, a message that is not an
+// object with a non-empty string "role" and a string "content".
+int json_messages(const Json *j, int object, ChatMessage **out, char *err, size_t err_size) {
+    int list = json_get(j, object, "messages");
+    *out = NULL;
+    if (list < 0 || j->tokens[list].type != JSON_ARRAY) { snprintf(err, err_size, "no list \"messages\""); return -1; }
+    int n = j->tokens[list].size;
+    if (n == 0) { snprintf(err, err_size, "\"messages\" is empty"); return -1; }
+    ChatMessage *m = (ChatMessage *)mallocCheck((size_t)n * sizeof(ChatMessage));
+    memset(m, 0, (size_t)n * sizeof(ChatMessage));
+    int item = list + 1;
+    for (int i = 0; i < n; i++, item = j->tokens[item].next) {
+        int role = json_get(j, item, "role"), content = json_get(j, item, "content");
+        size_t cap = j->tokens[item].end - j->tokens[item].start + 1; // (decoding never makes a string longer)
+        char *r = (char *)mallocCheck(cap), *c = (char *)mallocCheck(cap);
+        m[i].role = r;
+        m[i].content = c;
+        if (role < 0 || json_string(j, role, r, cap) < 0 || r[0] == '\0' || content < 0 || json_string(j, content, c, cap) < 0) {
+            snprintf(err, err_size, "message %d is not {\"role\": \"...\", \"content\": \"...\"}", i + 1);
+            chat_free(m, i + 1);
+            return -1;
+        }
+    }
+    *out = m;
+    return n;
+}
+
 // -f: one prompt per line. A line that starts with '{' is a JSON object: {"prompt": ...},
-// or {"instruction": ..., "input": ...} (Alpaca's fields; "input" optional) for -a 1;
-// JSON is also how a prompt holds a newline. Blank lines are skipped. Returns the
-// number of prompts; *texts are malloc'ed (already in the template with -a 1: tok's chat
-// template after the system message, or Alpaca's; see instruct_prompt).
+// or for -a 1 {"instruction": ..., "input": ...} (Alpaca's fields; "input" optional) or
+// {"messages": [...]} (a conversation, answered as its next assistant turn); JSON is also
+// how a prompt holds a newline. Blank lines are skipped. Returns the number of prompts;
+// *texts are malloc'ed (already in the template with -a 1: tok's chat template after the
+// system message, or Alpaca's; see instruct_prompt and conversation_prompt).
 int read_prompts(const char *path, int instruct, const Tokenizer *tok, const char *system, char ***texts) {
     size_t len;
     uint8_t *data = read_whole_file(path, &len, "-f takes a text file with one prompt per line");
@@ -2363,11 +2487,20 @@ int read_prompts(const char *path, int instruct, const Tokenizer *tok, const cha
         if (json_parse(&j, line, strlen(line), err, sizeof(err)) != 0 || j.tokens[0].type != JSON_OBJECT) {
             die_file(path, NULL, "line %d starts with '{' but is not a JSON object: %s", line_no, err);
         }
+        if (instruct && json_get(&j, 0, "messages") >= 0) {
+            ChatMessage *m;
+            int count = json_messages(&j, 0, &m, err, sizeof(err));
+            if (count < 0) { die_file(path, NULL, "line %d: %s", line_no, err); }
+            (*texts)[n++] = conversation_prompt(tok, m, count);
+            chat_free(m, count);
+            json_free(&j);
+            continue;
+        }
         size_t cap_text = strlen(line) + 1; // decoding never makes a string longer
         char *first = (char *)mallocCheck(cap_text), *second = (char *)mallocCheck(cap_text);
         int a = json_get(&j, 0, instruct ? "instruction" : "prompt"), b = instruct ? json_get(&j, 0, "input") : -1;
         if (a < 0 || json_string(&j, a, first, cap_text) < 0) {
-            die_file(path, NULL, "line %d: no string \"%s\"", line_no, instruct ? "instruction" : "prompt");
+            die_file(path, NULL, "line %d: no string \"%s\"%s", line_no, instruct ? "instruction" : "prompt", instruct ? " and no \"messages\"" : "");
         }
         second[0] = '\0';
         if (b >= 0 && json_string(&j, b, second, cap_text) < 0) { die_file(path, NULL, "line %d: \"input\" is not a string", line_no); }
@@ -2629,16 +2762,19 @@ int find_latest_checkpoint(const char *out_dir) {
 // --- end shared-copy: gpt2-find-checkpoint ---
 
 // --- begin shared-copy: infer-options ---
+// the chat's commands (run_chat), and the chat's sampling defaults (sampling_settings)
+#define CHAT_HELP "/new starts a new conversation, /quit (or the end of the input) ends it; a line that ends in \\ goes on"
+#define CHAT_DEFAULTS_TEXT "greedy with a repetition penalty of 1.1"
 typedef struct {
     const char *model, *tokenizer, *adapter, *prompt, *prompts_file, *eval_file, *input, *system, *stop;
-    int instruct, max_new, top_k, ids, bench;
-    float temperature, top_p;
+    int instruct, max_new, top_k, ids, bench, ignore_eos, verbose, drop_oldest;
+    float temperature, top_p, min_p, repetition_penalty; // (NAN, and top_k -1: not given; see sampling_settings)
     long seed;
     const char *batches, *prompt_lengths, *gen_lengths;
 } Options;
 
 static void print_usage(const Options *d) {
-    printf("Usage: %s [options]      GPT-2 text generation on %s (prefill, KV-cache decode, sampling)\n", PROGRAM, hardware_name());
+    printf("Usage: %s [options]      GPT-2 and Llama-family text generation and chat on %s (prefill, KV-cache decode, sampling)\n", PROGRAM, hardware_name());
     printf("  -m <model>    a checkpoint (.bin, fp32 or bf16; ./convert makes one from a Hugging Face folder),\n"
            "                d<N>: a random GPT-2 of N layers; llama:smollm2-135m, llama:llama3.2-1b or\n"
            "                llama:qwen2.5-0.5b: a random model of that shape [newest log_gpt2/model_*.bin; d12 with -B 1]\n");
@@ -2653,17 +2789,27 @@ static void print_usage(const Options *d) {
            "                to the base model and, with -L, the tuned one (greedy unless -t); each answer\n"
            "                classified (correct, partially correct, format error, hallucination), a\n"
            "                Markdown table of both to stdout\n");
-    printf("  -a <0|1>      chat / instruction mode: -i (or each line of -f) is a user message, laid out in\n"
-           "                the model's chat template (ChatML, Llama 3), or else in the Alpaca template;\n"
-           "                -f lines may be {\"instruction\": ..., \"input\": ...} [%d]\n", d->instruct);
+    printf("  -a <0|1>      chat / instruction mode: messages laid out in the model's chat template (ChatML,\n"
+           "                Llama 3), or else in the Alpaca template. Without -i and -f: a conversation,\n"
+           "                a message per line of standard input (%s);\n"
+           "                with -i: one user message; -f lines may be {\"instruction\": ..., \"input\": ...}\n"
+           "                or {\"messages\": [{\"role\": ..., \"content\": ...}, ...]} [%d]\n", CHAT_HELP, d->instruct);
     printf("  -c <text>     the instruction's input, for -a 1 with -i [\"%s\"]\n", d->input);
-    printf("  -y <text>     the system message, for -a 1 with a chat template [the template's own]\n");
+    printf("  -y <text>     the system message, for -a 1 [the template's own]\n");
+    printf("  -O <0|1>      a conversation that outgrows the context: 1 drops its oldest turns, 0 ends the chat [%d]\n", d->drop_oldest);
     printf("  -n <int>      tokens to generate at most (fewer if the context fills up) [%d]\n", d->max_new);
-    printf("  -t <float>    temperature; 0 = greedy [%g]\n", d->temperature);
-    printf("  -k <int>      top-k: sample among the k most probable tokens; 0 = all [%d]\n", d->top_k);
-    printf("  -p <float>    top-p: ... the fewest whose probabilities sum to p; 1 = all [%g]\n", d->top_p);
+    printf("  Sampling: each setting from its flag, else from the model file (./convert keeps a Hugging Face\n"
+           "  folder's generation_config.json), else, in chat mode (-a 1), %s, else\n"
+           "  transformers' generate() defaults (temperature 1, top-k 50); the start-up line says which\n", CHAT_DEFAULTS_TEXT);
+    printf("  -t <float>    temperature; 0 = greedy\n");
+    printf("  -k <int>      top-k: sample among the k most probable tokens; 0 = all\n");
+    printf("  -p <float>    top-p: ... the fewest whose probabilities sum to p; 1 = all\n");
+    printf("  -M <float>    min-p: ... those at least min-p times as probable as the most probable; 0 = all\n");
+    printf("  -r <float>    repetition penalty: tokens already in the text less likely (1.1 is mild); 1 = none\n");
     printf("  -s <int>      random seed [%ld]\n", d->seed);
     printf("  -x <text>     stop string: stop when it appears (it is not printed) [\"%s\"]\n", d->stop);
+    printf("  -e <0|1>      1: go on past the end token (only -n, -x or the context stop) [%d]\n", d->ignore_eos);
+    printf("  -v <0|1>      1: print the prompt's tokens, id:text each, to stderr [%d]\n", d->verbose);
     printf("  -z <0|1>      token ids instead of text: -i takes ids (\"15496,995\"), ids are printed [%d]\n", d->ids);
     printf("  -B <0|1>      benchmark: sweep batch sizes -b, prompt lengths -l, generation lengths -N [%d]\n", d->bench);
     printf("  -b <list>     [%s]   -l <list> [%s]   -N <list> [%s]\n", d->batches, d->prompt_lengths, d->gen_lengths);
@@ -2672,6 +2818,191 @@ static void print_usage(const Options *d) {
 }
 
 // --- end shared-copy: infer-options ---
+
+// --- begin shared-copy: infer-chat ---
+// ----------------------------------------------------------------------------
+// a conversation: -a 1 without -i, on standard input
+
+// The messages so far: the system message (-y) first if there is one, then user and
+// assistant turns in order
+typedef struct {
+    ChatMessage *m;
+    int n, cap;
+} Conversation;
+
+static void conversation_add(Conversation *c, const char *role, const char *content) {
+    if (c->n == c->cap) {
+        c->cap = c->cap ? 2 * c->cap : 16;
+        c->m = (ChatMessage *)realloc(c->m, (size_t)c->cap * sizeof(ChatMessage));
+        if (c->m == NULL) { fprintf(stderr, "Error: out of memory for the conversation\n"); exit(EXIT_FAILURE); }
+    }
+    c->m[c->n].role = strdup(role);
+    c->m[c->n].content = strdup(content);
+    if (c->m[c->n].role == NULL || c->m[c->n].content == NULL) { fprintf(stderr, "Error: out of memory for the conversation\n"); exit(EXIT_FAILURE); }
+    c->n++;
+}
+
+// drops messages first..first+count-1
+static void conversation_drop(Conversation *c, int first, int count) {
+    for (int i = first; i < first + count; i++) { free((char *)c->m[i].role); free((char *)c->m[i].content); }
+    memmove(c->m + first, c->m + first + count, (size_t)(c->n - first - count) * sizeof(ChatMessage));
+    c->n -= count;
+}
+
+// One message from standard input: a line, or several when a line ends in a backslash
+// (the backslash goes, the line break stays). NULL at the end of the input. Malloc'ed.
+static char *read_message(FILE *in) {
+    char *text = NULL, *line = NULL;
+    size_t len = 0, cap = 0;
+    ssize_t got;
+    while ((got = getline(&line, &cap, in)) >= 0) {
+        size_t n = (size_t)got;
+        while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r')) { n--; }
+        int more = n > 0 && line[n - 1] == '\\';
+        if (more) { line[n - 1] = '\n'; } // (joined to the next line with the line break)
+        char *grown = (char *)realloc(text, len + n + 1);
+        if (grown == NULL) { fprintf(stderr, "Error: out of memory for a message\n"); exit(EXIT_FAILURE); }
+        text = grown;
+        memcpy(text + len, line, n);
+        len += n;
+        text[len] = '\0';
+        if (!more) { break; }
+    }
+    free(line);
+    if (got < 0 && text == NULL) { return NULL; }
+    return text;
+}
+
+// the ids of a conversation's text (the chat template writes its start token itself; the
+// Alpaca template gets it from the tokenizer, as a prompt does); returns how many
+static int conversation_ids(Tokenizer *tok, const Conversation *conv, int **ids) {
+    char *text = conversation_prompt(tok, conv->m, conv->n);
+    size_t len = strlen(text);
+    *ids = (int *)mallocCheck((tokenizer_max_ids(tok, len) + 2) * sizeof(int));
+    int n = 0;
+    if (tok->add_bos && tok->chat == CHAT_NONE) { (*ids)[n++] = tok->bos_token; }
+    n += (int)tokenizer_encode(tok, (const uint8_t *)text, len, 1, (int32_t *)*ids + n);
+    free(text);
+    return n;
+}
+
+// -v 1: a prompt's tokens, id and text each, from token `from` on (the ones before it in
+// the cache already), to stderr
+static void print_prompt_tokens(const Tokenizer *tok, const int *ids, int n, int from) {
+    fprintf(stderr, "prompt: %d tokens (%d in the cache from earlier turns):", n, from);
+    for (int i = 0; i < n; i++) {
+        size_t len;
+        const uint8_t *bytes = tok != NULL ? tokenizer_token(tok, ids[i], &len) : NULL;
+        fprintf(stderr, "%s %d", i == from && from > 0 ? " |" : "", ids[i]);
+        if (bytes == NULL) { continue; }
+        fputc(':', stderr);
+        for (size_t k = 0; k < len; k++) { // the piece's bytes, control characters escaped
+            if (bytes[k] == '\n') { fputs("\\n", stderr); }
+            else if (bytes[k] < 0x20 || bytes[k] == 0x7F) { fprintf(stderr, "\\x%02X", bytes[k]); }
+            else { fputc(bytes[k], stderr); }
+        }
+    }
+    fputc('\n', stderr);
+}
+
+// The chat: each message from standard input joins the conversation, which is rendered
+// whole in the model's chat template (or Alpaca's) and tokenized; the tokens it shares
+// from the start with what the KV cache holds from the turns before (the earlier turns'
+// prompts and replies) are not computed again, only the new ones are prefilled, and the
+// reply streams. (The reply's tokens as the model made them and as the template's text
+// re-tokenizes may differ; the cache is used up to the first difference.) When a turn does
+// not fit the context with room for -n tokens, the oldest turns are dropped, with a line
+// that says so (-O 0: the chat ends instead, and says so). A message that is empty or not
+// UTF-8, or a command we do not know, gets a line on stderr, and the chat goes on.
+static void run_chat(GPT2 *model, Tokenizer *tok, const Options *o, const GenerateOptions *g) {
+    ModelConfig c = model->config;
+    int S = c.max_seq_len, interactive = isatty(fileno(stdin));
+    gpt2_allocate_cache(model, 1, S); // (the whole context, once: generate() then keeps it)
+    int *cached = (int *)mallocCheck((size_t)S * sizeof(int)), num_cached = 0, turn = 0, answered = 0;
+    Conversation conv = {NULL, 0, 0};
+    if (o->system != NULL) { conversation_add(&conv, "system", o->system); }
+    int first_turn = conv.n; // (the first message a drop may take)
+    fprintf(stderr, "chat: %s\n", CHAT_HELP);
+    for (;;) {
+        if (interactive) { printf("> "); fflush(stdout); }
+        char *text = read_message(stdin);
+        if (text == NULL) { break; }
+        turn++;
+        if (!interactive) { printf("> %s\n", text); fflush(stdout); } // (piped: the transcript shows what was said)
+        size_t len = strlen(text), bad = 0, step;
+        uint32_t cp;
+        while (bad < len && (step = utf8_decode((const uint8_t *)text + bad, len - bad, &cp)) > 0) { bad += step; }
+        if (bad < len) {
+            fprintf(stderr, "message %d: not valid UTF-8 (byte %zu): not sent\n", turn, bad + 1);
+            free(text);
+            continue;
+        }
+        if (strcmp(text, "/quit") == 0 || strcmp(text, "/exit") == 0) { free(text); break; }
+        if (strcmp(text, "/new") == 0) {
+            conversation_drop(&conv, first_turn, conv.n - first_turn);
+            fprintf(stderr, "a new conversation\n");
+            free(text);
+            continue;
+        }
+        if (text[0] == '/') {
+            fprintf(stderr, "message %d: %s is no command (%s): not sent\n", turn, text, CHAT_HELP);
+            free(text);
+            continue;
+        }
+        if (strspn(text, " \t\n") == len) {
+            fprintf(stderr, "message %d: empty: not sent\n", turn);
+            free(text);
+            continue;
+        }
+        conversation_add(&conv, "user", text);
+        free(text);
+        // the conversation's tokens; the oldest turns go while they leave no room for -n
+        int *ids, n = conversation_ids(tok, &conv, &ids), room = o->max_new < S ? o->max_new : S - 1;
+        while (n + room > S && conv.n - first_turn > 1) {
+            if (!o->drop_oldest) {
+                fprintf(stderr, "Error: the conversation (%d tokens) and -n %d no longer fit the model's context of %d "
+                        "tokens; -O 1 drops the oldest turns instead\n", n, o->max_new, S);
+                exit(EXIT_FAILURE);
+            }
+            int drop = 1; // the oldest user message and the replies after it, up to the next user message
+            while (first_turn + drop < conv.n - 1 && strcmp(conv.m[first_turn + drop].role, "user") != 0) { drop++; }
+            conversation_drop(&conv, first_turn, drop);
+            free(ids);
+            int before = n;
+            n = conversation_ids(tok, &conv, &ids);
+            fprintf(stderr, "the context is full: the oldest turn goes (%d messages, %d tokens; %d of %d now)\n", drop,
+                    before - n, n, S);
+        }
+        if (n >= S) {
+            fprintf(stderr, "message %d: %d tokens with the template: no room in the model's context of %d: not sent\n", turn, n, S);
+            conversation_drop(&conv, conv.n - 1, 1);
+            free(ids);
+            continue;
+        }
+        int same = 0;
+        while (same < n && same < num_cached && ids[same] == cached[same]) { same++; }
+        if (o->verbose) { print_prompt_tokens(tok, ids, n, same < n ? same : n - 1); }
+        Sequence s;
+        sequence_init(&s, NULL, ids, n, o->max_new, S);
+        s.cached = same;
+        GenerateStats stats;
+        generate(model, &s, 1, g, &stats);
+        printf("\n");
+        fflush(stdout);
+        conversation_add(&conv, "assistant", s.text);
+        memcpy(cached, s.tokens, (size_t)s.fed * sizeof(int));
+        num_cached = s.fed;
+        fprintf(stderr, "[turn %d: %d prompt tokens, %d of them from the cache, %zu prefilled; %d generated, %.1f tokens/s; "
+                "stopped at %s]\n", ++answered, n, s.cached, stats.prompt_tokens, s.num_tokens - s.num_prompt,
+                stats.decode_seconds > 0 ? stats.decoded_tokens / stats.decode_seconds : 0.0, s.stop);
+        sequence_free(&s);
+        free(ids);
+    }
+    conversation_drop(&conv, 0, conv.n);
+    free(conv.m);
+    free(cached);
+}
+// --- end shared-copy: infer-chat ---
 
 // --- begin shared-copy: infer-main ---
 // parses "1,4,16" into up to max positive integers; returns how many, -1 if malformed
@@ -2690,12 +3021,12 @@ static int parse_list(const char *s, int *out, int max) {
 // The flags, checked. Defaults: transformers' generate() sampling defaults (temperature 1,
 // top-k 50, top-p 1).
 static Options parse_args(int argc, char **argv) {
-    Options o = {.model = NULL, .tokenizer = NULL, .adapter = NULL, .prompt = "", .prompts_file = NULL, .eval_file = NULL, .input = "", .system = NULL,
-                 .stop = "", .instruct = 0, .max_new = 128,
-                 .top_k = 50, .ids = 0, .bench = 0, .temperature = 1.0f, .top_p = 1.0f, .seed = 1337,
+    Options o = {.model = NULL, .tokenizer = NULL, .adapter = NULL, .prompt = NULL, .prompts_file = NULL, .eval_file = NULL, .input = "", .system = NULL,
+                 .stop = "", .instruct = 0, .max_new = 128, .top_k = -1, .ids = 0, .bench = 0, .ignore_eos = 0, .verbose = 0,
+                 .drop_oldest = 1, .temperature = NAN, .top_p = NAN, .min_p = NAN, .repetition_penalty = NAN, .seed = 1337,
                  .batches = "1,4,16", .prompt_lengths = "16,128", .gen_lengths = "16,64"};
-    const Options defaults = o;
-    int temperature_given = 0;
+    Options defaults = o;
+    defaults.prompt = "";
     for (int i = 1; i < argc; i += 2) {
         const char *flag = argv[i];
         if (strcmp(flag, "-h") == 0) { print_usage(&defaults); exit(0); }
@@ -2713,9 +3044,14 @@ static Options parse_args(int argc, char **argv) {
         case 'c': o.input = v; break;
         case 'y': o.system = v; break;
         case 'n': o.max_new = (int)parse_int(flag, v, 1); break;
-        case 't': o.temperature = parse_float(flag, v); temperature_given = 1; break;
+        case 't': o.temperature = parse_float(flag, v); break;
         case 'k': o.top_k = (int)parse_int(flag, v, 0); break;
         case 'p': o.top_p = parse_float(flag, v); break;
+        case 'M': o.min_p = parse_float(flag, v); break;
+        case 'r': o.repetition_penalty = parse_float(flag, v); break;
+        case 'e': o.ignore_eos = (int)parse_int(flag, v, 0); break;
+        case 'v': o.verbose = (int)parse_int(flag, v, 0); break;
+        case 'O': o.drop_oldest = (int)parse_int(flag, v, 0); break;
         case 's': o.seed = parse_int(flag, v, 0); break;
         case 'x': o.stop = v; break;
         case 'z': o.ids = (int)parse_int(flag, v, 0); break;
@@ -2726,15 +3062,24 @@ static Options parse_args(int argc, char **argv) {
         default: usage_error("unknown flag %s", flag);
         }
     }
-    if (o.instruct > 1 || o.ids > 1 || o.bench > 1) { usage_error("flags -a, -z and -B take 0 or 1%s", ""); }
-    if (o.top_p > 1.0f || o.top_p == 0.0f) { usage_error("-p (top-p) must be in (0, 1]%s", ""); }
+    if (o.instruct > 1 || o.ids > 1 || o.bench > 1 || o.ignore_eos > 1 || o.verbose > 1 || o.drop_oldest > 1) {
+        usage_error("flags -a, -z, -B, -e, -v and -O take 0 or 1%s", "");
+    }
+    if (!isnan(o.top_p) && !(o.top_p > 0.0f && o.top_p <= 1.0f)) { usage_error("-p (top-p) must be in (0, 1]%s", ""); }
+    if (!isnan(o.min_p) && !(o.min_p >= 0.0f && o.min_p <= 1.0f)) { usage_error("-M (min-p) must be in [0, 1]%s", ""); }
+    if (!isnan(o.repetition_penalty) && !(o.repetition_penalty > 0.0f && o.repetition_penalty <= 100.0f)) {
+        usage_error("-r (the repetition penalty) must be in (0, 100]%s", "");
+    }
+    if (!isnan(o.temperature) && !(o.temperature >= 0.0f && o.temperature <= 100.0f)) { usage_error("-t (the temperature) must be in [0, 100]%s", ""); }
     if (o.ids && (o.instruct || o.stop[0] != '\0')) { usage_error("-z 1 (token ids) works without -a and -x%s", ""); }
-    if (o.instruct && o.prompts_file == NULL && o.prompt[0] == '\0') { usage_error("-a 1 needs an instruction: -i \"...\" (or -f)%s", ""); }
-    if (o.eval_file != NULL && (o.prompts_file != NULL || o.prompt[0] != '\0' || o.ids || o.bench)) {
+    if (o.eval_file != NULL && (o.prompts_file != NULL || o.prompt != NULL || o.ids || o.bench)) {
         usage_error("-E (an evaluation) asks its own questions: without -i, -f, -z 1 and -B 1%s", "");
     }
+    if (o.instruct && o.prompt != NULL && o.prompt[0] == '\0') { usage_error("-a 1 -i needs a message (without -i: a conversation)%s", ""); }
+    if (o.input[0] != '\0' && !(o.instruct && o.prompt != NULL)) { usage_error("-c (the instruction's input) goes with -a 1 -i%s", ""); }
     if (o.eval_file != NULL) { o.instruct = 1; } // (its questions go in the chat template)
-    if (o.eval_file != NULL && !temperature_given) { o.temperature = 0.0f; } // greedy, unless -t says otherwise
+    if (o.eval_file != NULL && isnan(o.temperature)) { o.temperature = 0.0f; } // greedy, unless -t says otherwise
+    if (o.prompt == NULL && !(o.instruct && o.prompts_file == NULL && o.eval_file == NULL && !o.bench)) { o.prompt = ""; }
     if (o.system != NULL && !o.instruct) { usage_error("-y (a system message) goes with -a 1%s", ""); }
     // no -m: the newest checkpoint of ./train_gpt2 (or GPT-2 124M's shapes for the benchmark)
     if (o.model == NULL && o.bench) { o.model = "d12"; }
@@ -2751,6 +3096,39 @@ static Options parse_args(int argc, char **argv) {
         o.model = latest;
     }
     return o;
+}
+
+// The sampling settings: each from its flag, else from the model file's notes (a Hugging Face
+// folder's generation_config.json, kept by ./convert), else in chat mode, for a model whose
+// file says nothing of sampling (a GGUF's), CHAT_DEFAULTS_TEXT's, else transformers' generate()
+// defaults. A file's do_sample false means greedy. *about says which, for the start-up line.
+static Sampler sampling_settings(const Options *o, const ModelNotes *n, char *about, size_t cap) {
+    int chat = o->instruct && (n->has & (NOTE_ALL & ~NOTE_END_TOKENS)) == 0;
+    const char *from[5];
+    Sampler s = {.temperature = 1.0f, .top_k = 50, .top_p = 1.0f, .min_p = 0.0f, .repetition_penalty = 1.0f, .history = NULL, .num_history = 0, .probs = NULL};
+    for (int i = 0; i < 5; i++) { from[i] = "default"; }
+    // Chat's defaults, for a small model: SmolLM2-135M at its model card's temperature 0.2 and
+    // top-p 0.9 answers "What is the capital of France?" with "The" 60% of the time and "L"
+    // (for "L'Étoile, la Marseillaise, ...") 40%; greedy answers "The capital of France is
+    // Paris.", and a mild penalty keeps longer answers out of loops.
+    if (chat) { s.temperature = 0.0f; s.repetition_penalty = 1.1f; from[0] = from[4] = "chat default"; }
+#define SETTING(k, field, flag_value, flag_given, bit, note_value)                      \
+    if (flag_given) { s.field = flag_value; from[k] = "flag"; }                          \
+    else if (n->has & (bit)) { s.field = note_value; from[k] = "the model file"; }
+    SETTING(0, temperature, o->temperature, !isnan(o->temperature), NOTE_TEMPERATURE, n->temperature)
+    SETTING(1, top_k, o->top_k, o->top_k >= 0, NOTE_TOP_K, n->top_k)
+    SETTING(2, top_p, o->top_p, !isnan(o->top_p), NOTE_TOP_P, n->top_p)
+    SETTING(3, min_p, o->min_p, !isnan(o->min_p), NOTE_MIN_P, n->min_p)
+    SETTING(4, repetition_penalty, o->repetition_penalty, !isnan(o->repetition_penalty), NOTE_REPETITION_PENALTY, n->repetition_penalty)
+#undef SETTING
+    if (isnan(o->temperature) && (n->has & NOTE_DO_SAMPLE) && !n->do_sample) { s.temperature = 0.0f; from[0] = "the model file: do_sample false"; }
+    if (s.temperature == 0.0f) {
+        snprintf(about, cap, "greedy (%s), repetition penalty %g (%s)", from[0], s.repetition_penalty, from[4]);
+    } else {
+        snprintf(about, cap, "temperature %g (%s), top-k %d (%s), top-p %g (%s), min-p %g (%s), repetition penalty %g (%s)",
+                 s.temperature, from[0], s.top_k, from[1], s.top_p, from[2], s.min_p, from[3], s.repetition_penalty, from[4]);
+    }
+    return s;
 }
 
 // -B 1: the benchmark sweep
@@ -2994,12 +3372,27 @@ int main(int argc, char **argv) {
     }
     int eot = o.ids ? c.eos_token : tok.eot_token;
     int start = o.ids ? c.bos_token : tok.bos_token >= 0 ? tok.bos_token : eot;
+    // how to sample, and where to stop: the flags, else what the model file says
+    ModelNotes notes;
+    model_notes_read(o.model, c.vocab_size, &notes);
+    char about[512];
+    GenerateOptions g = {.max_new = o.max_new, .stop_string = o.stop, .eot_token = o.ignore_eos ? -1 : eot, .eot_name = eot_name,
+                         .more_end = notes.end_tokens, .num_more_end = o.ignore_eos || !(notes.has & NOTE_END_TOKENS) ? 0 : notes.num_end,
+                         .seed = (uint64_t)o.seed, .sampler = sampling_settings(&o, &notes, about, sizeof(about)),
+                         .tok = o.ids ? NULL : &tok, .stream = NULL};
+    fprintf(stderr, "sampling: %s\n", about);
+    if (g.num_more_end > 0 || o.ignore_eos) {
+        fprintf(stderr, "stops at: %s\n", o.ignore_eos ? "-n tokens, -x or the end of the context (-e 1: not the end token)" : "the end token, or one the model file lists");
+    }
     if (o.eval_file != NULL) {
-        GenerateOptions g = {.max_new = o.max_new, .stop_string = o.stop, .eot_token = eot, .eot_name = eot_name,
-                             .seed = (uint64_t)o.seed,
-                             .sampler = {.temperature = o.temperature, .top_k = o.top_k, .top_p = o.top_p, .probs = NULL},
-                             .tok = &tok, .stream = NULL};
         run_eval(&model, &tok, &o, &g);
+        tokenizer_free(&tok);
+        gpt2_free(&model);
+        return 0;
+    }
+    if (o.instruct && o.prompt == NULL && o.prompts_file == NULL) { // a conversation on standard input
+        g.stream = stdout;
+        run_chat(&model, &tok, &o, &g);
         tokenizer_free(&tok);
         gpt2_free(&model);
         return 0;
@@ -3007,10 +3400,10 @@ int main(int argc, char **argv) {
     char **texts;
     Sequence *seqs;
     int B = read_sequences(&o, &c, o.ids ? NULL : &tok, start, &texts, &seqs);
-    GenerateOptions g = {.max_new = o.max_new, .stop_string = o.stop, .eot_token = eot, .eot_name = eot_name,
-                         .seed = (uint64_t)o.seed,
-                         .sampler = {.temperature = o.temperature, .top_k = o.top_k, .top_p = o.top_p, .probs = NULL},
-                         .tok = o.ids ? NULL : &tok, .stream = B == 1 ? stdout : NULL};
+    g.stream = B == 1 ? stdout : NULL;
+    if (o.verbose) {
+        for (int b = 0; b < B; b++) { print_prompt_tokens(o.ids ? NULL : &tok, seqs[b].tokens, seqs[b].num_prompt, 0); }
+    }
     // one sequence streams: first the prompt as given (not in instruction mode), then tokens
     if (B == 1 && !o.instruct) { fputs(o.ids ? texts[0] : seqs[0].prompt, stdout); fflush(stdout); }
     GenerateStats stats;

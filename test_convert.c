@@ -415,7 +415,7 @@ static void llama_convert_to(const char *source, const char *out, int bf16) {
         if (stat(source, &info) == 0 && S_ISDIR(info.st_mode)) { llama_build_from_hf(&w, source); }
         else { llama_load(&w, source); }
     }
-    llama_save(&w, out, bf16);
+    llama_save(&w, out, bf16, NULL);
     llama_free(&w);
 }
 
@@ -691,10 +691,10 @@ static void test_export(const char *tmp) {
         gpt2_weights_free(&back);
     }
     snprintf(path, sizeof(path), "%s/model_v3.bin", tmp);
-    gpt2_save_checkpoint(&model, path, 0);
+    gpt2_save_checkpoint(&model, path, 0, NULL);
     check("checkpoint v3: the same bytes as the file read", files_equal(path, FIXTURES "gpt2_tiny_model.bin"), "");
     snprintf(path, sizeof(path), "%s/model_v5.bin", tmp);
-    gpt2_save_checkpoint(&model, path, 1);
+    gpt2_save_checkpoint(&model, path, 1, NULL);
     gpt2_weights_build(&back, path, 1);
     int rounded = back.from_bf16;
     for (size_t i = 0; i < model.num_parameters && rounded; i++) {

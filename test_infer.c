@@ -395,7 +395,7 @@ static uint8_t *read_bytes(const char *path, size_t *n) { return read_whole_file
 
 static GenerateOptions greedy_options(int eot) {
     GenerateOptions o = {.max_new = 0, .stop_string = "", .eot_token = eot, .seed = 1,
-                         .sampler = {.temperature = 0.0f, .top_k = 0, .top_p = 1.0f}, .tok = NULL, .stream = NULL};
+                         .sampler = {.temperature = 0.0f, .top_k = 0, .top_p = 1.0f, .min_p = 0.0f, .repetition_penalty = 1.0f, .history = NULL, .num_history = 0, .probs = NULL}, .tok = NULL, .stream = NULL};
     return o;
 }
 
@@ -540,8 +540,8 @@ static void test_smollm2(Tolerance tol) {
     check("smollm2: each row's most likely token", same_argmax == asserted, detail);
     // greedy decoding from the prompt through the KV cache: transformers' 24 tokens
     Sequence seq;
-    GenerateOptions o = {.max_new = G, .stop_string = "", .eot_token = -1, .eot_name = NULL, .seed = 1,
-                         .sampler = {.temperature = 0.0f, .top_k = 0, .top_p = 1.0f, .probs = NULL}, .tok = NULL, .stream = NULL};
+    GenerateOptions o = {.max_new = G, .stop_string = "", .eot_token = -1, .eot_name = NULL, .more_end = NULL, .num_more_end = 0, .seed = 1,
+                         .sampler = {.temperature = 0.0f, .top_k = 0, .top_p = 1.0f, .min_p = 0.0f, .repetition_penalty = 1.0f, .history = NULL, .num_history = 0, .probs = NULL}, .tok = NULL, .stream = NULL};
     GenerateStats stats;
     sequence_init(&seq, NULL, tokens, T, G, model.config.max_seq_len);
     generate(&model, &seq, 1, &o, &stats);
@@ -645,7 +645,7 @@ static void check_candidates(const char *name, const double *probs, int V, float
     float logits[16], scratch[16];
     Candidate out[16];
     make_logits(logits, probs, V);
-    Sampler s = {.temperature = temperature, .top_k = top_k, .top_p = top_p, .probs = scratch};
+    Sampler s = {.temperature = temperature, .top_k = top_k, .top_p = top_p, .min_p = 0.0f, .repetition_penalty = 1.0f, .history = NULL, .num_history = 0, .probs = scratch};
     int n = sample_candidates(logits, V, &s, out);
     int ok = n == want_n;
     for (int i = 0; i < n && ok; i++) { ok = out[i].id == want_ids[i] && fabs(out[i].prob - want_probs[i]) < 1e-6; }
@@ -684,7 +684,7 @@ static void test_sampling(void) {
         float logits[5], scratch[5];
         Candidate out[5];
         make_logits(logits, p, 5);
-        Sampler s = {.temperature = 0.5f, .top_k = 0, .top_p = 1.0f, .probs = scratch};
+        Sampler s = {.temperature = 0.5f, .top_k = 0, .top_p = 1.0f, .min_p = 0.0f, .repetition_penalty = 1.0f, .history = NULL, .num_history = 0, .probs = scratch};
         sample_candidates(logits, 5, &s, out);
         double sum = 0.0;
         for (int i = 0; i < 5; i++) { sum += p[i] * p[i]; }
@@ -702,7 +702,7 @@ static void test_sampling(void) {
         float logits[5], scratch[5];
         Candidate cands[5];
         make_logits(logits, p, 5);
-        Sampler s = {.temperature = 1.0f, .top_k = 0, .top_p = 1.0f, .probs = scratch};
+        Sampler s = {.temperature = 1.0f, .top_k = 0, .top_p = 1.0f, .min_p = 0.0f, .repetition_penalty = 1.0f, .history = NULL, .num_history = 0, .probs = scratch};
         int counts[5] = {0};
         for (int i = 0; i < 10000; i++) { counts[sample_token(logits, 5, &s, cands, (i + 0.5f) / 10000)]++; }
         int ok = 1;
@@ -741,7 +741,7 @@ static void test_generation(void) {
     Tokenizer tok;
     tokenizer_init(&tok, "data/gpt2");
     GenerateOptions o = {.max_new = 24, .stop_string = "", .eot_token = tok.eot_token, .seed = 7,
-                         .sampler = {.temperature = 1.0f, .top_k = 50, .top_p = 0.95f}, .tok = &tok, .stream = NULL};
+                         .sampler = {.temperature = 1.0f, .top_k = 50, .top_p = 0.95f, .min_p = 0.0f, .repetition_penalty = 1.0f, .history = NULL, .num_history = 0, .probs = NULL}, .tok = &tok, .stream = NULL};
     const char *prompt = "The quick brown fox";
     Sequence a = run_text(&model, &tok, prompt, o, NULL), b = run_text(&model, &tok, prompt, o, NULL);
     check("a seed reproduces the text", a.num_tokens == b.num_tokens && memcmp(a.tokens, b.tokens, a.num_tokens * sizeof(int)) == 0 &&
@@ -916,6 +916,144 @@ static void test_bad_files(const char *tmp) {
 
 // ----------------------------------------------------------------------------
 
+// The repetition penalty and min-p with temperature, top-k and top-p, in generate()'s order,
+// against transformers' logits processors (RepetitionPenaltyLogitsProcessor, then the
+// Temperature, TopK, TopP and MinP warpers) on recorded logits: SmolLM2's after the prompt of
+// fixtures/smollm2_logits.bin, its 1024 recorded columns as a vocabulary of 1024, with a
+// history of token ids, shifted in some cases so that some are negative (the penalty
+// multiplies those) (dev/reference/chat_reference.py). Each case: the same tokens kept, their
+// probabilities to 1e-5 + 1e-3 p (float32 arithmetic on both sides; measured: below 4e-7).
+static void test_processors(void) {
+    printf("\nrepetition penalty and min-p against transformers' logits processors\n");
+    size_t len;
+    uint8_t *bin = read_whole_file(FIXTURES "smollm2_logits.bin", &len, "make reference writes it");
+    int32_t h[8];
+    memcpy(h, bin, sizeof(h));
+    int T = h[2], G = h[3], V = h[4];
+    float *logits = (float *)mallocCheck((size_t)V * sizeof(float)), *scratch = (float *)mallocCheck((size_t)V * sizeof(float));
+    float *shifted = (float *)mallocCheck((size_t)V * sizeof(float));
+    memcpy(logits, bin + 1024 + 4 * (size_t)(T + G) + 4 * (size_t)V + 4 * (size_t)(T - 1) * V, (size_t)V * sizeof(float));
+    free(bin);
+    Candidate *out = (Candidate *)mallocCheck((size_t)V * sizeof(Candidate));
+    char *text = (char *)read_whole_file(FIXTURES "sampling_processors.txt", &len, "make reference writes it");
+    int cases = 0;
+    for (char *line = strtok(text, "\n"); line != NULL; line = strtok(NULL, "\n")) {
+        char *at = line + strlen("case ");
+        float penalty = strtof(at, &at), temperature = strtof(at, &at);
+        int top_k = (int)strtol(at, &at, 10);
+        float top_p = strtof(at, &at), min_p = strtof(at, &at), shift = strtof(at, &at);
+        for (int i = 0; i < V; i++) { shifted[i] = logits[i] + shift; }
+        int nh = (int)strtol(at, &at, 10), history[64];
+        for (int i = 0; i < nh && i < 64; i++) { history[i] = (int)strtol(at, &at, 10); }
+        at = strchr(at, ';') + 1;
+        int want_n = (int)strtol(at, &at, 10);
+        Sampler sm = {.temperature = temperature, .top_k = top_k, .top_p = top_p, .min_p = min_p, .repetition_penalty = penalty,
+                      .history = history, .num_history = nh, .probs = scratch};
+        int n = sample_candidates(shifted, V, &sm, out);
+        int ok = n == want_n;
+        double worst = 0.0;
+        for (int k = 0; k < want_n && ok; k++) { // the reference lists them in id order
+            int id = (int)strtol(at, &at, 10);
+            double p = strtod(at + 1, &at);
+            int found = -1;
+            for (int i = 0; i < n; i++) { if (out[i].id == id) { found = i; } }
+            ok = found >= 0 && fabs(out[found].prob - p) < 1e-5 + 1e-3 * p;
+            if (found >= 0 && fabs(out[found].prob - p) > worst) { worst = fabs(out[found].prob - p); }
+        }
+        char name[160];
+        snprintf(name, sizeof(name), "penalty %g, t %g, top-k %d, top-p %g, min-p %g, logits %+g: %d kept", penalty, temperature, top_k,
+                 top_p, min_p, shift, n);
+        char detail[64];
+        snprintf(detail, sizeof(detail), "the reference keeps %d; worst |dp| %.1e", want_n, worst);
+        check(name, ok, detail);
+        cases++;
+    }
+    check("... every case of the fixture", cases >= 11, "");
+    free(shifted);
+    free(text);
+    free(out);
+    free(logits);
+    free(scratch);
+}
+
+// The ids of a fixture line "<label> <count> <hash> <ids...>" (dev/reference/chat_reference.py's
+// files), malloc'ed, their number in *n; NULL if the file has no such line
+static int *fixture_ids(const char *path, const char *label, size_t *n) {
+    size_t len;
+    char *text = (char *)read_whole_file(path, &len, "make reference writes it (dev/reference/chat_reference.py)");
+    char head[64];
+    snprintf(head, sizeof(head), "\n%s ", label);
+    char *at = strncmp(text, head + 1, strlen(head + 1)) == 0 ? text : strstr(text, head);
+    int *ids = NULL;
+    if (at != NULL) {
+        at += at == text ? strlen(head + 1) : strlen(head);
+        char *end;
+        *n = strtoul(at, &end, 10);
+        strtoull(end, &end, 16);
+        ids = (int *)mallocCheck((*n + 1) * sizeof(int));
+        for (size_t i = 0; i < *n; i++) { ids[i] = (int)strtol(end, &end, 10); }
+    }
+    free(text);
+    return ids;
+}
+
+// Conversations of every shape (fixtures/chat_conversations.jsonl: system, user and
+// assistant turns, several of each, an empty system message, none), in each template
+// family's chat template and in our Alpaca template (GPT-2's tokenizer), with and without
+// the generation prompt: token for token what transformers' apply_chat_template gives
+// (dev/reference/chat_reference.py). The same code renders infer's conversations and -f's
+// {"messages": [...]}.
+static void test_chat_templates(void) {
+    const struct { const char *name, *tokenizer; } families[] = {
+        {"smollm2", "data/smollm2/SmolLM2-135M-Instruct_tokenizer.bin"}, {"qwen2", "build/tok_qwen2_tokenizer.bin"},
+        {"llama3", "build/tok_llama3_tokenizer.bin"}, {"llama31", "build/tok_llama31_tokenizer.bin"},
+        {"llama32", "build/tok_llama32_tokenizer.bin"}, {"alpaca", "data/gpt2"}};
+    size_t len;
+    char *lines = (char *)read_whole_file(FIXTURES "chat_conversations.jsonl", &len, "make reference writes it");
+    for (size_t f = 0; f < sizeof(families) / sizeof(families[0]); f++) {
+        Tokenizer t;
+        tokenizer_init(&t, families[f].tokenizer);
+        if (t.chat == CHAT_LLAMA32) { t.date = "26 Jul 2024"; } // (the fixture's date_string)
+        char fixture[256];
+        snprintf(fixture, sizeof(fixture), FIXTURES "chat_%s.txt", families[f].name);
+        int k = 0, good = 0, total = 0;
+        char detail[256] = "";
+        for (char *line = lines, *next; *line != '\0'; line = next, k++) {
+            next = strchr(line, '\n');
+            size_t line_len = next != NULL ? (size_t)(next - line) : strlen(line);
+            next = next != NULL ? next + 1 : line + line_len;
+            Json j;
+            char err[256];
+            ChatMessage *m = NULL;
+            int n = json_parse(&j, line, line_len, err, sizeof(err)) == 0 ? json_messages(&j, 0, &m, err, sizeof(err)) : -1;
+            for (int gen = 1; gen >= 0; gen--) {
+                char label[32];
+                snprintf(label, sizeof(label), "%s%d", gen ? "conv" : "open", k);
+                size_t want_n = 0;
+                int *want = fixture_ids(fixture, label, &want_n);
+                char *text = n < 0 ? NULL : gen ? conversation_prompt(&t, m, n) : t.chat == CHAT_NONE ? alpaca_render(m, n, 0) : tokenizer_chat_render(&t, m, n, 0);
+                int32_t *ids = text != NULL ? (int32_t *)mallocCheck((tokenizer_max_ids(&t, strlen(text)) + 1) * sizeof(int32_t)) : NULL;
+                size_t got = text != NULL ? tokenizer_encode(&t, (const uint8_t *)text, strlen(text), 1, ids) : 0;
+                int same = want != NULL && text != NULL && got == want_n;
+                for (size_t i = 0; same && i < got; i++) { same = ids[i] == want[i]; }
+                total++;
+                good += same;
+                if (!same && detail[0] == '\0') { snprintf(detail, sizeof(detail), "%s: %zu tokens, the reference %zu", label, got, want_n); }
+                free(ids);
+                free(text);
+                free(want);
+            }
+            chat_free(m, n);
+            json_free(&j);
+        }
+        char name[96];
+        snprintf(name, sizeof(name), "chat template %s: %d of %d renderings", families[f].name, good, total);
+        check(name, good == total && total >= 18, detail);
+        tokenizer_free(&t);
+    }
+    free(lines);
+}
+
 int main(void) {
     char tmp[] = "/tmp/test_infer_dir_XXXXXX";
     if (mkdtemp(tmp) == NULL) { perror("mkdtemp"); return 1; }
@@ -929,12 +1067,15 @@ int main(void) {
     test_lora(CONVERTED "llama_gqa3.bin", "llama"); // (the adapter stays fp32)
     test_smollm2(TOL[TOL_SMOLLM2_BF16]);
     test_sampling();
+    test_processors();
+    test_chat_templates();
     test_generation();
     test_eval_rules();
     test_bad_files(tmp);
     test_eval_file(tmp);
 #else
     test_sampling();
+    test_processors();
     test_linear();
     test_fixture(CONVERTED "hf_tiny_fp32.bin", FIXTURES "infer_tiny_fp32.bin");
     test_fixture(CONVERTED "hf_tiny_bf16.bin", FIXTURES "infer_tiny_bf16.bin");
@@ -947,6 +1088,7 @@ int main(void) {
     test_lora(CONVERTED "llama_gqa3.bin", "llama");
     test_lora(CONVERTED "qwen2_gqa4.bin", "qwen2");
     test_export();
+    test_chat_templates();
     test_generation();
     test_eval_rules();
     test_bad_files(tmp);

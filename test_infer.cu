@@ -196,8 +196,8 @@ static float *decode_all(GPT2 *model, const int *tokens, int len, int T) {
 static int greedy_matches(GPT2 *model, const LogitsFixture *f, int copies, int one_by_one) {
     int B = f->P * copies, same = 0;
     Sequence *seqs = (Sequence *)mallocCheck((size_t)B * sizeof(Sequence));
-    GenerateOptions o = {.max_new = f->G, .stop_string = "", .eot_token = -1, .eot_name = NULL, .seed = 1,
-                         .sampler = {.temperature = 0.0f, .top_k = 0, .top_p = 1.0f, .probs = NULL}, .tok = NULL, .stream = NULL};
+    GenerateOptions o = {.max_new = f->G, .stop_string = "", .eot_token = -1, .eot_name = NULL, .more_end = NULL, .num_more_end = 0, .seed = 1,
+                         .sampler = {.temperature = 0.0f, .top_k = 0, .top_p = 1.0f, .min_p = 0.0f, .repetition_penalty = 1.0f, .history = NULL, .num_history = 0, .probs = NULL}, .tok = NULL, .stream = NULL};
     GenerateStats stats;
     for (int b = 0; b < B; b++) {
         int p = b % f->P;
@@ -520,8 +520,8 @@ static void test_smollm2(Tolerance tol) {
     check("smollm2: each row's most likely token", same_argmax == asserted, detail);
     // greedy decoding from the prompt through the KV cache: transformers' 24 tokens
     Sequence seq;
-    GenerateOptions o = {.max_new = G, .stop_string = "", .eot_token = -1, .eot_name = NULL, .seed = 1,
-                         .sampler = {.temperature = 0.0f, .top_k = 0, .top_p = 1.0f, .probs = NULL}, .tok = NULL, .stream = NULL};
+    GenerateOptions o = {.max_new = G, .stop_string = "", .eot_token = -1, .eot_name = NULL, .more_end = NULL, .num_more_end = 0, .seed = 1,
+                         .sampler = {.temperature = 0.0f, .top_k = 0, .top_p = 1.0f, .min_p = 0.0f, .repetition_penalty = 1.0f, .history = NULL, .num_history = 0, .probs = NULL}, .tok = NULL, .stream = NULL};
     GenerateStats stats;
     sequence_init(&seq, NULL, tokens, T, G, model.config.max_seq_len);
     generate(&model, &seq, 1, &o, &stats);

@@ -36,6 +36,7 @@ static inline int json_string(const Json *j, int index, char *out, size_t cap);
 static inline int json_get(const Json *j, int object, const char *key);
 static inline int json_int64(const Json *j, int index, int64_t *out);
 static inline int json_double(const Json *j, int index, double *out);
+static inline size_t json_quote(const char *text, char *out, size_t cap);
 
 static inline int json_fail(Json *j, size_t at, const char *what) {
     snprintf(j->err, j->err_size, "JSON error at byte %zu: %s", at, what);
@@ -292,6 +293,27 @@ static inline int json_double(const Json *j, int index, double *out) {
     buf[n] = '\0';
     *out = strtod(buf, NULL);
     return 0;
+}
+
+// text as a JSON string, quotes and escapes included, into out (cap bytes, NUL-terminated);
+// returns the length it needs (as snprintf: more than cap - 1 means it was cut). Control
+// characters, the quote and the backslash are escaped; other bytes go as they are (UTF-8 stays UTF-8).
+static inline size_t json_quote(const char *text, char *out, size_t cap) {
+    size_t n = 0;
+#define JSON_PUT(ch) do { if (n + 1 < cap) { out[n] = (ch); } n++; } while (0)
+    JSON_PUT('"');
+    for (const unsigned char *s = (const unsigned char *)text; *s != '\0'; s++) {
+        if (*s == '"' || *s == '\\') { JSON_PUT('\\'); JSON_PUT((char)*s); }
+        else if (*s < 0x20) {
+            char esc[8];
+            snprintf(esc, sizeof(esc), "\\u%04x", *s);
+            for (int i = 0; esc[i] != '\0'; i++) { JSON_PUT(esc[i]); }
+        } else { JSON_PUT((char)*s); }
+    }
+    JSON_PUT('"');
+#undef JSON_PUT
+    if (cap > 0) { out[n < cap ? n : cap - 1] = '\0'; }
+    return n;
 }
 
 #endif // LIB_JSON_H

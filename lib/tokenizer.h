@@ -935,59 +935,96 @@ static inline void chat_put_trimmed(ChatText *c, const char *text) {
     chat_put(c, text + start, end > start ? end - start : 0);
 }
 
-// One user message (and a system message, or NULL for the template's default) laid out as
-// the model's chat template does with add_generation_prompt, ending where the assistant's
-// reply begins; the special tokens are written as their text, for tokenizer_encode with
+// A conversation as laid out in the model's chat template, as transformers'
+// apply_chat_template renders it (roles "system", "user", "assistant", or any other name the
+// template passes through), ending, with add_generation_prompt, where the assistant's next
+// reply begins. The special tokens are written as their text, for tokenizer_encode with
 // allow_special. NULL for a tokenizer without a template. Free the result.
-//   ChatML (SmolLM2, Qwen2.5): [<|im_start|>system\n{system}<|im_end|>\n]
-//                              <|im_start|>user\n{user}<|im_end|>\n<|im_start|>assistant\n
-//   Llama 3: <|begin_of_text|>[<|start_header_id|>system<|end_header_id|>\n\n{system}<|eot_id|>]
-//            <|start_header_id|>user<|end_header_id|>\n\n{user}<|eot_id|>
-//            <|start_header_id|>assistant<|end_header_id|>\n\n
-//   Llama 3.1, 3.2: the same, but the system turn is always there and opens with
-//            Cutting Knowledge Date: December 2023\nToday Date: {date}\n\n
-//            (then {system}, or nothing)
+//   ChatML (SmolLM2, Qwen2.5): every message as <|im_start|>{role}\n{content}<|im_end|>\n;
+//       when the first is not a system message, the template's default system turn first
+//       (t->system: SmolLM2's and Qwen2.5's templates write one; none if empty);
+//       generation prompt <|im_start|>assistant\n
+//   Llama 3: <|begin_of_text|>, then every message as
+//       <|start_header_id|>{role}<|end_header_id|>\n\n{content, trimmed}<|eot_id|>;
+//       generation prompt <|start_header_id|>assistant<|end_header_id|>\n\n
+//   Llama 3.1, 3.2: the same, but the system turn is always there, first, and opens with
+//       Cutting Knowledge Date: December 2023\nToday Date: {date}\n\n
+//       then the first message's content, trimmed, if it is the system's (else nothing)
 // Where these come from: SmolLM2's and Qwen2.5's Jinja templates write a default system turn
 // when the chat has none (./convert keeps its text in t->system); Meta-Llama-3-Instruct's has
-// none. Llama 3.1's and 3.2's (and 3.3's) write the dates: 3.1's {date} is "26 Jul 2024",
-// 3.2's today's (strftime_now("%d %b %Y"), which transformers and llama.cpp give it), or
-// t->date when set. (Their tool-calling parts are not here: one user message has no tools.)
-static inline char *tokenizer_chat_prompt(const Tokenizer *t, const char *system, const char *user) {
+// none and trims every message (Jinja's trim). Llama 3.1's and 3.2's (and 3.3's) write the
+// dates: 3.1's {date} is "26 Jul 2024", 3.2's today's (strftime_now("%d %b %Y"), which
+// transformers and llama.cpp give it), or t->date when set. (Their tool-calling parts are not
+// here: our conversations have no tools.) Checked against apply_chat_template on
+// conversations of every shape by test_tokenizer.c (fixtures from dev/reference/chat_reference.py).
+typedef struct {
+    const char *role;    // "system", "user", "assistant"
+    const char *content;
+} ChatMessage;
+
+static inline char *tokenizer_chat_render(const Tokenizer *t, const ChatMessage *m, int n, int add_generation_prompt) {
     if (t->chat == CHAT_NONE) { return NULL; }
     ChatText c = {NULL, 0, 0};
     chat_puts(&c, "");
-    if (system == NULL && t->system[0] != '\0') { system = t->system; }
+    int has_system = n > 0 && strcmp(m[0].role, "system") == 0;
     if (t->chat == CHAT_CHATML) {
-        if (system != NULL) { chat_puts(&c, "<|im_start|>system\n"); chat_puts(&c, system); chat_puts(&c, "<|im_end|>\n"); }
-        chat_puts(&c, "<|im_start|>user\n");
-        chat_puts(&c, user);
-        chat_puts(&c, "<|im_end|>\n<|im_start|>assistant\n");
-    } else {
-        size_t n;
-        const uint8_t *bos = tokenizer_token(t, t->bos_token, &n);
-        if (bos != NULL) { chat_put(&c, (const char *)bos, n); }
-        if (system != NULL || t->chat != CHAT_LLAMA3) {
-            chat_puts(&c, "<|start_header_id|>system<|end_header_id|>\n\n");
-            if (t->chat != CHAT_LLAMA3) {
-                char today[32] = "26 Jul 2024"; // (Llama 3.1's)
-                if (t->chat == CHAT_LLAMA32 && t->date != NULL) { snprintf(today, sizeof(today), "%s", t->date); }
-                else if (t->chat == CHAT_LLAMA32) {
-                    time_t now = time(NULL);
-                    struct tm *local = localtime(&now); // (the C locale's month names, as Python's strftime)
-                    if (local == NULL || strftime(today, sizeof(today), "%d %b %Y", local) == 0) { snprintf(today, sizeof(today), "26 Jul 2024"); }
-                }
-                chat_puts(&c, "Cutting Knowledge Date: December 2023\nToday Date: ");
-                chat_puts(&c, today);
-                chat_puts(&c, "\n\n");
-            }
-            if (system != NULL) { chat_put_trimmed(&c, system); }
-            chat_puts(&c, "<|eot_id|>");
+        if (!has_system && t->system[0] != '\0') {
+            chat_puts(&c, "<|im_start|>system\n");
+            chat_puts(&c, t->system);
+            chat_puts(&c, "<|im_end|>\n");
         }
-        chat_puts(&c, "<|start_header_id|>user<|end_header_id|>\n\n");
-        chat_put_trimmed(&c, user);
-        chat_puts(&c, "<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n");
+        for (int i = 0; i < n; i++) {
+            chat_puts(&c, "<|im_start|>");
+            chat_puts(&c, m[i].role);
+            chat_puts(&c, "\n");
+            chat_puts(&c, m[i].content);
+            chat_puts(&c, "<|im_end|>\n");
+        }
+        if (add_generation_prompt) { chat_puts(&c, "<|im_start|>assistant\n"); }
+        return c.s;
     }
+    size_t len;
+    const uint8_t *bos = tokenizer_token(t, t->bos_token, &len);
+    int first = 0;
+    if (t->chat == CHAT_LLAMA3) { // (Meta's template puts the start token in front of the first message only)
+        if (bos != NULL && n > 0) { chat_put(&c, (const char *)bos, len); }
+    } else {
+        if (bos != NULL) { chat_put(&c, (const char *)bos, len); }
+        char today[32] = "26 Jul 2024"; // (Llama 3.1's)
+        if (t->chat == CHAT_LLAMA32 && t->date != NULL) { snprintf(today, sizeof(today), "%s", t->date); }
+        else if (t->chat == CHAT_LLAMA32) {
+            time_t now = time(NULL);
+            struct tm *local = localtime(&now); // (the C locale's month names, as Python's strftime)
+            if (local == NULL || strftime(today, sizeof(today), "%d %b %Y", local) == 0) { snprintf(today, sizeof(today), "26 Jul 2024"); }
+        }
+        chat_puts(&c, "<|start_header_id|>system<|end_header_id|>\n\nCutting Knowledge Date: December 2023\nToday Date: ");
+        chat_puts(&c, today);
+        chat_puts(&c, "\n\n");
+        if (has_system) { chat_put_trimmed(&c, m[0].content); first = 1; }
+        else if (t->system[0] != '\0') { chat_put_trimmed(&c, t->system); }
+        chat_puts(&c, "<|eot_id|>");
+    }
+    if (t->chat == CHAT_LLAMA3 && !has_system && t->system[0] != '\0') {
+        chat_puts(&c, "<|start_header_id|>system<|end_header_id|>\n\n");
+        chat_put_trimmed(&c, t->system);
+        chat_puts(&c, "<|eot_id|>");
+    }
+    for (int i = first; i < n; i++) {
+        chat_puts(&c, "<|start_header_id|>");
+        chat_puts(&c, m[i].role);
+        chat_puts(&c, "<|end_header_id|>\n\n");
+        chat_put_trimmed(&c, m[i].content);
+        chat_puts(&c, "<|eot_id|>");
+    }
+    if (add_generation_prompt) { chat_puts(&c, "<|start_header_id|>assistant<|end_header_id|>\n\n"); }
     return c.s;
+}
+
+// One user message, after a system message (NULL: the template's default), with the
+// generation prompt: the conversation of infer's -a 1 -i
+static inline char *tokenizer_chat_prompt(const Tokenizer *t, const char *system, const char *user) {
+    ChatMessage m[2] = {{"system", system}, {"user", user}};
+    return system != NULL ? tokenizer_chat_render(t, m, 2, 1) : tokenizer_chat_render(t, m + 1, 1, 1);
 }
 
 // ----------------------------------------------------------------------------

@@ -26,6 +26,10 @@ expect_error() {
     else not_ok "$name (exit $rc, wanted 1 and \"$text\"):"; head -3 "$TMP/err"; fi
 }
 run() { "$BIN" "$@" 2> "$TMP/stderr"; }
+# A model file's origin (lib/model_notes.h: header bytes 512..1023, the Hugging Face folder it
+# was converted from), and whether two model files are the same but for it
+origin() { dd if="$1" bs=512 skip=1 count=1 status=none | tr -d '\0'; }
+same_but_origin() { cmp -s -n 512 "$1" "$2" && cmp -s -i 1024 "$1" "$2"; }
 
 # --- flags
 "$BIN" -h > "$TMP/help" && grep -q -- "-S <size>" "$TMP/help" && grep -q "auto" "$TMP/help" && ok "-h lists the flags with defaults" || not_ok "-h"
@@ -38,15 +42,16 @@ expect_error "-S without a size" "needs a size like 2G" "$BIN" -i d1 -o dir -S 5
 expect_error "a model that does not exist" "no/such: no such file or folder" "$BIN" -i no/such -o x.bin
 
 # --- round trips from the command line, byte for byte
-run -i $F/gpt2_tiny_model.bin -o "$TMP/hf" && run -i "$TMP/hf" -o "$TMP/back.bin" && cmp -s "$TMP/back.bin" $F/gpt2_tiny_model.bin &&
-    ok "checkpoint -> folder -> checkpoint: the same bytes" || not_ok "export/import round trip"
+run -i $F/gpt2_tiny_model.bin -o "$TMP/hf" && run -i "$TMP/hf" -o "$TMP/back.bin" && same_but_origin "$TMP/back.bin" $F/gpt2_tiny_model.bin &&
+    [ "$(origin "$TMP/back.bin")" = "$TMP/hf" ] && [ -z "$(origin $F/gpt2_tiny_model.bin)" ] &&
+    ok "checkpoint -> folder -> checkpoint: the same bytes, and the folder noted as its origin" || not_ok "export/import round trip"
 run -i $F/gpt2_tiny_model.bin -o "$TMP/bf16.bin" -d bf16 && run -i "$TMP/bf16.bin" -o "$TMP/hf16" && grep -q '"dtype": "bfloat16"' "$TMP/hf16/config.json" &&
-    run -i "$TMP/hf16" -o "$TMP/bf16_again.bin" && cmp -s "$TMP/bf16.bin" "$TMP/bf16_again.bin" &&
+    run -i "$TMP/hf16" -o "$TMP/bf16_again.bin" && same_but_origin "$TMP/bf16.bin" "$TMP/bf16_again.bin" &&
     ok "bf16 checkpoint (v5) -> BF16 folder -> v5 (-d auto keeps bf16): the same bytes" || not_ok "bf16 round trip"
 run -i "$TMP/bf16.bin" -o "$TMP/widened.bin" -d fp32 && [ "$(od -An -tu4 -j4 -N4 "$TMP/widened.bin" | tr -d ' ')" = 3 ] &&
     ok "-d fp32 widens a bf16 checkpoint to version 3" || not_ok "-d fp32"
 run -i $F/gpt2_tiny_model.bin -o "$TMP/sharded" -S 100K && [ "$(ls "$TMP/sharded" | grep -c -- '-of-00006.safetensors')" = 6 ] &&
-    run -i "$TMP/sharded" -o "$TMP/sharded.bin" && cmp -s "$TMP/sharded.bin" $F/gpt2_tiny_model.bin &&
+    run -i "$TMP/sharded" -o "$TMP/sharded.bin" && same_but_origin "$TMP/sharded.bin" $F/gpt2_tiny_model.bin &&
     ok "-S 100K: 6 shards and an index; back: the same bytes" || not_ok "shards"
 run -i d1 -o "$TMP/d1" && cmp -s "$TMP/d1/vocab.json" data/gpt2/encoder.json && cmp -s "$TMP/d1/merges.txt" data/gpt2/vocab.bpe &&
     ok "a model with GPT-2's vocabulary gets vocab.json + merges.txt (data/gpt2's)" || not_ok "tokenizer into the folder"
@@ -70,7 +75,7 @@ diff -r "$TMP/hf" "$TMP/hf_keep" > /dev/null && ok "... and the folder is as it 
 # stays whole (the new shards are renamed into place only when all are written)
 run -i d1 -s 1 -o "$TMP/sh" -S 4M && n=$(ls "$TMP/sh" | grep -c -- '-of-') && last=$(ls "$TMP/sh" | grep -- '-of-' | tail -1) &&
     mkdir "$TMP/sh/$last.tmp" && ! run -i d1 -s 2 -o "$TMP/sh" -S 4M && rmdir "$TMP/sh/$last.tmp" &&
-    run -i "$TMP/sh" -o "$TMP/sh_back.bin" && run -i d1 -s 1 -o "$TMP/seed1.bin" && cmp -s "$TMP/sh_back.bin" "$TMP/seed1.bin" &&
+    run -i "$TMP/sh" -o "$TMP/sh_back.bin" && run -i d1 -s 1 -o "$TMP/seed1.bin" && same_but_origin "$TMP/sh_back.bin" "$TMP/seed1.bin" &&
     ok "a sharded re-export that fails half-way leaves the old model whole ($n shards)" || not_ok "sharded re-export failure: a mixed model"
 expect_error "-t with a checkpoint in and out" "-t goes with a Hugging Face folder" "$BIN" -i $F/gpt2_tiny_model.bin -o "$TMP/t.bin" -t "$TMP/tok2"
 mkdir -p "$TMP/elsewhere" && (cd "$TMP/elsewhere" && "$BIN" -i d1 -o out > /dev/null 2> err) && grep -q "gets no tokenizer files" "$TMP/elsewhere/err" &&
@@ -79,8 +84,22 @@ mkdir -p "$TMP/elsewhere" && (cd "$TMP/elsewhere" && "$BIN" -i d1 -o out > /dev/
 
 # --- the Llama family
 run -i $F/llama_gqa3.gguf -o "$TMP/ll.bin" && run -i "$TMP/ll.bin" -o "$TMP/ll_hf" -S 100K && run -i "$TMP/ll_hf" -o "$TMP/ll_back.bin" &&
-    cmp -s "$TMP/ll.bin" "$TMP/ll_back.bin" && grep -q '"LlamaForCausalLM"' "$TMP/ll_hf/config.json" &&
+    same_but_origin "$TMP/ll.bin" "$TMP/ll_back.bin" && grep -q '"LlamaForCausalLM"' "$TMP/ll_hf/config.json" &&
     ok "GGUF -> our Llama file -> sharded folder -> our file: the same bytes" || not_ok "Llama round trip"
+# generation_config.json: its sampling settings and end tokens kept in our file, and written back
+mkdir -p "$TMP/gen" && cp $F/llama_gqa3/config.json $F/llama_gqa3/model.safetensors "$TMP/gen/" &&
+    printf '{"do_sample": true, "temperature": 0.6, "top_p": 0.9, "top_k": 20, "repetition_penalty": 1.05, "min_p": null,\n "eos_token_id": [2, 1], "bos_token_id": 1}\n' > "$TMP/gen/generation_config.json" &&
+    run -i "$TMP/gen" -o "$TMP/gen.bin" && grep -q "generation settings: do_sample true, temperature 0.6, top-k 20, top-p 0.9, repetition penalty 1.05, end tokens 2 1" "$TMP/stderr" &&
+    run -i "$TMP/gen.bin" -o "$TMP/gen_hf" && python3 -c "import json,sys; d=json.load(open(sys.argv[1])); sys.exit(d != {'do_sample': True, 'temperature': 0.6, 'top_p': 0.9, 'top_k': 20, 'repetition_penalty': 1.05, 'eos_token_id': [2, 1]})" "$TMP/gen_hf/generation_config.json" &&
+    run -i "$TMP/gen_hf" -o "$TMP/gen_back.bin" && same_but_origin "$TMP/gen.bin" "$TMP/gen_back.bin" && [ "$(origin "$TMP/gen.bin")" = "$TMP/gen" ] &&
+    ok "generation_config.json -> our file (on stderr) -> generation_config.json: the same settings" || not_ok "generation settings round trip"
+[ ! -e "$TMP/ll_hf/generation_config.json" ] && ok "a model without generation settings gets no generation_config.json" || not_ok "an empty generation_config.json"
+printf '{"top_p": 1.5}' > "$TMP/gen/generation_config.json"
+expect_error "a generation_config.json with top_p 1.5" "$TMP/gen/generation_config.json: a bad top-p setting" "$BIN" -i "$TMP/gen" -o "$TMP/x.bin"
+printf '{"eos_token_id": [2, 999]}' > "$TMP/gen/generation_config.json"
+expect_error "an end token outside the vocabulary" "\"eos_token_id\" holds something that is no token id of the 128" "$BIN" -i "$TMP/gen" -o "$TMP/x.bin"
+cp "$TMP/gen.bin" "$TMP/badnotes.bin" && printf '\377\377\377\177' | dd of="$TMP/badnotes.bin" bs=4 seek=64 conv=notrunc status=none
+expect_error "a model file whose notes are corrupt" "$TMP/badnotes.bin: its notes (header fields 64..): a bad set of flags" "$BIN" -i "$TMP/badnotes.bin" -o "$TMP/x.bin"
 run -i $F/qwen2_gqa4 -o "$TMP/qw.bin" -d bf16 && [ "$(od -An -tu4 -j4 -N4 "$TMP/qw.bin" | tr -d ' ')" = 5 ] &&
     grep -q "Qwen2, L=1 C=64 NH=4 NKV=1 HS=16 H=64 V=128 maxT=128, tied head, q/k/v biases" "$TMP/stderr" &&
     ok "a Qwen2 folder -> version 5, with what it read on stderr" || not_ok "Qwen2 to bf16"

@@ -132,6 +132,21 @@ head -12 "$D" > "$TMP/prompts.jsonl"
 report "infer -L (unmerged): the merged model's greedy tokens, 12 prompts" $([ -s "$TMP/unmerged" ] && cmp -s "$TMP/unmerged" "$TMP/merged_out" && echo 1 || echo 0) "$(diff "$TMP/unmerged" "$TMP/merged_out" | head -3 | tr '\n' ' ')"
 report "... and names the adapter: r 4, 60 modules" $(grep -q "^adapter: $OUT (r=4, alpha=16, 60 modules" "$TMP/unmerged_log" && echo 1 || echo 0) "$(grep '^adapter' "$TMP/unmerged_log")"
 
+# adapter_config.json names the base as PEFT expects: base_model_name_or_path is the Hugging
+# Face folder our model file came from (./convert notes it), else null; our file in base_model_file
+report "adapter_config.json: base_model_name_or_path null (SmolLM2 came from a GGUF), base_model_file our file" \
+    $(grep -q '"base_model_name_or_path": null,' "$OUT/adapter_config.json" && grep -qF "\"base_model_file\": \"$MODEL\"," "$OUT/adapter_config.json" && echo 1 || echo 0) \
+    "$(grep base_model "$OUT/adapter_config.json" | tr '\n' ' ')"
+# a GPT-2 from a Hugging Face folder (a random d1 exported and read back), tuned with GPT-2's
+# tokenizer folder (-g data/gpt2), then merged: the folder is named, and nothing is copied
+./convert -i d1 -o "$TMP/g2hf" > /dev/null 2>&1 && ./convert -i "$TMP/g2hf" -o "$TMP/g2.bin" > /dev/null 2>&1
+"$BIN" -m "$TMP/g2.bin" -g data/gpt2 -d "$D" -o "$TMP/g2out" -t 64 -n 1 -b 2 -V 0.2 > "$TMP/log_g2" 2>&1
+report "a GPT-2 converted from a folder: base_model_name_or_path is that folder" \
+    $(grep -qF "\"base_model_name_or_path\": \"$TMP/g2hf\"," "$TMP/g2out/adapter_config.json" && echo 1 || echo 0) "$(tail -2 "$TMP/log_g2"; grep base_model "$TMP/g2out/adapter_config.json" | tr '\n' ' ')"
+"$BIN" -m "$TMP/g2.bin" -g data/gpt2 -d "$D" -t 64 -V 0.2 -i "$TMP/g2out" -M "$TMP/g2merged.bin" > "$TMP/log_g2m" 2>&1
+report "-M with GPT-2's tokenizer folder (-g data/gpt2): exit 0, the model written, no tokenizer copied" \
+    $([ $? = 0 ] && [ -s "$TMP/g2merged.bin" ] && [ ! -e "$TMP/g2merged_tokenizer.bin" ] && echo 1 || echo 0) "$(tail -2 "$TMP/log_g2m")"
+
 # infer -E: the evaluation, base model and tuned model on the same questions
 {
     printf '{"instruction": "What is 5 plus 5?", "input": "", "answer": "10"}\n'

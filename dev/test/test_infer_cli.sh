@@ -35,7 +35,7 @@ expect_error "a flag without a value" "needs a value" "$BIN" -n
 expect_error "top-p above 1" "-p (top-p) must be in (0, 1]" "$BIN" -p 1.5
 expect_error "a negative temperature" "needs a non-negative number" "$BIN" -t -1
 expect_error "-a 2" "take 0 or 1" "$BIN" -a 2
-expect_error "-a without an instruction" "-a 1 needs an instruction" "$BIN" -a 1
+expect_error "-a 1 with an empty -i" "-a 1 -i needs a message (without -i: a conversation)" "$BIN" -a 1 -i ""
 expect_error "a bad -b list" "lists of positive integers" "$BIN" -m $H -B 1 -b 1,x
 
 # --- models that are not there or not right
@@ -138,9 +138,75 @@ if [ -f $S2 ]; then
         ok "SmolLM2 chat with -y: the system message replaces the template's (19 prompt tokens, as apply_chat_template)" || { not_ok "SmolLM2 -y"; tail -3 "$TMP/s2.err"; }
     "$BIN" -m $S2 -i "1, 2, 3," -t 0 -n 6 > "$TMP/s2.out" 2> /dev/null && [ "$(cat "$TMP/s2.out")" = "1, 2, 3, 4, 5," ] &&
         ok "SmolLM2 completes plain text: \"$(head -1 "$TMP/s2.out")\"" || { not_ok "SmolLM2 plain text"; cat "$TMP/s2.out"; }
+    # a conversation on standard input: three turns, the cache kept between them (each turn
+    # prefills only what is new); then the same conversation as one -f record of "messages",
+    # prefilled whole: the same prompt tokens and the same (greedy) third answer
+    printf 'What is the capital of France?\nAnd of Germany?\nWhich of the two is larger?\n' |
+        "$BIN" -m $S2 -a 1 -n 24 -v 1 > "$TMP/chat.out" 2> "$TMP/chat.err"
+    rc=$?
+    a1=$(sed -n 2p "$TMP/chat.out"); a2=$(sed -n 4p "$TMP/chat.out"); a3=$(sed -n 6p "$TMP/chat.out")
+    [ $rc = 0 ] && [ "$(sed -n 1p "$TMP/chat.out")" = "> What is the capital of France?" ] && [ "$a1" = "The capital of France is Paris." ] &&
+        grep -q "sampling: greedy (chat default), repetition penalty 1.1 (chat default)" "$TMP/chat.err" &&
+        grep -q "^\[turn 2: 59 prompt tokens, 44 of them from the cache, 15 prefilled" "$TMP/chat.err" && grep -q "^\[turn 3: " "$TMP/chat.err" &&
+        ok "a chat on standard input: 3 turns; turn 2 prefills 15 new tokens, 44 from the cache (\"$a1\" / \"$a2\")" ||
+        { not_ok "a chat on standard input (exit $rc)"; cat "$TMP/chat.out"; grep -v "^prompt" "$TMP/chat.err" | tail -5; }
+    python3 -c 'import json, sys; q = sys.argv[1:4]; a = sys.argv[4:6]
+print(json.dumps({"messages": [{"role": "user", "content": q[0]}, {"role": "assistant", "content": a[0]}, {"role": "user", "content": q[1]},
+                               {"role": "assistant", "content": a[1]}, {"role": "user", "content": q[2]}]}))' \
+        "What is the capital of France?" "And of Germany?" "Which of the two is larger?" "$a1" "$a2" > "$TMP/conv.jsonl"
+    "$BIN" -m $S2 -a 1 -n 24 -v 1 -f "$TMP/conv.jsonl" > "$TMP/conv.out" 2> "$TMP/conv.err"
+    ids() { grep "^prompt:" "$1" | sed -n "${2}p" | sed 's/^prompt: [0-9]* tokens ([0-9]* in the cache from earlier turns)://; s/ |//'; }
+    [ -n "$(ids "$TMP/conv.err" 1)" ] && [ "$(ids "$TMP/chat.err" 3)" = "$(ids "$TMP/conv.err" 1)" ] && [ "$(cat "$TMP/conv.out")" = "$a3" ] &&
+        ok "... the same prompt tokens and the same answer as one prefill of {\"messages\": [...]} (\"$a3\")" ||
+        { not_ok "conversation = one prefill"; echo "chat: $a3"; echo "-f:   $(cat "$TMP/conv.out")"; ids "$TMP/chat.err" 3 | cut -c1-200; ids "$TMP/conv.err" 1 | cut -c1-200; }
+    # what the chat refuses goes on stderr, and the chat goes on: invalid UTF-8, an empty
+    # message, a command it does not know; /new starts over, /quit ends
+    printf 'Hi\xff there\n\n   \n/help me\nSay yes.\n/new\nSay no.\n/quit\nNever read.\n' | "$BIN" -m $S2 -a 1 -n 4 > "$TMP/bad.out" 2> "$TMP/bad.err"
+    rc=$?
+    [ $rc = 0 ] && grep -q "^message 1: not valid UTF-8 (byte 3): not sent" "$TMP/bad.err" && grep -q "^message 2: empty: not sent" "$TMP/bad.err" &&
+        grep -q "^message 3: empty: not sent" "$TMP/bad.err" && grep -q "^message 4: /help me is no command" "$TMP/bad.err" &&
+        grep -q "^a new conversation" "$TMP/bad.err" && [ "$(grep -c '^\[turn' "$TMP/bad.err")" = 2 ] && ! grep -q "Never read" "$TMP/bad.out" &&
+        grep -q "^\[turn 2: [0-9]* prompt tokens, [1-9][0-9]* of them from the cache" "$TMP/bad.err" &&
+        ok "the chat refuses invalid UTF-8, empty messages, unknown commands (one line each) and goes on; /new, /quit" ||
+        { not_ok "the chat's bad input (exit $rc)"; cat "$TMP/bad.err" | tail -12; }
+    # -e 1: past the end token; -x still stops
+    "$BIN" -m $S2 -a 1 -i "What is the capital of France?" -t 0 -e 1 -n 12 > "$TMP/e.out" 2> "$TMP/e.err" &&
+        grep -q "stopped at the length limit: 37 prompt tokens, 12 generated" "$TMP/e.err" && grep -q "^The capital of France is Paris\." "$TMP/e.out" &&
+        ok "-e 1: on past <|im_end|> to -n 12" || { not_ok "-e 1"; tail -3 "$TMP/e.err"; }
+    # the flags win over the chat's defaults, and the start-up line says so
+    "$BIN" -m $S2 -a 1 -i "Hi" -t 0.7 -k 20 -p 0.8 -M 0.05 -r 1.2 -n 1 > /dev/null 2> "$TMP/f.err" &&
+        grep -q "^sampling: temperature 0.7 (flag), top-k 20 (flag), top-p 0.8 (flag), min-p 0.05 (flag), repetition penalty 1.2 (flag)" "$TMP/f.err" &&
+        ok "sampling flags win, and the start-up line names each setting's source" || { not_ok "sampling flags"; grep sampling "$TMP/f.err"; }
 else
     not_ok "$S2 is missing (make smollm2)"
 fi
+
+# a conversation that outgrows the context (a random d1: 1024 positions, GPT-2's tokenizer,
+# the Alpaca template): the oldest turn goes, and a line says so; -O 0 ends the chat instead
+printf 'Tell me a story.\nAnother one.\n' | "$BIN" -m d1 -a 1 -n 1000 -e 1 > "$TMP/full.out" 2> "$TMP/full.err"
+rc=$?
+[ $rc = 0 ] && grep -q "^\[turn 1: 35 prompt tokens, 0 of them from the cache, 35 prefilled; 989 generated.*stopped at the end of the model's context\]" "$TMP/full.err" &&
+    grep -q "^the context is full: the oldest turn goes (2 messages, [0-9]* tokens; 33 of 1024 now)" "$TMP/full.err" && grep -q "^\[turn 2: 33 prompt tokens" "$TMP/full.err" &&
+    ok "a chat past the context: the first reply stops at its end, then the oldest turn goes, said on stderr" ||
+    { not_ok "a chat past the context (exit $rc)"; grep -v "^prompt" "$TMP/full.err" | tail -4; }
+printf 'Tell me a story.\nAnother one.\n' | "$BIN" -m d1 -a 1 -n 1000 -e 1 -O 0 > /dev/null 2> "$TMP/err"
+[ $? = 1 ] && grep -q "^Error: the conversation (.* tokens) and -n 1000 no longer fit the model's context of 1024 tokens; -O 1 drops the oldest turns instead" "$TMP/err" &&
+    ok "-O 0: the chat ends there, with one message" || { not_ok "-O 0"; tail -2 "$TMP/err"; }
+# -f records of a conversation: without "messages" (or "instruction") and with broken ones, one message naming the line
+printf '{"messages": [{"role": "user", "content": "Hi"}]}\n{"question": "Hi"}\n' > "$TMP/m1.jsonl"
+expect_error "-a 1 -f: a record without \"messages\"" "$TMP/m1.jsonl: line 2: no string \"instruction\" and no \"messages\"" "$BIN" -m d1 -a 1 -f "$TMP/m1.jsonl"
+printf '{"messages": []}\n' > "$TMP/m2.jsonl"
+expect_error "-a 1 -f: an empty \"messages\"" "$TMP/m2.jsonl: line 1: \"messages\" is empty" "$BIN" -m d1 -a 1 -f "$TMP/m2.jsonl"
+printf '{"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant"}]}\n' > "$TMP/m3.jsonl"
+expect_error "-a 1 -f: a message without content" "$TMP/m3.jsonl: line 1: message 2 is not {\"role\": \"...\", \"content\": \"...\"}" "$BIN" -m d1 -a 1 -f "$TMP/m3.jsonl"
+printf '{"messages": [{"role": "user", "content": "Hi"}]}\n{"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello."}, {"role": "user", "content": "Bye"}]}\n' > "$TMP/m4.jsonl"
+"$BIN" -m d1 -a 1 -f "$TMP/m4.jsonl" -n 3 -v 1 > "$TMP/out" 2> "$TMP/err" && [ "$(grep -c '^--- [12] of 2' "$TMP/out")" = 2 ] &&
+    grep "^prompt: 32 tokens" "$TMP/err" | grep -qF ' 3886:By 68:e 198:\n 198:\n 21017:### 18261: Response 25:: 198:\n' &&
+    ok "-a 1 -f {\"messages\": [...]}: each conversation answered, in the Alpaca template for GPT-2's tokenizer (-v 1: the ids)" ||
+    { not_ok "-f messages"; head -4 "$TMP/out"; grep "^prompt" "$TMP/err" | cut -c1-200; }
+expect_error "-M above 1" "-M (min-p) must be in [0, 1]" "$BIN" -m d1 -M 2
+expect_error "-r 0" "-r (the repetition penalty) must be in (0, 100]" "$BIN" -m d1 -r 0
+expect_error "-c without -a 1 -i" "-c (the instruction's input) goes with -a 1 -i" "$BIN" -m d1 -c x
 
 # -E's table is valid UTF-8 whatever the text holds: each byte that starts no character (a
 # stray continuation byte, an overlong form, a surrogate, a character cut off) is one U+FFFD

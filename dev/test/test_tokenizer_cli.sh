@@ -64,7 +64,7 @@ expect_error "-v 0 is rejected" "'0'" -v 0 -o "$OUT/ts"
 
 # --- missing and malformed vocabulary files
 expect_error "missing -g folder names encoder.json" "$TMP/nowhere/encoder.json" -g "$TMP/nowhere" -o "$OUT/ts" -t ""
-expect_error "a tokenizer file as -g (shards hold GPT-2's 16-bit ids)" "data/gpt2_tokenizer.bin: is a file, not a folder" -g data/gpt2_tokenizer.bin -o "$OUT/ts" -t ""
+expect_error "llm.c's decode-only tokenizer.bin as -g" "data/gpt2_tokenizer.bin: an llm.c tokenizer.bin, which only decodes" -g data/gpt2_tokenizer.bin -o "$OUT/ts" -t ""
 mkdir "$TMP/no_vocab" && cp "$GOOD/encoder.json" "$TMP/no_vocab/"
 expect_error "missing vocab.bpe is named" "$TMP/no_vocab/vocab.bpe" -g "$TMP/no_vocab" -o "$OUT/ts" -t ""
 mkdir "$TMP/truncated" && head -c 500000 "$GOOD/encoder.json" > "$TMP/truncated/encoder.json" && cp "$GOOD/vocab.bpe" "$TMP/truncated/"
@@ -114,6 +114,39 @@ rm -f "$OUT"/*
 report "-e writes exactly the -o file (plus -t), tokens [15496, 995]" \
     $([ $? -eq 0 ] && [ "$(ls "$OUT" | tr '\n' ' ')" = "hello.bin tok.bin " ] \
       && [ "$(od -An -tu2 -j1024 "$OUT/hello.bin" | tr -s ' ')" = " 15496 995" ] && echo 1 || echo 0)
+
+# --- tokenizer files (./convert's NAME_tokenizer.bin): a text's tokens, ids back to text, shards
+# -p gives the ids of the reference's "prompt" line: Hugging Face's tokenizers running each
+# model's own definition (dev/reference/bpe_tokenizer_reference.py), the start token where it adds one
+Q="What is the ISO 3166 two-letter code of Germany?  Answer in 2 words. "
+rm -f "$OUT"/*
+for pair in smollm2:data/smollm2/SmolLM2-135M-Instruct_tokenizer.bin llama3:build/tok_llama3_tokenizer.bin qwen2:build/tok_qwen2_tokenizer.bin; do
+    name=${pair%%:*}; tok=${pair#*:}
+    want=$(grep "^prompt " dev/reference/fixtures/bpe_$name.txt | cut -d' ' -f4- | tr ' ' ',')
+    got=$("$BIN" -g "$tok" -p "$Q" 2> "$TMP/stderr" | sed -n 's/^ids: //p')
+    report "-p with $name's tokenizer: the reference's ids ($(echo "$got" | tr ',' '\n' | wc -l) tokens)" \
+        $([ -n "$want" ] && [ "$got" = "$want" ] && echo 1 || echo 0) "ours $got, the reference $want $(cat "$TMP/stderr")"
+    back=$("$BIN" -g "$tok" -d "$(echo "$got" | sed 's/^\(1,\|128000,\)//')" | tail -1)
+    [ "$name" = llama3 ] && back=${back#<|begin_of_text|>}
+    report "-d with $name's tokenizer: the ids back to the text" $([ "$back" = "$Q" ] && echo 1 || echo 0) "\"$back\""
+done
+"$BIN" -p "Hello world" | grep -q "^2 tokens: 15496:Hello 995: world$" && report "-p with GPT-2's tokenizer (the default): tiktoken's 15496 995" 1 ||
+    report "-p with GPT-2's tokenizer" 0 "$("$BIN" -p "Hello world" | tail -2)"
+"$BIN" -g data/smollm2/SmolLM2-135M-Instruct_tokenizer.bin -p "Hi <|im_end|>" -s | grep -q "^3 tokens: 26843:Hi 216:  2:<|im_end|>$" &&
+    report "-p -s: special tokens' text is the special token" 1 || report "-p -s: special tokens' text is the special token" 0 "$("$BIN" -g data/smollm2/SmolLM2-135M-Instruct_tokenizer.bin -p "Hi <|im_end|>" -s | head -1)"
+# -j with SmolLM2's tokenizer: each document <|endoftext|> (id 0) + its tokens, into uint16 shards
+printf '{"text": "Hello world."}\n\n{"text": "Bonjour\\n"}\n' > "$TMP/docs.jsonl"
+a=$("$BIN" -g data/smollm2/SmolLM2-135M-Instruct_tokenizer.bin -p "Hello world." | sed -n 's/^ids: //p')
+b=$("$BIN" -g data/smollm2/SmolLM2-135M-Instruct_tokenizer.bin -p "Bonjour
+" | sed -n 's/^ids: //p')
+"$BIN" -g data/smollm2/SmolLM2-135M-Instruct_tokenizer.bin -j -i "$TMP/docs.jsonl" -o "$TMP/docs" -v 2 > "$TMP/stdout" 2>&1
+got=$(cat "$TMP/docs_val.bin" "$TMP/docs_train.bin" 2>/dev/null | od -An -tu2 -j1024 -w4096 | head -c 0; { od -An -tu2 -j1024 "$TMP/docs_val.bin"; od -An -tu2 -j1024 "$TMP/docs_train.bin"; } 2>/dev/null | tr -s ' \n' ',' | sed 's/^,//; s/,$//')
+report "-j: each JSON line a document, <|endoftext|> first; no tokenizer.bin written for a tokenizer file" \
+    $([ "$got" = "0,$a,0,$b" ] && [ ! -e data/gpt2_tokenizer.bin.tmp ] && grep -q "each document after <|endoftext|>" "$TMP/stdout" && echo 1 || echo 0) "ours $got, want 0,$a,0,$b; $(tail -2 "$TMP/stdout")"
+printf '{"text": "ok"}\n{"txt": "no"}\n' > "$TMP/bad.jsonl"
+expect_error "-j: a line without \"text\"" "$TMP/bad.jsonl: line 2: no string \"text\"" -g data/smollm2/SmolLM2-135M-Instruct_tokenizer.bin -j -i "$TMP/bad.jsonl" -o "$OUT/j"
+expect_error "-t with a tokenizer file" "-t writes GPT-2's decoding table" -g data/smollm2/SmolLM2-135M-Instruct_tokenizer.bin -i "$TMP/docs.jsonl" -j -o "$OUT/j" -t "$OUT/t.bin"
+expect_error "-d with an id outside the vocabulary" "-d: '99999' is not a token id" -g data/smollm2/SmolLM2-135M-Instruct_tokenizer.bin -d 1,99999
 
 echo "$passed passed, $failed failed"
 [ $failed -eq 0 ]
