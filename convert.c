@@ -1024,7 +1024,7 @@ static void safetensors_write(const char *path, const OutTensor *t, int n, int b
         outs[i] = (StOut){.name = t[i].name, .dtype = bf16 ? "BF16" : "F32", .ndim = t[i].ndim, .shape = {t[i].dims[0], t[i].dims[1]}};
         if (out_numel(&t[i]) > largest) { largest = out_numel(&t[i]); }
     }
-    uint8_t *header = safetensors_header_bytes(outs, n, &used, &data_bytes);
+    uint8_t *header = safetensors_header_bytes(outs, n, NULL, &used, &data_bytes);
     free(outs);
     char tmp[MAX_PATH_LEN];
     path_concat(tmp, path, ".tmp");

@@ -1368,21 +1368,20 @@ static void lora_save(const Lora *lora, const Base *b, const char *dir, const ch
     if (mkdir(dir, 0755) != 0 && errno != EEXIST) { die_file(dir, NULL, "cannot make the folder: %s", strerror(errno)); }
     // adapter_config.json: what PEFT needs to rebuild the modules
     // base_model_name_or_path: what PEFT's AutoPeftModel loads the base from, the Hugging Face
-    // folder our model file was converted from (./convert notes it in the file), else null;
-    // our file's own name goes in a key of ours, base_model_file (PEFT ignores keys it does
-    // not know)
+    // folder our model file was converted from (./convert notes it in the file), else null.
+    // Our file's own name goes in adapter_model.safetensors' metadata, as base_model_file (a
+    // key of ours in adapter_config.json would have PEFT warn that it is too old to know it).
     ModelNotes notes;
     model_notes_read(base_path, b->V, &notes);
-    char base_name[2 * NOTE_ORIGIN_BYTES + 8] = "null", base_file[2 * MAX_PATH_LEN + 8];
+    char base_name[2 * NOTE_ORIGIN_BYTES + 8] = "null", base_file[2 * MAX_PATH_LEN + 32] = "\"base_model_file\":";
     if (notes.origin[0] != '\0') { json_quote(notes.origin, base_name, sizeof(base_name)); }
-    json_quote(base_path, base_file, sizeof(base_file));
-    size_t cap = 4096 + sizeof(base_name) + sizeof(base_file) + (size_t)lora->num_modules * 64;
+    json_quote(base_path, base_file + strlen(base_file), sizeof(base_file) - strlen(base_file));
+    size_t cap = 4096 + sizeof(base_name) + (size_t)lora->num_modules * 64;
     char *json = (char *)mallocCheck(cap);
-    int n = snprintf(json, cap, "{\n  \"base_model_file\": %s,\n  \"base_model_name_or_path\": %s,\n  \"bias\": \"none\",\n"
-                     "  \"fan_in_fan_out\": %s,\n"
+    int n = snprintf(json, cap, "{\n  \"base_model_name_or_path\": %s,\n  \"bias\": \"none\",\n  \"fan_in_fan_out\": %s,\n"
                      "  \"inference_mode\": true,\n  \"init_lora_weights\": true,\n  \"lora_alpha\": %g,\n  \"lora_dropout\": %g,\n"
                      "  \"modules_to_save\": null,\n  \"peft_type\": \"LORA\",\n  \"r\": %d,\n  \"target_modules\": [",
-                     base_file, base_name, b->llama ? "false" : "true", lora->alpha, lora->dropout, lora->r);
+                     base_name, b->llama ? "false" : "true", lora->alpha, lora->dropout, lora->r);
     int first = 1;
     for (int k = 0; k < lora->num_modules; k++) { // each leaf name once, in the order met
         const char *leaf = strrchr(lora->modules[k].name, '.') + 1;
@@ -1410,7 +1409,7 @@ static void lora_save(const Lora *lora, const Base *b, const char *dir, const ch
         outs[2 * k + 1] = (StOut){.name = names[2 * k + 1], .dtype = "F32", .ndim = 2, .shape = {m->out, lora->r}};
     }
     size_t header_len, data_bytes;
-    uint8_t *header = safetensors_header_bytes(outs, n_out, &header_len, &data_bytes);
+    uint8_t *header = safetensors_header_bytes(outs, n_out, base_file, &header_len, &data_bytes);
     path_concat(path, dir, "/adapter_model.safetensors");
     bufs[0] = header; bufs[1] = lora->params;
     sizes[0] = header_len; sizes[1] = lora->num_params * sizeof(float);

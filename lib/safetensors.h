@@ -258,7 +258,7 @@ typedef struct {
 } StOut;
 
 // The file's first bytes for tensors t[0..n): the header's length (8 bytes, little-endian),
-// then {"__metadata__":{"format":"pt"}, "name":{"dtype","shape","data_offsets"}, ...} as
+// then {"__metadata__":{"format":"pt", ...}, "name":{"dtype","shape","data_offsets"}, ...} as
 // transformers writes it, padded with spaces to a multiple of 8 so that the data, which
 // follows, is aligned. Returns them (malloc'ed), their count in *len, and the data's bytes
 // in *data_bytes.
@@ -275,12 +275,13 @@ static inline void st_append(char *header, size_t cap, size_t *used, const char 
     }
     *used += (size_t)n;
 }
-static inline uint8_t *safetensors_header_bytes(const StOut *t, int n, size_t *len, size_t *data_bytes) {
-    size_t cap = 64, used = 0, offset = 0;
+// metadata: more "key":"value" members of __metadata__ (JSON, quoted: json_quote), or NULL
+static inline uint8_t *safetensors_header_bytes(const StOut *t, int n, const char *metadata, size_t *len, size_t *data_bytes) {
+    size_t cap = 64 + (metadata != NULL ? strlen(metadata) : 0), used = 0, offset = 0;
     for (int i = 0; i < n; i++) { cap += strlen(t[i].name) + strlen(t[i].dtype) + 64 + 24 * (size_t)(t[i].ndim + 2); }
     uint8_t *out = (uint8_t *)mallocCheck(8 + cap + 8); // (the length, the header, up to 7 bytes of padding)
     char *header = (char *)out + 8;
-    st_append(header, cap, &used, "{\"__metadata__\":{\"format\":\"pt\"}");
+    st_append(header, cap, &used, "{\"__metadata__\":{\"format\":\"pt\"%s%s}", metadata != NULL ? "," : "", metadata != NULL ? metadata : "");
     for (int i = 0; i < n; i++) {
         size_t element = 0, numel = 1;
         for (size_t d = 0; d < sizeof(ST_DTYPES) / sizeof(ST_DTYPES[0]); d++) {

@@ -133,10 +133,11 @@ report "infer -L (unmerged): the merged model's greedy tokens, 12 prompts" $([ -
 report "... and names the adapter: r 4, 60 modules" $(grep -q "^adapter: $OUT (r=4, alpha=16, 60 modules" "$TMP/unmerged_log" && echo 1 || echo 0) "$(grep '^adapter' "$TMP/unmerged_log")"
 
 # adapter_config.json names the base as PEFT expects: base_model_name_or_path is the Hugging
-# Face folder our model file came from (./convert notes it), else null; our file in base_model_file
-report "adapter_config.json: base_model_name_or_path null (SmolLM2 came from a GGUF), base_model_file our file" \
-    $(grep -q '"base_model_name_or_path": null,' "$OUT/adapter_config.json" && grep -qF "\"base_model_file\": \"$MODEL\"," "$OUT/adapter_config.json" && echo 1 || echo 0) \
-    "$(grep base_model "$OUT/adapter_config.json" | tr '\n' ' ')"
+# Face folder our model file came from (./convert notes it), else null; our file in the
+# safetensors metadata's base_model_file
+report "adapter_config.json: base_model_name_or_path null (SmolLM2 came from a GGUF); our file in the weights' metadata" \
+    $(grep -q '"base_model_name_or_path": null,' "$OUT/adapter_config.json" && head -c 300 "$OUT/adapter_model.safetensors" | grep -qaF "\"__metadata__\":{\"format\":\"pt\",\"base_model_file\":\"$MODEL\"}" && echo 1 || echo 0) \
+    "$(grep base_model "$OUT/adapter_config.json" | tr '\n' ' '; head -c 200 "$OUT/adapter_model.safetensors" | tail -c 190)"
 # a GPT-2 from a Hugging Face folder (a random d1 exported and read back), tuned with GPT-2's
 # tokenizer folder (-g data/gpt2), then merged: the folder is named, and nothing is copied
 ./convert -i d1 -o "$TMP/g2hf" > /dev/null 2>&1 && ./convert -i "$TMP/g2hf" -o "$TMP/g2.bin" > /dev/null 2>&1

@@ -208,6 +208,29 @@ expect_error "-M above 1" "-M (min-p) must be in [0, 1]" "$BIN" -m d1 -M 2
 expect_error "-r 0" "-r (the repetition penalty) must be in (0, 100]" "$BIN" -m d1 -r 0
 expect_error "-c without -a 1 -i" "-c (the instruction's input) goes with -a 1 -i" "$BIN" -m d1 -c x
 
+# a model's own generation settings (./convert keeps a folder's generation_config.json in our
+# file): used unless a flag says otherwise, each named with its source; its end tokens stop
+# generation; do_sample false is greedy
+mkdir -p "$TMP/gen" && cp $F/llama_gqa3/config.json $F/llama_gqa3/model.safetensors "$TMP/gen/"
+first=$("$BIN" -m build/llama_gqa3.bin -z 1 -t 0 -r 1 -n 1 -i "3,4" 2> /dev/null | awk '{ print $2 }')
+printf '{"do_sample": true, "temperature": 0.6, "top_k": 20, "top_p": 0.9, "repetition_penalty": 1.05, "eos_token_id": [2, %s]}\n' "$first" > "$TMP/gen/generation_config.json"
+./convert -i "$TMP/gen" -o "$TMP/gen.bin" 2> /dev/null
+"$BIN" -m "$TMP/gen.bin" -z 1 -i "3,4" -n 5 > "$TMP/out" 2> "$TMP/err"
+grep -q "^sampling: temperature 0.6 (the model file), top-k 20 (the model file), top-p 0.9 (the model file), min-p 0 (default), repetition penalty 1.05 (the model file)" "$TMP/err" &&
+    ok "a model file's generation settings are used, each named with its source" || { not_ok "the model file's settings"; grep sampling "$TMP/err"; }
+"$BIN" -m "$TMP/gen.bin" -z 1 -i "3,4" -n 5 -t 0 -r 1 > "$TMP/out" 2> "$TMP/err"
+grep -q "^sampling: greedy (flag), repetition penalty 1 (flag)" "$TMP/err" && grep -q "stopped at an end token of the model's generation settings: 2 prompt tokens, 0 generated" "$TMP/err" &&
+    ok "... flags win; the file's second end token ($first) stops generation" || { not_ok "flags over the file, its end tokens"; tail -4 "$TMP/err"; }
+"$BIN" -m "$TMP/gen.bin" -z 1 -i "3,4" -n 5 -t 0 -r 1 -e 1 > "$TMP/out" 2> "$TMP/err"
+grep -q "stopped at the length limit: 2 prompt tokens, 5 generated" "$TMP/err" && ok "... and -e 1 goes past it" || { not_ok "-e 1 past the file's end tokens"; tail -2 "$TMP/err"; }
+printf '{"do_sample": false, "temperature": 0.6}\n' > "$TMP/gen/generation_config.json"
+./convert -i "$TMP/gen" -o "$TMP/gen.bin" 2> /dev/null
+"$BIN" -m "$TMP/gen.bin" -z 1 -i "3,4" -n 2 > /dev/null 2> "$TMP/err"
+grep -q "^sampling: greedy (the model file: do_sample false)" "$TMP/err" && ok "do_sample false in the file: greedy" || { not_ok "do_sample false"; grep sampling "$TMP/err"; }
+"$BIN" -m d1 -i "Hi" -n 2 > /dev/null 2> "$TMP/err"
+grep -q "^sampling: temperature 1 (default), top-k 50 (default), top-p 1 (default), min-p 0 (default), repetition penalty 1 (default)" "$TMP/err" &&
+    ok "no settings anywhere, no chat: transformers' generate() defaults" || { not_ok "generate()'s defaults"; grep sampling "$TMP/err"; }
+
 # -E's table is valid UTF-8 whatever the text holds: each byte that starts no character (a
 # stray continuation byte, an overlong form, a surrogate, a character cut off) is one U+FFFD
 printf '{"instruction": "caf\xc3\xa9 bad\x80 over\xc0\xaf sur\xed\xa0\x80 cut\xe2\x82", "answer": "b"}\n' > "$TMP/bytes.jsonl"

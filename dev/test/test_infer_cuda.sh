@@ -44,6 +44,31 @@ same "sampled from the bf16 checkpoint's weights" -m $H/hf_tiny_bf16.bin -z 1 -s
 same "text: GPT-2's vocabulary (a random d1), greedy" -m d1 -t 0 -n 24 -i "The meaning of life is"
 same "text: a stop string" -m d1 -t 0 -n 24 -i "The meaning of life is" -x "$(cut -c 30-32 "$TMP/cpu" | head -1)"
 same "text: instruction mode, sampled" -m d1 -a 1 -i "Name three colors." -n 16 -s 2
+same "sampled with a repetition penalty and min-p: -t 0.9 -r 1.3 -M 0.05, a batch of 4" -m $H/hf_tiny_fp32.bin -z 1 -t 0.9 -r 1.3 -M 0.05 -s 6 -n 48 -f "$TMP/prompts"
+# a conversation on standard input (the cache kept between turns: each turn prefills what
+# is new, from a position past 0), greedy with the chat's repetition penalty (the logits
+# come back to the host); then one that outgrows the context and drops its oldest turn
+same_in() { # same_in INPUT NAME ARGS...: as same, each program reading INPUT on standard input
+    local input=$1 name=$2
+    shift 2
+    "$CPU" "$@" < "$input" > "$TMP/cpu" 2> "$TMP/cpu.err"
+    local rc_cpu=$?
+    "$FP32" "$@" < "$input" > "$TMP/gpu" 2> "$TMP/gpu.err"
+    local rc_gpu=$?
+    if [ $rc_cpu = 0 ] && [ $rc_gpu = 0 ] && cmp -s "$TMP/cpu" "$TMP/gpu" && cmp -s <(grep '^\[turn' "$TMP/cpu.err" | sed 's/, [0-9.]* tokens\/s//') <(grep '^\[turn' "$TMP/gpu.err" | sed 's/, [0-9.]* tokens\/s//'); then
+        ok "$name: $(wc -c < "$TMP/cpu") identical bytes, $(grep -c '^\[turn' "$TMP/cpu.err") turns reported alike"
+    else not_ok "$name (exit $rc_cpu / $rc_gpu):"; diff "$TMP/cpu" "$TMP/gpu" | head -5 | cut -c1-200; grep '^\[turn' "$TMP/cpu.err" "$TMP/gpu.err"; fi
+}
+printf 'Name three colors.\nAnd three animals.\n/new\nCount to five.\n' > "$TMP/chat"
+same_in "$TMP/chat" "a conversation of 3 turns on standard input (greedy, -r 1.1)" -m d1 -a 1 -n 8 -e 1
+# (d1 cut to a context of 48: its header's maxT, and wpe's first 48 rows)
+"$CONVERT" -i d1 -o "$TMP/d1.bin" 2> /dev/null
+W=$((50304 * 64 * 4))
+{ head -c 8 "$TMP/d1.bin"; printf '\x30\x00\x00\x00'; dd if="$TMP/d1.bin" bs=1M iflag=skip_bytes,count_bytes skip=12 count=$((1012 + W + 48 * 256)) status=none
+  dd if="$TMP/d1.bin" bs=1M iflag=skip_bytes skip=$((1024 + W + 1024 * 256)) status=none; } > "$TMP/d1_48.bin"
+printf 'Tell me a story.\nAnother one.\n' > "$TMP/chat_full"
+same_in "$TMP/chat_full" "a conversation past a context of 48: its oldest turn dropped" -m "$TMP/d1_48.bin" -a 1 -n 10 -e 1 -t 0 -r 1
+grep -q "^the context is full: the oldest turn goes" "$TMP/gpu.err" && ok "... which infer.cu says as infer.c does" || not_ok "no drop said by infer.cu"
 # the Llama family (GQA, RMSNorm, RoPE, SwiGLU; Qwen2's biases and tied head; Llama 3's RoPE scaling)
 same "Llama, 3 query heads per key/value head: greedy, a batch of 4" -m $H/llama_gqa3.bin -z 1 -t 0 -n 40 -f "$TMP/prompts"
 same "Qwen2, biases, tied head: sampled, a batch of 4" -m $H/qwen2_gqa4.bin -z 1 -t 0.8 -s 3 -n 40 -f "$TMP/prompts"
