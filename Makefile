@@ -381,6 +381,7 @@ TESTS = ./test_gpt2 \
         ./test_finetune_lora \
         "bash dev/test/test_finetune_lora_cli.sh ./finetune_lora" \
         "bash dev/test/test_infer_cli.sh ./infer" \
+        "python3 dev/test/test_readme.py" \
         "bash dev/test/test_convert_cli.sh ./convert" \
         "$(SCHED) ascending ./dev/emu/test_infercu_fp32_cpu descending ./dev/emu/test_infercu_fp32_race" \
         "./dev/emu/test_infercu_fp32_cpu --smollm2" \

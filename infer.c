@@ -3063,7 +3063,6 @@ static Options parse_args(int argc, char **argv) {
     if (o.instruct && o.prompt != NULL && o.prompt[0] == '\0') { usage_error("-a 1 -i needs a message (without -i: a conversation)%s", ""); }
     if (o.input[0] != '\0' && !(o.instruct && o.prompt != NULL)) { usage_error("-c (the instruction's input) goes with -a 1 -i%s", ""); }
     if (o.eval_file != NULL) { o.instruct = 1; } // (its questions go in the chat template)
-    if (o.eval_file != NULL && isnan(o.temperature)) { o.temperature = 0.0f; } // greedy, unless -t says otherwise
     if (o.prompt == NULL && !(o.instruct && o.prompts_file == NULL && o.eval_file == NULL && !o.bench)) { o.prompt = ""; }
     if (o.system != NULL && !o.instruct) { usage_error("-y (a system message) goes with -a 1%s", ""); }
     // no -m: the newest checkpoint of ./train_gpt2 (or GPT-2 124M's shapes for the benchmark)
@@ -3086,9 +3085,10 @@ static Options parse_args(int argc, char **argv) {
 // The sampling settings: each from its flag, else from the model file's notes (a Hugging Face
 // folder's generation_config.json, kept by ./convert), else in chat mode, for a model whose
 // file says nothing of sampling (a GGUF's), CHAT_DEFAULTS_TEXT's, else transformers' generate()
-// defaults. A file's do_sample false means greedy. *about says which, for the start-up line.
+// defaults. A file's do_sample false means greedy, and so does -E (an evaluation) without -t.
+// *about says which, for the start-up line.
 static Sampler sampling_settings(const Options *o, const ModelNotes *n, char *about, size_t cap) {
-    int chat = o->instruct && (n->has & (NOTE_ALL & ~NOTE_END_TOKENS)) == 0;
+    int chat = o->instruct && o->eval_file == NULL && (n->has & (NOTE_ALL & ~NOTE_END_TOKENS)) == 0;
     const char *from[5];
     Sampler s = {.temperature = 1.0f, .top_k = 50, .top_p = 1.0f, .min_p = 0.0f, .repetition_penalty = 1.0f, .history = NULL, .num_history = 0, .probs = NULL};
     for (int i = 0; i < 5; i++) { from[i] = "default"; }
@@ -3107,6 +3107,7 @@ static Sampler sampling_settings(const Options *o, const ModelNotes *n, char *ab
     SETTING(4, repetition_penalty, o->repetition_penalty, !isnan(o->repetition_penalty), NOTE_REPETITION_PENALTY, n->repetition_penalty)
 #undef SETTING
     if (isnan(o->temperature) && (n->has & NOTE_DO_SAMPLE) && !n->do_sample) { s.temperature = 0.0f; from[0] = "the model file: do_sample false"; }
+    if (isnan(o->temperature) && o->eval_file != NULL) { s.temperature = 0.0f; from[0] = "-E's default"; } // (an evaluation: greedy unless -t)
     if (s.temperature == 0.0f) {
         snprintf(about, cap, "greedy (%s), repetition penalty %g (%s)", from[0], s.repetition_penalty, from[4]);
     } else {
@@ -3198,6 +3199,7 @@ static void print_sequences(const Options *o, char **texts, const Sequence *seqs
         }
         printf("\n");
     }
+    fflush(stdout); // (before stderr's report: a pipe holds stdout's last line back otherwise)
     if (B == 1) {
         fprintf(stderr, "stopped at %s: %d prompt tokens, %d generated\n", seqs[0].stop, seqs[0].num_prompt,
                 seqs[0].num_tokens - seqs[0].num_prompt);
