@@ -2752,7 +2752,7 @@ int find_latest_checkpoint(const char *out_dir) {
 #define CHAT_DEFAULTS_TEXT "greedy with a repetition penalty of 1.1"
 typedef struct {
     const char *model, *tokenizer, *adapter, *prompt, *prompts_file, *eval_file, *input, *system, *stop;
-    int instruct, max_new, top_k, ids, bench, ignore_eos, verbose, drop_oldest;
+    int instruct, max_new, top_k, ids, bench, ignore_eos, verbose, drop_oldest, context;
     float temperature, top_p, min_p, repetition_penalty; // (NAN, and top_k -1: not given; see sampling_settings)
     long seed;
     const char *batches, *prompt_lengths, *gen_lengths;
@@ -2781,7 +2781,8 @@ static void print_usage(const Options *d) {
            "                or {\"messages\": [{\"role\": ..., \"content\": ...}, ...]} [%d]\n", CHAT_HELP, d->instruct);
     printf("  -c <text>     the instruction's input, for -a 1 with -i [\"%s\"]\n", d->input);
     printf("  -y <text>     the system message, for -a 1 [the template's own]\n");
-    printf("  -O <0|1>      a conversation that outgrows the context: 1 drops its oldest turns, 0 ends the chat [%d]\n", d->drop_oldest);
+    printf("  -C <int>      a conversation's context: the tokens its KV cache holds, at most the model's [%d]\n", d->context);
+    printf("  -O <0|1>      a conversation that outgrows it: 1 drops its oldest turns, 0 ends the chat [%d]\n", d->drop_oldest);
     printf("  -n <int>      tokens to generate at most (fewer if the context fills up) [%d]\n", d->max_new);
     printf("  Sampling: each setting from its flag, else from the model file (./convert keeps a Hugging Face\n"
            "  folder's generation_config.json), else, in chat mode (-a 1), %s, else\n"
@@ -2901,8 +2902,8 @@ static void print_prompt_tokens(const Tokenizer *tok, const int *ids, int n, int
 // UTF-8, or a command we do not know, gets a line on stderr, and the chat goes on.
 static void run_chat(GPT2 *model, Tokenizer *tok, const Options *o, const GenerateOptions *g) {
     ModelConfig c = model->config;
-    int S = c.max_seq_len, interactive = isatty(fileno(stdin));
-    gpt2_allocate_cache(model, 1, S); // (the whole context, once: generate() then keeps it)
+    int S = o->context < c.max_seq_len ? o->context : c.max_seq_len, interactive = isatty(fileno(stdin));
+    gpt2_allocate_cache(model, 1, S); // (once, for the whole conversation: generate() then keeps it)
     int *cached = (int *)mallocCheck((size_t)S * sizeof(int)), num_cached = 0, turn = 0, answered = 0;
     Conversation conv = {NULL, 0, 0};
     if (o->system != NULL) { conversation_add(&conv, "system", o->system); }
@@ -2945,8 +2946,8 @@ static void run_chat(GPT2 *model, Tokenizer *tok, const Options *o, const Genera
         int *ids, n = conversation_ids(tok, &conv, &ids), room = o->max_new < S ? o->max_new : S - 1;
         while (n + room > S && conv.n - first_turn > 1) {
             if (!o->drop_oldest) {
-                fprintf(stderr, "Error: the conversation (%d tokens) and -n %d no longer fit the model's context of %d "
-                        "tokens; -O 1 drops the oldest turns instead\n", n, o->max_new, S);
+                fprintf(stderr, "Error: the conversation (%d tokens) and -n %d no longer fit the context of %d "
+                        "tokens (-C); -O 1 drops the oldest turns instead\n", n, o->max_new, S);
                 exit(EXIT_FAILURE);
             }
             int drop = 1; // the oldest user message and the replies after it, up to the next user message
@@ -2959,7 +2960,7 @@ static void run_chat(GPT2 *model, Tokenizer *tok, const Options *o, const Genera
                     before - n, n, S);
         }
         if (n >= S) {
-            fprintf(stderr, "message %d: %d tokens with the template: no room in the model's context of %d: not sent\n", turn, n, S);
+            fprintf(stderr, "message %d: %d tokens with the template: no room in the context of %d (-C): not sent\n", turn, n, S);
             conversation_drop(&conv, conv.n - 1, 1);
             free(ids);
             continue;
@@ -3008,7 +3009,7 @@ static int parse_list(const char *s, int *out, int max) {
 static Options parse_args(int argc, char **argv) {
     Options o = {.model = NULL, .tokenizer = NULL, .adapter = NULL, .prompt = NULL, .prompts_file = NULL, .eval_file = NULL, .input = "", .system = NULL,
                  .stop = "", .instruct = 0, .max_new = 128, .top_k = -1, .ids = 0, .bench = 0, .ignore_eos = 0, .verbose = 0,
-                 .drop_oldest = 1, .temperature = NAN, .top_p = NAN, .min_p = NAN, .repetition_penalty = NAN, .seed = 1337,
+                 .drop_oldest = 1, .context = 8192, .temperature = NAN, .top_p = NAN, .min_p = NAN, .repetition_penalty = NAN, .seed = 1337,
                  .batches = "1,4,16", .prompt_lengths = "16,128", .gen_lengths = "16,64"};
     Options defaults = o;
     defaults.prompt = "";
@@ -3037,6 +3038,7 @@ static Options parse_args(int argc, char **argv) {
         case 'e': o.ignore_eos = (int)parse_int(flag, v, 0); break;
         case 'v': o.verbose = (int)parse_int(flag, v, 0); break;
         case 'O': o.drop_oldest = (int)parse_int(flag, v, 0); break;
+        case 'C': o.context = (int)parse_int(flag, v, 2); break;
         case 's': o.seed = parse_int(flag, v, 0); break;
         case 'x': o.stop = v; break;
         case 'z': o.ids = (int)parse_int(flag, v, 0); break;

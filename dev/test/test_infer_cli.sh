@@ -190,8 +190,14 @@ rc=$?
     ok "a chat past the context: the first reply stops at its end, then the oldest turn goes, said on stderr" ||
     { not_ok "a chat past the context (exit $rc)"; grep -v "^prompt" "$TMP/full.err" | tail -4; }
 printf 'Tell me a story.\nAnother one.\n' | "$BIN" -m d1 -a 1 -n 1000 -e 1 -O 0 > /dev/null 2> "$TMP/err"
-[ $? = 1 ] && grep -q "^Error: the conversation (.* tokens) and -n 1000 no longer fit the model's context of 1024 tokens; -O 1 drops the oldest turns instead" "$TMP/err" &&
+[ $? = 1 ] && grep -q "^Error: the conversation (.* tokens) and -n 1000 no longer fit the context of 1024 tokens (-C); -O 1 drops the oldest turns instead" "$TMP/err" &&
     ok "-O 0: the chat ends there, with one message" || { not_ok "-O 0"; tail -2 "$TMP/err"; }
+printf 'Tell me a story.\nAnother one.\n' | "$BIN" -m d1 -a 1 -n 10 -e 1 -C 48 > /dev/null 2> "$TMP/err"
+[ $? = 0 ] && grep -q "^the context is full: the oldest turn goes (2 messages, [0-9]* tokens; 33 of 48 now)" "$TMP/err" &&
+    ok "-C 48: a conversation's context of 48 tokens, whatever the model's" || { not_ok "-C 48"; grep -v "^prompt" "$TMP/err" | tail -4; }
+printf 'Hello there, how are you today?\n' | "$BIN" -m d1 -a 1 -n 4 -C 20 > /dev/null 2> "$TMP/err"
+[ $? = 0 ] && grep -q "^message 1: [0-9]* tokens with the template: no room in the context of 20 (-C): not sent" "$TMP/err" &&
+    ok "a message longer than the context: one line, not sent, the chat goes on" || { not_ok "a message past the context"; tail -3 "$TMP/err"; }
 # -f records of a conversation: without "messages" (or "instruction") and with broken ones, one message naming the line
 printf '{"messages": [{"role": "user", "content": "Hi"}]}\n{"question": "Hi"}\n' > "$TMP/m1.jsonl"
 expect_error "-a 1 -f: a record without \"messages\"" "$TMP/m1.jsonl: line 2: no string \"instruction\" and no \"messages\"" "$BIN" -m d1 -a 1 -f "$TMP/m1.jsonl"

@@ -61,13 +61,8 @@ same_in() { # same_in INPUT NAME ARGS...: as same, each program reading INPUT on
 }
 printf 'Name three colors.\nAnd three animals.\n/new\nCount to five.\n' > "$TMP/chat"
 same_in "$TMP/chat" "a conversation of 3 turns on standard input (greedy, -r 1.1)" -m d1 -a 1 -n 8 -e 1
-# (d1 cut to a context of 48: its header's maxT, and wpe's first 48 rows)
-"$CONVERT" -i d1 -o "$TMP/d1.bin" 2> /dev/null
-W=$((50304 * 64 * 4))
-{ head -c 8 "$TMP/d1.bin"; printf '\x30\x00\x00\x00'; dd if="$TMP/d1.bin" bs=1M iflag=skip_bytes,count_bytes skip=12 count=$((1012 + W + 48 * 256)) status=none
-  dd if="$TMP/d1.bin" bs=1M iflag=skip_bytes skip=$((1024 + W + 1024 * 256)) status=none; } > "$TMP/d1_48.bin"
 printf 'Tell me a story.\nAnother one.\n' > "$TMP/chat_full"
-same_in "$TMP/chat_full" "a conversation past a context of 48: its oldest turn dropped" -m "$TMP/d1_48.bin" -a 1 -n 10 -e 1 -t 0 -r 1
+same_in "$TMP/chat_full" "a conversation past a context of 48 (-C 48): its oldest turn dropped" -m d1 -C 48 -a 1 -n 10 -e 1 -t 0 -r 1
 grep -q "^the context is full: the oldest turn goes" "$TMP/gpu.err" && ok "... which infer.cu says as infer.c does" || not_ok "no drop said by infer.cu"
 # the Llama family (GQA, RMSNorm, RoPE, SwiGLU; Qwen2's biases and tied head; Llama 3's RoPE scaling)
 same "Llama, 3 query heads per key/value head: greedy, a batch of 4" -m $H/llama_gqa3.bin -z 1 -t 0 -n 40 -f "$TMP/prompts"
