@@ -13,9 +13,15 @@ that makes it fast, the KV cache:
      and value are appended. A step is a row of matrix-vector products: every weight is
      read once for one token, so decoding is bound by memory bandwidth, not arithmetic.
      Decoding several sequences at once (a batch) reads the weights once for all of them.
-  3. sampling: logits -> temperature -> top-k -> top-p -> one random draw (or the argmax,
-     greedy, at temperature 0). Stop at the end token (GPT-2's <|endoftext|>, SmolLM2's
-     <|im_end|>), a stop string or a length.
+  3. sampling: logits -> repetition penalty -> temperature -> top-k -> top-p -> min-p -> one
+     random draw (or the argmax, greedy, at temperature 0), as transformers' generate() does;
+     the settings from the flags, else the model file's (a Hugging Face folder's
+     generation_config.json, kept by ./convert). Stop at the end token (GPT-2's
+     <|endoftext|>, SmolLM2's <|im_end|>), a stop string or a length.
+  4. a conversation (-a 1 without -i): each turn, the whole conversation is laid out in the
+     chat template again and tokenized; the tokens it shares from the start with what the
+     cache holds (the earlier turns' prompts and replies) are not computed again: only the
+     new ones are prefilled. When the context fills up, the oldest turns go.
 The cache costs 2 x L x NKV x HS floats per token (keys and values of every layer; GPT-2:
 NKV x HS = C): 72 KiB per token for GPT-2 124M, 72 MiB for one full 1024-token sequence.
 
@@ -28,7 +34,7 @@ positions, SwiGLU for GELU, grouped-query attention (fewer key/value heads than 
 a smaller KV cache), and an output head of its own or tied; Qwen2 adds q/k/v biases.
 Their tokenizers are byte-level BPE like GPT-2's, with other pre-tokenizer rules, special
 tokens and chat templates: ./convert writes each model's beside it (NAME_tokenizer.bin), and
--a 1 lays a question out in the model's chat template (ChatML, Llama 3; GPT-2: Alpaca's).
+-a 1 lays a conversation out in the model's chat template (ChatML, Llama 3; GPT-2: Alpaca's).
 
 The fine-tuning chapter's end (finetune_lora.c): -L applies a LoRA adapter (PEFT's folder)
 unmerged, each adapted layer adding s (x A^T) B^T to its output (the same tokens as the model
@@ -36,7 +42,7 @@ with the adapter merged, ./finetune_lora -M); -E asks an evaluation's questions 
 model and, with -L, the tuned one, and classifies each answer (correct, partially correct,
 format error, hallucination: the rules are at eval_classify) into a before/after table.
 
-What it leaves out on purpose: beam search, repetition penalties, quantised weights (the
+What it leaves out on purpose: beam search, presence/frequency penalties, quantised weights (the
 fine-tuning chapter's NF4), speculative decoding, sliding-window attention, mixtures of
 experts.
 
@@ -47,6 +53,7 @@ Build and run (from the repository root):
     make smollm2 && ./infer -m data/smollm2/SmolLM2-135M-Instruct.bin -a 1 -i "What is the capital of France?"
     ./infer -m gpt2.bin -i "Hello, I'm"
     ./infer -m d12 -B 1                       # benchmark prefill and decode, GPT-2 124M shapes
+    ./infer -m data/smollm2/SmolLM2-135M-Instruct.bin -a 1   # a conversation: a message per line of stdin
     ./infer -m data/smollm2/SmolLM2-135M-Instruct.bin -L run/ -E data/iso/eval.jsonl   # before/after a fine-tune
     ./infer -h                                # every flag with its default
 Checked against transformers by test_infer.c: GPT2LMHeadModel's logits on Hugging Face
@@ -59,7 +66,7 @@ every argmax, the answer); regenerate with make reference.
 
 How the file reads: where we run, the layers, their fast paths (a first reading can skip
 them), the model, the models in, an adapter (-L), the forward pass, sampling, generation,
-the reports, prompts, the evaluation (-E), main. The BPE tokenizer that turns the prompt into
+the reports, prompts, the evaluation (-E), the conversation, main. The BPE tokenizer that turns the prompt into
 tokens (and lays out chats), the JSON reader of prompt files, the GEMM and the small
 utilities are lib/'s (needed, none about inference). infer.cu is this file with
 the forward pass on a GPU, and diffs against it function by function: its layers are

@@ -1,8 +1,8 @@
 /*
 infer.cu: inference on one GPU, GPT-2 and the Llama family, checked against infer.c.
 
-The same program as infer.c (flags, models in, tokenizer, sampling, batches,
-instruction mode, reports, the benchmark: all shared copies), with the forward pass on
+The same program as infer.c (flags, models in, tokenizer, sampling, batches, chat and
+conversations, reports, the benchmark: all shared copies), with the forward pass on
 the GPU:
   - weights, KV cache and the matmuls' inputs in floatX (PRECISION=BF16, the default, or
     FP32); the residual stream, LayerNorm statistics, logits and all sums in fp32;
@@ -20,7 +20,8 @@ the GPU:
     (all its inputs, the tokens and positions, are read from device buffers, so one
     graph serves every step);
   - greedy sampling as an argmax kernel (one int per sequence comes back); other
-    sampling copies the logits back and runs infer.c's sampler on them.
+    sampling (and greedy with a repetition penalty, which needs the logits) copies the
+    logits back and runs infer.c's sampler on them.
 FP32 builds compute what infer.c computes up to the order of sums: the greedy tokens
 are the same (test_infer.cu, dev/test/test_infer_cuda.sh).
 
