@@ -147,6 +147,23 @@ printf '{"text": "ok"}\n{"txt": "no"}\n' > "$TMP/bad.jsonl"
 expect_error "-j: a line without \"text\"" "$TMP/bad.jsonl: line 2: no string \"text\"" -g data/smollm2/SmolLM2-135M-Instruct_tokenizer.bin -j -i "$TMP/bad.jsonl" -o "$OUT/j"
 expect_error "-t with a tokenizer file" "-t writes GPT-2's decoding table" -g data/smollm2/SmolLM2-135M-Instruct_tokenizer.bin -i "$TMP/docs.jsonl" -j -o "$OUT/j" -t "$OUT/t.bin"
 expect_error "-d with an id outside the vocabulary" "-d: '99999' is not a token id" -g data/smollm2/SmolLM2-135M-Instruct_tokenizer.bin -d 1,99999
+# a vocabulary past 65,536 tokens: uint32 shards (version 2, as llm.c's for Llama 3). The
+# tokenizer file is made here: the 256 bytes, then special tokens <|x256|> .. <|x69999|>
+python3 - "$TMP/wide_tokenizer.bin" <<'PY'
+import struct, sys
+V = 70000
+h = [20241201, 1, V, 0, 0, 0, -1, V - 1, -1, 0, 0] + [0] * 245
+with open(sys.argv[1], "wb") as f:
+    f.write(struct.pack("<256i", *h))
+    for i in range(V):
+        kind, b = (0, bytes([i])) if i < 256 else (1, f"<|x{i}|>".encode())
+        f.write(struct.pack("<BH", kind, len(b)) + b)
+PY
+printf 'ab<|x69999|>c' > "$TMP/wide.txt"
+"$BIN" -g "$TMP/wide_tokenizer.bin" -s -e -i "$TMP/wide.txt" -o "$TMP/wide.bin" > "$TMP/stdout" 2>&1
+report "a vocabulary of 70,000: a uint32 shard (version 2) holding id 69999" \
+    $([ "$(od -An -tu4 -j4 -N8 "$TMP/wide.bin" 2>/dev/null | tr -s ' ')" = " 2 4" ] && [ "$(od -An -tu4 -j1024 "$TMP/wide.bin" | tr -s ' ')" = " 97 98 69999 99" ] && echo 1 || echo 0) \
+    "$(tail -2 "$TMP/stdout")"
 
 echo "$passed passed, $failed failed"
 [ $failed -eq 0 ]
