@@ -3045,9 +3045,14 @@ static void notes_of_input(ModelNotes *n, const char *input, int from_folder, in
     if (from_folder) {
         model_notes_from_generation_config(n, input, V);
         model_notes_set_origin(n, input);
-    } else if (ends_with(input, ".bin")) {
-        model_notes_read(input, V, n);
+        return;
     }
+    FILE *fp = fopen(input, "rb"); // our model files, by any name: not a GGUF file (or d<N>, no file)
+    char magic[4] = {0};
+    if (fp == NULL) { return; }
+    size_t got = fread(magic, 1, 4, fp);
+    fclose(fp);
+    if (got == 4 && memcmp(magic, "GGUF", 4) != 0) { model_notes_read(input, V, n); }
 }
 
 // one line on what the notes say, if anything
@@ -3059,8 +3064,12 @@ static void print_notes(const ModelNotes *n) {
 
 // An export's generation_config.json, from the notes (nothing to write: no file)
 static void write_generation_config(const char *dir, const ModelNotes *n) {
-    if (n->has == 0) { return; }
     char text[2048], path[MAX_PATH_LEN], num[32];
+    path_concat(path, dir, "/generation_config.json");
+    if (n->has == 0) { // (nothing to say: an older export's file must not speak for this model)
+        if (remove(path) == 0) { fprintf(stderr, "removed %s: this model has no generation settings\n", path); }
+        return;
+    }
     size_t at = 0;
 #define GEN_PUT(...) at += (size_t)snprintf(text + at, sizeof(text) - at, __VA_ARGS__)
     GEN_PUT("{\n");
@@ -3082,7 +3091,6 @@ static void write_generation_config(const char *dir, const ModelNotes *n) {
     text[at - 2] = '\n'; // the last comma goes
     text[at - 1] = '}';
     text[at++] = '\n';
-    path_concat(path, dir, "/generation_config.json");
     const void *bufs[1] = {text};
     write_file_atomic(path, bufs, &at, 1);
 }

@@ -1009,6 +1009,7 @@ typedef struct {
     float *inv_freq; // the Llama family's RoPE frequencies (HS/2)
     GPT2Weights gpt2;
     LlamaWeights llama_weights;
+    ModelNotes notes; // where the model came from, how to sample it (lib/model_notes.h): for the files we write
 } Base;
 
 // Our model file: GPT-2 (llm.c's checkpoint) or the Llama family's (./convert's), by its magic
@@ -1040,6 +1041,7 @@ static void base_load(Base *b, const char *path) {
         b->attprojb = p.attprojb; b->ln2w = p.ln2w; b->ln2b = p.ln2b; b->fcw = p.fcw; b->fcb = p.fcb; b->fcprojw = p.fcprojw;
         b->fcprojb = p.fcprojb; b->lnfw = p.lnfw; b->lnfb = p.lnfb; b->lm_head = p.wte;
     }
+    model_notes_read(path, b->V, &b->notes); // (checked now, not when the first checkpoint is written)
 }
 
 static void base_free(Base *b) {
@@ -1697,11 +1699,10 @@ static void lora_save(const Lora *lora, const Base *b, const char *dir, const ch
     // folder our model file was converted from (./convert notes it in the file), else null.
     // Our file's own name goes in adapter_model.safetensors' metadata, as base_model_file (a
     // key of ours in adapter_config.json would have PEFT warn that it is too old to know it).
-    ModelNotes notes;
-    model_notes_read(base_path, b->V, &notes);
-    char base_name[2 * NOTE_ORIGIN_BYTES + 8] = "null", base_file[2 * MAX_PATH_LEN + 32] = "\"base_model_file\":";
-    if (notes.origin[0] != '\0') { json_quote(notes.origin, base_name, sizeof(base_name)); }
-    json_quote(base_path, base_file + strlen(base_file), sizeof(base_file) - strlen(base_file));
+    char base_name[6 * NOTE_ORIGIN_BYTES + 8] = "null", base_file[6 * MAX_PATH_LEN + 32] = "\"base_model_file\":";
+    size_t at = strlen(base_file); // (json_quote writes a control character as 6 bytes)
+    if (b->notes.origin[0] != '\0' && json_quote(b->notes.origin, base_name, sizeof(base_name)) >= sizeof(base_name)) { die_file(dir, NULL, "the base model's origin does not fit adapter_config.json's buffer"); }
+    if (json_quote(base_path, base_file + at, sizeof(base_file) - at) >= sizeof(base_file) - at) { die_file(dir, NULL, "the base model's path is too long"); }
     size_t cap = 4096 + sizeof(base_name) + (size_t)lora->num_modules * 64;
     char *json = (char *)mallocCheck(cap);
     int n = snprintf(json, cap, "{\n  \"base_model_name_or_path\": %s,\n  \"bias\": \"none\",\n  \"fan_in_fan_out\": %s,\n"
@@ -1801,8 +1802,17 @@ char *alpaca_render(const ChatMessage *m, int n, int add_generation_prompt) {
 // --- begin shared-copy: instruct-prompt ---
 // -a 1: an instruction (and an optional input) as the model expects it: in its chat
 // template as one user message (after the system message, NULL for the template's own),
-// or, for a tokenizer without one (GPT-2's, our models), in the Alpaca template. Malloc'ed.
+// or, for a tokenizer without one (GPT-2's, our models), in the Alpaca template (where a
+// system message takes the opening sentence's place, as in alpaca_render). Malloc'ed.
 char *instruct_prompt(const Tokenizer *tok, const char *system, const char *instruction, const char *input) {
+    if ((tok == NULL || tok->chat == CHAT_NONE) && system != NULL) {
+        char *plain = alpaca_prompt(instruction, input), *body = strstr(plain, "### Instruction:"); // (after the opening sentence)
+        size_t n = strlen(system) + strlen(body) + 3;
+        char *text = (char *)mallocCheck(n);
+        snprintf(text, n, "%s\n\n%s", system, body);
+        free(plain);
+        return text;
+    }
     if (tok == NULL || tok->chat == CHAT_NONE) { return alpaca_prompt(instruction, input); }
     if (input == NULL || input[0] == '\0') { return tokenizer_chat_prompt(tok, system, instruction); }
     size_t n = strlen(instruction) + strlen(input) + 3;
@@ -2577,8 +2587,7 @@ static void merge_and_write(Run *r) {
     int bf16 = b->llama ? b->llama_weights.from_bf16 : b->gpt2.from_bf16;
     // the base's notes (lib/model_notes.h: its sampling settings) go along; its origin does
     // not: the merged model is not that model any more
-    ModelNotes notes;
-    model_notes_read(o->model, b->V, &notes);
+    ModelNotes notes = b->notes;
     memset(notes.origin, 0, sizeof(notes.origin));
     if (b->llama) { llama_save(&b->llama_weights, o->merge, bf16, &notes); } else { gpt2_save_checkpoint(&b->gpt2, o->merge, bf16, &notes); }
     size_t merge_len = strlen(o->merge);

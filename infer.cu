@@ -2051,6 +2051,7 @@ int sample_token(const float *logits, int V, Sampler *s, Candidate *scratch, flo
 // (gpt2-init), then:
 #define STREAM_SAMPLING 16 // subkey: the sequence's index; index: the generated token's
 #define STREAM_BENCH 17    // the benchmark's random prompts
+#define STREAM_CHAT 18     // subkey: a conversation's turn: its own seed for the turn's draws
 
 typedef struct {
     const char *prompt;  // its text (NULL with token ids)
@@ -2398,8 +2399,17 @@ char *alpaca_render(const ChatMessage *m, int n, int add_generation_prompt) {
 // --- begin shared-copy: instruct-prompt ---
 // -a 1: an instruction (and an optional input) as the model expects it: in its chat
 // template as one user message (after the system message, NULL for the template's own),
-// or, for a tokenizer without one (GPT-2's, our models), in the Alpaca template. Malloc'ed.
+// or, for a tokenizer without one (GPT-2's, our models), in the Alpaca template (where a
+// system message takes the opening sentence's place, as in alpaca_render). Malloc'ed.
 char *instruct_prompt(const Tokenizer *tok, const char *system, const char *instruction, const char *input) {
+    if ((tok == NULL || tok->chat == CHAT_NONE) && system != NULL) {
+        char *plain = alpaca_prompt(instruction, input), *body = strstr(plain, "### Instruction:"); // (after the opening sentence)
+        size_t n = strlen(system) + strlen(body) + 3;
+        char *text = (char *)mallocCheck(n);
+        snprintf(text, n, "%s\n\n%s", system, body);
+        free(plain);
+        return text;
+    }
     if (tok == NULL || tok->chat == CHAT_NONE) { return alpaca_prompt(instruction, input); }
     if (input == NULL || input[0] == '\0') { return tokenizer_chat_prompt(tok, system, instruction); }
     size_t n = strlen(instruction) + strlen(input) + 3;
@@ -2430,7 +2440,8 @@ void chat_free(ChatMessage *m, int n) {
 // transformers' chat pipeline and of OpenAI's chat API): its messages into *out, malloc'ed,
 // each role and content a string of its own (chat_free lets them go). Returns how many, or
 // -1 with what is wrong in err: no "messages", an empty list, a message that is not an
-// object with a non-empty string "role" and a string "content".
+// object with a string "role" and a string "content", a role other than "system", "user" and
+// "assistant" (a tool's turn: each template lays those out its own way, which ours do not).
 int json_messages(const Json *j, int object, ChatMessage **out, char *err, size_t err_size) {
     int list = json_get(j, object, "messages");
     *out = NULL;
@@ -2448,6 +2459,11 @@ int json_messages(const Json *j, int object, ChatMessage **out, char *err, size_
         m[i].content = c;
         if (role < 0 || json_string(j, role, r, cap) < 0 || r[0] == '\0' || content < 0 || json_string(j, content, c, cap) < 0) {
             snprintf(err, err_size, "message %d is not {\"role\": \"...\", \"content\": \"...\"}", i + 1);
+            chat_free(m, i + 1);
+            return -1;
+        }
+        if (strcmp(r, "system") != 0 && strcmp(r, "user") != 0 && strcmp(r, "assistant") != 0) { // (tools' turns: each template has its own layout)
+            snprintf(err, err_size, "message %d: role \"%.32s\": we lay out system, user and assistant messages", i + 1, r);
             chat_free(m, i + 1);
             return -1;
         }
@@ -2492,6 +2508,14 @@ int read_prompts(const char *path, int instruct, const Tokenizer *tok, const cha
             ChatMessage *m;
             int count = json_messages(&j, 0, &m, err, sizeof(err));
             if (count < 0) { die_file(path, NULL, "line %d: %s", line_no, err); }
+            if (system != NULL && strcmp(m[0].role, "system") != 0) { // -y: the system message of a conversation without one
+                m = (ChatMessage *)realloc(m, (size_t)(count + 1) * sizeof(ChatMessage));
+                if (m == NULL) { die_file(path, NULL, "out of memory"); }
+                memmove(m + 1, m, (size_t)count * sizeof(ChatMessage));
+                m[0].role = strdup("system");
+                m[0].content = strdup(system);
+                count++;
+            }
             (*texts)[n++] = conversation_prompt(tok, m, count);
             chat_free(m, count);
             json_free(&j);
@@ -2796,7 +2820,8 @@ static void print_usage(const Options *d) {
            "                with -i: one user message; -f lines may be {\"instruction\": ..., \"input\": ...}\n"
            "                or {\"messages\": [{\"role\": ..., \"content\": ...}, ...]} [%d]\n", CHAT_HELP, d->instruct);
     printf("  -c <text>     the instruction's input, for -a 1 with -i [\"%s\"]\n", d->input);
-    printf("  -y <text>     the system message, for -a 1 [the template's own]\n");
+    printf("  -y <text>     the system message, for -a 1 (Alpaca's: in place of its opening sentence); with\n"
+           "                -f, for the conversations that have none [the template's own]\n");
     printf("  -C <int>      a conversation's context: the tokens its KV cache holds, at most the model's [%d]\n", d->context);
     printf("  -O <0|1>      a conversation that outgrows it: 1 drops its oldest turns, 0 ends the chat [%d]\n", d->drop_oldest);
     printf("  -n <int>      tokens to generate at most (fewer if the context fills up) [%d]\n", d->max_new);
@@ -2875,16 +2900,20 @@ static char *read_message(FILE *in) {
     return text;
 }
 
-// the ids of a conversation's text (the chat template writes its start token itself; the
-// Alpaca template gets it from the tokenizer, as a prompt does); returns how many
-static int conversation_ids(Tokenizer *tok, const Conversation *conv, int **ids) {
-    char *text = conversation_prompt(tok, conv->m, conv->n);
+// the ids of the conversation's first n messages (the chat template writes its start token
+// itself; the Alpaca template gets it from the tokenizer, as a prompt does); returns how many,
+// or -1 (with *bad, and no ids) if a token is outside the model's vocabulary
+static int conversation_ids(Tokenizer *tok, const Conversation *conv, int n_messages, int V, int **ids, int *bad) {
+    char *text = conversation_prompt(tok, conv->m, n_messages);
     size_t len = strlen(text);
     *ids = (int *)mallocCheck((tokenizer_max_ids(tok, len) + 2) * sizeof(int));
     int n = 0;
     if (tok->add_bos && tok->chat == CHAT_NONE) { (*ids)[n++] = tok->bos_token; }
     n += (int)tokenizer_encode(tok, (const uint8_t *)text, len, 1, (int32_t *)*ids + n);
     free(text);
+    for (int i = 0; i < n; i++) {
+        if ((*ids)[i] >= V) { *bad = (*ids)[i]; free(*ids); *ids = NULL; return -1; }
+    }
     return n;
 }
 
@@ -2958,9 +2987,22 @@ static void run_chat(GPT2 *model, Tokenizer *tok, const Options *o, const Genera
         }
         conversation_add(&conv, "user", text);
         free(text);
-        // the conversation's tokens; the oldest turns go while they leave no room for -n
-        int *ids, n = conversation_ids(tok, &conv, &ids), room = o->max_new < S ? o->max_new : S - 1;
-        while (n + room > S && conv.n - first_turn > 1) {
+        // The message with the system message alone must fit, or it is not sent (and nothing
+        // is dropped for it); then the oldest turns go while the conversation leaves no room
+        // for -n tokens (at most half the context: the rest keeps the turns before)
+        int room = o->max_new < S / 2 ? o->max_new : S / 2, bad_id = -1, *ids = NULL, n;
+        ChatMessage pair[2] = {conv.m[0], conv.m[conv.n - 1]}; // (the system message, if there is one: first_turn is 1)
+        Conversation alone = {first_turn ? pair : conv.m + conv.n - 1, first_turn + 1, 0};
+        n = conversation_ids(tok, &alone, alone.n, c.vocab_size, &ids, &bad_id);
+        free(ids);
+        if (n < 0 || n >= S) {
+            if (n < 0) { fprintf(stderr, "message %d: token %d is outside the model's vocabulary of %d: not sent\n", turn, bad_id, c.vocab_size); }
+            else { fprintf(stderr, "message %d: %d tokens with the template: no room in the context of %d (-C): not sent\n", turn, n, S); }
+            conversation_drop(&conv, conv.n - 1, 1);
+            continue;
+        }
+        n = conversation_ids(tok, &conv, conv.n, c.vocab_size, &ids, &bad_id);
+        while (n > 0 && n + room > S && conv.n - first_turn > 1) {
             if (!o->drop_oldest) {
                 fprintf(stderr, "Error: the conversation (%d tokens) and -n %d no longer fit the context of %d "
                         "tokens (-C); -O 1 drops the oldest turns instead\n", n, o->max_new, S);
@@ -2971,14 +3013,14 @@ static void run_chat(GPT2 *model, Tokenizer *tok, const Options *o, const Genera
             conversation_drop(&conv, first_turn, drop);
             free(ids);
             int before = n;
-            n = conversation_ids(tok, &conv, &ids);
+            n = conversation_ids(tok, &conv, conv.n, c.vocab_size, &ids, &bad_id);
             fprintf(stderr, "the context is full: the oldest turn goes (%d messages, %d tokens; %d of %d now)\n", drop,
                     before - n, n, S);
         }
-        if (n >= S) {
-            fprintf(stderr, "message %d: %d tokens with the template: no room in the context of %d (-C): not sent\n", turn, n, S);
+        if (n < 0) { // (a reply re-tokenized into a token the model does not have: GPT-2's tokenizer on a smaller model)
+            fprintf(stderr, "message %d: the conversation holds token %d, outside the model's vocabulary of %d: not sent\n", turn,
+                    bad_id, c.vocab_size);
             conversation_drop(&conv, conv.n - 1, 1);
-            free(ids);
             continue;
         }
         int same = 0;
@@ -2988,7 +3030,9 @@ static void run_chat(GPT2 *model, Tokenizer *tok, const Options *o, const Genera
         sequence_init(&s, NULL, ids, n, o->max_new, S);
         s.cached = same;
         GenerateStats stats;
-        generate(model, &s, 1, g, &stats);
+        GenerateOptions turn_opts = *g; // (each turn draws its own random numbers)
+        turn_opts.seed = rng_subkey(g->seed, STREAM_CHAT, (uint64_t)answered);
+        generate(model, &s, 1, &turn_opts, &stats);
         printf("\n");
         fflush(stdout);
         conversation_add(&conv, "assistant", s.text);
@@ -3370,7 +3414,6 @@ int main(int argc, char **argv) {
             fprintf(stderr, "HINT: -g names the model's tokenizer; -z 1 works in token ids\n");
             return EXIT_FAILURE;
         }
-        if (o.system != NULL && tok.chat == CHAT_NONE) { usage_error("-y: this model's tokenizer has no chat template (%s)", o.model); }
         size_t len;
         const uint8_t *name = tokenizer_token(&tok, tok.eot_token, &len);
         if (len < sizeof(eot_name)) { memcpy(eot_name, name, len); eot_name[len] = '\0'; }

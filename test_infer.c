@@ -944,7 +944,8 @@ static void test_processors(void) {
         float top_p = strtof(at, &at), min_p = strtof(at, &at), shift = strtof(at, &at);
         for (int i = 0; i < V; i++) { shifted[i] = logits[i] + shift; }
         int nh = (int)strtol(at, &at, 10), history[64];
-        for (int i = 0; i < nh && i < 64; i++) { history[i] = (int)strtol(at, &at, 10); }
+        if (nh < 0 || nh > 64) { check("a fixture case's history of at most 64 ids", 0, line); continue; }
+        for (int i = 0; i < nh; i++) { history[i] = (int)strtol(at, &at, 10); }
         at = strchr(at, ';') + 1;
         int want_n = (int)strtol(at, &at, 10);
         Sampler sm = {.temperature = temperature, .top_k = top_k, .top_p = top_p, .min_p = min_p, .repetition_penalty = penalty,

@@ -110,7 +110,10 @@ static inline void model_notes_read(const char *path, int V, ModelNotes *n) {
 
 // Reads a Hugging Face folder's generation_config.json into n (its sampling settings and end
 // tokens; any other key is not ours). No file: nothing, and 0. A file that is not what
-// transformers writes: an error naming it.
+// transformers writes: an error naming it. (One difference from transformers: its generate()
+// samples only when do_sample is true, and a file that gives a temperature without do_sample
+// is greedy there, with a warning; ./infer samples with it, as the file's authors evidently
+// meant, unless do_sample is false.)
 static inline int model_notes_from_generation_config(ModelNotes *n, const char *dir, int V) {
     char path[4096];
     format_path(path, sizeof(path), "%s/generation_config.json", dir);
@@ -148,13 +151,15 @@ static inline int model_notes_from_generation_config(ModelNotes *n, const char *
     at = json_get(&j, 0, "eos_token_id"); // one id, or a list of them
     if (at >= 0 && j.tokens[at].type != JSON_NULL) {
         int count = j.tokens[at].type == JSON_ARRAY ? j.tokens[at].size : 1, item = j.tokens[at].type == JSON_ARRAY ? at + 1 : at;
-        if (count < 1 || count > NOTE_MAX_END) { die_file(path, hint, "\"eos_token_id\": %d ids (we keep 1 to %d)", count, NOTE_MAX_END); }
+        if (count > NOTE_MAX_END) {
+            fprintf(stderr, "note: %s: \"eos_token_id\" lists %d end tokens; we keep the first %d\n", path, count, NOTE_MAX_END);
+        }
         for (int i = 0; i < count; i++, item = j.tokens[item].next) {
             if (json_int64(&j, item, &k) != 0 || k < 0 || k >= V) { die_file(path, hint, "\"eos_token_id\" holds something that is no token id of the %d", V); }
-            n->end_tokens[i] = (int)k;
+            if (i < NOTE_MAX_END) { n->end_tokens[i] = (int)k; }
         }
-        n->num_end = count;
-        n->has |= NOTE_END_TOKENS;
+        n->num_end = count < NOTE_MAX_END ? count : NOTE_MAX_END;
+        if (n->num_end > 0) { n->has |= NOTE_END_TOKENS; } // (an empty list: no end tokens of its own)
     }
     json_free(&j);
     free(text);

@@ -94,6 +94,13 @@ mkdir -p "$TMP/gen" && cp $F/llama_gqa3/config.json $F/llama_gqa3/model.safetens
     run -i "$TMP/gen_hf" -o "$TMP/gen_back.bin" && same_but_origin "$TMP/gen.bin" "$TMP/gen_back.bin" && [ "$(origin "$TMP/gen.bin")" = "$TMP/gen" ] &&
     ok "generation_config.json -> our file (on stderr) -> generation_config.json: the same settings" || not_ok "generation settings round trip"
 [ ! -e "$TMP/ll_hf/generation_config.json" ] && ok "a model without generation settings gets no generation_config.json" || not_ok "an empty generation_config.json"
+run -i "$TMP/ll.bin" -o "$TMP/gen_hf" && [ ! -e "$TMP/gen_hf/generation_config.json" ] && grep -q "removed $TMP/gen_hf/generation_config.json" "$TMP/stderr" &&
+    ok "... and an older export's generation_config.json in the folder is removed, said on stderr" || not_ok "a stale generation_config.json"
+printf '{"eos_token_id": []}' > "$TMP/gen/generation_config.json"
+run -i "$TMP/gen" -o "$TMP/x.bin" && ! grep -q "generation settings" "$TMP/stderr" && ok "\"eos_token_id\": [] is no end tokens" || not_ok "an empty eos_token_id"
+printf '{"eos_token_id": [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]}' > "$TMP/gen/generation_config.json"
+run -i "$TMP/gen" -o "$TMP/x.bin" && grep -q "lists 10 end tokens; we keep the first 8" "$TMP/stderr" && grep -q "end tokens 1 2 3 4 5 6 7 8$" "$TMP/stderr" &&
+    ok "ten end tokens: the first 8 kept, with a note" || { not_ok "ten end tokens"; cat "$TMP/stderr"; }
 printf '{"top_p": 1.5}' > "$TMP/gen/generation_config.json"
 expect_error "a generation_config.json with top_p 1.5" "$TMP/gen/generation_config.json: a bad top-p setting" "$BIN" -i "$TMP/gen" -o "$TMP/x.bin"
 printf '{"eos_token_id": [2, 999]}' > "$TMP/gen/generation_config.json"

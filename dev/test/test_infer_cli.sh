@@ -55,7 +55,12 @@ T3=build/tok_llama3_tokenizer.bin # fixtures/tok_llama3 through ./convert (make 
 expect_error "a tokenizer with more tokens than the model" "the model has 128 tokens, the tokenizer ($T3) 1502" \
     "$BIN" -m "$TMP/mha3.bin" -g $T3 -i hi
 expect_error "-y without -a 1" "-y (a system message) goes with -a 1" "$BIN" -m $H -y "Be brief." -i hi
-expect_error "-y for a model without a chat template" "-y: this model's tokenizer has no chat template" "$BIN" -m $H -a 1 -y "Be brief." -i hi
+"$BIN" -m d1 -a 1 -y "Be brief." -i "Say hi." -n 1 -v 1 > /dev/null 2> "$TMP/err" && grep "^prompt:" "$TMP/err" | grep -qF ': 3856:Be 4506: brief 13:. 198:\n 198:\n 21017:### 46486: Instruction 25:: 198:\n' &&
+    ok "-y in the Alpaca template (GPT-2's tokenizer): the system message in place of its opening sentence" || { not_ok "-y with Alpaca"; grep "^prompt" "$TMP/err" | cut -c1-200; }
+printf '{"messages": [{"role": "user", "content": "Hi"}]}\n{"messages": [{"role": "system", "content": "Own."}, {"role": "user", "content": "Hi"}]}\n' > "$TMP/sys.jsonl"
+"$BIN" -m d1 -a 1 -y "Be brief." -f "$TMP/sys.jsonl" -n 1 -v 1 > /dev/null 2> "$TMP/err" &&
+    [ "$(grep '^prompt:' "$TMP/err" | sed -n 1p | grep -c ': 3856:Be 4506: brief 13:.')" = 1 ] && [ "$(grep '^prompt:' "$TMP/err" | sed -n 2p | grep -c 'Be 4506: brief')" = 0 ] &&
+    ok "-y with -f {\"messages\"}: the system message of the conversations without one" || { not_ok "-y with -f messages"; grep "^prompt" "$TMP/err" | cut -c1-200; }
 printf 'junk' > "$TMP/bad_tokenizer.bin"
 expect_error "a tokenizer file that is not one" "$TMP/bad_tokenizer.bin: 4 bytes: too short" "$BIN" -m $H -g "$TMP/bad_tokenizer.bin" -i hi
 expect_error "llm.c's tokenizer.bin as -g" "an llm.c tokenizer.bin, which only decodes" "$BIN" -m $H -g data/gpt2_tokenizer.bin -i hi
@@ -198,6 +203,21 @@ printf 'Tell me a story.\nAnother one.\n' | "$BIN" -m d1 -a 1 -n 10 -e 1 -C 48 >
 printf 'Hello there, how are you today?\n' | "$BIN" -m d1 -a 1 -n 4 -C 20 > /dev/null 2> "$TMP/err"
 [ $? = 0 ] && grep -q "^message 1: [0-9]* tokens with the template: no room in the context of 20 (-C): not sent" "$TMP/err" &&
     ok "a message longer than the context: one line, not sent, the chat goes on" || { not_ok "a message past the context"; tail -3 "$TMP/err"; }
+# a message too long for the context alone is not sent, and the turns before it stay
+{ echo "Say one word."; printf 'word %.0s' $(seq 1 40); echo; echo "Say two words."; } | "$BIN" -m d1 -a 1 -n 4 -C 64 -e 1 > /dev/null 2> "$TMP/err"
+[ $? = 0 ] && grep -q "^message 2: [0-9]* tokens with the template: no room in the context of 64 (-C): not sent" "$TMP/err" &&
+    ! grep -q "the oldest turn goes" "$TMP/err" && grep -q "^\[turn 2: [0-9]* prompt tokens, [1-9][0-9]* of them from the cache" "$TMP/err" &&
+    ok "a message too long for the context: not sent, and nothing dropped for it" || { not_ok "a message too long: the turns before"; grep -v "^prompt" "$TMP/err" | tail -4; }
+# each turn draws its own random numbers: the same message after /new, sampled, gets another reply
+printf 'Tell me something.\n/new\nTell me something.\n' | "$BIN" -m d1 -a 1 -n 12 -e 1 -t 1 -k 0 > "$TMP/out" 2> /dev/null
+[ "$(grep -c '^> Tell me something.' "$TMP/out")" = 2 ] && [ "$(sed -n 2p "$TMP/out")" != "$(sed -n 5p "$TMP/out")" ] && [ -n "$(sed -n 5p "$TMP/out")" ] &&
+    ok "sampled turns draw their own random numbers: the same message twice, two replies" || { not_ok "the turns' random numbers"; cat "$TMP/out"; }
+# GPT-2's tokenizer on a model of 300 tokens: a message with a token past them is not sent
+printf 'Hello\n' | "$BIN" -m $H -a 1 -n 2 > /dev/null 2> "$TMP/err"
+[ $? = 0 ] && grep -q "^message 1: token [0-9]* is outside the model's vocabulary of 300: not sent" "$TMP/err" &&
+    ok "a chat message with a token the model does not have: one line, not sent" || { not_ok "a chat token outside the vocabulary"; tail -3 "$TMP/err"; }
+printf '{"messages": [{"role": "tool", "content": "42"}]}\n' > "$TMP/m5.jsonl"
+expect_error "-a 1 -f: a role we do not lay out" "$TMP/m5.jsonl: line 1: message 1: role \"tool\": we lay out system, user and assistant messages" "$BIN" -m d1 -a 1 -f "$TMP/m5.jsonl"
 # -f records of a conversation: without "messages" (or "instruction") and with broken ones, one message naming the line
 printf '{"messages": [{"role": "user", "content": "Hi"}]}\n{"question": "Hi"}\n' > "$TMP/m1.jsonl"
 expect_error "-a 1 -f: a record without \"messages\"" "$TMP/m1.jsonl: line 2: no string \"instruction\" and no \"messages\"" "$BIN" -m d1 -a 1 -f "$TMP/m1.jsonl"

@@ -12,8 +12,12 @@ A command runs unless the comment after it carries one of these marks, which say
     [installs]    it installs packages (apt-get, pip) or fetches from the network
 Each marked command is listed with its mark at the end; none is skipped silently. The
 others must exit 0 within LIMIT seconds (one that takes longer fails: mark it [minutes]),
-each in a scratch folder whose entries are links to the repository's (so the files they
-write land there, and are deleted after), with OMP_NUM_THREADS=2. A transcript's quoted
+each in a scratch folder whose entries are links to the repository's top-level files and
+folders, with OMP_NUM_THREADS=2: a file a command writes at the top (smollm2.bin) lands in
+the scratch folder and is deleted after; one it writes inside a folder (build/, data/) or
+through a link (make rebuilding a program whose sources changed) lands in the repository,
+as it would for the reader. (make test builds every program first, so its make lines find
+nothing to do.) A transcript's quoted
 lines must appear in the command's output (stdout and stderr as they came), in order; a line "..."
 stands for any lines, and "..." inside a line for any text.
 
