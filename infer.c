@@ -2807,9 +2807,9 @@ static void print_usage(const Options *d) {
            "                Markdown table of both to stdout\n");
     printf("  -a <0|1>      chat / instruction mode: messages laid out in the model's chat template (ChatML,\n"
            "                Llama 3), or else in the Alpaca template. Without -i and -f: a conversation,\n"
-           "                a message per line of standard input (%s);\n"
-           "                with -i: one user message; -f lines may be {\"instruction\": ..., \"input\": ...}\n"
-           "                or {\"messages\": [{\"role\": ..., \"content\": ...}, ...]} [%d]\n", CHAT_HELP, d->instruct);
+           "                a message per line of standard input (/new, /quit; see below); with -i: one\n"
+           "                user message; -f lines may be {\"instruction\": ..., \"input\": ...} or\n"
+           "                {\"messages\": [{\"role\": ..., \"content\": ...}, ...]} [%d]\n", d->instruct);
     printf("  -c <text>     the instruction's input, for -a 1 with -i [\"%s\"]\n", d->input);
     printf("  -y <text>     the system message, for -a 1 (Alpaca's: in place of its opening sentence); with\n"
            "                -f, for the conversations that have none [the template's own]\n");
@@ -2817,8 +2817,8 @@ static void print_usage(const Options *d) {
     printf("  -O <0|1>      a conversation that outgrows it: 1 drops its oldest turns, 0 ends the chat [%d]\n", d->drop_oldest);
     printf("  -n <int>      tokens to generate at most (fewer if the context fills up) [%d]\n", d->max_new);
     printf("  Sampling: each setting from its flag, else from the model file (./convert keeps a Hugging Face\n"
-           "  folder's generation_config.json), else, in chat mode (-a 1), %s, else\n"
-           "  transformers' generate() defaults (temperature 1, top-k 50); the start-up line says which\n", CHAT_DEFAULTS_TEXT);
+           "  folder's generation_config.json), else, in chat mode (-a 1), %s,\n"
+           "  else transformers' generate() defaults (temperature 1, top-k 50); the start-up line says which\n", CHAT_DEFAULTS_TEXT);
     printf("  -t <float>    temperature; 0 = greedy\n");
     printf("  -k <int>      top-k: sample among the k most probable tokens; 0 = all\n");
     printf("  -p <float>    top-p: ... the fewest whose probabilities sum to p; 1 = all\n");
@@ -2832,6 +2832,7 @@ static void print_usage(const Options *d) {
     printf("  -B <0|1>      benchmark: sweep batch sizes -b, prompt lengths -l, generation lengths -N [%d]\n", d->bench);
     printf("  -b <list>     [%s]   -l <list> [%s]   -N <list> [%s]\n", d->batches, d->prompt_lengths, d->gen_lengths);
     printf("  -h            this help\n");
+    printf("A conversation: %s.\n", CHAT_HELP);
     printf("Generated text goes to stdout; the model, timing and memory reports to stderr.\n");
 }
 
