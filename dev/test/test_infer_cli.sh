@@ -145,7 +145,10 @@ if [ -f $S2 ]; then
         ok "SmolLM2 completes plain text: \"$(head -1 "$TMP/s2.out")\"" || { not_ok "SmolLM2 plain text"; cat "$TMP/s2.out"; }
     # a conversation on standard input: three turns, the cache kept between them (each turn
     # prefills only what is new); then the same conversation as one -f record of "messages",
-    # prefilled whole: the same prompt tokens and the same (greedy) third answer
+    # prefilled whole: the same prompt tokens and the same (greedy) third answer. (Turn 2's
+    # counts follow from turn 1's: its 37 prompt tokens, transformers' apply_chat_template's,
+    # and 7 reply tokens are the 44 in the cache; the 59 are the two turns' conversation,
+    # whose layout test_infer checks against apply_chat_template.)
     printf 'What is the capital of France?\nAnd of Germany?\nWhich of the two is larger?\n' |
         "$BIN" -m $S2 -a 1 -n 24 -v 1 > "$TMP/chat.out" 2> "$TMP/chat.err"
     rc=$?
