@@ -431,6 +431,8 @@ reference: data/tokenizer convert finetune_lora $(SMOLLM2)
 	HF_HUB_OFFLINE=1 $(PYTHON) dev/reference/smollm2_reference.py   # transformers on the same GGUF, after the line above
 	HF_HUB_OFFLINE=1 $(PYTHON) dev/reference/chat_reference.py   # apply_chat_template, logits processors (after the two above)
 	HF_HUB_OFFLINE=1 $(PYTHON) dev/reference/lora_reference.py   # PEFT's LoRA steps on the tiny models (finetune_lora)
+	$(PYTHON) dev/reference/nf4_reference.py   # bitsandbytes' NF4/FP4 quantization (finetune_lora's quant4)
+	HF_HUB_OFFLINE=1 $(PYTHON) dev/reference/lora_reference.py --quant nf4   # PEFT's steps on the NF4-dequantized bases (QLoRA)
 	HF_HUB_OFFLINE=1 $(PYTHON) dev/reference/lora_reference.py --check-ours   # PEFT loads ./finetune_lora's adapter
 
 # --- benchmarks (tables, not tests) -------------------------------------------------

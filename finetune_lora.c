@@ -27,9 +27,15 @@ docs/lora-smollm2.md). -B 1 times training steps on random tokens (dev/bench_lor
 beside PyTorch + PEFT). finetune_lora.cu is this program on a GPU (the same flags, files
 and main).
 
-What it leaves out, on purpose: QLoRA's 4-bit base (next in the book), DoRA, LoRA on the
-embeddings or the head, adapter biases (PEFT's bias "none" only), several adapters at once,
-and sequence packing (each record is one sequence of its own, padded to T).
+QLoRA (-Q nf4): the base's linear layers frozen in 4 bits exactly as bitsandbytes stores
+them (NF4 or FP4, blocksize 64, double quantization: the section "the frozen weights in 4
+bits"), dequantized a tile of rows at a time inside the frozen matmuls, so that no fp32 copy
+of them exists; the embeddings, norms, biases and the head stay fp32, as transformers keeps
+them. The adapter, its gradients and AdamW are LoRA's.
+
+What it leaves out, on purpose: DoRA, LoRA on the embeddings or the head, adapter biases
+(PEFT's bias "none" only), several adapters at once, and sequence packing (each record is
+one sequence of its own, padded to T).
 
 The file, top to bottom: the adapter's types (what LoRA adds to a linear layer); the
 layers, forward and backward; our model files (GPT-2 checkpoints, Llama-family files); the
@@ -42,8 +48,10 @@ the RNG, the phase clock and the GEMM are lib/'s.
 
 Checked against PEFT on three tiny models by test_finetune_lora.c (fixtures from
 dev/reference/lora_reference.py, regenerate with make reference: logits, every gradient,
-five accumulated AdamW steps, a merge); dev/test/test_finetune_lora_cli.sh checks the
-command line.
+five accumulated AdamW steps, a merge), and the same with the base's linear layers replaced
+by bitsandbytes' NF4 values (--quant nf4); the 4-bit format against bitsandbytes itself,
+byte for byte (dev/reference/nf4_reference.py); dev/test/test_finetune_lora_cli.sh checks
+the command line.
 
     make finetune_lora smollm2 data/iso/train.jsonl
     ./finetune_lora -h                              # every flag with its default
@@ -125,6 +133,246 @@ typedef struct {
     float *params, *grads, *m, *v; // all modules' A and B, back to back (training: their gradients, AdamW's moments)
 } Lora;
 // --- end shared-copy: lora-types ---
+
+// ----------------------------------------------------------------------------
+// the frozen weights in 4 bits (QLoRA): NF4 and FP4 as bitsandbytes stores them
+
+// --- begin shared-copy: quant4 ---
+// QLoRA (Dettmers et al., "QLoRA: Efficient Finetuning of Quantized LLMs", 2023) keeps the
+// frozen weights in 4 bits and trains LoRA beside them. We store them exactly as
+// bitsandbytes does (its quantize_4bit / dequantize_4bit), so that Hugging Face's
+// *-bnb-4bit checkpoints are ours and ours are theirs, bit for bit:
+//   - a tensor of n values, flattened row-major, cut into blocks of `blocksize` (64; any
+//     power of two from 32 to 4096), the last block possibly partial;
+//   - each block's absmax = max |x|, and each value the index of the code nearest to
+//     x / absmax, two indices per byte, the first element in the high nibble (an odd n pads
+//     the last byte with the index of 0);
+//   - the codes: NF4 (16 quantiles of N(0, 1) scaled to [-1, 1]: each code equally likely
+//     for normally distributed weights) or FP4 (a 4-bit float, 1 sign, 2 exponent and 1
+//     mantissa bits, over 12), listed in bitsandbytes' order;
+//   - dequantized, x = code[index] * absmax (fp32).
+// Double quantization (bitsandbytes' compress_statistics, QLoRA's default) stores the absmax
+// values in 8 bits too: minus their mean (the offset), in blocks of 256, each the index of
+// the nearest of the 256 values of the signed 8-bit "dynamic" map times the fp32 absmax of
+// its block of 256. Per 64 weights: 256 bits of codes + 8 + 32/256 bits of scale, 4.127
+// bits a weight against 4.5 without it (QLoRA's 0.52 bytes per parameter, against fp32's 4).
+// Checked against bitsandbytes 0.50.2 by test_finetune_lora (dev/reference/nf4_reference.py).
+enum { QUANT_NONE = 0, QUANT_NF4 = 1, QUANT_FP4 = 2 };
+
+static const float NF4_CODE[16] = {-1.0f, -0.6961928009986877f, -0.5250730514526367f, -0.39491748809814453f,
+                                   -0.28444138169288635f, -0.18477343022823334f, -0.09105003625154495f, 0.0f,
+                                   0.07958029955625534f, 0.16093020141124725f, 0.24611230194568634f, 0.33791524171829224f,
+                                   0.44070982933044434f, 0.5626170039176941f, 0.7229568362236023f, 1.0f};
+// FP4 by bit pattern: 0, 0.0625, 8, 12, 4, 6, 2, 3 (and the same negated), / 12. (Both zeros
+// are +0, as bitsandbytes' table has them.)
+static const float FP4_CODE[16] = {0.0f, 0.0625f / 12, 8.0f / 12, 1.0f, 4.0f / 12, 6.0f / 12, 2.0f / 12, 3.0f / 12,
+                                   0.0f, -0.0625f / 12, -8.0f / 12, -1.0f, -4.0f / 12, -6.0f / 12, -2.0f / 12, -3.0f / 12};
+#define QUANT_NESTED_BLOCK 256 // double quantization's blocksize
+
+typedef struct {
+    int type;                 // QUANT_NF4 or QUANT_FP4
+    int blocksize;
+    size_t n, num_blocks;     // values; blocks, ceil(n / blocksize)
+    uint8_t *packed;          // (n + 1) / 2 bytes
+    float *absmax;            // (num_blocks): without double quantization; NULL with it
+    uint8_t *qabsmax;         // (num_blocks): with it, the 8-bit index of absmax - offset ...
+    float *nested_absmax;     // ... the fp32 absmax of each block of 256 of those
+    float offset;             // ... their mean
+    float nested_code[256];   // ... and the map (bitsandbytes' dynamic map; a file's own, read)
+} Quant4;
+
+static const float *quant4_code(int type) { return type == QUANT_FP4 ? FP4_CODE : NF4_CODE; }
+static const char *quant4_name(int type) { return type == QUANT_FP4 ? "fp4" : type == QUANT_NF4 ? "nf4" : "none"; }
+static int quant4_blocksize_ok(long blocksize) {
+    for (long b = 32; b <= 4096; b *= 2) {
+        if (blocksize == b) { return 1; }
+    }
+    return 0;
+}
+
+// bitsandbytes' signed dynamic map (create_dynamic_map(signed=True)), as torch computes it in
+// float32: for i = 0..6, the 2^i midpoints of linspace(0.1, 1, 2^i + 1), times 10^(i - 6),
+// with both signs; then 0 and 1; sorted. 256 values from -0.993 to 1. (torch's linspace
+// computes each point with one rounding, a fused multiply-add from the start before halfway
+// and from the end after. Files carry their own map: this one is for what we quantize.)
+static float linspace_point(float start, float end, int steps, int i) {
+    float step = (end - start) / (float)(steps - 1);
+    return i < steps / 2 ? fmaf(step, (float)i, start) : fmaf(-step, (float)(steps - i - 1), end);
+}
+static int compare_floats(const void *a, const void *b) { float x = *(const float *)a, y = *(const float *)b; return (x > y) - (x < y); }
+static void dynamic_map(float code[256]) {
+    int k = 0;
+    for (int i = 0; i < 7; i++) {
+        int steps = (1 << i) + 1;
+        float scale = (float)pow(10.0, i - 6);
+        for (int s = 0; s + 1 < steps; s++) {
+            float mean = (linspace_point(0.1f, 1.0f, steps, s) + linspace_point(0.1f, 1.0f, steps, s + 1)) / 2.0f;
+            code[k++] = scale * mean;
+            code[k++] = -(scale * mean);
+        }
+    }
+    code[k++] = 0.0f;
+    code[k++] = 1.0f;
+    qsort(code, 256, sizeof(float), compare_floats);
+}
+
+// torch's float32 sum, in its order (at::native's cascade sum with AVX2's 8-lane vectors,
+// one thread): the mean that double quantization subtracts must be bitsandbytes' to the last
+// bit. The data as rows of 4 vectors of 8 (32 lanes); each lane sums its column through four
+// levels (a level's running sum added to the next every 16 rows); vectors left over go into
+// the first vector; the 4 vectors are added, then the scalar tail, then the 8 lanes in order.
+static float torch_sum_f32(const float *x, size_t n) {
+    enum { W = 8, ILP = 4, LEVELS = 4 };
+    if (n < W) { // (no vector: torch's scalar path, 4 running sums)
+        float p[ILP] = {0};
+        size_t rows = n / ILP;
+        for (size_t i = 0; i < rows; i++) { for (int k = 0; k < ILP; k++) { p[k] += x[i * ILP + k]; } }
+        for (size_t i = rows * ILP; i < n; i++) { p[0] += x[i]; }
+        for (int k = 1; k < ILP; k++) { p[0] += p[k]; }
+        return p[0];
+    }
+    size_t vecs = n / W, rows = vecs / ILP;
+    int ceil_log2 = 1;
+    while (rows > 2 && ((size_t)1 << ceil_log2) < rows) { ceil_log2++; }
+    int power = ceil_log2 / LEVELS > 4 ? ceil_log2 / LEVELS : 4;
+    size_t step = (size_t)1 << power, mask = step - 1;
+    float acc[LEVELS][ILP][W] = {{{0}}};
+    size_t i = 0;
+    while (i + step <= rows) {
+        for (size_t j = 0; j < step; j++, i++) {
+            for (int k = 0; k < ILP; k++) { for (int w = 0; w < W; w++) { acc[0][k][w] += x[(i * ILP + k) * W + w]; } }
+        }
+        for (int l = 1; l < LEVELS; l++) {
+            for (int k = 0; k < ILP; k++) { for (int w = 0; w < W; w++) { acc[l][k][w] += acc[l - 1][k][w]; acc[l - 1][k][w] = 0.0f; } }
+            if ((i & (mask << (l * power))) != 0) { break; }
+        }
+    }
+    for (; i < rows; i++) {
+        for (int k = 0; k < ILP; k++) { for (int w = 0; w < W; w++) { acc[0][k][w] += x[(i * ILP + k) * W + w]; } }
+    }
+    for (int l = 1; l < LEVELS; l++) {
+        for (int k = 0; k < ILP; k++) { for (int w = 0; w < W; w++) { acc[0][k][w] += acc[l][k][w]; } }
+    }
+    for (size_t v = rows * ILP; v < vecs; v++) { for (int w = 0; w < W; w++) { acc[0][0][w] += x[v * W + w]; } }
+    for (int k = 1; k < ILP; k++) { for (int w = 0; w < W; w++) { acc[0][0][w] += acc[0][k][w]; } }
+    float sum = 0.0f;
+    for (size_t t = vecs * W; t < n; t++) { sum += x[t]; }
+    for (int w = 0; w < W; w++) { sum += acc[0][0][w]; }
+    return sum;
+}
+
+// bitsandbytes' 8-bit blockwise quantization on the CPU (the second level): each block's
+// absmax, then each value x / absmax looked up in a table of 65,536 points of [-1, 1], each
+// holding the index of the code nearest to it (ties to the lower). code: 256 sorted values.
+static void quantize_blockwise8(uint8_t *out, float *absmax, const float *x, size_t n, int blocksize, const float code[256]) {
+    uint8_t *lut = (uint8_t *)mallocCheck(65536);
+    float mid[255];
+    for (int i = 0; i < 255; i++) { mid[i] = 0.5f * (code[i] + code[i + 1]); }
+    for (int i = 0, c = 0; i < 65536; i++) {
+        float v = -1.0f + (2.0f * (float)i) / 65535.0f;
+        while (c < 255 && mid[c] < v) { c++; }
+        lut[i] = (uint8_t)c;
+    }
+    for (size_t b = 0; b * blocksize < n; b++) {
+        size_t first = b * blocksize, last = first + blocksize < n ? first + blocksize : n;
+        float am = 0.0f;
+        for (size_t i = first; i < last; i++) { am = fmaxf(am, fabsf(x[i])); }
+        absmax[b] = am;
+        float inv = am == 0.0f ? 0.0f : 1.0f / am;
+        for (size_t i = first; i < last; i++) {
+            float v = fminf(fmaxf(x[i] * inv, -1.0f), 1.0f);
+            volatile float t = (v + 1.0f) * 0.5f * 65535.0f; // (volatile: rounded here, then + 0.5, as bitsandbytes)
+            out[i] = am == 0.0f ? 0 : lut[(uint16_t)(t + 0.5f)];
+        }
+    }
+    free(lut);
+}
+
+// The absmax of block b: stored, or (double quantization) rebuilt from its 8 bits
+static float quant4_absmax(const Quant4 *q, size_t b) {
+    if (q->qabsmax == NULL) { return q->absmax[b]; }
+    volatile float scaled = q->nested_code[q->qabsmax[b]] * q->nested_absmax[b / QUANT_NESTED_BLOCK]; // (rounded before the offset is added)
+    return scaled + q->offset;
+}
+
+// x (n) into q, as bitsandbytes' quantize_4bit(x, blocksize, quant_type, compress_statistics
+// = nested). A value equal to the midpoint of two codes takes the lower; a block of zeros
+// stores absmax 0 (a last, partial one 1e-38, and divides where full blocks multiply by the
+// reciprocal: bitsandbytes' own arithmetic, kept for the bits).
+static void quant4_quantize(Quant4 *q, const float *x, size_t n, int type, int blocksize, int nested) {
+    memset(q, 0, sizeof(*q));
+    q->type = type; q->blocksize = blocksize; q->n = n; q->num_blocks = (n + blocksize - 1) / blocksize;
+    q->packed = (uint8_t *)mallocCheck((n + 1) / 2);
+    float *absmax = (float *)mallocCheck(q->num_blocks * sizeof(float));
+    const float *code = quant4_code(type);
+    float sorted[16], bound[15];
+    int order[16];
+    for (int i = 0; i < 16; i++) { sorted[i] = code[i]; order[i] = i; }
+    for (int i = 1; i < 16; i++) { // sort the codes, keeping where each came from (FP4's are not in order)
+        for (int j = i; j > 0 && sorted[j - 1] > sorted[j]; j--) {
+            float t = sorted[j]; sorted[j] = sorted[j - 1]; sorted[j - 1] = t;
+            int o = order[j]; order[j] = order[j - 1]; order[j - 1] = o;
+        }
+    }
+    for (int i = 0; i < 15; i++) { bound[i] = (sorted[i] + sorted[i + 1]) / 2.0f; }
+    for (size_t b = 0; b < q->num_blocks; b++) {
+        size_t first = b * blocksize, last = first + blocksize < n ? first + blocksize : n;
+        float am = 0.0f;
+        for (size_t i = first; i < last; i++) { am = fmaxf(am, fabsf(x[i])); }
+        int partial = last - first < (size_t)blocksize;
+        float clamped = fmaxf(am, 1e-38f), inv = 1.0f / clamped;
+        absmax[b] = partial ? clamped : am;
+        for (size_t i = first; i < last; i++) {
+            float s = partial ? x[i] / clamped : x[i] * inv;
+            s = fminf(fmaxf(s, -1.0f), 1.0f);
+            int k = 0;
+            while (k < 15 && bound[k] < s) { k++; }
+            uint8_t nib = (uint8_t)order[k];
+            if (i % 2 == 0) { q->packed[i / 2] = (uint8_t)(nib << 4); } else { q->packed[i / 2] |= nib; }
+        }
+    }
+    if (n % 2 == 1) { // the pad: the index of 0
+        int k = 0;
+        while (k < 15 && bound[k] < 0.0f) { k++; }
+        q->packed[n / 2] |= (uint8_t)order[k];
+    }
+    if (!nested) { q->absmax = absmax; return; }
+    q->offset = torch_sum_f32(absmax, q->num_blocks) / (float)q->num_blocks;
+    for (size_t b = 0; b < q->num_blocks; b++) { absmax[b] -= q->offset; }
+    dynamic_map(q->nested_code);
+    q->qabsmax = (uint8_t *)mallocCheck(q->num_blocks);
+    q->nested_absmax = (float *)mallocCheck(((q->num_blocks + QUANT_NESTED_BLOCK - 1) / QUANT_NESTED_BLOCK) * sizeof(float));
+    quantize_blockwise8(q->qabsmax, q->nested_absmax, absmax, q->num_blocks, QUANT_NESTED_BLOCK, q->nested_code);
+    free(absmax);
+}
+
+// Values [first, first + count) of the tensor, dequantized into out: what dequantize_4bit
+// computes, any range of it (a tile of rows of a weight)
+static void quant4_dequantize(const Quant4 *q, float *out, size_t first, size_t count) {
+    const float *code = quant4_code(q->type);
+    size_t i = first, end = first + count;
+    while (i < end) {
+        size_t b = i / q->blocksize, block_end = (b + 1) * q->blocksize < end ? (b + 1) * q->blocksize : end;
+        float am = quant4_absmax(q, b);
+        for (; i < block_end; i++) {
+            uint8_t byte = q->packed[i / 2];
+            out[i - first] = code[i % 2 == 0 ? byte >> 4 : byte & 15] * am;
+        }
+    }
+}
+
+// bytes held (the memory table): codes, and absmax or its 8 bits and their constants
+static size_t quant4_bytes(const Quant4 *q) {
+    size_t nested = (q->num_blocks + QUANT_NESTED_BLOCK - 1) / QUANT_NESTED_BLOCK;
+    return (q->n + 1) / 2 + (q->qabsmax != NULL ? q->num_blocks + nested * sizeof(float) + sizeof(float) + sizeof(q->nested_code)
+                                                : q->num_blocks * sizeof(float));
+}
+
+static void quant4_free(Quant4 *q) {
+    free(q->packed); free(q->absmax); free(q->qabsmax); free(q->nested_absmax);
+    memset(q, 0, sizeof(*q));
+}
+// --- end shared-copy: quant4 ---
 
 // ----------------------------------------------------------------------------
 // the layers, forward and backward, over N = B T rows (row n: sequence n / T, position n % T)
@@ -808,7 +1056,29 @@ typedef struct {
     GPT2Weights gpt2;
     LlamaWeights llama_weights;
     ModelNotes notes; // where the model came from, how to sample it (lib/model_notes.h): for the files we write
+    // -Q (QLoRA): the four linear layers' weights in 4 bits, their fp32 gone (qkvw, attprojw,
+    // fcw, fcprojw are NULL). Each site in bands, Hugging Face's modules, as bitsandbytes
+    // quantizes them: the Llama family's q, k, v and gate, up (GPT-2's c_attn and c_fc are one
+    // module each there too); band k of site s in layer l is qw[(l NUM_SITES + s) 3 + k].
+    int quant;                   // QUANT_NONE, QUANT_NF4 or QUANT_FP4
+    Quant4 *qw;
+    int band_rows[NUM_SITES][3]; // rows of each band of a site (0: no such band)
 } Base;
+
+// The base's pointers, from the weights as loaded (again after base_quantize moves them)
+static void base_point(Base *b) {
+    if (b->llama) {
+        LlamaConfig c = b->llama_weights.config;
+        float **t = b->llama_weights.tensors; // wte ln1w qkvw qkvb attprojw ln2w fcw fcprojw lnfw lm_head
+        b->wte = t[0]; b->ln1w = t[1]; b->qkvw = t[2]; b->qkvb = t[3]; b->attprojw = t[4]; b->ln2w = t[5]; b->fcw = t[6];
+        b->fcprojw = t[7]; b->lnfw = t[8]; b->lm_head = c.tied ? t[0] : t[9];
+    } else {
+        ParameterTensors p = b->gpt2.params;
+        b->wte = p.wte; b->wpe = p.wpe; b->ln1w = p.ln1w; b->ln1b = p.ln1b; b->qkvw = p.qkvw; b->qkvb = p.qkvb; b->attprojw = p.attprojw;
+        b->attprojb = p.attprojb; b->ln2w = p.ln2w; b->ln2b = p.ln2b; b->fcw = p.fcw; b->fcb = p.fcb; b->fcprojw = p.fcprojw;
+        b->fcprojb = p.fcprojb; b->lnfw = p.lnfw; b->lnfb = p.lnfb; b->lm_head = p.wte;
+    }
+}
 
 // Our model file: GPT-2 (llm.c's checkpoint) or the Llama family's (./convert's), by its magic
 // (or llama:NAME, a random model of that shape: the benchmark's, -B 1)
@@ -823,32 +1093,184 @@ static void base_load(Base *b, const char *path) {
     if (magic == LLAMA_MAGIC || random) {
         if (random) { llama_random(&b->llama_weights, path, 1337); } else { llama_load(&b->llama_weights, path); }
         LlamaConfig c = b->llama_weights.config;
-        float **t = b->llama_weights.tensors; // wte ln1w qkvw qkvb attprojw ln2w fcw fcprojw lnfw lm_head
         b->llama = 1; b->L = c.num_layers; b->C = c.channels; b->NH = c.num_heads; b->NKV = c.num_kv_heads; b->HS = c.head_size;
         b->H = c.hidden; b->V = c.vocab_size; b->Vp = c.vocab_size; b->maxT = c.max_seq_len; b->eps = c.norm_eps;
-        b->wte = t[0]; b->ln1w = t[1]; b->qkvw = t[2]; b->qkvb = t[3]; b->attprojw = t[4]; b->ln2w = t[5]; b->fcw = t[6];
-        b->fcprojw = t[7]; b->lnfw = t[8]; b->lm_head = c.tied ? t[0] : t[9];
         b->inv_freq = rope_frequencies(&c);
     } else {
         gpt2_build_from_checkpoint(&b->gpt2, path);
         GPT2Config c = b->gpt2.config;
-        ParameterTensors p = b->gpt2.params;
         b->llama = 0; b->L = c.num_layers; b->C = c.channels; b->NH = c.num_heads; b->NKV = c.num_heads; b->HS = c.channels / c.num_heads;
         b->H = 4 * c.channels; b->V = c.vocab_size; b->Vp = c.padded_vocab_size; b->maxT = c.max_seq_len; b->eps = 1e-5f;
-        b->wte = p.wte; b->wpe = p.wpe; b->ln1w = p.ln1w; b->ln1b = p.ln1b; b->qkvw = p.qkvw; b->qkvb = p.qkvb; b->attprojw = p.attprojw;
-        b->attprojb = p.attprojb; b->ln2w = p.ln2w; b->ln2b = p.ln2b; b->fcw = p.fcw; b->fcb = p.fcb; b->fcprojw = p.fcprojw;
-        b->fcprojb = p.fcprojb; b->lnfw = p.lnfw; b->lnfb = p.lnfb; b->lm_head = p.wte;
     }
+    base_point(b);
     model_notes_read(path, b->V, &b->notes); // (checked now, not when the first checkpoint is written)
 }
 
+// The weight tensors of the loaded model, as its struct holds them (sizes in floats), and
+// which of them are the four linear layers' (what -Q quantizes)
+static int base_tensors(Base *b, float ***tensors, size_t **sizes, int quantized[4]) {
+    static const int GPT2_LINEAR[4] = {4, 6, 10, 12}, LLAMA_LINEAR[4] = {2, 4, 6, 7}; // qkvw, attprojw, fcw, fcprojw
+    memcpy(quantized, b->llama ? LLAMA_LINEAR : GPT2_LINEAR, sizeof(GPT2_LINEAR));
+    if (b->llama) { *tensors = b->llama_weights.tensors; *sizes = b->llama_weights.sizes; return NUM_LLAMA_TENSORS; }
+    *tensors = (float **)&b->gpt2.params; *sizes = b->gpt2.param_sizes;
+    return NUM_PARAMETER_TENSORS;
+}
+
+// -Q: the four linear layers of every block into 4 bits (bitsandbytes' quantize_4bit, band by
+// band), then the rest of the model (embeddings, norms, biases, the head: what stays fp32)
+// moved into an allocation of its own, and the fp32 weights freed
+static void base_quantize(Base *b, int type, int blocksize, int nested) {
+    int C = b->C, Q = b->NH * b->HS, KV = b->NKV * b->HS, H = b->H, L = b->L;
+    int rows[NUM_SITES][3] = {{Q, KV, KV}, {C, 0, 0}, {H, H, 0}, {C, 0, 0}}, gpt2_rows[NUM_SITES][3] = {{3 * C, 0, 0}, {C, 0, 0}, {4 * C, 0, 0}, {C, 0, 0}};
+    memcpy(b->band_rows, b->llama ? rows : gpt2_rows, sizeof(rows));
+    int in[NUM_SITES] = {C, Q, C, H};
+    const float *W[NUM_SITES] = {b->qkvw, b->attprojw, b->fcw, b->fcprojw};
+    b->qw = (Quant4 *)calloc((size_t)L * NUM_SITES * 3, sizeof(Quant4));
+    if (b->qw == NULL) { fprintf(stderr, "Error: out of memory for the 4-bit weights\n"); exit(EXIT_FAILURE); }
+    for (int l = 0; l < L; l++) {
+        for (int s = 0; s < NUM_SITES; s++) {
+            size_t site_rows = (size_t)b->band_rows[s][0] + b->band_rows[s][1] + b->band_rows[s][2], row = 0;
+            for (int k = 0; k < 3 && b->band_rows[s][k] > 0; k++) {
+                const float *band = W[s] + ((size_t)l * site_rows + row) * in[s];
+                quant4_quantize(&b->qw[((size_t)l * NUM_SITES + s) * 3 + k], band, (size_t)b->band_rows[s][k] * in[s], type, blocksize, nested);
+                row += b->band_rows[s][k];
+            }
+        }
+    }
+    float **tensors;
+    size_t *sizes, keep = 0;
+    int linear[4], n = base_tensors(b, &tensors, &sizes, linear);
+    for (int k = 0; k < n; k++) { keep += k == linear[0] || k == linear[1] || k == linear[2] || k == linear[3] ? 0 : sizes[k]; }
+    float *kept = (float *)mallocCheck((keep > 0 ? keep : 1) * sizeof(float)), *at = kept;
+    for (int k = 0; k < n; k++) {
+        int gone = k == linear[0] || k == linear[1] || k == linear[2] || k == linear[3];
+        if (!gone && sizes[k] > 0) { memcpy(at, tensors[k], sizes[k] * sizeof(float)); }
+        tensors[k] = gone || sizes[k] == 0 ? NULL : at;
+        at += gone ? 0 : sizes[k];
+    }
+    if (b->llama) { free(b->llama_weights.params); b->llama_weights.params = kept; }
+    else { free(b->gpt2.params_memory); b->gpt2.params_memory = kept; }
+    b->quant = type;
+    base_point(b);
+}
+
+// Layer l's site, dequantized into W (OUT, in): its bands in the order of its rows
+static void site_dequantize(const Base *b, int l, int site, float *W) {
+    for (int j = 0; j < 3 && b->band_rows[site][j] > 0; j++) {
+        const Quant4 *q = &b->qw[((size_t)l * NUM_SITES + site) * 3 + j];
+        quant4_dequantize(q, W, 0, q->n);
+        W += q->n;
+    }
+}
+
+// ... and back: every weight fp32 again, the 4-bit ones dequantized (-M merges into these)
+static void base_dequantize(Base *b) {
+    if (b->quant == QUANT_NONE) { return; }
+    float **tensors;
+    size_t *sizes, total = 0;
+    int linear[4], n = base_tensors(b, &tensors, &sizes, linear);
+    for (int k = 0; k < n; k++) { total += sizes[k]; }
+    float *full = (float *)mallocCheck(total * sizeof(float)), *at = full;
+    for (int k = 0; k < n; k++) {
+        int s = k == linear[0] ? 0 : k == linear[1] ? 1 : k == linear[2] ? 2 : k == linear[3] ? 3 : -1;
+        if (s < 0 && sizes[k] > 0) { memcpy(at, tensors[k], sizes[k] * sizeof(float)); }
+        for (int l = 0; s >= 0 && l < b->L; l++) { site_dequantize(b, l, s, at + sizes[k] / b->L * l); }
+        tensors[k] = sizes[k] > 0 ? at : NULL;
+        at += sizes[k];
+    }
+    if (b->llama) { free(b->llama_weights.params); b->llama_weights.params = full; }
+    else { free(b->gpt2.params_memory); b->gpt2.params_memory = full; }
+    for (size_t k = 0; k < (size_t)b->L * NUM_SITES * 3; k++) { quant4_free(&b->qw[k]); }
+    free(b->qw);
+    b->qw = NULL;
+    b->quant = QUANT_NONE;
+    base_point(b);
+}
+
+// bytes of the base's weights as held: fp32, and the 4-bit ones with their constants
+static size_t base_bytes(const Base *b) {
+    size_t bytes = 0;
+    float **tensors;
+    size_t *sizes;
+    int linear[4], n = base_tensors((Base *)b, &tensors, &sizes, linear);
+    for (int k = 0; k < n; k++) { bytes += tensors[k] != NULL ? sizes[k] * sizeof(float) : 0; }
+    for (size_t k = 0; b->qw != NULL && k < (size_t)b->L * NUM_SITES * 3; k++) { bytes += b->qw[k].packed != NULL ? quant4_bytes(&b->qw[k]) : 0; }
+    return bytes;
+}
+
 static void base_free(Base *b) {
+    for (size_t k = 0; b->qw != NULL && k < (size_t)b->L * NUM_SITES * 3; k++) { quant4_free(&b->qw[k]); }
+    free(b->qw);
     gpt2_weights_free(&b->gpt2);
     llama_free(&b->llama_weights);
     free(b->inv_freq);
     memset(b, 0, sizeof(*b));
 }
 // --- end shared-copy: finetune-base ---
+
+// ----------------------------------------------------------------------------
+// the frozen linear layers: fp32, or (-Q) 4-bit weights dequantized a tile at a time
+
+// QUANT_TILE floats of scratch: a tile of a 4-bit weight's rows, dequantized to fp32 for the
+// GEMM and dropped after it, so that no whole fp32 weight ever exists (QLoRA's point)
+#define QUANT_TILE (1 << 16)
+static int tile_rows(int in) { return in < QUANT_TILE ? QUANT_TILE / in : 1; }
+static size_t quant_tile_floats(const Base *b) {
+    int widest = b->C > b->H ? b->C : b->H;
+    widest = widest > b->NH * b->HS ? widest : b->NH * b->HS;
+    return b->quant == QUANT_NONE ? 0 : widest > QUANT_TILE ? (size_t)widest : QUANT_TILE;
+}
+
+// Rows [first, first + rows) of band q (in columns each) into tile, fp32
+static void dequantize_rows(float *tile, const Quant4 *q, int first, int rows, int in) {
+    #pragma omp parallel for if ((size_t)rows * in > 16384)
+    for (int r = 0; r < rows; r++) { quant4_dequantize(q, tile + (size_t)r * in, (size_t)(first + r) * in, (size_t)in); }
+}
+
+// The fp32 weight of layer l's site (OUT, in), or NULL when it is in 4 bits
+static const float *site_weight(const Base *b, int l, int site) {
+    size_t C = b->C, Q = (size_t)b->NH * b->HS, QKV = Q + 2 * (size_t)b->NKV * b->HS, MLP = (b->llama ? 2 : 1) * (size_t)b->H;
+    if (b->quant != QUANT_NONE) { return NULL; }
+    return site == SITE_QKV ? b->qkvw + l * QKV * C : site == SITE_ATTPROJ ? b->attprojw + l * C * Q
+         : site == SITE_FC ? b->fcw + l * MLP * C : b->fcprojw + l * C * b->H;
+}
+
+// y (N, OUT) = x (N, in) W^T (+ bias) for layer l's site: linear_forward, or tile by tile
+// over the 4-bit bands (each tile's columns of y from the GEMM of x and the tile)
+static void frozen_forward(float *y, const float *x, const Base *b, float *tile, int l, int site, const float *bias, int N, int in, int OUT) {
+    const float *W = site_weight(b, l, site);
+    if (W != NULL) { linear_forward(y, x, W, bias, N, in, OUT); return; }
+    int row = 0, step = tile_rows(in);
+    for (int k = 0; k < 3 && b->band_rows[site][k] > 0; k++) {
+        const Quant4 *q = &b->qw[((size_t)l * NUM_SITES + site) * 3 + k];
+        for (int first = 0; first < b->band_rows[site][k]; first += step) {
+            int rows = b->band_rows[site][k] - first < step ? b->band_rows[site][k] - first : step;
+            dequantize_rows(tile, q, first, rows, in);
+            gemm(y + row + first, (size_t)OUT, 1, x, (size_t)in, 1, tile, 1, (size_t)in, N, rows, in, 0);
+        }
+        row += b->band_rows[site][k];
+    }
+    if (bias == NULL) { return; }
+    #pragma omp parallel for if ((size_t)N * OUT > 65536)
+    for (int n = 0; n < N; n++) {
+        for (int o = 0; o < OUT; o++) { y[(size_t)n * OUT + o] += bias[o]; }
+    }
+}
+// dx (N, in) += dy (N, OUT) W, the same way
+static void frozen_backward(float *dx, const float *dy, const Base *b, float *tile, int l, int site, int N, int in, int OUT) {
+    const float *W = site_weight(b, l, site);
+    if (W != NULL) { linear_backward(dx, dy, W, N, in, OUT); return; }
+    int row = 0, step = tile_rows(in);
+    for (int k = 0; k < 3 && b->band_rows[site][k] > 0; k++) {
+        const Quant4 *q = &b->qw[((size_t)l * NUM_SITES + site) * 3 + k];
+        for (int first = 0; first < b->band_rows[site][k]; first += step) {
+            int rows = b->band_rows[site][k] - first < step ? b->band_rows[site][k] - first : step;
+            dequantize_rows(tile, q, first, rows, in);
+            gemm(dx, (size_t)in, 1, dy + row + first, (size_t)OUT, 1, tile, (size_t)in, 1, N, in, rows, 1);
+        }
+        row += b->band_rows[site][k];
+    }
+}
 
 // ----------------------------------------------------------------------------
 // an adapter's files: PEFT's LoRA layout (adapter_config.json, adapter_model.safetensors)
@@ -1031,6 +1453,7 @@ typedef struct {
     double *row_loss;    // (N) each row's loss, summed in order after
     float *dx, *dbuf, *dbuf2, *dh; // backward scratch: (N, C), (N, max width) twice, (N, r)
     float *drop, *drop2;           // LoRA dropout's scratch: (N, max width) twice
+    float *tile;                   // -Q: a tile of a 4-bit weight, dequantized (quant_tile_floats)
     size_t bytes;                  // all of it (the memory table)
 } Acts;
 
@@ -1044,11 +1467,11 @@ static void acts_allocate(Acts *a, const Base *b, const Lora *lora, int B, int T
     size_t N = (size_t)B * T, L = b->L, C = b->C, Q = (size_t)b->NH * b->HS, QKV = Q + 2 * (size_t)b->NKV * b->HS;
     size_t MLP = (b->llama ? 2 : 1) * (size_t)b->H, wide = max3(QKV, MLP, max3(C, Q, b->H));
     float **slots[] = {&a->x, &a->xmid, &a->n1, &a->n2, &a->stats, &a->qkv, &a->att, &a->atty, &a->fc, &a->act, &a->h, &a->nf,
-                       &a->logits, &a->dx, &a->dbuf, &a->dbuf2, &a->dh, &a->drop, &a->drop2};
+                       &a->logits, &a->dx, &a->dbuf, &a->dbuf2, &a->dh, &a->drop, &a->drop2, &a->tile};
     size_t drop = lora->dropout > 0.0f ? N * wide : 1;
     size_t sizes[] = {(L + 1) * N * C, L * N * C, L * N * C, L * N * C, (L * 4 + 2) * N, L * N * QKV, L * B * b->NH * T * T,
                       L * N * Q, L * N * MLP, L * N * b->H, (size_t)lora->num_modules * N * lora->r, N * C, N * b->Vp,
-                      N * C, N * wide, N * wide, N * lora->r, drop, drop};
+                      N * C, N * wide, N * wide, N * lora->r, drop, drop, quant_tile_floats(b)};
     for (size_t k = 0; k < sizeof(sizes) / sizeof(sizes[0]); k++) {
         a->bytes += sizes[k] * sizeof(float);
         *slots[k] = (float *)calloc(sizes[k] > 0 ? sizes[k] : 1, sizeof(float));
@@ -1060,7 +1483,7 @@ static void acts_allocate(Acts *a, const Base *b, const Lora *lora, int B, int T
 
 static void acts_free(Acts *a) {
     float *all[] = {a->x, a->xmid, a->n1, a->n2, a->stats, a->qkv, a->att, a->atty, a->fc, a->act, a->h, a->nf, a->logits, a->dx,
-                    a->dbuf, a->dbuf2, a->dh, a->drop, a->drop2};
+                    a->dbuf, a->dbuf2, a->dh, a->drop, a->drop2, a->tile};
     for (size_t k = 0; k < sizeof(all) / sizeof(all[0]); k++) { free(all[k]); }
     free(a->row_loss);
     memset(a, 0, sizeof(*a));
@@ -1130,18 +1553,18 @@ static double model_forward(const Base *b, const Lora *lora, Acts *a, const int 
         float *st = a->stats + (size_t)l * 4 * N, *qkv = a->qkv + (size_t)l * N * QKV, *att = a->att + (size_t)l * B * b->NH * T * T;
         float *atty = a->atty + (size_t)l * N * Q, *fc = a->fc + (size_t)l * N * MLP, *act = a->act + (size_t)l * N * H;
         norm_forward(n1, st, st + N, x, b->ln1w + (size_t)l * C, b->ln1b != NULL ? b->ln1b + (size_t)l * C : NULL, N, C, b->eps, b->llama);
-        linear_forward(qkv, n1, b->qkvw + (size_t)l * QKV * C, b->qkvb != NULL ? b->qkvb + (size_t)l * QKV : NULL, N, C, QKV);
+        frozen_forward(qkv, n1, b, a->tile, l, SITE_QKV, b->qkvb != NULL ? b->qkvb + (size_t)l * QKV : NULL, N, C, QKV);
         site_lora_forward(qkv, n1, l, SITE_QKV, lora, a, N, QKV);
         if (b->llama) { rope_apply(qkv, b->inv_freq, N, T, b->NH, b->NKV, b->HS, 1.0f); }
         attention_forward(atty, att, qkv, B, T, b->NH, b->NKV, b->HS);
-        linear_forward(xmid, atty, b->attprojw + (size_t)l * C * Q, b->attprojb != NULL ? b->attprojb + (size_t)l * C : NULL, N, Q, C);
+        frozen_forward(xmid, atty, b, a->tile, l, SITE_ATTPROJ, b->attprojb != NULL ? b->attprojb + (size_t)l * C : NULL, N, Q, C);
         site_lora_forward(xmid, atty, l, SITE_ATTPROJ, lora, a, N, C);
         for (size_t i = 0; i < NC; i++) { xmid[i] += x[i]; }
         norm_forward(n2, st + 2 * N, st + 3 * N, xmid, b->ln2w + (size_t)l * C, b->ln2b != NULL ? b->ln2b + (size_t)l * C : NULL, N, C, b->eps, b->llama);
-        linear_forward(fc, n2, b->fcw + (size_t)l * MLP * C, b->fcb != NULL ? b->fcb + (size_t)l * MLP : NULL, N, C, MLP);
+        frozen_forward(fc, n2, b, a->tile, l, SITE_FC, b->fcb != NULL ? b->fcb + (size_t)l * MLP : NULL, N, C, MLP);
         site_lora_forward(fc, n2, l, SITE_FC, lora, a, N, MLP);
         activation_forward(act, fc, N, H, b->llama);
-        linear_forward(xout, act, b->fcprojw + (size_t)l * C * H, b->fcprojb != NULL ? b->fcprojb + (size_t)l * C : NULL, N, H, C);
+        frozen_forward(xout, act, b, a->tile, l, SITE_FCPROJ, b->fcprojb != NULL ? b->fcprojb + (size_t)l * C : NULL, N, H, C);
         site_lora_forward(xout, act, l, SITE_FCPROJ, lora, a, N, C);
         for (size_t i = 0; i < NC; i++) { xout[i] += xmid[i]; }
     }
@@ -1205,26 +1628,26 @@ static void model_backward(const Base *b, Lora *lora, Acts *a, const int *labels
         // x_out = xmid + fcproj(act): dx flows to xmid as it is, and through fcproj
         float *dact = a->dbuf;
         memset(dact, 0, (size_t)N * H * sizeof(float));
-        linear_backward(dact, dx, b->fcprojw + (size_t)l * C * H, N, H, C);
+        frozen_backward(dact, dx, b, a->tile, l, SITE_FCPROJ, N, H, C);
         site_lora_backward(dact, dx, act, l, SITE_FCPROJ, lora, a, N, C);
         float *dfc = a->dbuf2;
         activation_backward(dfc, dact, fc, N, H, b->llama);
         float *dn2 = a->dbuf;
         memset(dn2, 0, NC * sizeof(float));
-        linear_backward(dn2, dfc, b->fcw + (size_t)l * MLP * C, N, C, MLP);
+        frozen_backward(dn2, dfc, b, a->tile, l, SITE_FC, N, C, MLP);
         site_lora_backward(dn2, dfc, n2, l, SITE_FC, lora, a, N, MLP);
         norm_backward(dx, dn2, xmid, st + 2 * N, st + 3 * N, b->ln2w + (size_t)l * C, N, C, b->llama); // dx is now d xmid
         // xmid = x + attproj(atty)
         float *datty = a->dbuf;
         memset(datty, 0, (size_t)N * Q * sizeof(float));
-        linear_backward(datty, dx, b->attprojw + (size_t)l * C * Q, N, Q, C);
+        frozen_backward(datty, dx, b, a->tile, l, SITE_ATTPROJ, N, Q, C);
         site_lora_backward(datty, dx, atty, l, SITE_ATTPROJ, lora, a, N, C);
         float *dqkv = a->dbuf2;
         attention_backward(dqkv, datty, qkv, att, B, T, b->NH, b->NKV, b->HS);
         if (b->llama) { rope_apply(dqkv, b->inv_freq, N, T, b->NH, b->NKV, b->HS, -1.0f); }
         float *dn1 = a->dbuf;
         memset(dn1, 0, NC * sizeof(float));
-        linear_backward(dn1, dqkv, b->qkvw + (size_t)l * QKV * C, N, C, QKV);
+        frozen_backward(dn1, dqkv, b, a->tile, l, SITE_QKV, N, C, QKV);
         site_lora_backward(dn1, dqkv, n1, l, SITE_QKV, lora, a, N, QKV);
         norm_backward(dx, dn1, x, st, st + N, b->ln1w + (size_t)l * C, N, C, b->llama); // dx is now d x
     }
@@ -1279,6 +1702,7 @@ static void lora_merge(float *W, const LoraModule *m, float scale, int r) {
 // Every module of the adapter folded into the base's weights: the model, with no adapter,
 // computes what base + adapter did (up to fp32's rounding in the order of the sums)
 static void merge_adapter(Base *b, const Lora *lora) {
+    base_dequantize(b); // (-Q: into the dequantized weights)
     size_t C = b->C, Q = (size_t)b->NH * b->HS, QKV = Q + 2 * (size_t)b->NKV * b->HS, H = b->H, MLP = (b->llama ? 2 : 1) * H;
     for (int k = 0; k < lora->num_modules; k++) {
         const LoraModule *m = &lora->modules[k];
@@ -1533,9 +1957,9 @@ static void print_peak_memory(void) {
 
 // what the run holds in memory, by kind (the activations: what the backward pass keeps)
 static void print_memory(const Base *b, const Lora *lora, const Acts *a) {
-    size_t base_params = b->llama ? b->llama_weights.num_parameters : b->gpt2.num_parameters;
-    printf("memory (MiB): base weights %.1f (fp32, no gradients), adapter %.2f, its gradients %.2f, AdamW's moments %.2f, "
-           "activations and their gradients' scratch %.1f (B=%d, T=%d)\n", base_params * 4.0 / (1 << 20), lora->num_params * 4.0 / (1 << 20),
+    printf("memory (MiB): base weights %.1f (%s, no gradients), adapter %.2f, its gradients %.2f, AdamW's moments %.2f, "
+           "activations and their gradients' scratch %.1f (B=%d, T=%d)\n", base_bytes(b) / 1048576.0,
+           b->quant != QUANT_NONE ? "the linear layers 4-bit, the rest fp32" : "fp32", lora->num_params * 4.0 / (1 << 20),
            lora->num_params * 4.0 / (1 << 20), lora->num_params * 8.0 / (1 << 20), a->bytes / 1048576.0, a->B, a->T);
 }
 
@@ -1943,6 +2367,7 @@ typedef struct {
     uint64_t seed;
     int phase_every;
     int dropout_set; // -D was given (else an adapter read from a folder keeps its own)
+    int quant, quant_blocksize, quant_nested; // -Q: the base's linear layers in 4 bits (QUANT_NONE: fp32)
 } Options;
 
 // The defaults (-h shows them). r 8 and alpha 16 on every linear layer, lr 1e-3 with a short
@@ -1956,7 +2381,7 @@ static const Options DEFAULTS = {
     .r = 8, .rslora = 0, .B = 4, .accum = 4, .T = 128, .steps = 0, .epochs = 1, .warmup = 10, .val_every = 50, .refuse = 0,
     .save_every = 0, .resume = 0, .recompute = 0, .bench = 0,
     .alpha = 16.0f, .dropout = 0.05f, .lr = 1e-3f, .weight_decay = 0.0f, .clip = 1.0f, .val_frac = 0.05f, .final_frac = 0.1f,
-    .seed = 1337, .phase_every = 0, .dropout_set = 0};
+    .seed = 1337, .phase_every = 0, .dropout_set = 0, .quant = QUANT_NONE, .quant_blocksize = 64, .quant_nested = 1};
 
 static void print_usage(const Options *d) {
     printf("usage: %s [flags]    LoRA fine-tuning of a model file on instruction data (Alpaca JSONL)\n"
@@ -2000,6 +2425,9 @@ static void print_usage(const Options *d) {
            "            too), 0 = off [%d]\n"
            "  -G GiB    finetune_lora.cu: behave as if the GPU had only this much memory (a 16 GB card on a\n"
            "            bigger one), 0 = all of it [0]\n"
+           "  -Q TYPE   QLoRA: the base's linear layers frozen in 4 bits, as bitsandbytes stores them: nf4 or fp4, with\n"
+           "            double quantization and blocksize 64 (QLoRA's); nf4:128 another blocksize (32 to 4096), nf4:64:0\n"
+           "            without double quantization; none: fp32 [none]\n"
            "  -h        this help\n",
            PROGRAM, d->model, d->data, d->out, d->targets, d->r, d->alpha, d->rslora, d->dropout, d->B, d->accum, d->T, d->refuse, d->epochs,
            d->steps, d->lr, d->warmup, d->final_frac, d->weight_decay, d->clip, d->val_every, d->val_frac, d->save_every, d->resume,
@@ -2113,6 +2541,23 @@ typedef struct {
     Acts a;
 } Run;
 
+// -Q TYPE[:BLOCKSIZE[:DOUBLE]]: nf4, fp4 or none; 64; 1
+static void parse_quant(Options *o, const char *v) {
+    char type[16] = "";
+    long blocksize = 64, nested = 1;
+    int got = sscanf(v, "%15[a-z0-9]:%ld:%ld", type, &blocksize, &nested);
+    o->quant = strcmp(type, "nf4") == 0 ? QUANT_NF4 : strcmp(type, "fp4") == 0 ? QUANT_FP4 : QUANT_NONE;
+    char again[64];
+    snprintf(again, sizeof(again), got >= 3 ? "%s:%ld:%ld" : got == 2 ? "%s:%ld" : "%s", type, blocksize, nested);
+    if (got < 1 || strcmp(again, v) != 0 || (o->quant == QUANT_NONE && (strcmp(type, "none") != 0 || got > 1))) {
+        usage_error("-Q %s: expected nf4, fp4 or none, then optionally :BLOCKSIZE and :0 or :1 (double quantization)", v);
+    }
+    if (!quant4_blocksize_ok(blocksize)) { usage_error("-Q %s: the blocksize must be a power of two from 32 to 4096", v); }
+    if (nested != 0 && nested != 1) { usage_error("-Q %s: double quantization is 0 or 1", v); }
+    o->quant_blocksize = (int)blocksize;
+    o->quant_nested = (int)nested;
+}
+
 static Options parse_args(int argc, char **argv) {
     Options o = DEFAULTS;
     for (int i = 1; i < argc; i += 2) {
@@ -2153,6 +2598,7 @@ static Options parse_args(int argc, char **argv) {
         case 'B': o.bench = (int)parse_int(flag, v, 0) != 0; break;
         case 'P': o.phase_every = (int)parse_int(flag, v, 0); break;
         case 'G': gpu_budget_flag(flag, v); break;
+        case 'Q': parse_quant(&o, v); break;
         default: usage_error("unknown flag %s", flag);
         }
     }
@@ -2167,6 +2613,7 @@ static Options parse_args(int argc, char **argv) {
 // the frozen base model (on the GPU too, in finetune_lora.cu)
 static void load_base(Run *r) {
     base_load(&r->b, r->o.model);
+    if (r->o.quant != QUANT_NONE) { base_quantize(&r->b, r->o.quant, r->o.quant_blocksize, r->o.quant_nested); }
     base_to_device(&r->b);
     if (r->o.T > r->b.maxT) {
         char msg[160];
@@ -2246,7 +2693,12 @@ static void allocate_and_report(Run *r) {
     const Options *o = &r->o;
     size_t base_params = r->b.llama ? r->b.llama_weights.num_parameters : r->b.gpt2.num_parameters;
     acts_allocate(&r->a, &r->b, &r->lora, o->B, r->T, o->recompute);
-    printf("model: %s: %s, %.1fM parameters, frozen\n", o->model, r->b.llama ? "Llama family" : "GPT-2", base_params / 1e6);
+    printf("model: %s: %s, %.1fM parameters, frozen", o->model, r->b.llama ? "Llama family" : "GPT-2", base_params / 1e6);
+    if (r->b.quant != QUANT_NONE) {
+        printf(", its linear layers in %s (blocksize %d%s): %.1f MiB in all", quant4_name(r->b.quant), o->quant_blocksize,
+               o->quant_nested ? ", double quantization" : "", base_bytes(&r->b) / 1048576.0);
+    }
+    printf("\n");
     printf("LoRA: r=%d, alpha %g (scale %.4g%s), dropout %g, %d modules (%s): %zu trainable parameters, %.3f%% of the model's\n",
            o->r, o->alpha, r->lora.scale, o->rslora ? ", rsLoRA" : "", o->dropout, r->lora.num_modules, o->targets, r->lora.num_params,
            100.0 * r->lora.num_params / base_params);

@@ -13,6 +13,11 @@ resumes on the other); the arithmetic moves to the GPU:
     key/value heads; the softmaxes and their backward a warp per row),
     GELU or SwiGLU, the cross-entropy, LoRA's two thin matmuls each way (fp32 cuBLAS), LoRA
     dropout with the CPU's own masks, the clipped gradient norm and AdamW;
+  - QLoRA (-Q nf4): the four linear layers' weights stay on the GPU in 4 bits, as
+    bitsandbytes stores them (finetune_lora.c's quant4); before each of its matmuls a layer's
+    weight is dequantized by a kernel into one scratch weight in floatX (bf16 compute, as
+    QLoRA's), the same fp32 values as the CPU's. (The first rung: a whole layer's weight
+    dequantized, then cuBLAS. Dequantizing inside the matmul's tiles comes next.)
   - activation recomputation (-A 1): only each block's input is kept through the forward
     pass, and the backward pass runs each block forward again before going back through it
     (the activations of one block instead of all of them, for about a third more compute);
@@ -220,6 +225,246 @@ typedef struct {
 // --- end shared-copy: lora-types ---
 
 // ----------------------------------------------------------------------------
+// the frozen weights in 4 bits (QLoRA): NF4 and FP4 as bitsandbytes stores them
+
+// --- begin shared-copy: quant4 ---
+// QLoRA (Dettmers et al., "QLoRA: Efficient Finetuning of Quantized LLMs", 2023) keeps the
+// frozen weights in 4 bits and trains LoRA beside them. We store them exactly as
+// bitsandbytes does (its quantize_4bit / dequantize_4bit), so that Hugging Face's
+// *-bnb-4bit checkpoints are ours and ours are theirs, bit for bit:
+//   - a tensor of n values, flattened row-major, cut into blocks of `blocksize` (64; any
+//     power of two from 32 to 4096), the last block possibly partial;
+//   - each block's absmax = max |x|, and each value the index of the code nearest to
+//     x / absmax, two indices per byte, the first element in the high nibble (an odd n pads
+//     the last byte with the index of 0);
+//   - the codes: NF4 (16 quantiles of N(0, 1) scaled to [-1, 1]: each code equally likely
+//     for normally distributed weights) or FP4 (a 4-bit float, 1 sign, 2 exponent and 1
+//     mantissa bits, over 12), listed in bitsandbytes' order;
+//   - dequantized, x = code[index] * absmax (fp32).
+// Double quantization (bitsandbytes' compress_statistics, QLoRA's default) stores the absmax
+// values in 8 bits too: minus their mean (the offset), in blocks of 256, each the index of
+// the nearest of the 256 values of the signed 8-bit "dynamic" map times the fp32 absmax of
+// its block of 256. Per 64 weights: 256 bits of codes + 8 + 32/256 bits of scale, 4.127
+// bits a weight against 4.5 without it (QLoRA's 0.52 bytes per parameter, against fp32's 4).
+// Checked against bitsandbytes 0.50.2 by test_finetune_lora (dev/reference/nf4_reference.py).
+enum { QUANT_NONE = 0, QUANT_NF4 = 1, QUANT_FP4 = 2 };
+
+static const float NF4_CODE[16] = {-1.0f, -0.6961928009986877f, -0.5250730514526367f, -0.39491748809814453f,
+                                   -0.28444138169288635f, -0.18477343022823334f, -0.09105003625154495f, 0.0f,
+                                   0.07958029955625534f, 0.16093020141124725f, 0.24611230194568634f, 0.33791524171829224f,
+                                   0.44070982933044434f, 0.5626170039176941f, 0.7229568362236023f, 1.0f};
+// FP4 by bit pattern: 0, 0.0625, 8, 12, 4, 6, 2, 3 (and the same negated), / 12. (Both zeros
+// are +0, as bitsandbytes' table has them.)
+static const float FP4_CODE[16] = {0.0f, 0.0625f / 12, 8.0f / 12, 1.0f, 4.0f / 12, 6.0f / 12, 2.0f / 12, 3.0f / 12,
+                                   0.0f, -0.0625f / 12, -8.0f / 12, -1.0f, -4.0f / 12, -6.0f / 12, -2.0f / 12, -3.0f / 12};
+#define QUANT_NESTED_BLOCK 256 // double quantization's blocksize
+
+typedef struct {
+    int type;                 // QUANT_NF4 or QUANT_FP4
+    int blocksize;
+    size_t n, num_blocks;     // values; blocks, ceil(n / blocksize)
+    uint8_t *packed;          // (n + 1) / 2 bytes
+    float *absmax;            // (num_blocks): without double quantization; NULL with it
+    uint8_t *qabsmax;         // (num_blocks): with it, the 8-bit index of absmax - offset ...
+    float *nested_absmax;     // ... the fp32 absmax of each block of 256 of those
+    float offset;             // ... their mean
+    float nested_code[256];   // ... and the map (bitsandbytes' dynamic map; a file's own, read)
+} Quant4;
+
+static const float *quant4_code(int type) { return type == QUANT_FP4 ? FP4_CODE : NF4_CODE; }
+static const char *quant4_name(int type) { return type == QUANT_FP4 ? "fp4" : type == QUANT_NF4 ? "nf4" : "none"; }
+static int quant4_blocksize_ok(long blocksize) {
+    for (long b = 32; b <= 4096; b *= 2) {
+        if (blocksize == b) { return 1; }
+    }
+    return 0;
+}
+
+// bitsandbytes' signed dynamic map (create_dynamic_map(signed=True)), as torch computes it in
+// float32: for i = 0..6, the 2^i midpoints of linspace(0.1, 1, 2^i + 1), times 10^(i - 6),
+// with both signs; then 0 and 1; sorted. 256 values from -0.993 to 1. (torch's linspace
+// computes each point with one rounding, a fused multiply-add from the start before halfway
+// and from the end after. Files carry their own map: this one is for what we quantize.)
+static float linspace_point(float start, float end, int steps, int i) {
+    float step = (end - start) / (float)(steps - 1);
+    return i < steps / 2 ? fmaf(step, (float)i, start) : fmaf(-step, (float)(steps - i - 1), end);
+}
+static int compare_floats(const void *a, const void *b) { float x = *(const float *)a, y = *(const float *)b; return (x > y) - (x < y); }
+static void dynamic_map(float code[256]) {
+    int k = 0;
+    for (int i = 0; i < 7; i++) {
+        int steps = (1 << i) + 1;
+        float scale = (float)pow(10.0, i - 6);
+        for (int s = 0; s + 1 < steps; s++) {
+            float mean = (linspace_point(0.1f, 1.0f, steps, s) + linspace_point(0.1f, 1.0f, steps, s + 1)) / 2.0f;
+            code[k++] = scale * mean;
+            code[k++] = -(scale * mean);
+        }
+    }
+    code[k++] = 0.0f;
+    code[k++] = 1.0f;
+    qsort(code, 256, sizeof(float), compare_floats);
+}
+
+// torch's float32 sum, in its order (at::native's cascade sum with AVX2's 8-lane vectors,
+// one thread): the mean that double quantization subtracts must be bitsandbytes' to the last
+// bit. The data as rows of 4 vectors of 8 (32 lanes); each lane sums its column through four
+// levels (a level's running sum added to the next every 16 rows); vectors left over go into
+// the first vector; the 4 vectors are added, then the scalar tail, then the 8 lanes in order.
+static float torch_sum_f32(const float *x, size_t n) {
+    enum { W = 8, ILP = 4, LEVELS = 4 };
+    if (n < W) { // (no vector: torch's scalar path, 4 running sums)
+        float p[ILP] = {0};
+        size_t rows = n / ILP;
+        for (size_t i = 0; i < rows; i++) { for (int k = 0; k < ILP; k++) { p[k] += x[i * ILP + k]; } }
+        for (size_t i = rows * ILP; i < n; i++) { p[0] += x[i]; }
+        for (int k = 1; k < ILP; k++) { p[0] += p[k]; }
+        return p[0];
+    }
+    size_t vecs = n / W, rows = vecs / ILP;
+    int ceil_log2 = 1;
+    while (rows > 2 && ((size_t)1 << ceil_log2) < rows) { ceil_log2++; }
+    int power = ceil_log2 / LEVELS > 4 ? ceil_log2 / LEVELS : 4;
+    size_t step = (size_t)1 << power, mask = step - 1;
+    float acc[LEVELS][ILP][W] = {{{0}}};
+    size_t i = 0;
+    while (i + step <= rows) {
+        for (size_t j = 0; j < step; j++, i++) {
+            for (int k = 0; k < ILP; k++) { for (int w = 0; w < W; w++) { acc[0][k][w] += x[(i * ILP + k) * W + w]; } }
+        }
+        for (int l = 1; l < LEVELS; l++) {
+            for (int k = 0; k < ILP; k++) { for (int w = 0; w < W; w++) { acc[l][k][w] += acc[l - 1][k][w]; acc[l - 1][k][w] = 0.0f; } }
+            if ((i & (mask << (l * power))) != 0) { break; }
+        }
+    }
+    for (; i < rows; i++) {
+        for (int k = 0; k < ILP; k++) { for (int w = 0; w < W; w++) { acc[0][k][w] += x[(i * ILP + k) * W + w]; } }
+    }
+    for (int l = 1; l < LEVELS; l++) {
+        for (int k = 0; k < ILP; k++) { for (int w = 0; w < W; w++) { acc[0][k][w] += acc[l][k][w]; } }
+    }
+    for (size_t v = rows * ILP; v < vecs; v++) { for (int w = 0; w < W; w++) { acc[0][0][w] += x[v * W + w]; } }
+    for (int k = 1; k < ILP; k++) { for (int w = 0; w < W; w++) { acc[0][0][w] += acc[0][k][w]; } }
+    float sum = 0.0f;
+    for (size_t t = vecs * W; t < n; t++) { sum += x[t]; }
+    for (int w = 0; w < W; w++) { sum += acc[0][0][w]; }
+    return sum;
+}
+
+// bitsandbytes' 8-bit blockwise quantization on the CPU (the second level): each block's
+// absmax, then each value x / absmax looked up in a table of 65,536 points of [-1, 1], each
+// holding the index of the code nearest to it (ties to the lower). code: 256 sorted values.
+static void quantize_blockwise8(uint8_t *out, float *absmax, const float *x, size_t n, int blocksize, const float code[256]) {
+    uint8_t *lut = (uint8_t *)mallocCheck(65536);
+    float mid[255];
+    for (int i = 0; i < 255; i++) { mid[i] = 0.5f * (code[i] + code[i + 1]); }
+    for (int i = 0, c = 0; i < 65536; i++) {
+        float v = -1.0f + (2.0f * (float)i) / 65535.0f;
+        while (c < 255 && mid[c] < v) { c++; }
+        lut[i] = (uint8_t)c;
+    }
+    for (size_t b = 0; b * blocksize < n; b++) {
+        size_t first = b * blocksize, last = first + blocksize < n ? first + blocksize : n;
+        float am = 0.0f;
+        for (size_t i = first; i < last; i++) { am = fmaxf(am, fabsf(x[i])); }
+        absmax[b] = am;
+        float inv = am == 0.0f ? 0.0f : 1.0f / am;
+        for (size_t i = first; i < last; i++) {
+            float v = fminf(fmaxf(x[i] * inv, -1.0f), 1.0f);
+            volatile float t = (v + 1.0f) * 0.5f * 65535.0f; // (volatile: rounded here, then + 0.5, as bitsandbytes)
+            out[i] = am == 0.0f ? 0 : lut[(uint16_t)(t + 0.5f)];
+        }
+    }
+    free(lut);
+}
+
+// The absmax of block b: stored, or (double quantization) rebuilt from its 8 bits
+static float quant4_absmax(const Quant4 *q, size_t b) {
+    if (q->qabsmax == NULL) { return q->absmax[b]; }
+    volatile float scaled = q->nested_code[q->qabsmax[b]] * q->nested_absmax[b / QUANT_NESTED_BLOCK]; // (rounded before the offset is added)
+    return scaled + q->offset;
+}
+
+// x (n) into q, as bitsandbytes' quantize_4bit(x, blocksize, quant_type, compress_statistics
+// = nested). A value equal to the midpoint of two codes takes the lower; a block of zeros
+// stores absmax 0 (a last, partial one 1e-38, and divides where full blocks multiply by the
+// reciprocal: bitsandbytes' own arithmetic, kept for the bits).
+static void quant4_quantize(Quant4 *q, const float *x, size_t n, int type, int blocksize, int nested) {
+    memset(q, 0, sizeof(*q));
+    q->type = type; q->blocksize = blocksize; q->n = n; q->num_blocks = (n + blocksize - 1) / blocksize;
+    q->packed = (uint8_t *)mallocCheck((n + 1) / 2);
+    float *absmax = (float *)mallocCheck(q->num_blocks * sizeof(float));
+    const float *code = quant4_code(type);
+    float sorted[16], bound[15];
+    int order[16];
+    for (int i = 0; i < 16; i++) { sorted[i] = code[i]; order[i] = i; }
+    for (int i = 1; i < 16; i++) { // sort the codes, keeping where each came from (FP4's are not in order)
+        for (int j = i; j > 0 && sorted[j - 1] > sorted[j]; j--) {
+            float t = sorted[j]; sorted[j] = sorted[j - 1]; sorted[j - 1] = t;
+            int o = order[j]; order[j] = order[j - 1]; order[j - 1] = o;
+        }
+    }
+    for (int i = 0; i < 15; i++) { bound[i] = (sorted[i] + sorted[i + 1]) / 2.0f; }
+    for (size_t b = 0; b < q->num_blocks; b++) {
+        size_t first = b * blocksize, last = first + blocksize < n ? first + blocksize : n;
+        float am = 0.0f;
+        for (size_t i = first; i < last; i++) { am = fmaxf(am, fabsf(x[i])); }
+        int partial = last - first < (size_t)blocksize;
+        float clamped = fmaxf(am, 1e-38f), inv = 1.0f / clamped;
+        absmax[b] = partial ? clamped : am;
+        for (size_t i = first; i < last; i++) {
+            float s = partial ? x[i] / clamped : x[i] * inv;
+            s = fminf(fmaxf(s, -1.0f), 1.0f);
+            int k = 0;
+            while (k < 15 && bound[k] < s) { k++; }
+            uint8_t nib = (uint8_t)order[k];
+            if (i % 2 == 0) { q->packed[i / 2] = (uint8_t)(nib << 4); } else { q->packed[i / 2] |= nib; }
+        }
+    }
+    if (n % 2 == 1) { // the pad: the index of 0
+        int k = 0;
+        while (k < 15 && bound[k] < 0.0f) { k++; }
+        q->packed[n / 2] |= (uint8_t)order[k];
+    }
+    if (!nested) { q->absmax = absmax; return; }
+    q->offset = torch_sum_f32(absmax, q->num_blocks) / (float)q->num_blocks;
+    for (size_t b = 0; b < q->num_blocks; b++) { absmax[b] -= q->offset; }
+    dynamic_map(q->nested_code);
+    q->qabsmax = (uint8_t *)mallocCheck(q->num_blocks);
+    q->nested_absmax = (float *)mallocCheck(((q->num_blocks + QUANT_NESTED_BLOCK - 1) / QUANT_NESTED_BLOCK) * sizeof(float));
+    quantize_blockwise8(q->qabsmax, q->nested_absmax, absmax, q->num_blocks, QUANT_NESTED_BLOCK, q->nested_code);
+    free(absmax);
+}
+
+// Values [first, first + count) of the tensor, dequantized into out: what dequantize_4bit
+// computes, any range of it (a tile of rows of a weight)
+static void quant4_dequantize(const Quant4 *q, float *out, size_t first, size_t count) {
+    const float *code = quant4_code(q->type);
+    size_t i = first, end = first + count;
+    while (i < end) {
+        size_t b = i / q->blocksize, block_end = (b + 1) * q->blocksize < end ? (b + 1) * q->blocksize : end;
+        float am = quant4_absmax(q, b);
+        for (; i < block_end; i++) {
+            uint8_t byte = q->packed[i / 2];
+            out[i - first] = code[i % 2 == 0 ? byte >> 4 : byte & 15] * am;
+        }
+    }
+}
+
+// bytes held (the memory table): codes, and absmax or its 8 bits and their constants
+static size_t quant4_bytes(const Quant4 *q) {
+    size_t nested = (q->num_blocks + QUANT_NESTED_BLOCK - 1) / QUANT_NESTED_BLOCK;
+    return (q->n + 1) / 2 + (q->qabsmax != NULL ? q->num_blocks + nested * sizeof(float) + sizeof(float) + sizeof(q->nested_code)
+                                                : q->num_blocks * sizeof(float));
+}
+
+static void quant4_free(Quant4 *q) {
+    free(q->packed); free(q->absmax); free(q->qabsmax); free(q->nested_absmax);
+    memset(q, 0, sizeof(*q));
+}
+// --- end shared-copy: quant4 ---
+
+// ----------------------------------------------------------------------------
 // the layers on the GPU: a kernel and a launcher for each of finetune_lora.c's layer
 // functions, in its order. Activations are fp32 (N, width) row-major as there; the base's
 // matmuls read their input rounded to floatX (cast_to_floatx) and write fp32.
@@ -262,6 +507,36 @@ static void linear_backward(float *dx, const float *dy, const floatX *W, int N, 
     const floatX *dyc = cast_to_floatx(dy, (size_t)N * OUT);
     cublasCheck(cublasGemmEx(cublas_handle, CUBLAS_OP_N, CUBLAS_OP_N, in, N, OUT, &one, W, CUBLAS_FLOATX, in, dyc, CUBLAS_FLOATX, OUT,
                              &one, dx, CUDA_R_32F, in, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
+// -Q: one band of a 4-bit weight (quant4's layout, on the GPU) dequantized into W (floatX),
+// one thread a value: code[index] * its block's absmax, the absmax rebuilt from its 8 bits
+// under double quantization. __fmul_rn / __fadd_rn: each product rounded on its own (no
+// fused multiply-add), so that the fp32 values are quant4_dequantize's, bit for bit.
+typedef struct {
+    const uint8_t *packed, *qabsmax;          // (n + 1) / 2 codes; the 8-bit absmax (NULL: no double quantization)
+    const float *absmax, *nested_absmax, *nested_code; // absmax (NULL under double quantization), or its constants
+    float offset;
+    size_t n;
+    int blocksize, fp4;
+} DeviceQuant;
+
+__device__ const float NF4_DEVICE[16] = {-1.0f, -0.6961928009986877f, -0.5250730514526367f, -0.39491748809814453f,
+                                         -0.28444138169288635f, -0.18477343022823334f, -0.09105003625154495f, 0.0f,
+                                         0.07958029955625534f, 0.16093020141124725f, 0.24611230194568634f, 0.33791524171829224f,
+                                         0.44070982933044434f, 0.5626170039176941f, 0.7229568362236023f, 1.0f};
+__device__ const float FP4_DEVICE[16] = {0.0f, 0.0625f / 12, 8.0f / 12, 1.0f, 4.0f / 12, 6.0f / 12, 2.0f / 12, 3.0f / 12,
+                                         0.0f, -0.0625f / 12, -8.0f / 12, -1.0f, -4.0f / 12, -6.0f / 12, -2.0f / 12, -3.0f / 12};
+
+__global__ void dequantize4_kernel(floatX *W, DeviceQuant q) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= q.n) { return; }
+    size_t block = i / q.blocksize;
+    float absmax = q.qabsmax != NULL ? __fadd_rn(__fmul_rn(q.nested_code[q.qabsmax[block]], q.nested_absmax[block / 256]), q.offset)
+                                     : q.absmax[block];
+    uint8_t byte = q.packed[i / 2];
+    int index = i % 2 == 0 ? byte >> 4 : byte & 15;
+    W[i] = from_float(__fmul_rn(q.fp4 ? FP4_DEVICE[index] : NF4_DEVICE[index], absmax));
 }
 
 // fp32 row-major C (M, N) = alpha op(A) op(B) + beta C, op(A) (M, K), op(B) (K, N), with
@@ -1010,7 +1285,29 @@ typedef struct {
     GPT2Weights gpt2;
     LlamaWeights llama_weights;
     ModelNotes notes; // where the model came from, how to sample it (lib/model_notes.h): for the files we write
+    // -Q (QLoRA): the four linear layers' weights in 4 bits, their fp32 gone (qkvw, attprojw,
+    // fcw, fcprojw are NULL). Each site in bands, Hugging Face's modules, as bitsandbytes
+    // quantizes them: the Llama family's q, k, v and gate, up (GPT-2's c_attn and c_fc are one
+    // module each there too); band k of site s in layer l is qw[(l NUM_SITES + s) 3 + k].
+    int quant;                   // QUANT_NONE, QUANT_NF4 or QUANT_FP4
+    Quant4 *qw;
+    int band_rows[NUM_SITES][3]; // rows of each band of a site (0: no such band)
 } Base;
+
+// The base's pointers, from the weights as loaded (again after base_quantize moves them)
+static void base_point(Base *b) {
+    if (b->llama) {
+        LlamaConfig c = b->llama_weights.config;
+        float **t = b->llama_weights.tensors; // wte ln1w qkvw qkvb attprojw ln2w fcw fcprojw lnfw lm_head
+        b->wte = t[0]; b->ln1w = t[1]; b->qkvw = t[2]; b->qkvb = t[3]; b->attprojw = t[4]; b->ln2w = t[5]; b->fcw = t[6];
+        b->fcprojw = t[7]; b->lnfw = t[8]; b->lm_head = c.tied ? t[0] : t[9];
+    } else {
+        ParameterTensors p = b->gpt2.params;
+        b->wte = p.wte; b->wpe = p.wpe; b->ln1w = p.ln1w; b->ln1b = p.ln1b; b->qkvw = p.qkvw; b->qkvb = p.qkvb; b->attprojw = p.attprojw;
+        b->attprojb = p.attprojb; b->ln2w = p.ln2w; b->ln2b = p.ln2b; b->fcw = p.fcw; b->fcb = p.fcb; b->fcprojw = p.fcprojw;
+        b->fcprojb = p.fcprojb; b->lnfw = p.lnfw; b->lnfb = p.lnfb; b->lm_head = p.wte;
+    }
+}
 
 // Our model file: GPT-2 (llm.c's checkpoint) or the Llama family's (./convert's), by its magic
 // (or llama:NAME, a random model of that shape: the benchmark's, -B 1)
@@ -1025,26 +1322,114 @@ static void base_load(Base *b, const char *path) {
     if (magic == LLAMA_MAGIC || random) {
         if (random) { llama_random(&b->llama_weights, path, 1337); } else { llama_load(&b->llama_weights, path); }
         LlamaConfig c = b->llama_weights.config;
-        float **t = b->llama_weights.tensors; // wte ln1w qkvw qkvb attprojw ln2w fcw fcprojw lnfw lm_head
         b->llama = 1; b->L = c.num_layers; b->C = c.channels; b->NH = c.num_heads; b->NKV = c.num_kv_heads; b->HS = c.head_size;
         b->H = c.hidden; b->V = c.vocab_size; b->Vp = c.vocab_size; b->maxT = c.max_seq_len; b->eps = c.norm_eps;
-        b->wte = t[0]; b->ln1w = t[1]; b->qkvw = t[2]; b->qkvb = t[3]; b->attprojw = t[4]; b->ln2w = t[5]; b->fcw = t[6];
-        b->fcprojw = t[7]; b->lnfw = t[8]; b->lm_head = c.tied ? t[0] : t[9];
         b->inv_freq = rope_frequencies(&c);
     } else {
         gpt2_build_from_checkpoint(&b->gpt2, path);
         GPT2Config c = b->gpt2.config;
-        ParameterTensors p = b->gpt2.params;
         b->llama = 0; b->L = c.num_layers; b->C = c.channels; b->NH = c.num_heads; b->NKV = c.num_heads; b->HS = c.channels / c.num_heads;
         b->H = 4 * c.channels; b->V = c.vocab_size; b->Vp = c.padded_vocab_size; b->maxT = c.max_seq_len; b->eps = 1e-5f;
-        b->wte = p.wte; b->wpe = p.wpe; b->ln1w = p.ln1w; b->ln1b = p.ln1b; b->qkvw = p.qkvw; b->qkvb = p.qkvb; b->attprojw = p.attprojw;
-        b->attprojb = p.attprojb; b->ln2w = p.ln2w; b->ln2b = p.ln2b; b->fcw = p.fcw; b->fcb = p.fcb; b->fcprojw = p.fcprojw;
-        b->fcprojb = p.fcprojb; b->lnfw = p.lnfw; b->lnfb = p.lnfb; b->lm_head = p.wte;
     }
+    base_point(b);
     model_notes_read(path, b->V, &b->notes); // (checked now, not when the first checkpoint is written)
 }
 
+// The weight tensors of the loaded model, as its struct holds them (sizes in floats), and
+// which of them are the four linear layers' (what -Q quantizes)
+static int base_tensors(Base *b, float ***tensors, size_t **sizes, int quantized[4]) {
+    static const int GPT2_LINEAR[4] = {4, 6, 10, 12}, LLAMA_LINEAR[4] = {2, 4, 6, 7}; // qkvw, attprojw, fcw, fcprojw
+    memcpy(quantized, b->llama ? LLAMA_LINEAR : GPT2_LINEAR, sizeof(GPT2_LINEAR));
+    if (b->llama) { *tensors = b->llama_weights.tensors; *sizes = b->llama_weights.sizes; return NUM_LLAMA_TENSORS; }
+    *tensors = (float **)&b->gpt2.params; *sizes = b->gpt2.param_sizes;
+    return NUM_PARAMETER_TENSORS;
+}
+
+// -Q: the four linear layers of every block into 4 bits (bitsandbytes' quantize_4bit, band by
+// band), then the rest of the model (embeddings, norms, biases, the head: what stays fp32)
+// moved into an allocation of its own, and the fp32 weights freed
+static void base_quantize(Base *b, int type, int blocksize, int nested) {
+    int C = b->C, Q = b->NH * b->HS, KV = b->NKV * b->HS, H = b->H, L = b->L;
+    int rows[NUM_SITES][3] = {{Q, KV, KV}, {C, 0, 0}, {H, H, 0}, {C, 0, 0}}, gpt2_rows[NUM_SITES][3] = {{3 * C, 0, 0}, {C, 0, 0}, {4 * C, 0, 0}, {C, 0, 0}};
+    memcpy(b->band_rows, b->llama ? rows : gpt2_rows, sizeof(rows));
+    int in[NUM_SITES] = {C, Q, C, H};
+    const float *W[NUM_SITES] = {b->qkvw, b->attprojw, b->fcw, b->fcprojw};
+    b->qw = (Quant4 *)calloc((size_t)L * NUM_SITES * 3, sizeof(Quant4));
+    if (b->qw == NULL) { fprintf(stderr, "Error: out of memory for the 4-bit weights\n"); exit(EXIT_FAILURE); }
+    for (int l = 0; l < L; l++) {
+        for (int s = 0; s < NUM_SITES; s++) {
+            size_t site_rows = (size_t)b->band_rows[s][0] + b->band_rows[s][1] + b->band_rows[s][2], row = 0;
+            for (int k = 0; k < 3 && b->band_rows[s][k] > 0; k++) {
+                const float *band = W[s] + ((size_t)l * site_rows + row) * in[s];
+                quant4_quantize(&b->qw[((size_t)l * NUM_SITES + s) * 3 + k], band, (size_t)b->band_rows[s][k] * in[s], type, blocksize, nested);
+                row += b->band_rows[s][k];
+            }
+        }
+    }
+    float **tensors;
+    size_t *sizes, keep = 0;
+    int linear[4], n = base_tensors(b, &tensors, &sizes, linear);
+    for (int k = 0; k < n; k++) { keep += k == linear[0] || k == linear[1] || k == linear[2] || k == linear[3] ? 0 : sizes[k]; }
+    float *kept = (float *)mallocCheck((keep > 0 ? keep : 1) * sizeof(float)), *at = kept;
+    for (int k = 0; k < n; k++) {
+        int gone = k == linear[0] || k == linear[1] || k == linear[2] || k == linear[3];
+        if (!gone && sizes[k] > 0) { memcpy(at, tensors[k], sizes[k] * sizeof(float)); }
+        tensors[k] = gone || sizes[k] == 0 ? NULL : at;
+        at += gone ? 0 : sizes[k];
+    }
+    if (b->llama) { free(b->llama_weights.params); b->llama_weights.params = kept; }
+    else { free(b->gpt2.params_memory); b->gpt2.params_memory = kept; }
+    b->quant = type;
+    base_point(b);
+}
+
+// Layer l's site, dequantized into W (OUT, in): its bands in the order of its rows
+static void site_dequantize(const Base *b, int l, int site, float *W) {
+    for (int j = 0; j < 3 && b->band_rows[site][j] > 0; j++) {
+        const Quant4 *q = &b->qw[((size_t)l * NUM_SITES + site) * 3 + j];
+        quant4_dequantize(q, W, 0, q->n);
+        W += q->n;
+    }
+}
+
+// ... and back: every weight fp32 again, the 4-bit ones dequantized (-M merges into these)
+static void base_dequantize(Base *b) {
+    if (b->quant == QUANT_NONE) { return; }
+    float **tensors;
+    size_t *sizes, total = 0;
+    int linear[4], n = base_tensors(b, &tensors, &sizes, linear);
+    for (int k = 0; k < n; k++) { total += sizes[k]; }
+    float *full = (float *)mallocCheck(total * sizeof(float)), *at = full;
+    for (int k = 0; k < n; k++) {
+        int s = k == linear[0] ? 0 : k == linear[1] ? 1 : k == linear[2] ? 2 : k == linear[3] ? 3 : -1;
+        if (s < 0 && sizes[k] > 0) { memcpy(at, tensors[k], sizes[k] * sizeof(float)); }
+        for (int l = 0; s >= 0 && l < b->L; l++) { site_dequantize(b, l, s, at + sizes[k] / b->L * l); }
+        tensors[k] = sizes[k] > 0 ? at : NULL;
+        at += sizes[k];
+    }
+    if (b->llama) { free(b->llama_weights.params); b->llama_weights.params = full; }
+    else { free(b->gpt2.params_memory); b->gpt2.params_memory = full; }
+    for (size_t k = 0; k < (size_t)b->L * NUM_SITES * 3; k++) { quant4_free(&b->qw[k]); }
+    free(b->qw);
+    b->qw = NULL;
+    b->quant = QUANT_NONE;
+    base_point(b);
+}
+
+// bytes of the base's weights as held: fp32, and the 4-bit ones with their constants
+static size_t base_bytes(const Base *b) {
+    size_t bytes = 0;
+    float **tensors;
+    size_t *sizes;
+    int linear[4], n = base_tensors((Base *)b, &tensors, &sizes, linear);
+    for (int k = 0; k < n; k++) { bytes += tensors[k] != NULL ? sizes[k] * sizeof(float) : 0; }
+    for (size_t k = 0; b->qw != NULL && k < (size_t)b->L * NUM_SITES * 3; k++) { bytes += b->qw[k].packed != NULL ? quant4_bytes(&b->qw[k]) : 0; }
+    return bytes;
+}
+
 static void base_free(Base *b) {
+    for (size_t k = 0; b->qw != NULL && k < (size_t)b->L * NUM_SITES * 3; k++) { quant4_free(&b->qw[k]); }
+    free(b->qw);
     gpt2_weights_free(&b->gpt2);
     llama_free(&b->llama_weights);
     free(b->inv_freq);
@@ -1222,8 +1607,80 @@ typedef struct {
     size_t count; // floatX numbers
     floatX *wte, *wpe, *ln1w, *ln1b, *qkvw, *qkvb, *attprojw, *attprojb, *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb, *lnfw,
         *lnfb, *lm_head;
+    // -Q: the four linear layers' bands in 4 bits (Base.qw's, on the GPU: bands[k] for qw[k]),
+    // and the one layer's site they are dequantized into before its matmul (floatX)
+    uint8_t *quant_memory;
+    DeviceQuant *bands;
+    floatX *site_scratch;
 } DeviceBase;
 static DeviceBase device_base;
+
+// -Q: every band's codes and constants in one allocation (each piece on 256 bytes)
+static void quant_to_device(const Base *b) {
+    size_t nbands = (size_t)b->L * NUM_SITES * 3, total = 0;
+    gpu_free(device_base.quant_memory);
+    free(device_base.bands);
+    gpu_free(device_base.site_scratch);
+    device_base.quant_memory = NULL; device_base.bands = NULL; device_base.site_scratch = NULL;
+    if (b->quant == QUANT_NONE) { return; }
+    for (size_t k = 0; k < nbands; k++) {
+        const Quant4 *q = &b->qw[k];
+        if (q->packed == NULL) { continue; }
+        size_t nested = (q->num_blocks + QUANT_NESTED_BLOCK - 1) / QUANT_NESTED_BLOCK;
+        total += (q->n + 1) / 2 + 255 + (q->qabsmax != NULL ? q->num_blocks + 255 + nested * 4 + 255 + sizeof(q->nested_code) : q->num_blocks * 4 + 255);
+    }
+    uint8_t *staging = (uint8_t *)calloc(total, 1);
+    device_base.quant_memory = (uint8_t *)gpu_alloc(total, "the base model's 4-bit weights");
+    device_base.bands = (DeviceQuant *)calloc(nbands, sizeof(DeviceQuant));
+    if (staging == NULL || device_base.bands == NULL) { fprintf(stderr, "Error: out of host memory for the 4-bit weights\n"); exit(EXIT_FAILURE); }
+    size_t at = 0;
+    for (size_t k = 0; k < nbands; k++) {
+        const Quant4 *q = &b->qw[k];
+        DeviceQuant *d = &device_base.bands[k];
+        if (q->packed == NULL) { continue; }
+        d->n = q->n; d->blocksize = q->blocksize; d->fp4 = q->type == QUANT_FP4; d->offset = q->offset;
+        const void *from[4] = {q->packed, q->qabsmax != NULL ? (const void *)q->qabsmax : (const void *)q->absmax, q->nested_absmax, q->nested_code};
+        size_t bytes[4] = {(q->n + 1) / 2, q->qabsmax != NULL ? q->num_blocks : q->num_blocks * 4,
+                           q->qabsmax != NULL ? (q->num_blocks + QUANT_NESTED_BLOCK - 1) / QUANT_NESTED_BLOCK * 4 : 0,
+                           q->qabsmax != NULL ? sizeof(q->nested_code) : 0};
+        const void *to[4];
+        for (int p = 0; p < 4; p++) {
+            to[p] = bytes[p] > 0 ? device_base.quant_memory + at : NULL;
+            if (bytes[p] > 0) { memcpy(staging + at, from[p], bytes[p]); at += (bytes[p] + 255) / 256 * 256; }
+        }
+        d->packed = (const uint8_t *)to[0];
+        d->qabsmax = q->qabsmax != NULL ? (const uint8_t *)to[1] : NULL;
+        d->absmax = q->qabsmax != NULL ? NULL : (const float *)to[1];
+        d->nested_absmax = (const float *)to[2];
+        d->nested_code = (const float *)to[3];
+    }
+    cudaCheck(cudaMemcpy(device_base.quant_memory, staging, total, cudaMemcpyHostToDevice));
+    free(staging);
+    size_t C = b->C, Q = (size_t)b->NH * b->HS, QKV = Q + 2 * (size_t)b->NKV * b->HS, MLP = (b->llama ? 2 : 1) * (size_t)b->H;
+    size_t widest = QKV * C > MLP * C ? QKV * C : MLP * C;
+    widest = widest > C * Q ? widest : C * Q;
+    widest = widest > C * b->H ? widest : C * b->H;
+    device_base.site_scratch = (floatX *)gpu_alloc(widest * sizeof(floatX), "a layer's weight, dequantized (-Q)");
+}
+
+// The weight of layer l's site on the GPU (OUT, in): a slice of the base's, or (-Q) its
+// bands dequantized into the scratch (valid until the next call)
+static const floatX *device_site_weight(const Base *b, int l, int site) {
+    const DeviceBase *d = &device_base;
+    size_t C = b->C, Q = (size_t)b->NH * b->HS, QKV = Q + 2 * (size_t)b->NKV * b->HS, MLP = (b->llama ? 2 : 1) * (size_t)b->H;
+    if (b->quant == QUANT_NONE) {
+        return site == SITE_QKV ? d->qkvw + l * QKV * C : site == SITE_ATTPROJ ? d->attprojw + l * C * Q
+             : site == SITE_FC ? d->fcw + l * MLP * C : d->fcprojw + l * C * b->H;
+    }
+    floatX *W = d->site_scratch;
+    for (int k = 0; k < 3 && b->band_rows[site][k] > 0; k++) {
+        DeviceQuant q = d->bands[((size_t)l * NUM_SITES + site) * 3 + k];
+        dequantize4_kernel<<<ceil_div(q.n, BLOCK), BLOCK, 0, main_stream>>>(W, q);
+        cudaCheck(cudaGetLastError());
+        W += q.n;
+    }
+    return d->site_scratch;
+}
 
 static void base_to_device(const Base *b) {
     gpu_init();
@@ -1256,6 +1713,7 @@ static void base_to_device(const Base *b) {
     if (tied) { device_base.lm_head = device_base.wte; }
     cudaCheck(cudaMemcpy(device_base.memory, staging, total * sizeof(floatX), cudaMemcpyHostToDevice));
     free(staging);
+    quant_to_device(b);
 }
 
 // The adapter being trained: params (every module's A, then B, as Lora.params), its
@@ -1429,19 +1887,19 @@ static void layer_forward(const Base *b, const Lora *lora, Acts *a, int l) {
     LayerActs la = layer_acts(a, b, l);
     const DeviceBase *d = &device_base;
     norm_forward(la.n1, la.st, la.st + N, la.x, d->ln1w + (size_t)l * C, d->ln1b != NULL ? d->ln1b + (size_t)l * C : NULL, N, C, b->eps, b->llama);
-    linear_forward(la.qkv, la.n1, d->qkvw + (size_t)l * QKV * C, d->qkvb != NULL ? d->qkvb + (size_t)l * QKV : NULL, N, C, QKV);
+    linear_forward(la.qkv, la.n1, device_site_weight(b, l, SITE_QKV), d->qkvb != NULL ? d->qkvb + (size_t)l * QKV : NULL, N, C, QKV);
     site_lora_forward(la.qkv, la.n1, l, SITE_QKV, lora, a, N, QKV);
     if (b->llama) { rope_apply(la.qkv, a->rope, N, T, b->NH, b->NKV, b->HS, 1.0f); }
     attention_forward(la.atty, la.att, la.qkv, B, T, b->NH, b->NKV, b->HS);
-    linear_forward(la.xmid, la.atty, d->attprojw + (size_t)l * C * Q, d->attprojb != NULL ? d->attprojb + (size_t)l * C : NULL, N, Q, C);
+    linear_forward(la.xmid, la.atty, device_site_weight(b, l, SITE_ATTPROJ), d->attprojb != NULL ? d->attprojb + (size_t)l * C : NULL, N, Q, C);
     site_lora_forward(la.xmid, la.atty, l, SITE_ATTPROJ, lora, a, N, C);
     add_inplace(la.xmid, la.x, (size_t)N * C);
     norm_forward(la.n2, la.st + 2 * N, la.st + 3 * N, la.xmid, d->ln2w + (size_t)l * C, d->ln2b != NULL ? d->ln2b + (size_t)l * C : NULL, N, C,
                  b->eps, b->llama);
-    linear_forward(la.fc, la.n2, d->fcw + (size_t)l * MLP * C, d->fcb != NULL ? d->fcb + (size_t)l * MLP : NULL, N, C, MLP);
+    linear_forward(la.fc, la.n2, device_site_weight(b, l, SITE_FC), d->fcb != NULL ? d->fcb + (size_t)l * MLP : NULL, N, C, MLP);
     site_lora_forward(la.fc, la.n2, l, SITE_FC, lora, a, N, MLP);
     activation_forward(la.act, la.fc, N, H, b->llama);
-    linear_forward(la.xout, la.act, d->fcprojw + (size_t)l * C * H, d->fcprojb != NULL ? d->fcprojb + (size_t)l * C : NULL, N, H, C);
+    linear_forward(la.xout, la.act, device_site_weight(b, l, SITE_FCPROJ), d->fcprojb != NULL ? d->fcprojb + (size_t)l * C : NULL, N, H, C);
     site_lora_forward(la.xout, la.act, l, SITE_FCPROJ, lora, a, N, C);
     add_inplace(la.xout, la.xmid, (size_t)N * C);
 }
@@ -1502,25 +1960,25 @@ static void model_backward(const Base *b, Lora *lora, Acts *a, const int *labels
         LayerActs la = layer_acts(a, b, l);
         float *dact = a->dbuf;
         cudaCheck(cudaMemsetAsync(dact, 0, (size_t)N * H * sizeof(float), main_stream));
-        linear_backward(dact, dx, d->fcprojw + (size_t)l * C * H, N, H, C);
+        linear_backward(dact, dx, device_site_weight(b, l, SITE_FCPROJ), N, H, C);
         site_lora_backward(dact, dx, la.act, l, SITE_FCPROJ, lora, a, N, C);
         float *dfc = a->dbuf2;
         activation_backward(dfc, dact, la.fc, N, H, b->llama);
         float *dn2 = a->dbuf;
         cudaCheck(cudaMemsetAsync(dn2, 0, NC * sizeof(float), main_stream));
-        linear_backward(dn2, dfc, d->fcw + (size_t)l * MLP * C, N, C, MLP);
+        linear_backward(dn2, dfc, device_site_weight(b, l, SITE_FC), N, C, MLP);
         site_lora_backward(dn2, dfc, la.n2, l, SITE_FC, lora, a, N, MLP);
         norm_backward(dx, dn2, la.xmid, la.st + 2 * N, la.st + 3 * N, d->ln2w + (size_t)l * C, N, C, b->llama); // dx is now d xmid
         float *datty = a->dbuf;
         cudaCheck(cudaMemsetAsync(datty, 0, (size_t)N * Q * sizeof(float), main_stream));
-        linear_backward(datty, dx, d->attprojw + (size_t)l * C * Q, N, Q, C);
+        linear_backward(datty, dx, device_site_weight(b, l, SITE_ATTPROJ), N, Q, C);
         site_lora_backward(datty, dx, la.atty, l, SITE_ATTPROJ, lora, a, N, C);
         float *dqkv = a->dbuf2;
         attention_backward(dqkv, a->dz, datty, la.qkv, la.att, B, T, b->NH, b->NKV, b->HS);
         if (b->llama) { rope_apply(dqkv, a->rope, N, T, b->NH, b->NKV, b->HS, -1.0f); }
         float *dn1 = a->dbuf;
         cudaCheck(cudaMemsetAsync(dn1, 0, NC * sizeof(float), main_stream));
-        linear_backward(dn1, dqkv, d->qkvw + (size_t)l * QKV * C, N, C, QKV);
+        linear_backward(dn1, dqkv, device_site_weight(b, l, SITE_QKV), N, C, QKV);
         site_lora_backward(dn1, dqkv, la.n1, l, SITE_QKV, lora, a, N, QKV);
         norm_backward(dx, dn1, la.x, la.st, la.st + N, d->ln1w + (size_t)l * C, N, C, b->llama); // dx is now d x
         nvtxRangePop();
@@ -1605,6 +2063,7 @@ static void lora_merge(float *W, const LoraModule *m, float scale, int r) {
 // Every module of the adapter folded into the base's weights: the model, with no adapter,
 // computes what base + adapter did (up to fp32's rounding in the order of the sums)
 static void merge_adapter(Base *b, const Lora *lora) {
+    base_dequantize(b); // (-Q: into the dequantized weights)
     size_t C = b->C, Q = (size_t)b->NH * b->HS, QKV = Q + 2 * (size_t)b->NKV * b->HS, H = b->H, MLP = (b->llama ? 2 : 1) * H;
     for (int k = 0; k < lora->num_modules; k++) {
         const LoraModule *m = &lora->modules[k];
@@ -1850,8 +2309,18 @@ static void print_peak_memory(void) {
 // what the run holds in memory, by kind, on the GPU (the activations: what acts_allocate took)
 static void print_memory(const Base *b, const Lora *lora, const Acts *a) {
     size_t base_params = b->llama ? b->llama_weights.num_parameters : b->gpt2.num_parameters;
-    printf("memory on the GPU (MiB): base weights %.1f (" BASE_TYPE ", no gradients), adapter %.2f, its gradients %.2f, AdamW's "
-           "moments %.2f (fp32), activations %.1f (B=%d, T=%d%s)\n", base_params * (double)sizeof(floatX) / (1 << 20),
+    double base_mib = base_params * (double)sizeof(floatX) / (1 << 20);
+    if (b->quant != QUANT_NONE) { // the 4-bit bands as held, the rest in floatX, and one layer's site dequantized
+        size_t C = b->C, Q = (size_t)b->NH * b->HS, QKV = Q + 2 * (size_t)b->NKV * b->HS, MLP = (b->llama ? 2 : 1) * (size_t)b->H;
+        size_t linear = (size_t)b->L * (QKV * C + C * Q + MLP * C + C * b->H), widest = QKV * C > MLP * C ? QKV * C : MLP * C, quant = 0;
+        widest = widest > C * Q ? widest : C * Q;
+        widest = widest > C * b->H ? widest : C * b->H;
+        for (size_t k = 0; k < (size_t)b->L * NUM_SITES * 3; k++) { quant += b->qw[k].packed != NULL ? quant4_bytes(&b->qw[k]) : 0; }
+        base_mib = ((base_params - linear + widest) * (double)sizeof(floatX) + quant) / (1 << 20);
+    }
+    printf("memory on the GPU (MiB): base weights %.1f (%s, no gradients), adapter %.2f, its gradients %.2f, AdamW's "
+           "moments %.2f (fp32), activations %.1f (B=%d, T=%d%s)\n", base_mib,
+           b->quant != QUANT_NONE ? "the linear layers 4-bit, one layer's dequantized, the rest " BASE_TYPE : BASE_TYPE,
            lora->num_params * 4.0 / (1 << 20), lora->num_params * 4.0 / (1 << 20), lora->num_params * 8.0 / (1 << 20),
            a->bytes / 1048576.0, a->B, a->T, a->recompute ? ", recomputed: one block's" : ", every block's");
 }
@@ -2260,6 +2729,7 @@ typedef struct {
     uint64_t seed;
     int phase_every;
     int dropout_set; // -D was given (else an adapter read from a folder keeps its own)
+    int quant, quant_blocksize, quant_nested; // -Q: the base's linear layers in 4 bits (QUANT_NONE: fp32)
 } Options;
 
 // The defaults (-h shows them). r 8 and alpha 16 on every linear layer, lr 1e-3 with a short
@@ -2273,7 +2743,7 @@ static const Options DEFAULTS = {
     .r = 8, .rslora = 0, .B = 4, .accum = 4, .T = 128, .steps = 0, .epochs = 1, .warmup = 10, .val_every = 50, .refuse = 0,
     .save_every = 0, .resume = 0, .recompute = 0, .bench = 0,
     .alpha = 16.0f, .dropout = 0.05f, .lr = 1e-3f, .weight_decay = 0.0f, .clip = 1.0f, .val_frac = 0.05f, .final_frac = 0.1f,
-    .seed = 1337, .phase_every = 0, .dropout_set = 0};
+    .seed = 1337, .phase_every = 0, .dropout_set = 0, .quant = QUANT_NONE, .quant_blocksize = 64, .quant_nested = 1};
 
 static void print_usage(const Options *d) {
     printf("usage: %s [flags]    LoRA fine-tuning of a model file on instruction data (Alpaca JSONL)\n"
@@ -2317,6 +2787,9 @@ static void print_usage(const Options *d) {
            "            too), 0 = off [%d]\n"
            "  -G GiB    finetune_lora.cu: behave as if the GPU had only this much memory (a 16 GB card on a\n"
            "            bigger one), 0 = all of it [0]\n"
+           "  -Q TYPE   QLoRA: the base's linear layers frozen in 4 bits, as bitsandbytes stores them: nf4 or fp4, with\n"
+           "            double quantization and blocksize 64 (QLoRA's); nf4:128 another blocksize (32 to 4096), nf4:64:0\n"
+           "            without double quantization; none: fp32 [none]\n"
            "  -h        this help\n",
            PROGRAM, d->model, d->data, d->out, d->targets, d->r, d->alpha, d->rslora, d->dropout, d->B, d->accum, d->T, d->refuse, d->epochs,
            d->steps, d->lr, d->warmup, d->final_frac, d->weight_decay, d->clip, d->val_every, d->val_frac, d->save_every, d->resume,
@@ -2430,6 +2903,23 @@ typedef struct {
     Acts a;
 } Run;
 
+// -Q TYPE[:BLOCKSIZE[:DOUBLE]]: nf4, fp4 or none; 64; 1
+static void parse_quant(Options *o, const char *v) {
+    char type[16] = "";
+    long blocksize = 64, nested = 1;
+    int got = sscanf(v, "%15[a-z0-9]:%ld:%ld", type, &blocksize, &nested);
+    o->quant = strcmp(type, "nf4") == 0 ? QUANT_NF4 : strcmp(type, "fp4") == 0 ? QUANT_FP4 : QUANT_NONE;
+    char again[64];
+    snprintf(again, sizeof(again), got >= 3 ? "%s:%ld:%ld" : got == 2 ? "%s:%ld" : "%s", type, blocksize, nested);
+    if (got < 1 || strcmp(again, v) != 0 || (o->quant == QUANT_NONE && (strcmp(type, "none") != 0 || got > 1))) {
+        usage_error("-Q %s: expected nf4, fp4 or none, then optionally :BLOCKSIZE and :0 or :1 (double quantization)", v);
+    }
+    if (!quant4_blocksize_ok(blocksize)) { usage_error("-Q %s: the blocksize must be a power of two from 32 to 4096", v); }
+    if (nested != 0 && nested != 1) { usage_error("-Q %s: double quantization is 0 or 1", v); }
+    o->quant_blocksize = (int)blocksize;
+    o->quant_nested = (int)nested;
+}
+
 static Options parse_args(int argc, char **argv) {
     Options o = DEFAULTS;
     for (int i = 1; i < argc; i += 2) {
@@ -2470,6 +2960,7 @@ static Options parse_args(int argc, char **argv) {
         case 'B': o.bench = (int)parse_int(flag, v, 0) != 0; break;
         case 'P': o.phase_every = (int)parse_int(flag, v, 0); break;
         case 'G': gpu_budget_flag(flag, v); break;
+        case 'Q': parse_quant(&o, v); break;
         default: usage_error("unknown flag %s", flag);
         }
     }
@@ -2484,6 +2975,7 @@ static Options parse_args(int argc, char **argv) {
 // the frozen base model (on the GPU too, in finetune_lora.cu)
 static void load_base(Run *r) {
     base_load(&r->b, r->o.model);
+    if (r->o.quant != QUANT_NONE) { base_quantize(&r->b, r->o.quant, r->o.quant_blocksize, r->o.quant_nested); }
     base_to_device(&r->b);
     if (r->o.T > r->b.maxT) {
         char msg[160];
@@ -2563,7 +3055,12 @@ static void allocate_and_report(Run *r) {
     const Options *o = &r->o;
     size_t base_params = r->b.llama ? r->b.llama_weights.num_parameters : r->b.gpt2.num_parameters;
     acts_allocate(&r->a, &r->b, &r->lora, o->B, r->T, o->recompute);
-    printf("model: %s: %s, %.1fM parameters, frozen\n", o->model, r->b.llama ? "Llama family" : "GPT-2", base_params / 1e6);
+    printf("model: %s: %s, %.1fM parameters, frozen", o->model, r->b.llama ? "Llama family" : "GPT-2", base_params / 1e6);
+    if (r->b.quant != QUANT_NONE) {
+        printf(", its linear layers in %s (blocksize %d%s): %.1f MiB in all", quant4_name(r->b.quant), o->quant_blocksize,
+               o->quant_nested ? ", double quantization" : "", base_bytes(&r->b) / 1048576.0);
+    }
+    printf("\n");
     printf("LoRA: r=%d, alpha %g (scale %.4g%s), dropout %g, %d modules (%s): %zu trainable parameters, %.3f%% of the model's\n",
            o->r, o->alpha, r->lora.scale, o->rslora ? ", rsLoRA" : "", o->dropout, r->lora.num_modules, o->targets, r->lora.num_params,
            100.0 * r->lora.num_params / base_params);

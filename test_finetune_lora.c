@@ -132,13 +132,32 @@ static int *fixture_ints(Fixture *f, const char *name, size_t *n) {
 #define WD 0.01f
 
 static const char *tmp_dir; // (main's scratch folder)
-static void test_model(const char *name, const char *model_path) {
+// quant: QUANT_NF4 for QLoRA, the base's linear layers in NF4 (blocksize 64, double
+// quantization), against PEFT on the base with those layers' weights replaced by
+// bitsandbytes' NF4 values (lora_reference.py --quant nf4: fixtures lora_NAME_nf4)
+static void test_model(const char *name, const char *model_path, int quant) {
     char dir[256], fixture_path[256];
     snprintf(dir, sizeof(dir), "dev/reference/fixtures/lora_%s", name);
-    snprintf(fixture_path, sizeof(fixture_path), "dev/reference/fixtures/lora_%s.safetensors", name);
-    printf("\n%s + %s against %s\n", model_path, dir, fixture_path);
+    snprintf(fixture_path, sizeof(fixture_path), "dev/reference/fixtures/lora_%s%s.safetensors", name, quant == QUANT_NF4 ? "_nf4" : "");
+    printf("\n%s%s + %s against %s\n", model_path, quant == QUANT_NF4 ? " in NF4" : "", dir, fixture_path);
     Base b;
     base_load(&b, model_path);
+    if (quant != QUANT_NONE) {
+        size_t fp32_bytes = base_bytes(&b), linear = 0, expect = 0;
+        int C = b.C, QKV = (b.NH + 2 * b.NKV) * b.HS, MLP = (b.llama ? 2 : 1) * b.H;
+        size_t per_layer[NUM_SITES] = {(size_t)QKV * C, (size_t)C * b.NH * b.HS, (size_t)MLP * C, (size_t)C * b.H};
+        for (int s = 0; s < NUM_SITES; s++) { linear += (size_t)b.L * per_layer[s]; }
+        base_quantize(&b, quant, 64, 1);
+        for (size_t k = 0; k < (size_t)b.L * NUM_SITES * 3; k++) { // per band: codes, 8-bit absmax, nested absmax, offset, map
+            size_t n = b.qw[k].n, blocks = (n + 63) / 64;
+            expect += n == 0 ? 0 : (n + 1) / 2 + blocks + (blocks + 255) / 256 * 4 + 4 + 256 * 4;
+        }
+        char detail[200];
+        snprintf(detail, sizeof(detail), "%s, blocksize 64: %zu bytes, fp32 %zu (%zu of them the linear layers')", quant4_name(quant),
+                 base_bytes(&b), fp32_bytes, linear * 4);
+        check("the base's linear layers in 4 bits, their fp32 freed", base_bytes(&b) == fp32_bytes - linear * 4 + expect &&
+              quant4_blocksize_ok(64) && !quant4_blocksize_ok(48) && !quant4_blocksize_ok(8192), detail);
+    }
     base_to_device(&b);
     Lora lora;
     LoraShape shape = base_shape(&b);
@@ -239,7 +258,8 @@ static void test_model(const char *name, const char *model_path) {
     const float *site_w = m->site == SITE_QKV ? b.qkvw : m->site == SITE_ATTPROJ ? b.attprojw : m->site == SITE_FC ? b.fcw : b.fcprojw;
     int rows = m->site == SITE_QKV ? (b.NH + 2 * b.NKV) * b.HS : m->site == SITE_FC ? (b.llama ? 2 : 1) * b.H : b.C;
     float *W = (float *)mallocCheck((size_t)rows * m->in * sizeof(float));
-    memcpy(W, site_w + (size_t)m->layer * rows * m->in, (size_t)rows * m->in * sizeof(float));
+    if (b.quant != QUANT_NONE) { site_dequantize(&b, m->layer, m->site, W); } // (merged into the dequantized weight)
+    else { memcpy(W, site_w + (size_t)m->layer * rows * m->in, (size_t)rows * m->in * sizeof(float)); }
     lora_merge(W, m, lora.scale, lora.r);
     const StTensor *mt = NULL;
     for (int k = 0; k < f.st.num && mt == NULL; k++) { mt = strncmp(f.st.tensors[k].name, "merged.", 7) == 0 ? &f.st.tensors[k] : NULL; }
@@ -513,18 +533,127 @@ static void test_eta(void) {
 
 // --- end shared-copy: finetune-test ---
 
+// ----------------------------------------------------------------------------
+// 4-bit weights against bitsandbytes (CPU only: the quantizer is host code)
+
+static uint8_t *fixture_bytes(Fixture *f, const char *name, size_t *n) {
+    const StTensor *t = safetensors_find(&f->st, name);
+    if (t == NULL || strcmp(t->dtype, "U8") != 0) { die_file(f->path, "python dev/reference/nf4_reference.py regenerates it", "no U8 tensor %s", name); }
+    *n = (size_t)(t->end - t->begin);
+    uint8_t *out = (uint8_t *)mallocCheck(*n + 1);
+    if (fseeko(f->fp, (off_t)(f->st.data_start + t->begin), SEEK_SET) != 0) { die_file(f->path, NULL, "cannot seek"); }
+    freadCheck(out, 1, *n, f->fp);
+    return out;
+}
+
+// bit for bit: the same bytes (a float's sign of zero included)
+static int same_bytes(const void *a, const void *b, size_t n, size_t *first_diff) {
+    const uint8_t *x = (const uint8_t *)a, *y = (const uint8_t *)b;
+    for (size_t i = 0; i < n; i++) {
+        if (x[i] != y[i]) { *first_diff = i; return 0; }
+    }
+    return 1;
+}
+
+// dev/reference/nf4_reference.py ran bitsandbytes 0.50.2's quantize_4bit and dequantize_4bit
+// (NF4 and FP4, blocksizes 32 to 4096, with and without double quantization) on tensors that
+// do and do not divide the blocksize: every byte and every float must be the same
+static void test_quant4(void) {
+    Fixture f;
+    snprintf(f.path, sizeof(f.path), "dev/reference/fixtures/nf4_cases.safetensors");
+    safetensors_open(&f.st, f.path, NULL);
+    f.fp = fopenCheck(f.path, "rb");
+    size_t n_map, n;
+    float *map = fixture_floats(&f, "dynamic_map", &n_map), ours_map[256];
+    dynamic_map(ours_map);
+    size_t at = 0;
+    int ok = n_map == 256 && same_bytes(ours_map, map, sizeof(ours_map), &at);
+    char detail[200];
+    snprintf(detail, sizeof(detail), "%s", ok ? "256 values" : "differs");
+    check("quant4: the signed dynamic map (create_dynamic_map)", ok, detail);
+    free(map);
+    int sums_ok = 0, sums = 0;
+    for (int k = 0;; k++) {
+        char name[64];
+        snprintf(name, sizeof(name), "sum%d.input", k);
+        if (safetensors_find(&f.st, name) == NULL) { break; }
+        float *x = fixture_floats(&f, name, &n);
+        snprintf(name, sizeof(name), "sum%d.value", k);
+        size_t one;
+        float *value = fixture_floats(&f, name, &one);
+        snprintf(name, sizeof(name), "sum%d.mean", k);
+        float *mean = fixture_floats(&f, name, &one), sum = torch_sum_f32(x, n), our_mean = sum / (float)n;
+        sums++;
+        sums_ok += same_bytes(&sum, value, 4, &at) && same_bytes(&our_mean, mean, 4, &at);
+        if (!same_bytes(&sum, value, 4, &at)) { printf("  sum of %zu: ours %.9g, torch's %.9g\n", n, sum, value[0]); }
+        free(x); free(value); free(mean);
+    }
+    snprintf(detail, sizeof(detail), "%d of %d vectors (1 to 32767 values) bit for bit", sums_ok, sums);
+    check("quant4: torch's float32 sum and mean, in its order", sums > 0 && sums_ok == sums, detail);
+    for (int c = 0;; c++) {
+        char name[64];
+        snprintf(name, sizeof(name), "c%d.input", c);
+        if (safetensors_find(&f.st, name) == NULL) { break; }
+#define FIX_F(field) (snprintf(name, sizeof(name), "c%d." field, c), fixture_floats(&f, name, &n))
+#define FIX_B(field) (snprintf(name, sizeof(name), "c%d." field, c), fixture_bytes(&f, name, &n))
+        size_t count;
+        float *x = (snprintf(name, sizeof(name), "c%d.input", c), fixture_floats(&f, name, &count));
+        snprintf(name, sizeof(name), "c%d.config", c);
+        int *config = fixture_ints(&f, name, &n);
+        int blocksize = config[0], type = config[1] == 1 ? QUANT_NF4 : QUANT_FP4;
+        uint8_t *packed = FIX_B("packed"), *qabsmax = FIX_B("qabsmax");
+        float *absmax = FIX_F("absmax"), *nested = FIX_F("nested_absmax"), *offset = FIX_F("offset");
+        float *dequant = FIX_F("dequant"), *dequant_plain = FIX_F("dequant_plain");
+        Quant4 plain, dq;
+        quant4_quantize(&plain, x, count, type, blocksize, 0);
+        quant4_quantize(&dq, x, count, type, blocksize, 1);
+        size_t blocks = plain.num_blocks, nested_blocks = (blocks + QUANT_NESTED_BLOCK - 1) / QUANT_NESTED_BLOCK;
+        float *out = (float *)mallocCheck(count * sizeof(float)), *out_plain = (float *)mallocCheck(count * sizeof(float));
+        quant4_dequantize(&dq, out, 0, count);
+        quant4_dequantize(&plain, out_plain, 0, count);
+        const char *bad = NULL;
+        if (!same_bytes(plain.packed, packed, (count + 1) / 2, &at) || !same_bytes(dq.packed, packed, (count + 1) / 2, &at)) { bad = "packed codes"; }
+        else if (!same_bytes(plain.absmax, absmax, blocks * 4, &at)) { bad = "absmax"; }
+        else if (!same_bytes(&dq.offset, offset, 4, &at)) { bad = "offset (the mean)"; }
+        else if (!same_bytes(dq.qabsmax, qabsmax, blocks, &at)) { bad = "8-bit absmax"; }
+        else if (!same_bytes(dq.nested_absmax, nested, nested_blocks * 4, &at)) { bad = "nested absmax"; }
+        else if (!same_bytes(out, dequant, count * 4, &at)) { bad = "dequantized (double quantization)"; }
+        else if (!same_bytes(out_plain, dequant_plain, count * 4, &at)) { bad = "dequantized"; }
+        else if (count > 50) { // any range of it, as a tile of rows
+            quant4_dequantize(&dq, out, 37, count - 50);
+            if (!same_bytes(out, dequant + 37, (count - 50) * 4, &at)) { bad = "a dequantized range"; }
+        }
+        char title[80];
+        snprintf(title, sizeof(title), "quant4: case %d, %s, %zu values, blocksize %d", c, quant4_name(type), count, blocksize);
+        if (bad != NULL) { snprintf(detail, sizeof(detail), "%s differ at byte %zu", bad, at); }
+        else { snprintf(detail, sizeof(detail), "%zu blocks, %zu nested: every byte", blocks, nested_blocks); }
+        check(title, bad == NULL, detail);
+        quant4_free(&plain); quant4_free(&dq);
+        free(x); free(config); free(packed); free(qabsmax); free(absmax); free(nested); free(offset); free(dequant);
+        free(dequant_plain); free(out); free(out_plain);
+#undef FIX_F
+#undef FIX_B
+    }
+    fcloseCheck(f.fp);
+    safetensors_free(&f.st);
+}
+
 int main(void) {
     char tmp[] = "/tmp/test_finetune_lora_XXXXXX";
     if (mkdtemp(tmp) == NULL) { perror("mkdtemp"); return 1; }
     tmp_dir = tmp;
+    test_quant4();
     test_eta();
     test_bad_adapters(tmp);
     test_new_adapter();
     test_adamw();
     test_dropout();
-    test_model("gpt2", "build/hf_tiny_fp32.bin");
-    test_model("llama", "build/llama_gqa3.bin");
-    test_model("qwen2", "build/qwen2_gqa4.bin");
+    test_model("gpt2", "build/hf_tiny_fp32.bin", QUANT_NONE);
+    test_model("llama", "build/llama_gqa3.bin", QUANT_NONE);
+    test_model("qwen2", "build/qwen2_gqa4.bin", QUANT_NONE);
+    test_model("gpt2", "build/hf_tiny_fp32.bin", QUANT_NF4);
+    test_model("llama", "build/llama_gqa3.bin", QUANT_NF4);
+    test_model("qwen2", "build/qwen2_gqa4.bin", QUANT_NF4);
     char cmd[600];
     snprintf(cmd, sizeof(cmd), "rm -rf %s", tmp);
     if (system(cmd) != 0) { printf("could not remove %s\n", tmp); }

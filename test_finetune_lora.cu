@@ -149,13 +149,32 @@ static int *fixture_ints(Fixture *f, const char *name, size_t *n) {
 #define WD 0.01f
 
 static const char *tmp_dir; // (main's scratch folder)
-static void test_model(const char *name, const char *model_path) {
+// quant: QUANT_NF4 for QLoRA, the base's linear layers in NF4 (blocksize 64, double
+// quantization), against PEFT on the base with those layers' weights replaced by
+// bitsandbytes' NF4 values (lora_reference.py --quant nf4: fixtures lora_NAME_nf4)
+static void test_model(const char *name, const char *model_path, int quant) {
     char dir[256], fixture_path[256];
     snprintf(dir, sizeof(dir), "dev/reference/fixtures/lora_%s", name);
-    snprintf(fixture_path, sizeof(fixture_path), "dev/reference/fixtures/lora_%s.safetensors", name);
-    printf("\n%s + %s against %s\n", model_path, dir, fixture_path);
+    snprintf(fixture_path, sizeof(fixture_path), "dev/reference/fixtures/lora_%s%s.safetensors", name, quant == QUANT_NF4 ? "_nf4" : "");
+    printf("\n%s%s + %s against %s\n", model_path, quant == QUANT_NF4 ? " in NF4" : "", dir, fixture_path);
     Base b;
     base_load(&b, model_path);
+    if (quant != QUANT_NONE) {
+        size_t fp32_bytes = base_bytes(&b), linear = 0, expect = 0;
+        int C = b.C, QKV = (b.NH + 2 * b.NKV) * b.HS, MLP = (b.llama ? 2 : 1) * b.H;
+        size_t per_layer[NUM_SITES] = {(size_t)QKV * C, (size_t)C * b.NH * b.HS, (size_t)MLP * C, (size_t)C * b.H};
+        for (int s = 0; s < NUM_SITES; s++) { linear += (size_t)b.L * per_layer[s]; }
+        base_quantize(&b, quant, 64, 1);
+        for (size_t k = 0; k < (size_t)b.L * NUM_SITES * 3; k++) { // per band: codes, 8-bit absmax, nested absmax, offset, map
+            size_t n = b.qw[k].n, blocks = (n + 63) / 64;
+            expect += n == 0 ? 0 : (n + 1) / 2 + blocks + (blocks + 255) / 256 * 4 + 4 + 256 * 4;
+        }
+        char detail[200];
+        snprintf(detail, sizeof(detail), "%s, blocksize 64: %zu bytes, fp32 %zu (%zu of them the linear layers')", quant4_name(quant),
+                 base_bytes(&b), fp32_bytes, linear * 4);
+        check("the base's linear layers in 4 bits, their fp32 freed", base_bytes(&b) == fp32_bytes - linear * 4 + expect &&
+              quant4_blocksize_ok(64) && !quant4_blocksize_ok(48) && !quant4_blocksize_ok(8192), detail);
+    }
     base_to_device(&b);
     Lora lora;
     LoraShape shape = base_shape(&b);
@@ -256,7 +275,8 @@ static void test_model(const char *name, const char *model_path) {
     const float *site_w = m->site == SITE_QKV ? b.qkvw : m->site == SITE_ATTPROJ ? b.attprojw : m->site == SITE_FC ? b.fcw : b.fcprojw;
     int rows = m->site == SITE_QKV ? (b.NH + 2 * b.NKV) * b.HS : m->site == SITE_FC ? (b.llama ? 2 : 1) * b.H : b.C;
     float *W = (float *)mallocCheck((size_t)rows * m->in * sizeof(float));
-    memcpy(W, site_w + (size_t)m->layer * rows * m->in, (size_t)rows * m->in * sizeof(float));
+    if (b.quant != QUANT_NONE) { site_dequantize(&b, m->layer, m->site, W); } // (merged into the dequantized weight)
+    else { memcpy(W, site_w + (size_t)m->layer * rows * m->in, (size_t)rows * m->in * sizeof(float)); }
     lora_merge(W, m, lora.scale, lora.r);
     const StTensor *mt = NULL;
     for (int k = 0; k < f.st.num && mt == NULL; k++) { mt = strncmp(f.st.tensors[k].name, "merged.", 7) == 0 ? &f.st.tensors[k] : NULL; }
@@ -544,9 +564,12 @@ int main(void) {
     test_new_adapter();
     test_adamw();
     test_dropout();
-    test_model("gpt2", "build/hf_tiny_fp32.bin");
-    test_model("llama", "build/llama_gqa3.bin");
-    test_model("qwen2", "build/qwen2_gqa4.bin");
+    test_model("gpt2", "build/hf_tiny_fp32.bin", QUANT_NONE);
+    test_model("llama", "build/llama_gqa3.bin", QUANT_NONE);
+    test_model("qwen2", "build/qwen2_gqa4.bin", QUANT_NONE);
+    test_model("gpt2", "build/hf_tiny_fp32.bin", QUANT_NF4);
+    test_model("llama", "build/llama_gqa3.bin", QUANT_NF4);
+    test_model("qwen2", "build/qwen2_gqa4.bin", QUANT_NF4);
     char cmd[600];
     snprintf(cmd, sizeof(cmd), "rm -rf %s", tmp);
     if (system(cmd) != 0) { printf("could not remove %s\n", tmp); }

@@ -538,6 +538,10 @@ inline float __uint_as_float(unsigned u) { float x; memcpy(&x, &u, sizeof(x)); r
 inline int __float_as_int(float x) { int u; memcpy(&u, &x, sizeof(u)); return u; }
 inline float __int_as_float(int u) { float x; memcpy(&x, &u, sizeof(x)); return x; }
 template <typename T> inline T __ldg(const T *p) { return *p; }
+// round-to-nearest float arithmetic that is never fused into a multiply-add (this build
+// never fuses: g++ -std=c++17 does not contract)
+inline float __fmul_rn(float a, float b) { return a * b; }
+inline float __fadd_rn(float a, float b) { return a + b; }
 inline int __popc(unsigned x) { return __builtin_popcount(x); }
 inline int __popcll(unsigned long long x) { return __builtin_popcountll(x); }
 inline int __ffs(int x) { return __builtin_ffs(x); }

@@ -54,6 +54,10 @@ import json
 import os
 import sys
 
+if "--quant" in sys.argv:  # nf4_reference.py says why: the last bit of the double quantization's mean
+    os.environ["ATEN_CPU_CAPABILITY"] = "avx2"
+    os.environ["TORCHDYNAMO_DISABLE"] = "1"
+
 import numpy as np
 import torch
 from safetensors.torch import save_file
@@ -93,13 +97,40 @@ def loss_sum(model, tokens, labels):
                                              ignore_index=-100, reduction="sum"), logits
 
 
-def main():
+def quantize_base(base, name):
+    """QLoRA's base: every linear layer of the blocks (not the embeddings, not the head: what
+    transformers' BitsAndBytesConfig(load_in_4bit=True) quantizes) replaced by its float32
+    weight quantized with bitsandbytes (NF4, blocksize 64, double quantization) and
+    dequantized again. GPT-2's Conv1D weights are (in, out): quantized as (out, in), as
+    transformers does. Returns how many were."""
+    import bitsandbytes.functional as F
+    from nf4_reference import dequantize
+    torch.set_num_threads(1)
+    count = 0
+    with torch.no_grad():
+        for module_name, module in base.named_modules():
+            is_conv1d = type(module).__name__ == "Conv1D"
+            if not (isinstance(module, torch.nn.Linear) or is_conv1d) or "lm_head" in module_name:
+                continue
+            w = module.weight.detach().float()
+            w = w.t().contiguous() if is_conv1d else w
+            packed, state = F.quantize_4bit(w, blocksize=64, quant_type="nf4", compress_statistics=True)
+            deq = dequantize(packed, state).reshape(w.shape)  # (bitsandbytes' portable dequantizer: nf4_reference.py)
+            module.weight.copy_((deq.t() if is_conv1d else deq).double())
+            count += 1
+    torch.set_num_threads(os.cpu_count() or 1)
+    return count
+
+
+def main(quant=None):
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
     torch.manual_seed(SEED)
     for name, m in MODELS.items():
         base = AutoModelForCausalLM.from_pretrained(os.path.join(FIXTURES, m["folder"]), dtype=torch.float64)
         base.eval()
+        if quant is not None:
+            print(f"{name}: {quantize_base(base, name)} linear layers in {quant}, dequantized")
         config = LoraConfig(r=m["r"], lora_alpha=m["alpha"], lora_dropout=0.0, target_modules=m["targets"], bias="none",
                             use_rslora=m["rslora"], fan_in_fan_out=m["fan_in_fan_out"], task_type="CAUSAL_LM")
         model = get_peft_model(base, config)
@@ -116,18 +147,24 @@ def main():
                     assert p.abs().max() <= 1 / np.sqrt(p.shape[1]) + 1e-12, n
                 p.copy_(p.float().double())  # float32 values, so that the float32 file holds them exactly
         folder = os.path.join(FIXTURES, f"lora_{name}")
-        model.to(torch.float32)
-        model.save_pretrained(folder)  # the start adapter, PEFT's files (F32, as adapters usually are)
-        model.to(torch.float64)
+        if quant is not None:  # the same start adapter as the plain run's (the same seeds): checked, not written again
+            from safetensors.torch import load_file
+            start = load_file(os.path.join(folder, "adapter_model.safetensors"))
+            assert all(torch.equal(start[n.replace(".default", "")].double(), p.detach()) for n, p in lora.items()), name
+        else:
+            model.to(torch.float32)
+            model.save_pretrained(folder)  # the start adapter, PEFT's files (F32, as adapters usually are)
+            model.to(torch.float64)
         # PEFT also writes a model card (README.md), which we drop, and target_modules from a
         # Python set, whose order changes from run to run: sorted, the file is reproducible
-        os.remove(os.path.join(folder, "README.md"))
-        with open(os.path.join(folder, "adapter_config.json")) as f:
-            adapter_config = json.load(f)
-        adapter_config["target_modules"] = sorted(adapter_config["target_modules"])
-        with open(os.path.join(folder, "adapter_config.json"), "w") as f:
-            json.dump(adapter_config, f, indent=2, sort_keys=True)
-            f.write("\n")
+        if quant is None:
+            os.remove(os.path.join(folder, "README.md"))
+            with open(os.path.join(folder, "adapter_config.json")) as f:
+                adapter_config = json.load(f)
+            adapter_config["target_modules"] = sorted(adapter_config["target_modules"])
+            with open(os.path.join(folder, "adapter_config.json"), "w") as f:
+                json.dump(adapter_config, f, indent=2, sort_keys=True)
+                f.write("\n")
         key = {n: n.replace(".default", "") for n in lora}  # the names in PEFT's files
         vocab = base.config.vocab_size
         tokens, labels = batch(vocab, np.random.default_rng(SEED))
@@ -158,7 +195,7 @@ def main():
         merged_name = first.replace("base_model.model.", "") + ".weight"
         out["merged." + merged_name] = dict(merged.named_parameters())[merged_name].detach()
         tensors = {k: v.to(torch.float32).contiguous() for k, v in out.items()}
-        if name == "gpt2":  # torch's AdamW alone, 3 steps with a strong weight decay (its effect is tiny above)
+        if name == "gpt2" and quant is None:  # torch's AdamW alone, 3 steps with a strong weight decay (its effect is tiny above)
             generator = torch.Generator().manual_seed(SEED + 1)
             p = torch.randn(64, generator=generator, dtype=torch.float64).float().double().requires_grad_(True)
             grads = torch.randn(3, 64, generator=generator, dtype=torch.float64).float().double()
@@ -175,8 +212,10 @@ def main():
         tensors["grad_norms"] = torch.tensor(norms, dtype=torch.float32)
         settings = dict(base=m["folder"], r=m["r"], alpha=m["alpha"], targets=m["targets"], rslora=m["rslora"],
                         steps=STEPS, micro_batches=2, micro_batch=2, T=T, lr=LR, betas=list(BETAS), eps=EPS,
-                        weight_decay=WEIGHT_DECAY, clip=CLIP, seed=SEED, response_tokens=count)
-        save_file(tensors, os.path.join(FIXTURES, f"lora_{name}.safetensors"), metadata={"settings": json.dumps(settings)})
+                        weight_decay=WEIGHT_DECAY, clip=CLIP, seed=SEED, response_tokens=count,
+                        **({} if quant is None else {"quant": quant + ", blocksize 64, double quantization"}))
+        suffix = "" if quant is None else "_" + quant
+        save_file(tensors, os.path.join(FIXTURES, f"lora_{name}{suffix}.safetensors"), metadata={"settings": json.dumps(settings)})
         print(f"{name}: {len(lora)} LoRA tensors, {sum(p.numel() for p in lora.values())} parameters; "
               f"{count} response tokens; losses " + " ".join(f"{x:.4f}" for x in losses) +
               "; grad norms " + " ".join(f"{x:.3f}" for x in norms))
@@ -222,5 +261,7 @@ def check_ours():
 if __name__ == "__main__":
     if sys.argv[1:] == ["--check-ours"]:
         check_ours()
+    elif sys.argv[1:] == ["--quant", "nf4"]:
+        main("nf4")
     else:
         main()

@@ -62,8 +62,9 @@ R="-m $TMP/d2.bin -d $D -n 4 -b 2 -k 1 -v 2 -V 0.2 -r 4 -l 1e-2" # (accumulation
 # 5.6e-6, 5.6e-4 lr; allowed 0.05 lr (5e-4). A wrong gradient moves whole tensors by ~lr.
 
 # FP32: the same training, step by step and weight by weight (the weights: see above)
-for case in "no dropout:-D 0" "LoRA dropout 0.2 (the CPU's masks):-D 0.2"; do
-    name=${case%%:*} flags=${case#*:}
+for case in "QLoRA, the base in NF4 (-Q nf4)|-D 0 -Q nf4" "QLoRA, FP4, blocksize 128, no double quantization (-Q fp4:128:0)|-D 0 -Q fp4:128:0" \
+            "no dropout|-D 0" "LoRA dropout 0.2 (the CPU's masks)|-D 0.2"; do
+    name=${case%%|*} flags=${case#*|}
     "$CPU" $R $flags -o "$TMP/cpu" > "$TMP/cpu.log" 2>&1
     "$FP32" $R $flags -o "$TMP/gpu" > "$TMP/gpu.log" 2>&1
     status=$?
@@ -76,6 +77,9 @@ for case in "no dropout:-D 0" "LoRA dropout 0.2 (the CPU's masks):-D 0.2"; do
         $([ "$n" -gt 1000 ] && awk -v e="$err" 'BEGIN { exit !(e <= 5e-4) }' && echo 1 || echo 0)
     rm -rf "$TMP/cpu" "$TMP/gpu"
 done
+"$FP32" $R -D 0 -Q nf4 -n 1 -o "$TMP/q" > "$TMP/q.log" 2>&1
+report "... -Q nf4: the GPU's memory table counts the 4-bit weights" \
+    $(grep -q '^memory on the GPU (MiB): base weights .* (the linear layers 4-bit, one layer.s dequantized, the rest fp32' "$TMP/q.log" && echo 1 || echo 0) "$(grep '^memory' "$TMP/q.log")"
 report "... the GPU's report: the memory table and tokens/s" \
     $(grep -q '^memory on the GPU (MiB): base weights .* (fp32, no gradients), .*activations .* every block' "$TMP/gpu.log" && grep -q 'tokens/s' "$TMP/gpu.log" && echo 1 || echo 0)
 
