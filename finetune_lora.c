@@ -1007,7 +1007,8 @@ static float *rope_frequencies(const LlamaConfig *c) {
 // --- begin shared-copy: llama-random ---
 // Random Llama-family models of real models' shapes, for benchmarks (-m llama:NAME): what
 // matters for speed is the shape, not the values. Weights uniform in [-0.02, 0.02] (0.02
-// is GPT-2's init scale), RMSNorm weights 1. (Llama 3.2 1B: 1.24B parameters, 4.6 GiB fp32.)
+// is GPT-2's init scale), RMSNorm weights 1. (Llama 3.2 1B: 1.24B parameters, 4.6 GiB fp32;
+// Llama 3.1 8B: 8.03B, 29.9 GiB.)
 static const struct { const char *name; LlamaConfig c; } LLAMA_SHAPES[] = {
     // maxT, V, L, NH, NKV, C, HS, H, tied, qkv_bias, family, theta, eps, Llama 3 RoPE scaling (4), bos, eos
     {"smollm2-135m", {8192, 49152, 30, 9, 3, 576, 64, 1536, 1, 0, LLAMA_FAMILY_LLAMA, 1e5f, 1e-5f, 0.0f, 0.0f, 0.0f, 0, 1, 2}},
@@ -1015,6 +1016,12 @@ static const struct { const char *name; LlamaConfig c; } LLAMA_SHAPES[] = {
                      128000, 128009}},
     {"qwen2.5-0.5b", {32768, 151936, 24, 14, 2, 896, 64, 4864, 1, 1, LLAMA_FAMILY_QWEN2, 1e6f, 1e-6f, 0.0f, 0.0f, 0.0f, 0, -1,
                       151645}},
+    {"llama3.2-3b", {131072, 128256, 28, 24, 8, 3072, 128, 8192, 1, 0, LLAMA_FAMILY_LLAMA, 5e5f, 1e-5f, 32.0f, 1.0f, 4.0f, 8192,
+                     128000, 128009}},
+    {"llama3.1-8b", {131072, 128256, 32, 32, 8, 4096, 128, 14336, 0, 0, LLAMA_FAMILY_LLAMA, 5e5f, 1e-5f, 8.0f, 1.0f, 4.0f, 8192,
+                     128000, 128009}},
+    {"qwen2.5-7b", {32768, 152064, 28, 28, 4, 3584, 128, 18944, 0, 1, LLAMA_FAMILY_QWEN2, 1e6f, 1e-6f, 0.0f, 0.0f, 0.0f, 0, -1,
+                    151645}},
 };
 
 static int llama_random(LlamaWeights *w, const char *source, uint64_t seed) {
@@ -1033,7 +1040,7 @@ static int llama_random(LlamaWeights *w, const char *source, uint64_t seed) {
         }
         return 1;
     }
-    die_file(source, "-m llama:NAME takes smollm2-135m, llama3.2-1b or qwen2.5-0.5b", "no such shape");
+    die_file(source, "-m llama:NAME takes smollm2-135m, llama3.2-1b, llama3.2-3b, llama3.1-8b, qwen2.5-0.5b or qwen2.5-7b", "no such shape");
     return 0;
 }
 // --- end shared-copy: llama-random ---
@@ -1127,15 +1134,14 @@ static void base_quantize(Base *b, int type, int blocksize, int nested) {
     const float *W[NUM_SITES] = {b->qkvw, b->attprojw, b->fcw, b->fcprojw};
     b->qw = (Quant4 *)calloc((size_t)L * NUM_SITES * 3, sizeof(Quant4));
     if (b->qw == NULL) { fprintf(stderr, "Error: out of memory for the 4-bit weights\n"); exit(EXIT_FAILURE); }
-    for (int l = 0; l < L; l++) {
-        for (int s = 0; s < NUM_SITES; s++) {
-            size_t site_rows = (size_t)b->band_rows[s][0] + b->band_rows[s][1] + b->band_rows[s][2], row = 0;
-            for (int k = 0; k < 3 && b->band_rows[s][k] > 0; k++) {
-                const float *band = W[s] + ((size_t)l * site_rows + row) * in[s];
-                quant4_quantize(&b->qw[((size_t)l * NUM_SITES + s) * 3 + k], band, (size_t)b->band_rows[s][k] * in[s], type, blocksize, nested);
-                row += b->band_rows[s][k];
-            }
-        }
+    #pragma omp parallel for schedule(dynamic)
+    for (int j = 0; j < L * NUM_SITES * 3; j++) { // (each band on its own: the same bytes in any order)
+        int l = j / (NUM_SITES * 3), s = j / 3 % NUM_SITES, k = j % 3;
+        if (b->band_rows[s][k] == 0) { continue; }
+        size_t site_rows = (size_t)b->band_rows[s][0] + b->band_rows[s][1] + b->band_rows[s][2], row = 0;
+        for (int i = 0; i < k; i++) { row += b->band_rows[s][i]; }
+        const float *band = W[s] + ((size_t)l * site_rows + row) * in[s];
+        quant4_quantize(&b->qw[j], band, (size_t)b->band_rows[s][k] * in[s], type, blocksize, nested);
     }
     float **tensors;
     size_t *sizes, keep = 0;
@@ -1197,6 +1203,44 @@ static size_t base_bytes(const Base *b) {
     for (size_t k = 0; b->qw != NULL && k < (size_t)b->L * NUM_SITES * 3; k++) { bytes += b->qw[k].packed != NULL ? quant4_bytes(&b->qw[k]) : 0; }
     return bytes;
 }
+
+// The classifier a chunk of rows at a time: the logits of all N rows at once would be N Vp
+// floats (1 GiB for T = 2,048 and Llama 3's 128,256 tokens), and nothing needs them after
+// their row's loss and (the head being frozen) its gradient into nf. logits_floats of them at
+// most, one row at least: the tiny test models' all fit, and keep their logits to compare.
+static size_t logits_floats = (size_t)1 << 22; // 16 MiB of fp32 (a variable: the tests make chunks of a few rows)
+static int logits_rows(const Base *b, int N) {
+    size_t rows = logits_floats / (size_t)b->Vp;
+    rows = rows > 0 ? rows : 1;
+    return rows < (size_t)N ? (int)rows : N;
+}
+
+// --- what a run would hold: --plan's arithmetic, from a base's shape alone
+// (memory_plan, each program's own, sums the parts as that program allocates them)
+#ifndef TESTING // (the tests take the base, not the planner)
+typedef struct {
+    const char *name[16];
+    double bytes[16];
+    int n;
+    double total, per_layer; // all parts; one layer's activations (the share recomputation saves)
+} MemoryPlan;
+typedef struct {
+    int quant, blocksize, nested, modules, r, B, T, recompute;
+    size_t adapter_params;
+    float dropout;
+} PlanRun;
+static void plan_add(MemoryPlan *p, const char *name, double bytes) {
+    p->name[p->n] = name;
+    p->bytes[p->n++] = bytes;
+    p->total += bytes;
+}
+// the base's parameters; those of its four linear layers (what -Q quantizes)
+static size_t plan_linear_params(const Base *b) {
+    size_t C = b->C, Q = (size_t)b->NH * b->HS, QKV = Q + 2 * (size_t)b->NKV * b->HS, MLP = (b->llama ? 2 : 1) * (size_t)b->H;
+    return (size_t)b->L * (QKV * C + C * Q + MLP * C + C * b->H);
+}
+static size_t plan_base_params(const Base *b) { return b->llama ? b->llama_weights.num_parameters : b->gpt2.num_parameters; }
+#endif
 
 static void base_free(Base *b) {
     for (size_t k = 0; b->qw != NULL && k < (size_t)b->L * NUM_SITES * 3; k++) { quant4_free(&b->qw[k]); }
@@ -1376,8 +1420,8 @@ static void lora_load(Lora *lora, const LoraShape *b, const char *dir, int train
         int site[7], offset[7], out[7], in[7], n = family_modules(b, l, names, site, offset, out, in);
         for (int k = 0; k < n; k++) {
             char key_a[256], key_b[256];
-            snprintf(key_a, sizeof(key_a), "base_model.model.%s.lora_A.weight", names[k]);
-            snprintf(key_b, sizeof(key_b), "base_model.model.%s.lora_B.weight", names[k]);
+            snprintf(key_a, sizeof(key_a), "base_model.model.%.127s.lora_A.weight", names[k]); // (%.127s: a name is 127
+            snprintf(key_b, sizeof(key_b), "base_model.model.%.127s.lora_B.weight", names[k]); // characters at most)
             const StTensor *ta = safetensors_find(&st, key_a), *tb = safetensors_find(&st, key_b);
             if (ta == NULL && tb == NULL) { continue; }
             if (ta == NULL || tb == NULL) { die_file(path, ADAPTER_HINT, "%s without %s", ta != NULL ? key_a : key_b, ta != NULL ? key_b : key_a); }
@@ -1387,7 +1431,7 @@ static void lora_load(Lora *lora, const LoraShape *b, const char *dir, int train
             }
             if (!st_float_dtype(ta->dtype) || !st_float_dtype(tb->dtype)) { die_file(path, NULL, "%s: dtype %s, we read F32, F16, BF16, F64", names[k], ta->dtype); }
             LoraModule *m = &lora->modules[lora->num_modules++];
-            snprintf(m->name, sizeof(m->name), "%s", names[k]);
+            snprintf(m->name, sizeof(m->name), "%.127s", names[k]);
             m->layer = l; m->site = site[k]; m->offset = offset[k]; m->out = out[k]; m->in = in[k];
             lora->num_params += (size_t)r * (in[k] + out[k]);
             found += 2;
@@ -1449,30 +1493,43 @@ typedef struct {
     float *act;          // (L, N, H)
     float *h;            // each module's h (N, r), back to back
     float *nf;           // (N, C)
-    float *logits;       // (N, Vp): the probabilities after the loss
+    float *logits;       // (LOGITS_ROWS, Vp): a chunk of rows' logits at a time (all N rows when they fit)
+    float *dnf;          // (N, C): (p - onehot(label)) lm_head of each labelled row, made chunk by chunk in the forward pass
     double *row_loss;    // (N) each row's loss, summed in order after
     float *dx, *dbuf, *dbuf2, *dh; // backward scratch: (N, C), (N, max width) twice, (N, r)
     float *drop, *drop2;           // LoRA dropout's scratch: (N, max width) twice
     float *tile;                   // -Q: a tile of a 4-bit weight, dequantized (quant_tile_floats)
     size_t bytes;                  // all of it (the memory table)
+    int forward_only;              // 1: no backward pass follows (an evaluation): model_forward makes no dnf
 } Acts;
 
 static size_t max3(size_t a, size_t b, size_t c) { return a > b ? (a > c ? a : c) : (b > c ? b : c); }
+
+// The floats of each of Acts' arrays, in the order of its fields (x .. tile), for B sequences of
+// T positions and an adapter of `modules` modules of rank r: what acts_allocate takes, and
+// what --plan predicts (memory_plan). Returns how many arrays.
+enum { ACTS_LOGITS = 12, ACTS_SCRATCH = 14, ACTS_TILE = 20, NUM_ACTS = 21 }; // (kept for the backward pass: 0..11)
+static int acts_sizes(size_t *sizes, const Base *b, int modules, int r, float dropout, int B, int T) {
+    size_t N = (size_t)B * T, L = b->L, C = b->C, Q = (size_t)b->NH * b->HS, QKV = Q + 2 * (size_t)b->NKV * b->HS;
+    size_t MLP = (b->llama ? 2 : 1) * (size_t)b->H, wide = max3(QKV, MLP, max3(C, Q, b->H));
+    size_t drop = dropout > 0.0f ? N * wide : 1;
+    size_t s[NUM_ACTS] = {(L + 1) * N * C, L * N * C, L * N * C, L * N * C, (L * 4 + 2) * N, L * N * QKV, L * B * b->NH * T * T,
+                          L * N * Q, L * N * MLP, L * N * b->H, (size_t)modules * N * r, N * C,
+                          (size_t)logits_rows(b, (int)N) * b->Vp, N * C, N * C, N * wide, N * wide, N * r, drop, drop, quant_tile_floats(b)};
+    memcpy(sizes, s, sizeof(s));
+    return NUM_ACTS;
+}
 
 // (recompute: finetune_lora.cu's -A; the CPU keeps every activation, whatever it says)
 static void acts_allocate(Acts *a, const Base *b, const Lora *lora, int B, int T, int recompute) {
     (void)recompute;
     memset(a, 0, sizeof(*a));
     a->B = B; a->T = T;
-    size_t N = (size_t)B * T, L = b->L, C = b->C, Q = (size_t)b->NH * b->HS, QKV = Q + 2 * (size_t)b->NKV * b->HS;
-    size_t MLP = (b->llama ? 2 : 1) * (size_t)b->H, wide = max3(QKV, MLP, max3(C, Q, b->H));
-    float **slots[] = {&a->x, &a->xmid, &a->n1, &a->n2, &a->stats, &a->qkv, &a->att, &a->atty, &a->fc, &a->act, &a->h, &a->nf,
-                       &a->logits, &a->dx, &a->dbuf, &a->dbuf2, &a->dh, &a->drop, &a->drop2, &a->tile};
-    size_t drop = lora->dropout > 0.0f ? N * wide : 1;
-    size_t sizes[] = {(L + 1) * N * C, L * N * C, L * N * C, L * N * C, (L * 4 + 2) * N, L * N * QKV, L * B * b->NH * T * T,
-                      L * N * Q, L * N * MLP, L * N * b->H, (size_t)lora->num_modules * N * lora->r, N * C, N * b->Vp,
-                      N * C, N * wide, N * wide, N * lora->r, drop, drop, quant_tile_floats(b)};
-    for (size_t k = 0; k < sizeof(sizes) / sizeof(sizes[0]); k++) {
+    size_t N = (size_t)B * T, sizes[NUM_ACTS];
+    float **slots[NUM_ACTS] = {&a->x, &a->xmid, &a->n1, &a->n2, &a->stats, &a->qkv, &a->att, &a->atty, &a->fc, &a->act, &a->h,
+                               &a->nf, &a->logits, &a->dnf, &a->dx, &a->dbuf, &a->dbuf2, &a->dh, &a->drop, &a->drop2, &a->tile};
+    acts_sizes(sizes, b, lora->num_modules, lora->r, lora->dropout, B, T);
+    for (size_t k = 0; k < NUM_ACTS; k++) {
         a->bytes += sizes[k] * sizeof(float);
         *slots[k] = (float *)calloc(sizes[k] > 0 ? sizes[k] : 1, sizeof(float));
         if (*slots[k] == NULL) { fprintf(stderr, "Error: out of memory for the activations (B=%d T=%d)\n", B, T); exit(EXIT_FAILURE); }
@@ -1482,8 +1539,8 @@ static void acts_allocate(Acts *a, const Base *b, const Lora *lora, int B, int T
 }
 
 static void acts_free(Acts *a) {
-    float *all[] = {a->x, a->xmid, a->n1, a->n2, a->stats, a->qkv, a->att, a->atty, a->fc, a->act, a->h, a->nf, a->logits, a->dx,
-                    a->dbuf, a->dbuf2, a->dh, a->drop, a->drop2, a->tile};
+    float *all[] = {a->x, a->xmid, a->n1, a->n2, a->stats, a->qkv, a->att, a->atty, a->fc, a->act, a->h, a->nf, a->logits, a->dnf,
+                    a->dx, a->dbuf, a->dbuf2, a->dh, a->drop, a->drop2, a->tile};
     for (size_t k = 0; k < sizeof(all) / sizeof(all[0]); k++) { free(all[k]); }
     free(a->row_loss);
     memset(a, 0, sizeof(*a));
@@ -1536,8 +1593,10 @@ static void site_lora_backward(float *dx, const float *dy, const float *x, int l
 }
 
 // The forward pass over tokens (B, T), and the summed cross-entropy of the rows whose label
-// is not -100 (label[n]: the token row n should predict). Leaves the probabilities of those
-// rows in a->logits for the backward pass; *count gets how many there were.
+// is not -100 (label[n]: the token row n should predict); *count gets how many there were.
+// Unless a->forward_only (an evaluation's), it leaves the classifier's gradient into nf in
+// a->dnf for the backward pass. The logits of rows without a label stay logits (a->logits:
+// the last chunk's rows, all of them when they fit one, as the tests' tiny models' do).
 static double model_forward(const Base *b, const Lora *lora, Acts *a, const int *tokens, const int *labels, int *count) {
     int B = a->B, T = a->T, N = B * T, C = b->C, L = b->L, Q = b->NH * b->HS, QKV = Q + 2 * b->NKV * b->HS;
     int H = b->H, MLP = (b->llama ? 2 : 1) * H;
@@ -1570,31 +1629,51 @@ static double model_forward(const Base *b, const Lora *lora, Acts *a, const int 
     }
     float *stf = a->stats + (size_t)L * 4 * N;
     norm_forward(a->nf, stf, stf + N, a->x + (size_t)L * N * C, b->lnfw, b->lnfb, N, C, b->eps, b->llama);
-    linear_forward(a->logits, a->nf, b->lm_head, NULL, N, C, b->Vp);
     int counted = 0;
     for (int n = 0; n < N; n++) {
         if (labels[n] == -100) { continue; }
         if (labels[n] < 0 || labels[n] >= b->V) { fprintf(stderr, "Error: label %d at row %d is outside the vocabulary (%d)\n", labels[n], n, b->V); exit(EXIT_FAILURE); }
         counted++;
     }
-    // softmax over the V real tokens and the loss, where there is a label: the rows in
-    // parallel (a row's numbers do not depend on the threads), their losses summed after in
-    // row order so that the total does not either. exp once per logit, in float (as torch's
-    // fp32 log_softmax), summed in double.
+    // The classifier, a chunk of rows at a time: their logits, then the softmax over the V
+    // real tokens and the loss where there is a label (the rows in parallel: a row's numbers
+    // do not depend on the threads; their losses summed after in row order, so the total does
+    // not either; exp once per logit, in float, as torch's fp32 log_softmax, summed in double).
+    // Then each labelled row's probabilities become p - onehot(label), and the chunk's
+    // gradient into nf, (p - onehot) lm_head, goes to a->dnf (model_backward scales it).
     double *loss = a->row_loss;
-    #pragma omp parallel for schedule(static)
-    for (int n = 0; n < N; n++) {
-        float *row = a->logits + (size_t)n * b->Vp, maxval = -INFINITY;
-        loss[n] = 0.0;
-        if (labels[n] == -100) { continue; }
-        for (int v = 0; v < b->V; v++) { maxval = row[v] > maxval ? row[v] : maxval; }
-        float target = row[labels[n]];
-        double sum = 0.0;
-        for (int v = 0; v < b->V; v++) { row[v] = exp_fast(row[v] - maxval); }
-        for (int v = 0; v < b->V; v++) { sum += row[v]; }
-        loss[n] = log(sum) + maxval - target;
-        float inv = (float)(1.0 / sum);
-        for (int v = 0; v < b->V; v++) { row[v] *= inv; }
+    int chunk = logits_rows(b, N);
+    for (int first = 0; first < N; first += chunk) {
+        int rows = N - first < chunk ? N - first : chunk;
+        linear_forward(a->logits, a->nf + (size_t)first * C, b->lm_head, NULL, rows, C, b->Vp);
+        #pragma omp parallel for schedule(static)
+        for (int i = 0; i < rows; i++) {
+            int n = first + i;
+            float *row = a->logits + (size_t)i * b->Vp, maxval = -INFINITY;
+            loss[n] = 0.0;
+            if (labels[n] == -100) { continue; }
+            for (int v = 0; v < b->V; v++) { maxval = row[v] > maxval ? row[v] : maxval; }
+            float target = row[labels[n]];
+            double sum = 0.0;
+            for (int v = 0; v < b->V; v++) { row[v] = exp_fast(row[v] - maxval); }
+            for (int v = 0; v < b->V; v++) { sum += row[v]; }
+            loss[n] = log(sum) + maxval - target;
+            float inv = (float)(1.0 / sum);
+            for (int v = 0; v < b->V; v++) { row[v] *= inv; }
+            if (!a->forward_only) {
+                for (int v = 0; v < b->Vp; v++) { row[v] = v < b->V ? row[v] - (v == labels[n] ? 1.0f : 0.0f) : 0.0f; }
+            }
+        }
+        if (a->forward_only) { continue; }
+        float *dnf = a->dnf + (size_t)first * C;
+        memset(dnf, 0, (size_t)rows * C * sizeof(float));
+        int labelled = 0;
+        for (int i = 0; i < rows; i++) { labelled += labels[first + i] != -100; }
+        if (labelled == 0) { continue; }
+        linear_backward(dnf, a->logits, b->lm_head, rows, C, b->Vp);
+        for (int i = 0; i < rows; i++) { // (a row without a label kept its logits: it has no gradient)
+            if (labels[first + i] == -100) { memset(dnf + (size_t)i * C, 0, (size_t)C * sizeof(float)); }
+        }
     }
     double total = 0.0;
     for (int n = 0; n < N; n++) { total += loss[n]; }
@@ -1605,20 +1684,13 @@ static double model_forward(const Base *b, const Lora *lora, Acts *a, const int 
 // The gradient of dscale x (the loss sum) into the adapter's grads (added to them: micro-
 // batches accumulate). Call after model_forward on the same batch.
 static void model_backward(const Base *b, Lora *lora, Acts *a, const int *labels, float dscale) {
+    (void)labels; // (model_forward used them: the classifier's gradient is made there)
     int B = a->B, T = a->T, N = B * T, C = b->C, L = b->L, Q = b->NH * b->HS, QKV = Q + 2 * b->NKV * b->HS;
     int H = b->H, MLP = (b->llama ? 2 : 1) * H;
     size_t NC = (size_t)N * C;
-    // dlogits = dscale (p - onehot(label)) on labelled rows, 0 elsewhere (and on the padding columns)
-    float *dlogits = a->logits;
-    #pragma omp parallel for schedule(static)
-    for (int n = 0; n < N; n++) {
-        float *row = dlogits + (size_t)n * b->Vp;
-        if (labels[n] == -100) { memset(row, 0, (size_t)b->Vp * sizeof(float)); continue; }
-        for (int v = 0; v < b->Vp; v++) { row[v] = v < b->V ? dscale * (row[v] - (v == labels[n] ? 1.0f : 0.0f)) : 0.0f; }
-    }
+    // the classifier's gradient into nf: model_forward made (p - onehot(label)) lm_head, row by row
     float *dnf = a->dbuf, *dx = a->dx, *stf = a->stats + (size_t)L * 4 * N;
-    memset(dnf, 0, NC * sizeof(float));
-    linear_backward(dnf, dlogits, b->lm_head, N, C, b->Vp);
+    for (size_t i = 0; i < NC; i++) { dnf[i] = dscale * a->dnf[i]; }
     memset(dx, 0, NC * sizeof(float));
     norm_backward(dx, dnf, a->x + (size_t)L * NC, stf, stf + N, b->lnfw, N, C, b->llama);
     for (int l = L - 1; l >= 0; l--) {
@@ -1752,7 +1824,7 @@ static void lora_create(Lora *lora, const Base *b, int r, float alpha, int rslor
                 exit(EXIT_FAILURE);
             }
             LoraModule *m = &lora->modules[lora->num_modules++];
-            snprintf(m->name, sizeof(m->name), "%s", names[k]);
+            snprintf(m->name, sizeof(m->name), "%.127s", names[k]);
             m->layer = l; m->site = site[k]; m->offset = offset[k]; m->out = out[k]; m->in = in[k];
             lora->num_params += (size_t)r * (in[k] + out[k]);
         }
@@ -1955,12 +2027,64 @@ static void print_peak_memory(void) {
     if (getrusage(RUSAGE_SELF, &usage) == 0) { printf("peak memory: %.1f MiB resident (the whole process)\n", usage.ru_maxrss / 1024.0); }
 }
 
-// what the run holds in memory, by kind (the activations: what the backward pass keeps)
+// what the run holds in memory, by kind (the activations: what the backward pass keeps), and
+// the same in bytes as allocated (the ledger --plan predicts: test_finetune_lora_cli.sh)
 static void print_memory(const Base *b, const Lora *lora, const Acts *a) {
     printf("memory (MiB): base weights %.1f (%s, no gradients), adapter %.2f, its gradients %.2f, AdamW's moments %.2f, "
            "activations and their gradients' scratch %.1f (B=%d, T=%d)\n", base_bytes(b) / 1048576.0,
            b->quant != QUANT_NONE ? "the linear layers 4-bit, the rest fp32" : "fp32", lora->num_params * 4.0 / (1 << 20),
            lora->num_params * 4.0 / (1 << 20), lora->num_params * 8.0 / (1 << 20), a->bytes / 1048576.0, a->B, a->T);
+    printf("ledger (bytes): weights %zu, adapter %zu, gradients %zu, moments %zu, activations %zu, total %zu\n", base_bytes(b),
+           lora->num_params * 4, lora->num_params * 4, lora->num_params * 8, a->bytes,
+           base_bytes(b) + lora->num_params * 16 + a->bytes);
+}
+
+// base_quantize's bytes: each band's codes, and its constants (quant4_bytes, less the codes)
+static void plan_quant_bytes(const Base *b, int blocksize, int nested, size_t *codes, size_t *constants) {
+    int C = b->C, Q = b->NH * b->HS, KV = b->NKV * b->HS, H = b->H;
+    int rows[NUM_SITES][3] = {{Q, KV, KV}, {C, 0, 0}, {H, H, 0}, {C, 0, 0}}, gpt2_rows[NUM_SITES][3] = {{3 * C, 0, 0}, {C, 0, 0}, {4 * C, 0, 0}, {C, 0, 0}};
+    int in[NUM_SITES] = {C, Q, C, H};
+    *codes = 0; *constants = 0;
+    for (int s = 0; s < NUM_SITES; s++) {
+        for (int k = 0; k < 3; k++) {
+            size_t n = (size_t)(b->llama ? rows[s][k] : gpt2_rows[s][k]) * in[s], blocks = (n + blocksize - 1) / blocksize;
+            if (n == 0) { continue; }
+            *codes += (size_t)b->L * ((n + 1) / 2);
+            *constants += (size_t)b->L * (nested ? blocks + (blocks + QUANT_NESTED_BLOCK - 1) / QUANT_NESTED_BLOCK * 4 + 4 + 256 * 4 : blocks * 4);
+        }
+    }
+}
+
+#define PLAN_WHERE "the CPU, fp32; the process's own overhead, the tokenizer and the data not counted"
+// --plan: what this program would allocate, part by part, for base b's shape: the weights
+// (base_quantize's, or fp32), the adapter with its gradients and AdamW's moments
+// (lora_allocate's), and acts_allocate's arrays (acts_sizes). The same sums the run makes: its
+// ledger line equals this total (test_finetune_lora_cli.sh). The CPU keeps every layer's
+// activations (no recomputation here: -A is finetune_loracu's).
+static void memory_plan(MemoryPlan *p, const Base *b, const PlanRun *run) {
+    memset(p, 0, sizeof(*p));
+    size_t linear = plan_linear_params(b), params = plan_base_params(b), codes = 0, constants = 0;
+    if (run->quant != QUANT_NONE) { plan_quant_bytes(b, run->blocksize, run->nested, &codes, &constants); }
+    Base q = *b;
+    q.quant = run->quant; // (quant_tile_floats: the tile exists with -Q)
+    plan_add(p, run->quant != QUANT_NONE ? "base weights, fp32 (embeddings, norms, biases, head)" : "base weights, fp32",
+             (double)(run->quant != QUANT_NONE ? params - linear : params) * 4);
+    if (run->quant != QUANT_NONE) {
+        plan_add(p, "base weights, 4-bit codes (the linear layers)", (double)codes);
+        plan_add(p, "quantization constants (absmax, nested, maps)", (double)constants);
+    }
+    plan_add(p, "adapter (fp32)", (double)run->adapter_params * 4);
+    plan_add(p, "its gradients", (double)run->adapter_params * 4);
+    plan_add(p, "AdamW's moments", (double)run->adapter_params * 8);
+    size_t sizes[NUM_ACTS], kept = 0, scratch = 0, N = (size_t)run->B * run->T;
+    acts_sizes(sizes, &q, run->modules, run->r, run->dropout, run->B, run->T);
+    for (int k = 0; k < ACTS_LOGITS; k++) { kept += sizes[k]; }
+    for (int k = ACTS_SCRATCH; k < ACTS_TILE; k++) { scratch += sizes[k]; }
+    plan_add(p, "activations kept for the backward pass, every layer's", (double)kept * 4);
+    p->per_layer = (double)(kept - 2 * N * b->C - 2 * N) * 4 / b->L; // (one layer's share: all but the last x, nf and its stats)
+    plan_add(p, "logits, a chunk of rows at a time, and their gradient into nf", (double)(sizes[ACTS_LOGITS] + sizes[ACTS_LOGITS + 1]) * 4);
+    plan_add(p, "backward scratch (and LoRA dropout's)", (double)scratch * 4 + (double)N * sizeof(double));
+    if (run->quant != QUANT_NONE) { plan_add(p, "a 4-bit weight's tile, dequantized", (double)sizes[ACTS_TILE] * 4); }
 }
 
 // --- begin shared-copy: finetune-main ---
@@ -2368,6 +2492,8 @@ typedef struct {
     int phase_every;
     int dropout_set; // -D was given (else an adapter read from a folder keeps its own)
     int quant, quant_blocksize, quant_nested; // -Q: the base's linear layers in 4 bits (QUANT_NONE: fp32)
+    int plan;           // --plan: print what the run would hold, and what fits -G GiB; run nothing
+    const char *budget; // -G's value (finetune_loracu's budget; --plan's memory)
 } Options;
 
 // The defaults (-h shows them). r 8 and alpha 16 on every linear layer, lr 1e-3 with a short
@@ -2381,7 +2507,8 @@ static const Options DEFAULTS = {
     .r = 8, .rslora = 0, .B = 4, .accum = 4, .T = 128, .steps = 0, .epochs = 1, .warmup = 10, .val_every = 50, .refuse = 0,
     .save_every = 0, .resume = 0, .recompute = 0, .bench = 0,
     .alpha = 16.0f, .dropout = 0.05f, .lr = 1e-3f, .weight_decay = 0.0f, .clip = 1.0f, .val_frac = 0.05f, .final_frac = 0.1f,
-    .seed = 1337, .phase_every = 0, .dropout_set = 0, .quant = QUANT_NONE, .quant_blocksize = 64, .quant_nested = 1};
+    .seed = 1337, .phase_every = 0, .dropout_set = 0, .quant = QUANT_NONE, .quant_blocksize = 64, .quant_nested = 1, .plan = 0,
+    .budget = NULL};
 
 static void print_usage(const Options *d) {
     printf("usage: %s [flags]    LoRA fine-tuning of a model file on instruction data (Alpaca JSONL)\n"
@@ -2417,14 +2544,17 @@ static void print_usage(const Options *d) {
            "  -y 0|1    resume from the newest checkpoint in -o, with the same flags and data [%d]\n"
            "  -A 0|1    activation recomputation: keep only each block's input, run the block again in the\n"
            "            backward pass (less memory, about a third more compute; finetune_lora.cu; the CPU keeps all) [%d]\n"
-           "  -B 0|1    benchmark: random tokens on -m (a model file, or llama:smollm2-135m, llama:llama3.2-1b,\n"
-           "            llama:qwen2.5-0.5b: random weights of that shape), -n steps (10 if 0) of -k x -b x -t; no data,\n"
+           "  -B 0|1    benchmark: random tokens on -m (a model file, or llama:NAME: random weights of the shape of\n"
+           "            smollm2-135m, llama3.2-1b, llama3.2-3b, llama3.1-8b, qwen2.5-0.5b, qwen2.5-7b), -n steps (10 if 0) of -k x -b x -t; no data,\n"
            "            no files written: tokens/s and peak memory [%d]\n"
            "  -s N      seed: the adapter's start, the split, the order [%llu]\n"
            "  -P N      time the phases of every N-th step (data, forward, backward, norm, update; in metrics.tsv\n"
            "            too), 0 = off [%d]\n"
            "  -G GiB    finetune_lora.cu: behave as if the GPU had only this much memory (a 16 GB card on a\n"
            "            bigger one), 0 = all of it [0]\n"
+           "  --plan    print the memory this run would take, part by part, full fine-tuning / LoRA / QLoRA beside it,\n"
+           "            and the largest -b and longest -t that fit -G GiB (16 if not given); -m may also be llama:NAME or\n"
+           "            gpt2-xl (a shape: nothing is loaded); runs nothing\n"
            "  -Q TYPE   QLoRA: the base's linear layers frozen in 4 bits, as bitsandbytes stores them: nf4 or fp4, with\n"
            "            double quantization and blocksize 64 (QLoRA's); nf4:128 another blocksize (32 to 4096), nf4:64:0\n"
            "            without double quantization; none: fp32 [none]\n"
@@ -2438,6 +2568,7 @@ static void print_usage(const Options *d) {
 static double evaluate(const Base *b, Lora *lora, Acts *a, const Dataset *d, int *tokens, int *labels) {
     int training = lora->training;
     lora->training = 0; // (no dropout)
+    a->forward_only = 1;
     int *order = (int *)mallocCheck((size_t)d->n * sizeof(int));
     for (int i = 0; i < d->n; i++) { order[i] = i; }
     double sum = 0.0;
@@ -2453,6 +2584,7 @@ static double evaluate(const Base *b, Lora *lora, Acts *a, const Dataset *d, int
     }
     free(order);
     lora->training = training;
+    a->forward_only = 0;
     return total > 0 ? sum / total : 0.0;
 }
 
@@ -2541,6 +2673,113 @@ typedef struct {
     Acts a;
 } Run;
 
+// ----------------------------------------------------------------------------
+// --plan: the memory a run would take, before it takes it
+
+// A base of -m's shape, its dimensions only (llama:NAME, gpt2-xl), or the model file loaded
+static void plan_shape(Base *b, const char *model) {
+    memset(b, 0, sizeof(*b));
+    if (strcmp(model, "gpt2-xl") == 0) { // GPT-2 XL: 1.56B parameters
+        GPT2Config c = {.max_seq_len = 1024, .vocab_size = 50257, .padded_vocab_size = 50304, .num_layers = 48, .num_heads = 25, .channels = 1600};
+        b->gpt2.config = c;
+        fill_in_parameter_sizes(b->gpt2.param_sizes, c);
+        for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) { b->gpt2.num_parameters += b->gpt2.param_sizes[k]; }
+        b->L = c.num_layers; b->C = c.channels; b->NH = b->NKV = c.num_heads; b->HS = c.channels / c.num_heads; b->H = 4 * c.channels;
+        b->V = c.vocab_size; b->Vp = c.padded_vocab_size; b->maxT = c.max_seq_len;
+        return;
+    }
+    if (strncmp(model, "llama:", 6) != 0) { base_load(b, model); return; }
+    for (size_t k = 0; k < sizeof(LLAMA_SHAPES) / sizeof(LLAMA_SHAPES[0]); k++) {
+        if (strcmp(model + 6, LLAMA_SHAPES[k].name) != 0) { continue; }
+        LlamaConfig c = LLAMA_SHAPES[k].c;
+        b->llama_weights.config = c;
+        llama_tensor_sizes(b->llama_weights.sizes, c);
+        for (int t = 0; t < NUM_LLAMA_TENSORS; t++) { b->llama_weights.num_parameters += b->llama_weights.sizes[t]; }
+        b->llama = 1; b->L = c.num_layers; b->C = c.channels; b->NH = c.num_heads; b->NKV = c.num_kv_heads; b->HS = c.head_size;
+        b->H = c.hidden; b->V = c.vocab_size; b->Vp = c.vocab_size; b->maxT = c.max_seq_len;
+        return;
+    }
+    die_file(model, "--plan takes a model file, llama:NAME (smollm2-135m, llama3.2-1b, llama3.2-3b, llama3.1-8b, qwen2.5-0.5b, "
+             "qwen2.5-7b) or gpt2-xl", "no such shape");
+}
+
+// The adapter lora_create would make on it: its modules and parameters
+static void plan_adapter(const Base *b, const char *targets, int r, int *modules, size_t *params) {
+    LoraShape shape = base_shape(b);
+    *modules = 0; *params = 0;
+    for (int l = 0; l < b->L; l++) {
+        char names[7][128];
+        int site[7], offset[7], out[7], in[7], n = family_modules(&shape, l, names, site, offset, out, in);
+        for (int k = 0; k < n; k++) {
+            if (target_wanted(targets, names[k])) { (*modules)++; *params += (size_t)r * (in[k] + out[k]); }
+        }
+    }
+}
+
+static double plan_total(const Base *b, PlanRun run, int B, int T) {
+    MemoryPlan p;
+    run.B = B; run.T = T;
+    memory_plan(&p, b, &run);
+    return p.total;
+}
+
+static void run_plan(const Options *o) {
+    Base b;
+    plan_shape(&b, o->model);
+    double budget = (o->budget != NULL ? parse_float("-G", o->budget) : 16.0) * 1073741824.0, mib = 1048576.0;
+    if (!(budget > 0.0)) { usage_error("-G %s: the memory to plan for must be above 0 GiB", o->budget); }
+    int T = o->T < b.maxT ? o->T : b.maxT;
+    PlanRun run = {.quant = o->quant, .blocksize = o->quant_blocksize, .nested = o->quant_nested, .modules = 0, .r = o->r, .B = o->B,
+                   .T = T, .recompute = o->recompute, .adapter_params = 0, .dropout = o->dropout};
+    plan_adapter(&b, o->targets, o->r, &run.modules, &run.adapter_params);
+    size_t params = plan_base_params(&b), linear = plan_linear_params(&b);
+    printf("plan: %s: %s, %.2fB parameters (%.2fB in the linear layers); B=%d, T=%d, LoRA r=%d on %s (%d modules, %zu parameters)%s%s\n",
+           o->model, b.llama ? "Llama family" : "GPT-2", params / 1e9, linear / 1e9, o->B, T, o->r, o->targets, run.modules,
+           run.adapter_params, o->quant != QUANT_NONE ? ", the base in " : "", o->quant != QUANT_NONE ? quant4_name(o->quant) : "");
+    printf("what %s allocates (%s), part by part:\n\n| part | MiB |\n|---|---:|\n", PROGRAM, PLAN_WHERE);
+    MemoryPlan p;
+    memory_plan(&p, &b, &run);
+    for (int k = 0; k < p.n; k++) { printf("| %s | %.1f |\n", p.name[k], p.bytes[k] / mib); }
+    printf("| total | %.1f |\n\n(%.0f bytes)\n", p.total / mib, p.total);
+    printf("one layer's activations: %.1f MiB (of %d layers; %s)\n\n", p.per_layer / mib, b.L,
+           o->recompute ? "-A 1 keeps one layer's" : "-A 1 would keep one layer's instead of all");
+    // the three ways to fine-tune at these B and T, in this program's arithmetic; full
+    // fine-tuning as mixed precision takes it: 16 bytes a parameter (16-bit weights and
+    // gradients, fp32 master weights and AdamW's two moments), an estimate
+    PlanRun lora = run, qlora = run;
+    lora.quant = QUANT_NONE;
+    qlora.quant = o->quant != QUANT_NONE ? o->quant : QUANT_NF4;
+    MemoryPlan pl, pq;
+    memory_plan(&pl, &b, &lora);
+    memory_plan(&pq, &b, &qlora);
+    double adapter_state = (double)run.adapter_params * 16, acts = pl.total - pl.bytes[0] - adapter_state;
+    double full = (double)params * 16 + acts;
+    printf("| fine-tuning, B=%d T=%d | weights (MiB) | trained state (MiB) | activations and scratch (MiB) | total (MiB) | fits %.0f GiB |\n"
+           "|---|---:|---:|---:|---:|---|\n", o->B, T, budget / 1073741824.0);
+    printf("| full (estimate: 16 B a parameter) | %.1f | %.1f | %.1f | %.1f | %s |\n", params * 4.0 / mib, params * 12.0 / mib, acts / mib,
+           full / mib, full <= budget ? "yes" : "no");
+    printf("| LoRA | %.1f | %.1f | %.1f | %.1f | %s |\n", pl.bytes[0] / mib, adapter_state / mib, acts / mib, pl.total / mib,
+           pl.total <= budget ? "yes" : "no");
+    double qweights = pq.bytes[0] + pq.bytes[1] + pq.bytes[2];
+    printf("| QLoRA (%s) | %.1f | %.1f | %.1f | %.1f | %s |\n\n", quant4_name(qlora.quant), qweights / mib, adapter_state / mib,
+           (pq.total - qweights - adapter_state) / mib, pq.total / mib, pq.total <= budget ? "yes" : "no");
+    // the largest micro-batch at this T, the longest T at B = 1, in what fits the budget
+    int best_b = 0, best_t = 0;
+    for (int bb = 1; bb <= 4096 && plan_total(&b, run, bb, T) <= budget; bb *= 2) { best_b = bb; }
+    for (int step = best_b / 2; best_b > 0 && step > 0; step /= 2) {
+        if (plan_total(&b, run, best_b + step, T) <= budget) { best_b += step; }
+    }
+    int lo = 1, hi = b.maxT;
+    while (lo < hi) { // the largest T with plan_total(B = 1) within the budget
+        int mid = lo + (hi - lo + 1) / 2;
+        if (plan_total(&b, run, 1, mid) <= budget) { lo = mid; } else { hi = mid - 1; }
+    }
+    best_t = plan_total(&b, run, 1, lo) <= budget ? lo : 0;
+    printf("in %.0f GiB, with these settings: the largest micro-batch at T=%d is B=%d; the longest T at B=1 is %d (the model's context: %d)\n",
+           budget / 1073741824.0, T, best_b, best_t, b.maxT);
+    base_free(&b);
+}
+
 // -Q TYPE[:BLOCKSIZE[:DOUBLE]]: nf4, fp4 or none; 64; 1
 static void parse_quant(Options *o, const char *v) {
     char type[16] = "";
@@ -2562,6 +2801,7 @@ static Options parse_args(int argc, char **argv) {
     Options o = DEFAULTS;
     for (int i = 1; i < argc; i += 2) {
         if (strcmp(argv[i], "-h") == 0) { print_usage(&DEFAULTS); exit(EXIT_SUCCESS); }
+        if (strcmp(argv[i], "--plan") == 0) { o.plan = 1; i--; continue; } // (takes no value)
         if (argv[i][0] != '-' || argv[i][1] == '\0' || argv[i][2] != '\0') { usage_error("unknown argument '%s'", argv[i]); }
         if (i + 1 >= argc) { usage_error("flag %s needs a value", argv[i]); }
         const char *v = argv[i + 1], *flag = argv[i];
@@ -2597,7 +2837,7 @@ static Options parse_args(int argc, char **argv) {
         case 'A': o.recompute = (int)parse_int(flag, v, 0) != 0; break;
         case 'B': o.bench = (int)parse_int(flag, v, 0) != 0; break;
         case 'P': o.phase_every = (int)parse_int(flag, v, 0); break;
-        case 'G': gpu_budget_flag(flag, v); break;
+        case 'G': o.budget = v; break;
         case 'Q': parse_quant(&o, v); break;
         default: usage_error("unknown flag %s", flag);
         }
@@ -2607,6 +2847,7 @@ static Options parse_args(int argc, char **argv) {
     if (o.dropout >= 1.0f) { usage_error("-D: the dropout probability must be below 1%s", ""); }
     if (o.accum > 256) { usage_error("-k: at most 256 micro-batches a step, got more%s", ""); }
     if (o.val_frac >= 1.0f) { usage_error("-V: the validation fraction must be below 1%s", ""); }
+    if (o.budget != NULL && !o.plan) { gpu_budget_flag("-G", o.budget); }
     return o;
 }
 
@@ -2910,6 +3151,7 @@ int main(int argc, char **argv) {
     Run r;
     memset(&r, 0, sizeof(r));
     r.o = parse_args(argc, argv);
+    if (r.o.plan) { run_plan(&r.o); return 0; }
     load_base(&r);
     if (r.o.bench) { // -B 1: random tokens, no data, no files
         run_bench(&r.b, &r.o);

@@ -807,12 +807,22 @@ __global__ void cross_entropy_kernel(float *logits, float *loss, const int *labe
     for (int v = threadIdx.x; v < V; v += blockDim.x) { row[v] = expf(row[v] - maxval) / sum; }
     if (threadIdx.x == 0) { loss[n] = logf(sum) + maxval - target; }
 }
-// dlogits = dscale (p - onehot(label)) on labelled rows, 0 elsewhere and on the padding columns
-__global__ void cross_entropy_backward_kernel(float *logits, const int *labels, int N, int V, int Vp, float dscale) {
+// dlogits = p - onehot(label) on labelled rows (0 on the padding columns); a row without a
+// label keeps its logits (zero_unlabelled_kernel clears its gradient into nf after)
+__global__ void cross_entropy_backward_kernel(float *logits, const int *labels, int N, int V, int Vp) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (size_t)N * Vp) { return; }
     int n = (int)(i / Vp), v = (int)(i % Vp);
-    logits[i] = labels[n] == -100 || v >= V ? 0.0f : dscale * (logits[i] - (v == labels[n] ? 1.0f : 0.0f));
+    if (labels[n] == -100) { return; }
+    logits[i] = v >= V ? 0.0f : logits[i] - (v == labels[n] ? 1.0f : 0.0f);
+}
+__global__ void zero_unlabelled_kernel(float *x, const int *labels, int N, int C) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < (size_t)N * C && labels[i / C] == -100) { x[i] = 0.0f; }
+}
+__global__ void scaled_copy_kernel(float *y, const float *x, float c, size_t n) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) { y[i] = c * x[i]; }
 }
 
 // ----------------------------------------------------------------------------
@@ -1236,7 +1246,8 @@ static float *rope_frequencies(const LlamaConfig *c) {
 // --- begin shared-copy: llama-random ---
 // Random Llama-family models of real models' shapes, for benchmarks (-m llama:NAME): what
 // matters for speed is the shape, not the values. Weights uniform in [-0.02, 0.02] (0.02
-// is GPT-2's init scale), RMSNorm weights 1. (Llama 3.2 1B: 1.24B parameters, 4.6 GiB fp32.)
+// is GPT-2's init scale), RMSNorm weights 1. (Llama 3.2 1B: 1.24B parameters, 4.6 GiB fp32;
+// Llama 3.1 8B: 8.03B, 29.9 GiB.)
 static const struct { const char *name; LlamaConfig c; } LLAMA_SHAPES[] = {
     // maxT, V, L, NH, NKV, C, HS, H, tied, qkv_bias, family, theta, eps, Llama 3 RoPE scaling (4), bos, eos
     {"smollm2-135m", {8192, 49152, 30, 9, 3, 576, 64, 1536, 1, 0, LLAMA_FAMILY_LLAMA, 1e5f, 1e-5f, 0.0f, 0.0f, 0.0f, 0, 1, 2}},
@@ -1244,6 +1255,12 @@ static const struct { const char *name; LlamaConfig c; } LLAMA_SHAPES[] = {
                      128000, 128009}},
     {"qwen2.5-0.5b", {32768, 151936, 24, 14, 2, 896, 64, 4864, 1, 1, LLAMA_FAMILY_QWEN2, 1e6f, 1e-6f, 0.0f, 0.0f, 0.0f, 0, -1,
                       151645}},
+    {"llama3.2-3b", {131072, 128256, 28, 24, 8, 3072, 128, 8192, 1, 0, LLAMA_FAMILY_LLAMA, 5e5f, 1e-5f, 32.0f, 1.0f, 4.0f, 8192,
+                     128000, 128009}},
+    {"llama3.1-8b", {131072, 128256, 32, 32, 8, 4096, 128, 14336, 0, 0, LLAMA_FAMILY_LLAMA, 5e5f, 1e-5f, 8.0f, 1.0f, 4.0f, 8192,
+                     128000, 128009}},
+    {"qwen2.5-7b", {32768, 152064, 28, 28, 4, 3584, 128, 18944, 0, 1, LLAMA_FAMILY_QWEN2, 1e6f, 1e-6f, 0.0f, 0.0f, 0.0f, 0, -1,
+                    151645}},
 };
 
 static int llama_random(LlamaWeights *w, const char *source, uint64_t seed) {
@@ -1262,7 +1279,7 @@ static int llama_random(LlamaWeights *w, const char *source, uint64_t seed) {
         }
         return 1;
     }
-    die_file(source, "-m llama:NAME takes smollm2-135m, llama3.2-1b or qwen2.5-0.5b", "no such shape");
+    die_file(source, "-m llama:NAME takes smollm2-135m, llama3.2-1b, llama3.2-3b, llama3.1-8b, qwen2.5-0.5b or qwen2.5-7b", "no such shape");
     return 0;
 }
 // --- end shared-copy: llama-random ---
@@ -1356,15 +1373,14 @@ static void base_quantize(Base *b, int type, int blocksize, int nested) {
     const float *W[NUM_SITES] = {b->qkvw, b->attprojw, b->fcw, b->fcprojw};
     b->qw = (Quant4 *)calloc((size_t)L * NUM_SITES * 3, sizeof(Quant4));
     if (b->qw == NULL) { fprintf(stderr, "Error: out of memory for the 4-bit weights\n"); exit(EXIT_FAILURE); }
-    for (int l = 0; l < L; l++) {
-        for (int s = 0; s < NUM_SITES; s++) {
-            size_t site_rows = (size_t)b->band_rows[s][0] + b->band_rows[s][1] + b->band_rows[s][2], row = 0;
-            for (int k = 0; k < 3 && b->band_rows[s][k] > 0; k++) {
-                const float *band = W[s] + ((size_t)l * site_rows + row) * in[s];
-                quant4_quantize(&b->qw[((size_t)l * NUM_SITES + s) * 3 + k], band, (size_t)b->band_rows[s][k] * in[s], type, blocksize, nested);
-                row += b->band_rows[s][k];
-            }
-        }
+    #pragma omp parallel for schedule(dynamic)
+    for (int j = 0; j < L * NUM_SITES * 3; j++) { // (each band on its own: the same bytes in any order)
+        int l = j / (NUM_SITES * 3), s = j / 3 % NUM_SITES, k = j % 3;
+        if (b->band_rows[s][k] == 0) { continue; }
+        size_t site_rows = (size_t)b->band_rows[s][0] + b->band_rows[s][1] + b->band_rows[s][2], row = 0;
+        for (int i = 0; i < k; i++) { row += b->band_rows[s][i]; }
+        const float *band = W[s] + ((size_t)l * site_rows + row) * in[s];
+        quant4_quantize(&b->qw[j], band, (size_t)b->band_rows[s][k] * in[s], type, blocksize, nested);
     }
     float **tensors;
     size_t *sizes, keep = 0;
@@ -1426,6 +1442,44 @@ static size_t base_bytes(const Base *b) {
     for (size_t k = 0; b->qw != NULL && k < (size_t)b->L * NUM_SITES * 3; k++) { bytes += b->qw[k].packed != NULL ? quant4_bytes(&b->qw[k]) : 0; }
     return bytes;
 }
+
+// The classifier a chunk of rows at a time: the logits of all N rows at once would be N Vp
+// floats (1 GiB for T = 2,048 and Llama 3's 128,256 tokens), and nothing needs them after
+// their row's loss and (the head being frozen) its gradient into nf. logits_floats of them at
+// most, one row at least: the tiny test models' all fit, and keep their logits to compare.
+static size_t logits_floats = (size_t)1 << 22; // 16 MiB of fp32 (a variable: the tests make chunks of a few rows)
+static int logits_rows(const Base *b, int N) {
+    size_t rows = logits_floats / (size_t)b->Vp;
+    rows = rows > 0 ? rows : 1;
+    return rows < (size_t)N ? (int)rows : N;
+}
+
+// --- what a run would hold: --plan's arithmetic, from a base's shape alone
+// (memory_plan, each program's own, sums the parts as that program allocates them)
+#ifndef TESTING // (the tests take the base, not the planner)
+typedef struct {
+    const char *name[16];
+    double bytes[16];
+    int n;
+    double total, per_layer; // all parts; one layer's activations (the share recomputation saves)
+} MemoryPlan;
+typedef struct {
+    int quant, blocksize, nested, modules, r, B, T, recompute;
+    size_t adapter_params;
+    float dropout;
+} PlanRun;
+static void plan_add(MemoryPlan *p, const char *name, double bytes) {
+    p->name[p->n] = name;
+    p->bytes[p->n++] = bytes;
+    p->total += bytes;
+}
+// the base's parameters; those of its four linear layers (what -Q quantizes)
+static size_t plan_linear_params(const Base *b) {
+    size_t C = b->C, Q = (size_t)b->NH * b->HS, QKV = Q + 2 * (size_t)b->NKV * b->HS, MLP = (b->llama ? 2 : 1) * (size_t)b->H;
+    return (size_t)b->L * (QKV * C + C * Q + MLP * C + C * b->H);
+}
+static size_t plan_base_params(const Base *b) { return b->llama ? b->llama_weights.num_parameters : b->gpt2.num_parameters; }
+#endif
 
 static void base_free(Base *b) {
     for (size_t k = 0; b->qw != NULL && k < (size_t)b->L * NUM_SITES * 3; k++) { quant4_free(&b->qw[k]); }
@@ -1541,8 +1595,8 @@ static void lora_load(Lora *lora, const LoraShape *b, const char *dir, int train
         int site[7], offset[7], out[7], in[7], n = family_modules(b, l, names, site, offset, out, in);
         for (int k = 0; k < n; k++) {
             char key_a[256], key_b[256];
-            snprintf(key_a, sizeof(key_a), "base_model.model.%s.lora_A.weight", names[k]);
-            snprintf(key_b, sizeof(key_b), "base_model.model.%s.lora_B.weight", names[k]);
+            snprintf(key_a, sizeof(key_a), "base_model.model.%.127s.lora_A.weight", names[k]); // (%.127s: a name is 127
+            snprintf(key_b, sizeof(key_b), "base_model.model.%.127s.lora_B.weight", names[k]); // characters at most)
             const StTensor *ta = safetensors_find(&st, key_a), *tb = safetensors_find(&st, key_b);
             if (ta == NULL && tb == NULL) { continue; }
             if (ta == NULL || tb == NULL) { die_file(path, ADAPTER_HINT, "%s without %s", ta != NULL ? key_a : key_b, ta != NULL ? key_b : key_a); }
@@ -1552,7 +1606,7 @@ static void lora_load(Lora *lora, const LoraShape *b, const char *dir, int train
             }
             if (!st_float_dtype(ta->dtype) || !st_float_dtype(tb->dtype)) { die_file(path, NULL, "%s: dtype %s, we read F32, F16, BF16, F64", names[k], ta->dtype); }
             LoraModule *m = &lora->modules[lora->num_modules++];
-            snprintf(m->name, sizeof(m->name), "%s", names[k]);
+            snprintf(m->name, sizeof(m->name), "%.127s", names[k]);
             m->layer = l; m->site = site[k]; m->offset = offset[k]; m->out = out[k]; m->in = in[k];
             lora->num_params += (size_t)r * (in[k] + out[k]);
             found += 2;
@@ -1778,41 +1832,67 @@ typedef struct {
     float *act;                  // (slots, N, H)
     float *h;                    // each module's h (N, r), back to back
     float *nf, *nf_stats;        // (N, C), (2, N)
-    float *logits;               // (N, Vp): the probabilities after the loss, then their gradient
+    float *logits;               // (logits_rows, Vp): a chunk of rows' logits, their probabilities, their gradient
     float *loss;                 // (N) each row's loss
+    float *dnf;                  // (N, C): (p - onehot(label)) lm_head, made chunk by chunk in the forward pass
     float *dx, *dbuf, *dbuf2, *dh, *dz; // backward scratch: (N, C), (N, wide) twice, (N, r), (B, NH, T, T)
     float *drop, *drop2;         // LoRA dropout's (N, wide), twice
     float *rope;                 // (T, HS) the Llama family's RoPE cosines and sines (rope_kernel)
     float *host_loss;            // (N) its copy, for the loss's sum
     size_t bytes;                // on the GPU, all of it
     char *memory;
+    int forward_only;            // 1: no backward pass follows (an evaluation): model_forward makes no dnf
 } Acts;
 
 static size_t max3(size_t a, size_t b, size_t c) { return a > b ? (a > c ? a : c) : (b > c ? b : c); }
 
+// The floats of each of Acts' arrays, in the order of its fields (x .. rope), each rounded up
+// to 64: what acts_allocate takes in one allocation, and what --plan predicts (memory_plan).
+// S: the layers whose activations are kept (all, or one with recomputation).
+enum { ACTS_LOGITS = 13, ACTS_SCRATCH = 16, NUM_ACTS = 24 }; // (kept for the backward pass: 0..12; the classifier's: 13..15)
+static void acts_sizes(size_t *sizes, const Base *b, int modules, int r, float dropout, int B, int T, int recompute) {
+    size_t N = (size_t)B * T, L = b->L, S = recompute ? 1 : L, C = b->C, Q = (size_t)b->NH * b->HS, QKV = Q + 2 * (size_t)b->NKV * b->HS;
+    size_t MLP = (b->llama ? 2 : 1) * (size_t)b->H, wide = max3(QKV, MLP, max3(C, Q, b->H)), att = (size_t)B * b->NH * T * T;
+    size_t drop = dropout > 0.0f ? N * wide : 1;
+    size_t s[NUM_ACTS] = {(L + 1) * N * C, S * N * C, S * N * C, S * N * C, S * 4 * N, S * N * QKV, S * att, S * N * Q, S * N * MLP,
+                          S * N * b->H, (size_t)modules * N * r + 1, N * C, 2 * N, (size_t)logits_rows(b, (int)N) * b->Vp, N, N * C,
+                          N * C, N * wide, N * wide, N * r + 1, att, drop, drop, (size_t)T * b->HS};
+    for (int k = 0; k < NUM_ACTS; k++) { sizes[k] = (s[k] + 63) / 64 * 64; }
+}
+// the matmuls' floatX inputs (none in fp32): the widest but dlogits, which model_backward takes
+// in slices of rows, and at least one row of those (Vp: more than N x wide for a few tokens of
+// a small model with a large vocabulary)
+static size_t cast_floats(const Base *b, int B, int T) {
+#if defined(ENABLE_FP32)
+    (void)b; (void)B; (void)T;
+    return 0;
+#else
+    size_t C = b->C, Q = (size_t)b->NH * b->HS, QKV = Q + 2 * (size_t)b->NKV * b->HS, MLP = (b->llama ? 2 : 1) * (size_t)b->H;
+    size_t widest = (size_t)B * T * max3(QKV, MLP, max3(C, Q, b->H));
+    return widest > (size_t)b->Vp ? widest : (size_t)b->Vp;
+#endif
+}
+
 static void acts_allocate(Acts *a, const Base *b, const Lora *lora, int B, int T, int recompute) {
     memset(a, 0, sizeof(*a));
     a->B = B; a->T = T; a->recompute = recompute; a->slots = recompute ? 1 : b->L;
-    size_t N = (size_t)B * T, L = b->L, S = a->slots, C = b->C, Q = (size_t)b->NH * b->HS, QKV = Q + 2 * (size_t)b->NKV * b->HS;
-    size_t MLP = (b->llama ? 2 : 1) * (size_t)b->H, wide = max3(QKV, MLP, max3(C, Q, b->H)), att = (size_t)B * b->NH * T * T;
-    size_t drop = lora->dropout > 0.0f ? N * wide : 1;
-    float **slots[] = {&a->x, &a->xmid, &a->n1, &a->n2, &a->stats, &a->qkv, &a->att, &a->atty, &a->fc, &a->act, &a->h, &a->nf,
-                       &a->nf_stats, &a->logits, &a->loss, &a->dx, &a->dbuf, &a->dbuf2, &a->dh, &a->dz, &a->drop, &a->drop2, &a->rope};
-    size_t sizes[] = {(L + 1) * N * C, S * N * C, S * N * C, S * N * C, S * 4 * N, S * N * QKV, S * att, S * N * Q, S * N * MLP,
-                      S * N * b->H, (size_t)lora->num_modules * N * lora->r + 1, N * C, 2 * N, N * b->Vp, N, N * C, N * wide, N * wide,
-                      N * lora->r + 1, att, drop, drop, (size_t)T * b->HS};
-    size_t n = sizeof(sizes) / sizeof(sizes[0]), total = 0, at[32];
-    for (size_t k = 0; k < n; k++) { at[k] = total; total += (sizes[k] + 63) / 64 * 64; }
+    size_t N = (size_t)B * T;
+    float **slots[NUM_ACTS] = {&a->x, &a->xmid, &a->n1, &a->n2, &a->stats, &a->qkv, &a->att, &a->atty, &a->fc, &a->act, &a->h, &a->nf,
+                               &a->nf_stats, &a->logits, &a->loss, &a->dnf, &a->dx, &a->dbuf, &a->dbuf2, &a->dh, &a->dz, &a->drop, &a->drop2,
+                               &a->rope};
+    size_t sizes[NUM_ACTS], total = 0, at[NUM_ACTS];
+    acts_sizes(sizes, b, lora->num_modules, lora->r, lora->dropout, B, T, recompute);
+    for (size_t k = 0; k < NUM_ACTS; k++) { at[k] = total; total += sizes[k]; }
     size_t ints = (2 * N + 63) / 64 * 64;
     a->bytes = total * sizeof(float) + ints * sizeof(int);
     a->memory = (char *)gpu_alloc(a->bytes, "the activations");
-    for (size_t k = 0; k < n; k++) { *slots[k] = (float *)a->memory + at[k]; }
+    for (size_t k = 0; k < NUM_ACTS; k++) { *slots[k] = (float *)a->memory + at[k]; }
     a->tokens = (int *)(a->memory + total * sizeof(float));
     a->labels = a->tokens + N;
     gpu_free(cast_scratch);
     cast_scratch = NULL;
 #if !defined(ENABLE_FP32)
-    size_t cast = N * wide; // (the widest matmul input but dlogits, which model_backward takes in slices of rows)
+    size_t cast = cast_floats(b, B, T);
     cast_scratch = (floatX *)gpu_alloc(cast * sizeof(floatX), "the matmuls' floatX inputs");
     a->bytes += cast * sizeof(floatX);
 #endif
@@ -1923,9 +2003,28 @@ static double model_forward(const Base *b, const Lora *lora, Acts *a, const int 
         nvtxRangePop();
     }
     norm_forward(a->nf, a->nf_stats, a->nf_stats + N, a->x + (size_t)L * N * C, device_base.lnfw, device_base.lnfb, N, C, b->eps, b->llama);
-    linear_forward(a->logits, a->nf, device_base.lm_head, NULL, N, C, b->Vp);
-    cross_entropy_kernel<<<N, 512, 0, main_stream>>>(a->logits, a->loss, a->labels, b->V, b->Vp);
-    cudaCheck(cudaGetLastError());
+    // the classifier a chunk of rows at a time (logits_rows): logits, loss, and (unless an
+    // evaluation's) the gradient into nf, (p - onehot(label)) lm_head, into a->dnf
+    int chunk = logits_rows(b, N);
+    size_t cast = cast_floats(b, a->B, a->T); // rows of dlogits whose floatX copy fits in cast_scratch (one at least; fp32: no copy, all)
+    int slice = cast > 0 ? (int)(cast / b->Vp) : chunk;
+    for (int first = 0; first < N; first += chunk) {
+        int rows = N - first < chunk ? N - first : chunk;
+        linear_forward(a->logits, a->nf + (size_t)first * C, device_base.lm_head, NULL, rows, C, b->Vp);
+        cross_entropy_kernel<<<rows, 512, 0, main_stream>>>(a->logits, a->loss + first, a->labels + first, b->V, b->Vp);
+        cudaCheck(cudaGetLastError());
+        if (a->forward_only) { continue; }
+        float *dnf = a->dnf + (size_t)first * C;
+        cross_entropy_backward_kernel<<<ceil_div((size_t)rows * b->Vp, BLOCK), BLOCK, 0, main_stream>>>(a->logits, a->labels + first, rows, b->V, b->Vp);
+        cudaCheck(cudaGetLastError());
+        cudaCheck(cudaMemsetAsync(dnf, 0, (size_t)rows * C * sizeof(float), main_stream));
+        for (int r0 = 0; r0 < rows; r0 += slice) {
+            int part = rows - r0 < slice ? rows - r0 : slice;
+            linear_backward(dnf + (size_t)r0 * C, a->logits + (size_t)r0 * b->Vp, device_base.lm_head, part, C, b->Vp);
+        }
+        zero_unlabelled_kernel<<<ceil_div((size_t)rows * C, BLOCK), BLOCK, 0, main_stream>>>(dnf, a->labels + first, rows, C);
+        cudaCheck(cudaGetLastError());
+    }
     cudaCheck(cudaMemcpyAsync(a->host_loss, a->loss, (size_t)N * sizeof(float), cudaMemcpyDeviceToHost, main_stream));
     cudaCheck(cudaStreamSynchronize(main_stream));
     double total = 0.0; // (summed here, in row order: the same sum every run)
@@ -1942,16 +2041,10 @@ static void model_backward(const Base *b, Lora *lora, Acts *a, const int *labels
     int MLP = (b->llama ? 2 : 1) * H;
     size_t NC = (size_t)N * C;
     const DeviceBase *d = &device_base;
-    cross_entropy_backward_kernel<<<ceil_div((size_t)N * b->Vp, BLOCK), BLOCK, 0, main_stream>>>(a->logits, a->labels, N, b->V, b->Vp, dscale);
-    cudaCheck(cudaGetLastError());
+    // the classifier's gradient into nf: model_forward made (p - onehot(label)) lm_head, row by row
     float *dnf = a->dbuf, *dx = a->dx;
-    cudaCheck(cudaMemsetAsync(dnf, 0, NC * sizeof(float), main_stream));
-    size_t wide = max3((size_t)QKV, (size_t)MLP, max3((size_t)C, (size_t)Q, (size_t)H)); // (cast_scratch: N x wide, as acts_allocate)
-    int slice = wide * N / b->Vp > 0 ? (int)(wide * N / b->Vp) : 1; // rows of dlogits whose floatX copy fits in it
-    for (int r0 = 0; r0 < N; r0 += slice) {
-        int rows = N - r0 < slice ? N - r0 : slice;
-        linear_backward(dnf + (size_t)r0 * C, a->logits + (size_t)r0 * b->Vp, d->lm_head, rows, C, b->Vp);
-    }
+    scaled_copy_kernel<<<ceil_div(NC, BLOCK), BLOCK, 0, main_stream>>>(dnf, a->dnf, dscale, NC);
+    cudaCheck(cudaGetLastError());
     cudaCheck(cudaMemsetAsync(dx, 0, NC * sizeof(float), main_stream));
     norm_backward(dx, dnf, a->x + (size_t)L * NC, a->nf_stats, a->nf_stats + N, d->lnfw, N, C, b->llama);
     for (int l = L - 1; l >= 0; l--) {
@@ -2113,7 +2206,7 @@ static void lora_create(Lora *lora, const Base *b, int r, float alpha, int rslor
                 exit(EXIT_FAILURE);
             }
             LoraModule *m = &lora->modules[lora->num_modules++];
-            snprintf(m->name, sizeof(m->name), "%s", names[k]);
+            snprintf(m->name, sizeof(m->name), "%.127s", names[k]);
             m->layer = l; m->site = site[k]; m->offset = offset[k]; m->out = out[k]; m->in = in[k];
             lora->num_params += (size_t)r * (in[k] + out[k]);
         }
@@ -2302,8 +2395,9 @@ static void gpu_budget_flag(const char *flag, const char *value) { gpu_budget_se
 static void print_peak_memory(void) {
     size_t free_bytes = 0, total = 0;
     cudaCheck(cudaMemGetInfo(&free_bytes, &total));
-    printf("peak memory: %.1f MiB allocated by this program at most; %.1f MiB of the GPU's %.1f MiB in use now (CUDA's context "
-           "and cuBLAS's workspace included)\n", peak_bytes / 1048576.0, (total - free_bytes) / 1048576.0, total / 1048576.0);
+    printf("peak memory: %.1f MiB allocated by this program at most (%zu bytes: --plan's total); %.1f MiB of the GPU's %.1f MiB in "
+           "use now (CUDA's context and cuBLAS's workspace included)\n", peak_bytes / 1048576.0, (size_t)peak_bytes,
+           (total - free_bytes) / 1048576.0, total / 1048576.0);
 }
 
 // what the run holds in memory, by kind, on the GPU (the activations: what acts_allocate took)
@@ -2323,6 +2417,61 @@ static void print_memory(const Base *b, const Lora *lora, const Acts *a) {
            b->quant != QUANT_NONE ? "the linear layers 4-bit, one layer's dequantized, the rest " BASE_TYPE : BASE_TYPE,
            lora->num_params * 4.0 / (1 << 20), lora->num_params * 4.0 / (1 << 20), lora->num_params * 8.0 / (1 << 20),
            a->bytes / 1048576.0, a->B, a->T, a->recompute ? ", recomputed: one block's" : ", every block's");
+}
+
+// --plan: what this program would allocate on the GPU, part by part, for base b's shape: the
+// sums base_to_device, quant_to_device, lora_to_device and acts_allocate make (gpu_alloc's
+// ledger: -B 1's peak is this total; dev/test/test_finetune_lora_cuda.sh checks it). cuBLAS's
+// workspace and CUDA's own context are not among them.
+#define PLAN_WHERE "the GPU, the base in " BASE_TYPE "; CUDA's context and cuBLAS's workspace not counted"
+static void memory_plan(MemoryPlan *p, const Base *b, const PlanRun *run) {
+    memset(p, 0, sizeof(*p));
+    size_t C = b->C, L = b->L, Q = (size_t)b->NH * b->HS, QKV = Q + 2 * (size_t)b->NKV * b->HS, H = b->H;
+    size_t MLP = (b->llama ? 2 : 1) * H, Vp = b->Vp, N = (size_t)run->B * run->T;
+    int quant = run->quant != QUANT_NONE, qkv_bias = b->llama ? b->llama_weights.config.qkv_bias : 1;
+    int tied = b->llama ? b->llama_weights.config.tied : 1;
+    // base_to_device's tensors (those the family has), each rounded up to 64 numbers
+    size_t sizes[17] = {Vp * C, b->llama ? 0 : (size_t)b->maxT * C, L * C, b->llama ? 0 : L * C, quant ? 0 : L * QKV * C,
+                        qkv_bias ? L * QKV : 0, quant ? 0 : L * C * Q, b->llama ? 0 : L * C, L * C, b->llama ? 0 : L * C,
+                        quant ? 0 : L * MLP * C, b->llama ? 0 : L * MLP, quant ? 0 : L * C * H, b->llama ? 0 : L * C, C,
+                        b->llama ? 0 : C, tied ? 0 : Vp * C};
+    double weights = 0.0;
+    for (int k = 0; k < 17; k++) { weights += (double)((sizes[k] + 63) / 64 * 64) * sizeof(floatX); }
+    plan_add(p, quant ? "base weights, " BASE_TYPE " (embeddings, norms, biases, head)" : "base weights, " BASE_TYPE, weights);
+    if (quant) { // quant_to_device: each piece of each band rounded up to 256 bytes (the allocation's sum), and one site's scratch
+        int Qi = (int)Q, KV = b->NKV * b->HS, Ci = (int)C, Hi = (int)H;
+        int rows[NUM_SITES][3] = {{Qi, KV, KV}, {Ci, 0, 0}, {Hi, Hi, 0}, {Ci, 0, 0}}, gpt2_rows[NUM_SITES][3] = {{3 * Ci, 0, 0}, {Ci, 0, 0}, {4 * Ci, 0, 0}, {Ci, 0, 0}};
+        int in[NUM_SITES] = {Ci, Qi, Ci, Hi};
+        double codes = 0.0, constants = 0.0;
+        for (int s = 0; s < NUM_SITES; s++) {
+            for (int k = 0; k < 3; k++) {
+                size_t n = (size_t)(b->llama ? rows[s][k] : gpt2_rows[s][k]) * in[s], blocks = (n + run->blocksize - 1) / run->blocksize;
+                if (n == 0) { continue; }
+                codes += (double)L * ((n + 1) / 2 + 255);
+                constants += (double)L * (run->nested ? blocks + 255 + (blocks + QUANT_NESTED_BLOCK - 1) / QUANT_NESTED_BLOCK * 4 + 255 + 256 * 4
+                                                      : blocks * 4 + 255);
+            }
+        }
+        plan_add(p, "base weights, 4-bit codes (the linear layers)", codes);
+        plan_add(p, "quantization constants (absmax, nested, maps)", constants);
+        plan_add(p, "one layer's weight, dequantized (" BASE_TYPE ")", (double)max3(QKV * C, MLP * C, max3(C * Q, C * H, 0)) * sizeof(floatX));
+    }
+    plan_add(p, "adapter (fp32)", (double)run->adapter_params * 4);
+    plan_add(p, "its gradients, and the norm's partial sums", (double)run->adapter_params * 4 + NORM_BLOCKS * sizeof(double));
+    plan_add(p, "AdamW's moments", (double)run->adapter_params * 8);
+    size_t a[NUM_ACTS], kept = 0, scratch = 0;
+    acts_sizes(a, b, run->modules, run->r, run->dropout, run->B, run->T, run->recompute);
+    for (int k = 0; k < ACTS_LOGITS; k++) { kept += a[k]; }
+    for (int k = ACTS_SCRATCH; k < NUM_ACTS; k++) { scratch += a[k]; }
+    plan_add(p, run->recompute ? "activations kept: each layer's input, one layer's rest" : "activations kept for the backward pass, every layer's",
+             (double)kept * 4);
+    size_t one[NUM_ACTS];
+    acts_sizes(one, b, run->modules, run->r, run->dropout, run->B, run->T, 1); // (a layer's share: what -A 1 keeps of it)
+    for (int k = 1; k < 10; k++) { p->per_layer += (double)one[k] * 4; }
+    plan_add(p, "logits, a chunk of rows at a time; the rows' losses; their gradient into nf",
+             (double)(a[ACTS_LOGITS] + a[ACTS_LOGITS + 1] + a[ACTS_LOGITS + 2]) * 4);
+    plan_add(p, "backward scratch, LoRA dropout's, RoPE's table, the batch", (double)scratch * 4 + (double)((2 * N + 63) / 64 * 64) * 4);
+    if (cast_floats(b, run->B, run->T) > 0) { plan_add(p, "the matmuls' inputs in " BASE_TYPE, (double)cast_floats(b, run->B, run->T) * sizeof(floatX)); }
 }
 
 // --- begin shared-copy: finetune-main ---
@@ -2730,6 +2879,8 @@ typedef struct {
     int phase_every;
     int dropout_set; // -D was given (else an adapter read from a folder keeps its own)
     int quant, quant_blocksize, quant_nested; // -Q: the base's linear layers in 4 bits (QUANT_NONE: fp32)
+    int plan;           // --plan: print what the run would hold, and what fits -G GiB; run nothing
+    const char *budget; // -G's value (finetune_loracu's budget; --plan's memory)
 } Options;
 
 // The defaults (-h shows them). r 8 and alpha 16 on every linear layer, lr 1e-3 with a short
@@ -2743,7 +2894,8 @@ static const Options DEFAULTS = {
     .r = 8, .rslora = 0, .B = 4, .accum = 4, .T = 128, .steps = 0, .epochs = 1, .warmup = 10, .val_every = 50, .refuse = 0,
     .save_every = 0, .resume = 0, .recompute = 0, .bench = 0,
     .alpha = 16.0f, .dropout = 0.05f, .lr = 1e-3f, .weight_decay = 0.0f, .clip = 1.0f, .val_frac = 0.05f, .final_frac = 0.1f,
-    .seed = 1337, .phase_every = 0, .dropout_set = 0, .quant = QUANT_NONE, .quant_blocksize = 64, .quant_nested = 1};
+    .seed = 1337, .phase_every = 0, .dropout_set = 0, .quant = QUANT_NONE, .quant_blocksize = 64, .quant_nested = 1, .plan = 0,
+    .budget = NULL};
 
 static void print_usage(const Options *d) {
     printf("usage: %s [flags]    LoRA fine-tuning of a model file on instruction data (Alpaca JSONL)\n"
@@ -2779,14 +2931,17 @@ static void print_usage(const Options *d) {
            "  -y 0|1    resume from the newest checkpoint in -o, with the same flags and data [%d]\n"
            "  -A 0|1    activation recomputation: keep only each block's input, run the block again in the\n"
            "            backward pass (less memory, about a third more compute; finetune_lora.cu; the CPU keeps all) [%d]\n"
-           "  -B 0|1    benchmark: random tokens on -m (a model file, or llama:smollm2-135m, llama:llama3.2-1b,\n"
-           "            llama:qwen2.5-0.5b: random weights of that shape), -n steps (10 if 0) of -k x -b x -t; no data,\n"
+           "  -B 0|1    benchmark: random tokens on -m (a model file, or llama:NAME: random weights of the shape of\n"
+           "            smollm2-135m, llama3.2-1b, llama3.2-3b, llama3.1-8b, qwen2.5-0.5b, qwen2.5-7b), -n steps (10 if 0) of -k x -b x -t; no data,\n"
            "            no files written: tokens/s and peak memory [%d]\n"
            "  -s N      seed: the adapter's start, the split, the order [%llu]\n"
            "  -P N      time the phases of every N-th step (data, forward, backward, norm, update; in metrics.tsv\n"
            "            too), 0 = off [%d]\n"
            "  -G GiB    finetune_lora.cu: behave as if the GPU had only this much memory (a 16 GB card on a\n"
            "            bigger one), 0 = all of it [0]\n"
+           "  --plan    print the memory this run would take, part by part, full fine-tuning / LoRA / QLoRA beside it,\n"
+           "            and the largest -b and longest -t that fit -G GiB (16 if not given); -m may also be llama:NAME or\n"
+           "            gpt2-xl (a shape: nothing is loaded); runs nothing\n"
            "  -Q TYPE   QLoRA: the base's linear layers frozen in 4 bits, as bitsandbytes stores them: nf4 or fp4, with\n"
            "            double quantization and blocksize 64 (QLoRA's); nf4:128 another blocksize (32 to 4096), nf4:64:0\n"
            "            without double quantization; none: fp32 [none]\n"
@@ -2800,6 +2955,7 @@ static void print_usage(const Options *d) {
 static double evaluate(const Base *b, Lora *lora, Acts *a, const Dataset *d, int *tokens, int *labels) {
     int training = lora->training;
     lora->training = 0; // (no dropout)
+    a->forward_only = 1;
     int *order = (int *)mallocCheck((size_t)d->n * sizeof(int));
     for (int i = 0; i < d->n; i++) { order[i] = i; }
     double sum = 0.0;
@@ -2815,6 +2971,7 @@ static double evaluate(const Base *b, Lora *lora, Acts *a, const Dataset *d, int
     }
     free(order);
     lora->training = training;
+    a->forward_only = 0;
     return total > 0 ? sum / total : 0.0;
 }
 
@@ -2903,6 +3060,113 @@ typedef struct {
     Acts a;
 } Run;
 
+// ----------------------------------------------------------------------------
+// --plan: the memory a run would take, before it takes it
+
+// A base of -m's shape, its dimensions only (llama:NAME, gpt2-xl), or the model file loaded
+static void plan_shape(Base *b, const char *model) {
+    memset(b, 0, sizeof(*b));
+    if (strcmp(model, "gpt2-xl") == 0) { // GPT-2 XL: 1.56B parameters
+        GPT2Config c = {.max_seq_len = 1024, .vocab_size = 50257, .padded_vocab_size = 50304, .num_layers = 48, .num_heads = 25, .channels = 1600};
+        b->gpt2.config = c;
+        fill_in_parameter_sizes(b->gpt2.param_sizes, c);
+        for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) { b->gpt2.num_parameters += b->gpt2.param_sizes[k]; }
+        b->L = c.num_layers; b->C = c.channels; b->NH = b->NKV = c.num_heads; b->HS = c.channels / c.num_heads; b->H = 4 * c.channels;
+        b->V = c.vocab_size; b->Vp = c.padded_vocab_size; b->maxT = c.max_seq_len;
+        return;
+    }
+    if (strncmp(model, "llama:", 6) != 0) { base_load(b, model); return; }
+    for (size_t k = 0; k < sizeof(LLAMA_SHAPES) / sizeof(LLAMA_SHAPES[0]); k++) {
+        if (strcmp(model + 6, LLAMA_SHAPES[k].name) != 0) { continue; }
+        LlamaConfig c = LLAMA_SHAPES[k].c;
+        b->llama_weights.config = c;
+        llama_tensor_sizes(b->llama_weights.sizes, c);
+        for (int t = 0; t < NUM_LLAMA_TENSORS; t++) { b->llama_weights.num_parameters += b->llama_weights.sizes[t]; }
+        b->llama = 1; b->L = c.num_layers; b->C = c.channels; b->NH = c.num_heads; b->NKV = c.num_kv_heads; b->HS = c.head_size;
+        b->H = c.hidden; b->V = c.vocab_size; b->Vp = c.vocab_size; b->maxT = c.max_seq_len;
+        return;
+    }
+    die_file(model, "--plan takes a model file, llama:NAME (smollm2-135m, llama3.2-1b, llama3.2-3b, llama3.1-8b, qwen2.5-0.5b, "
+             "qwen2.5-7b) or gpt2-xl", "no such shape");
+}
+
+// The adapter lora_create would make on it: its modules and parameters
+static void plan_adapter(const Base *b, const char *targets, int r, int *modules, size_t *params) {
+    LoraShape shape = base_shape(b);
+    *modules = 0; *params = 0;
+    for (int l = 0; l < b->L; l++) {
+        char names[7][128];
+        int site[7], offset[7], out[7], in[7], n = family_modules(&shape, l, names, site, offset, out, in);
+        for (int k = 0; k < n; k++) {
+            if (target_wanted(targets, names[k])) { (*modules)++; *params += (size_t)r * (in[k] + out[k]); }
+        }
+    }
+}
+
+static double plan_total(const Base *b, PlanRun run, int B, int T) {
+    MemoryPlan p;
+    run.B = B; run.T = T;
+    memory_plan(&p, b, &run);
+    return p.total;
+}
+
+static void run_plan(const Options *o) {
+    Base b;
+    plan_shape(&b, o->model);
+    double budget = (o->budget != NULL ? parse_float("-G", o->budget) : 16.0) * 1073741824.0, mib = 1048576.0;
+    if (!(budget > 0.0)) { usage_error("-G %s: the memory to plan for must be above 0 GiB", o->budget); }
+    int T = o->T < b.maxT ? o->T : b.maxT;
+    PlanRun run = {.quant = o->quant, .blocksize = o->quant_blocksize, .nested = o->quant_nested, .modules = 0, .r = o->r, .B = o->B,
+                   .T = T, .recompute = o->recompute, .adapter_params = 0, .dropout = o->dropout};
+    plan_adapter(&b, o->targets, o->r, &run.modules, &run.adapter_params);
+    size_t params = plan_base_params(&b), linear = plan_linear_params(&b);
+    printf("plan: %s: %s, %.2fB parameters (%.2fB in the linear layers); B=%d, T=%d, LoRA r=%d on %s (%d modules, %zu parameters)%s%s\n",
+           o->model, b.llama ? "Llama family" : "GPT-2", params / 1e9, linear / 1e9, o->B, T, o->r, o->targets, run.modules,
+           run.adapter_params, o->quant != QUANT_NONE ? ", the base in " : "", o->quant != QUANT_NONE ? quant4_name(o->quant) : "");
+    printf("what %s allocates (%s), part by part:\n\n| part | MiB |\n|---|---:|\n", PROGRAM, PLAN_WHERE);
+    MemoryPlan p;
+    memory_plan(&p, &b, &run);
+    for (int k = 0; k < p.n; k++) { printf("| %s | %.1f |\n", p.name[k], p.bytes[k] / mib); }
+    printf("| total | %.1f |\n\n(%.0f bytes)\n", p.total / mib, p.total);
+    printf("one layer's activations: %.1f MiB (of %d layers; %s)\n\n", p.per_layer / mib, b.L,
+           o->recompute ? "-A 1 keeps one layer's" : "-A 1 would keep one layer's instead of all");
+    // the three ways to fine-tune at these B and T, in this program's arithmetic; full
+    // fine-tuning as mixed precision takes it: 16 bytes a parameter (16-bit weights and
+    // gradients, fp32 master weights and AdamW's two moments), an estimate
+    PlanRun lora = run, qlora = run;
+    lora.quant = QUANT_NONE;
+    qlora.quant = o->quant != QUANT_NONE ? o->quant : QUANT_NF4;
+    MemoryPlan pl, pq;
+    memory_plan(&pl, &b, &lora);
+    memory_plan(&pq, &b, &qlora);
+    double adapter_state = (double)run.adapter_params * 16, acts = pl.total - pl.bytes[0] - adapter_state;
+    double full = (double)params * 16 + acts;
+    printf("| fine-tuning, B=%d T=%d | weights (MiB) | trained state (MiB) | activations and scratch (MiB) | total (MiB) | fits %.0f GiB |\n"
+           "|---|---:|---:|---:|---:|---|\n", o->B, T, budget / 1073741824.0);
+    printf("| full (estimate: 16 B a parameter) | %.1f | %.1f | %.1f | %.1f | %s |\n", params * 4.0 / mib, params * 12.0 / mib, acts / mib,
+           full / mib, full <= budget ? "yes" : "no");
+    printf("| LoRA | %.1f | %.1f | %.1f | %.1f | %s |\n", pl.bytes[0] / mib, adapter_state / mib, acts / mib, pl.total / mib,
+           pl.total <= budget ? "yes" : "no");
+    double qweights = pq.bytes[0] + pq.bytes[1] + pq.bytes[2];
+    printf("| QLoRA (%s) | %.1f | %.1f | %.1f | %.1f | %s |\n\n", quant4_name(qlora.quant), qweights / mib, adapter_state / mib,
+           (pq.total - qweights - adapter_state) / mib, pq.total / mib, pq.total <= budget ? "yes" : "no");
+    // the largest micro-batch at this T, the longest T at B = 1, in what fits the budget
+    int best_b = 0, best_t = 0;
+    for (int bb = 1; bb <= 4096 && plan_total(&b, run, bb, T) <= budget; bb *= 2) { best_b = bb; }
+    for (int step = best_b / 2; best_b > 0 && step > 0; step /= 2) {
+        if (plan_total(&b, run, best_b + step, T) <= budget) { best_b += step; }
+    }
+    int lo = 1, hi = b.maxT;
+    while (lo < hi) { // the largest T with plan_total(B = 1) within the budget
+        int mid = lo + (hi - lo + 1) / 2;
+        if (plan_total(&b, run, 1, mid) <= budget) { lo = mid; } else { hi = mid - 1; }
+    }
+    best_t = plan_total(&b, run, 1, lo) <= budget ? lo : 0;
+    printf("in %.0f GiB, with these settings: the largest micro-batch at T=%d is B=%d; the longest T at B=1 is %d (the model's context: %d)\n",
+           budget / 1073741824.0, T, best_b, best_t, b.maxT);
+    base_free(&b);
+}
+
 // -Q TYPE[:BLOCKSIZE[:DOUBLE]]: nf4, fp4 or none; 64; 1
 static void parse_quant(Options *o, const char *v) {
     char type[16] = "";
@@ -2924,6 +3188,7 @@ static Options parse_args(int argc, char **argv) {
     Options o = DEFAULTS;
     for (int i = 1; i < argc; i += 2) {
         if (strcmp(argv[i], "-h") == 0) { print_usage(&DEFAULTS); exit(EXIT_SUCCESS); }
+        if (strcmp(argv[i], "--plan") == 0) { o.plan = 1; i--; continue; } // (takes no value)
         if (argv[i][0] != '-' || argv[i][1] == '\0' || argv[i][2] != '\0') { usage_error("unknown argument '%s'", argv[i]); }
         if (i + 1 >= argc) { usage_error("flag %s needs a value", argv[i]); }
         const char *v = argv[i + 1], *flag = argv[i];
@@ -2959,7 +3224,7 @@ static Options parse_args(int argc, char **argv) {
         case 'A': o.recompute = (int)parse_int(flag, v, 0) != 0; break;
         case 'B': o.bench = (int)parse_int(flag, v, 0) != 0; break;
         case 'P': o.phase_every = (int)parse_int(flag, v, 0); break;
-        case 'G': gpu_budget_flag(flag, v); break;
+        case 'G': o.budget = v; break;
         case 'Q': parse_quant(&o, v); break;
         default: usage_error("unknown flag %s", flag);
         }
@@ -2969,6 +3234,7 @@ static Options parse_args(int argc, char **argv) {
     if (o.dropout >= 1.0f) { usage_error("-D: the dropout probability must be below 1%s", ""); }
     if (o.accum > 256) { usage_error("-k: at most 256 micro-batches a step, got more%s", ""); }
     if (o.val_frac >= 1.0f) { usage_error("-V: the validation fraction must be below 1%s", ""); }
+    if (o.budget != NULL && !o.plan) { gpu_budget_flag("-G", o.budget); }
     return o;
 }
 
@@ -3272,6 +3538,7 @@ int main(int argc, char **argv) {
     Run r;
     memset(&r, 0, sizeof(r));
     r.o = parse_args(argc, argv);
+    if (r.o.plan) { run_plan(&r.o); return 0; }
     load_base(&r);
     if (r.o.bench) { // -B 1: random tokens, no data, no files
         run_bench(&r.b, &r.o);

@@ -1218,7 +1218,8 @@ static void rope_table_fill(float *table, const float *inv_freq, int S, int HS) 
 // --- begin shared-copy: llama-random ---
 // Random Llama-family models of real models' shapes, for benchmarks (-m llama:NAME): what
 // matters for speed is the shape, not the values. Weights uniform in [-0.02, 0.02] (0.02
-// is GPT-2's init scale), RMSNorm weights 1. (Llama 3.2 1B: 1.24B parameters, 4.6 GiB fp32.)
+// is GPT-2's init scale), RMSNorm weights 1. (Llama 3.2 1B: 1.24B parameters, 4.6 GiB fp32;
+// Llama 3.1 8B: 8.03B, 29.9 GiB.)
 static const struct { const char *name; LlamaConfig c; } LLAMA_SHAPES[] = {
     // maxT, V, L, NH, NKV, C, HS, H, tied, qkv_bias, family, theta, eps, Llama 3 RoPE scaling (4), bos, eos
     {"smollm2-135m", {8192, 49152, 30, 9, 3, 576, 64, 1536, 1, 0, LLAMA_FAMILY_LLAMA, 1e5f, 1e-5f, 0.0f, 0.0f, 0.0f, 0, 1, 2}},
@@ -1226,6 +1227,12 @@ static const struct { const char *name; LlamaConfig c; } LLAMA_SHAPES[] = {
                      128000, 128009}},
     {"qwen2.5-0.5b", {32768, 151936, 24, 14, 2, 896, 64, 4864, 1, 1, LLAMA_FAMILY_QWEN2, 1e6f, 1e-6f, 0.0f, 0.0f, 0.0f, 0, -1,
                       151645}},
+    {"llama3.2-3b", {131072, 128256, 28, 24, 8, 3072, 128, 8192, 1, 0, LLAMA_FAMILY_LLAMA, 5e5f, 1e-5f, 32.0f, 1.0f, 4.0f, 8192,
+                     128000, 128009}},
+    {"llama3.1-8b", {131072, 128256, 32, 32, 8, 4096, 128, 14336, 0, 0, LLAMA_FAMILY_LLAMA, 5e5f, 1e-5f, 8.0f, 1.0f, 4.0f, 8192,
+                     128000, 128009}},
+    {"qwen2.5-7b", {32768, 152064, 28, 28, 4, 3584, 128, 18944, 0, 1, LLAMA_FAMILY_QWEN2, 1e6f, 1e-6f, 0.0f, 0.0f, 0.0f, 0, -1,
+                    151645}},
 };
 
 static int llama_random(LlamaWeights *w, const char *source, uint64_t seed) {
@@ -1244,7 +1251,7 @@ static int llama_random(LlamaWeights *w, const char *source, uint64_t seed) {
         }
         return 1;
     }
-    die_file(source, "-m llama:NAME takes smollm2-135m, llama3.2-1b or qwen2.5-0.5b", "no such shape");
+    die_file(source, "-m llama:NAME takes smollm2-135m, llama3.2-1b, llama3.2-3b, llama3.1-8b, qwen2.5-0.5b or qwen2.5-7b", "no such shape");
     return 0;
 }
 // --- end shared-copy: llama-random ---
@@ -1642,8 +1649,8 @@ static void lora_load(Lora *lora, const LoraShape *b, const char *dir, int train
         int site[7], offset[7], out[7], in[7], n = family_modules(b, l, names, site, offset, out, in);
         for (int k = 0; k < n; k++) {
             char key_a[256], key_b[256];
-            snprintf(key_a, sizeof(key_a), "base_model.model.%s.lora_A.weight", names[k]);
-            snprintf(key_b, sizeof(key_b), "base_model.model.%s.lora_B.weight", names[k]);
+            snprintf(key_a, sizeof(key_a), "base_model.model.%.127s.lora_A.weight", names[k]); // (%.127s: a name is 127
+            snprintf(key_b, sizeof(key_b), "base_model.model.%.127s.lora_B.weight", names[k]); // characters at most)
             const StTensor *ta = safetensors_find(&st, key_a), *tb = safetensors_find(&st, key_b);
             if (ta == NULL && tb == NULL) { continue; }
             if (ta == NULL || tb == NULL) { die_file(path, ADAPTER_HINT, "%s without %s", ta != NULL ? key_a : key_b, ta != NULL ? key_b : key_a); }
@@ -1653,7 +1660,7 @@ static void lora_load(Lora *lora, const LoraShape *b, const char *dir, int train
             }
             if (!st_float_dtype(ta->dtype) || !st_float_dtype(tb->dtype)) { die_file(path, NULL, "%s: dtype %s, we read F32, F16, BF16, F64", names[k], ta->dtype); }
             LoraModule *m = &lora->modules[lora->num_modules++];
-            snprintf(m->name, sizeof(m->name), "%s", names[k]);
+            snprintf(m->name, sizeof(m->name), "%.127s", names[k]);
             m->layer = l; m->site = site[k]; m->offset = offset[k]; m->out = out[k]; m->in = in[k];
             lora->num_params += (size_t)r * (in[k] + out[k]);
             found += 2;

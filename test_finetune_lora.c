@@ -451,6 +451,49 @@ static void test_new_adapter(void) {
 // (loss(p + e) - loss(p - e)) / 2e with e = 3e-3, against the analytic gradient. Measured
 // worst: 1.4e-3 relative (at e = 1e-2 the curvature makes it 1.5e-2; at 1e-3 fp32's noise
 // grows); allowed 1e-2. Leaving the mask out of the backward pass is 0.5 off.
+// The classifier in chunks of 3 rows (logits_floats set so): the loss and every gradient
+// those of the whole batch at once, which the tests above hold to PEFT's
+static void test_chunked_classifier(void) {
+    printf("\nthe classifier in chunks of rows\n");
+    Base b;
+    base_load(&b, "build/llama_gqa3.bin");
+    base_to_device(&b);
+    Lora lora;
+    LoraShape shape = base_shape(&b);
+    lora_load(&lora, &shape, "dev/reference/fixtures/lora_llama", 1);
+    lora_to_device(&lora);
+    Fixture f;
+    snprintf(f.path, sizeof(f.path), "dev/reference/fixtures/lora_llama.safetensors");
+    safetensors_open(&f.st, f.path, NULL);
+    f.fp = fopenCheck(f.path, "rb");
+    size_t n, saved = logits_floats;
+    int *tokens = fixture_ints(&f, "tokens", &n), *labels = fixture_ints(&f, "labels", &n), count;
+    double loss[2];
+    float *grads[2];
+    for (int k = 0; k < 2; k++) {
+        logits_floats = k == 0 ? saved : 3 * (size_t)b.Vp;
+        Acts a;
+        acts_allocate(&a, &b, &lora, SEQ_PER_MICRO, T_FIX, 0);
+        lora_zero_grads(&lora);
+        loss[k] = model_forward(&b, &lora, &a, tokens, labels, &count);
+        model_backward(&b, &lora, &a, labels, 1.0f / (float)count);
+        lora_to_host(&lora);
+        grads[k] = (float *)mallocCheck(lora.num_params * sizeof(float));
+        memcpy(grads[k], lora.grads, lora.num_params * sizeof(float));
+        acts_free(&a);
+    }
+    logits_floats = saved;
+    char detail[160];
+    snprintf(detail, sizeof(detail), "%d rows, %d at a time: loss sum %.6f, at once %.6f", SEQ_PER_MICRO * T_FIX, 3, loss[1], loss[0]);
+    check("in chunks of 3 rows: the same loss", fabs(loss[1] - loss[0]) <= 1e-5 * fabs(loss[0]), detail);
+    check_close("in chunks of 3 rows: every gradient", grads[1], grads[0], lora.num_params, 1e-6f);
+    free(grads[0]); free(grads[1]); free(tokens); free(labels);
+    fclose(f.fp);
+    safetensors_free(&f.st);
+    lora_free(&lora);
+    base_free(&b);
+}
+
 static void test_dropout(void) {
     printf("\nLoRA dropout (p = 0.3) against finite differences\n");
     Base b;
@@ -648,6 +691,7 @@ int main(void) {
     test_new_adapter();
     test_adamw();
     test_dropout();
+    test_chunked_classifier();
     test_model("gpt2", "build/hf_tiny_fp32.bin", QUANT_NONE);
     test_model("llama", "build/llama_gqa3.bin", QUANT_NONE);
     test_model("qwen2", "build/qwen2_gqa4.bin", QUANT_NONE);

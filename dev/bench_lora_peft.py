@@ -5,13 +5,19 @@ of our benchmark (dev/bench_lora.sh runs both and prints one table).
 
     python3 dev/bench_lora_peft.py --model llama:smollm2-135m --device cpu --threads 2 -b 4 -t 104 -n 10 -r 8
     python3 dev/bench_lora_peft.py --model llama:llama3.2-1b --device cuda --dtype bf16 -b 4 -t 512 -n 10 -r 16
+    python3 dev/bench_lora_peft.py --model llama:smollm2-135m --device cpu --threads 2 --quant nf4   # QLoRA
 
 The same work as ours: the model in --dtype (fp32, or bf16 on a GPU: PEFT keeps the adapter
 in fp32 over a bf16 base, as we do), LoRA (PEFT's LoraConfig) on all linear layers (or
 --targets), rank r, alpha, dropout; each step -k micro-batches of -b sequences of -t random
 tokens, the loss on every next token, backward, the gradient clipped to 1, AdamW (torch's,
 lr 1e-3, no weight decay). transformers' default attention (SDPA). --checkpointing turns on
-transformers' gradient checkpointing (our -A 1). Prints each step, tokens/s over steps 2..n
+transformers' gradient checkpointing (our -A 1). --quant nf4 is QLoRA as people run it (our
+-Q nf4): the random model written to a scratch folder and loaded back with transformers'
+BitsAndBytesConfig (load_in_4bit, NF4, double quantization, compute dtype --dtype), every
+linear layer of the blocks a bitsandbytes Linear4bit, the head and embeddings as they were,
+then PEFT's prepare_model_for_kbit_training (without its gradient checkpointing, unless
+--checkpointing) and LoRA on the 4-bit layers. Prints each step, tokens/s over steps 2..n
 and the peak memory: the process's resident set (CPU), or torch's peak allocation and the
 device's memory in use (GPU).
 """
@@ -28,6 +34,19 @@ SHAPES = {  # as infer.c's LLAMA_SHAPES (finetune_lora's -m llama:NAME)
                         max_position_embeddings=131072,
                         rope_scaling=dict(rope_type="llama3", factor=32.0, low_freq_factor=1.0, high_freq_factor=4.0,
                                           original_max_position_embeddings=8192)),
+    "llama3.2-3b": dict(vocab_size=128256, hidden_size=3072, intermediate_size=8192, num_hidden_layers=28, num_attention_heads=24,
+                        num_key_value_heads=8, rope_theta=5e5, rms_norm_eps=1e-5, tie_word_embeddings=True,
+                        max_position_embeddings=131072, head_dim=128,
+                        rope_scaling=dict(rope_type="llama3", factor=32.0, low_freq_factor=1.0, high_freq_factor=4.0,
+                                          original_max_position_embeddings=8192)),
+    "llama3.1-8b": dict(vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
+                        num_key_value_heads=8, rope_theta=5e5, rms_norm_eps=1e-5, tie_word_embeddings=False,
+                        max_position_embeddings=131072,
+                        rope_scaling=dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
+                                          original_max_position_embeddings=8192)),
+    "qwen2.5-7b": dict(vocab_size=152064, hidden_size=3584, intermediate_size=18944, num_hidden_layers=28, num_attention_heads=28,
+                       num_key_value_heads=4, rope_theta=1e6, rms_norm_eps=1e-6, tie_word_embeddings=False,
+                       max_position_embeddings=32768),
     "qwen2.5-0.5b": dict(vocab_size=151936, hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
                          num_key_value_heads=2, rope_theta=1e6, rms_norm_eps=1e-6, tie_word_embeddings=True,
                          max_position_embeddings=32768),
@@ -49,6 +68,7 @@ def main():
     p.add_argument("--dropout", type=float, default=0.0)
     p.add_argument("--targets", default="all-linear")
     p.add_argument("--checkpointing", action="store_true", help="gradient checkpointing (our -A 1)")
+    p.add_argument("--quant", default="none", choices=["none", "nf4"], help="QLoRA: the base in bitsandbytes' 4 bits (our -Q nf4)")
     a = p.parse_args()
 
     import torch
@@ -68,6 +88,19 @@ def main():
     config = (Qwen2Config if qwen else LlamaConfig)(**SHAPES[name])
     with torch.device(a.device):
         model = (Qwen2ForCausalLM if qwen else LlamaForCausalLM)(config).to(dtype)
+    if a.quant == "nf4":
+        import tempfile
+        from peft import prepare_model_for_kbit_training
+        from transformers import AutoModelForCausalLM, BitsAndBytesConfig
+        with tempfile.TemporaryDirectory() as folder:
+            model.save_pretrained(folder)
+            del model
+            quant = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
+                                       bnb_4bit_compute_dtype=dtype)
+            model = AutoModelForCausalLM.from_pretrained(folder, quantization_config=quant, dtype=dtype, device_map=a.device)
+        model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=a.checkpointing)
+        linear4 = sum(type(m).__name__ == "Linear4bit" for m in model.modules())
+        print(f"bitsandbytes: {linear4} Linear4bit layers (NF4, double quantization, compute {a.dtype})")
     if a.checkpointing:
         model.gradient_checkpointing_enable()
         model.enable_input_require_grads()
@@ -79,7 +112,7 @@ def main():
     adapter_dtypes = sorted({str(q.dtype) for q in trainable})
     print(f"PyTorch {torch.__version__} + PEFT, {a.model}, {a.dtype} base, adapter {', '.join(adapter_dtypes)}: "
           f"{sum(q.numel() for q in trainable)} trainable parameters; {a.n} steps of {a.k} x {a.b} sequences of {a.t} tokens"
-          f"{', gradient checkpointing' if a.checkpointing else ''}; {a.device}"
+          f"{', gradient checkpointing' if a.checkpointing else ''}{', QLoRA: the base in NF4' if a.quant == 'nf4' else ''}; {a.device}"
           f"{f', {torch.get_num_threads()} threads' if a.device == 'cpu' else ''}")
     optimizer = torch.optim.AdamW(trainable, lr=1e-3, weight_decay=0.0)
     generator = torch.Generator(device="cpu").manual_seed(1)

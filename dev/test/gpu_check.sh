@@ -183,6 +183,20 @@ if python3 -c "import torch, peft, transformers" 2> /dev/null; then
 else
     rows+=("| LoRA speed vs PEFT | skipped: no python3 with torch, transformers, peft | - | - |")
 fi
+# QLoRA at the road's end: Llama 3.1 8B's shapes (random weights, quantized to NF4 at load),
+# T = 2,048, micro-batch 1 and 2, recomputation, on a card of 16 GB (-G 16: a larger card's
+# extra memory refused): tokens/s and the peak this program allocated. Peers: torchtune's
+# 7.4 GiB and 2,413 tokens/s on an RTX 4090 (batch 2, packed 2,048).
+for mb in 1 2; do
+    step "qlora_8b_b$mb" "finetune_loracu -Q nf4: Llama 3.1 8B shapes, T=2048, B=$mb, -A 1, r=16, in 16 GiB (-G 16)" \
+        ./finetune_loracu -B 1 -m llama:llama3.1-8b -Q nf4 -A 1 -b $mb -k 1 -t 2048 -n 4 -r 16 -a 32 -D 0 -G 16
+done
+if python3 -c "import torch, peft, transformers, bitsandbytes" 2> /dev/null; then
+    step qlora_bench "QLoRA speed: finetune_loracu -Q nf4 vs PyTorch + PEFT + bitsandbytes, Llama 3.2 1B shapes, B=4, T=512" \
+        bash dev/bench_lora.sh gpu-qlora llama:llama3.2-1b 4 512 16
+else
+    rows+=("| QLoRA speed vs PEFT + bitsandbytes | skipped: no python3 with torch, transformers, peft, bitsandbytes | - | - |")
+fi
 # GPT-2 124M shapes (random weights): decode at batch 1 (target > 5,000 tokens/s in bf16),
 # and how batched decode scales up to 64 sequences; fp32 at batch 1 for comparison
 step infer_bench "infercu: GPT-2 124M (d12), bf16, batch 1..64, prompt 128, 128 generated" \
@@ -325,6 +339,12 @@ if [ -f "$LOGS/lora_bench.log" ]; then
     grep '^|' "$LOGS/lora_bench.log"
     echo
 fi
+echo "QLoRA, Llama 3.1 8B shapes, T=2048, -A 1, in 16 GiB (torchtune on an RTX 4090: 7.4 GiB, 2,413 tokens/s at batch 2):"
+for mb in 1 2; do
+    [ -f "$LOGS/qlora_8b_b$mb.log" ] && echo "B=$mb: $(grep -E '^(tokens/s|peak memory|Error)' "$LOGS/qlora_8b_b$mb.log" | tr '\n' ' ')"
+done
+echo
+[ -f "$LOGS/qlora_bench.log" ] && { echo "QLoRA training speed beside PyTorch + PEFT + bitsandbytes (dev/bench_lora.sh gpu-qlora):"; echo; grep '^|' "$LOGS/qlora_bench.log"; echo; }
 [ -f "$LOGS/lora_smollm2_eval.log" ] && { echo "SmolLM2 LoRA on the GPU, the held-out questions before and after:"; grep -A3 '^| | correct' "$LOGS/lora_smollm2_eval.log"; echo; }
 echo "matmul ladder (dev/cuda/matmul):"
 sed -n '/^variant/,$p' "$LOGS/matmul.log" | grep -v 'passed,'

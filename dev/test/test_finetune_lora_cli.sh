@@ -152,6 +152,23 @@ losses=$(grep '^validation loss:' "$TMP/qlog2" | sed 's/validation loss: \([0-9.
 report "-Q nf4 -M: merged into the dequantized base, the adapter's validation loss (to 1e-4)" \
     $(echo "$losses" | awk '{ d = $1 - $2; if (d < 0) d = -d; exit !(NF == 2 && d < 1e-4) }' && [ -s "$TMP/qmerged.bin" ] && echo 1 || echo 0) "$losses"
 
+# --plan: the CPU's allocations predicted to the byte (the ledger the runs above printed), and
+# the tables for a shape that is not loaded
+for run in "log|" "qlog|-Q nf4"; do
+    log=$TMP/${run%%|*} q=${run#*|}
+    t=$(sed -n 's/^memory (MiB): .*(B=2, T=\([0-9]*\))$/\1/p' "$log")
+    ledger=$(sed -n 's/^ledger (bytes): .*, total \([0-9]*\)$/\1/p' "$log")
+    plan=$("$BIN" -m "$MODEL" -b 2 -t "${t:-0}" -r 4 -T q_proj,v_proj $q --plan 2>&1 | sed -n 's/^(\([0-9]*\) bytes)$/\1/p')
+    report "--plan ${q:-(fp32)}: the total is what the run allocated, to the byte ($plan)" $([ -n "$ledger" ] && [ "$ledger" = "$plan" ] && echo 1 || echo 0) \
+        "plan $plan, ledger $ledger (T=$t)"
+done
+"$BIN" -m llama:llama3.1-8b -b 1 -t 2048 -r 16 -Q nf4 --plan -G 80 > "$TMP/plan" 2>&1
+report "--plan -m llama:llama3.1-8b: the parts, full / LoRA / QLoRA, what fits 80 GiB" \
+    $([ $? = 0 ] && grep -q '^| base weights, 4-bit codes (the linear layers) | 3328.0 |$' "$TMP/plan" && grep -q '^| full (estimate: 16 B a parameter) |' "$TMP/plan" &&
+      grep -q '^| QLoRA (nf4) | .* | yes |$' "$TMP/plan" && grep -q '^| LoRA | .* | yes |$' "$TMP/plan" && grep -q '^| full .* | no |$' "$TMP/plan" &&
+      grep -q '^in 80 GiB, with these settings: the largest micro-batch at T=2048 is B=[0-9]*; the longest T at B=1 is [0-9]*' "$TMP/plan" && echo 1 || echo 0) \
+    "$(tail -3 "$TMP/plan" | tr '\n' ' ')"
+
 # adapter_config.json names the base as PEFT expects: base_model_name_or_path is the Hugging
 # Face folder our model file came from (./convert notes it), else null; our file in the
 # safetensors metadata's base_model_file
@@ -220,6 +237,8 @@ expect_error "-Q with a blocksize bitsandbytes does not take" "-Q nf4:48: the bl
 expect_error "-Q with double quantization neither 0 nor 1" "-Q fp4:64:2: double quantization is 0 or 1" -Q fp4:64:2
 expect_error "-Q none with a blocksize" "-Q none:64: expected" -Q none:64
 expect_error "-Q with text after it" "-Q nf4:64:1:0: expected" -Q nf4:64:1:0
+expect_error "--plan with a shape we do not know" "llama:llama9: no such shape" -m llama:llama9 --plan
+expect_error "--plan -G 0" "-G 0: the memory to plan for must be above 0 GiB" -m llama:smollm2-135m --plan -G 0
 expect_error "-D 1: a dropout that drops everything" "-D: the dropout probability must be below 1" -D 1
 expect_error "an adapter folder that is not one" "$TMP/none/adapter_config.json" -d "$D" -o "$TMP/x" -t 64 -i "$TMP/none"
 expect_error "-E: evaluation questions in the training data: refused" "eval.jsonl: 2 of its 3 questions are in the training data" -d "$D" -o "$TMP/x" -t 64 -E "$TMP/eval.jsonl"

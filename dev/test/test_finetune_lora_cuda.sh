@@ -83,6 +83,18 @@ report "... -Q nf4: the GPU's memory table counts the 4-bit weights" \
 report "... the GPU's report: the memory table and tokens/s" \
     $(grep -q '^memory on the GPU (MiB): base weights .* (fp32, no gradients), .*activations .* every block' "$TMP/gpu.log" && grep -q 'tokens/s' "$TMP/gpu.log" && echo 1 || echo 0)
 
+# --plan: the GPU's allocations predicted to the byte (gpu_alloc's peak in a -B 1 run), with
+# and without -Q and recomputation, fp32 and bf16 bases
+# (d2's 50,257-token vocabulary at B T = 48: one row of dlogits is more than the cast scratch
+# held before it was sized for one)
+for case in "$FP32|-D 0" "$FP32|-Q fp4:128:0 -A 1 -D 0.1" "$BF16|-D 0" "$BF16|-Q nf4"; do
+    bin=${case%%|*} q=${case#*|} F="-m $TMP/d2.bin -b 2 -t 24 -r 4 ${case#*|}"
+    peak=$("$bin" $F -B 1 -n 1 2>&1 | sed -n 's/^peak memory: .* at most (\([0-9]*\) bytes.*/\1/p')
+    plan=$("$bin" $F --plan 2>&1 | sed -n 's/^(\([0-9]*\) bytes)$/\1/p')
+    report "--plan $q ($(basename "$bin")): the total is -B 1's peak allocation, to the byte ($plan)" \
+        $([ -n "$peak" ] && [ "$peak" = "$plan" ] && echo 1 || echo 0) "plan $plan, peak $peak"
+done
+
 # activation recomputation: the same arithmetic, bit for bit
 "$FP32" $R -D 0.2 -o "$TMP/keep" > /dev/null 2>&1
 "$FP32" $R -D 0.2 -A 1 -o "$TMP/recompute" > "$TMP/re.log" 2>&1
