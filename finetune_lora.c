@@ -29,9 +29,10 @@ and main).
 
 QLoRA (-Q nf4): the base's linear layers frozen in 4 bits exactly as bitsandbytes stores
 them (NF4 or FP4, blocksize 64, double quantization: the section "the frozen weights in 4
-bits"), dequantized a tile of rows at a time inside the frozen matmuls, so that no fp32 copy
-of them exists; the embeddings, norms, biases and the head stay fp32, as transformers keeps
-them. The adapter, its gradients and AdamW are LoRA's.
+bits"), dequantized a tile of rows at a time inside the frozen matmuls, so that once loaded
+no fp32 copy of them exists (loading reads the fp32 file whole first: --plan prints that
+moment's memory); the embeddings, norms, biases and the head stay fp32, as transformers
+keeps them. The adapter, its gradients and AdamW are LoRA's.
 
 What it leaves out, on purpose: DoRA, LoRA on the embeddings or the head, adapter biases
 (PEFT's bias "none" only), several adapters at once, and sequence packing (each record is
@@ -140,8 +141,10 @@ typedef struct {
 // --- begin shared-copy: quant4 ---
 // QLoRA (Dettmers et al., "QLoRA: Efficient Finetuning of Quantized LLMs", 2023) keeps the
 // frozen weights in 4 bits and trains LoRA beside them. We store them exactly as
-// bitsandbytes does (its quantize_4bit / dequantize_4bit), so that Hugging Face's
-// *-bnb-4bit checkpoints are ours and ours are theirs, bit for bit:
+// bitsandbytes does (its quantize_4bit / dequantize_4bit, the layout of Hugging Face's
+// *-bnb-4bit checkpoints), the same bytes as bitsandbytes computes on the CPU (where it
+// summed the double quantization's mean in another order, on a GPU, the offset can differ
+// in its last bit: torch_sum_f32):
 //   - a tensor of n values, flattened row-major, cut into blocks of `blocksize` (64; any
 //     power of two from 32 to 4096), the last block possibly partial;
 //   - each block's absmax = max |x|, and each value the index of the code nearest to
@@ -178,7 +181,7 @@ typedef struct {
     uint8_t *qabsmax;         // (num_blocks): with it, the 8-bit index of absmax - offset ...
     float *nested_absmax;     // ... the fp32 absmax of each block of 256 of those
     float offset;             // ... their mean
-    float nested_code[256];   // ... and the map (bitsandbytes' dynamic map; a file's own, read)
+    float nested_code[256];   // ... and the map (bitsandbytes' dynamic map)
 } Quant4;
 
 static const float *quant4_code(int type) { return type == QUANT_FP4 ? FP4_CODE : NF4_CODE; }
@@ -194,7 +197,7 @@ static int quant4_blocksize_ok(long blocksize) {
 // float32: for i = 0..6, the 2^i midpoints of linspace(0.1, 1, 2^i + 1), times 10^(i - 6),
 // with both signs; then 0 and 1; sorted. 256 values from -0.993 to 1. (torch's linspace
 // computes each point with one rounding, a fused multiply-add from the start before halfway
-// and from the end after. Files carry their own map: this one is for what we quantize.)
+// and from the end after.)
 static float linspace_point(float start, float end, int steps, int i) {
     float step = (end - start) / (float)(steps - 1);
     return i < steps / 2 ? fmaf(step, (float)i, start) : fmaf(-step, (float)(steps - i - 1), end);
@@ -1048,6 +1051,10 @@ static int llama_random(LlamaWeights *w, const char *source, uint64_t seed) {
 // ----------------------------------------------------------------------------
 // the base model, frozen: either family's tensors under one set of names
 
+// the classifier's logits at most at a time (logits_rows): 16 MiB of fp32 here, where the
+// GEMM's speed does not depend on the rows (finetune_lora.cu takes 128 MiB: its kernels want rows)
+#define LOGITS_FLOATS ((size_t)1 << 22)
+
 // --- begin shared-copy: finetune-base ---
 
 // The tensors of the forward pass (as infer.c's ForwardTensors), pointers into the loaded
@@ -1068,6 +1075,7 @@ typedef struct {
     // quantizes them: the Llama family's q, k, v and gate, up (GPT-2's c_attn and c_fc are one
     // module each there too); band k of site s in layer l is qw[(l NUM_SITES + s) 3 + k].
     int quant;                   // QUANT_NONE, QUANT_NF4 or QUANT_FP4
+    int quant_blocksize, quant_nested;
     Quant4 *qw;
     int band_rows[NUM_SITES][3]; // rows of each band of a site (0: no such band)
 } Base;
@@ -1157,6 +1165,8 @@ static void base_quantize(Base *b, int type, int blocksize, int nested) {
     if (b->llama) { free(b->llama_weights.params); b->llama_weights.params = kept; }
     else { free(b->gpt2.params_memory); b->gpt2.params_memory = kept; }
     b->quant = type;
+    b->quant_blocksize = blocksize;
+    b->quant_nested = nested;
     base_point(b);
 }
 
@@ -1208,7 +1218,7 @@ static size_t base_bytes(const Base *b) {
 // floats (1 GiB for T = 2,048 and Llama 3's 128,256 tokens), and nothing needs them after
 // their row's loss and (the head being frozen) its gradient into nf. logits_floats of them at
 // most, one row at least: the tiny test models' all fit, and keep their logits to compare.
-static size_t logits_floats = (size_t)1 << 22; // 16 MiB of fp32 (a variable: the tests make chunks of a few rows)
+static size_t logits_floats = LOGITS_FLOATS; // (a variable: the tests make chunks of a few rows)
 static int logits_rows(const Base *b, int N) {
     size_t rows = logits_floats / (size_t)b->Vp;
     rows = rows > 0 ? rows : 1;
@@ -1240,6 +1250,21 @@ static size_t plan_linear_params(const Base *b) {
     return (size_t)b->L * (QKV * C + C * Q + MLP * C + C * b->H);
 }
 static size_t plan_base_params(const Base *b) { return b->llama ? b->llama_weights.num_parameters : b->gpt2.num_parameters; }
+// base_quantize's bytes: each band's codes, and its constants (quant4_bytes, less the codes)
+static void plan_quant_bytes(const Base *b, int blocksize, int nested, size_t *codes, size_t *constants) {
+    int C = b->C, Q = b->NH * b->HS, KV = b->NKV * b->HS, H = b->H;
+    int rows[NUM_SITES][3] = {{Q, KV, KV}, {C, 0, 0}, {H, H, 0}, {C, 0, 0}}, gpt2_rows[NUM_SITES][3] = {{3 * C, 0, 0}, {C, 0, 0}, {4 * C, 0, 0}, {C, 0, 0}};
+    int in[NUM_SITES] = {C, Q, C, H};
+    *codes = 0; *constants = 0;
+    for (int s = 0; s < NUM_SITES; s++) {
+        for (int k = 0; k < 3; k++) {
+            size_t n = (size_t)(b->llama ? rows[s][k] : gpt2_rows[s][k]) * in[s], blocks = (n + blocksize - 1) / blocksize;
+            if (n == 0) { continue; }
+            *codes += (size_t)b->L * ((n + 1) / 2);
+            *constants += (size_t)b->L * (nested ? blocks + (blocks + QUANT_NESTED_BLOCK - 1) / QUANT_NESTED_BLOCK * 4 + 4 + 256 * 4 : blocks * 4);
+        }
+    }
+}
 #endif
 
 static void base_free(Base *b) {
@@ -1255,14 +1280,15 @@ static void base_free(Base *b) {
 // ----------------------------------------------------------------------------
 // the frozen linear layers: fp32, or (-Q) 4-bit weights dequantized a tile at a time
 
-// QUANT_TILE floats of scratch: a tile of a 4-bit weight's rows, dequantized to fp32 for the
-// GEMM and dropped after it, so that no whole fp32 weight ever exists (QLoRA's point)
-#define QUANT_TILE (1 << 16)
-static int tile_rows(int in) { return in < QUANT_TILE ? QUANT_TILE / in : 1; }
+// quant_tile floats of scratch: a tile of a 4-bit weight's rows, dequantized to fp32 for the
+// GEMM and dropped after it, so that no whole fp32 weight ever exists (QLoRA's point). (A
+// variable: the tests make tiles of a few rows, which do not divide the bands.)
+static size_t quant_tile = (size_t)1 << 16;
+static int tile_rows(int in) { return (size_t)in < quant_tile ? (int)(quant_tile / in) : 1; }
 static size_t quant_tile_floats(const Base *b) {
     int widest = b->C > b->H ? b->C : b->H;
     widest = widest > b->NH * b->HS ? widest : b->NH * b->HS;
-    return b->quant == QUANT_NONE ? 0 : widest > QUANT_TILE ? (size_t)widest : QUANT_TILE;
+    return b->quant == QUANT_NONE ? 0 : (size_t)widest > quant_tile ? (size_t)widest : quant_tile;
 }
 
 // Rows [first, first + rows) of band q (in columns each) into tile, fp32
@@ -1804,16 +1830,11 @@ static int target_wanted(const char *targets, const char *module_name) {
 // A fresh adapter on base b: rank r on the -T modules; A Kaiming-uniform with a = sqrt(5)
 // (PEFT's, and nn.Linear's own init: U(-1/sqrt(in), 1/sqrt(in))) from the seed, B zero, so
 // that the adapted model starts as the base model exactly.
-static void lora_create(Lora *lora, const Base *b, int r, float alpha, int rslora, const char *targets, uint64_t seed) {
-    memset(lora, 0, sizeof(*lora));
-    lora->r = r;
-    lora->alpha = alpha;
-    lora->rslora = rslora;
-    lora->scale = rslora ? alpha / sqrtf((float)r) : alpha / (float)r;
-    lora->modules = (LoraModule *)calloc((size_t)b->L * 7, sizeof(LoraModule));
-    if (lora->modules == NULL) { fprintf(stderr, "Error: out of memory\n"); exit(EXIT_FAILURE); }
+// The modules -T names (and -r fits each): an error naming the problem, else how many and
+// their parameters (what lora_create makes; --plan asks it too)
+static void lora_check_targets(const Base *b, int r, const char *targets, int *modules, size_t *params) {
     LoraShape shape = base_shape(b);
-    int matched = 0;
+    *modules = 0; *params = 0;
     for (int l = 0; l < b->L; l++) {
         char names[7][128];
         int site[7], offset[7], out[7], in[7], n = family_modules(&shape, l, names, site, offset, out, in);
@@ -1823,10 +1844,8 @@ static void lora_create(Lora *lora, const Base *b, int r, float alpha, int rslor
                 fprintf(stderr, "Error: -r %d: larger than %s (%d x %d): the rank can be at most its smaller side\n", r, names[k], out[k], in[k]);
                 exit(EXIT_FAILURE);
             }
-            LoraModule *m = &lora->modules[lora->num_modules++];
-            snprintf(m->name, sizeof(m->name), "%.127s", names[k]);
-            m->layer = l; m->site = site[k]; m->offset = offset[k]; m->out = out[k]; m->in = in[k];
-            lora->num_params += (size_t)r * (in[k] + out[k]);
+            (*modules)++;
+            *params += (size_t)r * (in[k] + out[k]);
         }
     }
     // every name asked for must be one of the family's
@@ -1843,10 +1862,33 @@ static void lora_create(Lora *lora, const Base *b, int r, float alpha, int rslor
             fprintf(stderr, " (or all-linear)\n");
             exit(EXIT_FAILURE);
         }
-        matched++;
         p += len + (comma != NULL);
     }
-    (void)matched;
+}
+
+static void lora_create(Lora *lora, const Base *b, int r, float alpha, int rslora, const char *targets, uint64_t seed) {
+    memset(lora, 0, sizeof(*lora));
+    int modules;
+    size_t params;
+    lora_check_targets(b, r, targets, &modules, &params);
+    lora->r = r;
+    lora->alpha = alpha;
+    lora->rslora = rslora;
+    lora->scale = rslora ? alpha / sqrtf((float)r) : alpha / (float)r;
+    lora->modules = (LoraModule *)calloc((size_t)modules + 1, sizeof(LoraModule));
+    if (lora->modules == NULL) { fprintf(stderr, "Error: out of memory\n"); exit(EXIT_FAILURE); }
+    LoraShape shape = base_shape(b);
+    for (int l = 0; l < b->L; l++) {
+        char names[7][128];
+        int site[7], offset[7], out[7], in[7], n = family_modules(&shape, l, names, site, offset, out, in);
+        for (int k = 0; k < n; k++) {
+            if (!target_wanted(targets, names[k])) { continue; }
+            LoraModule *m = &lora->modules[lora->num_modules++];
+            snprintf(m->name, sizeof(m->name), "%.127s", names[k]);
+            m->layer = l; m->site = site[k]; m->offset = offset[k]; m->out = out[k]; m->in = in[k];
+            lora->num_params += (size_t)r * (in[k] + out[k]);
+        }
+    }
     lora_allocate(lora, 1, "the new adapter");
     for (int k = 0; k < lora->num_modules; k++) {
         LoraModule *m = &lora->modules[k];
@@ -2039,23 +2081,10 @@ static void print_memory(const Base *b, const Lora *lora, const Acts *a) {
            base_bytes(b) + lora->num_params * 16 + a->bytes);
 }
 
-// base_quantize's bytes: each band's codes, and its constants (quant4_bytes, less the codes)
-static void plan_quant_bytes(const Base *b, int blocksize, int nested, size_t *codes, size_t *constants) {
-    int C = b->C, Q = b->NH * b->HS, KV = b->NKV * b->HS, H = b->H;
-    int rows[NUM_SITES][3] = {{Q, KV, KV}, {C, 0, 0}, {H, H, 0}, {C, 0, 0}}, gpt2_rows[NUM_SITES][3] = {{3 * C, 0, 0}, {C, 0, 0}, {4 * C, 0, 0}, {C, 0, 0}};
-    int in[NUM_SITES] = {C, Q, C, H};
-    *codes = 0; *constants = 0;
-    for (int s = 0; s < NUM_SITES; s++) {
-        for (int k = 0; k < 3; k++) {
-            size_t n = (size_t)(b->llama ? rows[s][k] : gpt2_rows[s][k]) * in[s], blocks = (n + blocksize - 1) / blocksize;
-            if (n == 0) { continue; }
-            *codes += (size_t)b->L * ((n + 1) / 2);
-            *constants += (size_t)b->L * (nested ? blocks + (blocks + QUANT_NESTED_BLOCK - 1) / QUANT_NESTED_BLOCK * 4 + 4 + 256 * 4 : blocks * 4);
-        }
-    }
-}
 
 #define PLAN_WHERE "the CPU, fp32; the process's own overhead, the tokenizer and the data not counted"
+#define PLAN_RECOMPUTE 0   // (the CPU keeps every layer's activations: -A is finetune_loracu's)
+#define PLAN_LOAD_COUNTS 1 // (loading takes the same memory the run then uses: what fits must fit that too)
 // --plan: what this program would allocate, part by part, for base b's shape: the weights
 // (base_quantize's, or fp32), the adapter with its gradients and AdamW's moments
 // (lora_allocate's), and acts_allocate's arrays (acts_sizes). The same sums the run makes: its
@@ -2269,7 +2298,8 @@ static void checkpoint_save(const char *out, const Lora *lora, const Base *b, co
     format_path(dir, sizeof(dir), "%s/step_%06d", out, pr->step);
     lora_save(lora, b, dir, model_path);
     int h[256] = {STATE_MAGIC, 1, pr->step, pr->epoch, pr->cursor, n_train, B, accum, T, steps, lora->r, (int)(seed & 0x7fffffff),
-                  (int)(seed >> 31), (int)lora->num_params};
+                  (int)(seed >> 31), (int)lora->num_params, b->quant, b->quant != QUANT_NONE ? b->quant_blocksize : 0,
+                  b->quant != QUANT_NONE ? b->quant_nested : 0};
     const void *bufs[4] = {h, order, lora->m, lora->v};
     size_t sizes[4] = {sizeof(h), (size_t)n_train * sizeof(int), lora->num_params * sizeof(float), lora->num_params * sizeof(float)};
     format_path(path, sizeof(path), "%s/state_%06d.bin", out, pr->step);
@@ -2296,8 +2326,8 @@ static int find_latest_adapter_checkpoint(const char *out) {
 
 // Reads state_<step>.bin into pr, order and the moments; the run's settings must be the
 // ones it was written with (else one error saying which flags to give)
-static void checkpoint_load(const char *out, int step, Lora *lora, Progress *pr, int *order, int n_train, int B, int accum, int T,
-                            int steps, uint64_t seed) {
+static void checkpoint_load(const char *out, int step, Lora *lora, const Base *b, Progress *pr, int *order, int n_train, int B,
+                            int accum, int T, int steps, uint64_t seed) {
     char path[MAX_PATH_LEN];
     format_path(path, sizeof(path), "%s/state_%06d.bin", out, step);
     FILE *fp = fopenCheck(path, "rb");
@@ -2309,6 +2339,14 @@ static void checkpoint_load(const char *out, int step, Lora *lora, Progress *pr,
                  "written by a run with %d training records, -b %d -k %d, T %d, %d steps, -r %d, seed %d; this one has %d, -b %d -k %d, "
                  "T %d, %d steps, -r %d, seed %d", h[5], h[6], h[7], h[8], h[9], h[10], h[11], n_train, B, accum, T, steps, lora->r,
                  (int)(seed & 0x7fffffff));
+    }
+    // -Q: the base the adapter trained on (fields 14..16; 0 in a state from before -Q, or without it)
+    int quant_blocksize = b->quant != QUANT_NONE ? b->quant_blocksize : 0, quant_nested = b->quant != QUANT_NONE ? b->quant_nested : 0;
+    if (h[14] != b->quant || h[15] != quant_blocksize || h[16] != quant_nested) {
+        char was[64], is[64];
+        snprintf(was, sizeof(was), h[14] == QUANT_NONE ? "fp32 (no -Q)" : "-Q %s:%d:%d", quant4_name(h[14]), h[15], h[16]);
+        snprintf(is, sizeof(is), b->quant == QUANT_NONE ? "fp32 (no -Q)" : "-Q %s:%d:%d", quant4_name(b->quant), quant_blocksize, quant_nested);
+        die_file(path, "resume with the -Q of the run that wrote it", "written by a run whose base was %s; this one's is %s", was, is);
     }
     if (h[2] != step || h[3] < 0 || h[4] < 0 || h[4] > n_train) { die_file(path, NULL, "its header is not a state's: corrupt"); }
     pr->step = h[2];
@@ -2703,19 +2741,6 @@ static void plan_shape(Base *b, const char *model) {
              "qwen2.5-7b) or gpt2-xl", "no such shape");
 }
 
-// The adapter lora_create would make on it: its modules and parameters
-static void plan_adapter(const Base *b, const char *targets, int r, int *modules, size_t *params) {
-    LoraShape shape = base_shape(b);
-    *modules = 0; *params = 0;
-    for (int l = 0; l < b->L; l++) {
-        char names[7][128];
-        int site[7], offset[7], out[7], in[7], n = family_modules(&shape, l, names, site, offset, out, in);
-        for (int k = 0; k < n; k++) {
-            if (target_wanted(targets, names[k])) { (*modules)++; *params += (size_t)r * (in[k] + out[k]); }
-        }
-    }
-}
-
 static double plan_total(const Base *b, PlanRun run, int B, int T) {
     MemoryPlan p;
     run.B = B; run.T = T;
@@ -2728,10 +2753,15 @@ static void run_plan(const Options *o) {
     plan_shape(&b, o->model);
     double budget = (o->budget != NULL ? parse_float("-G", o->budget) : 16.0) * 1073741824.0, mib = 1048576.0;
     if (!(budget > 0.0)) { usage_error("-G %s: the memory to plan for must be above 0 GiB", o->budget); }
-    int T = o->T < b.maxT ? o->T : b.maxT;
+    int T = o->T;
+    if (T > b.maxT) {
+        char msg[160];
+        snprintf(msg, sizeof(msg), "-t %d: longer than the model's context (%d)", T, b.maxT);
+        usage_error("%s", msg);
+    }
     PlanRun run = {.quant = o->quant, .blocksize = o->quant_blocksize, .nested = o->quant_nested, .modules = 0, .r = o->r, .B = o->B,
                    .T = T, .recompute = o->recompute, .adapter_params = 0, .dropout = o->dropout};
-    plan_adapter(&b, o->targets, o->r, &run.modules, &run.adapter_params);
+    lora_check_targets(&b, o->r, o->targets, &run.modules, &run.adapter_params); // (the adapter lora_create would make)
     size_t params = plan_base_params(&b), linear = plan_linear_params(&b);
     printf("plan: %s: %s, %.2fB parameters (%.2fB in the linear layers); B=%d, T=%d, LoRA r=%d on %s (%d modules, %zu parameters)%s%s\n",
            o->model, b.llama ? "Llama family" : "GPT-2", params / 1e9, linear / 1e9, o->B, T, o->r, o->targets, run.modules,
@@ -2741,8 +2771,16 @@ static void run_plan(const Options *o) {
     memory_plan(&p, &b, &run);
     for (int k = 0; k < p.n; k++) { printf("| %s | %.1f |\n", p.name[k], p.bytes[k] / mib); }
     printf("| total | %.1f |\n\n(%.0f bytes)\n", p.total / mib, p.total);
-    printf("one layer's activations: %.1f MiB (of %d layers; %s)\n\n", p.per_layer / mib, b.L,
-           o->recompute ? "-A 1 keeps one layer's" : "-A 1 would keep one layer's instead of all");
+    printf("one layer's activations: %.1f MiB (of %d layers; %s)\n", p.per_layer / mib, b.L, PLAN_RECOMPUTE ?
+           (o->recompute ? "-A 1 keeps one layer's" : "-A 1 would keep one layer's instead of all") : "finetune_loracu's -A 1 keeps one layer's");
+    // loading: the model file is read whole in fp32, then (-Q) quantized, the fp32 rest copied
+    // out and the file's weights freed: host memory, for a moment, before any of the above
+    size_t codes, constants;
+    plan_quant_bytes(&b, o->quant_blocksize, o->quant_nested, &codes, &constants);
+    double load_q = (double)params * 4 + (double)codes + constants + (double)(params - linear) * 4;
+    double load = o->quant != QUANT_NONE ? load_q : (double)params * 4;
+    printf("loading: %.1f MiB of host memory at most, for a moment (the fp32 weights read whole%s)\n\n", load / mib,
+           o->quant != QUANT_NONE ? ", quantized, the rest copied out" : "");
     // the three ways to fine-tune at these B and T, in this program's arithmetic; full
     // fine-tuning as mixed precision takes it: 16 bytes a parameter (16-bit weights and
     // gradients, fp32 master weights and AdamW's two moments), an estimate
@@ -2756,25 +2794,26 @@ static void run_plan(const Options *o) {
     double full = (double)params * 16 + acts;
     printf("| fine-tuning, B=%d T=%d | weights (MiB) | trained state (MiB) | activations and scratch (MiB) | total (MiB) | fits %.0f GiB |\n"
            "|---|---:|---:|---:|---:|---|\n", o->B, T, budget / 1073741824.0);
+    double load_floor = PLAN_LOAD_COUNTS ? load : 0.0; // (the CPU: loading needs this much first)
     printf("| full (estimate: 16 B a parameter) | %.1f | %.1f | %.1f | %.1f | %s |\n", params * 4.0 / mib, params * 12.0 / mib, acts / mib,
            full / mib, full <= budget ? "yes" : "no");
     printf("| LoRA | %.1f | %.1f | %.1f | %.1f | %s |\n", pl.bytes[0] / mib, adapter_state / mib, acts / mib, pl.total / mib,
-           pl.total <= budget ? "yes" : "no");
+           fmax(pl.total, PLAN_LOAD_COUNTS ? (double)params * 4 : 0.0) <= budget ? "yes" : "no");
     double qweights = pq.bytes[0] + pq.bytes[1] + pq.bytes[2];
     printf("| QLoRA (%s) | %.1f | %.1f | %.1f | %.1f | %s |\n\n", quant4_name(qlora.quant), qweights / mib, adapter_state / mib,
-           (pq.total - qweights - adapter_state) / mib, pq.total / mib, pq.total <= budget ? "yes" : "no");
+           (pq.total - qweights - adapter_state) / mib, pq.total / mib, fmax(pq.total, PLAN_LOAD_COUNTS ? load_q : 0.0) <= budget ? "yes" : "no");
     // the largest micro-batch at this T, the longest T at B = 1, in what fits the budget
     int best_b = 0, best_t = 0;
-    for (int bb = 1; bb <= 4096 && plan_total(&b, run, bb, T) <= budget; bb *= 2) { best_b = bb; }
+    for (int bb = 1; bb <= (1 << 20) && fmax(plan_total(&b, run, bb, T), load_floor) <= budget; bb *= 2) { best_b = bb; }
     for (int step = best_b / 2; best_b > 0 && step > 0; step /= 2) {
-        if (plan_total(&b, run, best_b + step, T) <= budget) { best_b += step; }
+        if (fmax(plan_total(&b, run, best_b + step, T), load_floor) <= budget) { best_b += step; }
     }
     int lo = 1, hi = b.maxT;
     while (lo < hi) { // the largest T with plan_total(B = 1) within the budget
         int mid = lo + (hi - lo + 1) / 2;
-        if (plan_total(&b, run, 1, mid) <= budget) { lo = mid; } else { hi = mid - 1; }
+        if (fmax(plan_total(&b, run, 1, mid), load_floor) <= budget) { lo = mid; } else { hi = mid - 1; }
     }
-    best_t = plan_total(&b, run, 1, lo) <= budget ? lo : 0;
+    best_t = fmax(plan_total(&b, run, 1, lo), load_floor) <= budget ? lo : 0;
     printf("in %.0f GiB, with these settings: the largest micro-batch at T=%d is B=%d; the longest T at B=1 is %d (the model's context: %d)\n",
            budget / 1073741824.0, T, best_b, best_t, b.maxT);
     base_free(&b);
@@ -3002,7 +3041,7 @@ static FILE *open_metrics(Run *r, Progress *pr, int *order, int *tokens, int *la
         fprintf(log, "0\t\t\t\t%.6f\t\t\t\t\t\t\n", val_loss);
         return log;
     }
-    checkpoint_load(o->out, r->resume_step, &r->lora, pr, order, r->train.n, o->B, o->accum, r->T, r->steps, o->seed);
+    checkpoint_load(o->out, r->resume_step, &r->lora, &r->b, pr, order, r->train.n, o->B, o->accum, r->T, r->steps, o->seed);
     lora_to_device(&r->lora); // (AdamW's moments, read just now)
     log_truncate_after(path, "%d", r->resume_step); // (the lines the stopped run wrote after its checkpoint go,
     size_t len;                                     // and the header, which has no step: written again)

@@ -17,7 +17,9 @@ transformers' gradient checkpointing (our -A 1). --quant nf4 is QLoRA as people 
 BitsAndBytesConfig (load_in_4bit, NF4, double quantization, compute dtype --dtype), every
 linear layer of the blocks a bitsandbytes Linear4bit, the head and embeddings as they were,
 then PEFT's prepare_model_for_kbit_training (without its gradient checkpointing, unless
---checkpointing) and LoRA on the 4-bit layers. Prints each step, tokens/s over steps 2..n
+--checkpointing) and LoRA on the 4-bit layers. (prepare_model_for_kbit_training casts the
+parameters that are not 4-bit, the embeddings, norms and head, to fp32: with --dtype bf16
+on a GPU they are fp32 there where ours stay bf16, which costs PEFT memory and some speed.) Prints each step, tokens/s over steps 2..n
 and the peak memory: the process's resident set (CPU), or torch's peak allocation and the
 device's memory in use (GPU).
 """

@@ -20,6 +20,7 @@ For each case (a tensor, a blocksize, a quant type) we store what bitsandbytes c
 and once:
     dynamic_map         create_dynamic_map(signed=True): the 256 values of the second level
     sum<k>.input, sum<k>.value, sum<k>.mean  torch's sum and mean of a float32 vector
+    bigsum.n, bigsum.value, bigsum.mean   ... of long ones whose values come from a formula
 The settings and versions are JSON in the metadata under "settings".
 
 Why ATEN_CPU_CAPABILITY=avx2 and one thread: double quantization subtracts the mean of the
@@ -141,6 +142,18 @@ def main():
         tensors[f"sum{k}.value"] = v.sum().reshape(1)
         tensors[f"sum{k}.mean"] = v.mean().reshape(1)
         settings["sums"].append(n)
+    # long vectors (the sum's upper levels: a Llama 3.1 8B band has 917,504 blocks), their
+    # values from a formula the C test computes too: ((i * 2654435761) mod 2^32 mod 1000) / 1000
+    big = [100000, 917504, 1048577]
+    tensors["bigsum.n"] = torch.tensor(big, dtype=torch.int32)
+    values, means = [], []
+    for n in big:
+        i = np.arange(n, dtype=np.uint64)
+        v = torch.from_numpy(((i * np.uint64(2654435761)) % np.uint64(2**32) % np.uint64(1000)).astype(np.float32) / np.float32(1000))
+        values.append(v.sum().item())
+        means.append(v.mean().item())
+    tensors["bigsum.value"] = torch.tensor(values, dtype=torch.float32)
+    tensors["bigsum.mean"] = torch.tensor(means, dtype=torch.float32)
     save_file(tensors, OUT, metadata={"settings": json.dumps(settings)})
     if settings["cpp_dequantize_differs"]:
         print("bitsandbytes' C++ CPU dequantize_4bit (AVX-512) differs from its portable one on:", ", ".join(settings["cpp_dequantize_differs"]))

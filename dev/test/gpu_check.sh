@@ -174,6 +174,8 @@ if [ -f data/smollm2/SmolLM2-135M-Instruct.bin ] && [ -f data/iso/train.jsonl ];
         ./finetune_loracu -r 8 -a 16 -T all-linear -e 1 -v 20 -o "$LOGS/lora_run" -E data/iso/eval.jsonl
     step lora_smollm2_eval "infercu -L: that adapter, unmerged, on the 40 held-out questions, before and after" \
         ./infercu -m data/smollm2/SmolLM2-135M-Instruct.bin -L "$LOGS/lora_run" -E data/iso/eval.jsonl -n 48
+    step qlora_smollm2 "finetune_loracu -Q nf4: the same run, the base in NF4 (the CPU run in docs/lora-smollm2.md)" \
+        ./finetune_loracu -r 8 -a 16 -T all-linear -e 1 -v 20 -o "$LOGS/qlora_run" -E data/iso/eval.jsonl -Q nf4
 else
     rows+=("| LoRA SmolLM2 run | skipped: no data/smollm2 or data/iso (make smollm2 data/iso/train.jsonl) | - | - |")
 fi

@@ -7,7 +7,8 @@
 # the head size, grids rounded down, scalar tails, shared memory read before it is
 # written, wrong shuffle masks, launch bounds, copies in the wrong direction, stale CUDA
 # graphs; and the classes the old emulator already caught (shuffle offsets, the causal
-# mask, a bf16 conversion that truncates). A mutant that no longer applies (its code
+# mask, a bf16 conversion that truncates); and in finetune_lora.cu, QLoRA's dequantizing
+# kernel and the chunked classifier. A mutant that no longer applies (its code
 # changed) counts as a failure too: update it.
 #     make mutants                        (all; about 30 minutes on 2 cores)
 #     bash dev/test/mutants.sh -l          (list them)
@@ -30,6 +31,7 @@ test_targets() {
     gpt2_bf16) echo dev/emu/test_gpt2cu_bf16_cpu ;;
     gpt2_uneven) echo train_gpt2 dev/emu/train_gpt2cu_fp32_cpu ;;
     infer) echo dev/emu/test_infercu_fp32_cpu ;;
+    lora) echo dev/emu/test_finetune_loracu_fp32_cpu ;;
     infer_race) echo dev/emu/test_infercu_fp32_race ;;
     mlp) echo train_mlp dev/emu/train_mlpcu_cpu ;;
     mlp_race) echo train_mlp dev/emu/train_mlpcu_race ;;
@@ -44,6 +46,7 @@ test_command() {
     # the BF16 and FP16 ones, whose checks it passes: their tolerances are wider)
     gpt2_uneven) echo "SECTIONS=6 bash dev/test/test_train_gpt2_cuda.sh ./train_gpt2 ./dev/emu/train_gpt2cu_fp32_cpu ./dev/emu/train_gpt2cu_fp32_cpu ./dev/emu/train_gpt2cu_fp32_cpu" ;;
     infer) echo "./dev/emu/test_infercu_fp32_cpu" ;;
+    lora) echo "./dev/emu/test_finetune_loracu_fp32_cpu" ;;
     infer_race) echo "EMU_SCHEDULE=descending ./dev/emu/test_infercu_fp32_race" ;;
     mlp) echo "bash dev/test/test_train_mlp_cuda.sh ./dev/emu/train_mlpcu_cpu ./train_mlp" ;;
     mlp_race) echo "bash dev/test/test_train_mlp_cuda.sh ./dev/emu/train_mlpcu_race ./train_mlp" ;;
@@ -209,6 +212,23 @@ mutant mlp-bias-blockidx "threadIdx.x where blockIdx.x * blockDim.x + threadIdx.
     size_t o = (size_t)blockIdx.x * blockDim.x + threadIdx.x;' \
 '__global__ void bias_backward_kernel(float *dbias, const float *dout, size_t B, size_t OUT) {
     size_t o = threadIdx.x;'
+# finetune_lora.cu (QLoRA's dequantizing kernel, the chunked classifier)
+mutant dequant-nibble-order "the two codes of a byte swapped (the first element is the high nibble)" finetune_lora.cu lora \
+'    int index = i % 2 == 0 ? byte >> 4 : byte & 15;' \
+'    int index = i % 2 == 0 ? byte & 15 : byte >> 4;'
+mutant dequant-grid-rounded-down "a grid rounded down (the last values of a band never dequantized)" finetune_lora.cu lora \
+'    dequantize4_kernel<<<ceil_div(q->n, BLOCK), BLOCK, 0, main_stream>>>(W, *q);' \
+'    dequantize4_kernel<<<q->n / BLOCK, BLOCK, 0, main_stream>>>(W, *q);'
+mutant dequant-nested-block "the nested absmax of the wrong block of 256" finetune_lora.cu lora \
+'q.nested_absmax[block / 256]' \
+'q.nested_absmax[block % 256]'
+mutant classifier-chunk-offset "every chunk of the classifier reads the first chunk's rows" finetune_lora.cu lora \
+'        linear_forward(a->logits, a->nf + (size_t)first * C, device_base.lm_head, NULL, rows, C, b->Vp);' \
+'        linear_forward(a->logits, a->nf, device_base.lm_head, NULL, rows, C, b->Vp);'
+mutant classifier-unlabelled-rows "rows without a label left with a gradient into nf" finetune_lora.cu lora \
+'        zero_unlabelled_kernel<<<ceil_div((size_t)rows * C, BLOCK), BLOCK, 0, main_stream>>>(dnf, a->labels + first, rows, C);' \
+'        (void)0;'
+
 
 if [ $list = 1 ]; then
     for i in "${!names[@]}"; do printf '%-24s %-12s %-11s %s\n' "${names[$i]}" "${files[$i]}" "${tests[$i]}" "${classes[$i]}"; done

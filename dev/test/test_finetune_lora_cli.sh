@@ -239,6 +239,8 @@ expect_error "-Q none with a blocksize" "-Q none:64: expected" -Q none:64
 expect_error "-Q with text after it" "-Q nf4:64:1:0: expected" -Q nf4:64:1:0
 expect_error "--plan with a shape we do not know" "llama:llama9: no such shape" -m llama:llama9 --plan
 expect_error "--plan -G 0" "-G 0: the memory to plan for must be above 0 GiB" -m llama:smollm2-135m --plan -G 0
+expect_error "--plan with a module the model does not have" 'no module "c_attn"' -m llama:smollm2-135m --plan -T c_attn
+expect_error "--plan with -t beyond the context" "-t 9000: longer than the model's context (8192)" -m llama:smollm2-135m --plan -t 9000
 expect_error "-D 1: a dropout that drops everything" "-D: the dropout probability must be below 1" -D 1
 expect_error "an adapter folder that is not one" "$TMP/none/adapter_config.json" -d "$D" -o "$TMP/x" -t 64 -i "$TMP/none"
 expect_error "-E: evaluation questions in the training data: refused" "eval.jsonl: 2 of its 3 questions are in the training data" -d "$D" -o "$TMP/x" -t 64 -E "$TMP/eval.jsonl"
@@ -251,6 +253,7 @@ before=$(sha256sum "$OUT/adapter_model.safetensors" "$OUT/metrics.tsv")
 expect_error "a new run into a finished one's folder: not written over" "already holds an adapter" -d "$D" -o "$OUT" -t 64 -n 1
 report "... whose adapter and metrics are untouched" $([ "$before" = "$(sha256sum "$OUT/adapter_model.safetensors" "$OUT/metrics.tsv")" ] && echo 1 || echo 0)
 expect_error "resuming with other flags: which" "state_000004.bin: written by a run with 10 training records, -b 2" $R -o "$TMP/whole" -y 1 -b 1
+expect_error "resuming with another base (-Q nf4 over an fp32 run's state): which" "written by a run whose base was fp32 (no -Q); this one's is -Q nf4:64:1" $R -o "$TMP/whole" -y 1 -Q nf4
 
 echo
 echo "$passed passed, $failed failed"
