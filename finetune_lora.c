@@ -380,14 +380,18 @@ static void quant4_free(Quant4 *q) {
 // ----------------------------------------------------------------------------
 // the layers, forward and backward, over N = B T rows (row n: sequence n / T, position n % T)
 
-// y (N, OUT) = x (N, in) W^T (+ bias), W (OUT, in) as nn.Linear's
-static void linear_forward(float *y, const float *x, const float *W, const float *bias, int N, int in, int OUT) {
-    gemm(y, (size_t)OUT, 1, x, (size_t)in, 1, W, 1, (size_t)in, N, OUT, in, 0);
+// y (N, OUT) += bias (OUT) on every row (none: nothing)
+static void add_bias(float *y, const float *bias, int N, int OUT) {
     if (bias == NULL) { return; }
     #pragma omp parallel for if ((size_t)N * OUT > 65536)
     for (int n = 0; n < N; n++) {
         for (int o = 0; o < OUT; o++) { y[(size_t)n * OUT + o] += bias[o]; }
     }
+}
+// y (N, OUT) = x (N, in) W^T (+ bias), W (OUT, in) as nn.Linear's
+static void linear_forward(float *y, const float *x, const float *W, const float *bias, int N, int in, int OUT) {
+    gemm(y, (size_t)OUT, 1, x, (size_t)in, 1, W, 1, (size_t)in, N, OUT, in, 0);
+    add_bias(y, bias, N, OUT);
 }
 // dx (N, in) += dy (N, OUT) W: the frozen weight passes the gradient through, and gets none
 static void linear_backward(float *dx, const float *dy, const float *W, int N, int in, int OUT) {
@@ -1305,41 +1309,36 @@ static const float *site_weight(const Base *b, int l, int site) {
          : site == SITE_FC ? b->fcw + l * MLP * C : b->fcprojw + l * C * b->H;
 }
 
-// y (N, OUT) = x (N, in) W^T (+ bias) for layer l's site: linear_forward, or tile by tile
-// over the 4-bit bands (each tile's columns of y from the GEMM of x and the tile)
-static void frozen_forward(float *y, const float *x, const Base *b, float *tile, int l, int site, const float *bias, int N, int in, int OUT) {
-    const float *W = site_weight(b, l, site);
-    if (W != NULL) { linear_forward(y, x, W, bias, N, in, OUT); return; }
+// The GEMMs of layer l's site over its 4-bit bands, a tile of rows at a time, each tile
+// dequantized into `tile` first: forward, y (N, OUT) = x (N, in) W^T, each tile's columns
+// of y; backward, dx (N, in) += dy (N, OUT) W, each tile's rows of W against its columns of dy
+static void frozen_tiles(float *y_or_dx, const float *x_or_dy, const Base *b, float *tile, int l, int site, int N, int in, int OUT,
+                         int backward) {
     int row = 0, step = tile_rows(in);
     for (int k = 0; k < 3 && b->band_rows[site][k] > 0; k++) {
         const Quant4 *q = &b->qw[((size_t)l * NUM_SITES + site) * 3 + k];
         for (int first = 0; first < b->band_rows[site][k]; first += step) {
             int rows = b->band_rows[site][k] - first < step ? b->band_rows[site][k] - first : step;
             dequantize_rows(tile, q, first, rows, in);
-            gemm(y + row + first, (size_t)OUT, 1, x, (size_t)in, 1, tile, 1, (size_t)in, N, rows, in, 0);
+            if (backward) { gemm(y_or_dx, (size_t)in, 1, x_or_dy + row + first, (size_t)OUT, 1, tile, (size_t)in, 1, N, in, rows, 1); }
+            else { gemm(y_or_dx + row + first, (size_t)OUT, 1, x_or_dy, (size_t)in, 1, tile, 1, (size_t)in, N, rows, in, 0); }
         }
         row += b->band_rows[site][k];
     }
-    if (bias == NULL) { return; }
-    #pragma omp parallel for if ((size_t)N * OUT > 65536)
-    for (int n = 0; n < N; n++) {
-        for (int o = 0; o < OUT; o++) { y[(size_t)n * OUT + o] += bias[o]; }
-    }
+}
+
+// y (N, OUT) = x (N, in) W^T (+ bias) for layer l's site: linear_forward, or over the 4-bit bands
+static void frozen_forward(float *y, const float *x, const Base *b, float *tile, int l, int site, const float *bias, int N, int in, int OUT) {
+    const float *W = site_weight(b, l, site);
+    if (W != NULL) { linear_forward(y, x, W, bias, N, in, OUT); return; }
+    frozen_tiles(y, x, b, tile, l, site, N, in, OUT, 0);
+    add_bias(y, bias, N, OUT);
 }
 // dx (N, in) += dy (N, OUT) W, the same way
 static void frozen_backward(float *dx, const float *dy, const Base *b, float *tile, int l, int site, int N, int in, int OUT) {
     const float *W = site_weight(b, l, site);
     if (W != NULL) { linear_backward(dx, dy, W, N, in, OUT); return; }
-    int row = 0, step = tile_rows(in);
-    for (int k = 0; k < 3 && b->band_rows[site][k] > 0; k++) {
-        const Quant4 *q = &b->qw[((size_t)l * NUM_SITES + site) * 3 + k];
-        for (int first = 0; first < b->band_rows[site][k]; first += step) {
-            int rows = b->band_rows[site][k] - first < step ? b->band_rows[site][k] - first : step;
-            dequantize_rows(tile, q, first, rows, in);
-            gemm(dx, (size_t)in, 1, dy + row + first, (size_t)OUT, 1, tile, (size_t)in, 1, N, in, rows, 1);
-        }
-        row += b->band_rows[site][k];
-    }
+    frozen_tiles(dx, dy, b, tile, l, site, N, in, OUT, 1);
 }
 
 // ----------------------------------------------------------------------------

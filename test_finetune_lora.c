@@ -448,21 +448,31 @@ static void test_new_adapter(void) {
 
 // The classifier in chunks of 3 rows (logits_floats set so): the loss and every gradient
 // those of the whole batch at once, which the tests above hold to PEFT's
+// The tiny Llama with PEFT's start adapter (on the device), and its fixture's batch: what the
+// two tests below start from (dropout: set before the adapter goes to the device)
+static void load_llama_batch(Base *b, Lora *lora, float dropout, Fixture *f, int **tokens, int **labels) {
+    base_load(b, "build/llama_gqa3.bin");
+    base_to_device(b);
+    LoraShape shape = base_shape(b);
+    lora_load(lora, &shape, "dev/reference/fixtures/lora_llama", 1);
+    if (dropout > 0.0f) { lora->dropout = dropout; lora->training = 1; lora->dropout_key = 12345; }
+    lora_to_device(lora);
+    snprintf(f->path, sizeof(f->path), "dev/reference/fixtures/lora_llama.safetensors");
+    safetensors_open(&f->st, f->path, NULL);
+    f->fp = fopenCheck(f->path, "rb");
+    size_t n;
+    *tokens = fixture_ints(f, "tokens", &n);
+    *labels = fixture_ints(f, "labels", &n);
+}
+
 static void test_chunked_classifier(void) {
     printf("\nthe classifier in chunks of rows\n");
     Base b;
-    base_load(&b, "build/llama_gqa3.bin");
-    base_to_device(&b);
     Lora lora;
-    LoraShape shape = base_shape(&b);
-    lora_load(&lora, &shape, "dev/reference/fixtures/lora_llama", 1);
-    lora_to_device(&lora);
     Fixture f;
-    snprintf(f.path, sizeof(f.path), "dev/reference/fixtures/lora_llama.safetensors");
-    safetensors_open(&f.st, f.path, NULL);
-    f.fp = fopenCheck(f.path, "rb");
-    size_t n, saved = logits_floats;
-    int *tokens = fixture_ints(&f, "tokens", &n), *labels = fixture_ints(&f, "labels", &n), count;
+    int *tokens, *labels, count;
+    load_llama_batch(&b, &lora, 0.0f, &f, &tokens, &labels);
+    size_t saved = logits_floats;
     double loss[2];
     float *grads[2];
     for (int k = 0; k < 2; k++) {
@@ -498,21 +508,10 @@ static void test_chunked_classifier(void) {
 static void test_dropout(void) {
     printf("\nLoRA dropout (p = 0.3) against finite differences\n");
     Base b;
-    base_load(&b, "build/llama_gqa3.bin");
-    base_to_device(&b);
     Lora lora;
-    LoraShape shape = base_shape(&b);
-    lora_load(&lora, &shape, "dev/reference/fixtures/lora_llama", 1);
-    lora.dropout = 0.3f;
-    lora.training = 1;
-    lora.dropout_key = 12345;
-    lora_to_device(&lora);
     Fixture f;
-    snprintf(f.path, sizeof(f.path), "dev/reference/fixtures/lora_llama.safetensors");
-    safetensors_open(&f.st, f.path, NULL);
-    f.fp = fopenCheck(f.path, "rb");
-    size_t n;
-    int *tokens = fixture_ints(&f, "tokens", &n), *labels = fixture_ints(&f, "labels", &n), count;
+    int *tokens, *labels, count;
+    load_llama_batch(&b, &lora, 0.3f, &f, &tokens, &labels);
     Acts a;
     acts_allocate(&a, &b, &lora, SEQ_PER_MICRO, T_FIX, 0);
     lora_zero_grads(&lora);

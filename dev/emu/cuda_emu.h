@@ -854,6 +854,12 @@ inline size_t emu_host_memory() { return (size_t)sysconf(_SC_PHYS_PAGES) * (size
 namespace emu {
 const size_t SHARED_DEFAULT = 48 * 1024, SHARED_OPTIN = 99 * 1024;
 }
+#if defined(EMU_RACECHECK)
+// The race detector's bookkeeping (the callbacks below, its maps and caches) is one thread's:
+// host code's OpenMP loops run on one thread in the race build (two threads calling into it at
+// once corrupt it, seen as an intermittent crash in finetune_lora.cu's parallel quantizer)
+inline int emu_one_host_thread = [] { omp_set_num_threads(1); return 0; }();
+#endif
 inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int) {
     *p = cudaDeviceProp{};
     snprintf(p->name, sizeof(p->name), "CPU emulation (dev/emu)");
