@@ -434,6 +434,7 @@ reference: data/tokenizer convert finetune_lora $(SMOLLM2)
 	$(PYTHON) dev/reference/nf4_reference.py   # bitsandbytes' NF4/FP4 quantization (finetune_lora's quant4)
 	HF_HUB_OFFLINE=1 $(PYTHON) dev/reference/lora_reference.py --quant nf4   # PEFT's steps on the NF4-dequantized bases (QLoRA)
 	HF_HUB_OFFLINE=1 $(PYTHON) dev/reference/lora_reference.py --check-ours   # PEFT loads ./finetune_lora's adapter
+	HF_HUB_OFFLINE=1 $(PYTHON) dev/reference/q8_0_reference.py   # gguf's Q8_0, and transformers on the dequantized tiny models (infer -Q)
 
 # --- benchmarks (tables, not tests) -------------------------------------------------
 dev/cpu/bench_train_gpt2: dev/cpu/bench_train_gpt2.c train_gpt2.c $(LIB)

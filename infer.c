@@ -135,6 +135,361 @@ static int thread_id(void) {
 }
 
 // ----------------------------------------------------------------------------
+// quantized weights (-Q): the linear layers' weights in 4 or 8 bits
+//
+// -Q stores the linear layers' weights in fewer bits, quantized at load from the fp32 values
+// (decode reads every weight once per step, so fewer bytes, faster steps):
+//   - nf4 / fp4: 4 bits, as bitsandbytes stores them (finetune_lora.c's chapter, QLoRA: the
+//     quant4 copy below), the blocks over each Hugging Face module's weight as transformers'
+//     load_in_4bit quantizes it (our fused q/k/v and gate/up layers in bands, one module
+//     each): a QLoRA adapter (-L) is served on the weights it was trained beside;
+//   - q8_0: 8 bits, as llama.cpp stores them.
+// The arithmetic stays fp32: each weight is widened from its code and its block's scale as
+// it is read (fast paths below).
+
+// --- begin shared-copy: quant4 ---
+// QLoRA (Dettmers et al., "QLoRA: Efficient Finetuning of Quantized LLMs", 2023) keeps the
+// frozen weights in 4 bits and trains LoRA beside them. We store them exactly as
+// bitsandbytes does (its quantize_4bit / dequantize_4bit, the layout of Hugging Face's
+// *-bnb-4bit checkpoints), the same bytes as bitsandbytes computes on the CPU (where it
+// summed the double quantization's mean in another order, on a GPU, the offset can differ
+// in its last bit: torch_sum_f32):
+//   - a tensor of n values, flattened row-major, cut into blocks of `blocksize` (64; any
+//     power of two from 32 to 4096), the last block possibly partial;
+//   - each block's absmax = max |x|, and each value the index of the code nearest to
+//     x / absmax, two indices per byte, the first element in the high nibble (an odd n pads
+//     the last byte with the index of 0);
+//   - the codes: NF4 (16 quantiles of N(0, 1) scaled to [-1, 1]: each code equally likely
+//     for normally distributed weights) or FP4 (a 4-bit float, 1 sign, 2 exponent and 1
+//     mantissa bits, over 12), listed in bitsandbytes' order;
+//   - dequantized, x = code[index] * absmax (fp32).
+// Double quantization (bitsandbytes' compress_statistics, QLoRA's default) stores the absmax
+// values in 8 bits too: minus their mean (the offset), in blocks of 256, each the index of
+// the nearest of the 256 values of the signed 8-bit "dynamic" map times the fp32 absmax of
+// its block of 256. Per 64 weights: 256 bits of codes + 8 + 32/256 bits of scale, 4.127
+// bits a weight against 4.5 without it (QLoRA's 0.52 bytes per parameter, against fp32's 4).
+// Checked against bitsandbytes 0.50.2 by test_finetune_lora (dev/reference/nf4_reference.py).
+enum { QUANT_NONE = 0, QUANT_NF4 = 1, QUANT_FP4 = 2 };
+
+static const float NF4_CODE[16] = {-1.0f, -0.6961928009986877f, -0.5250730514526367f, -0.39491748809814453f,
+                                   -0.28444138169288635f, -0.18477343022823334f, -0.09105003625154495f, 0.0f,
+                                   0.07958029955625534f, 0.16093020141124725f, 0.24611230194568634f, 0.33791524171829224f,
+                                   0.44070982933044434f, 0.5626170039176941f, 0.7229568362236023f, 1.0f};
+// FP4 by bit pattern: 0, 0.0625, 8, 12, 4, 6, 2, 3 (and the same negated), / 12. (Both zeros
+// are +0, as bitsandbytes' table has them.)
+static const float FP4_CODE[16] = {0.0f, 0.0625f / 12, 8.0f / 12, 1.0f, 4.0f / 12, 6.0f / 12, 2.0f / 12, 3.0f / 12,
+                                   0.0f, -0.0625f / 12, -8.0f / 12, -1.0f, -4.0f / 12, -6.0f / 12, -2.0f / 12, -3.0f / 12};
+#define QUANT_NESTED_BLOCK 256 // double quantization's blocksize
+
+typedef struct {
+    int type;                 // QUANT_NF4 or QUANT_FP4
+    int blocksize;
+    size_t n, num_blocks;     // values; blocks, ceil(n / blocksize)
+    uint8_t *packed;          // (n + 1) / 2 bytes
+    float *absmax;            // (num_blocks): without double quantization; NULL with it
+    uint8_t *qabsmax;         // (num_blocks): with it, the 8-bit index of absmax - offset ...
+    float *nested_absmax;     // ... the fp32 absmax of each block of 256 of those
+    float offset;             // ... their mean
+    float nested_code[256];   // ... and the map (bitsandbytes' dynamic map)
+} Quant4;
+
+static const float *quant4_code(int type) { return type == QUANT_FP4 ? FP4_CODE : NF4_CODE; }
+static const char *quant4_name(int type) { return type == QUANT_FP4 ? "fp4" : type == QUANT_NF4 ? "nf4" : "none"; }
+static int quant4_blocksize_ok(long blocksize) {
+    for (long b = 32; b <= 4096; b *= 2) {
+        if (blocksize == b) { return 1; }
+    }
+    return 0;
+}
+
+// bitsandbytes' signed dynamic map (create_dynamic_map(signed=True)), as torch computes it in
+// float32: for i = 0..6, the 2^i midpoints of linspace(0.1, 1, 2^i + 1), times 10^(i - 6),
+// with both signs; then 0 and 1; sorted. 256 values from -0.993 to 1. (torch's linspace
+// computes each point with one rounding, a fused multiply-add from the start before halfway
+// and from the end after.)
+static float linspace_point(float start, float end, int steps, int i) {
+    float step = (end - start) / (float)(steps - 1);
+    return i < steps / 2 ? fmaf(step, (float)i, start) : fmaf(-step, (float)(steps - i - 1), end);
+}
+static int compare_floats(const void *a, const void *b) { float x = *(const float *)a, y = *(const float *)b; return (x > y) - (x < y); }
+static void dynamic_map(float code[256]) {
+    int k = 0;
+    for (int i = 0; i < 7; i++) {
+        int steps = (1 << i) + 1;
+        float scale = (float)pow(10.0, i - 6);
+        for (int s = 0; s + 1 < steps; s++) {
+            float mean = (linspace_point(0.1f, 1.0f, steps, s) + linspace_point(0.1f, 1.0f, steps, s + 1)) / 2.0f;
+            code[k++] = scale * mean;
+            code[k++] = -(scale * mean);
+        }
+    }
+    code[k++] = 0.0f;
+    code[k++] = 1.0f;
+    qsort(code, 256, sizeof(float), compare_floats);
+}
+
+// torch's float32 sum, in its order (at::native's cascade sum with AVX2's 8-lane vectors,
+// one thread): the mean that double quantization subtracts must be bitsandbytes' to the last
+// bit. The data as rows of 4 vectors of 8 (32 lanes); each lane sums its column through four
+// levels (a level's running sum added to the next every 16 rows); vectors left over go into
+// the first vector; the 4 vectors are added, then the scalar tail, then the 8 lanes in order.
+static float torch_sum_f32(const float *x, size_t n) {
+    enum { W = 8, ILP = 4, LEVELS = 4 };
+    if (n < W) { // (no vector: torch's scalar path, 4 running sums)
+        float p[ILP] = {0};
+        size_t rows = n / ILP;
+        for (size_t i = 0; i < rows; i++) { for (int k = 0; k < ILP; k++) { p[k] += x[i * ILP + k]; } }
+        for (size_t i = rows * ILP; i < n; i++) { p[0] += x[i]; }
+        for (int k = 1; k < ILP; k++) { p[0] += p[k]; }
+        return p[0];
+    }
+    size_t vecs = n / W, rows = vecs / ILP;
+    int ceil_log2 = 1;
+    while (rows > 2 && ((size_t)1 << ceil_log2) < rows) { ceil_log2++; }
+    int power = ceil_log2 / LEVELS > 4 ? ceil_log2 / LEVELS : 4;
+    size_t step = (size_t)1 << power, mask = step - 1;
+    float acc[LEVELS][ILP][W] = {{{0}}};
+    size_t i = 0;
+    while (i + step <= rows) {
+        for (size_t j = 0; j < step; j++, i++) {
+            for (int k = 0; k < ILP; k++) { for (int w = 0; w < W; w++) { acc[0][k][w] += x[(i * ILP + k) * W + w]; } }
+        }
+        for (int l = 1; l < LEVELS; l++) {
+            for (int k = 0; k < ILP; k++) { for (int w = 0; w < W; w++) { acc[l][k][w] += acc[l - 1][k][w]; acc[l - 1][k][w] = 0.0f; } }
+            if ((i & (mask << (l * power))) != 0) { break; }
+        }
+    }
+    for (; i < rows; i++) {
+        for (int k = 0; k < ILP; k++) { for (int w = 0; w < W; w++) { acc[0][k][w] += x[(i * ILP + k) * W + w]; } }
+    }
+    for (int l = 1; l < LEVELS; l++) {
+        for (int k = 0; k < ILP; k++) { for (int w = 0; w < W; w++) { acc[0][k][w] += acc[l][k][w]; } }
+    }
+    for (size_t v = rows * ILP; v < vecs; v++) { for (int w = 0; w < W; w++) { acc[0][0][w] += x[v * W + w]; } }
+    for (int k = 1; k < ILP; k++) { for (int w = 0; w < W; w++) { acc[0][0][w] += acc[0][k][w]; } }
+    float sum = 0.0f;
+    for (size_t t = vecs * W; t < n; t++) { sum += x[t]; }
+    for (int w = 0; w < W; w++) { sum += acc[0][0][w]; }
+    return sum;
+}
+
+// bitsandbytes' 8-bit blockwise quantization on the CPU (the second level): each block's
+// absmax, then each value x / absmax looked up in a table of 65,536 points of [-1, 1], each
+// holding the index of the code nearest to it (ties to the lower). code: 256 sorted values.
+static void quantize_blockwise8(uint8_t *out, float *absmax, const float *x, size_t n, int blocksize, const float code[256]) {
+    uint8_t *lut = (uint8_t *)mallocCheck(65536);
+    float mid[255];
+    for (int i = 0; i < 255; i++) { mid[i] = 0.5f * (code[i] + code[i + 1]); }
+    for (int i = 0, c = 0; i < 65536; i++) {
+        float v = -1.0f + (2.0f * (float)i) / 65535.0f;
+        while (c < 255 && mid[c] < v) { c++; }
+        lut[i] = (uint8_t)c;
+    }
+    for (size_t b = 0; b * blocksize < n; b++) {
+        size_t first = b * blocksize, last = first + blocksize < n ? first + blocksize : n;
+        float am = 0.0f;
+        for (size_t i = first; i < last; i++) { am = fmaxf(am, fabsf(x[i])); }
+        absmax[b] = am;
+        float inv = am == 0.0f ? 0.0f : 1.0f / am;
+        for (size_t i = first; i < last; i++) {
+            float v = fminf(fmaxf(x[i] * inv, -1.0f), 1.0f);
+            volatile float t = (v + 1.0f) * 0.5f * 65535.0f; // (volatile: rounded here, then + 0.5, as bitsandbytes)
+            out[i] = am == 0.0f ? 0 : lut[(uint16_t)(t + 0.5f)];
+        }
+    }
+    free(lut);
+}
+
+// The absmax of block b: stored, or (double quantization) rebuilt from its 8 bits
+static float quant4_absmax(const Quant4 *q, size_t b) {
+    if (q->qabsmax == NULL) { return q->absmax[b]; }
+    volatile float scaled = q->nested_code[q->qabsmax[b]] * q->nested_absmax[b / QUANT_NESTED_BLOCK]; // (rounded before the offset is added)
+    return scaled + q->offset;
+}
+
+// x (n) into q, as bitsandbytes' quantize_4bit(x, blocksize, quant_type, compress_statistics
+// = nested). A value equal to the midpoint of two codes takes the lower; a block of zeros
+// stores absmax 0 (a last, partial one 1e-38, and divides where full blocks multiply by the
+// reciprocal: bitsandbytes' own arithmetic, kept for the bits).
+static void quant4_quantize(Quant4 *q, const float *x, size_t n, int type, int blocksize, int nested) {
+    memset(q, 0, sizeof(*q));
+    q->type = type; q->blocksize = blocksize; q->n = n; q->num_blocks = (n + blocksize - 1) / blocksize;
+    q->packed = (uint8_t *)mallocCheck((n + 1) / 2);
+    float *absmax = (float *)mallocCheck(q->num_blocks * sizeof(float));
+    const float *code = quant4_code(type);
+    float sorted[16], bound[15];
+    int order[16];
+    for (int i = 0; i < 16; i++) { sorted[i] = code[i]; order[i] = i; }
+    for (int i = 1; i < 16; i++) { // sort the codes, keeping where each came from (FP4's are not in order)
+        for (int j = i; j > 0 && sorted[j - 1] > sorted[j]; j--) {
+            float t = sorted[j]; sorted[j] = sorted[j - 1]; sorted[j - 1] = t;
+            int o = order[j]; order[j] = order[j - 1]; order[j - 1] = o;
+        }
+    }
+    for (int i = 0; i < 15; i++) { bound[i] = (sorted[i] + sorted[i + 1]) / 2.0f; }
+    for (size_t b = 0; b < q->num_blocks; b++) {
+        size_t first = b * blocksize, last = first + blocksize < n ? first + blocksize : n;
+        float am = 0.0f;
+        for (size_t i = first; i < last; i++) { am = fmaxf(am, fabsf(x[i])); }
+        int partial = last - first < (size_t)blocksize;
+        float clamped = fmaxf(am, 1e-38f), inv = 1.0f / clamped;
+        absmax[b] = partial ? clamped : am;
+        for (size_t i = first; i < last; i++) {
+            float s = partial ? x[i] / clamped : x[i] * inv;
+            s = fminf(fmaxf(s, -1.0f), 1.0f);
+            int k = 0;
+            while (k < 15 && bound[k] < s) { k++; }
+            uint8_t nib = (uint8_t)order[k];
+            if (i % 2 == 0) { q->packed[i / 2] = (uint8_t)(nib << 4); } else { q->packed[i / 2] |= nib; }
+        }
+    }
+    if (n % 2 == 1) { // the pad: the index of 0
+        int k = 0;
+        while (k < 15 && bound[k] < 0.0f) { k++; }
+        q->packed[n / 2] |= (uint8_t)order[k];
+    }
+    if (!nested) { q->absmax = absmax; return; }
+    q->offset = torch_sum_f32(absmax, q->num_blocks) / (float)q->num_blocks;
+    for (size_t b = 0; b < q->num_blocks; b++) { absmax[b] -= q->offset; }
+    dynamic_map(q->nested_code);
+    q->qabsmax = (uint8_t *)mallocCheck(q->num_blocks);
+    q->nested_absmax = (float *)mallocCheck(((q->num_blocks + QUANT_NESTED_BLOCK - 1) / QUANT_NESTED_BLOCK) * sizeof(float));
+    quantize_blockwise8(q->qabsmax, q->nested_absmax, absmax, q->num_blocks, QUANT_NESTED_BLOCK, q->nested_code);
+    free(absmax);
+}
+
+// Values [first, first + count) of the tensor, dequantized into out: what dequantize_4bit
+// computes, any range of it (a tile of rows of a weight)
+static void quant4_dequantize(const Quant4 *q, float *out, size_t first, size_t count) {
+    const float *code = quant4_code(q->type);
+    size_t i = first, end = first + count;
+    while (i < end) {
+        size_t b = i / q->blocksize, block_end = (b + 1) * q->blocksize < end ? (b + 1) * q->blocksize : end;
+        float am = quant4_absmax(q, b);
+        for (; i < block_end; i++) {
+            uint8_t byte = q->packed[i / 2];
+            out[i - first] = code[i % 2 == 0 ? byte >> 4 : byte & 15] * am;
+        }
+    }
+}
+
+// bytes held (the memory table): codes, and absmax or its 8 bits and their constants
+static size_t quant4_bytes(const Quant4 *q) {
+    size_t nested = (q->num_blocks + QUANT_NESTED_BLOCK - 1) / QUANT_NESTED_BLOCK;
+    return (q->n + 1) / 2 + (q->qabsmax != NULL ? q->num_blocks + nested * sizeof(float) + sizeof(float) + sizeof(q->nested_code)
+                                                : q->num_blocks * sizeof(float));
+}
+
+static void quant4_free(Quant4 *q) {
+    free(q->packed); free(q->absmax); free(q->qabsmax); free(q->nested_absmax);
+    memset(q, 0, sizeof(*q));
+}
+// --- end shared-copy: quant4 ---
+
+// --- begin shared-copy: q8_0 ---
+// llama.cpp's Q8_0 (ggml's block_q8_0: GGUF's type 8), the simplest of its formats: blocks of
+// 32 consecutive values of a row, each stored as an fp16 scale d = absmax / 127 and 32 int8
+// q = round(x / d) (halves away from zero; a block of zeros: d = 0, q = 0), dequantized as
+// q x d. 34 bytes per 32 weights, 8.5 bits a weight. The same bytes as llama.cpp's
+// quantize_row_q8_0_ref (checked against the gguf package's numpy quantizer). Rows whose
+// length is not a multiple of 32 (llama.cpp refuses them) are blocked here as the 4-bit
+// formats are, over the flattened tensor, the last block partial.
+#define Q8_BLOCK 32
+typedef struct {
+    size_t n, num_blocks; // values; blocks, ceil(n / 32)
+    int8_t *q;            // (n)
+    uint16_t *d;          // (num_blocks) fp16 bits
+} QuantQ8;
+
+// IEEE fp16 bits, from a float rounded to nearest (ties to even), as F16C's vcvtps2ph
+// (ggml's GGML_FP32_TO_FP16) and numpy's astype(float16) round
+static uint16_t float_to_fp16(float f) {
+    uint32_t bits;
+    memcpy(&bits, &f, sizeof(bits));
+    uint16_t sign = (uint16_t)((bits >> 16) & 0x8000u);
+    float a = fabsf(f);
+    if (a != a) { return (uint16_t)(sign | 0x7e00u); } // NaN
+    if (a >= 65520.0f) { return (uint16_t)(sign | 0x7c00u); } // rounds to infinity
+    if (a < 6.103515625e-05f) { // subnormal (or 0): a multiple of 2^-24, rounded by the float addition
+        float scaled = a + 0.5f; // (0.5 = 2^-1: its ulp is 2^-24, so the sum rounds a to fp16's subnormal step)
+        uint32_t s;
+        memcpy(&s, &scaled, sizeof(s));
+        return (uint16_t)(sign | (s - 0x3f000000u));
+    }
+    uint32_t abits = bits & 0x7fffffffu, mantissa_odd = (abits >> 13) & 1u;
+    abits += 0xfffu + mantissa_odd; // round the 13 bits that go, ties to even
+    return (uint16_t)(sign | ((abits - ((uint32_t)(127 - 15) << 23)) >> 13));
+}
+
+static void q8_quantize(QuantQ8 *q, const float *x, size_t n) {
+    q->n = n;
+    q->num_blocks = (n + Q8_BLOCK - 1) / Q8_BLOCK;
+    q->q = (int8_t *)mallocCheck(n > 0 ? n : 1);
+    q->d = (uint16_t *)mallocCheck((q->num_blocks > 0 ? q->num_blocks : 1) * sizeof(uint16_t));
+    for (size_t b = 0; b < q->num_blocks; b++) {
+        size_t first = b * Q8_BLOCK, last = first + Q8_BLOCK < n ? first + Q8_BLOCK : n;
+        float amax = 0.0f;
+        for (size_t i = first; i < last; i++) { amax = fmaxf(amax, fabsf(x[i])); }
+        float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+        q->d[b] = float_to_fp16(d);
+        for (size_t i = first; i < last; i++) { q->q[i] = (int8_t)roundf(x[i] * id); }
+    }
+}
+
+// fp16 bits to float, the fast way for scales (finite: normal, subnormal or zero): the
+// exponent and mantissa moved into a float's places, rescaled by 2^(127 - 15)
+static inline float fp16_scale(uint16_t h) {
+    uint32_t bits = (uint32_t)(h & 0x7fffu) << 13;
+    float f;
+    memcpy(&f, &bits, sizeof(f));
+    f *= 0x1p112f;
+    return h & 0x8000u ? -f : f;
+}
+
+// values [first, first + count) dequantized into out
+static void q8_dequantize(const QuantQ8 *q, float *out, size_t first, size_t count) {
+    for (size_t i = first; i < first + count; i++) { out[i - first] = (float)q->q[i] * fp16_scale(q->d[i / Q8_BLOCK]); }
+}
+
+static void q8_free(QuantQ8 *q) {
+    free(q->q); free(q->d);
+    memset(q, 0, sizeof(*q));
+}
+// --- end shared-copy: q8_0 ---
+
+// --- begin shared-copy: infer-quant-band ---
+enum { QUANT_Q8_0 = 3 }; // (after quant4's QUANT_NONE, QUANT_NF4, QUANT_FP4)
+
+// One band of rows of a linear layer's weight (rows, C), in one of the formats, blocked over
+// its flattened values: a whole linear layer, or one Hugging Face module of a fused one.
+typedef struct {
+    int type;   // QUANT_NF4, QUANT_FP4 (q4) or QUANT_Q8_0 (q8)
+    int rows;
+    Quant4 q4;
+    QuantQ8 q8;
+} QuantBand;
+
+static int band_blocksize(const QuantBand *b) { return b->type == QUANT_Q8_0 ? Q8_BLOCK : b->q4.blocksize; }
+static void band_quantize(QuantBand *b, int type, int blocksize, int nested, const float *x, int rows, int C) {
+    memset(b, 0, sizeof(*b));
+    b->type = type;
+    b->rows = rows;
+    if (type == QUANT_Q8_0) { q8_quantize(&b->q8, x, (size_t)rows * C); }
+    else { quant4_quantize(&b->q4, x, (size_t)rows * C, type, blocksize, nested); }
+}
+__attribute__((unused)) static void band_dequantize(const QuantBand *b, float *out, size_t first, size_t count) { // (infer.cu: its tests)
+    if (b->type == QUANT_Q8_0) { q8_dequantize(&b->q8, out, first, count); }
+    else { quant4_dequantize(&b->q4, out, first, count); }
+}
+static size_t band_bytes(const QuantBand *b) {
+    return b->type == QUANT_Q8_0 ? b->q8.n + b->q8.num_blocks * sizeof(uint16_t) : quant4_bytes(&b->q4);
+}
+static void band_free(QuantBand *b) {
+    if (b->type == QUANT_Q8_0) { q8_free(&b->q8); } else { quant4_free(&b->q4); }
+}
+// --- end shared-copy: infer-quant-band ---
+
+// ----------------------------------------------------------------------------
 // the layers, forward only: infer.cu has a kernel for each, launched by a function of the
 // same name and arguments
 
@@ -159,6 +514,15 @@ typedef float weightX;
 // blocked GEMM, exp_fast and dot8 they call are lib/gemm.h's.
 static void matmul_panels(float *out, const float *inp, const weightX *weight, int N, int C, int OC);
 static void matvec_panels(float *out, const float *inp, const weightX *weight, int N, int C, int OC);
+
+// A linear layer's weight as linear_forward reads it (model_linear, with the model): in
+// panels of weightX, or (-Q) in quantized bands of rows, one under the other.
+typedef struct {
+    const weightX *panels;  // (OC, C) in panels; NULL under -Q
+    const QuantBand *bands; // ... or num_bands bands, their rows adding up to OC
+    int num_bands;
+} Linear;
+static void quant_linear(float *out, const float *inp, Linear w, int N, int C, int OC);
 
 // (The loops over rows below use threads only where there is enough work to pay for
 // waking them: not for the one row of a decode step, where the wake-up costs more. The
@@ -321,13 +685,15 @@ static void lora_update(float *out, const floatX *inp, const Epilogue e, int N, 
 }
 
 // scratch holds (N, OC) for every layer's OC but the logits' (row_buffer_bytes), which need none.
-void linear_forward(const floatX *inp, const weightX *weight, Epilogue e, float *scratch, int N, int C, int OC) {
+void linear_forward(const floatX *inp, Linear w, Epilogue e, float *scratch, int N, int C, int OC) {
     int direct = e.kind == EPI_LOGITS && e.bias == NULL; // logits need no epilogue: straight into place
     float *out = direct ? e.f32 : scratch;
-    if (N >= MATVEC_MAX_ROWS) {
-        matmul_panels(out, inp, weight, N, C, OC);
+    if (w.bands != NULL) {
+        quant_linear(out, inp, w, N, C, OC);
+    } else if (N >= MATVEC_MAX_ROWS) {
+        matmul_panels(out, inp, w.panels, N, C, OC);
     } else {
-        matvec_panels(out, inp, weight, N, C, OC);
+        matvec_panels(out, inp, w.panels, N, C, OC);
     }
     if (e.lora_R > 0) { lora_update(out, inp, e, N, C, OC); }
     if (direct) { return; }
@@ -655,6 +1021,214 @@ static void matmul_panels(float *out, const float *inp, const weightX *weight, i
 }
 
 // ----------------------------------------------------------------------------
+// fast paths for -Q: matrix-vector products that read the codes as they are stored, and a
+// GEMM on tiles dequantized as they are needed
+//
+// Decode's rows (N < MATVEC_MAX_ROWS) read each weight row as it is stored, one thread a row
+// at a time, and widen its codes in vector registers: a 4-bit code indexes the 16 values of
+// its codebook (one permute instruction on AVX-512: the codebook is a vector register), an
+// 8-bit one converts. The scale is per block, so each block's products are summed first
+// and multiplied by its scale once: sum_b scale_b (sum_i code_i x_i). The 4-bit codes come
+// two a byte, the even value in the high nibble: the inputs are reordered once per call so
+// that, in each run of 32, the 16 even values come first, then the 16 odd ones, and a
+// byte's two halves each meet their input in a vector of their own. This needs a row to be
+// a whole number of blocks (C a multiple of the blocksize: every model we know); a row
+// that is not is dequantized into a buffer first, then dotted.
+// Prefill's rows (N >= MATVEC_MAX_ROWS) go through matmul_panels' GEMM with each panel's
+// tile dequantized into the buffer that widens bf16 (the GEMM's cost is per weight per row
+// of N; the dequantization's, per weight).
+typedef float v16f __attribute__((vector_size(16 * sizeof(float))));
+typedef int32_t v16i __attribute__((vector_size(16 * sizeof(int32_t))));
+typedef uint8_t v16u8 __attribute__((vector_size(16)));
+typedef int8_t v16s8 __attribute__((vector_size(16)));
+
+// 16 bytes from memory into a vector register. (GCC 12 widens a vector it has just loaded
+// from memory one element at a time, 16 scalar moves; an empty asm statement that takes it
+// in a register makes the widening one instruction, vpmovzxbd.)
+static inline v16u8 load16(const void *p) {
+    v16u8 b;
+    memcpy(&b, p, sizeof(b));
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+    __asm__("" : "+x"(b));
+#endif
+    return b;
+}
+static inline v16s8 load16s(const void *p) { // (the same, signed)
+    v16s8 b;
+    memcpy(&b, p, sizeof(b));
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+    __asm__("" : "+x"(b));
+#endif
+    return b;
+}
+
+static inline float v16_sum(v16f v) {
+    float s = 0.0f;
+    for (int i = 0; i < 16; i++) { s += v[i]; }
+    return s;
+}
+
+// sums[g] = (row of the band starting at value `first`) . input g, for G (a constant after
+// inlining) of the inputs `split` holds (C each, reordered), 4-bit codes. The blocks' scales
+// are rebuilt first, SCALES_AHEAD at a time, out of the loop that sums.
+#define SCALES_AHEAD 64
+static inline __attribute__((always_inline)) void q4_row_dot(float *sums, const Quant4 *q, size_t first, const float *split, int C,
+                                                             const int G) {
+    v16f code, acc[MATVEC_GROUP];
+    memcpy(&code, quant4_code(q->type), sizeof(code));
+    for (int g = 0; g < G; g++) { acc[g] = (v16f){0}; }
+    const uint8_t *packed = q->packed + first / 2;
+    int bs = q->blocksize, blocks = C / bs;
+    size_t block0 = first / bs;
+    float scales[SCALES_AHEAD];
+    for (int b0 = 0; b0 < blocks; b0 += SCALES_AHEAD) {
+        int nb = blocks - b0 < SCALES_AHEAD ? blocks - b0 : SCALES_AHEAD;
+        for (int b = 0; b < nb; b++) { scales[b] = quant4_absmax(q, block0 + b0 + b); }
+        for (int b = 0; b < nb; b++) {
+            v16f part[MATVEC_GROUP];
+            for (int g = 0; g < G; g++) { part[g] = (v16f){0}; }
+            for (int c = (b0 + b) * bs; c < (b0 + b + 1) * bs; c += 32) {
+                __builtin_prefetch(packed + c / 2 + 2048);
+                v16i index = __builtin_convertvector(load16(packed + c / 2), v16i);
+                v16f even = __builtin_shuffle(code, index >> 4), odd = __builtin_shuffle(code, index & 15);
+                for (int g = 0; g < G; g++) {
+                    v16f xe, xo;
+                    memcpy(&xe, split + (size_t)g * C + c, sizeof(xe));
+                    memcpy(&xo, split + (size_t)g * C + c + 16, sizeof(xo));
+                    part[g] += even * xe + odd * xo;
+                }
+            }
+            for (int g = 0; g < G; g++) { acc[g] += part[g] * scales[b]; }
+        }
+    }
+    for (int g = 0; g < G; g++) { sums[g] = v16_sum(acc[g]); }
+}
+
+// the same for 8-bit codes, the inputs as they are
+static inline __attribute__((always_inline)) void q8_row_dot(float *sums, const QuantQ8 *q, size_t first, const float *inp, int C,
+                                                             const int G) {
+    v16f acc[MATVEC_GROUP];
+    for (int g = 0; g < G; g++) { acc[g] = (v16f){0}; }
+    const uint16_t *d = q->d + first / Q8_BLOCK;
+    for (int k = 0; k < C; k += Q8_BLOCK) {
+        __builtin_prefetch(q->q + first + k + 4096);
+        v16i i0 = __builtin_convertvector(load16s(q->q + first + k), v16i); // (to int32, then float: GCC does
+        v16i i1 = __builtin_convertvector(load16s(q->q + first + k + 16), v16i); // int8 to float a value at a time)
+        v16f w0 = __builtin_convertvector(i0, v16f), w1 = __builtin_convertvector(i1, v16f);
+        float scale = fp16_scale(d[k / Q8_BLOCK]);
+        for (int g = 0; g < G; g++) {
+            v16f x0, x1;
+            memcpy(&x0, inp + (size_t)g * C + k, sizeof(x0));
+            memcpy(&x1, inp + (size_t)g * C + k + 16, sizeof(x1));
+            acc[g] += (w0 * x0 + w1 * x1) * scale;
+        }
+    }
+    for (int g = 0; g < G; g++) { sums[g] = v16_sum(acc[g]); }
+}
+
+// G inputs against one row, G <= MATVEC_GROUP (a constant in each copy)
+static void quant_row_dot(float *sums, const QuantBand *b, size_t first, const float *x, int C, int G) {
+    if (b->type == QUANT_Q8_0) {
+        switch (G) {
+        case 1: q8_row_dot(sums, &b->q8, first, x, C, 1); break;
+        case 2: q8_row_dot(sums, &b->q8, first, x, C, 2); break;
+        case 3: q8_row_dot(sums, &b->q8, first, x, C, 3); break;
+        default: q8_row_dot(sums, &b->q8, first, x, C, MATVEC_GROUP); break;
+        }
+    } else {
+        switch (G) {
+        case 1: q4_row_dot(sums, &b->q4, first, x, C, 1); break;
+        case 2: q4_row_dot(sums, &b->q4, first, x, C, 2); break;
+        case 3: q4_row_dot(sums, &b->q4, first, x, C, 3); break;
+        default: q4_row_dot(sums, &b->q4, first, x, C, MATVEC_GROUP); break;
+        }
+    }
+}
+
+// a buffer of at least n floats, the caller's own (per thread), kept from call to call
+static float *grow(float **buffer, size_t *capacity, size_t n) {
+    if (n > *capacity) {
+        free(*buffer);
+        *buffer = (float *)mallocCheck(n * sizeof(float));
+        *capacity = n;
+    }
+    return *buffer;
+}
+
+// decode's out (N, ld) columns 0..rows-1 = inp (N, C) @ band^T, N < MATVEC_MAX_ROWS
+static void quant_matvec(float *out, size_t ld, const float *inp, const QuantBand *b, int N, int C) {
+    int fast = C % band_blocksize(b) == 0;
+    const float *x = inp;
+    if (fast && b->type != QUANT_Q8_0) { // the 4-bit rows' order of the inputs: evens, then odds, in each run of 32
+        static float *split = NULL;
+        static size_t capacity = 0;
+        float *s = grow(&split, &capacity, (size_t)N * C);
+        for (size_t i = 0; i < (size_t)N * C; i += 32) {
+            for (int j = 0; j < 16; j++) { s[i + j] = inp[i + 2 * j]; s[i + 16 + j] = inp[i + 2 * j + 1]; }
+        }
+        x = s;
+    }
+    #pragma omp parallel for schedule(static)
+    for (int o = 0; o < b->rows; o++) {
+        float sums[MATVEC_MAX_ROWS];
+        size_t first = (size_t)o * C;
+        if (fast) {
+            for (int n = 0; n < N; n += MATVEC_GROUP) {
+                quant_row_dot(sums + n, b, first, x + (size_t)n * C, C, N - n < MATVEC_GROUP ? N - n : MATVEC_GROUP);
+            }
+        } else {
+            static _Thread_local float *row = NULL;
+            static _Thread_local size_t capacity = 0;
+            float *w = grow(&row, &capacity, (size_t)C);
+            band_dequantize(b, w, first, (size_t)C);
+            for (int n = 0; n < N; n++) { sums[n] = dot8(w, inp + (size_t)n * C, (size_t)C); }
+        }
+        for (int n = 0; n < N; n++) { out[(size_t)n * ld + o] = sums[n]; }
+    }
+}
+
+// prefill's out (N, ld) columns 0..rows-1 = inp (N, C) @ band^T: matmul_panels' loops, each
+// task's panel of GEMM_NR rows dequantized GEMM_KC columns at a time into the thread's buffer
+static void quant_matmul(float *out, size_t ld, const float *inp, const QuantBand *b, int N, int C) {
+    int panels = (b->rows + GEMM_NR - 1) / GEMM_NR, strips = (N + GEMM_MR - 1) / GEMM_MR;
+    int strip_blocks = (strips + STRIP_BLOCK - 1) / STRIP_BLOCK;
+    #pragma omp parallel for collapse(2) schedule(static)
+    for (int p = 0; p < panels; p++) {
+        for (int sb = 0; sb < strip_blocks; sb++) {
+            static _Thread_local float *tile = NULL, *row = NULL; // (KC, NR) and (KC), kept
+            if (tile == NULL) {
+                tile = (float *)mallocCheck((size_t)GEMM_KC * GEMM_NR * sizeof(float));
+                row = (float *)mallocCheck((size_t)GEMM_KC * sizeof(float));
+            }
+            int o0 = p * GEMM_NR, width = b->rows - o0 < GEMM_NR ? b->rows - o0 : GEMM_NR;
+            int s0 = sb * STRIP_BLOCK, s1 = s0 + STRIP_BLOCK < strips ? s0 + STRIP_BLOCK : strips;
+            for (int pc = 0; pc < C; pc += GEMM_KC) {
+                int kc = C - pc < GEMM_KC ? C - pc : GEMM_KC;
+                for (int j = 0; j < GEMM_NR; j++) {
+                    if (j < width) { band_dequantize(b, row, (size_t)(o0 + j) * C + pc, (size_t)kc); }
+                    for (int k = 0; k < kc; k++) { tile[k * GEMM_NR + j] = j < width ? row[k] : 0.0f; }
+                }
+                for (int s = s0; s < s1; s++) {
+                    int i0 = s * GEMM_MR, mr = N - i0 < GEMM_MR ? N - i0 : GEMM_MR;
+                    gemm_micro_kernel(out + (size_t)i0 * ld + o0, ld, 1, inp + (size_t)i0 * C + pc, (size_t)C, 1, tile, GEMM_NR, kc,
+                                      mr, width, pc > 0);
+                }
+            }
+        }
+    }
+}
+
+// a quantized linear layer: its bands, one under the other, each its columns of out (N, OC)
+static void quant_linear(float *out, const float *inp, Linear w, int N, int C, int OC) {
+    int row = 0;
+    for (int k = 0; k < w.num_bands; k++) {
+        if (N >= MATVEC_MAX_ROWS) { quant_matmul(out + row, (size_t)OC, inp, &w.bands[k], N, C); }
+        else { quant_matvec(out + row, (size_t)OC, inp, &w.bands[k], N, C); }
+        row += w.bands[k].rows;
+    }
+}
+
+// ----------------------------------------------------------------------------
 // the model: its configuration, its tensors, what a forward pass keeps
 
 #define KV_ELEMENT_BYTES sizeof(floatX) // what the KV cache holds
@@ -937,6 +1511,15 @@ typedef struct {
 } LoraSite;
 // --- end shared-copy: infer-lora-site ---
 
+// -Q's format for a linear layer: QUANT_NONE (weightX), QUANT_NF4 or QUANT_FP4 (with their
+// blocksize and double quantization: finetune_lora -Q's) or QUANT_Q8_0
+typedef struct {
+    int type, blocksize, nested;
+} QuantSpec;
+#define NUM_LINEAR 5 // the linear layers: a block's four (SITE_QKV .. SITE_FCPROJ), then the head
+#define LINEAR_HEAD 4
+#define MAX_BANDS 3  // a linear layer's Hugging Face modules at most (q, k, v)
+
 typedef struct GPT2 GPT2;
 #define NUM_FORWARD_TENSORS 17 // the tensors the forward pass reads (forward_sources, with the models in)
 
@@ -969,7 +1552,10 @@ struct GPT2 {
     char source[4096];   // where they came from, for messages
     ForwardTensors params;
     weightX *linear_memory; // the linear layers' panels that are not in the loaded weights' place (gpt2_build)
-    float *rest_memory;     // ... and, in bf16, the rest of the weights
+    float *rest_memory;     // ... and, in bf16 or under -Q, the rest of the weights
+    QuantSpec quant[NUM_LINEAR]; // -Q: each linear layer's format (QUANT_NONE: panels of weightX)
+    QuantBand *bands;       // ... and its bands: (NUM_LINEAR, L, MAX_BANDS), unused ones of 0 rows
+    char weights_type[160]; // what the weights are stored in, for reports
     size_t weight_bytes;    // all the weights the forward pass holds
     size_t step_bytes;      // ... and those a decode step reads (all but the embedding tables)
     float *rope_host;     // the Llama family: RoPE's HS/2 frequencies (rope_frequencies)
@@ -1400,26 +1986,62 @@ void gpt2_allocate_cache(GPT2 *model, int B, int S) {
 // out in panels of weightX (pack_linear), the rest fp32 as loaded. src and sizes are the
 // loaded tensors in ForwardTensors' order (forward_sources); the five linear layers are
 // slots 4, 6, 10, 12 and 16 (the head), each `layers` layers of (OC, IC).
-#define NUM_LINEAR 5
 static const int LINEAR_SLOT[NUM_LINEAR] = {4, 6, 10, 12, 16};
 static int is_linear_slot(int k) { return k == 4 || k == 6 || k == 10 || k == 12 || k == 16; }
-#ifdef WEIGHTS_BF16
-// bf16: every linear layer (the head too, tied or not) in panels of an allocation of its
-// own, half the size; the rest is copied out, and the loaded fp32 weights are let go (at
-// load, for a moment, 1.5 times the fp32 model)
-static void place_weights(GPT2 *model, const float **src, const size_t *sizes, const int *OC, const int *IC, const int *layers) {
-    size_t own = 0, rest = 0;
-    for (int j = 0; j < NUM_LINEAR; j++) { own += sizes[LINEAR_SLOT[j]]; }
+// Linear layer j's bands under -Q: its rows cut where its Hugging Face modules meet (q, k
+// and v; gate and up; the head's padded rows, a band of their own: zeros that no
+// checkpoint has), so that each is quantized on its own, as transformers does. Returns how
+// many (the rest of rows[] is 0).
+static int linear_bands(const GPT2 *model, int j, int rows[MAX_BANDS]) {
+    ModelConfig c = model->config;
+    int C = c.channels, Q = c.num_heads * c.head_size, KV = c.num_kv_heads * c.head_size, H = c.hidden;
+    int llama[NUM_LINEAR][MAX_BANDS] = {{Q, KV, KV}, {C}, {H, H}, {C}, {c.vocab_size, c.padded_vocab_size - c.vocab_size}};
+    int gpt2[NUM_LINEAR][MAX_BANDS] = {{3 * C}, {C}, {4 * C}, {C}, {c.vocab_size, c.padded_vocab_size - c.vocab_size}};
+    memcpy(rows, c.llama ? llama[j] : gpt2[j], MAX_BANDS * sizeof(int));
+    int n = 0;
+    while (n < MAX_BANDS && rows[n] > 0) { n++; }
+    return n;
+}
+
+// Each linear layer in panels of weightX in an allocation of its own, or (-Q) quantized into
+// its bands; the rest of the weights copied out; then the loaded fp32 weights are let go
+// (at load, for a moment, the fp32 model and its new copy). make infer_bf16 always does
+// this (its panels are half the size); the fp32 build under -Q.
+static void place_weights_copied(GPT2 *model, const float **src, const size_t *sizes, const int *OC, const int *IC, const int *layers) {
+    size_t own = 0, rest = 0, quantized = 0;
+    for (int j = 0; j < NUM_LINEAR; j++) { own += model->quant[j].type == QUANT_NONE ? sizes[LINEAR_SLOT[j]] : 0; }
     for (int k = 0; k < NUM_FORWARD_TENSORS; k++) { rest += is_linear_slot(k) ? 0 : sizes[k]; }
     model->linear_memory = (weightX *)mallocCheck((own > 0 ? own : 1) * sizeof(weightX));
     ForwardTensors *p = &model->params;
     weightX **linear[NUM_LINEAR] = {&p->qkvw, &p->attprojw, &p->fcw, &p->fcprojw, &p->lm_head};
     weightX *at = model->linear_memory;
+    int L = model->config.num_layers;
+    model->bands = (QuantBand *)calloc((size_t)NUM_LINEAR * L * MAX_BANDS, sizeof(QuantBand));
+    if (model->bands == NULL) { fprintf(stderr, "Error: out of memory for the quantized weights' bands\n"); exit(EXIT_FAILURE); }
     for (int j = 0; j < NUM_LINEAR; j++) {
         size_t layer = (size_t)OC[j] * IC[j];
-        *linear[j] = at;
-        for (int l = 0; l < layers[j]; l++) { pack_linear(at + l * layer, src[LINEAR_SLOT[j]] + l * layer, OC[j], IC[j]); }
-        at += sizes[LINEAR_SLOT[j]];
+        QuantSpec q = model->quant[j];
+        if (q.type == QUANT_NONE) {
+            *linear[j] = at;
+            for (int l = 0; l < layers[j]; l++) { pack_linear(at + l * layer, src[LINEAR_SLOT[j]] + l * layer, OC[j], IC[j]); }
+            at += sizes[LINEAR_SLOT[j]];
+            continue;
+        }
+        *linear[j] = NULL;
+        int rows[MAX_BANDS];
+        linear_bands(model, j, rows);
+        #pragma omp parallel for schedule(dynamic)
+        for (int t = 0; t < layers[j] * MAX_BANDS; t++) { // (each band on its own: the same bytes in any order)
+            int l = t / MAX_BANDS, k = t % MAX_BANDS, row = 0;
+            if (rows[k] == 0) { continue; }
+            for (int i = 0; i < k; i++) { row += rows[i]; }
+            band_quantize(&model->bands[((size_t)j * L + l) * MAX_BANDS + k], q.type, q.blocksize, q.nested,
+                          src[LINEAR_SLOT[j]] + l * layer + (size_t)row * IC[j], rows[k], IC[j]);
+        }
+        for (int t = 0; t < layers[j] * MAX_BANDS; t++) {
+            const QuantBand *b = &model->bands[(size_t)j * L * MAX_BANDS + t];
+            quantized += b->rows > 0 ? band_bytes(b) : 0;
+        }
     }
     float **others[NUM_FORWARD_TENSORS] = {&p->wte, &p->wpe, &p->ln1w, &p->ln1b, NULL, &p->qkvb, NULL, &p->attprojb, &p->ln2w,
                                            &p->ln2b, NULL, &p->fcb, NULL, &p->fcprojb, &p->lnfw, &p->lnfb, NULL};
@@ -1433,14 +2055,15 @@ static void place_weights(GPT2 *model, const float **src, const size_t *sizes, c
     }
     gpt2_weights_free(&model->w);
     llama_free(&model->lw);
-    model->weight_bytes = own * sizeof(weightX) + rest * sizeof(float);
+    model->weight_bytes = own * sizeof(weightX) + rest * sizeof(float) + quantized;
 }
-#else
+
+#ifndef WEIGHTS_BF16
 // fp32: the panels take their tensor's own place, a layer at a time through a buffer of one
 // layer, so loading needs no second copy of the model. A tied head (GPT-2's, SmolLM2's) gets
 // panels of its own beside the embedding table, whose rows the first layer reads: Vp x C
 // weights more.
-static void place_weights(GPT2 *model, const float **src, const size_t *sizes, const int *OC, const int *IC, const int *layers) {
+static void place_weights_in_place(GPT2 *model, const float **src, const size_t *sizes, const int *OC, const int *IC, const int *layers) {
     int tied = src[16] == src[0];
     size_t own = tied ? sizes[16] : 0, rest = 0, largest = 0; // (own: the panels that go to an allocation of their own)
     for (int j = 0; j < NUM_LINEAR; j++) {
@@ -1477,9 +2100,83 @@ static void place_weights(GPT2 *model, const float **src, const size_t *sizes, c
 }
 #endif
 
-// The model from -m, with no cache and no buffers yet.
-void gpt2_build(GPT2 *model, const char *source, uint64_t seed) {
+static void place_weights(GPT2 *model, const float **src, const size_t *sizes, const int *OC, const int *IC, const int *layers) {
+#ifdef WEIGHTS_BF16
+    place_weights_copied(model, src, sizes, OC, IC, layers);
+#else
+    int any = 0;
+    for (int j = 0; j < NUM_LINEAR; j++) { any |= model->quant[j].type != QUANT_NONE; }
+    if (any) { place_weights_copied(model, src, sizes, OC, IC, layers); }
+    else { place_weights_in_place(model, src, sizes, OC, IC, layers); }
+#endif
+}
+
+// --- begin shared-copy: infer-quant-spec ---
+// -Q SPEC[,HEAD]: the format of the four linear layers of every block, and of the output head
+// (none unless HEAD says: bitsandbytes leaves it as it is; llama.cpp's files have it in
+// 8 bits). A SPEC is none, q8_0, or nf4 / fp4 with :BLOCKSIZE (64) and :0 or :1 (double
+// quantization, 1), as finetune_lora -Q. Returns 0, or -1 with why in err.
+static int parse_quant_spec(const char *v, QuantSpec *spec, char *err, size_t err_size) {
+    char type[16] = "", again[64];
+    long blocksize = 64, nested = 1;
+    int got = sscanf(v, "%15[a-z0-9_]:%ld:%ld", type, &blocksize, &nested);
+    snprintf(again, sizeof(again), got >= 3 ? "%s:%ld:%ld" : got == 2 ? "%s:%ld" : "%s", type, blocksize, nested);
+    int four = strcmp(type, "nf4") == 0 || strcmp(type, "fp4") == 0;
+    if (got < 1 || strcmp(again, v) != 0 || (!four && (got > 1 || (strcmp(type, "none") != 0 && strcmp(type, "q8_0") != 0)))) {
+        snprintf(err, err_size, "'%s': expected none, q8_0, or nf4 or fp4 then optionally :BLOCKSIZE and :0 or :1 (double quantization)", v);
+        return -1;
+    }
+    if (!quant4_blocksize_ok(blocksize)) { snprintf(err, err_size, "'%s': the blocksize must be a power of two from 32 to 4096", v); return -1; }
+    if (nested != 0 && nested != 1) { snprintf(err, err_size, "'%s': double quantization is 0 or 1", v); return -1; }
+    spec->type = strcmp(type, "nf4") == 0 ? (int)QUANT_NF4 : strcmp(type, "fp4") == 0 ? (int)QUANT_FP4 : strcmp(type, "q8_0") == 0 ? (int)QUANT_Q8_0 : (int)QUANT_NONE;
+    spec->blocksize = (int)blocksize;
+    spec->nested = (int)nested;
+    return 0;
+}
+static int parse_quant(const char *v, QuantSpec *layers, QuantSpec *head, char *err, size_t err_size) {
+    char first[64];
+    const char *comma = strchr(v, ',');
+    size_t n = comma != NULL ? (size_t)(comma - v) : strlen(v);
+    if (n >= sizeof(first)) { snprintf(err, err_size, "'%s': too long", v); return -1; }
+    memcpy(first, v, n);
+    first[n] = '\0';
+    *head = (QuantSpec){QUANT_NONE, 64, 1};
+    return parse_quant_spec(first, layers, err, err_size) != 0 || (comma != NULL && parse_quant_spec(comma + 1, head, err, err_size) != 0) ? -1 : 0;
+}
+
+// a format in words, for reports
+static void quant_describe(char *out, size_t size, QuantSpec q, const char *otherwise) {
+    if (q.type == QUANT_NONE) { snprintf(out, size, "%s", otherwise); }
+    else if (q.type == QUANT_Q8_0) { snprintf(out, size, "q8_0"); }
+    else { snprintf(out, size, "%s (blocks of %d%s)", quant4_name(q.type), q.blocksize, q.nested ? ", double quantization" : ""); }
+}
+// --- end shared-copy: infer-quant-spec ---
+
+// Layer l's linear layer j (SITE_QKV .. SITE_FCPROJ; LINEAR_HEAD, l = 0) as linear_forward reads it
+static Linear model_linear(const GPT2 *model, int j, int l) {
+    ModelConfig c = model->config;
+    if (model->quant[j].type != QUANT_NONE) {
+        const QuantBand *bands = model->bands + ((size_t)j * c.num_layers + l) * MAX_BANDS;
+        int n = 0;
+        while (n < MAX_BANDS && bands[n].rows > 0) { n++; }
+        return (Linear){NULL, bands, n};
+    }
+    int C = c.channels, Q = c.num_heads * c.head_size, KV = c.num_kv_heads * c.head_size, H = c.hidden;
+    const ForwardTensors *p = &model->params;
+    const weightX *w[NUM_LINEAR] = {p->qkvw, p->attprojw, p->fcw, p->fcprojw, p->lm_head};
+    size_t per_layer[NUM_LINEAR] = {(size_t)(Q + 2 * KV) * C, (size_t)C * Q, (size_t)(c.llama ? 2 * H : H) * C, (size_t)C * H, 0};
+    return (Linear){w[j] + l * per_layer[j], NULL, 0};
+}
+
+// The model from -m, with no cache and no buffers yet: its linear layers in weightX, or
+// (-Q, gpt2_build_quantized) those of the blocks in `blocks`' format and the head in `head`'s.
+void gpt2_build_quantized(GPT2 *model, const char *source, uint64_t seed, QuantSpec blocks, QuantSpec head) {
     memset(model, 0, sizeof(*model));
+    for (int j = 0; j < NUM_LINEAR; j++) { model->quant[j] = j == LINEAR_HEAD ? head : blocks; }
+    char a[96], b[96];
+    quant_describe(a, sizeof(a), blocks, WEIGHTS_TYPE);
+    quant_describe(b, sizeof(b), head, WEIGHTS_TYPE);
+    snprintf(model->weights_type, sizeof(model->weights_type), strcmp(a, b) == 0 ? "%s" : "%s, the head in %s", a, b);
     model_weights_build(model, source, seed);
     const float *src[NUM_FORWARD_TENSORS];
     size_t sizes[NUM_FORWARD_TENSORS];
@@ -1494,7 +2191,16 @@ void gpt2_build(GPT2 *model, const char *source, uint64_t seed) {
     model->step_bytes = model->weight_bytes - (sizes[0] + sizes[1]) * sizeof(float); // (wte, wpe: a row each per token)
 }
 
+void gpt2_build(GPT2 *model, const char *source, uint64_t seed) {
+    QuantSpec none = {QUANT_NONE, 64, 1};
+    gpt2_build_quantized(model, source, seed, none, none);
+}
+
 void gpt2_free(GPT2 *model) {
+    for (size_t k = 0; model->bands != NULL && k < (size_t)NUM_LINEAR * model->config.num_layers * MAX_BANDS; k++) {
+        if (model->bands[k].rows > 0) { band_free(&model->bands[k]); }
+    }
+    free(model->bands);
     free(model->lora_sites);
     free(model->lora_memory);
     gpt2_weights_free(&model->w);
@@ -1849,20 +2555,20 @@ static void gpt2_forward_layers(GPT2 *model, int N, int NL, int argmax) {
         fc = epilogue_lora(fc, model, l, SITE_FC);
         fcproj = epilogue_lora(fcproj, model, l, SITE_FCPROJ);
         layernorm_forward(r.ln, r.residual, NULL, p.ln1w + (size_t)l * C, p.ln1b != NULL ? p.ln1b + (size_t)l * C : NULL, N, C, eps, c.llama);
-        linear_forward(r.ln, p.qkvw + (size_t)l * (Q + 2 * KV) * C, qkv, r.scratch, N, C, Q + 2 * KV);
+        linear_forward(r.ln, model_linear(model, SITE_QKV, l), qkv, r.scratch, N, C, Q + 2 * KV);
         if (c.llama) { rope_forward(r.q, key_cache, model->rope_table, r.seq, r.pos, N, S, NH, NKV, HS); }
         attention_forward(r.atty, r.att, r.q, key_cache, value_cache, r.seq, r.pos, N, S, NH, NKV, HS);
-        linear_forward(r.atty, p.attprojw + (size_t)l * C * Q, proj, r.scratch, N, Q, C);
+        linear_forward(r.atty, model_linear(model, SITE_ATTPROJ, l), proj, r.scratch, N, Q, C);
         layernorm_forward(r.ln, r.residual, NULL, p.ln2w + (size_t)l * C, p.ln2b != NULL ? p.ln2b + (size_t)l * C : NULL, N, C, eps, c.llama);
-        linear_forward(r.ln, p.fcw + (size_t)l * MLP * C, fc, r.scratch, N, C, MLP);
+        linear_forward(r.ln, model_linear(model, SITE_FC, l), fc, r.scratch, N, C, MLP);
         if (c.llama) { swiglu_forward(r.fch, r.scratch, N, H); }
-        linear_forward(r.fch, p.fcprojw + (size_t)l * C * H, fcproj, r.scratch, N, H, C);
+        linear_forward(r.fch, model_linear(model, SITE_FCPROJ, l), fcproj, r.scratch, N, H, C);
     }
     if (NL == 0) { return; } // (a prefill chunk in which no prompt ends)
     // logits only where asked: the final norm of those rows, then the output head (GPT-2's
     // is the tied wte). (The biggest matmul of decode: Vp x C = 39M weights at GPT-2 124M.)
     layernorm_forward(r.ln, r.residual, r.logit_rows, p.lnfw, p.lnfb, NL, C, eps, c.llama);
-    linear_forward(r.ln, p.lm_head, epilogue_logits(r.logits), r.scratch, NL, C, c.padded_vocab_size);
+    linear_forward(r.ln, model_linear(model, LINEAR_HEAD, 0), epilogue_logits(r.logits), r.scratch, NL, C, c.padded_vocab_size);
     if (argmax) { argmax_forward(r.argmax, r.logits, NL, c.vocab_size, c.padded_vocab_size); }
 }
 // --- end shared-copy: infer-forward ---
@@ -2266,9 +2972,9 @@ void print_model(const GPT2 *model) {
     ModelConfig c = model->config;
     char kv[64] = "";
     if (c.llama) { snprintf(kv, sizeof(kv), " NKV=%d HS=%d H=%d", c.num_kv_heads, c.head_size, c.hidden); }
-    fprintf(stderr, "model: %s: %s L=%d C=%d NH=%d%s V=%d maxT=%d, %.1fM parameters (%.0f MiB; linear layers in " WEIGHTS_TYPE ")\n",
+    fprintf(stderr, "model: %s: %s L=%d C=%d NH=%d%s V=%d maxT=%d, %.1fM parameters (%.0f MiB; linear layers in %s)\n",
             model->source, c.llama ? "Llama family" : "GPT-2", c.num_layers, c.channels, c.num_heads, kv, c.vocab_size,
-            c.max_seq_len, (double)model->num_parameters / 1e6, (double)model->weight_bytes / (1 << 20));
+            c.max_seq_len, (double)model->num_parameters / 1e6, (double)model->weight_bytes / (1 << 20), model->weights_type);
     if (model->lora_sites != NULL) { fprintf(stderr, "adapter: %s, unmerged, fp32\n", model->lora_source); }
     fprintf(stderr, "KV cache: %.1f KiB per token (2 x L x NKV x HS x %zu bytes), %.1f MiB for one full %d-token sequence\n",
             (double)kv_bytes_per_token(c) / 1024, (size_t)KV_ELEMENT_BYTES, (double)kv_bytes_per_token(c) * c.max_seq_len / (1 << 20), c.max_seq_len);
@@ -2794,6 +3500,8 @@ typedef struct {
     float temperature, top_p, min_p, repetition_penalty; // (NAN, and top_k -1: not given; see sampling_settings)
     long seed;
     const char *batches, *prompt_lengths, *gen_lengths;
+    const char *quant_text; // -Q as given ...
+    QuantSpec quant, quant_head; // ... and what it says: the blocks' linear layers, the head
 } Options;
 
 static void print_usage(const Options *d) {
@@ -2806,6 +3514,9 @@ static void print_usage(const Options *d) {
            "                [%s]\n", d->tokenizer ? d->tokenizer : "the model's NAME_tokenizer.bin, else data/gpt2");
     printf("  -L <dir>      a LoRA adapter, applied unmerged: a PEFT folder (adapter_config.json,\n"
            "                adapter_model.safetensors), as ./finetune_lora writes [none]\n");
+    printf("  -Q <spec>     the linear layers' weights quantized at load: nf4 or fp4 (bitsandbytes' 4 bits,\n"
+           "                :BLOCKSIZE [64] and :0 or :1 double quantization [1]: QLoRA's base) or q8_0\n"
+           "                (llama.cpp's 8 bits); ,SPEC for the output head too (-Q nf4,q8_0) [%s]\n", d->quant_text);
     printf("  -i <text>     the prompt; \"\" starts from the start token (GPT-2: <|endoftext|>) [\"%s\"]\n", d->prompt);
     printf("  -f <file>     a batch: one prompt per line (a line starting with { is JSON: {\"prompt\": ...})\n");
     printf("  -E <file>     an evaluation: JSON lines {\"instruction\", \"input\", \"answer\", \"partial\"} asked\n"
@@ -3069,7 +3780,8 @@ static Options parse_args(int argc, char **argv) {
     Options o = {.model = NULL, .tokenizer = NULL, .adapter = NULL, .prompt = NULL, .prompts_file = NULL, .eval_file = NULL, .input = "", .system = NULL,
                  .stop = "", .instruct = 0, .max_new = 128, .top_k = -1, .ids = 0, .bench = 0, .ignore_eos = 0, .verbose = 0,
                  .drop_oldest = 1, .context = 8192, .temperature = NAN, .top_p = NAN, .min_p = NAN, .repetition_penalty = NAN, .seed = 1337,
-                 .batches = "1,4,16", .prompt_lengths = "16,128", .gen_lengths = "16,64"};
+                 .batches = "1,4,16", .prompt_lengths = "16,128", .gen_lengths = "16,64", .quant_text = "none",
+                 .quant = {QUANT_NONE, 64, 1}, .quant_head = {QUANT_NONE, 64, 1}};
     Options defaults = o;
     defaults.prompt = "";
     for (int i = 1; i < argc; i += 2) {
@@ -3105,6 +3817,12 @@ static Options parse_args(int argc, char **argv) {
         case 'b': o.batches = v; break;
         case 'l': o.prompt_lengths = v; break;
         case 'N': o.gen_lengths = v; break;
+        case 'Q': {
+            char err[256];
+            if (parse_quant(v, &o.quant, &o.quant_head, err, sizeof(err)) != 0) { usage_error("-Q %s", err); }
+            o.quant_text = v;
+            break;
+        }
         default: usage_error("unknown flag %s", flag);
         }
     }
@@ -3376,7 +4094,7 @@ int main(int argc, char **argv) {
     set_omp_wait_policy(argv); // first of all: it may start the program over
     Options o = parse_args(argc, argv);
     GPT2 model;
-    gpt2_build(&model, o.model, (uint64_t)o.seed);
+    gpt2_build_quantized(&model, o.model, (uint64_t)o.seed, o.quant, o.quant_head);
     if (o.adapter != NULL) { model_adapter_load(&model, o.adapter); }
     print_model(&model);
     ModelConfig c = model.config;

@@ -135,6 +135,354 @@ __device__ __host__ inline float to_float(floatX x) { return (float)x; }
 __device__ __host__ inline floatX from_float(float x) { return (floatX)x; }
 
 // ----------------------------------------------------------------------------
+// quantized weights (-Q), as infer.c's: the linear layers' weights quantized on the host at
+// load (nf4 / fp4 as bitsandbytes stores them, q8_0 as llama.cpp does), then uploaded as
+// they are; the kernels below widen each weight from its code and its block's scale as they
+// read it (quant_gemv_kernel, decode), or dequantize a layer into floatX for cuBLAS (prefill)
+
+// --- begin shared-copy: quant4 ---
+// QLoRA (Dettmers et al., "QLoRA: Efficient Finetuning of Quantized LLMs", 2023) keeps the
+// frozen weights in 4 bits and trains LoRA beside them. We store them exactly as
+// bitsandbytes does (its quantize_4bit / dequantize_4bit, the layout of Hugging Face's
+// *-bnb-4bit checkpoints), the same bytes as bitsandbytes computes on the CPU (where it
+// summed the double quantization's mean in another order, on a GPU, the offset can differ
+// in its last bit: torch_sum_f32):
+//   - a tensor of n values, flattened row-major, cut into blocks of `blocksize` (64; any
+//     power of two from 32 to 4096), the last block possibly partial;
+//   - each block's absmax = max |x|, and each value the index of the code nearest to
+//     x / absmax, two indices per byte, the first element in the high nibble (an odd n pads
+//     the last byte with the index of 0);
+//   - the codes: NF4 (16 quantiles of N(0, 1) scaled to [-1, 1]: each code equally likely
+//     for normally distributed weights) or FP4 (a 4-bit float, 1 sign, 2 exponent and 1
+//     mantissa bits, over 12), listed in bitsandbytes' order;
+//   - dequantized, x = code[index] * absmax (fp32).
+// Double quantization (bitsandbytes' compress_statistics, QLoRA's default) stores the absmax
+// values in 8 bits too: minus their mean (the offset), in blocks of 256, each the index of
+// the nearest of the 256 values of the signed 8-bit "dynamic" map times the fp32 absmax of
+// its block of 256. Per 64 weights: 256 bits of codes + 8 + 32/256 bits of scale, 4.127
+// bits a weight against 4.5 without it (QLoRA's 0.52 bytes per parameter, against fp32's 4).
+// Checked against bitsandbytes 0.50.2 by test_finetune_lora (dev/reference/nf4_reference.py).
+enum { QUANT_NONE = 0, QUANT_NF4 = 1, QUANT_FP4 = 2 };
+
+static const float NF4_CODE[16] = {-1.0f, -0.6961928009986877f, -0.5250730514526367f, -0.39491748809814453f,
+                                   -0.28444138169288635f, -0.18477343022823334f, -0.09105003625154495f, 0.0f,
+                                   0.07958029955625534f, 0.16093020141124725f, 0.24611230194568634f, 0.33791524171829224f,
+                                   0.44070982933044434f, 0.5626170039176941f, 0.7229568362236023f, 1.0f};
+// FP4 by bit pattern: 0, 0.0625, 8, 12, 4, 6, 2, 3 (and the same negated), / 12. (Both zeros
+// are +0, as bitsandbytes' table has them.)
+static const float FP4_CODE[16] = {0.0f, 0.0625f / 12, 8.0f / 12, 1.0f, 4.0f / 12, 6.0f / 12, 2.0f / 12, 3.0f / 12,
+                                   0.0f, -0.0625f / 12, -8.0f / 12, -1.0f, -4.0f / 12, -6.0f / 12, -2.0f / 12, -3.0f / 12};
+#define QUANT_NESTED_BLOCK 256 // double quantization's blocksize
+
+typedef struct {
+    int type;                 // QUANT_NF4 or QUANT_FP4
+    int blocksize;
+    size_t n, num_blocks;     // values; blocks, ceil(n / blocksize)
+    uint8_t *packed;          // (n + 1) / 2 bytes
+    float *absmax;            // (num_blocks): without double quantization; NULL with it
+    uint8_t *qabsmax;         // (num_blocks): with it, the 8-bit index of absmax - offset ...
+    float *nested_absmax;     // ... the fp32 absmax of each block of 256 of those
+    float offset;             // ... their mean
+    float nested_code[256];   // ... and the map (bitsandbytes' dynamic map)
+} Quant4;
+
+static const float *quant4_code(int type) { return type == QUANT_FP4 ? FP4_CODE : NF4_CODE; }
+static const char *quant4_name(int type) { return type == QUANT_FP4 ? "fp4" : type == QUANT_NF4 ? "nf4" : "none"; }
+static int quant4_blocksize_ok(long blocksize) {
+    for (long b = 32; b <= 4096; b *= 2) {
+        if (blocksize == b) { return 1; }
+    }
+    return 0;
+}
+
+// bitsandbytes' signed dynamic map (create_dynamic_map(signed=True)), as torch computes it in
+// float32: for i = 0..6, the 2^i midpoints of linspace(0.1, 1, 2^i + 1), times 10^(i - 6),
+// with both signs; then 0 and 1; sorted. 256 values from -0.993 to 1. (torch's linspace
+// computes each point with one rounding, a fused multiply-add from the start before halfway
+// and from the end after.)
+static float linspace_point(float start, float end, int steps, int i) {
+    float step = (end - start) / (float)(steps - 1);
+    return i < steps / 2 ? fmaf(step, (float)i, start) : fmaf(-step, (float)(steps - i - 1), end);
+}
+static int compare_floats(const void *a, const void *b) { float x = *(const float *)a, y = *(const float *)b; return (x > y) - (x < y); }
+static void dynamic_map(float code[256]) {
+    int k = 0;
+    for (int i = 0; i < 7; i++) {
+        int steps = (1 << i) + 1;
+        float scale = (float)pow(10.0, i - 6);
+        for (int s = 0; s + 1 < steps; s++) {
+            float mean = (linspace_point(0.1f, 1.0f, steps, s) + linspace_point(0.1f, 1.0f, steps, s + 1)) / 2.0f;
+            code[k++] = scale * mean;
+            code[k++] = -(scale * mean);
+        }
+    }
+    code[k++] = 0.0f;
+    code[k++] = 1.0f;
+    qsort(code, 256, sizeof(float), compare_floats);
+}
+
+// torch's float32 sum, in its order (at::native's cascade sum with AVX2's 8-lane vectors,
+// one thread): the mean that double quantization subtracts must be bitsandbytes' to the last
+// bit. The data as rows of 4 vectors of 8 (32 lanes); each lane sums its column through four
+// levels (a level's running sum added to the next every 16 rows); vectors left over go into
+// the first vector; the 4 vectors are added, then the scalar tail, then the 8 lanes in order.
+static float torch_sum_f32(const float *x, size_t n) {
+    enum { W = 8, ILP = 4, LEVELS = 4 };
+    if (n < W) { // (no vector: torch's scalar path, 4 running sums)
+        float p[ILP] = {0};
+        size_t rows = n / ILP;
+        for (size_t i = 0; i < rows; i++) { for (int k = 0; k < ILP; k++) { p[k] += x[i * ILP + k]; } }
+        for (size_t i = rows * ILP; i < n; i++) { p[0] += x[i]; }
+        for (int k = 1; k < ILP; k++) { p[0] += p[k]; }
+        return p[0];
+    }
+    size_t vecs = n / W, rows = vecs / ILP;
+    int ceil_log2 = 1;
+    while (rows > 2 && ((size_t)1 << ceil_log2) < rows) { ceil_log2++; }
+    int power = ceil_log2 / LEVELS > 4 ? ceil_log2 / LEVELS : 4;
+    size_t step = (size_t)1 << power, mask = step - 1;
+    float acc[LEVELS][ILP][W] = {{{0}}};
+    size_t i = 0;
+    while (i + step <= rows) {
+        for (size_t j = 0; j < step; j++, i++) {
+            for (int k = 0; k < ILP; k++) { for (int w = 0; w < W; w++) { acc[0][k][w] += x[(i * ILP + k) * W + w]; } }
+        }
+        for (int l = 1; l < LEVELS; l++) {
+            for (int k = 0; k < ILP; k++) { for (int w = 0; w < W; w++) { acc[l][k][w] += acc[l - 1][k][w]; acc[l - 1][k][w] = 0.0f; } }
+            if ((i & (mask << (l * power))) != 0) { break; }
+        }
+    }
+    for (; i < rows; i++) {
+        for (int k = 0; k < ILP; k++) { for (int w = 0; w < W; w++) { acc[0][k][w] += x[(i * ILP + k) * W + w]; } }
+    }
+    for (int l = 1; l < LEVELS; l++) {
+        for (int k = 0; k < ILP; k++) { for (int w = 0; w < W; w++) { acc[0][k][w] += acc[l][k][w]; } }
+    }
+    for (size_t v = rows * ILP; v < vecs; v++) { for (int w = 0; w < W; w++) { acc[0][0][w] += x[v * W + w]; } }
+    for (int k = 1; k < ILP; k++) { for (int w = 0; w < W; w++) { acc[0][0][w] += acc[0][k][w]; } }
+    float sum = 0.0f;
+    for (size_t t = vecs * W; t < n; t++) { sum += x[t]; }
+    for (int w = 0; w < W; w++) { sum += acc[0][0][w]; }
+    return sum;
+}
+
+// bitsandbytes' 8-bit blockwise quantization on the CPU (the second level): each block's
+// absmax, then each value x / absmax looked up in a table of 65,536 points of [-1, 1], each
+// holding the index of the code nearest to it (ties to the lower). code: 256 sorted values.
+static void quantize_blockwise8(uint8_t *out, float *absmax, const float *x, size_t n, int blocksize, const float code[256]) {
+    uint8_t *lut = (uint8_t *)mallocCheck(65536);
+    float mid[255];
+    for (int i = 0; i < 255; i++) { mid[i] = 0.5f * (code[i] + code[i + 1]); }
+    for (int i = 0, c = 0; i < 65536; i++) {
+        float v = -1.0f + (2.0f * (float)i) / 65535.0f;
+        while (c < 255 && mid[c] < v) { c++; }
+        lut[i] = (uint8_t)c;
+    }
+    for (size_t b = 0; b * blocksize < n; b++) {
+        size_t first = b * blocksize, last = first + blocksize < n ? first + blocksize : n;
+        float am = 0.0f;
+        for (size_t i = first; i < last; i++) { am = fmaxf(am, fabsf(x[i])); }
+        absmax[b] = am;
+        float inv = am == 0.0f ? 0.0f : 1.0f / am;
+        for (size_t i = first; i < last; i++) {
+            float v = fminf(fmaxf(x[i] * inv, -1.0f), 1.0f);
+            volatile float t = (v + 1.0f) * 0.5f * 65535.0f; // (volatile: rounded here, then + 0.5, as bitsandbytes)
+            out[i] = am == 0.0f ? 0 : lut[(uint16_t)(t + 0.5f)];
+        }
+    }
+    free(lut);
+}
+
+// The absmax of block b: stored, or (double quantization) rebuilt from its 8 bits
+static float quant4_absmax(const Quant4 *q, size_t b) {
+    if (q->qabsmax == NULL) { return q->absmax[b]; }
+    volatile float scaled = q->nested_code[q->qabsmax[b]] * q->nested_absmax[b / QUANT_NESTED_BLOCK]; // (rounded before the offset is added)
+    return scaled + q->offset;
+}
+
+// x (n) into q, as bitsandbytes' quantize_4bit(x, blocksize, quant_type, compress_statistics
+// = nested). A value equal to the midpoint of two codes takes the lower; a block of zeros
+// stores absmax 0 (a last, partial one 1e-38, and divides where full blocks multiply by the
+// reciprocal: bitsandbytes' own arithmetic, kept for the bits).
+static void quant4_quantize(Quant4 *q, const float *x, size_t n, int type, int blocksize, int nested) {
+    memset(q, 0, sizeof(*q));
+    q->type = type; q->blocksize = blocksize; q->n = n; q->num_blocks = (n + blocksize - 1) / blocksize;
+    q->packed = (uint8_t *)mallocCheck((n + 1) / 2);
+    float *absmax = (float *)mallocCheck(q->num_blocks * sizeof(float));
+    const float *code = quant4_code(type);
+    float sorted[16], bound[15];
+    int order[16];
+    for (int i = 0; i < 16; i++) { sorted[i] = code[i]; order[i] = i; }
+    for (int i = 1; i < 16; i++) { // sort the codes, keeping where each came from (FP4's are not in order)
+        for (int j = i; j > 0 && sorted[j - 1] > sorted[j]; j--) {
+            float t = sorted[j]; sorted[j] = sorted[j - 1]; sorted[j - 1] = t;
+            int o = order[j]; order[j] = order[j - 1]; order[j - 1] = o;
+        }
+    }
+    for (int i = 0; i < 15; i++) { bound[i] = (sorted[i] + sorted[i + 1]) / 2.0f; }
+    for (size_t b = 0; b < q->num_blocks; b++) {
+        size_t first = b * blocksize, last = first + blocksize < n ? first + blocksize : n;
+        float am = 0.0f;
+        for (size_t i = first; i < last; i++) { am = fmaxf(am, fabsf(x[i])); }
+        int partial = last - first < (size_t)blocksize;
+        float clamped = fmaxf(am, 1e-38f), inv = 1.0f / clamped;
+        absmax[b] = partial ? clamped : am;
+        for (size_t i = first; i < last; i++) {
+            float s = partial ? x[i] / clamped : x[i] * inv;
+            s = fminf(fmaxf(s, -1.0f), 1.0f);
+            int k = 0;
+            while (k < 15 && bound[k] < s) { k++; }
+            uint8_t nib = (uint8_t)order[k];
+            if (i % 2 == 0) { q->packed[i / 2] = (uint8_t)(nib << 4); } else { q->packed[i / 2] |= nib; }
+        }
+    }
+    if (n % 2 == 1) { // the pad: the index of 0
+        int k = 0;
+        while (k < 15 && bound[k] < 0.0f) { k++; }
+        q->packed[n / 2] |= (uint8_t)order[k];
+    }
+    if (!nested) { q->absmax = absmax; return; }
+    q->offset = torch_sum_f32(absmax, q->num_blocks) / (float)q->num_blocks;
+    for (size_t b = 0; b < q->num_blocks; b++) { absmax[b] -= q->offset; }
+    dynamic_map(q->nested_code);
+    q->qabsmax = (uint8_t *)mallocCheck(q->num_blocks);
+    q->nested_absmax = (float *)mallocCheck(((q->num_blocks + QUANT_NESTED_BLOCK - 1) / QUANT_NESTED_BLOCK) * sizeof(float));
+    quantize_blockwise8(q->qabsmax, q->nested_absmax, absmax, q->num_blocks, QUANT_NESTED_BLOCK, q->nested_code);
+    free(absmax);
+}
+
+// Values [first, first + count) of the tensor, dequantized into out: what dequantize_4bit
+// computes, any range of it (a tile of rows of a weight)
+static void quant4_dequantize(const Quant4 *q, float *out, size_t first, size_t count) {
+    const float *code = quant4_code(q->type);
+    size_t i = first, end = first + count;
+    while (i < end) {
+        size_t b = i / q->blocksize, block_end = (b + 1) * q->blocksize < end ? (b + 1) * q->blocksize : end;
+        float am = quant4_absmax(q, b);
+        for (; i < block_end; i++) {
+            uint8_t byte = q->packed[i / 2];
+            out[i - first] = code[i % 2 == 0 ? byte >> 4 : byte & 15] * am;
+        }
+    }
+}
+
+// bytes held (the memory table): codes, and absmax or its 8 bits and their constants
+static size_t quant4_bytes(const Quant4 *q) {
+    size_t nested = (q->num_blocks + QUANT_NESTED_BLOCK - 1) / QUANT_NESTED_BLOCK;
+    return (q->n + 1) / 2 + (q->qabsmax != NULL ? q->num_blocks + nested * sizeof(float) + sizeof(float) + sizeof(q->nested_code)
+                                                : q->num_blocks * sizeof(float));
+}
+
+static void quant4_free(Quant4 *q) {
+    free(q->packed); free(q->absmax); free(q->qabsmax); free(q->nested_absmax);
+    memset(q, 0, sizeof(*q));
+}
+// --- end shared-copy: quant4 ---
+
+// --- begin shared-copy: q8_0 ---
+// llama.cpp's Q8_0 (ggml's block_q8_0: GGUF's type 8), the simplest of its formats: blocks of
+// 32 consecutive values of a row, each stored as an fp16 scale d = absmax / 127 and 32 int8
+// q = round(x / d) (halves away from zero; a block of zeros: d = 0, q = 0), dequantized as
+// q x d. 34 bytes per 32 weights, 8.5 bits a weight. The same bytes as llama.cpp's
+// quantize_row_q8_0_ref (checked against the gguf package's numpy quantizer). Rows whose
+// length is not a multiple of 32 (llama.cpp refuses them) are blocked here as the 4-bit
+// formats are, over the flattened tensor, the last block partial.
+#define Q8_BLOCK 32
+typedef struct {
+    size_t n, num_blocks; // values; blocks, ceil(n / 32)
+    int8_t *q;            // (n)
+    uint16_t *d;          // (num_blocks) fp16 bits
+} QuantQ8;
+
+// IEEE fp16 bits, from a float rounded to nearest (ties to even), as F16C's vcvtps2ph
+// (ggml's GGML_FP32_TO_FP16) and numpy's astype(float16) round
+static uint16_t float_to_fp16(float f) {
+    uint32_t bits;
+    memcpy(&bits, &f, sizeof(bits));
+    uint16_t sign = (uint16_t)((bits >> 16) & 0x8000u);
+    float a = fabsf(f);
+    if (a != a) { return (uint16_t)(sign | 0x7e00u); } // NaN
+    if (a >= 65520.0f) { return (uint16_t)(sign | 0x7c00u); } // rounds to infinity
+    if (a < 6.103515625e-05f) { // subnormal (or 0): a multiple of 2^-24, rounded by the float addition
+        float scaled = a + 0.5f; // (0.5 = 2^-1: its ulp is 2^-24, so the sum rounds a to fp16's subnormal step)
+        uint32_t s;
+        memcpy(&s, &scaled, sizeof(s));
+        return (uint16_t)(sign | (s - 0x3f000000u));
+    }
+    uint32_t abits = bits & 0x7fffffffu, mantissa_odd = (abits >> 13) & 1u;
+    abits += 0xfffu + mantissa_odd; // round the 13 bits that go, ties to even
+    return (uint16_t)(sign | ((abits - ((uint32_t)(127 - 15) << 23)) >> 13));
+}
+
+static void q8_quantize(QuantQ8 *q, const float *x, size_t n) {
+    q->n = n;
+    q->num_blocks = (n + Q8_BLOCK - 1) / Q8_BLOCK;
+    q->q = (int8_t *)mallocCheck(n > 0 ? n : 1);
+    q->d = (uint16_t *)mallocCheck((q->num_blocks > 0 ? q->num_blocks : 1) * sizeof(uint16_t));
+    for (size_t b = 0; b < q->num_blocks; b++) {
+        size_t first = b * Q8_BLOCK, last = first + Q8_BLOCK < n ? first + Q8_BLOCK : n;
+        float amax = 0.0f;
+        for (size_t i = first; i < last; i++) { amax = fmaxf(amax, fabsf(x[i])); }
+        float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+        q->d[b] = float_to_fp16(d);
+        for (size_t i = first; i < last; i++) { q->q[i] = (int8_t)roundf(x[i] * id); }
+    }
+}
+
+// fp16 bits to float, the fast way for scales (finite: normal, subnormal or zero): the
+// exponent and mantissa moved into a float's places, rescaled by 2^(127 - 15)
+static inline float fp16_scale(uint16_t h) {
+    uint32_t bits = (uint32_t)(h & 0x7fffu) << 13;
+    float f;
+    memcpy(&f, &bits, sizeof(f));
+    f *= 0x1p112f;
+    return h & 0x8000u ? -f : f;
+}
+
+// values [first, first + count) dequantized into out
+static void q8_dequantize(const QuantQ8 *q, float *out, size_t first, size_t count) {
+    for (size_t i = first; i < first + count; i++) { out[i - first] = (float)q->q[i] * fp16_scale(q->d[i / Q8_BLOCK]); }
+}
+
+static void q8_free(QuantQ8 *q) {
+    free(q->q); free(q->d);
+    memset(q, 0, sizeof(*q));
+}
+// --- end shared-copy: q8_0 ---
+
+// --- begin shared-copy: infer-quant-band ---
+enum { QUANT_Q8_0 = 3 }; // (after quant4's QUANT_NONE, QUANT_NF4, QUANT_FP4)
+
+// One band of rows of a linear layer's weight (rows, C), in one of the formats, blocked over
+// its flattened values: a whole linear layer, or one Hugging Face module of a fused one.
+typedef struct {
+    int type;   // QUANT_NF4, QUANT_FP4 (q4) or QUANT_Q8_0 (q8)
+    int rows;
+    Quant4 q4;
+    QuantQ8 q8;
+} QuantBand;
+
+static int band_blocksize(const QuantBand *b) { return b->type == QUANT_Q8_0 ? Q8_BLOCK : b->q4.blocksize; }
+static void band_quantize(QuantBand *b, int type, int blocksize, int nested, const float *x, int rows, int C) {
+    memset(b, 0, sizeof(*b));
+    b->type = type;
+    b->rows = rows;
+    if (type == QUANT_Q8_0) { q8_quantize(&b->q8, x, (size_t)rows * C); }
+    else { quant4_quantize(&b->q4, x, (size_t)rows * C, type, blocksize, nested); }
+}
+__attribute__((unused)) static void band_dequantize(const QuantBand *b, float *out, size_t first, size_t count) { // (infer.cu: its tests)
+    if (b->type == QUANT_Q8_0) { q8_dequantize(&b->q8, out, first, count); }
+    else { quant4_dequantize(&b->q4, out, first, count); }
+}
+static size_t band_bytes(const QuantBand *b) {
+    return b->type == QUANT_Q8_0 ? b->q8.n + b->q8.num_blocks * sizeof(uint16_t) : quant4_bytes(&b->q4);
+}
+static void band_free(QuantBand *b) {
+    if (b->type == QUANT_Q8_0) { q8_free(&b->q8); } else { quant4_free(&b->q4); }
+}
+// --- end shared-copy: infer-quant-band ---
+
+// ----------------------------------------------------------------------------
 // kernels and their launchers, in infer.c's order
 
 // every launch goes to main_stream, and cuBLAS's too (gpt2_build makes them: GPU memory, below)
@@ -298,12 +646,123 @@ __device__ inline void epilogue_apply(const Epilogue e, int n, int o, int OC, fl
     }
 }
 
+#define GEMV_MAX_ROWS 8 // decode's linear layers: up to 8 rows through the matrix-vector kernels
+#define GEMV_WARPS 8    // outputs per block (a warp each)
+
+// -Q: a band of a quantized linear layer on the GPU (QuantBand's arrays, uploaded). A value's
+// weight is its code times its block's scale, one rounding, as band_dequantize computes it
+// on the host (__fmul_rn, __fadd_rn: no fused multiply-add, so the fp32 values are the same
+// bit for bit).
+typedef struct {
+    int type, rows, blocksize;  // QUANT_NF4, QUANT_FP4 or QUANT_Q8_0; (rows, C); 32 for q8_0
+    const uint8_t *codes;       // 4-bit: (n + 1) / 2 bytes, two codes each; q8_0: n int8
+    const float *absmax;        // 4-bit: each block's, or under double quantization NULL, and ...
+    const uint8_t *qabsmax;     // ... its 8 bits,
+    const float *nested_absmax, *nested_code; // the second level's scales and map,
+    float offset;               // ... and the mean
+    const uint16_t *d;          // q8_0: each block's fp16 scale
+} DeviceBand;
+
+// A linear layer's weight as linear_forward reads it (model_linear): floatX on the GPU, or
+// (-Q) its bands (descriptors on the host, their arrays on the GPU) and where a whole layer
+// is dequantized for cuBLAS
+typedef struct {
+    const floatX *weight;    // (OC, C); NULL under -Q
+    const DeviceBand *bands; // ... or num_bands bands, their rows adding up to OC
+    int num_bands;
+    floatX *dequantized;     // (OC, C) scratch: prefill's rows dequantize the layer here first
+} Linear;
+
+__device__ const float NF4_DEVICE[16] = {-1.0f, -0.6961928009986877f, -0.5250730514526367f, -0.39491748809814453f,
+                                         -0.28444138169288635f, -0.18477343022823334f, -0.09105003625154495f, 0.0f,
+                                         0.07958029955625534f, 0.16093020141124725f, 0.24611230194568634f, 0.33791524171829224f,
+                                         0.44070982933044434f, 0.5626170039176941f, 0.7229568362236023f, 1.0f};
+__device__ const float FP4_DEVICE[16] = {0.0f, 0.0625f / 12, 8.0f / 12, 1.0f, 4.0f / 12, 6.0f / 12, 2.0f / 12, 3.0f / 12,
+                                         0.0f, -0.0625f / 12, -8.0f / 12, -1.0f, -4.0f / 12, -6.0f / 12, -2.0f / 12, -3.0f / 12};
+
+// block b's scale: q8_0's fp16 (fp16_scale's arithmetic), a stored absmax, or one rebuilt
+// from its 8 bits (quant4_absmax's)
+__device__ inline float band_scale(const DeviceBand &b, size_t block) {
+    if (b.type == QUANT_Q8_0) {
+        uint16_t h = b.d[block];
+        float f = __uint_as_float((uint32_t)(h & 0x7fffu) << 13) * 0x1p112f;
+        return h & 0x8000u ? -f : f;
+    }
+    if (b.qabsmax != NULL) { return __fadd_rn(__fmul_rn(b.nested_code[b.qabsmax[block]], b.nested_absmax[block / QUANT_NESTED_BLOCK]), b.offset); }
+    return b.absmax[block];
+}
+// value i's code, as a float (a 4-bit one from the codebook)
+__device__ inline float band_code(const DeviceBand &b, size_t i) {
+    if (b.type == QUANT_Q8_0) { return (float)(int8_t)b.codes[i]; }
+    uint8_t byte = b.codes[i / 2];
+    int index = i % 2 == 0 ? byte >> 4 : byte & 15;
+    return b.type == QUANT_FP4 ? FP4_DEVICE[index] : NF4_DEVICE[index];
+}
+
+// prefill's rows: the band dequantized into W (rows, C) floatX, a thread a value
+__global__ void dequantize_band_kernel(floatX *W, DeviceBand b, size_t n) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) { return; }
+    W[i] = from_float(__fmul_rn(band_code(b, i), band_scale(b, i / b.blocksize)));
+}
+
+// decode's rows: gemv_kernel's loop over a band's rows (output row0 + o of the layer's OC),
+// each weight widened from its code as it is read. A lane takes 8 consecutive values at a
+// time (all in one block: blocks are multiples of 32 values, rows start on multiples of 8
+// when C is), their codes in one load: 4 bytes of 4-bit codes, 8 of 8-bit ones; a row of
+// another width, a value at a time.
+template <int N>
+__global__ void __launch_bounds__(GEMV_WARPS * 32) quant_gemv_kernel(const floatX *inp, DeviceBand b, Epilogue e, int C, int OC,
+                                                                     int row0) {
+    int o = blockIdx.x * GEMV_WARPS + threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (o >= b.rows) { return; }
+    size_t first = (size_t)o * C;
+    float acc[N];
+    #pragma unroll
+    for (int n = 0; n < N; n++) { acc[n] = 0.0f; }
+    if (C % 8 == 0) {
+        for (int i = lane * 8; i < C; i += 32 * 8) {
+            size_t at = first + i;
+            float scale = band_scale(b, at / b.blocksize), w[8];
+            if (b.type == QUANT_Q8_0) {
+                const uint32_t *q = (const uint32_t *)(b.codes + at); // (two words: 8 codes, the first in the low byte)
+                uint32_t lo = q[0], hi = q[1];
+                #pragma unroll
+                for (int k = 0; k < 8; k++) { w[k] = __fmul_rn((float)(int8_t)(((k < 4 ? lo : hi) >> (8 * (k % 4))) & 0xff), scale); }
+            } else {
+                uint32_t q = *(const uint32_t *)(b.codes + at / 2);
+                const float *code = b.type == QUANT_FP4 ? FP4_DEVICE : NF4_DEVICE;
+                #pragma unroll
+                for (int k = 0; k < 8; k++) { // byte k/2 of the little-endian word; its high nibble first
+                    int index = (q >> (8 * (k / 2) + (k % 2 == 0 ? 4 : 0))) & 15;
+                    w[k] = __fmul_rn(code[index], scale);
+                }
+            }
+            #pragma unroll
+            for (int n = 0; n < N; n++) {
+                const floatX *x = inp + (size_t)n * C + i;
+                #pragma unroll
+                for (int k = 0; k < 8; k++) { acc[n] += w[k] * to_float(x[k]); }
+            }
+        }
+    } else {
+        for (int i = lane; i < C; i += 32) {
+            float w = __fmul_rn(band_code(b, first + i), band_scale(b, (first + i) / b.blocksize));
+            #pragma unroll
+            for (int n = 0; n < N; n++) { acc[n] += w * to_float(inp[(size_t)n * C + i]); }
+        }
+    }
+    #pragma unroll
+    for (int n = 0; n < N; n++) {
+        float sum = warp_sum(acc[n]);
+        if (lane == 0) { epilogue_apply(e, n, row0 + o, OC, sum); }
+    }
+}
+
 // Decode's linear layers: out[n, o] for N <= GEMV_MAX_ROWS input rows, a warp per output
 // o. The lanes walk the weight row in 16-byte loads (8 bf16 or 4 fp32), each dotted with
 // all N inputs (which stay in L1/L2), so every weight is read once per step: the kernel
 // runs at the speed of memory. Most of decode's time goes here.
-#define GEMV_MAX_ROWS 8
-#define GEMV_WARPS 8 // outputs per block
 #define VEC (16 / (int)sizeof(floatX))
 typedef struct __align__(16) { floatX v[VEC]; } Pack;
 
@@ -362,11 +821,38 @@ __global__ void epilogue_kernel(const float *scratch, Epilogue e, int N, int OC)
 // through cuBLAS into scratch (N, OC) fp32, then epilogue_kernel (the logits need none:
 // cuBLAS writes them in place). cuBLAS is column-major: the row-major out (N, OC) is its
 // out^T (OC x N) = weight^T (OC x C: the row-major weight read transposed) @ inp^T (C x N).
-void linear_forward(const floatX *inp, const floatX *weight, Epilogue e, float *scratch, int N, int C, int OC) {
+void linear_forward(const floatX *inp, Linear w, Epilogue e, float *scratch, int N, int C, int OC) {
     unsigned blocks = ceil_div(OC, GEMV_WARPS), threads = GEMV_WARPS * 32;
     if (e.lora_R > 0) {
         lora_down_kernel<<<ceil_div((size_t)N * e.lora_R, LORA_WARPS), LORA_WARPS * 32, 0, main_stream>>>(inp, e, N, C);
         cudaCheck(cudaGetLastError());
+    }
+    const floatX *weight = w.weight;
+    if (w.bands != NULL && N <= GEMV_MAX_ROWS) { // -Q, decode: each band's rows through quant_gemv_kernel
+        for (int k = 0, row0 = 0; k < w.num_bands; row0 += w.bands[k].rows, k++) {
+            DeviceBand b = w.bands[k];
+            unsigned grid = ceil_div(b.rows, GEMV_WARPS);
+            switch (N) {
+            case 1: quant_gemv_kernel<1><<<grid, threads, 0, main_stream>>>(inp, b, e, C, OC, row0); break;
+            case 2: quant_gemv_kernel<2><<<grid, threads, 0, main_stream>>>(inp, b, e, C, OC, row0); break;
+            case 3: quant_gemv_kernel<3><<<grid, threads, 0, main_stream>>>(inp, b, e, C, OC, row0); break;
+            case 4: quant_gemv_kernel<4><<<grid, threads, 0, main_stream>>>(inp, b, e, C, OC, row0); break;
+            case 5: quant_gemv_kernel<5><<<grid, threads, 0, main_stream>>>(inp, b, e, C, OC, row0); break;
+            case 6: quant_gemv_kernel<6><<<grid, threads, 0, main_stream>>>(inp, b, e, C, OC, row0); break;
+            case 7: quant_gemv_kernel<7><<<grid, threads, 0, main_stream>>>(inp, b, e, C, OC, row0); break;
+            default: quant_gemv_kernel<8><<<grid, threads, 0, main_stream>>>(inp, b, e, C, OC, row0); break;
+            }
+            cudaCheck(cudaGetLastError());
+        }
+        return;
+    }
+    if (w.bands != NULL) { // -Q, prefill: the layer dequantized into floatX, then cuBLAS as below
+        for (int k = 0, row0 = 0; k < w.num_bands; row0 += w.bands[k].rows, k++) {
+            size_t n = (size_t)w.bands[k].rows * C;
+            dequantize_band_kernel<<<ceil_div(n, BLOCK), BLOCK, 0, main_stream>>>(w.dequantized + (size_t)row0 * C, w.bands[k], n);
+            cudaCheck(cudaGetLastError());
+        }
+        weight = w.dequantized;
     }
     // 16-byte loads need every row to start on 16 bytes: rows of C elements from aligned bases
     int vectorized = C % VEC == 0 && (uintptr_t)inp % 16 == 0 && (uintptr_t)weight % 16 == 0;
@@ -935,6 +1421,14 @@ typedef struct {
 } LoraSite;
 // --- end shared-copy: infer-lora-site ---
 
+// -Q's format for a linear layer (infer.c's)
+typedef struct {
+    int type, blocksize, nested;
+} QuantSpec;
+#define NUM_LINEAR 5 // the linear layers: a block's four (SITE_QKV .. SITE_FCPROJ), then the head
+#define LINEAR_HEAD 4
+#define MAX_BANDS 3  // a linear layer's Hugging Face modules at most (q, k, v)
+
 typedef struct GPT2 GPT2;
 #define NUM_FORWARD_TENSORS 17 // the tensors the forward pass reads (forward_sources, with the models in)
 
@@ -975,6 +1469,12 @@ struct GPT2 {
     size_t weight_bytes;   // their bytes
     size_t step_bytes;     // ... and those a decode step reads (all but the embedding tables, unless the head is wte)
     DeviceTable params_table;
+    QuantSpec quant[NUM_LINEAR]; // -Q: each linear layer's format (QUANT_NONE: floatX in params)
+    DeviceBand *bands;           // ... its bands: (NUM_LINEAR, L, MAX_BANDS) descriptors, unused ones of 0 rows
+    DeviceTable quant_table;     // ... their arrays on the GPU
+    floatX *dequantized;         // ... and a layer's scratch for prefill (the largest quantized layer)
+    DeviceTable dequantized_table;
+    char weights_type[160];      // what the weights are stored in, for reports
     float *rope_host;     // the Llama family: RoPE's HS/2 frequencies (rope_frequencies)
     float *rope_table;    // ... their cosines and sines at the cache's S positions (S, HS), on the GPU
     floatX *key_cache;   // (L, B, S, KV), layer l at key_cache + l * cache_layer
@@ -1426,16 +1926,164 @@ void gpt2_allocate_cache(GPT2 *model, int B, int S) {
     if (model->max_rows > 0) { gpt2_allocate_rows(model, model->max_rows, model->max_logit_rows); }
 }
 
+// --- begin shared-copy: infer-quant-spec ---
+// -Q SPEC[,HEAD]: the format of the four linear layers of every block, and of the output head
+// (none unless HEAD says: bitsandbytes leaves it as it is; llama.cpp's files have it in
+// 8 bits). A SPEC is none, q8_0, or nf4 / fp4 with :BLOCKSIZE (64) and :0 or :1 (double
+// quantization, 1), as finetune_lora -Q. Returns 0, or -1 with why in err.
+static int parse_quant_spec(const char *v, QuantSpec *spec, char *err, size_t err_size) {
+    char type[16] = "", again[64];
+    long blocksize = 64, nested = 1;
+    int got = sscanf(v, "%15[a-z0-9_]:%ld:%ld", type, &blocksize, &nested);
+    snprintf(again, sizeof(again), got >= 3 ? "%s:%ld:%ld" : got == 2 ? "%s:%ld" : "%s", type, blocksize, nested);
+    int four = strcmp(type, "nf4") == 0 || strcmp(type, "fp4") == 0;
+    if (got < 1 || strcmp(again, v) != 0 || (!four && (got > 1 || (strcmp(type, "none") != 0 && strcmp(type, "q8_0") != 0)))) {
+        snprintf(err, err_size, "'%s': expected none, q8_0, or nf4 or fp4 then optionally :BLOCKSIZE and :0 or :1 (double quantization)", v);
+        return -1;
+    }
+    if (!quant4_blocksize_ok(blocksize)) { snprintf(err, err_size, "'%s': the blocksize must be a power of two from 32 to 4096", v); return -1; }
+    if (nested != 0 && nested != 1) { snprintf(err, err_size, "'%s': double quantization is 0 or 1", v); return -1; }
+    spec->type = strcmp(type, "nf4") == 0 ? (int)QUANT_NF4 : strcmp(type, "fp4") == 0 ? (int)QUANT_FP4 : strcmp(type, "q8_0") == 0 ? (int)QUANT_Q8_0 : (int)QUANT_NONE;
+    spec->blocksize = (int)blocksize;
+    spec->nested = (int)nested;
+    return 0;
+}
+static int parse_quant(const char *v, QuantSpec *layers, QuantSpec *head, char *err, size_t err_size) {
+    char first[64];
+    const char *comma = strchr(v, ',');
+    size_t n = comma != NULL ? (size_t)(comma - v) : strlen(v);
+    if (n >= sizeof(first)) { snprintf(err, err_size, "'%s': too long", v); return -1; }
+    memcpy(first, v, n);
+    first[n] = '\0';
+    *head = (QuantSpec){QUANT_NONE, 64, 1};
+    return parse_quant_spec(first, layers, err, err_size) != 0 || (comma != NULL && parse_quant_spec(comma + 1, head, err, err_size) != 0) ? -1 : 0;
+}
+
+// a format in words, for reports
+static void quant_describe(char *out, size_t size, QuantSpec q, const char *otherwise) {
+    if (q.type == QUANT_NONE) { snprintf(out, size, "%s", otherwise); }
+    else if (q.type == QUANT_Q8_0) { snprintf(out, size, "q8_0"); }
+    else { snprintf(out, size, "%s (blocks of %d%s)", quant4_name(q.type), q.blocksize, q.nested ? ", double quantization" : ""); }
+}
+// --- end shared-copy: infer-quant-spec ---
+
+// Layer l's linear layer j (SITE_QKV .. SITE_FCPROJ; LINEAR_HEAD, l = 0) as linear_forward reads it
+static Linear model_linear(const GPT2 *model, int j, int l) {
+    ModelConfig c = model->config;
+    if (model->quant[j].type != QUANT_NONE) {
+        const DeviceBand *bands = model->bands + ((size_t)j * c.num_layers + l) * MAX_BANDS;
+        int n = 0;
+        while (n < MAX_BANDS && bands[n].rows > 0) { n++; }
+        return (Linear){NULL, bands, n, model->dequantized};
+    }
+    int C = c.channels, Q = c.num_heads * c.head_size, KV = c.num_kv_heads * c.head_size, H = c.hidden;
+    const ForwardTensors *p = &model->params;
+    const floatX *w[NUM_LINEAR] = {p->qkvw, p->attprojw, p->fcw, p->fcprojw, p->lm_head};
+    size_t per_layer[NUM_LINEAR] = {(size_t)(Q + 2 * KV) * C, (size_t)C * Q, (size_t)(c.llama ? 2 * H : H) * C, (size_t)C * H, 0};
+    return (Linear){w[j] + l * per_layer[j], NULL, 0, NULL};
+}
+
+// -Q: the linear layers of `quant`'s formats quantized on the host (infer.c's bands, as
+// linear_bands cuts them), their arrays uploaded into one table (4 a band: codes, scales,
+// and double quantization's scales and map), a descriptor each in model->bands; and the
+// scratch that prefill dequantizes a layer into. src: the loaded tensors (forward_sources).
+static const int LINEAR_SLOT[NUM_LINEAR] = {4, 6, 10, 12, 16};
+static size_t quantize_linear_layers(GPT2 *model, const float **src) {
+    ModelConfig c = model->config;
+    int C = c.channels, Q = c.num_heads * c.head_size, KV = c.num_kv_heads * c.head_size, H = c.hidden, L = c.num_layers;
+    const int OC[NUM_LINEAR] = {Q + 2 * KV, C, c.llama ? 2 * H : H, C, c.padded_vocab_size};
+    const int IC[NUM_LINEAR] = {C, Q, C, H, C}, layers[NUM_LINEAR] = {L, L, L, L, 1};
+    int rows[NUM_LINEAR][MAX_BANDS] = {{Q, KV, KV}, {C}, {H, H}, {C}, {c.vocab_size, c.padded_vocab_size - c.vocab_size}};
+    if (!c.llama) { rows[0][0] = 3 * C; rows[0][1] = rows[0][2] = 0; rows[2][0] = 4 * C; rows[2][1] = 0; }
+    size_t count = (size_t)NUM_LINEAR * L * MAX_BANDS, largest = 0;
+    QuantBand *host = (QuantBand *)calloc(count, sizeof(QuantBand));
+    model->bands = (DeviceBand *)calloc(count, sizeof(DeviceBand));
+    size_t *bytes = (size_t *)calloc(4 * count, sizeof(size_t));
+    if (host == NULL || model->bands == NULL || bytes == NULL) { fprintf(stderr, "Error: out of memory for the quantized weights\n"); exit(EXIT_FAILURE); }
+    for (int j = 0; j < NUM_LINEAR; j++) {
+        QuantSpec q = model->quant[j];
+        if (q.type == QUANT_NONE) { continue; }
+        size_t layer = (size_t)OC[j] * IC[j];
+        largest = layer > largest ? layer : largest;
+        #pragma omp parallel for schedule(dynamic)
+        for (int t = 0; t < layers[j] * MAX_BANDS; t++) { // (each band on its own: the same bytes in any order)
+            int l = t / MAX_BANDS, k = t % MAX_BANDS, row = 0;
+            if (rows[j][k] == 0) { continue; }
+            for (int i = 0; i < k; i++) { row += rows[j][i]; }
+            band_quantize(&host[(size_t)j * L * MAX_BANDS + t], q.type, q.blocksize, q.nested,
+                          src[LINEAR_SLOT[j]] + l * layer + (size_t)row * IC[j], rows[j][k], IC[j]);
+        }
+    }
+    size_t total = 0;
+    for (size_t i = 0; i < count; i++) { // each band's four arrays
+        const QuantBand *b = &host[i];
+        if (b->rows == 0) { continue; }
+        total += band_bytes(b);
+        if (b->type == QUANT_Q8_0) {
+            bytes[4 * i] = b->q8.n;
+            bytes[4 * i + 1] = b->q8.num_blocks * sizeof(uint16_t);
+        } else {
+            bytes[4 * i] = (b->q4.n + 1) / 2;
+            bytes[4 * i + 1] = b->q4.num_blocks * (b->q4.qabsmax != NULL ? 1 : sizeof(float));
+            bytes[4 * i + 2] = b->q4.qabsmax != NULL ? (b->q4.num_blocks + QUANT_NESTED_BLOCK - 1) / QUANT_NESTED_BLOCK * sizeof(float) : 0;
+            bytes[4 * i + 3] = b->q4.qabsmax != NULL ? sizeof(b->q4.nested_code) : 0;
+        }
+    }
+    char *memory = table_allocate(&model->quant_table, "quantized weight", NULL, bytes, (int)(4 * count), 256, "the quantized weights");
+    for (size_t i = 0; i < count; i++) {
+        const QuantBand *b = &host[i];
+        if (b->rows == 0) { continue; }
+        char *at[4];
+        for (int k = 0; k < 4; k++) { at[k] = memory + model->quant_table.begin[4 * i + k]; }
+        const void *from[4] = {b->type == QUANT_Q8_0 ? (const void *)b->q8.q : b->q4.packed,
+                               b->type == QUANT_Q8_0 ? (const void *)b->q8.d : b->q4.qabsmax != NULL ? (const void *)b->q4.qabsmax : b->q4.absmax,
+                               b->q4.nested_absmax, b->q4.nested_code};
+        for (int k = 0; k < 4; k++) {
+            if (bytes[4 * i + k] > 0) { cudaCheck(cudaMemcpy(at[k], from[k], bytes[4 * i + k], cudaMemcpyHostToDevice)); }
+        }
+        DeviceBand *d = &model->bands[i];
+        d->type = b->type;
+        d->rows = b->rows;
+        d->blocksize = band_blocksize(b);
+        d->codes = (const uint8_t *)at[0];
+        d->absmax = b->type != QUANT_Q8_0 && b->q4.qabsmax == NULL ? (const float *)at[1] : NULL;
+        d->qabsmax = b->type != QUANT_Q8_0 && b->q4.qabsmax != NULL ? (const uint8_t *)at[1] : NULL;
+        d->nested_absmax = (const float *)at[2];
+        d->nested_code = (const float *)at[3];
+        d->offset = b->q4.offset;
+        d->d = b->type == QUANT_Q8_0 ? (const uint16_t *)at[1] : NULL;
+        band_free(&host[i]);
+    }
+    free(host);
+    free(bytes);
+    size_t scratch = largest * sizeof(floatX);
+    model->dequantized = (floatX *)table_allocate(&model->dequantized_table, "dequantized weight", NULL, &scratch, 1, 256,
+                                                  "the scratch weight that prefill dequantizes a layer into (-Q)");
+    return total;
+}
+
 // The model from -m, the tensors its forward pass reads uploaded in floatX (each on 256
-// bytes, a tied lm_head sharing wte's); no cache and no buffers yet.
-void gpt2_build(GPT2 *model, const char *source, uint64_t seed) {
+// bytes, a tied lm_head sharing wte's), or (-Q) its linear layers of the blocks in `blocks`'
+// format and the head in `head`'s (quantize_linear_layers); no cache and no buffers yet.
+void gpt2_build_quantized(GPT2 *model, const char *source, uint64_t seed, QuantSpec blocks, QuantSpec head) {
     memset(model, 0, sizeof(*model));
+    for (int j = 0; j < NUM_LINEAR; j++) { model->quant[j] = j == LINEAR_HEAD ? head : blocks; }
+    char a[96], b[96];
+    quant_describe(a, sizeof(a), blocks, WEIGHTS_TYPE);
+    quant_describe(b, sizeof(b), head, WEIGHTS_TYPE);
+    snprintf(model->weights_type, sizeof(model->weights_type), strcmp(a, b) == 0 ? "%s" : "%s, the head in %s", a, b);
     gpu_acquire();
     model->gpu_held = 1;
     model_weights_build(model, source, seed);
     const float *src[NUM_FORWARD_TENSORS];
     size_t sizes[NUM_FORWARD_TENSORS], bytes[NUM_FORWARD_TENSORS], largest = 1;
     forward_sources(model, src, sizes);
+    int tied = src[16] != NULL && src[16] == src[0], any = 0;
+    for (int j = 0; j < NUM_LINEAR; j++) {
+        if (model->quant[j].type == QUANT_NONE) { continue; }
+        sizes[LINEAR_SLOT[j]] = 0; // (quantized: not uploaded in floatX; a tied head's wte still is, for the embedding)
+        any = 1;
+    }
     for (int k = 0; k < NUM_FORWARD_TENSORS; k++) {
         bytes[k] = sizes[k] * sizeof(floatX);
         largest = sizes[k] > largest ? sizes[k] : largest;
@@ -1450,14 +2098,21 @@ void gpt2_build(GPT2 *model, const char *source, uint64_t seed) {
         slots[k] = (floatX *)(memory + model->params_table.begin[k]);
         cudaCheck(cudaMemcpy(slots[k], host, bytes[k], cudaMemcpyHostToDevice));
     }
-    if (src[16] != NULL && src[16] == src[0]) { model->params.lm_head = model->params.wte; } // tied
-    model->weight_bytes = 0;
-    for (int k = 0; k < NUM_FORWARD_TENSORS; k++) { model->weight_bytes += bytes[k]; }
-    model->step_bytes = model->weight_bytes - bytes[1] - (src[16] == src[0] ? 0 : bytes[0]);
     free(host);
+    if (tied && model->quant[LINEAR_HEAD].type == QUANT_NONE) { model->params.lm_head = model->params.wte; }
+    size_t quantized = any ? quantize_linear_layers(model, src) : 0;
+    model->weight_bytes = quantized;
+    for (int k = 0; k < NUM_FORWARD_TENSORS; k++) { model->weight_bytes += bytes[k]; }
+    int head_is_wte = tied && model->quant[LINEAR_HEAD].type == QUANT_NONE;
+    model->step_bytes = model->weight_bytes - bytes[1] - (head_is_wte ? 0 : bytes[0]);
     gpt2_weights_free(&model->w); // (the host's fp32 copy is not needed any more: model->config says the rest)
     llama_free(&model->lw);
     model->use_graphs = 1;
+}
+
+void gpt2_build(GPT2 *model, const char *source, uint64_t seed) {
+    QuantSpec none = {QUANT_NONE, 64, 1};
+    gpt2_build_quantized(model, source, seed, none, none);
 }
 
 void gpt2_free(GPT2 *model) {
@@ -1467,6 +2122,8 @@ void gpt2_free(GPT2 *model) {
     free(model->lora_sites);
     table_free(&model->cache_table);
     table_free(&model->params_table);
+    if (model->bands != NULL) { table_free(&model->quant_table); table_free(&model->dequantized_table); }
+    free(model->bands);
     gpt2_weights_free(&model->w);
     llama_free(&model->lw);
     free(model->rope_host);
@@ -1832,20 +2489,20 @@ static void gpt2_forward_layers(GPT2 *model, int N, int NL, int argmax) {
         fc = epilogue_lora(fc, model, l, SITE_FC);
         fcproj = epilogue_lora(fcproj, model, l, SITE_FCPROJ);
         layernorm_forward(r.ln, r.residual, NULL, p.ln1w + (size_t)l * C, p.ln1b != NULL ? p.ln1b + (size_t)l * C : NULL, N, C, eps, c.llama);
-        linear_forward(r.ln, p.qkvw + (size_t)l * (Q + 2 * KV) * C, qkv, r.scratch, N, C, Q + 2 * KV);
+        linear_forward(r.ln, model_linear(model, SITE_QKV, l), qkv, r.scratch, N, C, Q + 2 * KV);
         if (c.llama) { rope_forward(r.q, key_cache, model->rope_table, r.seq, r.pos, N, S, NH, NKV, HS); }
         attention_forward(r.atty, r.att, r.q, key_cache, value_cache, r.seq, r.pos, N, S, NH, NKV, HS);
-        linear_forward(r.atty, p.attprojw + (size_t)l * C * Q, proj, r.scratch, N, Q, C);
+        linear_forward(r.atty, model_linear(model, SITE_ATTPROJ, l), proj, r.scratch, N, Q, C);
         layernorm_forward(r.ln, r.residual, NULL, p.ln2w + (size_t)l * C, p.ln2b != NULL ? p.ln2b + (size_t)l * C : NULL, N, C, eps, c.llama);
-        linear_forward(r.ln, p.fcw + (size_t)l * MLP * C, fc, r.scratch, N, C, MLP);
+        linear_forward(r.ln, model_linear(model, SITE_FC, l), fc, r.scratch, N, C, MLP);
         if (c.llama) { swiglu_forward(r.fch, r.scratch, N, H); }
-        linear_forward(r.fch, p.fcprojw + (size_t)l * C * H, fcproj, r.scratch, N, H, C);
+        linear_forward(r.fch, model_linear(model, SITE_FCPROJ, l), fcproj, r.scratch, N, H, C);
     }
     if (NL == 0) { return; } // (a prefill chunk in which no prompt ends)
     // logits only where asked: the final norm of those rows, then the output head (GPT-2's
     // is the tied wte). (The biggest matmul of decode: Vp x C = 39M weights at GPT-2 124M.)
     layernorm_forward(r.ln, r.residual, r.logit_rows, p.lnfw, p.lnfb, NL, C, eps, c.llama);
-    linear_forward(r.ln, p.lm_head, epilogue_logits(r.logits), r.scratch, NL, C, c.padded_vocab_size);
+    linear_forward(r.ln, model_linear(model, LINEAR_HEAD, 0), epilogue_logits(r.logits), r.scratch, NL, C, c.padded_vocab_size);
     if (argmax) { argmax_forward(r.argmax, r.logits, NL, c.vocab_size, c.padded_vocab_size); }
 }
 // --- end shared-copy: infer-forward ---
@@ -2276,9 +2933,9 @@ void print_model(const GPT2 *model) {
     ModelConfig c = model->config;
     char kv[64] = "";
     if (c.llama) { snprintf(kv, sizeof(kv), " NKV=%d HS=%d H=%d", c.num_kv_heads, c.head_size, c.hidden); }
-    fprintf(stderr, "model: %s: %s L=%d C=%d NH=%d%s V=%d maxT=%d, %.1fM parameters (%.0f MiB; linear layers in " WEIGHTS_TYPE ")\n",
+    fprintf(stderr, "model: %s: %s L=%d C=%d NH=%d%s V=%d maxT=%d, %.1fM parameters (%.0f MiB; linear layers in %s)\n",
             model->source, c.llama ? "Llama family" : "GPT-2", c.num_layers, c.channels, c.num_heads, kv, c.vocab_size,
-            c.max_seq_len, (double)model->num_parameters / 1e6, (double)model->weight_bytes / (1 << 20));
+            c.max_seq_len, (double)model->num_parameters / 1e6, (double)model->weight_bytes / (1 << 20), model->weights_type);
     if (model->lora_sites != NULL) { fprintf(stderr, "adapter: %s, unmerged, fp32\n", model->lora_source); }
     fprintf(stderr, "KV cache: %.1f KiB per token (2 x L x NKV x HS x %zu bytes), %.1f MiB for one full %d-token sequence\n",
             (double)kv_bytes_per_token(c) / 1024, (size_t)KV_ELEMENT_BYTES, (double)kv_bytes_per_token(c) * c.max_seq_len / (1 << 20), c.max_seq_len);
@@ -2803,6 +3460,8 @@ typedef struct {
     float temperature, top_p, min_p, repetition_penalty; // (NAN, and top_k -1: not given; see sampling_settings)
     long seed;
     const char *batches, *prompt_lengths, *gen_lengths;
+    const char *quant_text; // -Q as given ...
+    QuantSpec quant, quant_head; // ... and what it says: the blocks' linear layers, the head
 } Options;
 
 static void print_usage(const Options *d) {
@@ -2815,6 +3474,9 @@ static void print_usage(const Options *d) {
            "                [%s]\n", d->tokenizer ? d->tokenizer : "the model's NAME_tokenizer.bin, else data/gpt2");
     printf("  -L <dir>      a LoRA adapter, applied unmerged: a PEFT folder (adapter_config.json,\n"
            "                adapter_model.safetensors), as ./finetune_lora writes [none]\n");
+    printf("  -Q <spec>     the linear layers' weights quantized at load: nf4 or fp4 (bitsandbytes' 4 bits,\n"
+           "                :BLOCKSIZE [64] and :0 or :1 double quantization [1]: QLoRA's base) or q8_0\n"
+           "                (llama.cpp's 8 bits); ,SPEC for the output head too (-Q nf4,q8_0) [%s]\n", d->quant_text);
     printf("  -i <text>     the prompt; \"\" starts from the start token (GPT-2: <|endoftext|>) [\"%s\"]\n", d->prompt);
     printf("  -f <file>     a batch: one prompt per line (a line starting with { is JSON: {\"prompt\": ...})\n");
     printf("  -E <file>     an evaluation: JSON lines {\"instruction\", \"input\", \"answer\", \"partial\"} asked\n"
@@ -3078,7 +3740,8 @@ static Options parse_args(int argc, char **argv) {
     Options o = {.model = NULL, .tokenizer = NULL, .adapter = NULL, .prompt = NULL, .prompts_file = NULL, .eval_file = NULL, .input = "", .system = NULL,
                  .stop = "", .instruct = 0, .max_new = 128, .top_k = -1, .ids = 0, .bench = 0, .ignore_eos = 0, .verbose = 0,
                  .drop_oldest = 1, .context = 8192, .temperature = NAN, .top_p = NAN, .min_p = NAN, .repetition_penalty = NAN, .seed = 1337,
-                 .batches = "1,4,16", .prompt_lengths = "16,128", .gen_lengths = "16,64"};
+                 .batches = "1,4,16", .prompt_lengths = "16,128", .gen_lengths = "16,64", .quant_text = "none",
+                 .quant = {QUANT_NONE, 64, 1}, .quant_head = {QUANT_NONE, 64, 1}};
     Options defaults = o;
     defaults.prompt = "";
     for (int i = 1; i < argc; i += 2) {
@@ -3114,6 +3777,12 @@ static Options parse_args(int argc, char **argv) {
         case 'b': o.batches = v; break;
         case 'l': o.prompt_lengths = v; break;
         case 'N': o.gen_lengths = v; break;
+        case 'Q': {
+            char err[256];
+            if (parse_quant(v, &o.quant, &o.quant_head, err, sizeof(err)) != 0) { usage_error("-Q %s", err); }
+            o.quant_text = v;
+            break;
+        }
         default: usage_error("unknown flag %s", flag);
         }
     }
@@ -3385,7 +4054,7 @@ int main(int argc, char **argv) {
     set_omp_wait_policy(argv); // first of all: it may start the program over
     Options o = parse_args(argc, argv);
     GPT2 model;
-    gpt2_build(&model, o.model, (uint64_t)o.seed);
+    gpt2_build_quantized(&model, o.model, (uint64_t)o.seed, o.quant, o.quant_head);
     if (o.adapter != NULL) { model_adapter_load(&model, o.adapter); }
     print_model(&model);
     ModelConfig c = model.config;

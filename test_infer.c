@@ -587,7 +587,7 @@ static void test_linear(void) {
         for (size_t ir = 0; ir < sizeof(rows) / sizeof(rows[0]); ir++) {
             int n_rows = rows[ir];
             for (size_t i = 0; i < (size_t)N * OC; i++) { out[i] = NAN; } // (an output left unwritten fails)
-            linear_forward(x, w, epilogue_logits(out), scratch, n_rows, C, OC);
+            linear_forward(x, (Linear){w, NULL, 0}, epilogue_logits(out), scratch, n_rows, C, OC);
             for (int n = 0; n < n_rows; n++) {
                 for (int o = 0; o < OC; o++) {
                     double ref = 0.0, scale = 0.0;
@@ -610,6 +610,164 @@ static void test_linear(void) {
     snprintf(detail, sizeof(detail), "%d entries off; worst error %.2e of the sum of |products|", bad, worst);
     check("linear_forward: 1-100 rows, C 1..8200", bad == 0, detail);
 }
+
+// ----------------------------------------------------------------------------
+// -Q: quantized weights
+
+// linear_forward on quantized weights (nf4, fp4, q8_0; a layer cut into bands as a fused
+// q/k/v is; widths that are and are not a whole number of blocks: the fast paths and the
+// dequantizing one) against a float64 sum over the same dequantized weights
+static void test_quant_linear(void) {
+    printf("\nlinear_forward on quantized weights (-Q) against a float64 sum\n");
+    static const QuantSpec specs[] = {{QUANT_NF4, 64, 1}, {QUANT_FP4, 32, 0}, {QUANT_NF4, 128, 1}, {QUANT_Q8_0, 32, 0}};
+    static const int rows[] = {1, 2, 3, 4, 5, 7, 23, 24, 33, 100}, widths[][2] = {{33, 40}, {64, 17}, {96, 70}, {256, 9}, {576, 70}, {1536, 33}};
+    uint64_t key = rng_key(5, 78);
+    for (size_t is = 0; is < sizeof(specs) / sizeof(specs[0]); is++) {
+        float worst = 0.0f;
+        int bad = 0;
+        for (size_t iw = 0; iw < sizeof(widths) / sizeof(widths[0]); iw++) {
+            int C = widths[iw][0], OC = widths[iw][1], N = 100, band_rows[3] = {OC / 3, OC / 3, OC - 2 * (OC / 3)};
+            float *W = (float *)mallocCheck((size_t)OC * C * sizeof(float)), *deq = (float *)mallocCheck((size_t)OC * C * sizeof(float));
+            float *x = (float *)mallocCheck((size_t)N * C * sizeof(float)), *out = (float *)mallocCheck((size_t)N * OC * sizeof(float));
+            float *scratch = (float *)mallocCheck((size_t)N * (C > OC ? C : OC) * sizeof(float));
+            for (size_t i = 0; i < (size_t)OC * C; i++) { W[i] = (float)rng_normal_at(key, i) * (i % 97 == 0 ? 8.0f : 1.0f); }
+            for (size_t i = 0; i < (size_t)N * C; i++) { x[i] = (float)rng_normal_at(key, (1ull << 40) + i); }
+            QuantBand bands[3];
+            for (int k = 0, row = 0; k < 3; row += band_rows[k], k++) {
+                band_quantize(&bands[k], specs[is].type, specs[is].blocksize, specs[is].nested, W + (size_t)row * C, band_rows[k], C);
+                band_dequantize(&bands[k], deq + (size_t)row * C, 0, (size_t)band_rows[k] * C);
+            }
+            for (size_t ir = 0; ir < sizeof(rows) / sizeof(rows[0]); ir++) {
+                int n_rows = rows[ir];
+                for (size_t i = 0; i < (size_t)N * OC; i++) { out[i] = NAN; } // (an output left unwritten fails)
+                linear_forward(x, (Linear){NULL, bands, 3}, epilogue_logits(out), scratch, n_rows, C, OC);
+                for (int n = 0; n < n_rows; n++) {
+                    for (int o = 0; o < OC; o++) {
+                        double ref = 0.0, scale = 0.0;
+                        for (int i = 0; i < C; i++) {
+                            double p = (double)deq[(size_t)o * C + i] * x[(size_t)n * C + i];
+                            ref += p;
+                            scale += fabs(p);
+                        }
+                        // as test_linear's (the blocks' sums, each times its scale, then added: a few
+                        // roundings more per product, all fp32)
+                        float err = (float)(fabs(out[(size_t)n * OC + o] - ref) / (scale > 0.0 ? scale : 1.0));
+                        worst = err > worst ? err : worst;
+                        bad += !(err <= 1e-6f);
+                    }
+                }
+            }
+            for (int k = 0; k < 3; k++) { band_free(&bands[k]); }
+            free(W); free(deq); free(x); free(out); free(scratch);
+        }
+        char label[200], detail[160], what[96];
+        quant_describe(what, sizeof(what), specs[is], "");
+        snprintf(label, sizeof(label), "-Q %s: 1-100 rows, C 33..1536, 3 bands", what);
+        snprintf(detail, sizeof(detail), "%d entries off; worst error %.2e of the sum of |products|", bad, worst);
+        check(label, bad == 0, detail);
+    }
+}
+
+// a tensor's bytes from a safetensors file, malloc'ed (its dtype and element count checked)
+static void *read_tensor(const char *path, const char *name, const char *dtype, size_t count) {
+    SafeTensors st;
+    safetensors_open(&st, path, "python dev/reference/q8_0_reference.py regenerates it");
+    const StTensor *t = safetensors_find(&st, name);
+    if (t == NULL || strcmp(t->dtype, dtype) != 0 || (count > 0 && (size_t)(t->end - t->begin) != count * t->element_bytes)) {
+        die_file(path, NULL, "no %s tensor %s of %zu values", dtype, name, count);
+    }
+    size_t n = (size_t)(t->end - t->begin);
+    uint8_t *bytes = (uint8_t *)mallocCheck(n > 0 ? n : 1);
+    FILE *fp = fopenCheck(path, "rb");
+    if (fseeko(fp, (off_t)(st.data_start + t->begin), SEEK_SET) != 0 || fread(bytes, 1, n, fp) != n) { die_file(path, NULL, "cannot read %s", name); }
+    fcloseCheck(fp);
+    safetensors_free(&st);
+    return bytes;
+}
+static size_t tensor_count(const char *path, const char *name) {
+    SafeTensors st;
+    safetensors_open(&st, path, "python dev/reference/q8_0_reference.py regenerates it");
+    const StTensor *t = safetensors_find(&st, name);
+    size_t n = t != NULL ? (size_t)(t->end - t->begin) / t->element_bytes : 0;
+    safetensors_free(&st);
+    return n;
+}
+
+// q8_0's bytes against the gguf package's quantizer (dev/reference/q8_0_reference.py): every
+// code, every fp16 scale, every dequantized value; and float_to_fp16 against numpy's
+static void test_q8_0_bytes(void) {
+    const char *path = FIXTURES "q8_0_cases.safetensors";
+    printf("\nq8_0 against gguf's quantizer (%s)\n", path);
+    int bad = 0, cases = 0;
+    for (int c = 0;; c++) {
+        char name[64];
+        snprintf(name, sizeof(name), "c%d.input", c);
+        size_t n = tensor_count(path, name);
+        if (n == 0) { break; }
+        float *x = (float *)read_tensor(path, name, "F32", n);
+        snprintf(name, sizeof(name), "c%d.qs", c);
+        int8_t *qs = (int8_t *)read_tensor(path, name, "I8", n);
+        snprintf(name, sizeof(name), "c%d.d", c);
+        uint16_t *d = (uint16_t *)read_tensor(path, name, "F16", n / Q8_BLOCK);
+        snprintf(name, sizeof(name), "c%d.dequant", c);
+        float *deq = (float *)read_tensor(path, name, "F32", n), *ours = (float *)mallocCheck(n * sizeof(float));
+        QuantQ8 q;
+        q8_quantize(&q, x, n);
+        q8_dequantize(&q, ours, 0, n);
+        bad += memcmp(q.q, qs, n) != 0 || memcmp(q.d, d, n / Q8_BLOCK * sizeof(uint16_t)) != 0 || memcmp(ours, deq, n * sizeof(float)) != 0;
+        q8_free(&q);
+        free(x); free(qs); free(d); free(deq); free(ours);
+        cases++;
+    }
+    char detail[96];
+    snprintf(detail, sizeof(detail), "%d of %d cases differ", bad, cases);
+    check("q8_0: codes, scales, dequantized, bit for bit", cases > 0 && bad == 0, detail);
+    size_t n = tensor_count(path, "fp16.input");
+    float *in = (float *)read_tensor(path, "fp16.input", "F32", n);
+    uint16_t *expect = (uint16_t *)read_tensor(path, "fp16.output", "F16", n);
+    int off = 0;
+    for (size_t i = 0; i < n; i++) { off += float_to_fp16(in[i]) != expect[i]; }
+    snprintf(detail, sizeof(detail), "%d of %zu differ", off, n);
+    check("float_to_fp16 is numpy's float16", n > 0 && off == 0, detail);
+    free(in); free(expect);
+}
+
+// --- begin shared-copy: infer-test-quantized ---
+// A model quantized at load (-Q spec), with an adapter (-L, adapter not NULL), against the
+// reference's logits on the same weights quantized and dequantized (fixture: tokens,
+// logits0): in one pass of 2 sequences (the GEMM's path) and decoded from the cache
+// (matrix-vector), both at the tolerance of logits against transformers
+static void test_quantized(const char *model_path, const char *spec, const char *adapter, const char *fixture) {
+    printf("\n%s -Q %s%s%s against %s\n", model_path, spec, adapter ? " -L " : "", adapter ? adapter : "", fixture);
+    int *tokens, T, ref_V;
+    float *ref;
+    read_lora_fixture(fixture, &tokens, &ref, &T, &ref_V);
+    QuantSpec blocks, head;
+    char err[256], label[160];
+    if (parse_quant(spec, &blocks, &head, err, sizeof(err)) != 0) { check(spec, 0, err); return; }
+    GPT2 model;
+    gpt2_build_quantized(&model, model_path, 0, blocks, head);
+    int V = model.config.vocab_size;
+    check("fixture's vocabulary is the model's", ref_V == V, "");
+    if (ref_V == V) {
+        if (adapter != NULL) { model_adapter_load(&model, adapter); }
+        float *with = prefill_two(&model, tokens, T);
+        snprintf(label, sizeof(label), "-Q %s: 2 x %d rows in one pass", spec, T);
+        check_rows(label, with, ref, (size_t)2 * T * V, TOL[TOL_LOGITS]);
+        for (int b = 0; b < 2; b++) {
+            float *decoded = decode_all(&model, tokens + (size_t)b * T, 1, T);
+            snprintf(label, sizeof(label), "-Q %s: sequence %d decoded", spec, b);
+            // (against the reference, as the pass above, so at its tolerance: infer.cu's bf16
+            // measured 3.6e-2 of max|ref| here on the Llama's nf4, 2.9e-2 without -Q)
+            check_rows(label, decoded, ref + (size_t)b * T * V, (size_t)T * V, TOL[TOL_LOGITS]);
+            free(decoded);
+        }
+        free(with);
+    }
+    free(tokens); free(ref);
+    gpt2_free(&model);
+}
+// --- end shared-copy: infer-test-quantized ---
 
 #ifndef WEIGHTS_BF16 // (its checkpoint's weights are fp32)
 static void test_export(void) {
@@ -1066,6 +1224,10 @@ int main(void) {
     test_fixture(CONVERTED "hf_tiny_bf16.bin", FIXTURES "infer_tiny_bf16.bin");
     test_fixture(CONVERTED "llama_gqa3.bin", FIXTURES "llama_infer_llama_gqa3.bin");
     test_lora(CONVERTED "llama_gqa3.bin", "llama"); // (the adapter stays fp32)
+    test_quant_linear(); // (-Q: the same code as the fp32 build's; the head's panels bf16 unless -Q quantizes it)
+    test_q8_0_bytes();
+    test_quantized(CONVERTED "llama_gqa3.bin", "q8_0,q8_0", NULL, FIXTURES "infer_q8_0_llama.safetensors");
+    test_quantized(CONVERTED "llama_gqa3.bin", "nf4", FIXTURES "lora_llama", FIXTURES "lora_llama_nf4.safetensors");
     test_smollm2(TOL[TOL_SMOLLM2_BF16]);
     test_sampling();
     test_processors();
@@ -1088,6 +1250,14 @@ int main(void) {
     test_lora(CONVERTED "hf_tiny_fp32.bin", "gpt2");
     test_lora(CONVERTED "llama_gqa3.bin", "llama");
     test_lora(CONVERTED "qwen2_gqa4.bin", "qwen2");
+    test_quant_linear();
+    test_q8_0_bytes();
+    test_quantized(CONVERTED "hf_tiny_fp32.bin", "q8_0,q8_0", NULL, FIXTURES "infer_q8_0_gpt2.safetensors");
+    test_quantized(CONVERTED "llama_gqa3.bin", "q8_0,q8_0", NULL, FIXTURES "infer_q8_0_llama.safetensors");
+    test_quantized(CONVERTED "qwen2_gqa4.bin", "q8_0,q8_0", NULL, FIXTURES "infer_q8_0_qwen2.safetensors");
+    test_quantized(CONVERTED "hf_tiny_fp32.bin", "nf4", FIXTURES "lora_gpt2", FIXTURES "lora_gpt2_nf4.safetensors");
+    test_quantized(CONVERTED "llama_gqa3.bin", "nf4", FIXTURES "lora_llama", FIXTURES "lora_llama_nf4.safetensors");
+    test_quantized(CONVERTED "qwen2_gqa4.bin", "nf4", FIXTURES "lora_qwen2", FIXTURES "lora_qwen2_nf4.safetensors");
     test_export();
     test_chat_templates();
     test_generation();

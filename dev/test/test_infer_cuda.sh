@@ -72,6 +72,12 @@ same "Llama 3 RoPE scaling: greedy past the original context" -m $H/llama_mha3.b
 same "LoRA (-L) on GPT-2: greedy, a batch of 4" -m $H/hf_tiny_fp32.bin -L $F/lora_gpt2 -z 1 -t 0 -n 48 -f "$TMP/prompts"
 same "LoRA (-L) on the Llama GQA model: sampled, a batch of 4" -m $H/llama_gqa3.bin -L $F/lora_llama -z 1 -t 0.9 -s 4 -n 40 -f "$TMP/prompts"
 same "LoRA (-L) on Qwen2: greedy, one prompt" -m $H/qwen2_gqa4.bin -L $F/lora_qwen2 -z 1 -t 0 -n 40 -i "5,6,7"
+# -Q: the linear layers quantized at load (the same bytes on both: infer.cu quantizes on the
+# host with infer.c's code), decode through the quantized matrix-vector kernel, prefill
+# through cuBLAS on the layer dequantized; a QLoRA adapter served on its NF4 base
+same "-Q nf4 -L: QLoRA on the Llama GQA model, greedy, a batch of 4" -m $H/llama_gqa3.bin -Q nf4 -L $F/lora_llama -z 1 -t 0 -n 40 -f "$TMP/prompts"
+same "-Q q8_0,q8_0 on GPT-2 (the tied head in q8_0): sampled, a batch of 4" -m $H/hf_tiny_fp32.bin -Q q8_0,q8_0 -z 1 -t 0.9 -s 7 -n 48 -f "$TMP/prompts"
+same "-Q fp4:32:0 on Qwen2: greedy, one prompt" -m $H/qwen2_gqa4.bin -Q fp4:32:0 -z 1 -t 0 -n 40 -i "5,6,7"
 printf '{"instruction": "Name a color.", "answer": "Red"}\n{"instruction": "Two plus two?", "input": "", "answer": "4", "partial": ["four"]}\n' > "$TMP/eval.jsonl"
 same "-E: an evaluation's table (GPT-2's vocabulary, a random d1)" -m d1 -E "$TMP/eval.jsonl" -n 12
 # heads of other widths: a d4 model (C=256) with its header's head count set to 2 and 1,
@@ -125,6 +131,7 @@ for shape in 36,4 42,3; do
     same "C=$C NH=$NH V=301: greedy, a batch of 3" -m "$m" -z 1 -t 0 -n 20 -f "$TMP/uneven3"
     same "C=$C NH=$NH V=301: sampled, a batch of 5" -m "$m" -z 1 -t 0.9 -k 40 -p 0.95 -s 5 -n 12 -f "$TMP/uneven5"
     same "C=$C NH=$NH V=301: greedy, 11 at once (cuBLAS, then gemv as the context fills)" -m "$m" -z 1 -t 0 -n 40 -f "$TMP/uneven11"
+    same "C=$C NH=$NH V=301 -Q nf4:32,q8_0: greedy, 11 at once (rows of straddling blocks)" -m "$m" -Q nf4:32,q8_0 -z 1 -t 0 -n 40 -f "$TMP/uneven11"
     "$BF16" -m "$m" -z 1 -t 0 -n 40 -f "$TMP/uneven11" > "$TMP/bf16" 2> "$TMP/bf16.err"
     full=$(grep -c -- "generated, stopped at the end of the model's context" "$TMP/bf16")
     limit=$(grep -c -- "40 generated, stopped at the length limit" "$TMP/bf16")
