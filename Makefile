@@ -166,7 +166,8 @@ $(CONVERTED_GPT2): build/hf_tiny_%.bin: convert dev/reference/fixtures/hf_tiny_%
 	@mkdir -p build
 	./convert -i dev/reference/fixtures/hf_tiny_$* -o $@
 # the Llama family's tiny models (dev/reference/llama_convert_reference.py), as our files
-CONVERTED_LLAMA = build/llama_gqa3.bin build/qwen2_gqa4.bin build/llama_mha3.bin
+# ... and two of them as transformers saves them with bitsandbytes' 4-bit layers (dev/reference/bnb4_reference.py)
+CONVERTED_LLAMA = build/llama_gqa3.bin build/qwen2_gqa4.bin build/llama_mha3.bin build/bnb4_llama.bin build/bnb4_qwen2.bin
 $(CONVERTED_LLAMA): build/%.bin: convert dev/reference/fixtures/%/config.json dev/reference/fixtures/%/model.safetensors
 	@mkdir -p build
 	./convert -i dev/reference/fixtures/$* -o $@
@@ -435,6 +436,7 @@ reference: data/tokenizer convert finetune_lora $(SMOLLM2)
 	HF_HUB_OFFLINE=1 $(PYTHON) dev/reference/lora_reference.py --quant nf4   # PEFT's steps on the NF4-dequantized bases (QLoRA)
 	HF_HUB_OFFLINE=1 $(PYTHON) dev/reference/lora_reference.py --check-ours   # PEFT loads ./finetune_lora's adapter
 	HF_HUB_OFFLINE=1 $(PYTHON) dev/reference/q8_0_reference.py   # gguf's Q8_0, and transformers on the dequantized tiny models (infer -Q)
+	HF_HUB_OFFLINE=1 $(PYTHON) dev/reference/bnb4_reference.py   # *-bnb-4bit folders saved by transformers, their logits (convert, infer)
 
 # --- benchmarks (tables, not tests) -------------------------------------------------
 dev/cpu/bench_train_gpt2: dev/cpu/bench_train_gpt2.c train_gpt2.c $(LIB)

@@ -1010,9 +1010,15 @@ typedef struct {
     int64_t dims[2];    // HF's shape
     const float *src;   // our data; for a transposed tensor (dims[1], dims[0]) row-major
     int transposed;     // HF keeps it (in, out), we (out, in)
+    const void *raw;    // ... or bytes written as they are, of dtype raw_dtype (4-bit layers' parts)
+    const char *raw_dtype;
 } OutTensor;
 
 static size_t out_numel(const OutTensor *t) { return (size_t)t->dims[0] * (t->ndim == 2 ? (size_t)t->dims[1] : 1); }
+static size_t out_bytes(const OutTensor *t, int bf16) {
+    size_t element = t->raw == NULL ? (bf16 ? 2 : 4) : strcmp(t->raw_dtype, "F32") == 0 ? 4 : 1;
+    return out_numel(t) * element;
+}
 
 // Writes tensors [0, n) into one safetensors file, atomically (the header is lib/safetensors.h's:
 // them in order, with "__metadata__": {"format": "pt"} as transformers writes it, padded
@@ -1021,7 +1027,8 @@ static void safetensors_write(const char *path, const OutTensor *t, int n, int b
     StOut *outs = (StOut *)mallocCheck((size_t)(n > 0 ? n : 1) * sizeof(StOut));
     size_t largest = 1, used, data_bytes;
     for (int i = 0; i < n; i++) {
-        outs[i] = (StOut){.name = t[i].name, .dtype = bf16 ? "BF16" : "F32", .ndim = t[i].ndim, .shape = {t[i].dims[0], t[i].dims[1]}};
+        outs[i] = (StOut){.name = t[i].name, .dtype = t[i].raw != NULL ? t[i].raw_dtype : bf16 ? "BF16" : "F32", .ndim = t[i].ndim,
+                          .shape = {t[i].dims[0], t[i].dims[1]}};
         if (out_numel(&t[i]) > largest) { largest = out_numel(&t[i]); }
     }
     uint8_t *header = safetensors_header_bytes(outs, n, NULL, &used, &data_bytes);
@@ -1036,6 +1043,10 @@ static void safetensors_write(const char *path, const OutTensor *t, int n, int b
     for (int i = 0; i < n && ok; i++) {
         const float *src = t[i].src;
         size_t numel = out_numel(&t[i]);
+        if (t[i].raw != NULL) {
+            ok = fwrite(t[i].raw, 1, out_bytes(&t[i], bf16), fp) == out_bytes(&t[i], bf16);
+            continue;
+        }
         if (t[i].transposed) { // ours (out, in) -> HF (in, out)
             size_t in = (size_t)t[i].dims[0], out = (size_t)t[i].dims[1];
             for (size_t r = 0; r < in; r++) {
@@ -1078,11 +1089,10 @@ static void hf_weights_write(const char *dir, const OutTensor *t, int n, int bf1
         safetensors_write(single, t, n, bf16, 0);
         return;
     }
-    size_t element = bf16 ? 2 : 4;
     int *first = (int *)mallocCheck(((size_t)n + 1) * sizeof(int)), shards = 0;
     size_t total = 0, bytes = 0;
     for (int i = 0; i < n; i++) { // greedy, in order, as save_pretrained splits
-        size_t b = out_numel(&t[i]) * element;
+        size_t b = out_bytes(&t[i], bf16);
         if (i == 0 || bytes + b > max_bytes) { first[shards++] = i; bytes = 0; }
         bytes += b;
         total += b;
@@ -1380,7 +1390,8 @@ void gpt2_export_hf(const GPT2Weights *w, const char *dir, int bf16, size_t max_
     if (mkdir(dir, 0777) != 0 && errno != EEXIST) { die_file(dir, NULL, "cannot create the folder: %s", strerror(errno)); }
     GPT2Config c = w->config;
     int L = c.num_layers, n = 0;
-    OutTensor *t = (OutTensor *)mallocCheck((size_t)NUM_PARAMETER_TENSORS * L * sizeof(OutTensor));
+    OutTensor *t = (OutTensor *)calloc((size_t)NUM_PARAMETER_TENSORS * L, sizeof(OutTensor)); // (raw: NULL)
+    if (t == NULL) { die_file(dir, NULL, "out of memory"); }
     const float *const *tables = (const float *const *)&w->params;
     for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {
         size_t per = w->param_sizes[k] / (hf_per_layer(k) ? (size_t)L : 1);
@@ -1455,6 +1466,245 @@ void gpt2_weights_build(GPT2Weights *w, const char *source, uint64_t seed) {
 
 // ----------------------------------------------------------------------------
 // the Llama family: configuration, weights in memory, our model file
+
+// --- begin shared-copy: quant4 ---
+// QLoRA (Dettmers et al., "QLoRA: Efficient Finetuning of Quantized LLMs", 2023) keeps the
+// frozen weights in 4 bits and trains LoRA beside them. We store them exactly as
+// bitsandbytes does (its quantize_4bit / dequantize_4bit, the layout of Hugging Face's
+// *-bnb-4bit checkpoints), the same bytes as bitsandbytes computes on the CPU (where it
+// summed the double quantization's mean in another order, on a GPU, the offset can differ
+// in its last bit: torch_sum_f32):
+//   - a tensor of n values, flattened row-major, cut into blocks of `blocksize` (64; any
+//     power of two from 32 to 4096), the last block possibly partial;
+//   - each block's absmax = max |x|, and each value the index of the code nearest to
+//     x / absmax, two indices per byte, the first element in the high nibble (an odd n pads
+//     the last byte with the index of 0);
+//   - the codes: NF4 (16 quantiles of N(0, 1) scaled to [-1, 1]: each code equally likely
+//     for normally distributed weights) or FP4 (a 4-bit float, 1 sign, 2 exponent and 1
+//     mantissa bits, over 12), listed in bitsandbytes' order;
+//   - dequantized, x = code[index] * absmax (fp32).
+// Double quantization (bitsandbytes' compress_statistics, QLoRA's default) stores the absmax
+// values in 8 bits too: minus their mean (the offset), in blocks of 256, each the index of
+// the nearest of the 256 values of the signed 8-bit "dynamic" map times the fp32 absmax of
+// its block of 256. Per 64 weights: 256 bits of codes + 8 + 32/256 bits of scale, 4.127
+// bits a weight against 4.5 without it (QLoRA's 0.52 bytes per parameter, against fp32's 4).
+// Checked against bitsandbytes 0.50.2 by test_finetune_lora (dev/reference/nf4_reference.py).
+enum { QUANT_NONE = 0, QUANT_NF4 = 1, QUANT_FP4 = 2 };
+
+static const float NF4_CODE[16] = {-1.0f, -0.6961928009986877f, -0.5250730514526367f, -0.39491748809814453f,
+                                   -0.28444138169288635f, -0.18477343022823334f, -0.09105003625154495f, 0.0f,
+                                   0.07958029955625534f, 0.16093020141124725f, 0.24611230194568634f, 0.33791524171829224f,
+                                   0.44070982933044434f, 0.5626170039176941f, 0.7229568362236023f, 1.0f};
+// FP4 by bit pattern: 0, 0.0625, 8, 12, 4, 6, 2, 3 (and the same negated), / 12. (Both zeros
+// are +0, as bitsandbytes' table has them.)
+static const float FP4_CODE[16] = {0.0f, 0.0625f / 12, 8.0f / 12, 1.0f, 4.0f / 12, 6.0f / 12, 2.0f / 12, 3.0f / 12,
+                                   0.0f, -0.0625f / 12, -8.0f / 12, -1.0f, -4.0f / 12, -6.0f / 12, -2.0f / 12, -3.0f / 12};
+#define QUANT_NESTED_BLOCK 256 // double quantization's blocksize
+
+typedef struct {
+    int type;                 // QUANT_NF4 or QUANT_FP4
+    int blocksize;
+    size_t n, num_blocks;     // values; blocks, ceil(n / blocksize)
+    uint8_t *packed;          // (n + 1) / 2 bytes
+    float *absmax;            // (num_blocks): without double quantization; NULL with it
+    uint8_t *qabsmax;         // (num_blocks): with it, the 8-bit index of absmax - offset ...
+    float *nested_absmax;     // ... the fp32 absmax of each block of 256 of those
+    float offset;             // ... their mean
+    float nested_code[256];   // ... and the map (bitsandbytes' dynamic map)
+} Quant4;
+
+static const float *quant4_code(int type) { return type == QUANT_FP4 ? FP4_CODE : NF4_CODE; }
+static const char *quant4_name(int type) { return type == QUANT_FP4 ? "fp4" : type == QUANT_NF4 ? "nf4" : "none"; }
+static int quant4_blocksize_ok(long blocksize) {
+    for (long b = 32; b <= 4096; b *= 2) {
+        if (blocksize == b) { return 1; }
+    }
+    return 0;
+}
+
+// bitsandbytes' signed dynamic map (create_dynamic_map(signed=True)), as torch computes it in
+// float32: for i = 0..6, the 2^i midpoints of linspace(0.1, 1, 2^i + 1), times 10^(i - 6),
+// with both signs; then 0 and 1; sorted. 256 values from -0.993 to 1. (torch's linspace
+// computes each point with one rounding, a fused multiply-add from the start before halfway
+// and from the end after.)
+static float linspace_point(float start, float end, int steps, int i) {
+    float step = (end - start) / (float)(steps - 1);
+    return i < steps / 2 ? fmaf(step, (float)i, start) : fmaf(-step, (float)(steps - i - 1), end);
+}
+static int compare_floats(const void *a, const void *b) { float x = *(const float *)a, y = *(const float *)b; return (x > y) - (x < y); }
+static void dynamic_map(float code[256]) {
+    int k = 0;
+    for (int i = 0; i < 7; i++) {
+        int steps = (1 << i) + 1;
+        float scale = (float)pow(10.0, i - 6);
+        for (int s = 0; s + 1 < steps; s++) {
+            float mean = (linspace_point(0.1f, 1.0f, steps, s) + linspace_point(0.1f, 1.0f, steps, s + 1)) / 2.0f;
+            code[k++] = scale * mean;
+            code[k++] = -(scale * mean);
+        }
+    }
+    code[k++] = 0.0f;
+    code[k++] = 1.0f;
+    qsort(code, 256, sizeof(float), compare_floats);
+}
+
+// torch's float32 sum, in its order (at::native's cascade sum with AVX2's 8-lane vectors,
+// one thread): the mean that double quantization subtracts must be bitsandbytes' to the last
+// bit. The data as rows of 4 vectors of 8 (32 lanes); each lane sums its column through four
+// levels (a level's running sum added to the next every 16 rows); vectors left over go into
+// the first vector; the 4 vectors are added, then the scalar tail, then the 8 lanes in order.
+static float torch_sum_f32(const float *x, size_t n) {
+    enum { W = 8, ILP = 4, LEVELS = 4 };
+    if (n < W) { // (no vector: torch's scalar path, 4 running sums)
+        float p[ILP] = {0};
+        size_t rows = n / ILP;
+        for (size_t i = 0; i < rows; i++) { for (int k = 0; k < ILP; k++) { p[k] += x[i * ILP + k]; } }
+        for (size_t i = rows * ILP; i < n; i++) { p[0] += x[i]; }
+        for (int k = 1; k < ILP; k++) { p[0] += p[k]; }
+        return p[0];
+    }
+    size_t vecs = n / W, rows = vecs / ILP;
+    int ceil_log2 = 1;
+    while (rows > 2 && ((size_t)1 << ceil_log2) < rows) { ceil_log2++; }
+    int power = ceil_log2 / LEVELS > 4 ? ceil_log2 / LEVELS : 4;
+    size_t step = (size_t)1 << power, mask = step - 1;
+    float acc[LEVELS][ILP][W] = {{{0}}};
+    size_t i = 0;
+    while (i + step <= rows) {
+        for (size_t j = 0; j < step; j++, i++) {
+            for (int k = 0; k < ILP; k++) { for (int w = 0; w < W; w++) { acc[0][k][w] += x[(i * ILP + k) * W + w]; } }
+        }
+        for (int l = 1; l < LEVELS; l++) {
+            for (int k = 0; k < ILP; k++) { for (int w = 0; w < W; w++) { acc[l][k][w] += acc[l - 1][k][w]; acc[l - 1][k][w] = 0.0f; } }
+            if ((i & (mask << (l * power))) != 0) { break; }
+        }
+    }
+    for (; i < rows; i++) {
+        for (int k = 0; k < ILP; k++) { for (int w = 0; w < W; w++) { acc[0][k][w] += x[(i * ILP + k) * W + w]; } }
+    }
+    for (int l = 1; l < LEVELS; l++) {
+        for (int k = 0; k < ILP; k++) { for (int w = 0; w < W; w++) { acc[0][k][w] += acc[l][k][w]; } }
+    }
+    for (size_t v = rows * ILP; v < vecs; v++) { for (int w = 0; w < W; w++) { acc[0][0][w] += x[v * W + w]; } }
+    for (int k = 1; k < ILP; k++) { for (int w = 0; w < W; w++) { acc[0][0][w] += acc[0][k][w]; } }
+    float sum = 0.0f;
+    for (size_t t = vecs * W; t < n; t++) { sum += x[t]; }
+    for (int w = 0; w < W; w++) { sum += acc[0][0][w]; }
+    return sum;
+}
+
+// bitsandbytes' 8-bit blockwise quantization on the CPU (the second level): each block's
+// absmax, then each value x / absmax looked up in a table of 65,536 points of [-1, 1], each
+// holding the index of the code nearest to it (ties to the lower). code: 256 sorted values.
+static void quantize_blockwise8(uint8_t *out, float *absmax, const float *x, size_t n, int blocksize, const float code[256]) {
+    uint8_t *lut = (uint8_t *)mallocCheck(65536);
+    float mid[255];
+    for (int i = 0; i < 255; i++) { mid[i] = 0.5f * (code[i] + code[i + 1]); }
+    for (int i = 0, c = 0; i < 65536; i++) {
+        float v = -1.0f + (2.0f * (float)i) / 65535.0f;
+        while (c < 255 && mid[c] < v) { c++; }
+        lut[i] = (uint8_t)c;
+    }
+    for (size_t b = 0; b * blocksize < n; b++) {
+        size_t first = b * blocksize, last = first + blocksize < n ? first + blocksize : n;
+        float am = 0.0f;
+        for (size_t i = first; i < last; i++) { am = fmaxf(am, fabsf(x[i])); }
+        absmax[b] = am;
+        float inv = am == 0.0f ? 0.0f : 1.0f / am;
+        for (size_t i = first; i < last; i++) {
+            float v = fminf(fmaxf(x[i] * inv, -1.0f), 1.0f);
+            volatile float t = (v + 1.0f) * 0.5f * 65535.0f; // (volatile: rounded here, then + 0.5, as bitsandbytes)
+            out[i] = am == 0.0f ? 0 : lut[(uint16_t)(t + 0.5f)];
+        }
+    }
+    free(lut);
+}
+
+// The absmax of block b: stored, or (double quantization) rebuilt from its 8 bits
+static float quant4_absmax(const Quant4 *q, size_t b) {
+    if (q->qabsmax == NULL) { return q->absmax[b]; }
+    volatile float scaled = q->nested_code[q->qabsmax[b]] * q->nested_absmax[b / QUANT_NESTED_BLOCK]; // (rounded before the offset is added)
+    return scaled + q->offset;
+}
+
+// x (n) into q, as bitsandbytes' quantize_4bit(x, blocksize, quant_type, compress_statistics
+// = nested). A value equal to the midpoint of two codes takes the lower; a block of zeros
+// stores absmax 0 (a last, partial one 1e-38, and divides where full blocks multiply by the
+// reciprocal: bitsandbytes' own arithmetic, kept for the bits).
+static void quant4_quantize(Quant4 *q, const float *x, size_t n, int type, int blocksize, int nested) {
+    memset(q, 0, sizeof(*q));
+    q->type = type; q->blocksize = blocksize; q->n = n; q->num_blocks = (n + blocksize - 1) / blocksize;
+    q->packed = (uint8_t *)mallocCheck((n + 1) / 2);
+    float *absmax = (float *)mallocCheck(q->num_blocks * sizeof(float));
+    const float *code = quant4_code(type);
+    float sorted[16], bound[15];
+    int order[16];
+    for (int i = 0; i < 16; i++) { sorted[i] = code[i]; order[i] = i; }
+    for (int i = 1; i < 16; i++) { // sort the codes, keeping where each came from (FP4's are not in order)
+        for (int j = i; j > 0 && sorted[j - 1] > sorted[j]; j--) {
+            float t = sorted[j]; sorted[j] = sorted[j - 1]; sorted[j - 1] = t;
+            int o = order[j]; order[j] = order[j - 1]; order[j - 1] = o;
+        }
+    }
+    for (int i = 0; i < 15; i++) { bound[i] = (sorted[i] + sorted[i + 1]) / 2.0f; }
+    for (size_t b = 0; b < q->num_blocks; b++) {
+        size_t first = b * blocksize, last = first + blocksize < n ? first + blocksize : n;
+        float am = 0.0f;
+        for (size_t i = first; i < last; i++) { am = fmaxf(am, fabsf(x[i])); }
+        int partial = last - first < (size_t)blocksize;
+        float clamped = fmaxf(am, 1e-38f), inv = 1.0f / clamped;
+        absmax[b] = partial ? clamped : am;
+        for (size_t i = first; i < last; i++) {
+            float s = partial ? x[i] / clamped : x[i] * inv;
+            s = fminf(fmaxf(s, -1.0f), 1.0f);
+            int k = 0;
+            while (k < 15 && bound[k] < s) { k++; }
+            uint8_t nib = (uint8_t)order[k];
+            if (i % 2 == 0) { q->packed[i / 2] = (uint8_t)(nib << 4); } else { q->packed[i / 2] |= nib; }
+        }
+    }
+    if (n % 2 == 1) { // the pad: the index of 0
+        int k = 0;
+        while (k < 15 && bound[k] < 0.0f) { k++; }
+        q->packed[n / 2] |= (uint8_t)order[k];
+    }
+    if (!nested) { q->absmax = absmax; return; }
+    q->offset = torch_sum_f32(absmax, q->num_blocks) / (float)q->num_blocks;
+    for (size_t b = 0; b < q->num_blocks; b++) { absmax[b] -= q->offset; }
+    dynamic_map(q->nested_code);
+    q->qabsmax = (uint8_t *)mallocCheck(q->num_blocks);
+    q->nested_absmax = (float *)mallocCheck(((q->num_blocks + QUANT_NESTED_BLOCK - 1) / QUANT_NESTED_BLOCK) * sizeof(float));
+    quantize_blockwise8(q->qabsmax, q->nested_absmax, absmax, q->num_blocks, QUANT_NESTED_BLOCK, q->nested_code);
+    free(absmax);
+}
+
+// Values [first, first + count) of the tensor, dequantized into out: what dequantize_4bit
+// computes, any range of it (a tile of rows of a weight)
+static void quant4_dequantize(const Quant4 *q, float *out, size_t first, size_t count) {
+    const float *code = quant4_code(q->type);
+    size_t i = first, end = first + count;
+    while (i < end) {
+        size_t b = i / q->blocksize, block_end = (b + 1) * q->blocksize < end ? (b + 1) * q->blocksize : end;
+        float am = quant4_absmax(q, b);
+        for (; i < block_end; i++) {
+            uint8_t byte = q->packed[i / 2];
+            out[i - first] = code[i % 2 == 0 ? byte >> 4 : byte & 15] * am;
+        }
+    }
+}
+
+// bytes held (the memory table): codes, and absmax or its 8 bits and their constants
+static size_t quant4_bytes(const Quant4 *q) {
+    size_t nested = (q->num_blocks + QUANT_NESTED_BLOCK - 1) / QUANT_NESTED_BLOCK;
+    return (q->n + 1) / 2 + (q->qabsmax != NULL ? q->num_blocks + nested * sizeof(float) + sizeof(float) + sizeof(q->nested_code)
+                                                : q->num_blocks * sizeof(float));
+}
+
+static void quant4_free(Quant4 *q) {
+    free(q->packed); free(q->absmax); free(q->qabsmax); free(q->nested_absmax);
+    memset(q, 0, sizeof(*q));
+}
+// --- end shared-copy: quant4 ---
 
 // --- begin shared-copy: llama-config ---
 // Llama 2/3, SmolLM2, Qwen2 and their kin are GPT-2 with five changes: RMSNorm (no mean, no
@@ -1547,10 +1797,21 @@ typedef struct {
     float *params;
     size_t num_parameters;
     int from_bf16; // every weight read was bf16 (-d auto then writes bf16)
+    // a 4-bit model (file version 7, or a Hugging Face *-bnb-4bit folder): the four linear
+    // layers of every block as bitsandbytes stores them, (L, 4, 3) bands (llama_bands: one
+    // per Hugging Face module); their tensors above then hold no floats (size 0)
+    int quant, quant_blocksize, quant_nested; // QUANT_NF4 or QUANT_FP4 (QUANT_NONE: not 4-bit), blocksize, 0 or 1
+    Quant4 *qw;
 } LlamaWeights;
 
+// (with w->quant set, the four linear layers go to qw, empty bands for their reader to fill)
 static void llama_allocate(LlamaWeights *w) {
     llama_tensor_sizes(w->sizes, w->config);
+    if (w->quant != QUANT_NONE) {
+        w->sizes[LL_QKVW] = w->sizes[LL_ATTPROJW] = w->sizes[LL_FCW] = w->sizes[LL_FCPROJW] = 0;
+        w->qw = (Quant4 *)calloc((size_t)w->config.num_layers * 4 * 3, sizeof(Quant4));
+        if (w->qw == NULL) { fprintf(stderr, "Error: out of memory for the 4-bit weights\n"); exit(EXIT_FAILURE); }
+    }
     w->num_parameters = 0;
     for (int k = 0; k < NUM_LLAMA_TENSORS; k++) { w->num_parameters += w->sizes[k]; }
     w->params = (float *)mallocCheck(w->num_parameters * sizeof(float));
@@ -1562,10 +1823,63 @@ static void llama_allocate(LlamaWeights *w) {
 }
 
 static void llama_free(LlamaWeights *w) {
+    for (size_t k = 0; w->qw != NULL && k < (size_t)w->config.num_layers * 4 * 3; k++) { quant4_free(&w->qw[k]); }
+    free(w->qw);
     free(w->params);
     memset(w, 0, sizeof(*w));
 }
 // --- end shared-copy: llama-config ---
+
+// --- begin shared-copy: llama-4bit ---
+// Our 4-bit Llama-family model file (version 7: ./convert makes one of a Hugging Face
+// *-bnb-4bit folder): the header of versions 3 and 5, and
+//   [20] the 4-bit type (1 NF4, 2 FP4)  [21] its blocksize  [22] 1: double quantization
+//   [23] 1: the other tensors in bf16, 0: in fp32
+// then the tensors of the table above without qkvw, attprojw, fcw and fcprojw, in its order;
+// then those four, layer by layer, each Hugging Face module a band of its own as
+// bitsandbytes stores it (q, k, v; o; gate, up; down: llama_bands), each band: its codes
+// ((n + 1) / 2 bytes, two a byte, the first in the high nibble), then its absmax (fp32 per
+// block) or, under double quantization, its 8-bit absmax (a byte per block), the fp32 absmax
+// of each 256 of those, and their offset (fp32). (quant4: the format, finetune_lora.c's.)
+#define MODEL_VERSION_4BIT 7
+// the rows of each band of the four linear layers (0: none), and their inputs
+static void llama_bands(LlamaConfig c, int rows[4][3], int in[4]) {
+    int C = c.channels, Q = c.num_heads * c.head_size, KV = c.num_kv_heads * c.head_size, H = c.hidden;
+    int r[4][3] = {{Q, KV, KV}, {C, 0, 0}, {H, H, 0}, {C, 0, 0}}, i[4] = {C, Q, C, H};
+    memcpy(rows, r, sizeof(r));
+    memcpy(in, i, sizeof(i));
+}
+
+// a band of n values: its bytes in the file, and its parts (up to 4 buffers) in their order
+static size_t quant4_file_bytes(size_t n, int blocksize, int nested) {
+    size_t blocks = (n + blocksize - 1) / blocksize;
+    return (n + 1) / 2 + (nested ? blocks + (blocks + QUANT_NESTED_BLOCK - 1) / QUANT_NESTED_BLOCK * sizeof(float) + sizeof(float)
+                                 : blocks * sizeof(float));
+}
+static int quant4_file_parts(const Quant4 *q, const void **bufs, size_t *sizes) {
+    bufs[0] = q->packed;
+    sizes[0] = (q->n + 1) / 2;
+    if (q->qabsmax == NULL) { bufs[1] = q->absmax; sizes[1] = q->num_blocks * sizeof(float); return 2; }
+    bufs[1] = q->qabsmax;
+    sizes[1] = q->num_blocks;
+    bufs[2] = q->nested_absmax;
+    sizes[2] = (q->num_blocks + QUANT_NESTED_BLOCK - 1) / QUANT_NESTED_BLOCK * sizeof(float);
+    bufs[3] = &q->offset;
+    sizes[3] = sizeof(float);
+    return 4;
+}
+
+// the bytes of all the bands of a model
+static size_t llama_4bit_bytes(LlamaConfig c, int blocksize, int nested) {
+    int rows[4][3], in[4];
+    llama_bands(c, rows, in);
+    size_t total = 0;
+    for (int s = 0; s < 4; s++) {
+        for (int k = 0; k < 3; k++) { total += rows[s][k] > 0 ? quant4_file_bytes((size_t)rows[s][k] * in[s], blocksize, nested) : 0; }
+    }
+    return total * c.num_layers;
+}
+// --- end shared-copy: llama-4bit ---
 
 // --- begin shared-copy: llama-model-write ---
 static int float_bits(float f) {
@@ -1583,7 +1897,40 @@ void llama_save(const LlamaWeights *w, const char *path, int bf16, const ModelNo
                       float_bits(c.rope_high_freq_factor), c.rope_original_max, c.family, c.bos_token_id, c.eos_token_id};
     memcpy(header, fields, sizeof(fields));
     model_notes_put(header, notes);
-    write_model_file(path, header, w->params, w->num_parameters, bf16);
+    if (w->qw == NULL) {
+        write_model_file(path, header, w->params, w->num_parameters, bf16);
+        return;
+    }
+    // 4-bit (version 7): the other tensors, then every band's parts, in one atomic write
+    header[1] = MODEL_VERSION_4BIT;
+    header[20] = w->quant;
+    header[21] = w->quant_blocksize;
+    header[22] = w->quant_nested;
+    header[23] = bf16;
+    int rows[4][3], in[4], n = 2;
+    llama_bands(c, rows, in);
+    size_t max_parts = 2 + (size_t)c.num_layers * 4 * 3 * 4, *sizes = (size_t *)mallocCheck(max_parts * sizeof(size_t));
+    const void **bufs = (const void **)mallocCheck(max_parts * sizeof(void *));
+    uint16_t *narrow = NULL;
+    bufs[0] = header;
+    sizes[0] = sizeof(header);
+    bufs[1] = w->params;
+    sizes[1] = w->num_parameters * sizeof(float);
+    if (bf16) {
+        narrow = (uint16_t *)mallocCheck((w->num_parameters > 0 ? w->num_parameters : 1) * sizeof(uint16_t));
+        for (size_t i = 0; i < w->num_parameters; i++) { narrow[i] = float_to_bf16(w->params[i]); }
+        bufs[1] = narrow;
+        sizes[1] = w->num_parameters * sizeof(uint16_t);
+    }
+    for (int l = 0; l < c.num_layers; l++) {
+        for (int s = 0; s < 4; s++) {
+            for (int k = 0; k < 3 && rows[s][k] > 0; k++) { n += quant4_file_parts(&w->qw[((size_t)l * 4 + s) * 3 + k], bufs + n, sizes + n); }
+        }
+    }
+    write_file_atomic(path, bufs, sizes, n);
+    free(narrow);
+    free(bufs);
+    free(sizes);
 }
 // --- end shared-copy: llama-model-write ---
 
@@ -1602,8 +1949,14 @@ void llama_load(LlamaWeights *w, const char *path) {
     if (fread(h, sizeof(int), 256, fp) != 256) { die_file(path, NULL, "file too short for a model header (256 x int32)"); }
     long size = file_size(fp, path); // (and back to the end of the header)
     if (h[0] != LLAMA_MAGIC) { die_file(path, NULL, "bad magic number: expected %d (a Llama-family model), found %d", LLAMA_MAGIC, h[0]); }
-    if (h[1] != MODEL_VERSION_FP32 && h[1] != MODEL_VERSION_BF16) {
-        die_file(path, NULL, "version %d: we read 3 (fp32) and 5 (bf16)", h[1]);
+    if (h[1] != MODEL_VERSION_FP32 && h[1] != MODEL_VERSION_BF16 && h[1] != MODEL_VERSION_4BIT) {
+        die_file(path, NULL, "version %d: we read 3 (fp32), 5 (bf16) and 7 (4-bit linear layers)", h[1]);
+    }
+    int four = h[1] == MODEL_VERSION_4BIT;
+    if (four && ((h[20] != QUANT_NF4 && h[20] != QUANT_FP4) || !quant4_blocksize_ok(h[21]) || (h[22] != 0 && h[22] != 1) ||
+                 (h[23] != 0 && h[23] != 1))) {
+        die_file(path, NULL, "its 4-bit header fields (type %d, blocksize %d, double quantization %d, bf16 %d) are not a model's: "
+                 "truncated or corrupt", h[20], h[21], h[22], h[23]);
     }
     LlamaConfig c = {h[2], h[3], h[4], h[5], h[6], h[7], h[9], h[8], h[10] & 1, (h[10] >> 1) & 1, h[17],
                      bits_float(h[11]), bits_float(h[12]), bits_float(h[13]), bits_float(h[14]), bits_float(h[15]), h[16], h[18], h[19]};
@@ -1615,14 +1968,18 @@ void llama_load(LlamaWeights *w, const char *path) {
     if ((h[10] & ~3) != 0 || llama_check_config(c, err, sizeof(err)) != 0) {
         die_file(path, NULL, "its header is not a model's (%s): truncated or corrupt", (h[10] & ~3) != 0 ? "unknown flags" : err);
     }
-    size_t element = h[1] == MODEL_VERSION_BF16 ? 2 : 4, sizes[NUM_LLAMA_TENSORS], count = 0;
+    size_t element = h[1] == MODEL_VERSION_BF16 || (four && h[23]) ? 2 : 4, sizes[NUM_LLAMA_TENSORS], count = 0;
     llama_tensor_sizes(sizes, c);
-    for (int k = 0; k < NUM_LLAMA_TENSORS; k++) { count += sizes[k]; }
-    if ((unsigned long)size != sizeof(h) + count * element) { // (before allocating: a corrupt header may ask for terabytes)
+    for (int k = 0; k < NUM_LLAMA_TENSORS; k++) {
+        count += four && (k == LL_QKVW || k == LL_ATTPROJW || k == LL_FCW || k == LL_FCPROJW) ? 0 : sizes[k];
+    }
+    size_t bands = four ? llama_4bit_bytes(c, h[21], h[22]) : 0;
+    if ((unsigned long)size != sizeof(h) + count * element + bands) { // (before allocating: a corrupt header may ask for terabytes)
         die_file(path, NULL, "file has %ld bytes, its header (version %d, L=%d C=%d V=%d H=%d) needs %zu: truncated or corrupt",
-                 size, h[1], c.num_layers, c.channels, c.vocab_size, c.hidden, sizeof(h) + count * element);
+                 size, h[1], c.num_layers, c.channels, c.vocab_size, c.hidden, sizeof(h) + count * element + bands);
     }
     w->config = c;
+    if (four) { w->quant = h[20]; w->quant_blocksize = h[21]; w->quant_nested = h[22]; }
     llama_allocate(w);
     if (element == 4) {
         freadCheck(w->params, sizeof(float), w->num_parameters, fp);
@@ -1634,6 +1991,31 @@ void llama_load(LlamaWeights *w, const char *path) {
             for (size_t i = 0; i < n; i++) { w->params[at + i] = bf16_to_float(chunk[i]); }
         }
         w->from_bf16 = 1;
+    }
+    int rows[4][3], in[4];
+    llama_bands(c, rows, in);
+    for (int l = 0; four && l < c.num_layers; l++) { // the bands (their sizes checked with the file's above)
+        for (int s = 0; s < 4; s++) {
+            for (int k = 0; k < 3 && rows[s][k] > 0; k++) {
+                Quant4 *q = &w->qw[((size_t)l * 4 + s) * 3 + k];
+                q->type = w->quant;
+                q->blocksize = w->quant_blocksize;
+                q->n = (size_t)rows[s][k] * in[s];
+                q->num_blocks = (q->n + q->blocksize - 1) / q->blocksize;
+                q->packed = (uint8_t *)mallocCheck((q->n + 1) / 2);
+                if (w->quant_nested) {
+                    q->qabsmax = (uint8_t *)mallocCheck(q->num_blocks);
+                    q->nested_absmax = (float *)mallocCheck((q->num_blocks + QUANT_NESTED_BLOCK - 1) / QUANT_NESTED_BLOCK * sizeof(float));
+                    dynamic_map(q->nested_code);
+                } else {
+                    q->absmax = (float *)mallocCheck(q->num_blocks * sizeof(float));
+                }
+                const void *parts[4];
+                size_t bytes[4];
+                int n = quant4_file_parts(q, parts, bytes);
+                for (int p = 0; p < n; p++) { freadCheck((void *)parts[p], 1, bytes[p], fp); }
+            }
+        }
     }
     fcloseCheck(fp);
 }
@@ -1812,6 +2194,185 @@ static int llama_hf_index(const char *name, int *layer) {
 
 #define LLAMA_HF_HINT "a Hugging Face Llama-family folder holds config.json (model_type llama or qwen2) and model.safetensors (or shards and their index)"
 
+// ----------------------------------------------------------------------------
+// Hugging Face *-bnb-4bit folders: bitsandbytes' 4-bit layers as transformers saves them
+//
+// config.json's "quantization_config" (quant_method "bitsandbytes", load_in_4bit) says the
+// type (bnb_4bit_quant_type: nf4 or fp4) and whether the absmax values are quantized again
+// (bnb_4bit_use_double_quant). Each linear layer of the blocks is then, beside its name's
+// .weight (the packed codes: uint8, shape ((n + 1) / 2, 1)):
+//   .absmax             fp32 per block, or (double quantization) uint8 per block
+//   .quant_map          the 16 codes (fp32): must be NF4's or FP4's as bitsandbytes has them
+//   .nested_absmax      (double quantization) fp32 per 256 blocks
+//   .nested_quant_map   (double quantization) the 256 values of the dynamic map
+//   .quant_state.bitsandbytes__<type>  a JSON object as uint8 bytes: quant_type, blocksize,
+//                       shape [out, in], dtype, and (double quantization) nested_blocksize
+//                       256 and nested_offset (the mean subtracted before)
+// We keep the bytes as they are (LlamaWeights' qw, our file's version 7) and check every
+// piece of it against the others and against config.json.
+static const char *const BNB_MODULES[4][3] = {{"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"}, {"self_attn.o_proj"},
+                                              {"mlp.gate_proj", "mlp.up_proj"}, {"mlp.down_proj"}};
+static const char *const BNB_PARTS[] = {".absmax", ".quant_map", ".nested_absmax", ".nested_quant_map"}; // (and .quant_state.*)
+
+// Whether a tensor name is one of the 4-bit layers' (their .weight or a part beside it)
+static int bnb_tensor(const char *name) {
+    if (strncmp(name, "model.layers.", 13) != 0) { return 0; }
+    const char *rest = strchr(name + 13, '.');
+    if (rest == NULL) { return 0; }
+    rest++;
+    for (int s = 0; s < 4; s++) {
+        for (int k = 0; k < 3 && BNB_MODULES[s][k] != NULL; k++) {
+            size_t n = strlen(BNB_MODULES[s][k]);
+            if (strncmp(rest, BNB_MODULES[s][k], n) != 0 || strncmp(rest + n, ".weight", 7) != 0) { continue; }
+            const char *part = rest + n + 7;
+            if (*part == '\0' || strncmp(part, ".quant_state.", 13) == 0) { return 1; } // (another type's state: bnb_read_module says so)
+            for (size_t i = 0; i < sizeof(BNB_PARTS) / sizeof(BNB_PARTS[0]); i++) {
+                if (strcmp(part, BNB_PARTS[i]) == 0) { return 1; }
+            }
+        }
+    }
+    return 0;
+}
+
+// config.json's quantization_config: 0 none, 1 bitsandbytes' 4 bits (*type, *nested), -1 one
+// we do not read (err says which)
+static int bnb_config(const char *text, size_t len, int *type, int *nested, char *err, size_t err_size) {
+    Json j;
+    if (json_parse(&j, text, len, err, err_size) != 0) { return -1; }
+    int q = j.tokens[0].type == JSON_OBJECT ? json_get(&j, 0, "quantization_config") : -1, result = 0;
+    char method[64] = "", qt[16] = "";
+    if (q >= 0 && j.tokens[q].type == JSON_OBJECT) {
+        int m = json_get(&j, q, "quant_method"), l4 = json_get(&j, q, "load_in_4bit"), l8 = json_get(&j, q, "load_in_8bit");
+        int t = json_get(&j, q, "bnb_4bit_quant_type"), d = json_get(&j, q, "bnb_4bit_use_double_quant");
+        if (m >= 0) { json_string(&j, m, method, sizeof(method)); }
+        int is4 = l4 >= 0 && j.tokens[l4].type == JSON_TRUE, is8 = l8 >= 0 && j.tokens[l8].type == JSON_TRUE;
+        if (strcmp(method, "bitsandbytes") != 0) {
+            snprintf(err, err_size, "its quantization_config is %s's; we read bitsandbytes' 4-bit checkpoints (and unquantized ones)",
+                     method[0] ? method : "an unnamed method");
+            result = -1;
+        } else if (is8 || !is4) {
+            snprintf(err, err_size, "a bitsandbytes 8-bit (LLM.int8) checkpoint; we read its 4-bit ones (load_in_4bit)");
+            result = -1;
+        } else {
+            if (t >= 0) { json_string(&j, t, qt, sizeof(qt)); }
+            *type = strcmp(qt, "nf4") == 0 ? QUANT_NF4 : strcmp(qt, "fp4") == 0 ? QUANT_FP4 : QUANT_NONE;
+            *nested = d >= 0 && j.tokens[d].type == JSON_TRUE;
+            result = 1;
+            if (*type == QUANT_NONE) { snprintf(err, err_size, "bnb_4bit_quant_type \"%s\": we know nf4 and fp4", qt); result = -1; }
+        }
+    }
+    json_free(&j);
+    return result;
+}
+
+// a tensor of the folder by name: its shard, or -1
+static const StTensor *hf_find(const HfWeights *h, const char *name, int *shard) {
+    for (int s = 0; s < h->num; s++) {
+        const StTensor *t = safetensors_find(&h->st[s], name);
+        if (t != NULL) { *shard = s; return t; }
+    }
+    return NULL;
+}
+// ... its bytes, which must be `bytes` of dtype `dtype`, into out
+static void hf_read_raw(const HfWeights *h, const char *name, const char *dtype, size_t bytes, void *out, const char *what) {
+    int s = 0;
+    const StTensor *t = hf_find(h, name, &s);
+    if (t == NULL) { die_file(h->paths[0], LLAMA_HF_HINT, "tensor %s is missing (%s)", name, what); }
+    if (strcmp(t->dtype, dtype) != 0 || (size_t)(t->end - t->begin) != bytes) {
+        die_file(h->paths[s], NULL, "tensor %s is %s of %zu bytes; %s needs %s of %zu", name, t->dtype, (size_t)(t->end - t->begin), what, dtype, bytes);
+    }
+    FILE *fp = fopenCheck(h->paths[s], "rb");
+    if (fseeko(fp, (off_t)(h->st[s].data_start + t->begin), SEEK_SET) != 0 || fread(out, 1, bytes, fp) != bytes) {
+        die_file(h->paths[s], NULL, "cannot read tensor %s: truncated?", name);
+    }
+    fcloseCheck(fp);
+}
+
+// One 4-bit layer (a module, `name` its .weight) of rows x in values into q, every piece checked
+static void bnb_read_module(const HfWeights *h, const LlamaWeights *w, const char *name, int rows, int in, Quant4 *q, int *blocksize) {
+    char key[256], state[2048], err[256], qt[16] = "";
+    const char *type = w->quant == QUANT_FP4 ? "fp4" : "nf4";
+    snprintf(key, sizeof(key), "%s.quant_state.bitsandbytes__%s", name, type);
+    int s = 0;
+    const StTensor *t = hf_find(h, key, &s);
+    if (t == NULL) {
+        die_file(h->paths[0], NULL, "tensor %s is missing: its quantization state (config.json says %s%s)", key, type,
+                 w->quant_nested ? ", double quantization" : "");
+    }
+    size_t len = (size_t)(t->end - t->begin);
+    if (strcmp(t->dtype, "U8") != 0 || len >= sizeof(state)) { die_file(h->paths[s], NULL, "tensor %s is not a quantization state (U8 JSON)", key); }
+    hf_read_raw(h, key, "U8", len, state, "the quantization state");
+    Json j;
+    if (json_parse(&j, state, len, err, sizeof(err)) != 0 || j.tokens[0].type != JSON_OBJECT) {
+        die_file(h->paths[s], NULL, "tensor %s: its JSON: %s", key, err);
+    }
+    double bs = 0, nested_bs = 0, offset = 0, dim[2] = {0, 0};
+    int iqt = json_get(&j, 0, "quant_type"), ibs = json_get(&j, 0, "blocksize"), ishape = json_get(&j, 0, "shape");
+    int inb = json_get(&j, 0, "nested_blocksize"), ioff = json_get(&j, 0, "nested_offset");
+    if (iqt >= 0) { json_string(&j, iqt, qt, sizeof(qt)); }
+    if (ibs < 0 || json_double(&j, ibs, &bs) != 0 || ishape < 0 || j.tokens[ishape].type != JSON_ARRAY || j.tokens[ishape].size != 2 ||
+        json_double(&j, ishape + 1, &dim[0]) != 0 || json_double(&j, j.tokens[ishape + 1].next, &dim[1]) != 0) {
+        die_file(h->paths[s], NULL, "tensor %s: no blocksize and shape [out, in] in its quantization state", key);
+    }
+    if (strcmp(qt, type) != 0) { die_file(h->paths[s], NULL, "tensor %s: quant_type \"%s\", config.json says %s", key, qt, type); }
+    if (!quant4_blocksize_ok((long)bs) || bs != (long)bs) { die_file(h->paths[s], NULL, "tensor %s: blocksize %g; bitsandbytes' are powers of two from 32 to 4096", key, bs); }
+    if (*blocksize != 0 && (int)bs != *blocksize) { die_file(h->paths[s], NULL, "tensor %s: blocksize %d, the layers before it %d; we keep one per model", key, (int)bs, *blocksize); }
+    if (dim[0] != rows || dim[1] != in) { die_file(h->paths[s], NULL, "tensor %s: shape [%g, %g], config.json gives the layer [%d, %d]", key, dim[0], dim[1], rows, in); }
+    if (w->quant_nested != (inb >= 0) || (inb >= 0 && (json_double(&j, inb, &nested_bs) != 0 || nested_bs != QUANT_NESTED_BLOCK ||
+                                                          ioff < 0 || json_double(&j, ioff, &offset) != 0))) {
+        die_file(h->paths[s], NULL, "tensor %s: %s", key, w->quant_nested ? "double quantization needs nested_blocksize 256 and nested_offset"
+                                                                          : "double quantization, which config.json does not have");
+    }
+    json_free(&j);
+    *blocksize = (int)bs;
+    size_t n = (size_t)rows * in;
+    q->type = w->quant;
+    q->blocksize = (int)bs;
+    q->n = n;
+    q->num_blocks = (n + q->blocksize - 1) / q->blocksize;
+    q->packed = (uint8_t *)mallocCheck((n + 1) / 2);
+    hf_read_raw(h, name, "U8", (n + 1) / 2, q->packed, "the packed 4-bit codes");
+    float code[16], nested_code[256];
+    snprintf(key, sizeof(key), "%s.quant_map", name);
+    hf_read_raw(h, key, "F32", sizeof(code), code, "the 16 codes");
+    if (memcmp(code, quant4_code(w->quant), sizeof(code)) != 0) { die_file(h->paths[0], NULL, "tensor %s: a codebook that is not bitsandbytes' %s", key, type); }
+    snprintf(key, sizeof(key), "%s.absmax", name);
+    if (!w->quant_nested) {
+        q->absmax = (float *)mallocCheck(q->num_blocks * sizeof(float));
+        hf_read_raw(h, key, "F32", q->num_blocks * sizeof(float), q->absmax, "an fp32 absmax per block");
+        return;
+    }
+    size_t nested = (q->num_blocks + QUANT_NESTED_BLOCK - 1) / QUANT_NESTED_BLOCK;
+    q->qabsmax = (uint8_t *)mallocCheck(q->num_blocks);
+    q->nested_absmax = (float *)mallocCheck(nested * sizeof(float));
+    hf_read_raw(h, key, "U8", q->num_blocks, q->qabsmax, "an 8-bit absmax per block (double quantization)");
+    snprintf(key, sizeof(key), "%s.nested_absmax", name);
+    hf_read_raw(h, key, "F32", nested * sizeof(float), q->nested_absmax, "an fp32 absmax per 256 blocks");
+    snprintf(key, sizeof(key), "%s.nested_quant_map", name);
+    hf_read_raw(h, key, "F32", sizeof(nested_code), nested_code, "the 256 values of the dynamic map");
+    dynamic_map(q->nested_code);
+    if (memcmp(nested_code, q->nested_code, sizeof(nested_code)) != 0) { die_file(h->paths[0], NULL, "tensor %s: not bitsandbytes' dynamic map", key); }
+    q->offset = (float)offset; // (a float32 written as a decimal: the nearest float32 is the one)
+    if (!isfinite(q->offset)) { die_file(h->paths[0], NULL, "%s: nested_offset %g is not a finite float32", name, offset); }
+}
+
+// every 4-bit layer of the folder into w->qw
+static void bnb_read(const HfWeights *h, LlamaWeights *w) {
+    int rows[4][3], in[4], blocksize = 0;
+    llama_bands(w->config, rows, in);
+    for (int l = 0; l < w->config.num_layers; l++) {
+        for (int s = 0; s < 4; s++) {
+            for (int k = 0; k < 3 && rows[s][k] > 0; k++) {
+                char name[128];
+                snprintf(name, sizeof(name), "model.layers.%d.%s.weight", l, BNB_MODULES[s][k]);
+                bnb_read_module(h, w, name, rows[s][k], in[s], &w->qw[((size_t)l * 4 + s) * 3 + k], &blocksize);
+            }
+        }
+    }
+    w->quant_blocksize = blocksize;
+}
+
+
 void llama_build_from_hf(LlamaWeights *w, const char *dir) {
     memset(w, 0, sizeof(*w));
     char config_path[MAX_PATH_LEN], err[512];
@@ -1819,9 +2380,13 @@ void llama_build_from_hf(LlamaWeights *w, const char *dir) {
     size_t len;
     uint8_t *text = read_whole_file(config_path, &len, LLAMA_HF_HINT);
     if (llama_config_from_hf_json(&w->config, (const char *)text, len, err, sizeof(err)) != 0) { die_file(config_path, LLAMA_HF_HINT, "%s", err); }
+    int quant = QUANT_NONE, nested = 0, four = bnb_config((const char *)text, len, &quant, &nested, err, sizeof(err));
+    if (four < 0) { die_file(config_path, NULL, "%s", err); }
     free(text);
     HfWeights h;
     hf_weights_open(&h, dir, LLAMA_HF_HINT);
+    w->quant = four ? quant : QUANT_NONE; // (4-bit: the linear layers' bands, below)
+    w->quant_nested = nested;
     llama_allocate(w);
     LlamaConfig c = w->config;
     // every tensor the config needs, once, with its shape; no tensor the config does not know
@@ -1832,6 +2397,7 @@ void llama_build_from_hf(LlamaWeights *w, const char *dir) {
     for (int s = 0; s < h.num; s++) {
         for (int i = 0; i < h.st[s].num; i++) {
             const StTensor *t = &h.st[s].tensors[i];
+            if (w->quant != QUANT_NONE && bnb_tensor(t->name)) { continue; } // (bnb_read's)
             int layer, n = llama_hf_index(t->name, &layer);
             int64_t rows = 0, cols = 0;
             float *dst = n >= 0 && layer < c.num_layers ? llama_slot(w, &LLAMA_HF_NAMES[n], layer, &rows, &cols) : NULL;
@@ -1863,6 +2429,7 @@ void llama_build_from_hf(LlamaWeights *w, const char *dir) {
         FILE *fp = fopenCheck(h.paths[s], "rb");
         for (int i = 0; i < h.st[s].num; i++) {
             const StTensor *t = &h.st[s].tensors[i];
+            if (w->quant != QUANT_NONE && bnb_tensor(t->name)) { continue; }
             int layer, n = llama_hf_index(t->name, &layer);
             int64_t rows, cols;
             float *dst = llama_slot(w, &LLAMA_HF_NAMES[n], layer, &rows, &cols);
@@ -1870,6 +2437,7 @@ void llama_build_from_hf(LlamaWeights *w, const char *dir) {
         }
         fcloseCheck(fp);
     }
+    if (w->quant != QUANT_NONE) { bnb_read(&h, w); }
     w->from_bf16 = all_bf16;
     free(buf);
     free(seen);
@@ -1887,6 +2455,14 @@ static void shortest_float(char *out, size_t size, float f) {
 // config.json for transformers: the family's class, every field that matters
 static int llama_hf_config_text(const LlamaWeights *w, const char *dtype, char *out, size_t size) {
     LlamaConfig c = w->config;
+    char quant[640] = "";
+    if (w->qw != NULL) { // (transformers' BitsAndBytesConfig, as its save_pretrained writes it)
+        snprintf(quant, sizeof(quant), ",\n  \"quantization_config\": {\"quant_method\": \"bitsandbytes\", \"load_in_4bit\": true, "
+                 "\"load_in_8bit\": false, \"bnb_4bit_quant_type\": \"%s\", \"bnb_4bit_use_double_quant\": %s, "
+                 "\"bnb_4bit_compute_dtype\": \"%s\", \"bnb_4bit_quant_storage\": \"uint8\", \"llm_int8_threshold\": 6.0, "
+                 "\"llm_int8_skip_modules\": null, \"llm_int8_enable_fp32_cpu_offload\": false, \"llm_int8_has_fp16_weight\": false}",
+                 quant4_name(w->quant), w->quant_nested ? "true" : "false", dtype);
+    }
     int qwen = c.family == LLAMA_FAMILY_QWEN2;
     char rope[320], ids[96] = "", theta[32], eps[32], f[3][32];
     shortest_float(theta, sizeof(theta), c.rope_theta);
@@ -1906,19 +2482,55 @@ static int llama_hf_config_text(const LlamaWeights *w, const char *dtype, char *
                     "{\n  \"architectures\": [\"%s\"],\n  \"model_type\": \"%s\",\n%s%s  \"hidden_act\": \"silu\",\n"
                     "  \"hidden_size\": %d,\n  \"intermediate_size\": %d,\n  \"num_hidden_layers\": %d,\n  \"num_attention_heads\": %d,\n"
                     "  \"num_key_value_heads\": %d,\n  \"head_dim\": %d,\n  \"vocab_size\": %d,\n  \"max_position_embeddings\": %d,\n"
-                    "  \"rms_norm_eps\": %s,\n  \"rope_parameters\": %s,\n  \"tie_word_embeddings\": %s,\n  \"dtype\": \"%s\"\n}\n",
+                    "  \"rms_norm_eps\": %s,\n  \"rope_parameters\": %s,\n  \"tie_word_embeddings\": %s,\n  \"dtype\": \"%s\"%s\n}\n",
                     qwen ? "Qwen2ForCausalLM" : "LlamaForCausalLM", qwen ? "qwen2" : "llama",
                     qwen ? "" : (c.qkv_bias ? "  \"attention_bias\": true,\n" : "  \"attention_bias\": false,\n  \"mlp_bias\": false,\n"), ids,
                     c.channels, c.hidden, c.num_layers, c.num_heads, c.num_kv_heads, c.head_size, c.vocab_size, c.max_seq_len,
-                    eps, rope, c.tied ? "true" : "false", dtype);
+                    eps, rope, c.tied ? "true" : "false", dtype, quant);
 }
 
 // The model as a Hugging Face folder transformers loads: config.json and the weights, atomically.
 void llama_export_hf(const LlamaWeights *w, const char *dir, int bf16, size_t max_bytes) {
     LlamaConfig c = w->config;
     if (mkdir(dir, 0777) != 0 && errno != EEXIST) { die_file(dir, NULL, "cannot create the folder: %s", strerror(errno)); }
-    OutTensor *t = (OutTensor *)mallocCheck((size_t)NUM_LLAMA_HF_NAMES * c.num_layers * sizeof(OutTensor));
-    int n = 0;
+    OutTensor *t = (OutTensor *)mallocCheck((size_t)NUM_LLAMA_HF_NAMES * c.num_layers * 6 * sizeof(OutTensor));
+    int n = 0, rows[4][3], in[4];
+    char (*states)[512] = (char (*)[512])mallocCheck((size_t)c.num_layers * 4 * 3 * 512);
+    static float nested_code[256];
+    dynamic_map(nested_code);
+    llama_bands(c, rows, in);
+    for (int l = 0; w->qw != NULL && l < c.num_layers; l++) { // the 4-bit layers, as bitsandbytes' Linear4bit saves them
+        for (int s = 0; s < 4; s++) {
+            for (int k = 0; k < 3 && rows[s][k] > 0; k++) {
+                const Quant4 *q = &w->qw[((size_t)l * 4 + s) * 3 + k];
+                char *state = states[((size_t)l * 4 + s) * 3 + k], offset[32];
+                shortest_float(offset, sizeof(offset), q->offset);
+                int len = snprintf(state, 512, "{\"quant_type\": \"%s\", \"blocksize\": %d, \"dtype\": \"%s\", \"shape\": [%d, %d]",
+                                   quant4_name(q->type), q->blocksize, bf16 ? "bfloat16" : "float32", rows[s][k], in[s]);
+                if (q->qabsmax != NULL) { len += snprintf(state + len, 512 - len, ", \"nested_blocksize\": 256, \"nested_dtype\": \"float32\", \"nested_offset\": %s", offset); }
+                len += snprintf(state + len, 512 - len, "}");
+                size_t nested = (q->num_blocks + QUANT_NESTED_BLOCK - 1) / QUANT_NESTED_BLOCK;
+                struct { const char *suffix, *dtype; const void *raw; int64_t d0, d1; int ndim; } parts[6] = {
+                    {"", "U8", q->packed, (int64_t)(q->n + 1) / 2, 1, 2},
+                    {".absmax", q->qabsmax != NULL ? "U8" : "F32", q->qabsmax != NULL ? (const void *)q->qabsmax : q->absmax, (int64_t)q->num_blocks, 0, 1},
+                    {".quant_map", "F32", quant4_code(q->type), 16, 0, 1},
+                    {".nested_absmax", "F32", q->nested_absmax, (int64_t)nested, 0, 1},
+                    {".nested_quant_map", "F32", nested_code, 256, 0, 1},
+                    {q->type == QUANT_FP4 ? ".quant_state.bitsandbytes__fp4" : ".quant_state.bitsandbytes__nf4", "U8", state, len, 0, 1}};
+                for (int p = 0; p < 6; p++) {
+                    if ((p == 3 || p == 4) && q->qabsmax == NULL) { continue; }
+                    OutTensor *o = &t[n++];
+                    memset(o, 0, sizeof(*o));
+                    snprintf(o->name, sizeof(o->name), "model.layers.%d.%s.weight%s", l, BNB_MODULES[s][k], parts[p].suffix);
+                    o->ndim = parts[p].ndim;
+                    o->dims[0] = parts[p].d0;
+                    o->dims[1] = parts[p].d1;
+                    o->raw = parts[p].raw;
+                    o->raw_dtype = parts[p].dtype;
+                }
+            }
+        }
+    }
     for (int e = 0; e < NUM_LLAMA_HF_NAMES; e++) {
         for (int l = 0; l < (LLAMA_HF_NAMES[e].per_layer ? c.num_layers : 1); l++) {
             int64_t rows, cols;
@@ -1936,6 +2548,7 @@ void llama_export_hf(const LlamaWeights *w, const char *dir, int bf16, size_t ma
     }
     hf_weights_write(dir, t, n, bf16, max_bytes);
     free(t);
+    free(states);
     char text[4096], path[MAX_PATH_LEN];
     llama_hf_config_text(w, bf16 ? "bfloat16" : "float32", text, sizeof(text));
     path_concat(path, dir, "/config.json");
@@ -2946,12 +3559,49 @@ void tokenizer_describe(const TokenizerSpec *ts, char *out, size_t size) {
              ts->system[0] ? " (default system message: \"" : "", ts->system, ts->system[0] ? "\")" : "");
 }
 
+// -Q on a Llama-family model: its four linear layers into 4 bits (quant4, bitsandbytes'
+// bytes: each Hugging Face module a band of its own), or (type QUANT_NONE) a 4-bit model's
+// dequantized back into floats
+static void llama_requantize(LlamaWeights *w, int type, int blocksize, int nested) {
+    LlamaConfig c = w->config;
+    if (type == QUANT_NONE && w->qw == NULL) { return; }
+    if (type != QUANT_NONE && w->qw != NULL) {
+        if (type == w->quant && blocksize == w->quant_blocksize && nested == w->quant_nested) { return; } // (as it is)
+        llama_requantize(w, QUANT_NONE, 0, 0); // (another format: through floats)
+    }
+    LlamaWeights out;
+    memset(&out, 0, sizeof(out));
+    out.config = c;
+    out.quant = type;
+    out.quant_blocksize = blocksize;
+    out.quant_nested = nested;
+    out.from_bf16 = type != QUANT_NONE && w->from_bf16; // (dequantized weights are no bf16 values: -d auto writes fp32)
+    llama_allocate(&out);
+    for (int k = 0; k < NUM_LLAMA_TENSORS; k++) { // the other tensors as they are
+        if (out.sizes[k] > 0 && w->sizes[k] > 0) { memcpy(out.tensors[k], w->tensors[k], out.sizes[k] * sizeof(float)); }
+    }
+    int rows[4][3], in[4], linear[4] = {LL_QKVW, LL_ATTPROJW, LL_FCW, LL_FCPROJW};
+    llama_bands(c, rows, in);
+    for (int l = 0; l < c.num_layers; l++) {
+        for (int s = 0; s < 4; s++) {
+            size_t site = (size_t)(rows[s][0] + rows[s][1] + rows[s][2]) * in[s], row = 0;
+            for (int k = 0; k < 3 && rows[s][k] > 0; row += (size_t)rows[s][k] * in[s], k++) {
+                size_t b = ((size_t)l * 4 + s) * 3 + k, n = (size_t)rows[s][k] * in[s];
+                if (type != QUANT_NONE) { quant4_quantize(&out.qw[b], w->tensors[linear[s]] + l * site + row, n, type, blocksize, nested); }
+                else { quant4_dequantize(&w->qw[b], out.tensors[linear[s]] + l * site + row, 0, n); }
+            }
+        }
+    }
+    llama_free(w);
+    *w = out;
+}
+
 // ----------------------------------------------------------------------------
 // main
 
 #ifndef TESTING
 typedef struct {
-    const char *input, *output, *dtype, *tokenizer;
+    const char *input, *output, *dtype, *tokenizer, *quant;
     long seed;
     size_t shard_bytes;
 } Options;
@@ -2971,6 +3621,9 @@ static void print_usage(const Options *d) {
     printf("  -S <size>     into a Hugging Face folder: shards of at most this many bytes (suffix K, M or G:\n");
     printf("                2G, 500M), as save_pretrained's max_shard_size; 0 = one model.safetensors [%zu]\n", d->shard_bytes);
     printf("  -s <int>      seed of a new random model [%ld]\n", d->seed);
+    printf("  -Q <type>     the Llama family: its linear layers into 4 bits as bitsandbytes stores them, nf4 or fp4\n"
+           "                with :BLOCKSIZE [64] and :0 or :1 double quantization [1] (-o DIR: a *-bnb-4bit folder); none:\n"
+           "                a 4-bit model's back to floats [a 4-bit input stays 4-bit, with its own bytes]\n");
     printf("Examples:\n");
     printf("  %s -i path/to/gpt2 -o gpt2_124M.bin                  a Hugging Face download -> a checkpoint\n", PROGRAM);
     printf("  %s -i log_gpt2/model_00005000.bin -o my_gpt2         a checkpoint -> transformers\n", PROGRAM);
@@ -2978,7 +3631,10 @@ static void print_usage(const Options *d) {
     printf("  %s -i SmolLM2-135M-Instruct.Q4_1.gguf -o smollm2.bin  a GGUF file -> our Llama-family file\n", PROGRAM);
     printf("                                                         (and smollm2_tokenizer.bin)\n");
     printf("  %s -i path/to/tokenizer.json -o my_tokenizer.bin    a tokenizer alone (and back: -i my_tokenizer.bin -o DIR)\n", PROGRAM);
+    printf("  %s -i unsloth/Llama-3.2-1B-bnb-4bit -o llama_nf4.bin  a *-bnb-4bit download, its 4-bit bytes kept\n", PROGRAM);
+    printf("  %s -i smollm2.bin -o smollm2_nf4 -Q nf4             a model -> a *-bnb-4bit folder (QLoRA's base)\n", PROGRAM);
 }
+
 
 // a size in bytes with an optional K, M or G (powers of 1024), or a usage error
 static size_t parse_size(const char *flag, const char *s) {
@@ -3154,6 +3810,18 @@ static void convert_llama(const Options *o, int to_checkpoint) {
             }
         }
     }
+    if (o->quant != NULL) { // -Q TYPE[:BLOCKSIZE[:DOUBLE]] (finetune_lora's syntax)
+        char type[16] = "", again[64];
+        long blocksize = 64, nested = 1;
+        int got = sscanf(o->quant, "%15[a-z0-9]:%ld:%ld", type, &blocksize, &nested);
+        int t = strcmp(type, "nf4") == 0 ? QUANT_NF4 : strcmp(type, "fp4") == 0 ? QUANT_FP4 : QUANT_NONE;
+        snprintf(again, sizeof(again), got >= 3 ? "%s:%ld:%ld" : got == 2 ? "%s:%ld" : "%s", type, blocksize, nested);
+        if (got < 1 || strcmp(again, o->quant) != 0 || (t == QUANT_NONE && (strcmp(type, "none") != 0 || got > 1)) ||
+            !quant4_blocksize_ok(blocksize) || (nested != 0 && nested != 1)) {
+            usage_error("-Q %s: expected nf4 or fp4 with optionally :BLOCKSIZE (a power of two, 32 to 4096) and :0 or :1, or none", o->quant);
+        }
+        llama_requantize(&w, t, (int)blocksize, (int)nested);
+    }
     LlamaConfig c = w.config;
     ModelNotes notes;
     notes_of_input(&notes, o->input, strcmp(kind, "Hugging Face folder") == 0, c.vocab_size);
@@ -3162,11 +3830,23 @@ static void convert_llama(const Options *o, int to_checkpoint) {
             c.family == LLAMA_FAMILY_QWEN2 ? "Qwen2" : "Llama", c.num_layers, c.channels, c.num_heads, c.num_kv_heads, c.head_size,
             c.hidden, c.vocab_size, c.max_seq_len, c.tied ? ", tied head" : "", c.qkv_bias ? ", q/k/v biases" : "", w.num_parameters,
             w.from_bf16 ? " (bf16)" : "");
+    if (w.qw != NULL) {
+        size_t values = 0, bytes = 0;
+        for (size_t k = 0; k < (size_t)c.num_layers * 4 * 3; k++) { values += w.qw[k].n; bytes += w.qw[k].n > 0 ? quant4_bytes(&w.qw[k]) : 0; }
+        fprintf(stderr, "... and %zu in the linear layers, in %s (blocks of %d%s): %.1f MiB\n", values, quant4_name(w.quant),
+                w.quant_blocksize, w.quant_nested ? ", double quantization" : "", (double)bytes / (1 << 20));
+    }
     print_notes(&notes);
     if (to_checkpoint) {
         llama_save(&w, o->output, bf16, &notes);
-        fprintf(stderr, "wrote %s (Llama-family model file, version %d: %s)\n", o->output, bf16 ? MODEL_VERSION_BF16 : MODEL_VERSION_FP32,
-                bf16 ? "bf16" : "fp32");
+        if (w.qw != NULL) {
+            fprintf(stderr, "wrote %s (Llama-family model file, version %d: the linear layers in %s, blocks of %d%s; the rest %s)\n",
+                    o->output, MODEL_VERSION_4BIT, quant4_name(w.quant), w.quant_blocksize, w.quant_nested ? ", double quantization" : "",
+                    bf16 ? "bf16" : "fp32");
+        } else {
+            fprintf(stderr, "wrote %s (Llama-family model file, version %d: %s)\n", o->output, bf16 ? MODEL_VERSION_BF16 : MODEL_VERSION_FP32,
+                    bf16 ? "bf16" : "fp32");
+        }
         char path[MAX_PATH_LEN], about[8192];
         format_path(path, sizeof(path), "%.*s_tokenizer.bin", (int)(strlen(o->output) - 4), o->output);
         if (has_tokenizer) {
@@ -3206,6 +3886,7 @@ int main(int argc, char **argv) {
         case 't': o.tokenizer = v; break;
         case 'S': o.shard_bytes = parse_size(flag, v); break;
         case 's': o.seed = parse_int(flag, v, 0); break;
+        case 'Q': o.quant = v; break;
         default: usage_error("unknown flag %s", flag);
         }
     }
@@ -3232,6 +3913,7 @@ int main(int argc, char **argv) {
         convert_llama(&o, to_checkpoint);
         return 0;
     }
+    if (o.quant != NULL) { usage_error("-Q (4-bit linear layers) is for the Llama family's models, not GPT-2's (%s)", o.input); }
     struct stat info;
     int from_hf = stat(o.input, &info) == 0 && S_ISDIR(info.st_mode);
 

@@ -866,10 +866,21 @@ typedef struct {
     float *params;
     size_t num_parameters;
     int from_bf16; // every weight read was bf16 (-d auto then writes bf16)
+    // a 4-bit model (file version 7, or a Hugging Face *-bnb-4bit folder): the four linear
+    // layers of every block as bitsandbytes stores them, (L, 4, 3) bands (llama_bands: one
+    // per Hugging Face module); their tensors above then hold no floats (size 0)
+    int quant, quant_blocksize, quant_nested; // QUANT_NF4 or QUANT_FP4 (QUANT_NONE: not 4-bit), blocksize, 0 or 1
+    Quant4 *qw;
 } LlamaWeights;
 
+// (with w->quant set, the four linear layers go to qw, empty bands for their reader to fill)
 static void llama_allocate(LlamaWeights *w) {
     llama_tensor_sizes(w->sizes, w->config);
+    if (w->quant != QUANT_NONE) {
+        w->sizes[LL_QKVW] = w->sizes[LL_ATTPROJW] = w->sizes[LL_FCW] = w->sizes[LL_FCPROJW] = 0;
+        w->qw = (Quant4 *)calloc((size_t)w->config.num_layers * 4 * 3, sizeof(Quant4));
+        if (w->qw == NULL) { fprintf(stderr, "Error: out of memory for the 4-bit weights\n"); exit(EXIT_FAILURE); }
+    }
     w->num_parameters = 0;
     for (int k = 0; k < NUM_LLAMA_TENSORS; k++) { w->num_parameters += w->sizes[k]; }
     w->params = (float *)mallocCheck(w->num_parameters * sizeof(float));
@@ -881,10 +892,63 @@ static void llama_allocate(LlamaWeights *w) {
 }
 
 static void llama_free(LlamaWeights *w) {
+    for (size_t k = 0; w->qw != NULL && k < (size_t)w->config.num_layers * 4 * 3; k++) { quant4_free(&w->qw[k]); }
+    free(w->qw);
     free(w->params);
     memset(w, 0, sizeof(*w));
 }
 // --- end shared-copy: llama-config ---
+
+// --- begin shared-copy: llama-4bit ---
+// Our 4-bit Llama-family model file (version 7: ./convert makes one of a Hugging Face
+// *-bnb-4bit folder): the header of versions 3 and 5, and
+//   [20] the 4-bit type (1 NF4, 2 FP4)  [21] its blocksize  [22] 1: double quantization
+//   [23] 1: the other tensors in bf16, 0: in fp32
+// then the tensors of the table above without qkvw, attprojw, fcw and fcprojw, in its order;
+// then those four, layer by layer, each Hugging Face module a band of its own as
+// bitsandbytes stores it (q, k, v; o; gate, up; down: llama_bands), each band: its codes
+// ((n + 1) / 2 bytes, two a byte, the first in the high nibble), then its absmax (fp32 per
+// block) or, under double quantization, its 8-bit absmax (a byte per block), the fp32 absmax
+// of each 256 of those, and their offset (fp32). (quant4: the format, finetune_lora.c's.)
+#define MODEL_VERSION_4BIT 7
+// the rows of each band of the four linear layers (0: none), and their inputs
+static void llama_bands(LlamaConfig c, int rows[4][3], int in[4]) {
+    int C = c.channels, Q = c.num_heads * c.head_size, KV = c.num_kv_heads * c.head_size, H = c.hidden;
+    int r[4][3] = {{Q, KV, KV}, {C, 0, 0}, {H, H, 0}, {C, 0, 0}}, i[4] = {C, Q, C, H};
+    memcpy(rows, r, sizeof(r));
+    memcpy(in, i, sizeof(i));
+}
+
+// a band of n values: its bytes in the file, and its parts (up to 4 buffers) in their order
+static size_t quant4_file_bytes(size_t n, int blocksize, int nested) {
+    size_t blocks = (n + blocksize - 1) / blocksize;
+    return (n + 1) / 2 + (nested ? blocks + (blocks + QUANT_NESTED_BLOCK - 1) / QUANT_NESTED_BLOCK * sizeof(float) + sizeof(float)
+                                 : blocks * sizeof(float));
+}
+static int quant4_file_parts(const Quant4 *q, const void **bufs, size_t *sizes) {
+    bufs[0] = q->packed;
+    sizes[0] = (q->n + 1) / 2;
+    if (q->qabsmax == NULL) { bufs[1] = q->absmax; sizes[1] = q->num_blocks * sizeof(float); return 2; }
+    bufs[1] = q->qabsmax;
+    sizes[1] = q->num_blocks;
+    bufs[2] = q->nested_absmax;
+    sizes[2] = (q->num_blocks + QUANT_NESTED_BLOCK - 1) / QUANT_NESTED_BLOCK * sizeof(float);
+    bufs[3] = &q->offset;
+    sizes[3] = sizeof(float);
+    return 4;
+}
+
+// the bytes of all the bands of a model
+static size_t llama_4bit_bytes(LlamaConfig c, int blocksize, int nested) {
+    int rows[4][3], in[4];
+    llama_bands(c, rows, in);
+    size_t total = 0;
+    for (int s = 0; s < 4; s++) {
+        for (int k = 0; k < 3; k++) { total += rows[s][k] > 0 ? quant4_file_bytes((size_t)rows[s][k] * in[s], blocksize, nested) : 0; }
+    }
+    return total * c.num_layers;
+}
+// --- end shared-copy: llama-4bit ---
 // --- begin shared-copy: llama-model-read ---
 static float bits_float(int i) {
     float f;
@@ -900,8 +964,14 @@ void llama_load(LlamaWeights *w, const char *path) {
     if (fread(h, sizeof(int), 256, fp) != 256) { die_file(path, NULL, "file too short for a model header (256 x int32)"); }
     long size = file_size(fp, path); // (and back to the end of the header)
     if (h[0] != LLAMA_MAGIC) { die_file(path, NULL, "bad magic number: expected %d (a Llama-family model), found %d", LLAMA_MAGIC, h[0]); }
-    if (h[1] != MODEL_VERSION_FP32 && h[1] != MODEL_VERSION_BF16) {
-        die_file(path, NULL, "version %d: we read 3 (fp32) and 5 (bf16)", h[1]);
+    if (h[1] != MODEL_VERSION_FP32 && h[1] != MODEL_VERSION_BF16 && h[1] != MODEL_VERSION_4BIT) {
+        die_file(path, NULL, "version %d: we read 3 (fp32), 5 (bf16) and 7 (4-bit linear layers)", h[1]);
+    }
+    int four = h[1] == MODEL_VERSION_4BIT;
+    if (four && ((h[20] != QUANT_NF4 && h[20] != QUANT_FP4) || !quant4_blocksize_ok(h[21]) || (h[22] != 0 && h[22] != 1) ||
+                 (h[23] != 0 && h[23] != 1))) {
+        die_file(path, NULL, "its 4-bit header fields (type %d, blocksize %d, double quantization %d, bf16 %d) are not a model's: "
+                 "truncated or corrupt", h[20], h[21], h[22], h[23]);
     }
     LlamaConfig c = {h[2], h[3], h[4], h[5], h[6], h[7], h[9], h[8], h[10] & 1, (h[10] >> 1) & 1, h[17],
                      bits_float(h[11]), bits_float(h[12]), bits_float(h[13]), bits_float(h[14]), bits_float(h[15]), h[16], h[18], h[19]};
@@ -913,14 +983,18 @@ void llama_load(LlamaWeights *w, const char *path) {
     if ((h[10] & ~3) != 0 || llama_check_config(c, err, sizeof(err)) != 0) {
         die_file(path, NULL, "its header is not a model's (%s): truncated or corrupt", (h[10] & ~3) != 0 ? "unknown flags" : err);
     }
-    size_t element = h[1] == MODEL_VERSION_BF16 ? 2 : 4, sizes[NUM_LLAMA_TENSORS], count = 0;
+    size_t element = h[1] == MODEL_VERSION_BF16 || (four && h[23]) ? 2 : 4, sizes[NUM_LLAMA_TENSORS], count = 0;
     llama_tensor_sizes(sizes, c);
-    for (int k = 0; k < NUM_LLAMA_TENSORS; k++) { count += sizes[k]; }
-    if ((unsigned long)size != sizeof(h) + count * element) { // (before allocating: a corrupt header may ask for terabytes)
+    for (int k = 0; k < NUM_LLAMA_TENSORS; k++) {
+        count += four && (k == LL_QKVW || k == LL_ATTPROJW || k == LL_FCW || k == LL_FCPROJW) ? 0 : sizes[k];
+    }
+    size_t bands = four ? llama_4bit_bytes(c, h[21], h[22]) : 0;
+    if ((unsigned long)size != sizeof(h) + count * element + bands) { // (before allocating: a corrupt header may ask for terabytes)
         die_file(path, NULL, "file has %ld bytes, its header (version %d, L=%d C=%d V=%d H=%d) needs %zu: truncated or corrupt",
-                 size, h[1], c.num_layers, c.channels, c.vocab_size, c.hidden, sizeof(h) + count * element);
+                 size, h[1], c.num_layers, c.channels, c.vocab_size, c.hidden, sizeof(h) + count * element + bands);
     }
     w->config = c;
+    if (four) { w->quant = h[20]; w->quant_blocksize = h[21]; w->quant_nested = h[22]; }
     llama_allocate(w);
     if (element == 4) {
         freadCheck(w->params, sizeof(float), w->num_parameters, fp);
@@ -932,6 +1006,31 @@ void llama_load(LlamaWeights *w, const char *path) {
             for (size_t i = 0; i < n; i++) { w->params[at + i] = bf16_to_float(chunk[i]); }
         }
         w->from_bf16 = 1;
+    }
+    int rows[4][3], in[4];
+    llama_bands(c, rows, in);
+    for (int l = 0; four && l < c.num_layers; l++) { // the bands (their sizes checked with the file's above)
+        for (int s = 0; s < 4; s++) {
+            for (int k = 0; k < 3 && rows[s][k] > 0; k++) {
+                Quant4 *q = &w->qw[((size_t)l * 4 + s) * 3 + k];
+                q->type = w->quant;
+                q->blocksize = w->quant_blocksize;
+                q->n = (size_t)rows[s][k] * in[s];
+                q->num_blocks = (q->n + q->blocksize - 1) / q->blocksize;
+                q->packed = (uint8_t *)mallocCheck((q->n + 1) / 2);
+                if (w->quant_nested) {
+                    q->qabsmax = (uint8_t *)mallocCheck(q->num_blocks);
+                    q->nested_absmax = (float *)mallocCheck((q->num_blocks + QUANT_NESTED_BLOCK - 1) / QUANT_NESTED_BLOCK * sizeof(float));
+                    dynamic_map(q->nested_code);
+                } else {
+                    q->absmax = (float *)mallocCheck(q->num_blocks * sizeof(float));
+                }
+                const void *parts[4];
+                size_t bytes[4];
+                int n = quant4_file_parts(q, parts, bytes);
+                for (int p = 0; p < n; p++) { freadCheck((void *)parts[p], 1, bytes[p], fp); }
+            }
+        }
     }
     fcloseCheck(fp);
 }
@@ -985,7 +1084,40 @@ void llama_save(const LlamaWeights *w, const char *path, int bf16, const ModelNo
                       float_bits(c.rope_high_freq_factor), c.rope_original_max, c.family, c.bos_token_id, c.eos_token_id};
     memcpy(header, fields, sizeof(fields));
     model_notes_put(header, notes);
-    write_model_file(path, header, w->params, w->num_parameters, bf16);
+    if (w->qw == NULL) {
+        write_model_file(path, header, w->params, w->num_parameters, bf16);
+        return;
+    }
+    // 4-bit (version 7): the other tensors, then every band's parts, in one atomic write
+    header[1] = MODEL_VERSION_4BIT;
+    header[20] = w->quant;
+    header[21] = w->quant_blocksize;
+    header[22] = w->quant_nested;
+    header[23] = bf16;
+    int rows[4][3], in[4], n = 2;
+    llama_bands(c, rows, in);
+    size_t max_parts = 2 + (size_t)c.num_layers * 4 * 3 * 4, *sizes = (size_t *)mallocCheck(max_parts * sizeof(size_t));
+    const void **bufs = (const void **)mallocCheck(max_parts * sizeof(void *));
+    uint16_t *narrow = NULL;
+    bufs[0] = header;
+    sizes[0] = sizeof(header);
+    bufs[1] = w->params;
+    sizes[1] = w->num_parameters * sizeof(float);
+    if (bf16) {
+        narrow = (uint16_t *)mallocCheck((w->num_parameters > 0 ? w->num_parameters : 1) * sizeof(uint16_t));
+        for (size_t i = 0; i < w->num_parameters; i++) { narrow[i] = float_to_bf16(w->params[i]); }
+        bufs[1] = narrow;
+        sizes[1] = w->num_parameters * sizeof(uint16_t);
+    }
+    for (int l = 0; l < c.num_layers; l++) {
+        for (int s = 0; s < 4; s++) {
+            for (int k = 0; k < 3 && rows[s][k] > 0; k++) { n += quant4_file_parts(&w->qw[((size_t)l * 4 + s) * 3 + k], bufs + n, sizes + n); }
+        }
+    }
+    write_file_atomic(path, bufs, sizes, n);
+    free(narrow);
+    free(bufs);
+    free(sizes);
 }
 // --- end shared-copy: llama-model-write ---
 // --- begin shared-copy: rope-frequencies ---
@@ -1099,6 +1231,13 @@ static void base_point(Base *b) {
     }
 }
 
+// the rows of each band of the four linear layers: one per Hugging Face module (base_quantize's)
+static void base_band_rows(Base *b) {
+    int C = b->C, Q = b->NH * b->HS, KV = b->NKV * b->HS, H = b->H;
+    int rows[NUM_SITES][3] = {{Q, KV, KV}, {C, 0, 0}, {H, H, 0}, {C, 0, 0}}, gpt2_rows[NUM_SITES][3] = {{3 * C, 0, 0}, {C, 0, 0}, {4 * C, 0, 0}, {C, 0, 0}};
+    memcpy(b->band_rows, b->llama ? rows : gpt2_rows, sizeof(rows));
+}
+
 // Our model file: GPT-2 (llm.c's checkpoint) or the Llama family's (./convert's), by its magic
 // (or llama:NAME, a random model of that shape: the benchmark's, -B 1)
 static void base_load(Base *b, const char *path) {
@@ -1115,6 +1254,18 @@ static void base_load(Base *b, const char *path) {
         b->llama = 1; b->L = c.num_layers; b->C = c.channels; b->NH = c.num_heads; b->NKV = c.num_kv_heads; b->HS = c.head_size;
         b->H = c.hidden; b->V = c.vocab_size; b->Vp = c.vocab_size; b->maxT = c.max_seq_len; b->eps = c.norm_eps;
         b->inv_freq = rope_frequencies(&c);
+        if (b->llama_weights.qw != NULL) { // a 4-bit file (./convert's, of a *-bnb-4bit folder): its bands are the base's, as base_quantize leaves them
+            b->qw = b->llama_weights.qw;
+            b->llama_weights.qw = NULL;
+            b->quant = b->llama_weights.quant;
+            b->quant_blocksize = b->llama_weights.quant_blocksize;
+            b->quant_nested = b->llama_weights.quant_nested;
+            base_band_rows(b);
+            LlamaWeights *w = &b->llama_weights; // (the sizes and count of the whole model, as after base_quantize)
+            llama_tensor_sizes(w->sizes, c);
+            w->num_parameters = 0;
+            for (int k = 0; k < NUM_LLAMA_TENSORS; k++) { w->num_parameters += w->sizes[k]; }
+        }
     } else {
         gpt2_build_from_checkpoint(&b->gpt2, path);
         GPT2Config c = b->gpt2.config;
@@ -1139,9 +1290,8 @@ static int base_tensors(Base *b, float ***tensors, size_t **sizes, int quantized
 // band), then the rest of the model (embeddings, norms, biases, the head: what stays fp32)
 // moved into an allocation of its own, and the fp32 weights freed
 static void base_quantize(Base *b, int type, int blocksize, int nested) {
-    int C = b->C, Q = b->NH * b->HS, KV = b->NKV * b->HS, H = b->H, L = b->L;
-    int rows[NUM_SITES][3] = {{Q, KV, KV}, {C, 0, 0}, {H, H, 0}, {C, 0, 0}}, gpt2_rows[NUM_SITES][3] = {{3 * C, 0, 0}, {C, 0, 0}, {4 * C, 0, 0}, {C, 0, 0}};
-    memcpy(b->band_rows, b->llama ? rows : gpt2_rows, sizeof(rows));
+    int C = b->C, Q = b->NH * b->HS, H = b->H, L = b->L;
+    base_band_rows(b);
     int in[NUM_SITES] = {C, Q, C, H};
     const float *W[NUM_SITES] = {b->qkvw, b->attprojw, b->fcw, b->fcprojw};
     b->qw = (Quant4 *)calloc((size_t)L * NUM_SITES * 3, sizeof(Quant4));
@@ -2714,6 +2864,20 @@ typedef struct {
 // --plan: the memory a run would take, before it takes it
 
 // A base of -m's shape, its dimensions only (llama:NAME, gpt2-xl), or the model file loaded
+// A 4-bit model file is QLoRA's base as it is: -Q says nothing (then it is the file's format)
+// or the file's format; another is an error
+static void quant_from_file(Options *o, const Base *b) {
+    if (b->quant == QUANT_NONE) { return; }
+    if (o->quant != QUANT_NONE && (o->quant != b->quant || o->quant_blocksize != b->quant_blocksize || o->quant_nested != b->quant_nested)) {
+        die_file(o->model, "leave -Q out (or give the file's format), or ./convert -Q none makes a float model of it",
+                 "its linear layers are %s in blocks of %d%s already", quant4_name(b->quant), b->quant_blocksize,
+                 b->quant_nested ? " with double quantization" : "");
+    }
+    o->quant = b->quant;
+    o->quant_blocksize = b->quant_blocksize;
+    o->quant_nested = b->quant_nested;
+}
+
 static void plan_shape(Base *b, const char *model) {
     memset(b, 0, sizeof(*b));
     if (strcmp(model, "gpt2-xl") == 0) { // GPT-2 XL: 1.56B parameters
@@ -2725,7 +2889,10 @@ static void plan_shape(Base *b, const char *model) {
         b->V = c.vocab_size; b->Vp = c.padded_vocab_size; b->maxT = c.max_seq_len;
         return;
     }
-    if (strncmp(model, "llama:", 6) != 0) { base_load(b, model); return; }
+    if (strncmp(model, "llama:", 6) != 0) {
+        base_load(b, model);
+        return;
+    }
     for (size_t k = 0; k < sizeof(LLAMA_SHAPES) / sizeof(LLAMA_SHAPES[0]); k++) {
         if (strcmp(model + 6, LLAMA_SHAPES[k].name) != 0) { continue; }
         LlamaConfig c = LLAMA_SHAPES[k].c;
@@ -2747,9 +2914,11 @@ static double plan_total(const Base *b, PlanRun run, int B, int T) {
     return p.total;
 }
 
-static void run_plan(const Options *o) {
+static void run_plan(const Options *given) {
     Base b;
+    Options file = *given, *o = &file;
     plan_shape(&b, o->model);
+    quant_from_file(o, &b);
     double budget = (o->budget != NULL ? parse_float("-G", o->budget) : 16.0) * 1073741824.0, mib = 1048576.0;
     if (!(budget > 0.0)) { usage_error("-G %s: the memory to plan for must be above 0 GiB", o->budget); }
     int T = o->T;
@@ -2892,7 +3061,8 @@ static Options parse_args(int argc, char **argv) {
 // the frozen base model (on the GPU too, in finetune_lora.cu)
 static void load_base(Run *r) {
     base_load(&r->b, r->o.model);
-    if (r->o.quant != QUANT_NONE) { base_quantize(&r->b, r->o.quant, r->o.quant_blocksize, r->o.quant_nested); }
+    quant_from_file(&r->o, &r->b);
+    if (r->o.quant != QUANT_NONE && r->b.quant == QUANT_NONE) { base_quantize(&r->b, r->o.quant, r->o.quant_blocksize, r->o.quant_nested); }
     base_to_device(&r->b);
     if (r->o.T > r->b.maxT) {
         char msg[160];

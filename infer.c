@@ -1438,10 +1438,21 @@ typedef struct {
     float *params;
     size_t num_parameters;
     int from_bf16; // every weight read was bf16 (-d auto then writes bf16)
+    // a 4-bit model (file version 7, or a Hugging Face *-bnb-4bit folder): the four linear
+    // layers of every block as bitsandbytes stores them, (L, 4, 3) bands (llama_bands: one
+    // per Hugging Face module); their tensors above then hold no floats (size 0)
+    int quant, quant_blocksize, quant_nested; // QUANT_NF4 or QUANT_FP4 (QUANT_NONE: not 4-bit), blocksize, 0 or 1
+    Quant4 *qw;
 } LlamaWeights;
 
+// (with w->quant set, the four linear layers go to qw, empty bands for their reader to fill)
 static void llama_allocate(LlamaWeights *w) {
     llama_tensor_sizes(w->sizes, w->config);
+    if (w->quant != QUANT_NONE) {
+        w->sizes[LL_QKVW] = w->sizes[LL_ATTPROJW] = w->sizes[LL_FCW] = w->sizes[LL_FCPROJW] = 0;
+        w->qw = (Quant4 *)calloc((size_t)w->config.num_layers * 4 * 3, sizeof(Quant4));
+        if (w->qw == NULL) { fprintf(stderr, "Error: out of memory for the 4-bit weights\n"); exit(EXIT_FAILURE); }
+    }
     w->num_parameters = 0;
     for (int k = 0; k < NUM_LLAMA_TENSORS; k++) { w->num_parameters += w->sizes[k]; }
     w->params = (float *)mallocCheck(w->num_parameters * sizeof(float));
@@ -1453,10 +1464,63 @@ static void llama_allocate(LlamaWeights *w) {
 }
 
 static void llama_free(LlamaWeights *w) {
+    for (size_t k = 0; w->qw != NULL && k < (size_t)w->config.num_layers * 4 * 3; k++) { quant4_free(&w->qw[k]); }
+    free(w->qw);
     free(w->params);
     memset(w, 0, sizeof(*w));
 }
 // --- end shared-copy: llama-config ---
+
+// --- begin shared-copy: llama-4bit ---
+// Our 4-bit Llama-family model file (version 7: ./convert makes one of a Hugging Face
+// *-bnb-4bit folder): the header of versions 3 and 5, and
+//   [20] the 4-bit type (1 NF4, 2 FP4)  [21] its blocksize  [22] 1: double quantization
+//   [23] 1: the other tensors in bf16, 0: in fp32
+// then the tensors of the table above without qkvw, attprojw, fcw and fcprojw, in its order;
+// then those four, layer by layer, each Hugging Face module a band of its own as
+// bitsandbytes stores it (q, k, v; o; gate, up; down: llama_bands), each band: its codes
+// ((n + 1) / 2 bytes, two a byte, the first in the high nibble), then its absmax (fp32 per
+// block) or, under double quantization, its 8-bit absmax (a byte per block), the fp32 absmax
+// of each 256 of those, and their offset (fp32). (quant4: the format, finetune_lora.c's.)
+#define MODEL_VERSION_4BIT 7
+// the rows of each band of the four linear layers (0: none), and their inputs
+static void llama_bands(LlamaConfig c, int rows[4][3], int in[4]) {
+    int C = c.channels, Q = c.num_heads * c.head_size, KV = c.num_kv_heads * c.head_size, H = c.hidden;
+    int r[4][3] = {{Q, KV, KV}, {C, 0, 0}, {H, H, 0}, {C, 0, 0}}, i[4] = {C, Q, C, H};
+    memcpy(rows, r, sizeof(r));
+    memcpy(in, i, sizeof(i));
+}
+
+// a band of n values: its bytes in the file, and its parts (up to 4 buffers) in their order
+static size_t quant4_file_bytes(size_t n, int blocksize, int nested) {
+    size_t blocks = (n + blocksize - 1) / blocksize;
+    return (n + 1) / 2 + (nested ? blocks + (blocks + QUANT_NESTED_BLOCK - 1) / QUANT_NESTED_BLOCK * sizeof(float) + sizeof(float)
+                                 : blocks * sizeof(float));
+}
+static int quant4_file_parts(const Quant4 *q, const void **bufs, size_t *sizes) {
+    bufs[0] = q->packed;
+    sizes[0] = (q->n + 1) / 2;
+    if (q->qabsmax == NULL) { bufs[1] = q->absmax; sizes[1] = q->num_blocks * sizeof(float); return 2; }
+    bufs[1] = q->qabsmax;
+    sizes[1] = q->num_blocks;
+    bufs[2] = q->nested_absmax;
+    sizes[2] = (q->num_blocks + QUANT_NESTED_BLOCK - 1) / QUANT_NESTED_BLOCK * sizeof(float);
+    bufs[3] = &q->offset;
+    sizes[3] = sizeof(float);
+    return 4;
+}
+
+// the bytes of all the bands of a model
+static size_t llama_4bit_bytes(LlamaConfig c, int blocksize, int nested) {
+    int rows[4][3], in[4];
+    llama_bands(c, rows, in);
+    size_t total = 0;
+    for (int s = 0; s < 4; s++) {
+        for (int k = 0; k < 3; k++) { total += rows[s][k] > 0 ? quant4_file_bytes((size_t)rows[s][k] * in[s], blocksize, nested) : 0; }
+    }
+    return total * c.num_layers;
+}
+// --- end shared-copy: llama-4bit ---
 
 // --- begin shared-copy: infer-model-config ---
 // What the forward pass needs to know of a model of either family: GPT2Config's fields,
@@ -1728,8 +1792,14 @@ void llama_load(LlamaWeights *w, const char *path) {
     if (fread(h, sizeof(int), 256, fp) != 256) { die_file(path, NULL, "file too short for a model header (256 x int32)"); }
     long size = file_size(fp, path); // (and back to the end of the header)
     if (h[0] != LLAMA_MAGIC) { die_file(path, NULL, "bad magic number: expected %d (a Llama-family model), found %d", LLAMA_MAGIC, h[0]); }
-    if (h[1] != MODEL_VERSION_FP32 && h[1] != MODEL_VERSION_BF16) {
-        die_file(path, NULL, "version %d: we read 3 (fp32) and 5 (bf16)", h[1]);
+    if (h[1] != MODEL_VERSION_FP32 && h[1] != MODEL_VERSION_BF16 && h[1] != MODEL_VERSION_4BIT) {
+        die_file(path, NULL, "version %d: we read 3 (fp32), 5 (bf16) and 7 (4-bit linear layers)", h[1]);
+    }
+    int four = h[1] == MODEL_VERSION_4BIT;
+    if (four && ((h[20] != QUANT_NF4 && h[20] != QUANT_FP4) || !quant4_blocksize_ok(h[21]) || (h[22] != 0 && h[22] != 1) ||
+                 (h[23] != 0 && h[23] != 1))) {
+        die_file(path, NULL, "its 4-bit header fields (type %d, blocksize %d, double quantization %d, bf16 %d) are not a model's: "
+                 "truncated or corrupt", h[20], h[21], h[22], h[23]);
     }
     LlamaConfig c = {h[2], h[3], h[4], h[5], h[6], h[7], h[9], h[8], h[10] & 1, (h[10] >> 1) & 1, h[17],
                      bits_float(h[11]), bits_float(h[12]), bits_float(h[13]), bits_float(h[14]), bits_float(h[15]), h[16], h[18], h[19]};
@@ -1741,14 +1811,18 @@ void llama_load(LlamaWeights *w, const char *path) {
     if ((h[10] & ~3) != 0 || llama_check_config(c, err, sizeof(err)) != 0) {
         die_file(path, NULL, "its header is not a model's (%s): truncated or corrupt", (h[10] & ~3) != 0 ? "unknown flags" : err);
     }
-    size_t element = h[1] == MODEL_VERSION_BF16 ? 2 : 4, sizes[NUM_LLAMA_TENSORS], count = 0;
+    size_t element = h[1] == MODEL_VERSION_BF16 || (four && h[23]) ? 2 : 4, sizes[NUM_LLAMA_TENSORS], count = 0;
     llama_tensor_sizes(sizes, c);
-    for (int k = 0; k < NUM_LLAMA_TENSORS; k++) { count += sizes[k]; }
-    if ((unsigned long)size != sizeof(h) + count * element) { // (before allocating: a corrupt header may ask for terabytes)
+    for (int k = 0; k < NUM_LLAMA_TENSORS; k++) {
+        count += four && (k == LL_QKVW || k == LL_ATTPROJW || k == LL_FCW || k == LL_FCPROJW) ? 0 : sizes[k];
+    }
+    size_t bands = four ? llama_4bit_bytes(c, h[21], h[22]) : 0;
+    if ((unsigned long)size != sizeof(h) + count * element + bands) { // (before allocating: a corrupt header may ask for terabytes)
         die_file(path, NULL, "file has %ld bytes, its header (version %d, L=%d C=%d V=%d H=%d) needs %zu: truncated or corrupt",
-                 size, h[1], c.num_layers, c.channels, c.vocab_size, c.hidden, sizeof(h) + count * element);
+                 size, h[1], c.num_layers, c.channels, c.vocab_size, c.hidden, sizeof(h) + count * element + bands);
     }
     w->config = c;
+    if (four) { w->quant = h[20]; w->quant_blocksize = h[21]; w->quant_nested = h[22]; }
     llama_allocate(w);
     if (element == 4) {
         freadCheck(w->params, sizeof(float), w->num_parameters, fp);
@@ -1760,6 +1834,31 @@ void llama_load(LlamaWeights *w, const char *path) {
             for (size_t i = 0; i < n; i++) { w->params[at + i] = bf16_to_float(chunk[i]); }
         }
         w->from_bf16 = 1;
+    }
+    int rows[4][3], in[4];
+    llama_bands(c, rows, in);
+    for (int l = 0; four && l < c.num_layers; l++) { // the bands (their sizes checked with the file's above)
+        for (int s = 0; s < 4; s++) {
+            for (int k = 0; k < 3 && rows[s][k] > 0; k++) {
+                Quant4 *q = &w->qw[((size_t)l * 4 + s) * 3 + k];
+                q->type = w->quant;
+                q->blocksize = w->quant_blocksize;
+                q->n = (size_t)rows[s][k] * in[s];
+                q->num_blocks = (q->n + q->blocksize - 1) / q->blocksize;
+                q->packed = (uint8_t *)mallocCheck((q->n + 1) / 2);
+                if (w->quant_nested) {
+                    q->qabsmax = (uint8_t *)mallocCheck(q->num_blocks);
+                    q->nested_absmax = (float *)mallocCheck((q->num_blocks + QUANT_NESTED_BLOCK - 1) / QUANT_NESTED_BLOCK * sizeof(float));
+                    dynamic_map(q->nested_code);
+                } else {
+                    q->absmax = (float *)mallocCheck(q->num_blocks * sizeof(float));
+                }
+                const void *parts[4];
+                size_t bytes[4];
+                int n = quant4_file_parts(q, parts, bytes);
+                for (int p = 0; p < n; p++) { freadCheck((void *)parts[p], 1, bytes[p], fp); }
+            }
+        }
     }
     fcloseCheck(fp);
 }
@@ -1882,6 +1981,7 @@ void model_weights_build(GPT2 *model, const char *source, uint64_t seed) {
         *c = (ModelConfig){l.max_seq_len, l.vocab_size, l.vocab_size, l.num_layers, l.num_heads, l.channels, 1,
                            l.num_kv_heads, l.head_size, l.hidden, l.norm_eps, l.bos_token_id, l.eos_token_id, 0}; // (no adapter yet)
         model->num_parameters = model->lw.num_parameters;
+        for (size_t k = 0; model->lw.qw != NULL && k < (size_t)l.num_layers * 4 * 3; k++) { model->num_parameters += model->lw.qw[k].n; }
         model->rope_host = rope_frequencies(&l);
     } else {
         GPT2Config g = model->w.config;
@@ -2030,6 +2130,20 @@ static void place_weights_copied(GPT2 *model, const float **src, const size_t *s
         *linear[j] = NULL;
         int rows[MAX_BANDS];
         linear_bands(model, j, rows);
+        if (j < LINEAR_HEAD && model->lw.qw != NULL) { // a 4-bit file's: its bands as they are (llama_load's (l, site, band) order)
+            for (int t = 0; t < layers[j] * MAX_BANDS; t++) {
+                int l = t / MAX_BANDS, k = t % MAX_BANDS;
+                if (rows[k] == 0) { continue; }
+                QuantBand *b = &model->bands[((size_t)j * L + l) * MAX_BANDS + k];
+                Quant4 *from = &model->lw.qw[((size_t)l * LINEAR_HEAD + j) * 3 + k];
+                b->type = q.type;
+                b->rows = rows[k];
+                b->q4 = *from;
+                memset(from, 0, sizeof(*from)); // (moved: llama_free below leaves it)
+                quantized += band_bytes(b);
+            }
+            continue;
+        }
         #pragma omp parallel for schedule(dynamic)
         for (int t = 0; t < layers[j] * MAX_BANDS; t++) { // (each band on its own: the same bytes in any order)
             int l = t / MAX_BANDS, k = t % MAX_BANDS, row = 0;
@@ -2176,8 +2290,18 @@ void gpt2_build_quantized(GPT2 *model, const char *source, uint64_t seed, QuantS
     char a[96], b[96];
     quant_describe(a, sizeof(a), blocks, WEIGHTS_TYPE);
     quant_describe(b, sizeof(b), head, WEIGHTS_TYPE);
-    snprintf(model->weights_type, sizeof(model->weights_type), strcmp(a, b) == 0 ? "%s" : "%s, the head in %s", a, b);
     model_weights_build(model, source, seed);
+    if (model->lw.qw != NULL) { // a 4-bit file: its linear layers stay as they are, whatever -Q says for the blocks' (none or the same)
+        QuantSpec file = {model->lw.quant, model->lw.quant_blocksize, model->lw.quant_nested};
+        if (blocks.type != QUANT_NONE && (blocks.type != file.type || blocks.blocksize != file.blocksize || blocks.nested != file.nested)) {
+            quant_describe(a, sizeof(a), file, "");
+            die_file(source, "-Q none,HEAD (or the file's own format) keeps them and sets the head", "its linear layers are %s already", a);
+        }
+        blocks = file;
+        for (int j = 0; j < LINEAR_HEAD; j++) { model->quant[j] = file; }
+        quant_describe(a, sizeof(a), blocks, WEIGHTS_TYPE);
+    }
+    snprintf(model->weights_type, sizeof(model->weights_type), strcmp(a, b) == 0 ? "%s" : "%s, the head in %s", a, b);
     const float *src[NUM_FORWARD_TENSORS];
     size_t sizes[NUM_FORWARD_TENSORS];
     forward_sources(model, src, sizes);

@@ -586,7 +586,7 @@ static void test_llama(const char *tmp) {
     header[1] = 4;
     snprintf(path, sizeof(path), "%s/version.bin", tmp);
     write_bytes(path, file, n);
-    expect_exit("a model file of version 4", llama_load_path, path, "version 4: we read 3 (fp32) and 5 (bf16)");
+    expect_exit("a model file of version 4", llama_load_path, path, "version 4: we read 3 (fp32), 5 (bf16) and 7 (4-bit linear layers)");
     header[1] = 3;
     header[6] = 5; // NKV 5: 6 query heads cannot share them
     snprintf(path, sizeof(path), "%s/heads.bin", tmp);
@@ -892,6 +892,77 @@ static void test_bad_files(const char *tmp) {
 
 // ----------------------------------------------------------------------------
 
+// 4-bit models (version 7; ./convert -Q, *-bnb-4bit folders): a Llama quantized by
+// llama_requantize is finetune_lora's quantizer's bytes, band by band (bitsandbytes', checked by
+// test_finetune_lora); written and read back, every byte of every band and every other tensor;
+// dequantized again (-Q none), each value code x absmax; and a *-bnb-4bit folder read as it is
+static void test_4bit(const char *tmp) {
+    printf("\n4-bit Llama-family models: -Q, version 7, *-bnb-4bit folders\n");
+    static const int specs[][3] = {{QUANT_NF4, 64, 1}, {QUANT_FP4, 32, 0}, {QUANT_NF4, 128, 0}};
+    char path[600], label[160];
+    for (size_t i = 0; i < sizeof(specs) / sizeof(specs[0]); i++) {
+        LlamaWeights w, back, plain;
+        llama_load(&plain, "build/llama_gqa3.bin");
+        llama_load(&w, "build/llama_gqa3.bin");
+        llama_requantize(&w, specs[i][0], specs[i][1], specs[i][2]);
+        int rows[4][3], in[4], linear[4] = {LL_QKVW, LL_ATTPROJW, LL_FCW, LL_FCPROJW}, same = 1, exact = 1;
+        llama_bands(w.config, rows, in);
+        size_t bytes = 0;
+        for (int l = 0; l < w.config.num_layers; l++) { // the bands are quant4_quantize's of each module's rows
+            for (int s = 0; s < 4; s++) {
+                size_t site = (size_t)(rows[s][0] + rows[s][1] + rows[s][2]) * in[s], row = 0;
+                for (int k = 0; k < 3 && rows[s][k] > 0; row += (size_t)rows[s][k] * in[s], k++) {
+                    Quant4 ref, *q = &w.qw[((size_t)l * 4 + s) * 3 + k];
+                    quant4_quantize(&ref, plain.tensors[linear[s]] + l * site + row, (size_t)rows[s][k] * in[s], specs[i][0], specs[i][1], specs[i][2]);
+                    same = same && q->n == ref.n && memcmp(q->packed, ref.packed, (q->n + 1) / 2) == 0 && quant4_bytes(q) == quant4_bytes(&ref);
+                    bytes += quant4_bytes(q);
+                    quant4_free(&ref);
+                }
+            }
+        }
+        snprintf(path, sizeof(path), "%s/q4_%zu.bin", tmp, i);
+        llama_save(&w, path, 1, NULL);
+        llama_load(&back, path);
+        for (size_t k = 0; k < (size_t)w.config.num_layers * 4 * 3; k++) {
+            const Quant4 *a = &w.qw[k], *b = &back.qw[k];
+            if (a->n == 0) { same = same && b->n == 0; continue; }
+            const void *pa[4], *pb[4];
+            size_t sa[4], sb[4];
+            int na = quant4_file_parts(a, pa, sa), nb = quant4_file_parts(b, pb, sb);
+            same = same && na == nb && a->type == b->type && a->blocksize == b->blocksize;
+            for (int p = 0; same && p < na; p++) { same = sa[p] == sb[p] && memcmp(pa[p], pb[p], sa[p]) == 0; }
+        }
+        for (int k = 0; k < NUM_LLAMA_TENSORS; k++) { // the rest, written as bf16: llama_gqa3's weights are bf16 values
+            same = same && w.sizes[k] == back.sizes[k] && (w.sizes[k] == 0 || memcmp(w.tensors[k], back.tensors[k], w.sizes[k] * sizeof(float)) == 0);
+        }
+        llama_requantize(&back, QUANT_NONE, 0, 0);
+        for (int l = 0; l < w.config.num_layers; l++) { // every value code x absmax (quant4_dequantize's)
+            for (int s = 0; s < 4; s++) {
+                size_t site = (size_t)(rows[s][0] + rows[s][1] + rows[s][2]) * in[s], row = 0;
+                for (int k = 0; k < 3 && rows[s][k] > 0; row += (size_t)rows[s][k] * in[s], k++) {
+                    const Quant4 *q = &w.qw[((size_t)l * 4 + s) * 3 + k];
+                    const float *got = back.tensors[linear[s]] + l * site + row;
+                    for (size_t v = 0; v < q->n && exact; v++) {
+                        uint8_t byte = q->packed[v / 2];
+                        exact = got[v] == quant4_code(q->type)[v % 2 == 0 ? byte >> 4 : byte & 15] * quant4_absmax(q, v / q->blocksize);
+                    }
+                }
+            }
+        }
+        snprintf(label, sizeof(label), "-Q %s:%d:%d: the quantizer's bytes, saved and read back (%zu bytes)", quant4_name(specs[i][0]), specs[i][1],
+                 specs[i][2], bytes);
+        check(label, same, "");
+        check("... and -Q none: every value code x absmax", exact && back.qw == NULL && back.tensors[LL_QKVW] != NULL, "");
+        llama_free(&w); llama_free(&back); llama_free(&plain);
+    }
+    LlamaWeights bnb;
+    llama_build_from_hf(&bnb, FIXTURES "bnb4_llama");
+    check("a *-bnb-4bit folder: nf4, blocks of 64, double quantization, every band",
+          bnb.quant == QUANT_NF4 && bnb.quant_blocksize == 64 && bnb.quant_nested == 1 && bnb.qw[0].n == 96 * 96 && bnb.qw[0].qabsmax != NULL &&
+          bnb.tensors[LL_QKVW] == NULL && bnb.tensors[LL_WTE] != NULL, "");
+    llama_free(&bnb);
+}
+
 int main(void) {
     char tmp[] = "/tmp/test_convert_dir_XXXXXX";
     if (mkdtemp(tmp) == NULL) { perror("mkdtemp"); return 1; }
@@ -902,6 +973,7 @@ int main(void) {
     test_export(tmp);
     test_tokenizer_files(tmp);
     test_llama(tmp);
+    test_4bit(tmp);
     test_bad_files(tmp);
     char cmd[600];
     snprintf(cmd, sizeof(cmd), "rm -rf %s", tmp);

@@ -1258,6 +1258,9 @@ int main(void) {
     test_quantized(CONVERTED "hf_tiny_fp32.bin", "nf4", FIXTURES "lora_gpt2", FIXTURES "lora_gpt2_nf4.safetensors");
     test_quantized(CONVERTED "llama_gqa3.bin", "nf4", FIXTURES "lora_llama", FIXTURES "lora_llama_nf4.safetensors");
     test_quantized(CONVERTED "qwen2_gqa4.bin", "nf4", FIXTURES "lora_qwen2", FIXTURES "lora_qwen2_nf4.safetensors");
+    // Hugging Face *-bnb-4bit folders (./convert keeps their 4-bit bytes): against transformers on them
+    test_quantized(CONVERTED "bnb4_llama.bin", "none", NULL, FIXTURES "bnb4_llama.safetensors");
+    test_quantized(CONVERTED "bnb4_qwen2.bin", "none", NULL, FIXTURES "bnb4_qwen2.safetensors");
     test_export();
     test_chat_templates();
     test_generation();

@@ -722,6 +722,8 @@ int main(int argc, char **argv) {
     test_quantized(CONVERTED "llama_gqa3.bin", "q8_0,q8_0", NULL, FIXTURES "infer_q8_0_llama.safetensors");
     test_quantized(CONVERTED "qwen2_gqa4.bin", "nf4", FIXTURES "lora_qwen2", FIXTURES "lora_qwen2_nf4.safetensors");
     test_quantized(CONVERTED "llama_gqa3.bin", "nf4", FIXTURES "lora_llama", FIXTURES "lora_llama_nf4.safetensors");
+    test_quantized(CONVERTED "bnb4_llama.bin", "none", NULL, FIXTURES "bnb4_llama.safetensors"); // (a *-bnb-4bit folder's bytes, as they are)
+    test_quantized(CONVERTED "bnb4_qwen2.bin", "none", NULL, FIXTURES "bnb4_qwen2.safetensors");
     test_lora(CONVERTED "hf_tiny_fp32.bin", "gpt2");
     test_lora(CONVERTED "llama_gqa3.bin", "llama");
     test_lora(CONVERTED "qwen2_gqa4.bin", "qwen2");

@@ -189,5 +189,44 @@ shard "$H/model-00002-of-00002.safetensors" t0 t1
 printf '{"weight_map": {"t0": "model-00001-of-00002.safetensors", "t1": "model-00002-of-00002.safetensors"}}' > "$H/model.safetensors.index.json"
 expect_error "a tensor in two shards" "tensor t0 is in two shards" "$BIN" -i "$H" -o "$TMP/hostile.bin"
 
+# --- Hugging Face *-bnb-4bit folders (dev/reference/bnb4_reference.py: transformers saved them
+# with bitsandbytes' 4-bit layers): their bytes kept in our version-7 file, and back
+F=dev/reference/fixtures
+for m in llama qwen2; do
+    rm -rf "$TMP/bnb4_$m"
+    if run -i $F/bnb4_$m -o "$TMP/bnb4_$m.bin" && run -i "$TMP/bnb4_$m.bin" -o "$TMP/bnb4_$m" && run -i "$TMP/bnb4_$m" -o "$TMP/bnb4_${m}_again.bin" &&
+        same_but_origin "$TMP/bnb4_$m.bin" "$TMP/bnb4_${m}_again.bin" && [ "$(od -An -tu4 -j4 -N4 "$TMP/bnb4_$m.bin" | tr -d ' ')" = 7 ] &&
+        grep -q '"quant_method": "bitsandbytes", "load_in_4bit": true' "$TMP/bnb4_$m/config.json"; then
+        ok "bnb4_$m: folder -> version-7 file -> *-bnb-4bit folder -> the same file, byte for byte"
+    else not_ok "bnb4_$m round trip"; tail -2 "$TMP/stderr"; fi
+done
+# (transformers loads such an export: python dev/reference/bnb4_reference.py --check-ours DIR NAME)
+bad_bnb() { # bad_bnb NAME: a copy of the llama folder to spoil
+    rm -rf "$TMP/$1"; cp -r $F/bnb4_llama "$TMP/$1"; chmod -R u+w "$TMP/$1"
+}
+bad_bnb q_type; sed -i 's/"bnb_4bit_quant_type": "nf4"/"bnb_4bit_quant_type": "nf5"/' "$TMP/q_type/config.json"
+expect_error "a 4-bit type we do not know" 'bnb_4bit_quant_type "nf5": we know nf4 and fp4' "$BIN" -i "$TMP/q_type" -o "$TMP/q_type.bin"
+bad_bnb q_8bit; sed -i 's/"load_in_8bit": false/"load_in_8bit": true/; s/"load_in_4bit": true/"load_in_4bit": false/' "$TMP/q_8bit/config.json"
+expect_error "an 8-bit bitsandbytes checkpoint" "a bitsandbytes 8-bit (LLM.int8) checkpoint; we read its 4-bit ones" "$BIN" -i "$TMP/q_8bit" -o "$TMP/q_8bit.bin"
+bad_bnb q_gptq; sed -i 's/"quant_method": "bitsandbytes"/"quant_method": "gptq"/' "$TMP/q_gptq/config.json"
+expect_error "another method's quantization" "its quantization_config is gptq's" "$BIN" -i "$TMP/q_gptq" -o "$TMP/q_gptq.bin"
+bad_bnb q_dq; sed -i 's/"bnb_4bit_use_double_quant": true/"bnb_4bit_use_double_quant": false/' "$TMP/q_dq/config.json"
+expect_error "double quantization config.json does not say" "double quantization, which config.json does not have" "$BIN" -i "$TMP/q_dq" -o "$TMP/q_dq.bin"
+bad_bnb q_bs; LC_ALL=C sed -i 's/"blocksize": 64, "dtype"/"blocksize": 48, "dtype"/' "$TMP/q_bs/model.safetensors"
+expect_error "a blocksize bitsandbytes does not have" "blocksize 48; bitsandbytes' are powers of two from 32 to 4096" "$BIN" -i "$TMP/q_bs" -o "$TMP/q_bs.bin"
+bad_bnb q_state; LC_ALL=C sed -i 's/layers\.1\.mlp\.up_proj\.weight\.quant_state\.bitsandbytes__nf4/layers.1.mlp.up_proj.weight.quant_state.bitsandbytes__xx4/' "$TMP/q_state/model.safetensors"
+expect_error "a layer without its quantization state" "tensor model.layers.1.mlp.up_proj.weight.quant_state.bitsandbytes__nf4 is missing: its quantization state" "$BIN" -i "$TMP/q_state" -o "$TMP/q_state.bin"
+for b in q_type q_8bit q_gptq q_dq q_bs q_state; do [ ! -e "$TMP/$b.bin" ] || not_ok "$b: a file was written"; done
+# -Q: any Llama-family model into 4 bits (the same bytes as finetune_lora -Q), and back
+run -i build/llama_gqa3.bin -o "$TMP/gqa3_fp4.bin" -Q fp4:128:0 && run -i "$TMP/gqa3_fp4.bin" -o "$TMP/gqa3_back.bin" -Q none &&
+    grep -q "wrote $TMP/gqa3_back.bin (Llama-family model file, version 3: fp32)" "$TMP/stderr" &&
+    ./infer -m "$TMP/gqa3_fp4.bin" -z 1 -t 0 -n 16 -i 1,2,3 > "$TMP/a" 2> /dev/null && ./infer -m "$TMP/gqa3_back.bin" -z 1 -t 0 -n 16 -i 1,2,3 > "$TMP/b" 2> /dev/null &&
+    cmp -s "$TMP/a" "$TMP/b" && ! cmp -s "$TMP/gqa3_back.bin" build/llama_gqa3.bin &&
+    ok "-Q fp4:128:0, then -Q none: a 4-bit file and its dequantized floats, the same greedy tokens" || not_ok "-Q fp4:128:0 and back"
+expect_error "-Q on a GPT-2" "-Q (4-bit linear layers) is for the Llama family's models, not GPT-2's" "$BIN" -i d1 -o "$TMP/g.bin" -Q nf4
+expect_error "-Q nf4:100" "-Q nf4:100: expected nf4 or fp4" "$BIN" -i build/llama_gqa3.bin -o "$TMP/g.bin" -Q nf4:100
+head -c 5000 "$TMP/bnb4_llama.bin" > "$TMP/bnb4_trunc.bin"
+expect_error "a truncated 4-bit file" "$TMP/bnb4_trunc.bin: file has 5000 bytes" "$BIN" -i "$TMP/bnb4_trunc.bin" -o "$TMP/x.bin"
+
 echo "$passed passed, $failed failed"
 [ $failed = 0 ]

@@ -147,6 +147,16 @@ loss_nf4=$(grep 'step     0/2 | val loss' "$TMP/qlog" | sed 's/.*val loss \([0-9
 # base gone wrong, a random model's, is near ln 49152 = 10.8)
 report "... the NF4 base's validation loss within 30% of the fp32 base's, not equal ($loss_nf4 and $loss_fp32)" \
     $(awk -v a="$loss_nf4" -v b="$loss_fp32" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a != "" && d > 0 && d < 0.3 * b) }' && echo 1 || echo 0)
+# a 4-bit model file (./convert -Q nf4: bitsandbytes' bytes, as a *-bnb-4bit folder gives them)
+# is the same QLoRA base: -m it without -Q, the same losses as the run above, to the digit
+./convert -i "$MODEL" -o "$TMP/nf4.bin" -Q nf4 2> /dev/null
+"$BIN" -m "$TMP/nf4.bin" -d "$D" -o "$TMP/qlora_file" -t 64 -n 2 -b 2 -k 1 -v 1 -V 0.2 -r 4 -T q_proj,v_proj > "$TMP/qlog_file" 2>&1
+report "-m a 4-bit file (./convert -Q nf4), no -Q: the run of -Q nf4, loss for loss" \
+    $([ $? = 0 ] && [ -n "$(grep '^step' "$TMP/qlog")" ] && cmp -s <(grep '^step' "$TMP/qlog" | sed 's/| [0-9]* tokens\/s //') <(grep '^step' "$TMP/qlog_file" | sed 's/| [0-9]* tokens\/s //') &&
+      grep -q "^model: $TMP/nf4.bin: Llama family, 134.5M parameters, frozen, its linear layers in nf4 (blocksize 64, double quantization): 160.6 MiB in all" "$TMP/qlog_file" && echo 1 || echo 0) \
+    "$(grep '^step' "$TMP/qlog_file" | head -2 | tr '\n' ' '; tail -1 "$TMP/qlog_file")"
+"$BIN" -m "$TMP/nf4.bin" -d "$D" -t 64 -n 1 -Q fp4 > "$TMP/qlog_fp4" 2>&1
+report "... -Q fp4 on it: one clear error" $([ $? = 1 ] && grep -q "nf4.bin: its linear layers are nf4 in blocks of 64 with double quantization already" "$TMP/qlog_fp4" && echo 1 || echo 0) "$(tail -1 "$TMP/qlog_fp4")"
 "$BIN" -d "$D" -t 64 -V 0.2 -i "$TMP/qlora" -Q nf4 -M "$TMP/qmerged.bin" > "$TMP/qlog2" 2>&1
 losses=$(grep '^validation loss:' "$TMP/qlog2" | sed 's/validation loss: \([0-9.]*\) with the adapter, \([0-9.]*\) merged/\1 \2/')
 report "-Q nf4 -M: merged into the dequantized base, the adapter's validation loss (to 1e-4)" \

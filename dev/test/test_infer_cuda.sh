@@ -78,6 +78,7 @@ same "LoRA (-L) on Qwen2: greedy, one prompt" -m $H/qwen2_gqa4.bin -L $F/lora_qw
 same "-Q nf4 -L: QLoRA on the Llama GQA model, greedy, a batch of 4" -m $H/llama_gqa3.bin -Q nf4 -L $F/lora_llama -z 1 -t 0 -n 40 -f "$TMP/prompts"
 same "-Q q8_0,q8_0 on GPT-2 (the tied head in q8_0): sampled, a batch of 4" -m $H/hf_tiny_fp32.bin -Q q8_0,q8_0 -z 1 -t 0.9 -s 7 -n 48 -f "$TMP/prompts"
 same "-Q fp4:32:0 on Qwen2: greedy, one prompt" -m $H/qwen2_gqa4.bin -Q fp4:32:0 -z 1 -t 0 -n 40 -i "5,6,7"
+same "a *-bnb-4bit folder's bytes (./convert's version 7): greedy, a batch of 4" -m $H/bnb4_llama.bin -z 1 -t 0 -n 40 -f "$TMP/prompts"
 printf '{"instruction": "Name a color.", "answer": "Red"}\n{"instruction": "Two plus two?", "input": "", "answer": "4", "partial": ["four"]}\n' > "$TMP/eval.jsonl"
 same "-E: an evaluation's table (GPT-2's vocabulary, a random d1)" -m d1 -E "$TMP/eval.jsonl" -n 12
 # heads of other widths: a d4 model (C=256) with its header's head count set to 2 and 1,
