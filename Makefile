@@ -181,7 +181,7 @@ CONVERTED = $(CONVERTED_GPT2) $(CONVERTED_LLAMA) $(CONVERTED_TOKENIZERS)
 # --- CUDA: the first GPU programs (dev/) -------------------------------------------
 # the kernel ladders of train_gpt2.cu's kernels and infer.cu's gemv (dev/cuda/<op>.cu), in PRECISION
 LADDERS = encoder_forward encoder_backward layernorm_forward layernorm_backward causal_softmax softmax_backward gelu \
-          fused_classifier adamw gemv
+          fused_classifier adamw gemv matmul4
 CUDA_PROGRAMS := train_gpt2cu train_gpt2cu_fp32 train_gpt2cu_fp16 test_gpt2cu test_gpt2cu_fp32 test_gpt2cu_fp16 train_mlpcu \
                  infercu infercu_fp32 test_infercu test_infercu_fp32 \
                  finetune_loracu finetune_loracu_fp32 test_finetune_loracu test_finetune_loracu_fp32 \

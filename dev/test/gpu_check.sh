@@ -58,7 +58,7 @@ CUDNN_PROGRAMS=""
 LADDERS=$(sed -n '/^LADDERS = /,/[^\\]$/p' Makefile | tr -d '\\\n' | sed 's/^LADDERS = //')
 
 # --- build, for this GPU only
-PROGRAMS="data infer convert build/hf_tiny_fp32.bin build/hf_tiny_bf16.bin build/hf_tiny_fp16.bin build/llama_gqa3.bin build/qwen2_gqa4.bin build/llama_mha3.bin infercu infercu_fp32 test_infercu test_infercu_fp32 finetune_lora finetune_loracu finetune_loracu_fp32 test_finetune_loracu test_finetune_loracu_fp32 train_gpt2cu train_gpt2cu_fp32 train_gpt2cu_fp16 test_gpt2cu test_gpt2cu_fp32 test_gpt2cu_fp16 train_gpt2 train_mlpcu dev/check_env dev/cuda/vector_add dev/cuda/matmul $(for l in $LADDERS; do printf 'dev/cuda/%s ' "$l"; done)dev/emu/test_emu train_mlp $CUDNN_PROGRAMS"
+PROGRAMS="data infer convert build/hf_tiny_fp32.bin build/hf_tiny_bf16.bin build/hf_tiny_fp16.bin build/llama_gqa3.bin build/qwen2_gqa4.bin build/llama_mha3.bin build/bnb4_llama.bin build/bnb4_qwen2.bin infercu infercu_fp32 test_infercu test_infercu_fp32 finetune_lora finetune_loracu finetune_loracu_fp32 test_finetune_loracu test_finetune_loracu_fp32 train_gpt2cu train_gpt2cu_fp32 train_gpt2cu_fp16 test_gpt2cu test_gpt2cu_fp32 test_gpt2cu_fp16 train_gpt2 train_mlpcu dev/check_env dev/cuda/vector_add dev/cuda/matmul $(for l in $LADDERS; do printf 'dev/cuda/%s ' "$l"; done)dev/emu/test_emu train_mlp $CUDNN_PROGRAMS"
 echo "building for sm_$arch: $PROGRAMS"
 build() {
     if command -v make > /dev/null 2>&1; then
@@ -79,7 +79,7 @@ build() {
         cc -O3 -march=native -fno-trapping-math -Wall -Wextra -fopenmp finetune_lora.c -lm -o finetune_lora &&
         cc -O3 -march=native -fno-trapping-math -Wall -Wextra -fopenmp infer.c -lm -o infer &&
         cc -O3 -march=native -fno-trapping-math -Wall -Wextra -fopenmp convert.c -lm -o convert && mkdir -p build &&
-        for d in hf_tiny_fp32 hf_tiny_bf16 hf_tiny_fp16 llama_gqa3 qwen2_gqa4 llama_mha3; do ./convert -i dev/reference/fixtures/$d -o build/$d.bin || exit 1; done &&
+        for d in hf_tiny_fp32 hf_tiny_bf16 hf_tiny_fp16 llama_gqa3 qwen2_gqa4 llama_mha3 bnb4_llama bnb4_qwen2; do ./convert -i dev/reference/fixtures/$d -o build/$d.bin || exit 1; done &&
         cc -O3 -Wall -Wextra -std=c11 data/tokenizer.c -o data/tokenizer && ./data/tokenizer &&
         for l in $LADDERS; do nvcc $f -DENABLE_BF16 dev/cuda/$l.cu -lcublas -o dev/cuda/$l || exit 1; done &&
         nvcc $f dev/check_env.cu -o dev/check_env && nvcc $f dev/cuda/vector_add.cu -o dev/cuda/vector_add &&
@@ -210,6 +210,15 @@ step infer_bench_smollm2 "infercu: SmolLM2-135M shapes (llama:smollm2-135m), bf1
     ./infercu -m llama:smollm2-135m -B 1 -b 1,16 -l 128 -N 128
 step infer_bench_llama1b "infercu: Llama 3.2 1B shapes (llama:llama3.2-1b), bf16, batch 1 and 16" \
     ./infercu -m llama:llama3.2-1b -B 1 -b 1,16 -l 128 -N 128
+# -Q: the same Llama 3.2 1B shapes with the linear layers in 4 bits (NF4, double quantization)
+# and in 8 (q8_0), the head too: decode reads 0.53 / 1.06 bytes a weight, not bf16's 2; then
+# Llama 3.1 8B's shapes in NF4 (its bf16 would be 16 GB)
+step infer_bench_llama1b_nf4 "infercu -Q nf4,q8_0: Llama 3.2 1B shapes, batch 1 and 16" \
+    ./infercu -m llama:llama3.2-1b -Q nf4,q8_0 -B 1 -b 1,16 -l 128 -N 128
+step infer_bench_llama1b_q8 "infercu -Q q8_0,q8_0: Llama 3.2 1B shapes, batch 1 and 16" \
+    ./infercu -m llama:llama3.2-1b -Q q8_0,q8_0 -B 1 -b 1,16 -l 128 -N 128
+step infer_bench_llama8b_nf4 "infercu -Q nf4,q8_0: Llama 3.1 8B shapes, batch 1" \
+    ./infercu -m llama:llama3.1-8b -Q nf4,q8_0 -B 1 -b 1 -l 128 -N 64
 # GPT-2 124M, bf16, B=64, T=1024 on tinyshakespeare (repeated): 12 steps, no validation or samples;
 # recomputation 1 (the default) and 0; fp16; our attention and cuDNN's
 BENCH=(-e d12 -b 64 -t 1024 -x 12 -v 0 -s 0 -o "")
@@ -334,6 +343,8 @@ echo "infercu, the Llama family (random weights), bf16: SmolLM2-135M's shapes, t
 echo
 grep '^|' "$LOGS/infer_bench_smollm2.log"
 grep '^| *[0-9]' "$LOGS/infer_bench_llama1b.log"
+for q in nf4 q8; do [ -f "$LOGS/infer_bench_llama1b_$q.log" ] && grep '^| *[0-9]' "$LOGS/infer_bench_llama1b_$q.log" | sed "s/\$/ (-Q $q)/"; done
+[ -f "$LOGS/infer_bench_llama8b_nf4.log" ] && grep '^| *[0-9]' "$LOGS/infer_bench_llama8b_nf4.log" | sed 's/$/ (Llama 3.1 8B, -Q nf4,q8_0)/'
 echo
 if [ -f "$LOGS/lora_bench.log" ]; then
     echo "LoRA training speed, finetune_loracu beside PyTorch + PEFT (dev/bench_lora.sh gpu):"
