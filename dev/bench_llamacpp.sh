@@ -8,8 +8,8 @@
 #
 # What each reads per generated token: llama.cpp computes on the GGUF's Q4_1 / Q8_0 blocks
 # as they are (about 98 MB for the whole model), infer.c on the fp32 values ./convert made of
-# them (513 MiB), infer_bf16 on those rounded to bf16 (257 MiB): decode is bound by reading
-# the weights, so expect llama.cpp ahead there.
+# them (513 MiB), infer_bf16 on those rounded to bf16 (257 MiB), and with -Q on 4 or 8 bits
+# (81 and 136 MiB): decode is bound by reading the weights, and then by widening them.
 #     bash dev/bench_llamacpp.sh [THREADS] [PROMPT_LENGTHS] [GENERATED]   # default: all cores, 16,128,512, 32
 #     SCRATCH=/somewhere/else bash dev/bench_llamacpp.sh                   # where llama.cpp is built [/tmp/llamacpp_bench]
 set -eu
@@ -45,6 +45,12 @@ OMP_NUM_THREADS=$threads ./infer -m data/smollm2/SmolLM2-135M-Instruct.bin -B 1 
 echo
 echo "== infer_bf16, the linear layers' weights in bf16 (257 MiB of weights per token)"
 OMP_NUM_THREADS=$threads ./infer_bf16 -m data/smollm2/SmolLM2-135M-Instruct.bin -B 1 -b 1 -l "$lengths" -N "$generated" 2>&1 | grep '^|'
+echo
+echo "== infer_bf16 -Q nf4,q8_0: the linear layers in NF4 (bitsandbytes' bytes), the head in q8_0 (81 MiB per token)"
+OMP_NUM_THREADS=$threads ./infer_bf16 -m data/smollm2/SmolLM2-135M-Instruct.bin -Q nf4,q8_0 -B 1 -b 1 -l "$lengths" -N "$generated" 2>&1 | grep '^|'
+echo
+echo "== infer_bf16 -Q q8_0,q8_0: everything in llama.cpp's Q8_0 (136 MiB per token)"
+OMP_NUM_THREADS=$threads ./infer_bf16 -m data/smollm2/SmolLM2-135M-Instruct.bin -Q q8_0,q8_0 -B 1 -b 1 -l "$lengths" -N "$generated" 2>&1 | grep '^|'
 echo
 echo "== llama.cpp (the one llama-cpp-python $version vendors), the GGUF as it is: Q4_1 matrices, Q8_0 embedding (98 MB)"
 "$bench" -m data/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf -t "$threads" -p "$lengths" -n "$generated" -r 3 2>/dev/null
