@@ -2214,18 +2214,26 @@ static const char *const BNB_MODULES[4][3] = {{"self_attn.q_proj", "self_attn.k_
                                               {"mlp.gate_proj", "mlp.up_proj"}, {"mlp.down_proj"}};
 static const char *const BNB_PARTS[] = {".absmax", ".quant_map", ".nested_absmax", ".nested_quant_map"}; // (and .quant_state.*)
 
-// Whether a tensor name is one of the 4-bit layers' (their .weight or a part beside it)
-static int bnb_tensor(const char *name) {
+// Whether a tensor name is one of the 4-bit layers' (their .weight or a part beside it), of a
+// layer the model has; a quantization state of another type than config.json's is an error
+static int bnb_tensor(const char *name, const LlamaWeights *w, const char *path) {
     if (strncmp(name, "model.layers.", 13) != 0) { return 0; }
-    const char *rest = strchr(name + 13, '.');
-    if (rest == NULL) { return 0; }
-    rest++;
+    char *end;
+    long layer = strtol(name + 13, &end, 10);
+    if (end == name + 13 || *end != '.' || layer < 0 || layer >= w->config.num_layers) { return 0; } // (no place: the caller says so)
+    const char *rest = end + 1;
     for (int s = 0; s < 4; s++) {
         for (int k = 0; k < 3 && BNB_MODULES[s][k] != NULL; k++) {
             size_t n = strlen(BNB_MODULES[s][k]);
             if (strncmp(rest, BNB_MODULES[s][k], n) != 0 || strncmp(rest + n, ".weight", 7) != 0) { continue; }
             const char *part = rest + n + 7;
-            if (*part == '\0' || strncmp(part, ".quant_state.", 13) == 0) { return 1; } // (another type's state: bnb_read_module says so)
+            if (*part == '\0') { return 1; }
+            if (strncmp(part, ".quant_state.", 13) == 0) {
+                if (strcmp(part + 13, w->quant == QUANT_FP4 ? "bitsandbytes__fp4" : "bitsandbytes__nf4") != 0) {
+                    die_file(path, NULL, "tensor %s: a quantization state other than config.json's %s", name, quant4_name(w->quant));
+                }
+                return 1;
+            }
             for (size_t i = 0; i < sizeof(BNB_PARTS) / sizeof(BNB_PARTS[0]); i++) {
                 if (strcmp(part, BNB_PARTS[i]) == 0) { return 1; }
             }
@@ -2397,7 +2405,7 @@ void llama_build_from_hf(LlamaWeights *w, const char *dir) {
     for (int s = 0; s < h.num; s++) {
         for (int i = 0; i < h.st[s].num; i++) {
             const StTensor *t = &h.st[s].tensors[i];
-            if (w->quant != QUANT_NONE && bnb_tensor(t->name)) { continue; } // (bnb_read's)
+            if (w->quant != QUANT_NONE && bnb_tensor(t->name, w, h.paths[s])) { continue; } // (bnb_read's)
             int layer, n = llama_hf_index(t->name, &layer);
             int64_t rows = 0, cols = 0;
             float *dst = n >= 0 && layer < c.num_layers ? llama_slot(w, &LLAMA_HF_NAMES[n], layer, &rows, &cols) : NULL;
@@ -2429,7 +2437,7 @@ void llama_build_from_hf(LlamaWeights *w, const char *dir) {
         FILE *fp = fopenCheck(h.paths[s], "rb");
         for (int i = 0; i < h.st[s].num; i++) {
             const StTensor *t = &h.st[s].tensors[i];
-            if (w->quant != QUANT_NONE && bnb_tensor(t->name)) { continue; }
+            if (w->quant != QUANT_NONE && bnb_tensor(t->name, w, h.paths[s])) { continue; }
             int layer, n = llama_hf_index(t->name, &layer);
             int64_t rows, cols;
             float *dst = llama_slot(w, &LLAMA_HF_NAMES[n], layer, &rows, &cols);

@@ -1026,8 +1026,8 @@ static void matmul_panels(float *out, const float *inp, const weightX *weight, i
 //
 // Decode's rows (N < MATVEC_MAX_ROWS) read each weight row as it is stored, one thread a row
 // at a time, and widen its codes in vector registers: a 4-bit code indexes the 16 values of
-// its codebook (one permute instruction on AVX-512: the codebook is a vector register), an
-// 8-bit one converts. The scale is per block, so each block's products are summed first
+// its codebook (lookup16: one permute instruction on AVX-512, the codebook a vector
+// register), an 8-bit one converts. The scale is per block, so each block's products are summed first
 // and multiplied by its scale once: sum_b scale_b (sum_i code_i x_i). The 4-bit codes come
 // two a byte, the even value in the high nibble: the inputs are reordered once per call so
 // that, in each run of 32, the 16 even values come first, then the 16 odd ones, and a
@@ -1062,6 +1062,18 @@ static inline v16s8 load16s(const void *p) { // (the same, signed)
     return b;
 }
 
+// the 16-value codebook looked up at 16 indices (0..15): one permute on AVX-512 (GCC's
+// __builtin_shuffle); clang has no variable shuffle of vector extensions: a loop there
+static inline v16f lookup16(v16f table, v16i index) {
+#if defined(__clang__)
+    v16f out;
+    for (int i = 0; i < 16; i++) { out[i] = table[index[i]]; }
+    return out;
+#else
+    return __builtin_shuffle(table, index);
+#endif
+}
+
 static inline float v16_sum(v16f v) {
     float s = 0.0f;
     for (int i = 0; i < 16; i++) { s += v[i]; }
@@ -1090,7 +1102,7 @@ static inline __attribute__((always_inline)) void q4_row_dot(float *sums, const 
             for (int c = (b0 + b) * bs; c < (b0 + b + 1) * bs; c += 32) {
                 __builtin_prefetch(packed + c / 2 + 2048);
                 v16i index = __builtin_convertvector(load16(packed + c / 2), v16i);
-                v16f even = __builtin_shuffle(code, index >> 4), odd = __builtin_shuffle(code, index & 15);
+                v16f even = lookup16(code, index >> 4), odd = lookup16(code, index & 15);
                 for (int g = 0; g < G; g++) {
                     v16f xe, xo;
                     memcpy(&xe, split + (size_t)g * C + c, sizeof(xe));

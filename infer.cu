@@ -2674,6 +2674,7 @@ void gpt2_forward(GPT2 *model, const int *tokens, const int *seq, const int *pos
         guard_check(&model->cache_table);
         guard_check(&model->rows_table);
         if (model->lora_sites != NULL) { guard_check(&model->lora_table); }
+        if (model->bands != NULL) { guard_check(&model->quant_table); guard_check(&model->dequantized_table); }
     }
 }
 

@@ -718,6 +718,7 @@ int main(int argc, char **argv) {
     // on the layer dequantized)
     test_uneven(42, 3, "nf4,q8_0");
     test_uneven(36, 4, "fp4:32:0");
+    test_uneven(40, 5, "q8_0,q8_0"); // (rows of 40: 8-value loads, q8_0's blocks of 32 straddling rows)
     test_quantized(CONVERTED "hf_tiny_fp32.bin", "q8_0,q8_0", NULL, FIXTURES "infer_q8_0_gpt2.safetensors");
     test_quantized(CONVERTED "llama_gqa3.bin", "q8_0,q8_0", NULL, FIXTURES "infer_q8_0_llama.safetensors");
     test_quantized(CONVERTED "qwen2_gqa4.bin", "nf4", FIXTURES "lora_qwen2", FIXTURES "lora_qwen2_nf4.safetensors");

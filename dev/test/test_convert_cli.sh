@@ -215,7 +215,7 @@ expect_error "double quantization config.json does not say" "double quantization
 bad_bnb q_bs; LC_ALL=C sed -i 's/"blocksize": 64, "dtype"/"blocksize": 48, "dtype"/' "$TMP/q_bs/model.safetensors"
 expect_error "a blocksize bitsandbytes does not have" "blocksize 48; bitsandbytes' are powers of two from 32 to 4096" "$BIN" -i "$TMP/q_bs" -o "$TMP/q_bs.bin"
 bad_bnb q_state; LC_ALL=C sed -i 's/layers\.1\.mlp\.up_proj\.weight\.quant_state\.bitsandbytes__nf4/layers.1.mlp.up_proj.weight.quant_state.bitsandbytes__xx4/' "$TMP/q_state/model.safetensors"
-expect_error "a layer without its quantization state" "tensor model.layers.1.mlp.up_proj.weight.quant_state.bitsandbytes__nf4 is missing: its quantization state" "$BIN" -i "$TMP/q_state" -o "$TMP/q_state.bin"
+expect_error "a layer with another type's quantization state" "tensor model.layers.1.mlp.up_proj.weight.quant_state.bitsandbytes__xx4: a quantization state other than config.json's nf4" "$BIN" -i "$TMP/q_state" -o "$TMP/q_state.bin"
 for b in q_type q_8bit q_gptq q_dq q_bs q_state; do [ ! -e "$TMP/$b.bin" ] || not_ok "$b: a file was written"; done
 # -Q: any Llama-family model into 4 bits (the same bytes as finetune_lora -Q), and back
 run -i build/llama_gqa3.bin -o "$TMP/gqa3_fp4.bin" -Q fp4:128:0 && run -i "$TMP/gqa3_fp4.bin" -o "$TMP/gqa3_back.bin" -Q none &&
