@@ -1655,17 +1655,23 @@ static void lora_free(Lora *lora) {
 // the model with its adapter: forward to the loss, backward to the adapter's gradients
 
 // What the backward pass needs of the forward one, for B sequences of T positions
+// -A 1 (activation recomputation): only each block's input (x) is kept for all L blocks; the
+// rest has one slot (S = 1, not L), which the backward pass fills again for each block by
+// running that block's forward pass once more (the same arithmetic: the same bits), just
+// before its backward. A third more matmul work (the frozen ones are most of it), L times
+// less of everything but x.
 typedef struct {
     int B, T;
+    int recompute, slots; // -A 1: slots = 1; else L
     float *x;            // (L + 1, N, C) the residual stream into each block, and out of the last
-    float *xmid;         // (L, N, C) ... after each block's attention
-    float *n1, *n2;      // (L, N, C) the norms' outputs
-    float *stats;        // (L, 4, N) mean1, rstd1, mean2, rstd2; and nf's at the end (2, N)
-    float *qkv;          // (L, N, Q + 2KV) after RoPE
-    float *att;          // (L, B, NH, T, T)
-    float *atty;         // (L, N, Q)
-    float *fc;           // (L, N, MLP) before the activation
-    float *act;          // (L, N, H)
+    float *xmid;         // (S, N, C) ... after each block's attention
+    float *n1, *n2;      // (S, N, C) the norms' outputs
+    float *stats;        // (S, 4, N) mean1, rstd1, mean2, rstd2; and nf's at the end (2, N)
+    float *qkv;          // (S, N, Q + 2KV) after RoPE
+    float *att;          // (S, B, NH, T, T)
+    float *atty;         // (S, N, Q)
+    float *fc;           // (S, N, MLP) before the activation
+    float *act;          // (S, N, H)
     float *h;            // each module's h (N, r), back to back
     float *nf;           // (N, C)
     float *logits;       // (LOGITS_ROWS, Vp): a chunk of rows' logits at a time (all N rows when they fit)
@@ -1684,26 +1690,24 @@ static size_t max3(size_t a, size_t b, size_t c) { return a > b ? (a > c ? a : c
 // T positions and an adapter of `modules` modules of rank r: what acts_allocate takes, and
 // what --plan predicts (memory_plan). Returns how many arrays.
 enum { ACTS_LOGITS = 12, ACTS_SCRATCH = 14, ACTS_TILE = 20, NUM_ACTS = 21 }; // (kept for the backward pass: 0..11)
-static int acts_sizes(size_t *sizes, const Base *b, int modules, int r, float dropout, int B, int T) {
-    size_t N = (size_t)B * T, L = b->L, C = b->C, Q = (size_t)b->NH * b->HS, QKV = Q + 2 * (size_t)b->NKV * b->HS;
+static int acts_sizes(size_t *sizes, const Base *b, int modules, int r, float dropout, int B, int T, int recompute) {
+    size_t N = (size_t)B * T, L = b->L, S = recompute ? 1 : L, C = b->C, Q = (size_t)b->NH * b->HS, QKV = Q + 2 * (size_t)b->NKV * b->HS;
     size_t MLP = (b->llama ? 2 : 1) * (size_t)b->H, wide = max3(QKV, MLP, max3(C, Q, b->H));
     size_t drop = dropout > 0.0f ? N * wide : 1;
-    size_t s[NUM_ACTS] = {(L + 1) * N * C, L * N * C, L * N * C, L * N * C, (L * 4 + 2) * N, L * N * QKV, L * B * b->NH * T * T,
-                          L * N * Q, L * N * MLP, L * N * b->H, (size_t)modules * N * r, N * C,
+    size_t s[NUM_ACTS] = {(L + 1) * N * C, S * N * C, S * N * C, S * N * C, (S * 4 + 2) * N, S * N * QKV, S * B * b->NH * T * T,
+                          S * N * Q, S * N * MLP, S * N * b->H, (size_t)modules * N * r, N * C,
                           (size_t)logits_rows(b, (int)N) * b->Vp, N * C, N * C, N * wide, N * wide, N * r, drop, drop, quant_tile_floats(b)};
     memcpy(sizes, s, sizeof(s));
     return NUM_ACTS;
 }
 
-// (recompute: finetune_lora.cu's -A; the CPU keeps every activation, whatever it says)
 static void acts_allocate(Acts *a, const Base *b, const Lora *lora, int B, int T, int recompute) {
-    (void)recompute;
     memset(a, 0, sizeof(*a));
-    a->B = B; a->T = T;
+    a->B = B; a->T = T; a->recompute = recompute; a->slots = recompute ? 1 : b->L;
     size_t N = (size_t)B * T, sizes[NUM_ACTS];
     float **slots[NUM_ACTS] = {&a->x, &a->xmid, &a->n1, &a->n2, &a->stats, &a->qkv, &a->att, &a->atty, &a->fc, &a->act, &a->h,
                                &a->nf, &a->logits, &a->dnf, &a->dx, &a->dbuf, &a->dbuf2, &a->dh, &a->drop, &a->drop2, &a->tile};
-    acts_sizes(sizes, b, lora->num_modules, lora->r, lora->dropout, B, T);
+    acts_sizes(sizes, b, lora->num_modules, lora->r, lora->dropout, B, T, recompute);
     for (size_t k = 0; k < NUM_ACTS; k++) {
         a->bytes += sizes[k] * sizeof(float);
         *slots[k] = (float *)calloc(sizes[k] > 0 ? sizes[k] : 1, sizeof(float));
@@ -1767,42 +1771,47 @@ static void site_lora_backward(float *dx, const float *dy, const float *x, int l
     }
 }
 
+// Block l's forward pass: its input a->x[l] to its output a->x[l + 1], what its backward
+// needs into its slot (l, or 0 under -A 1: model_backward calls it again there)
+static void layer_forward(const Base *b, const Lora *lora, Acts *a, int l) {
+    int B = a->B, T = a->T, N = B * T, C = b->C, Q = b->NH * b->HS, QKV = Q + 2 * b->NKV * b->HS;
+    int H = b->H, MLP = (b->llama ? 2 : 1) * H;
+    size_t NC = (size_t)N * C, s = a->recompute ? 0 : (size_t)l;
+    float *x = a->x + l * NC, *xmid = a->xmid + s * NC, *n1 = a->n1 + s * NC, *n2 = a->n2 + s * NC, *xout = a->x + (l + 1) * NC;
+    float *st = a->stats + s * 4 * N, *qkv = a->qkv + s * N * QKV, *att = a->att + s * B * b->NH * T * T;
+    float *atty = a->atty + s * N * Q, *fc = a->fc + s * N * MLP, *act = a->act + s * N * H;
+    norm_forward(n1, st, st + N, x, b->ln1w + (size_t)l * C, b->ln1b != NULL ? b->ln1b + (size_t)l * C : NULL, N, C, b->eps, b->llama);
+    frozen_forward(qkv, n1, b, a->tile, l, SITE_QKV, b->qkvb != NULL ? b->qkvb + (size_t)l * QKV : NULL, N, C, QKV);
+    site_lora_forward(qkv, n1, l, SITE_QKV, lora, a, N, QKV);
+    if (b->llama) { rope_apply(qkv, b->inv_freq, N, T, b->NH, b->NKV, b->HS, 1.0f); }
+    attention_forward(atty, att, qkv, B, T, b->NH, b->NKV, b->HS);
+    frozen_forward(xmid, atty, b, a->tile, l, SITE_ATTPROJ, b->attprojb != NULL ? b->attprojb + (size_t)l * C : NULL, N, Q, C);
+    site_lora_forward(xmid, atty, l, SITE_ATTPROJ, lora, a, N, C);
+    for (size_t i = 0; i < NC; i++) { xmid[i] += x[i]; }
+    norm_forward(n2, st + 2 * N, st + 3 * N, xmid, b->ln2w + (size_t)l * C, b->ln2b != NULL ? b->ln2b + (size_t)l * C : NULL, N, C, b->eps, b->llama);
+    frozen_forward(fc, n2, b, a->tile, l, SITE_FC, b->fcb != NULL ? b->fcb + (size_t)l * MLP : NULL, N, C, MLP);
+    site_lora_forward(fc, n2, l, SITE_FC, lora, a, N, MLP);
+    activation_forward(act, fc, N, H, b->llama);
+    frozen_forward(xout, act, b, a->tile, l, SITE_FCPROJ, b->fcprojb != NULL ? b->fcprojb + (size_t)l * C : NULL, N, H, C);
+    site_lora_forward(xout, act, l, SITE_FCPROJ, lora, a, N, C);
+    for (size_t i = 0; i < NC; i++) { xout[i] += xmid[i]; }
+}
+
 // The forward pass over tokens (B, T), and the summed cross-entropy of the rows whose label
 // is not -100 (label[n]: the token row n should predict); *count gets how many there were.
 // Unless a->forward_only (an evaluation's), it leaves the classifier's gradient into nf in
 // a->dnf for the backward pass. The logits of rows without a label stay logits (a->logits:
 // the last chunk's rows, all of them when they fit one, as the tests' tiny models' do).
 static double model_forward(const Base *b, const Lora *lora, Acts *a, const int *tokens, const int *labels, int *count) {
-    int B = a->B, T = a->T, N = B * T, C = b->C, L = b->L, Q = b->NH * b->HS, QKV = Q + 2 * b->NKV * b->HS;
-    int H = b->H, MLP = (b->llama ? 2 : 1) * H;
+    int T = a->T, N = a->B * T, C = b->C, L = b->L;
     for (int n = 0; n < N; n++) {
         if (tokens[n] < 0 || tokens[n] >= b->V) { fprintf(stderr, "Error: token %d at row %d is outside the vocabulary (%d)\n", tokens[n], n, b->V); exit(EXIT_FAILURE); }
         for (int i = 0; i < C; i++) {
             a->x[(size_t)n * C + i] = b->wte[(size_t)tokens[n] * C + i] + (b->wpe != NULL ? b->wpe[(size_t)(n % T) * C + i] : 0.0f);
         }
     }
-    for (int l = 0; l < L; l++) {
-        size_t NC = (size_t)N * C;
-        float *x = a->x + l * NC, *xmid = a->xmid + l * NC, *n1 = a->n1 + l * NC, *n2 = a->n2 + l * NC, *xout = a->x + (l + 1) * NC;
-        float *st = a->stats + (size_t)l * 4 * N, *qkv = a->qkv + (size_t)l * N * QKV, *att = a->att + (size_t)l * B * b->NH * T * T;
-        float *atty = a->atty + (size_t)l * N * Q, *fc = a->fc + (size_t)l * N * MLP, *act = a->act + (size_t)l * N * H;
-        norm_forward(n1, st, st + N, x, b->ln1w + (size_t)l * C, b->ln1b != NULL ? b->ln1b + (size_t)l * C : NULL, N, C, b->eps, b->llama);
-        frozen_forward(qkv, n1, b, a->tile, l, SITE_QKV, b->qkvb != NULL ? b->qkvb + (size_t)l * QKV : NULL, N, C, QKV);
-        site_lora_forward(qkv, n1, l, SITE_QKV, lora, a, N, QKV);
-        if (b->llama) { rope_apply(qkv, b->inv_freq, N, T, b->NH, b->NKV, b->HS, 1.0f); }
-        attention_forward(atty, att, qkv, B, T, b->NH, b->NKV, b->HS);
-        frozen_forward(xmid, atty, b, a->tile, l, SITE_ATTPROJ, b->attprojb != NULL ? b->attprojb + (size_t)l * C : NULL, N, Q, C);
-        site_lora_forward(xmid, atty, l, SITE_ATTPROJ, lora, a, N, C);
-        for (size_t i = 0; i < NC; i++) { xmid[i] += x[i]; }
-        norm_forward(n2, st + 2 * N, st + 3 * N, xmid, b->ln2w + (size_t)l * C, b->ln2b != NULL ? b->ln2b + (size_t)l * C : NULL, N, C, b->eps, b->llama);
-        frozen_forward(fc, n2, b, a->tile, l, SITE_FC, b->fcb != NULL ? b->fcb + (size_t)l * MLP : NULL, N, C, MLP);
-        site_lora_forward(fc, n2, l, SITE_FC, lora, a, N, MLP);
-        activation_forward(act, fc, N, H, b->llama);
-        frozen_forward(xout, act, b, a->tile, l, SITE_FCPROJ, b->fcprojb != NULL ? b->fcprojb + (size_t)l * C : NULL, N, H, C);
-        site_lora_forward(xout, act, l, SITE_FCPROJ, lora, a, N, C);
-        for (size_t i = 0; i < NC; i++) { xout[i] += xmid[i]; }
-    }
-    float *stf = a->stats + (size_t)L * 4 * N;
+    for (int l = 0; l < L; l++) { layer_forward(b, lora, a, l); }
+    float *stf = a->stats + (size_t)a->slots * 4 * N;
     norm_forward(a->nf, stf, stf + N, a->x + (size_t)L * N * C, b->lnfw, b->lnfb, N, C, b->eps, b->llama);
     int counted = 0;
     for (int n = 0; n < N; n++) {
@@ -1864,14 +1873,16 @@ static void model_backward(const Base *b, Lora *lora, Acts *a, const int *labels
     int H = b->H, MLP = (b->llama ? 2 : 1) * H;
     size_t NC = (size_t)N * C;
     // the classifier's gradient into nf: model_forward made (p - onehot(label)) lm_head, row by row
-    float *dnf = a->dbuf, *dx = a->dx, *stf = a->stats + (size_t)L * 4 * N;
+    float *dnf = a->dbuf, *dx = a->dx, *stf = a->stats + (size_t)a->slots * 4 * N;
     for (size_t i = 0; i < NC; i++) { dnf[i] = dscale * a->dnf[i]; }
     memset(dx, 0, NC * sizeof(float));
     norm_backward(dx, dnf, a->x + (size_t)L * NC, stf, stf + N, b->lnfw, N, C, b->llama);
     for (int l = L - 1; l >= 0; l--) {
-        float *x = a->x + l * NC, *xmid = a->xmid + l * NC, *n1 = a->n1 + l * NC, *n2 = a->n2 + l * NC;
-        float *st = a->stats + (size_t)l * 4 * N, *qkv = a->qkv + (size_t)l * N * QKV, *att = a->att + (size_t)l * B * b->NH * T * T;
-        float *atty = a->atty + (size_t)l * N * Q, *fc = a->fc + (size_t)l * N * MLP, *act = a->act + (size_t)l * N * H;
+        if (a->recompute && l < L - 1) { layer_forward(b, lora, a, l); } // (-A 1: the last block's are still in the slot)
+        size_t s = a->recompute ? 0 : (size_t)l;
+        float *x = a->x + l * NC, *xmid = a->xmid + s * NC, *n1 = a->n1 + s * NC, *n2 = a->n2 + s * NC;
+        float *st = a->stats + s * 4 * N, *qkv = a->qkv + s * N * QKV, *att = a->att + s * B * b->NH * T * T;
+        float *atty = a->atty + s * N * Q, *fc = a->fc + s * N * MLP, *act = a->act + s * N * H;
         // x_out = xmid + fcproj(act): dx flows to xmid as it is, and through fcproj
         float *dact = a->dbuf;
         memset(dact, 0, (size_t)N * H * sizeof(float));
@@ -2232,13 +2243,13 @@ static void print_memory(const Base *b, const Lora *lora, const Acts *a) {
 
 
 #define PLAN_WHERE "the CPU, fp32; the process's own overhead, the tokenizer and the data not counted"
-#define PLAN_RECOMPUTE 0   // (the CPU keeps every layer's activations: -A is finetune_loracu's)
+#define PLAN_RECOMPUTE 1   // (-A 1 keeps one layer's activations)
 #define PLAN_LOAD_COUNTS 1 // (loading takes the same memory the run then uses: what fits must fit that too)
 // --plan: what this program would allocate, part by part, for base b's shape: the weights
 // (base_quantize's, or fp32), the adapter with its gradients and AdamW's moments
 // (lora_allocate's), and acts_allocate's arrays (acts_sizes). The same sums the run makes: its
-// ledger line equals this total (test_finetune_lora_cli.sh). The CPU keeps every layer's
-// activations (no recomputation here: -A is finetune_loracu's).
+// ledger line equals this total (test_finetune_lora_cli.sh). -A 1 keeps each layer's input
+// and one layer's rest.
 static void memory_plan(MemoryPlan *p, const Base *b, const PlanRun *run) {
     memset(p, 0, sizeof(*p));
     size_t linear = plan_linear_params(b), params = plan_base_params(b), codes = 0, constants = 0;
@@ -2255,11 +2266,14 @@ static void memory_plan(MemoryPlan *p, const Base *b, const PlanRun *run) {
     plan_add(p, "its gradients", (double)run->adapter_params * 4);
     plan_add(p, "AdamW's moments", (double)run->adapter_params * 8);
     size_t sizes[NUM_ACTS], kept = 0, scratch = 0, N = (size_t)run->B * run->T;
-    acts_sizes(sizes, &q, run->modules, run->r, run->dropout, run->B, run->T);
+    acts_sizes(sizes, &q, run->modules, run->r, run->dropout, run->B, run->T, run->recompute);
     for (int k = 0; k < ACTS_LOGITS; k++) { kept += sizes[k]; }
     for (int k = ACTS_SCRATCH; k < ACTS_TILE; k++) { scratch += sizes[k]; }
-    plan_add(p, "activations kept for the backward pass, every layer's", (double)kept * 4);
-    p->per_layer = (double)(kept - 2 * N * b->C - 2 * N) * 4 / b->L; // (one layer's share: all but the last x, nf and its stats)
+    plan_add(p, run->recompute ? "activations kept: each layer's input, one layer's rest" : "activations kept for the backward pass, every layer's",
+             (double)kept * 4);
+    size_t one[NUM_ACTS];
+    acts_sizes(one, &q, run->modules, run->r, run->dropout, run->B, run->T, 1); // (a layer's share: what -A 1 keeps of it)
+    for (int k = 1; k < 10; k++) { p->per_layer += (double)one[k] * 4; }
     plan_add(p, "logits, a chunk of rows at a time, and their gradient into nf", (double)(sizes[ACTS_LOGITS] + sizes[ACTS_LOGITS + 1]) * 4);
     plan_add(p, "backward scratch (and LoRA dropout's)", (double)scratch * 4 + (double)N * sizeof(double));
     if (run->quant != QUANT_NONE) { plan_add(p, "a 4-bit weight's tile, dequantized", (double)sizes[ACTS_TILE] * 4); }
@@ -2730,7 +2744,7 @@ static void print_usage(const Options *d) {
            "  -S N      a checkpoint every N steps (OUT/step_N/: the adapter; OUT/state_N.bin), 0: none [%d]\n"
            "  -y 0|1    resume from the newest checkpoint in -o, with the same flags and data [%d]\n"
            "  -A 0|1    activation recomputation: keep only each block's input, run the block again in the\n"
-           "            backward pass (less memory, about a third more compute; finetune_lora.cu; the CPU keeps all) [%d]\n"
+           "            backward pass: the same numbers, less memory, about a third more compute [%d]\n"
            "  -B 0|1    benchmark: random tokens on -m (a model file, or llama:NAME: random weights of the shape of\n"
            "            smollm2-135m, llama3.2-1b, llama3.2-3b, llama3.1-8b, qwen2.5-0.5b, qwen2.5-7b), -n steps (10 if 0) of -k x -b x -t; no data,\n"
            "            no files written: tokens/s and peak memory [%d]\n"

@@ -3136,7 +3136,7 @@ static void print_usage(const Options *d) {
            "  -S N      a checkpoint every N steps (OUT/step_N/: the adapter; OUT/state_N.bin), 0: none [%d]\n"
            "  -y 0|1    resume from the newest checkpoint in -o, with the same flags and data [%d]\n"
            "  -A 0|1    activation recomputation: keep only each block's input, run the block again in the\n"
-           "            backward pass (less memory, about a third more compute; finetune_lora.cu; the CPU keeps all) [%d]\n"
+           "            backward pass: the same numbers, less memory, about a third more compute [%d]\n"
            "  -B 0|1    benchmark: random tokens on -m (a model file, or llama:NAME: random weights of the shape of\n"
            "            smollm2-135m, llama3.2-1b, llama3.2-3b, llama3.1-8b, qwen2.5-0.5b, qwen2.5-7b), -n steps (10 if 0) of -k x -b x -t; no data,\n"
            "            no files written: tokens/s and peak memory [%d]\n"

@@ -576,6 +576,45 @@ static void test_eta(void) {
 
 // --- end shared-copy: finetune-test ---
 
+// -A 1 (activation recomputation): each block's forward pass run again before its backward,
+// from its kept input, is the same arithmetic: the same loss and every gradient bit for bit,
+// with LoRA dropout's masks (drawn again) and with the base in NF4 (its tiles dequantized again)
+static void test_recompute(void) {
+    printf("\nactivation recomputation (-A 1) against keeping every layer's activations\n");
+    for (int quant = 0; quant < 2; quant++) {
+        Base b;
+        Lora lora;
+        Fixture f;
+        int *tokens, *labels, count;
+        load_llama_batch(&b, &lora, 0.2f, &f, &tokens, &labels);
+        if (quant) { base_quantize(&b, QUANT_NF4, 64, 1); }
+        double loss[2];
+        float *grads[2];
+        size_t bytes[2];
+        for (int k = 0; k < 2; k++) {
+            Acts a;
+            acts_allocate(&a, &b, &lora, SEQ_PER_MICRO, T_FIX, k);
+            bytes[k] = a.bytes;
+            lora_zero_grads(&lora);
+            loss[k] = model_forward(&b, &lora, &a, tokens, labels, &count);
+            model_backward(&b, &lora, &a, labels, 1.0f / (float)count);
+            lora_to_host(&lora);
+            grads[k] = (float *)mallocCheck(lora.num_params * sizeof(float));
+            memcpy(grads[k], lora.grads, lora.num_params * sizeof(float));
+            acts_free(&a);
+        }
+        char label[160], detail[160];
+        snprintf(label, sizeof(label), "-A 1%s, dropout 0.2: the loss and every gradient, bit for bit", quant ? ", -Q nf4" : "");
+        snprintf(detail, sizeof(detail), "loss %.9g and %.9g; activations %zu bytes, not %zu", loss[1], loss[0], bytes[1], bytes[0]);
+        check(label, loss[0] == loss[1] && memcmp(grads[0], grads[1], lora.num_params * sizeof(float)) == 0 && bytes[1] < bytes[0], detail);
+        free(grads[0]); free(grads[1]); free(tokens); free(labels);
+        fclose(f.fp);
+        safetensors_free(&f.st);
+        lora_free(&lora);
+        base_free(&b);
+    }
+}
+
 // The frozen matmuls over 4-bit bands, tile by tile, in tiles of 5 rows (quant_tile set so:
 // they do not divide the bands, and the blocks of 64 straddle the rows of 96): forward and
 // backward, every site of every layer, against linear_forward / linear_backward on the
@@ -746,6 +785,7 @@ int main(void) {
     test_adamw();
     test_dropout();
     test_chunked_classifier();
+    test_recompute();
     test_model("gpt2", "build/hf_tiny_fp32.bin", QUANT_NONE);
     test_model("llama", "build/llama_gqa3.bin", QUANT_NONE);
     test_model("qwen2", "build/qwen2_gqa4.bin", QUANT_NONE);

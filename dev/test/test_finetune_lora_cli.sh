@@ -152,7 +152,7 @@ report "... the NF4 base's validation loss within 30% of the fp32 base's, not eq
 ./convert -i "$MODEL" -o "$TMP/nf4.bin" -Q nf4 2> /dev/null
 "$BIN" -m "$TMP/nf4.bin" -d "$D" -o "$TMP/qlora_file" -t 64 -n 2 -b 2 -k 1 -v 1 -V 0.2 -r 4 -T q_proj,v_proj > "$TMP/qlog_file" 2>&1
 report "-m a 4-bit file (./convert -Q nf4), no -Q: the run of -Q nf4, loss for loss" \
-    $([ $? = 0 ] && [ -n "$(grep '^step' "$TMP/qlog")" ] && cmp -s <(grep '^step' "$TMP/qlog" | sed 's/| [0-9]* tokens\/s //') <(grep '^step' "$TMP/qlog_file" | sed 's/| [0-9]* tokens\/s //') &&
+    $([ $? = 0 ] && [ -n "$(grep '^step' "$TMP/qlog")" ] && cmp -s <(grep '^step' "$TMP/qlog" | sed 's/| [0-9]* tokens\/s //; s/ETA.*//') <(grep '^step' "$TMP/qlog_file" | sed 's/| [0-9]* tokens\/s //; s/ETA.*//') &&
       grep -q "^model: $TMP/nf4.bin: Llama family, 134.5M parameters, frozen, its linear layers in nf4 (blocksize 64, double quantization): 160.6 MiB in all" "$TMP/qlog_file" && echo 1 || echo 0) \
     "$(grep '^step' "$TMP/qlog_file" | head -2 | tr '\n' ' '; tail -1 "$TMP/qlog_file")"
 "$BIN" -m "$TMP/nf4.bin" -d "$D" -t 64 -n 1 -Q fp4 > "$TMP/qlog_fp4" 2>&1
@@ -162,9 +162,15 @@ losses=$(grep '^validation loss:' "$TMP/qlog2" | sed 's/validation loss: \([0-9.
 report "-Q nf4 -M: merged into the dequantized base, the adapter's validation loss (to 1e-4)" \
     $(echo "$losses" | awk '{ d = $1 - $2; if (d < 0) d = -d; exit !(NF == 2 && d < 1e-4) }' && [ -s "$TMP/qmerged.bin" ] && echo 1 || echo 0) "$losses"
 
+# -A 1 (activation recomputation) on the CPU: the same losses as the run above, less memory
+"$BIN" -d "$D" -o "$TMP/recompute" -t 64 -n 2 -b 2 -k 1 -v 1 -V 0.2 -r 4 -T q_proj,v_proj -Q nf4 -A 1 > "$TMP/alog" 2>&1
+report "-A 1: the -Q nf4 run, loss for loss, its activations smaller" \
+    $([ $? = 0 ] && [ -n "$(grep '^step' "$TMP/qlog")" ] && cmp -s <(grep '^step' "$TMP/qlog" | sed 's/| [0-9]* tokens\/s //; s/ETA.*//') <(grep '^step' "$TMP/alog" | sed 's/| [0-9]* tokens\/s //; s/ETA.*//') &&
+      awk -v a="$(sed -n 's/^ledger (bytes): .*activations \([0-9]*\),.*/\1/p' "$TMP/alog")" -v q="$(sed -n 's/^ledger (bytes): .*activations \([0-9]*\),.*/\1/p' "$TMP/qlog")" 'BEGIN { exit !(a > 0 && a < q) }' && echo 1 || echo 0) \
+    "$(grep '^ledger' "$TMP/alog" "$TMP/qlog" | tr '\n' ' ')"
 # --plan: the CPU's allocations predicted to the byte (the ledger the runs above printed), and
 # the tables for a shape that is not loaded
-for run in "log|" "qlog|-Q nf4"; do
+for run in "log|" "qlog|-Q nf4" "alog|-Q nf4 -A 1"; do
     log=$TMP/${run%%|*} q=${run#*|}
     t=$(sed -n 's/^memory (MiB): .*(B=2, T=\([0-9]*\))$/\1/p' "$log")
     ledger=$(sed -n 's/^ledger (bytes): .*, total \([0-9]*\)$/\1/p' "$log")
