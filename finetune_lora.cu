@@ -523,12 +523,15 @@ typedef struct {
     int blocksize, fp4;
 } DeviceQuant;
 
+// --- begin shared-copy: quant4-device-codes ---
+// quant4's NF4_CODE and FP4_CODE on the device
 __device__ const float NF4_DEVICE[16] = {-1.0f, -0.6961928009986877f, -0.5250730514526367f, -0.39491748809814453f,
                                          -0.28444138169288635f, -0.18477343022823334f, -0.09105003625154495f, 0.0f,
                                          0.07958029955625534f, 0.16093020141124725f, 0.24611230194568634f, 0.33791524171829224f,
                                          0.44070982933044434f, 0.5626170039176941f, 0.7229568362236023f, 1.0f};
 __device__ const float FP4_DEVICE[16] = {0.0f, 0.0625f / 12, 8.0f / 12, 1.0f, 4.0f / 12, 6.0f / 12, 2.0f / 12, 3.0f / 12,
                                          0.0f, -0.0625f / 12, -8.0f / 12, -1.0f, -4.0f / 12, -6.0f / 12, -2.0f / 12, -3.0f / 12};
+// --- end shared-copy: quant4-device-codes ---
 
 __global__ void dequantize4_kernel(floatX *W, DeviceQuant q) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;

@@ -2276,6 +2276,21 @@ static void quant_describe(char *out, size_t size, QuantSpec q, const char *othe
     else if (q.type == QUANT_Q8_0) { snprintf(out, size, "q8_0"); }
     else { snprintf(out, size, "%s (blocks of %d%s)", quant4_name(q.type), q.blocksize, q.nested ? ", double quantization" : ""); }
 }
+
+// A 4-bit model file keeps its linear layers as they are: -Q's blocks part must be none (then
+// it is the file's format, set in *blocks and model->quant) or that format; 1 if it is one
+static int quant_from_file(GPT2 *model, QuantSpec *blocks, const char *source) {
+    if (model->lw.qw == NULL) { return 0; }
+    QuantSpec file = {model->lw.quant, model->lw.quant_blocksize, model->lw.quant_nested};
+    if (blocks->type != QUANT_NONE && (blocks->type != file.type || blocks->blocksize != file.blocksize || blocks->nested != file.nested)) {
+        char what[96];
+        quant_describe(what, sizeof(what), file, "");
+        die_file(source, "-Q none,HEAD (or the file's own format) keeps them and sets the head", "its linear layers are %s already", what);
+    }
+    *blocks = file;
+    for (int j = 0; j < LINEAR_HEAD; j++) { model->quant[j] = file; }
+    return 1;
+}
 // --- end shared-copy: infer-quant-spec ---
 
 // Layer l's linear layer j (SITE_QKV .. SITE_FCPROJ; LINEAR_HEAD, l = 0) as linear_forward reads it
@@ -2303,16 +2318,7 @@ void gpt2_build_quantized(GPT2 *model, const char *source, uint64_t seed, QuantS
     quant_describe(a, sizeof(a), blocks, WEIGHTS_TYPE);
     quant_describe(b, sizeof(b), head, WEIGHTS_TYPE);
     model_weights_build(model, source, seed);
-    if (model->lw.qw != NULL) { // a 4-bit file: its linear layers stay as they are, whatever -Q says for the blocks' (none or the same)
-        QuantSpec file = {model->lw.quant, model->lw.quant_blocksize, model->lw.quant_nested};
-        if (blocks.type != QUANT_NONE && (blocks.type != file.type || blocks.blocksize != file.blocksize || blocks.nested != file.nested)) {
-            quant_describe(a, sizeof(a), file, "");
-            die_file(source, "-Q none,HEAD (or the file's own format) keeps them and sets the head", "its linear layers are %s already", a);
-        }
-        blocks = file;
-        for (int j = 0; j < LINEAR_HEAD; j++) { model->quant[j] = file; }
-        quant_describe(a, sizeof(a), blocks, WEIGHTS_TYPE);
-    }
+    if (quant_from_file(model, &blocks, source)) { quant_describe(a, sizeof(a), blocks, WEIGHTS_TYPE); }
     snprintf(model->weights_type, sizeof(model->weights_type), strcmp(a, b) == 0 ? "%s" : "%s, the head in %s", a, b);
     const float *src[NUM_FORWARD_TENSORS];
     size_t sizes[NUM_FORWARD_TENSORS];

@@ -673,12 +673,15 @@ typedef struct {
     floatX *dequantized;     // (OC, C) scratch: prefill's rows dequantize the layer here first
 } Linear;
 
+// --- begin shared-copy: quant4-device-codes ---
+// quant4's NF4_CODE and FP4_CODE on the device
 __device__ const float NF4_DEVICE[16] = {-1.0f, -0.6961928009986877f, -0.5250730514526367f, -0.39491748809814453f,
                                          -0.28444138169288635f, -0.18477343022823334f, -0.09105003625154495f, 0.0f,
                                          0.07958029955625534f, 0.16093020141124725f, 0.24611230194568634f, 0.33791524171829224f,
                                          0.44070982933044434f, 0.5626170039176941f, 0.7229568362236023f, 1.0f};
 __device__ const float FP4_DEVICE[16] = {0.0f, 0.0625f / 12, 8.0f / 12, 1.0f, 4.0f / 12, 6.0f / 12, 2.0f / 12, 3.0f / 12,
                                          0.0f, -0.0625f / 12, -8.0f / 12, -1.0f, -4.0f / 12, -6.0f / 12, -2.0f / 12, -3.0f / 12};
+// --- end shared-copy: quant4-device-codes ---
 
 // block b's scale: q8_0's fp16 (fp16_scale's arithmetic), a stored absmax, or one rebuilt
 // from its 8 bits (quant4_absmax's)
@@ -2065,6 +2068,21 @@ static void quant_describe(char *out, size_t size, QuantSpec q, const char *othe
     else if (q.type == QUANT_Q8_0) { snprintf(out, size, "q8_0"); }
     else { snprintf(out, size, "%s (blocks of %d%s)", quant4_name(q.type), q.blocksize, q.nested ? ", double quantization" : ""); }
 }
+
+// A 4-bit model file keeps its linear layers as they are: -Q's blocks part must be none (then
+// it is the file's format, set in *blocks and model->quant) or that format; 1 if it is one
+static int quant_from_file(GPT2 *model, QuantSpec *blocks, const char *source) {
+    if (model->lw.qw == NULL) { return 0; }
+    QuantSpec file = {model->lw.quant, model->lw.quant_blocksize, model->lw.quant_nested};
+    if (blocks->type != QUANT_NONE && (blocks->type != file.type || blocks->blocksize != file.blocksize || blocks->nested != file.nested)) {
+        char what[96];
+        quant_describe(what, sizeof(what), file, "");
+        die_file(source, "-Q none,HEAD (or the file's own format) keeps them and sets the head", "its linear layers are %s already", what);
+    }
+    *blocks = file;
+    for (int j = 0; j < LINEAR_HEAD; j++) { model->quant[j] = file; }
+    return 1;
+}
 // --- end shared-copy: infer-quant-spec ---
 
 // Layer l's linear layer j (SITE_QKV .. SITE_FCPROJ; LINEAR_HEAD, l = 0) as linear_forward reads it
@@ -2187,16 +2205,7 @@ void gpt2_build_quantized(GPT2 *model, const char *source, uint64_t seed, QuantS
     gpu_acquire();
     model->gpu_held = 1;
     model_weights_build(model, source, seed);
-    if (model->lw.qw != NULL) { // a 4-bit file (infer.c's rule): its linear layers stay as they are
-        QuantSpec file = {model->lw.quant, model->lw.quant_blocksize, model->lw.quant_nested};
-        if (blocks.type != QUANT_NONE && (blocks.type != file.type || blocks.blocksize != file.blocksize || blocks.nested != file.nested)) {
-            quant_describe(a, sizeof(a), file, "");
-            die_file(source, "-Q none,HEAD (or the file's own format) keeps them and sets the head", "its linear layers are %s already", a);
-        }
-        blocks = file;
-        for (int j = 0; j < LINEAR_HEAD; j++) { model->quant[j] = file; }
-        quant_describe(a, sizeof(a), blocks, WEIGHTS_TYPE);
-    }
+    if (quant_from_file(model, &blocks, source)) { quant_describe(a, sizeof(a), blocks, WEIGHTS_TYPE); }
     snprintf(model->weights_type, sizeof(model->weights_type), strcmp(a, b) == 0 ? "%s" : "%s, the head in %s", a, b);
     const float *src[NUM_FORWARD_TENSORS];
     size_t sizes[NUM_FORWARD_TENSORS], bytes[NUM_FORWARD_TENSORS], largest = 1;

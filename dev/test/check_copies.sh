@@ -55,7 +55,7 @@ cd "$root" || exit 2
 HOME_ORDER="train_mlp.c data/tokenizer.c train_gpt2.c infer.c convert.c
             train_mlp.cu train_gpt2.cu infer.cu test_gpt2.c test_infer.c test_convert.c test_gpt2.cu test_infer.cu"
 # the exceptions: the file formats' code belongs to the conversion program
-HOME_OF="model-file-write=convert.c llama-model-write=convert.c llama-config=convert.c llama-model-read=convert.c lora-adapter=finetune_lora.c lora-types=finetune_lora.c quant4=finetune_lora.c"
+HOME_OF="model-file-write=convert.c llama-model-write=convert.c llama-config=convert.c llama-model-read=convert.c lora-adapter=finetune_lora.c lora-types=finetune_lora.c quant4=finetune_lora.c quant4-device-codes=finetune_lora.cu"
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT

@@ -41,6 +41,7 @@ expect_error "-Q nf5: a format we do not know" "-Q 'nf5': expected none, q8_0, o
 expect_error "-Q nf4:48: not a blocksize" "-Q 'nf4:48': the blocksize must be a power of two from 32 to 4096" "$BIN" -m $H -Q nf4:48
 expect_error "-Q q8_0:64: q8_0's blocks are 32" "-Q 'q8_0:64': expected none" "$BIN" -m $H -Q q8_0:64
 expect_error "-Q nf4:64:2: double quantization 0 or 1" "-Q 'nf4:64:2': double quantization is 0 or 1" "$BIN" -m $H -Q nf4:64:2
+expect_error "-Q fp4 on a 4-bit file: its own format stays" "build/bnb4_llama.bin: its linear layers are nf4 (blocks of 64, double quantization) already" "$BIN" -m build/bnb4_llama.bin -Q fp4 -z 1 -i 1
 expect_error "-Q nf4,q8_0,x: a third part" "-Q 'q8_0,x': expected none" "$BIN" -m $H -Q nf4,q8_0,x
 "$BIN" -m $H -Q nf4,q8_0 -z 1 -t 0 -n 4 -i 1,2,3 > /dev/null 2> "$TMP/q.err" && grep -q "linear layers in nf4 (blocks of 64, double quantization), the head in q8_0)" "$TMP/q.err" &&
     ok "-Q nf4,q8_0: the report says the formats" || { not_ok "-Q nf4,q8_0's report"; head -3 "$TMP/q.err"; }
