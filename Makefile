@@ -360,7 +360,16 @@ LADDER_TESTS = $(foreach l,matmul $(LADDERS),"$(SCHED) ascending './dev/emu/$(l)
 GPT2_TWIN = bash dev/test/test_train_gpt2_cuda.sh ./train_gpt2 ./dev/emu/train_gpt2cu_fp32_cpu ./dev/emu/train_gpt2cu_bf16_cpu ./dev/emu/train_gpt2cu_fp16_cpu
 INFER_TWIN = bash dev/test/test_infer_cuda.sh ./infer ./dev/emu/infercu_fp32_cpu ./dev/emu/infercu_bf16_cpu
 LORA_TWIN = bash dev/test/test_finetune_lora_cuda.sh ./finetune_lora ./dev/emu/finetune_loracu_fp32_cpu ./dev/emu/finetune_loracu_bf16_cpu
-TESTS = ./test_gpt2 \
+# the longest first: make test runs them TEST_JOBS at a time (dev/test/run_tests.sh; 2: the
+# emulated programs run on one thread each, so two of them keep a 2-core machine busy)
+TEST_JOBS ?= 2
+TESTS = "bash dev/test/check_cuda_builds.sh" \
+        "$(SCHED) ascending '$(LORA_TWIN)' descending '$(LORA_TWIN)'" \
+        "$(SCHED) ascending '$(GPT2_TWIN)' descending '$(GPT2_TWIN)'" \
+        "$(SCHED) ascending ./dev/emu/test_infercu_fp32_cpu descending ./dev/emu/test_infercu_fp32_race" \
+        "$(SCHED) ascending '$(INFER_TWIN)' descending '$(INFER_TWIN)'" \
+        "$(SCHED) ascending ./dev/emu/test_infercu_bf16_cpu random:1 ./dev/emu/test_infercu_bf16_asan" \
+        ./test_gpt2 \
         "$(SCHED) ascending ./dev/emu/test_emu_cpu descending ./dev/emu/test_emu_cpu" \
         "EMU_SCHEDULE=descending ./dev/emu/test_emu_race" \
         "EMU_SCHEDULE=random:1 ./dev/emu/test_emu_asan" \
@@ -369,7 +378,6 @@ TESTS = ./test_gpt2 \
         "$(SCHED) ascending ./dev/emu/test_gpt2cu_fp32_cpu descending ./dev/emu/test_gpt2cu_fp32_race" \
         "$(SCHED) ascending ./dev/emu/test_gpt2cu_bf16_cpu descending ./dev/emu/test_gpt2cu_bf16_race" \
         "$(SCHED) ascending ./dev/emu/test_gpt2cu_fp16_cpu random:1 ./dev/emu/test_gpt2cu_fp16_asan" \
-        "$(SCHED) ascending '$(GPT2_TWIN)' descending '$(GPT2_TWIN)'" \
         ./test_mlp \
         ./test_tokenizer \
         ./test_tokenizer_asan \
@@ -384,13 +392,9 @@ TESTS = ./test_gpt2 \
         "bash dev/test/test_infer_cli.sh ./infer" \
         "python3 dev/test/test_readme.py" \
         "bash dev/test/test_convert_cli.sh ./convert" \
-        "$(SCHED) ascending ./dev/emu/test_infercu_fp32_cpu descending ./dev/emu/test_infercu_fp32_race" \
         "./dev/emu/test_infercu_fp32_cpu --smollm2" \
-        "$(SCHED) ascending ./dev/emu/test_infercu_bf16_cpu random:1 ./dev/emu/test_infercu_bf16_asan" \
-        "$(SCHED) ascending '$(INFER_TWIN)' descending '$(INFER_TWIN)'" \
         "$(SCHED) ascending ./dev/emu/test_finetune_loracu_fp32_cpu descending ./dev/emu/test_finetune_loracu_fp32_race" \
         "$(SCHED) ascending ./dev/emu/test_finetune_loracu_bf16_cpu random:1 ./dev/emu/test_finetune_loracu_bf16_asan" \
-        "$(SCHED) ascending '$(LORA_TWIN)' descending '$(LORA_TWIN)'" \
         "bash dev/test/test_tokenizer_cli.sh ./data/tokenizer" \
         "bash dev/test/test_instructions_cli.sh ./data/instructions" \
         "bash dev/test/test_train_gpt2_cli.sh ./train_gpt2" \
@@ -400,10 +404,9 @@ TESTS = ./test_gpt2 \
         "bash dev/test/check_lib.sh" \
         "bash dev/test/test_amalgamation.sh" \
         "bash dev/test/test_emu_build.sh" \
-        "bash dev/test/test_check_copies.sh" \
-        "bash dev/test/check_cuda_builds.sh"
+        "bash dev/test/test_check_copies.sh"
 test: train_gpt2 test_gpt2 data/tokenizer data/instructions test_tokenizer test_tokenizer_asan train_mlp test_mlp infer infer_bf16 test_infer test_infer_bf16 $(AVX2_TESTS) test_infer_asan convert test_convert test_convert_asan finetune_lora test_finetune_lora $(EMU_PROGRAMS) $(CONVERTED) $(SMOLLM2)
-	@bash dev/test/run_tests.sh $(TESTS)
+	@bash dev/test/run_tests.sh -j $(TEST_JOBS) $(TESTS)
 
 # One file when wanted: every root program as a single source, its lib/ headers pasted in
 # (dev/amalgamate.sh), in build/amalgamated/; make test compiles each and runs it once

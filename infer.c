@@ -716,44 +716,19 @@ void linear_forward(const floatX *inp, Linear w, Epilogue e, float *scratch, int
 // (decode). q (N, NH HS); key_cache, value_cache: (B, S, NKV HS) for this layer; out
 // (N, NH HS). Query head h reads key/value head h / (NH / NKV): GPT-2 has one per query
 // head, the Llama family's grouped-query attention shares each among NH / NKV of them.
-// att: the scores, S floats per thread (infer.cu: per row and head).
-// A prompt's rows (a run of one sequence's consecutive positions) go to attention_prefill
-// instead, which does the same as two matrix products per head.
+// att: infer.cu's scores per row and head (infer.c's attention needs none: NULL or empty).
+// A prompt's rows (a run of one sequence's consecutive positions) go to attention_prefill,
+// which does the same as two matrix products per head; the rest (decode's rows) go to
+// attention_decode.
 static int attention_prefill(floatX *out, const floatX *q, const floatX *key_cache, const floatX *value_cache,
+                             const int *seq, const int *pos, int N, int S, int NH, int NKV, int HS);
+static void attention_decode(floatX *out, const floatX *q, const floatX *key_cache, const floatX *value_cache,
                              const int *seq, const int *pos, int N, int S, int NH, int NKV, int HS);
 void attention_forward(floatX *out, float *att, const floatX *q, const floatX *key_cache, const floatX *value_cache,
                        const int *seq, const int *pos, int N, int S, int NH, int NKV, int HS) {
+    (void)att;
     if (attention_prefill(out, q, key_cache, value_cache, seq, pos, N, S, NH, NKV, HS)) { return; }
-    float scale = 1.0f / sqrtf((float)HS);
-    size_t Q = (size_t)NH * HS, KV = (size_t)NKV * HS;
-    #pragma omp parallel for collapse(2) schedule(static, 1) // (interleaved: later rows attend to more)
-    for (int n = 0; n < N; n++) {
-        for (int h = 0; h < NH; h++) {
-            float *scores = att + (size_t)thread_id() * S;
-            const floatX *q_nh = q + (size_t)n * Q + (size_t)h * HS;
-            size_t kv_head = (size_t)(h / (NH / NKV)) * HS;
-            const floatX *keys = key_cache + (size_t)seq[n] * S * KV + kv_head;
-            const floatX *values = value_cache + (size_t)seq[n] * S * KV + kv_head;
-            int T = pos[n] + 1;
-            float maxval = -INFINITY;
-            for (int t = 0; t < T; t++) {
-                scores[t] = dot8(q_nh, keys + (size_t)t * KV, HS) * scale;
-                if (scores[t] > maxval) { maxval = scores[t]; }
-            }
-            float sum = 0.0f;
-            for (int t = 0; t < T; t++) {
-                scores[t] = exp_fast(scores[t] - maxval);
-                sum += scores[t];
-            }
-            floatX *out_nh = out + (size_t)n * Q + (size_t)h * HS;
-            for (int i = 0; i < HS; i++) { out_nh[i] = 0.0f; }
-            for (int t = 0; t < T; t++) {
-                float a = scores[t] / sum;
-                const floatX *v = values + (size_t)t * KV;
-                for (int i = 0; i < HS; i++) { out_nh[i] += a * v[i]; }
-            }
-        }
-    }
+    attention_decode(out, q, key_cache, value_cache, seq, pos, N, S, NH, NKV, HS);
 }
 
 // RoPE (Su et al. 2021), the Llama family's positions: the queries of N rows, and the keys
@@ -867,6 +842,136 @@ static int attention_prefill(floatX *out, const floatX *q, const floatX *key_cac
         gemm(out + (size_t)n0 * Q + (size_t)h * HS, Q, 1, s, (size_t)T, 1, values + kv_head, KV, 1, rows, HS, T, 0);
     }
     return 1;
+}
+
+// Decode's rows (one position each, of any sequences): for row n and key/value head k, the
+// query heads that share k (NH / NKV of them, ATT_HEADS at a time) go through the
+// positions together, so each key and value is read once for all of them, ATT_BLOCK
+// positions at a time: the block's scores, their exponentials against the running maximum,
+// and the values weighted by them into the heads' sums. When a block raises the maximum,
+// what was summed before is scaled down by e^(old max - new max): the softmax's online
+// form (Milakov & Gimelshein 2018), which needs no row of T scores.
+// One sequence has few heads (SmolLM2: 3 key/value heads) for the threads to share, so the
+// positions are also cut into `parts`, each a task with its own maximum, sum of
+// exponentials and weighted values (flash-decoding: Dao et al. 2023), merged at the end
+// by the same rescaling.
+#define ATT_BLOCK 32
+#define ATT_HEADS 8
+#define ATT_TILE 64
+
+// a . b in 16 interleaved partial sums (one vector register), added up as a tree
+static inline float dot16(const float *a, const float *b, int n) {
+    float lanes[16] = {0};
+    int i = 0;
+    for (; i + 16 <= n; i += 16) {
+        for (int j = 0; j < 16; j++) { lanes[j] += a[i + j] * b[i + j]; }
+    }
+    for (; i < n; i++) { lanes[0] += a[i] * b[i]; }
+    for (int width = 8; width >= 1; width /= 2) {
+        for (int j = 0; j < width; j++) { lanes[j] += lanes[j + width]; }
+    }
+    return lanes[0];
+}
+static void attention_decode(floatX *out, const floatX *q, const floatX *key_cache, const floatX *value_cache,
+                             const int *seq, const int *pos, int N, int S, int NH, int NKV, int HS) {
+    int group = NH / NKV, T_max = 1;
+    for (int n = 0; n < N; n++) { T_max = pos[n] + 1 > T_max ? pos[n] + 1 : T_max; }
+    int parts = (4 * num_threads() + N * NKV - 1) / (N * NKV); // about 4 tasks per thread ...
+    int most = (T_max + 2 * ATT_BLOCK - 1) / (2 * ATT_BLOCK);  // ... of at least 2 blocks of positions
+    parts = parts < most ? parts : most;
+    static float *partial = NULL; // (N, NH, parts): the part's maximum, sum, then HS weighted values
+    static size_t capacity = 0;
+    size_t stride = (size_t)HS + 2;
+    if ((size_t)N * NH * parts * stride > capacity) {
+        free(partial);
+        capacity = (size_t)N * NH * parts * stride;
+        partial = (float *)mallocCheck(capacity * sizeof(float));
+    }
+    float scale = 1.0f / sqrtf((float)HS);
+    size_t Q = (size_t)NH * HS, KV = (size_t)NKV * HS;
+    #pragma omp parallel for collapse(3) schedule(dynamic, 1)
+    for (int n = 0; n < N; n++) {
+        for (int k = 0; k < NKV; k++) {
+            for (int part = 0; part < parts; part++) {
+                int T = pos[n] + 1, t0 = (int)((long)T * part / parts), t1 = (int)((long)T * (part + 1) / parts);
+                const floatX *keys = key_cache + (size_t)seq[n] * S * KV + (size_t)k * HS;
+                const floatX *values = value_cache + (size_t)seq[n] * S * KV + (size_t)k * HS;
+                for (int h0 = k * group; h0 < (k + 1) * group; h0 += ATT_HEADS) {
+                    int heads = (k + 1) * group - h0 < ATT_HEADS ? (k + 1) * group - h0 : ATT_HEADS;
+                    float maxval[ATT_HEADS], sum[ATT_HEADS], p[ATT_HEADS][ATT_BLOCK];
+                    float *acc[ATT_HEADS]; // each head's weighted values: its slot of partial
+                    for (int i = 0; i < heads; i++) {
+                        float *slot = partial + (((size_t)n * NH + h0 + i) * parts + part) * stride;
+                        maxval[i] = -INFINITY;
+                        sum[i] = 0.0f;
+                        acc[i] = slot + 2;
+                        for (int c = 0; c < HS; c++) { acc[i][c] = 0.0f; }
+                    }
+                    for (int b0 = t0; b0 < t1; b0 += ATT_BLOCK) {
+                        int len = t1 - b0 < ATT_BLOCK ? t1 - b0 : ATT_BLOCK;
+                        for (int t = 0; t < len; t++) { // the block's scores: each key against the group's queries
+                            const floatX *key = keys + (size_t)(b0 + t) * KV;
+                            for (int i = 0; i < heads; i++) { p[i][t] = dot16(q + (size_t)n * Q + (size_t)(h0 + i) * HS, key, HS) * scale; }
+                        }
+                        for (int i = 0; i < heads; i++) {
+                            float m = maxval[i];
+                            for (int t = 0; t < len; t++) { m = p[i][t] > m ? p[i][t] : m; }
+                            if (m > maxval[i]) { // a new maximum: rescale what was summed against the old one
+                                float c = exp_fast(maxval[i] - m); // (the first block: nothing summed yet, c immaterial)
+                                sum[i] *= c;
+                                for (int d = 0; d < HS; d++) { acc[i][d] *= c; }
+                                maxval[i] = m;
+                            }
+                            for (int t = 0; t < len; t++) {
+                                p[i][t] = exp_fast(p[i][t] - m);
+                                sum[i] += p[i][t];
+                            }
+                        }
+                        for (int i = 0; i < heads; i++) { // the values, weighted, into each head's sums, ATT_TILE
+                            for (int d0 = 0; d0 < HS; d0 += ATT_TILE) { // channels at a time held in registers
+                                float s[ATT_TILE];
+                                const floatX *value = values + (size_t)b0 * KV + d0;
+                                if (HS - d0 >= ATT_TILE) { // (a constant width: the compiler keeps s in vector registers)
+                                    memcpy(s, acc[i] + d0, sizeof(s));
+                                    for (int t = 0; t < len; t++) {
+                                        for (int d = 0; d < ATT_TILE; d++) { s[d] += p[i][t] * value[(size_t)t * KV + d]; }
+                                    }
+                                    memcpy(acc[i] + d0, s, sizeof(s));
+                                } else {
+                                    for (int t = 0; t < len; t++) {
+                                        for (int d = 0; d < HS - d0; d++) { acc[i][d0 + d] += p[i][t] * value[(size_t)t * KV + d]; }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                    for (int i = 0; i < heads; i++) {
+                        float *slot = partial + (((size_t)n * NH + h0 + i) * parts + part) * stride;
+                        slot[0] = maxval[i];
+                        slot[1] = sum[i];
+                    }
+                }
+            }
+        }
+    }
+    #pragma omp parallel for collapse(2) if ((size_t)N * NH * parts * HS > 65536)
+    for (int n = 0; n < N; n++) { // each head's parts merged: rescaled to the largest maximum, normalised
+        for (int h = 0; h < NH; h++) {
+            const float *slots = partial + ((size_t)n * NH + h) * parts * stride;
+            float m = -INFINITY, total = 0.0f;
+            for (int part = 0; part < parts; part++) { m = slots[part * stride] > m ? slots[part * stride] : m; }
+            floatX *o = out + (size_t)n * Q + (size_t)h * HS;
+            for (int d = 0; d < HS; d++) { o[d] = 0.0f; }
+            for (int part = 0; part < parts; part++) {
+                const float *slot = slots + part * stride;
+                if (slot[1] == 0.0f) { continue; } // (a part with no positions)
+                float c = exp_fast(slot[0] - m);
+                total += slot[1] * c;
+                for (int d = 0; d < HS; d++) { o[d] += c * slot[2 + d]; }
+            }
+            for (int d = 0; d < HS; d++) { o[d] /= total; }
+        }
+    }
 }
 
 // The linear layers' weights in panels (see linear_forward): panel p holds rows o0 = p NR to
@@ -1062,99 +1167,145 @@ static inline v16s8 load16s(const void *p) { // (the same, signed)
     return b;
 }
 
-// the 16-value codebook looked up at 16 indices (0..15): one permute on AVX-512 (GCC's
-// __builtin_shuffle); clang has no variable shuffle of vector extensions: a loop there
-static inline v16f lookup16(v16f table, v16i index) {
+// the 16-value codebook looked up at 16 indices (taken modulo 16): one permute on AVX-512,
+// which reads each index's low 4 bits (GCC's __builtin_shuffle); clang has no variable
+// shuffle of vector extensions: a loop there. (A macro: GCC notes a changed calling
+// convention for any function that takes or returns a 64-byte vector, where AVX-512 is off.)
 #if defined(__clang__)
-    v16f out;
-    for (int i = 0; i < 16; i++) { out[i] = table[index[i]]; }
-    return out;
+#define lookup16(table, index) \
+    ({ v16f out_; v16i i_ = (index); for (int k_ = 0; k_ < 16; k_++) { out_[k_] = (table)[i_[k_] & 15]; } out_; })
 #else
-    return __builtin_shuffle(table, index);
+#define lookup16(table, index) __builtin_shuffle((table), (index))
 #endif
+
+// the sum of a vector's 16 lanes, as a tree (8 + 8, 4 + 4, ...): four dependent additions,
+// not sixteen
+static inline float v16_sum(const v16f *v) {
+    float half[16];
+    memcpy(half, v, sizeof(half));
+    for (int width = 8; width >= 1; width /= 2) {
+        for (int i = 0; i < width; i++) { half[i] += half[i + width]; }
+    }
+    return half[0];
 }
 
-static inline float v16_sum(v16f v) {
-    float s = 0.0f;
-    for (int i = 0; i < 16; i++) { s += v[i]; }
-    return s;
+// the absmax of nb consecutive blocks from block b, as quant4_absmax's: with double
+// quantization the product rounded before the offset is added (the asm statement keeps the
+// compiler from fusing the two into one fma, as quant4_absmax's volatile does, without a
+// trip through memory)
+static inline void quant4_scales(float *out, const Quant4 *q, size_t b, int nb) {
+    if (q->qabsmax == NULL) { memcpy(out, q->absmax + b, (size_t)nb * sizeof(float)); return; }
+    for (int i = 0; i < nb; i++) {
+#if defined(__GNUC__) && defined(__x86_64__)
+        float scaled = q->nested_code[q->qabsmax[b + i]] * q->nested_absmax[(b + i) / QUANT_NESTED_BLOCK];
+        __asm__("" : "+x"(scaled));
+#else
+        volatile float scaled = q->nested_code[q->qabsmax[b + i]] * q->nested_absmax[(b + i) / QUANT_NESTED_BLOCK];
+#endif
+        out[i] = scaled + q->offset;
+    }
 }
 
-// sums[g] = (row of the band starting at value `first`) . input g, for G (a constant after
-// inlining) of the inputs `split` holds (C each, reordered), 4-bit codes. The blocks' scales
-// are rebuilt first, SCALES_AHEAD at a time, out of the loop that sums.
+// sums[r * G + g] = (row r of R consecutive rows of the band, the first starting at value
+// `first`) . input g, for G of the inputs `split` holds (C each, reordered), 4-bit codes; R
+// and G are constants after inlining. Several rows at once share each load of the inputs,
+// and their sums are independent chains of additions, which the core overlaps (one row
+// alone waits on its own additions' latency). Each block's products go into two partial
+// sums (the even codes', the odd ones'), multiplied by the block's scale once; the scales
+// are rebuilt first, SCALES_AHEAD blocks at a time, out of the loop that sums.
 #define SCALES_AHEAD 64
+#define ROWS_AT_ONCE 4 // R's largest: 4 x 3 accumulators, 4 x 2 widened codes, 2 inputs in vector registers
 static inline __attribute__((always_inline)) void q4_row_dot(float *sums, const Quant4 *q, size_t first, const float *split, int C,
-                                                             const int G) {
-    v16f code, acc[MATVEC_GROUP];
+                                                             const int R, const int G) {
+    v16f code, acc[ROWS_AT_ONCE][MATVEC_GROUP];
     memcpy(&code, quant4_code(q->type), sizeof(code));
-    for (int g = 0; g < G; g++) { acc[g] = (v16f){0}; }
+    for (int r = 0; r < R; r++) {
+        for (int g = 0; g < G; g++) { acc[r][g] = (v16f){0}; }
+    }
     const uint8_t *packed = q->packed + first / 2;
     int bs = q->blocksize, blocks = C / bs;
     size_t block0 = first / bs;
-    float scales[SCALES_AHEAD];
+    float scales[ROWS_AT_ONCE][SCALES_AHEAD];
     for (int b0 = 0; b0 < blocks; b0 += SCALES_AHEAD) {
         int nb = blocks - b0 < SCALES_AHEAD ? blocks - b0 : SCALES_AHEAD;
-        for (int b = 0; b < nb; b++) { scales[b] = quant4_absmax(q, block0 + b0 + b); }
+        for (int r = 0; r < R; r++) { quant4_scales(scales[r], q, block0 + (size_t)r * blocks + b0, nb); }
         for (int b = 0; b < nb; b++) {
-            v16f part[MATVEC_GROUP];
-            for (int g = 0; g < G; g++) { part[g] = (v16f){0}; }
+            v16f even_part[ROWS_AT_ONCE][MATVEC_GROUP], odd_part[ROWS_AT_ONCE][MATVEC_GROUP];
+            for (int r = 0; r < R; r++) {
+                __builtin_prefetch(packed + (size_t)r * C / 2 + (size_t)(b0 + b) * bs / 2 + 2048);
+                for (int g = 0; g < G; g++) { even_part[r][g] = odd_part[r][g] = (v16f){0}; }
+            }
             for (int c = (b0 + b) * bs; c < (b0 + b + 1) * bs; c += 32) {
-                __builtin_prefetch(packed + c / 2 + 2048);
-                v16i index = __builtin_convertvector(load16(packed + c / 2), v16i);
-                v16f even = lookup16(code, index >> 4), odd = lookup16(code, index & 15);
+                v16f even[ROWS_AT_ONCE], odd[ROWS_AT_ONCE];
+                for (int r = 0; r < R; r++) {
+                    v16i index = __builtin_convertvector(load16(packed + (size_t)r * C / 2 + c / 2), v16i);
+                    even[r] = lookup16(code, index >> 4);
+                    odd[r] = lookup16(code, index); // (the low nibble: lookup16 reads only those 4 bits)
+                }
                 for (int g = 0; g < G; g++) {
                     v16f xe, xo;
                     memcpy(&xe, split + (size_t)g * C + c, sizeof(xe));
                     memcpy(&xo, split + (size_t)g * C + c + 16, sizeof(xo));
-                    part[g] += even * xe + odd * xo;
+                    for (int r = 0; r < R; r++) {
+                        even_part[r][g] += even[r] * xe;
+                        odd_part[r][g] += odd[r] * xo;
+                    }
                 }
             }
-            for (int g = 0; g < G; g++) { acc[g] += part[g] * scales[b]; }
+            for (int r = 0; r < R; r++) {
+                for (int g = 0; g < G; g++) { acc[r][g] += (even_part[r][g] + odd_part[r][g]) * scales[r][b]; }
+            }
         }
     }
-    for (int g = 0; g < G; g++) { sums[g] = v16_sum(acc[g]); }
+    for (int r = 0; r < R; r++) {
+        for (int g = 0; g < G; g++) { sums[r * G + g] = v16_sum(&acc[r][g]); }
+    }
 }
 
 // the same for 8-bit codes, the inputs as they are
 static inline __attribute__((always_inline)) void q8_row_dot(float *sums, const QuantQ8 *q, size_t first, const float *inp, int C,
-                                                             const int G) {
-    v16f acc[MATVEC_GROUP];
-    for (int g = 0; g < G; g++) { acc[g] = (v16f){0}; }
-    const uint16_t *d = q->d + first / Q8_BLOCK;
+                                                             const int R, const int G) {
+    v16f acc[ROWS_AT_ONCE][MATVEC_GROUP];
+    for (int r = 0; r < R; r++) {
+        for (int g = 0; g < G; g++) { acc[r][g] = (v16f){0}; }
+    }
     for (int k = 0; k < C; k += Q8_BLOCK) {
-        __builtin_prefetch(q->q + first + k + 4096);
-        v16i i0 = __builtin_convertvector(load16s(q->q + first + k), v16i); // (to int32, then float: GCC does
-        v16i i1 = __builtin_convertvector(load16s(q->q + first + k + 16), v16i); // int8 to float a value at a time)
-        v16f w0 = __builtin_convertvector(i0, v16f), w1 = __builtin_convertvector(i1, v16f);
-        float scale = fp16_scale(d[k / Q8_BLOCK]);
+        v16f w0[ROWS_AT_ONCE], w1[ROWS_AT_ONCE];
+        float scale[ROWS_AT_ONCE];
+        for (int r = 0; r < R; r++) {
+            const int8_t *codes = q->q + first + (size_t)r * C + k;
+            __builtin_prefetch(codes + 4096);
+            v16i i0 = __builtin_convertvector(load16s(codes), v16i); // (to int32, then float: GCC does
+            v16i i1 = __builtin_convertvector(load16s(codes + 16), v16i); // int8 to float a value at a time)
+            w0[r] = __builtin_convertvector(i0, v16f);
+            w1[r] = __builtin_convertvector(i1, v16f);
+            scale[r] = fp16_scale(q->d[(first + (size_t)r * C + k) / Q8_BLOCK]);
+        }
         for (int g = 0; g < G; g++) {
             v16f x0, x1;
             memcpy(&x0, inp + (size_t)g * C + k, sizeof(x0));
             memcpy(&x1, inp + (size_t)g * C + k + 16, sizeof(x1));
-            acc[g] += (w0 * x0 + w1 * x1) * scale;
+            for (int r = 0; r < R; r++) { acc[r][g] += (w0[r] * x0 + w1[r] * x1) * scale[r]; }
         }
     }
-    for (int g = 0; g < G; g++) { sums[g] = v16_sum(acc[g]); }
+    for (int r = 0; r < R; r++) {
+        for (int g = 0; g < G; g++) { sums[r * G + g] = v16_sum(&acc[r][g]); }
+    }
 }
 
-// G inputs against one row, G <= MATVEC_GROUP (a constant in each copy)
-static void quant_row_dot(float *sums, const QuantBand *b, size_t first, const float *x, int C, int G) {
-    if (b->type == QUANT_Q8_0) {
-        switch (G) {
-        case 1: q8_row_dot(sums, &b->q8, first, x, C, 1); break;
-        case 2: q8_row_dot(sums, &b->q8, first, x, C, 2); break;
-        case 3: q8_row_dot(sums, &b->q8, first, x, C, 3); break;
-        default: q8_row_dot(sums, &b->q8, first, x, C, MATVEC_GROUP); break;
-        }
-    } else {
-        switch (G) {
-        case 1: q4_row_dot(sums, &b->q4, first, x, C, 1); break;
-        case 2: q4_row_dot(sums, &b->q4, first, x, C, 2); break;
-        case 3: q4_row_dot(sums, &b->q4, first, x, C, 3); break;
-        default: q4_row_dot(sums, &b->q4, first, x, C, MATVEC_GROUP); break;
-        }
+// R rows against G inputs, R x G <= ROWS_AT_ONCE (constants in each copy): sums[r * G + g]
+static void quant_rows_dot(float *sums, const QuantBand *b, size_t first, const float *x, int C, int R, int G) {
+    int q8 = b->type == QUANT_Q8_0;
+#define ROWS_DOT(R_, G_) (q8 ? q8_row_dot(sums, &b->q8, first, x, C, R_, G_) : q4_row_dot(sums, &b->q4, first, x, C, R_, G_))
+    switch (R * 8 + G) {
+    case 4 * 8 + 1: ROWS_DOT(4, 1); break;
+    case 2 * 8 + 2: ROWS_DOT(2, 2); break;
+    case 1 * 8 + 1: ROWS_DOT(1, 1); break;
+    case 1 * 8 + 2: ROWS_DOT(1, 2); break;
+    case 1 * 8 + 3: ROWS_DOT(1, 3); break;
+    default: ROWS_DOT(1, MATVEC_GROUP); break;
     }
+#undef ROWS_DOT
 }
 
 // a buffer of at least n floats, the caller's own (per thread), kept from call to call
@@ -1167,35 +1318,41 @@ static float *grow(float **buffer, size_t *capacity, size_t n) {
     return *buffer;
 }
 
-// decode's out (N, ld) columns 0..rows-1 = inp (N, C) @ band^T, N < MATVEC_MAX_ROWS
-static void quant_matvec(float *out, size_t ld, const float *inp, const QuantBand *b, int N, int C) {
-    int fast = C % band_blocksize(b) == 0;
-    const float *x = inp;
-    if (fast && b->type != QUANT_Q8_0) { // the 4-bit rows' order of the inputs: evens, then odds, in each run of 32
-        static float *split = NULL;
-        static size_t capacity = 0;
-        float *s = grow(&split, &capacity, (size_t)N * C);
-        for (size_t i = 0; i < (size_t)N * C; i += 32) {
-            for (int j = 0; j < 16; j++) { s[i + j] = inp[i + 2 * j]; s[i + 16 + j] = inp[i + 2 * j + 1]; }
-        }
-        x = s;
-    }
-    #pragma omp parallel for schedule(static)
-    for (int o = 0; o < b->rows; o++) {
-        float sums[MATVEC_MAX_ROWS];
-        size_t first = (size_t)o * C;
+// decode's out (N, ld) columns 0..rows-1 = inp (N, C) @ band^T, N < MATVEC_MAX_ROWS, the
+// 4-bit rows' inputs reordered in split: called by each thread of a parallel region (an
+// orphaned `omp for`), which share out its rows ROWS_AT_ONCE at a time; nowait, since the
+// bands of a layer write columns of their own (quant_linear waits for all at its end)
+static void quant_matvec(float *out, size_t ld, const float *inp, const float *split, const QuantBand *b, int N, int C) {
+    int fast = C % band_blocksize(b) == 0, groups = (b->rows + ROWS_AT_ONCE - 1) / ROWS_AT_ONCE;
+    const float *x = b->type == QUANT_Q8_0 ? inp : split;
+    #pragma omp for schedule(static) nowait // (measured: dynamic's chunks of 4 groups a third slower)
+    for (int grp = 0; grp < groups; grp++) {
+        int o0 = grp * ROWS_AT_ONCE, rows = b->rows - o0 < ROWS_AT_ONCE ? b->rows - o0 : ROWS_AT_ONCE;
+        size_t first = (size_t)o0 * C;
+        float sums[ROWS_AT_ONCE][MATVEC_MAX_ROWS];
         if (fast) {
             for (int n = 0; n < N; n += MATVEC_GROUP) {
-                quant_row_dot(sums + n, b, first, x + (size_t)n * C, C, N - n < MATVEC_GROUP ? N - n : MATVEC_GROUP);
+                int G = N - n < MATVEC_GROUP ? N - n : MATVEC_GROUP, R = rows == ROWS_AT_ONCE && b->type != QUANT_Q8_0 ? ROWS_AT_ONCE / G : 1; // (8-bit rows one at a time: measured faster)
+                for (int r = 0; r < rows; r += R) {
+                    float part[ROWS_AT_ONCE * MATVEC_GROUP];
+                    quant_rows_dot(part, b, first + (size_t)r * C, x + (size_t)n * C, C, R, G);
+                    for (int i = 0; i < R; i++) {
+                        for (int g = 0; g < G; g++) { sums[r + i][n + g] = part[i * G + g]; }
+                    }
+                }
             }
-        } else {
+        } else { // rows that are not whole blocks: each dequantized, then dotted
             static _Thread_local float *row = NULL;
             static _Thread_local size_t capacity = 0;
             float *w = grow(&row, &capacity, (size_t)C);
-            band_dequantize(b, w, first, (size_t)C);
-            for (int n = 0; n < N; n++) { sums[n] = dot8(w, inp + (size_t)n * C, (size_t)C); }
+            for (int r = 0; r < rows; r++) {
+                band_dequantize(b, w, first + (size_t)r * C, (size_t)C);
+                for (int n = 0; n < N; n++) { sums[r][n] = dot8(w, inp + (size_t)n * C, (size_t)C); }
+            }
         }
-        for (int n = 0; n < N; n++) { out[(size_t)n * ld + o] = sums[n]; }
+        for (int r = 0; r < rows; r++) {
+            for (int n = 0; n < N; n++) { out[(size_t)n * ld + o0 + r] = sums[r][n]; }
+        }
     }
 }
 
@@ -1230,13 +1387,36 @@ static void quant_matmul(float *out, size_t ld, const float *inp, const QuantBan
     }
 }
 
-// a quantized linear layer: its bands, one under the other, each its columns of out (N, OC)
+// a quantized linear layer: its bands, one under the other, each its columns of out (N, OC).
+// Decode takes them all in one parallel region (one fork and join per layer, not per band),
+// the inputs reordered for the 4-bit rows once.
 static void quant_linear(float *out, const float *inp, Linear w, int N, int C, int OC) {
     int row = 0;
+    if (N >= MATVEC_MAX_ROWS) {
+        for (int k = 0; k < w.num_bands; k++) {
+            quant_matmul(out + row, (size_t)OC, inp, &w.bands[k], N, C);
+            row += w.bands[k].rows;
+        }
+        return;
+    }
+    static float *split = NULL; // the 4-bit rows' order of the inputs: evens, then odds, in each run of 32
+    static size_t capacity = 0;
+    float *s = NULL;
     for (int k = 0; k < w.num_bands; k++) {
-        if (N >= MATVEC_MAX_ROWS) { quant_matmul(out + row, (size_t)OC, inp, &w.bands[k], N, C); }
-        else { quant_matvec(out + row, (size_t)OC, inp, &w.bands[k], N, C); }
-        row += w.bands[k].rows;
+        if (w.bands[k].type != QUANT_Q8_0 && C % band_blocksize(&w.bands[k]) == 0) { s = grow(&split, &capacity, (size_t)N * C); }
+    }
+    if (s != NULL) {
+        for (size_t i = 0; i < (size_t)N * C; i += 32) {
+            for (int j = 0; j < 16; j++) { s[i + j] = inp[i + 2 * j]; s[i + 16 + j] = inp[i + 2 * j + 1]; }
+        }
+    }
+    #pragma omp parallel
+    {
+        int first_row = 0;
+        for (int k = 0; k < w.num_bands; k++) {
+            quant_matvec(out + first_row, (size_t)OC, inp, s, &w.bands[k], N, C);
+            first_row += w.bands[k].rows;
+        }
     }
 }
 
@@ -1613,7 +1793,7 @@ typedef struct {
     floatX *atty;            // (N, Q) attention output
     floatX *fch;             // (N, H) the MLP's hidden layer: GELU's (H = 4C) or SwiGLU's output
     float *scratch;          // (N, the widest matmul output) a big matmul's fp32 output before its epilogue
-    float *att;              // attention scores: (threads, S) in infer.c, (N, NH, S) in infer.cu
+    float *att;              // attention scores: (N, NH, S) in infer.cu; none in infer.c (its decode scores a block at a time)
     float *logits;           // (NL, Vp)
     float *lora_h;           // (N, lora_rank) an adapter's x A^T, at one site at a time (-L)
 } RowBuffers;
@@ -2044,7 +2224,7 @@ static void row_buffer_bytes(size_t *bytes, ModelConfig c, size_t N, size_t NL, 
 void gpt2_allocate_rows(GPT2 *model, int N, int NL) {
     free(model->rows_memory);
     size_t S = model->cache_len > 0 ? model->cache_len : 1, bytes[NUM_ROW_BUFFERS], at[NUM_ROW_BUFFERS], total = 0;
-    row_buffer_bytes(bytes, model->config, (size_t)N, (size_t)NL, S, (size_t)num_threads()); // (attention: S scores per thread)
+    row_buffer_bytes(bytes, model->config, (size_t)N, (size_t)NL, S, 0); // (attention keeps no row of scores here: see attention_decode)
     for (int k = 0; k < NUM_ROW_BUFFERS; k++) {
         at[k] = total;
         total += (bytes[k] + 63) / 64 * 64;

@@ -1513,7 +1513,7 @@ typedef struct {
     floatX *atty;            // (N, Q) attention output
     floatX *fch;             // (N, H) the MLP's hidden layer: GELU's (H = 4C) or SwiGLU's output
     float *scratch;          // (N, the widest matmul output) a big matmul's fp32 output before its epilogue
-    float *att;              // attention scores: (threads, S) in infer.c, (N, NH, S) in infer.cu
+    float *att;              // attention scores: (N, NH, S) in infer.cu; none in infer.c (its decode scores a block at a time)
     float *logits;           // (NL, Vp)
     float *lora_h;           // (N, lora_rank) an adapter's x A^T, at one site at a time (-L)
 } RowBuffers;

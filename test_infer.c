@@ -611,6 +611,64 @@ static void test_linear(void) {
     check("linear_forward: 1-100 rows, C 1..8200", bad == 0, detail);
 }
 
+// attention_forward against a float64 softmax(q k^T / sqrt(HS)) v, on shapes that do not
+// divide its blocks: decode's rows (one position each: several sequences, positions 0 to
+// 299, so 1 to 10 blocks of 32 and up to 8 parts), a key/value head shared by 1, 3 or 10
+// query heads (more than ATT_HEADS at a time), HS 64, 72 (not a multiple of 16) and 136
+// (two tiles and a rest); and a prompt's 40 rows (attention_prefill).
+static void test_attention(void) {
+    printf("\nattention_forward against a float64 softmax\n");
+    static const int shapes[][3] = {{12, 12, 64}, {9, 3, 64}, {20, 2, 72}, {6, 3, 136}}; // NH, NKV, HS
+    static const int positions[][2] = {{0, 0}, {1, 31}, {2, 32}, {0, 299}, {1, 95}, {2, 7}, {1, 200}}; // (seq, pos) of decode's rows
+    uint64_t key = rng_key(7, 11);
+    int bad = 0, B = 3, S = 300;
+    float worst = 0.0f;
+    for (size_t is = 0; is < sizeof(shapes) / sizeof(shapes[0]); is++) {
+        int NH = shapes[is][0], NKV = shapes[is][1], HS = shapes[is][2];
+        size_t Q = (size_t)NH * HS, KV = (size_t)NKV * HS, cache = (size_t)B * S * KV;
+        float *k = (float *)mallocCheck(cache * sizeof(float)), *v = (float *)mallocCheck(cache * sizeof(float));
+        float *q = (float *)mallocCheck(40 * Q * sizeof(float)), *out = (float *)mallocCheck(40 * Q * sizeof(float));
+        for (size_t i = 0; i < cache; i++) { k[i] = 2.0f * (float)rng_normal_at(key, i); v[i] = (float)rng_normal_at(key, (1ull << 40) + i); }
+        for (size_t i = 0; i < 40 * Q; i++) { q[i] = (float)rng_normal_at(key, (2ull << 40) + i); }
+        for (int prompt = 0; prompt < 2; prompt++) {
+            int seq[40], pos[40], N = prompt ? 40 : (int)(sizeof(positions) / sizeof(positions[0]));
+            for (int n = 0; n < N; n++) {
+                seq[n] = prompt ? 1 : positions[n][0];
+                pos[n] = prompt ? 100 + n : positions[n][1];
+            }
+            for (size_t i = 0; i < (size_t)N * Q; i++) { out[i] = NAN; }
+            attention_forward(out, NULL, q, k, v, seq, pos, N, S, NH, NKV, HS);
+            for (int n = 0; n < N; n++) {
+                for (int h = 0; h < NH; h++) {
+                    const float *qh = q + (size_t)n * Q + (size_t)h * HS;
+                    const float *kh = k + (size_t)seq[n] * S * KV + (size_t)(h / (NH / NKV)) * HS, *vh = v + (kh - k);
+                    double scores[300], m = -INFINITY, sum = 0.0;
+                    for (int t = 0; t <= pos[n]; t++) {
+                        double s = 0.0;
+                        for (int d = 0; d < HS; d++) { s += (double)qh[d] * kh[(size_t)t * KV + d]; }
+                        scores[t] = s / sqrt((double)HS);
+                        m = scores[t] > m ? scores[t] : m;
+                    }
+                    for (int t = 0; t <= pos[n]; t++) { scores[t] = exp(scores[t] - m); sum += scores[t]; }
+                    for (int d = 0; d < HS; d++) {
+                        double ref = 0.0;
+                        for (int t = 0; t <= pos[n]; t++) { ref += scores[t] / sum * vh[(size_t)t * KV + d]; }
+                        // fp32 against float64 on values of about 1 (weighted means of N(0, 1)):
+                        // rounding leaves a few 1e-6; 1e-5 is above that, far below any wrong weight
+                        float err = (float)fabs(out[(size_t)n * Q + (size_t)h * HS + d] - ref);
+                        worst = err > worst ? err : worst;
+                        bad += !(err <= 1e-5f);
+                    }
+                }
+            }
+        }
+        free(k); free(v); free(q); free(out);
+    }
+    char detail[160];
+    snprintf(detail, sizeof(detail), "%d values off; worst error %.2e", bad, worst);
+    check("attention_forward: decode and prompt rows, groups of 1-10 heads, HS 64-136", bad == 0, detail);
+}
+
 // ----------------------------------------------------------------------------
 // -Q: quantized weights
 
@@ -1221,6 +1279,7 @@ int main(void) {
     // weights are bf16 already the rounding changes nothing, and transformers' logits hold to
     // fp32's tolerances: GPT-2's and a Llama's (grouped-query attention, Llama 3 RoPE).
     test_linear();
+    test_attention();
     test_fixture(CONVERTED "hf_tiny_bf16.bin", FIXTURES "infer_tiny_bf16.bin");
     test_fixture(CONVERTED "llama_gqa3.bin", FIXTURES "llama_infer_llama_gqa3.bin");
     test_lora(CONVERTED "llama_gqa3.bin", "llama"); // (the adapter stays fp32)
@@ -1240,6 +1299,7 @@ int main(void) {
     test_sampling();
     test_processors();
     test_linear();
+    test_attention();
     test_fixture(CONVERTED "hf_tiny_fp32.bin", FIXTURES "infer_tiny_fp32.bin");
     test_fixture(CONVERTED "hf_tiny_bf16.bin", FIXTURES "infer_tiny_bf16.bin");
     test_fixture(CONVERTED "hf_tiny_fp16.bin", FIXTURES "infer_tiny_fp16.bin");

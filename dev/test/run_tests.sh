@@ -4,19 +4,45 @@
 # the "N passed, M failed" lines the tests themselves print. A command that exits
 # non-zero, or prints no summary line, counts as one more failure.
 #     bash dev/test/run_tests.sh ./test_gpt2 "bash dev/test/check_copies.sh"
+#     bash dev/test/run_tests.sh -j 2 ...   # two commands at a time
+# With -j N, N commands run at once, started in the order given (make test puts the
+# longest first); each one's output is shown whole when it ends, so the log reads as
+# with one at a time, in the order they finish. Every test works in a scratch folder of
+# its own (mktemp) and only reads what make built, so they cannot disturb each other.
+# (Most of make test's time is emulated GPU programs, one thread each: two at a time
+# on two cores take about half as long.)
 set -u
+jobs=1
+if [ "${1:-}" = -j ]; then
+    jobs=$2
+    shift 2
+fi
+case $jobs in '' | *[!0-9]* | 0) echo "Error: run_tests.sh: -j takes a number of commands at a time, not '$jobs'" >&2; exit 2 ;; esac
 total_passed=0
 total_failed=0
 failed_cmds=()
-for cmd in "$@"; do
-    echo "==== $cmd"
+work=$(mktemp -d /tmp/run_tests.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+
+# one command into $work/K.out (its output), $work/K.rc (its exit status), $work/K.s (its seconds)
+run_one() {
+    local k=$1 cmd=$2 start
     start=$(date +%s)
-    out=$(mktemp)
-    bash -c "$cmd" 2>&1 | tee "$out"
-    rc=${PIPESTATUS[0]}
-    line=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$out" | tail -1)
-    rm -f "$out"
-    echo "==== ($(($(date +%s) - start)) s)"
+    bash -c "$cmd" > "$work/$k.out" 2>&1
+    echo $? > "$work/$k.rc.tmp"
+    echo $(($(date +%s) - start)) > "$work/$k.s"
+    mv "$work/$k.rc.tmp" "$work/$k.rc" # (last: its presence says the command ended)
+}
+
+# what one ended command showed and how it ended, added to the totals
+report() {
+    local k=$1 cmd=$2 rc line p f
+    echo "==== $cmd"
+    cat "$work/$k.out"
+    echo "==== ($(cat "$work/$k.s") s)"
+    rc=$(cat "$work/$k.rc")
+    line=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$work/$k.out" | tail -1)
+    f=0
     if [ -n "$line" ]; then
         p=$(echo "$line" | sed -E 's/^([0-9]+) passed.*/\1/')
         f=$(echo "$line" | sed -E 's/^[0-9]+ passed, ([0-9]+) failed.*/\1/')
@@ -27,6 +53,29 @@ for cmd in "$@"; do
         failed_cmds+=("$cmd (exit $rc${line:+, $line})")
         if [ -z "$line" ] || [ "$f" = 0 ]; then total_failed=$((total_failed + 1)); fi
     fi
+}
+
+cmds=("$@")
+declare -A running=() # k -> its background job's pid
+next=0
+while [ $next -lt ${#cmds[@]} ] || [ ${#running[@]} -gt 0 ]; do
+    while [ $next -lt ${#cmds[@]} ] && [ ${#running[@]} -lt "$jobs" ]; do
+        run_one $next "${cmds[$next]}" &
+        running[$next]=$!
+        next=$((next + 1))
+    done
+    ended=0
+    while [ $ended = 0 ]; do # (polled: wait -n can miss a job that ended before it was called)
+        for k in "${!running[@]}"; do [ -f "$work/$k.rc" ] && ended=1; done
+        [ $ended = 1 ] || sleep 0.5
+    done
+    for k in "${!running[@]}"; do
+        if [ -f "$work/$k.rc" ]; then
+            wait "${running[$k]}" 2> /dev/null
+            unset "running[$k]"
+            report "$k" "${cmds[$k]}"
+        fi
+    done
 done
 echo
 echo "==== summary"
