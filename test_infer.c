@@ -613,15 +613,16 @@ static void test_linear(void) {
 
 // attention_forward against a float64 softmax(q k^T / sqrt(HS)) v, on shapes that do not
 // divide its blocks: decode's rows (one position each: several sequences, positions 0 to
-// 299, so 1 to 10 blocks of 32 and up to 8 parts), a key/value head shared by 1, 3 or 10
-// query heads (more than ATT_HEADS at a time), HS 64, 72 (not a multiple of 16) and 136
-// (two tiles and a rest); and a prompt's 40 rows (attention_prefill).
+// 299, so 1 to 10 blocks of 32 and 1 to 5 parts of 64, the last one partial), a key/value
+// head shared by 1, 3 or 10 query heads (more than ATT_HEADS at a time), HS 64, 72 (not a
+// multiple of 16) and 136 (two tiles and a rest); and a prompt's 40 rows (attention_prefill).
+// Decode's rows also give the same bits on 1 and 3 threads, and each alone as in the batch.
 static void test_attention(void) {
     printf("\nattention_forward against a float64 softmax\n");
     static const int shapes[][3] = {{12, 12, 64}, {9, 3, 64}, {20, 2, 72}, {6, 3, 136}}; // NH, NKV, HS
     static const int positions[][2] = {{0, 0}, {1, 31}, {2, 32}, {0, 299}, {1, 95}, {2, 7}, {1, 200}}; // (seq, pos) of decode's rows
     uint64_t key = rng_key(7, 11);
-    int bad = 0, B = 3, S = 300;
+    int bad = 0, B = 3, S = 300, same_bits = 0, tries = 0;
     float worst = 0.0f;
     for (size_t is = 0; is < sizeof(shapes) / sizeof(shapes[0]); is++) {
         int NH = shapes[is][0], NKV = shapes[is][1], HS = shapes[is][2];
@@ -638,6 +639,28 @@ static void test_attention(void) {
             }
             for (size_t i = 0; i < (size_t)N * Q; i++) { out[i] = NAN; }
             attention_forward(out, NULL, q, k, v, seq, pos, N, S, NH, NKV, HS);
+            if (!prompt) { // the same bits whatever the threads, and for a row alone
+                float *again = (float *)mallocCheck((size_t)N * Q * sizeof(float));
+                int threads = num_threads();
+                (void)threads; // (unused without OpenMP)
+                for (int t = 1; t <= 3; t += 2) {
+#ifdef _OPENMP
+                    omp_set_num_threads(t);
+#endif
+                    attention_forward(again, NULL, q, k, v, seq, pos, N, S, NH, NKV, HS);
+                    same_bits += memcmp(again, out, (size_t)N * Q * sizeof(float)) == 0;
+                    tries++;
+                }
+#ifdef _OPENMP
+                omp_set_num_threads(threads);
+#endif
+                for (int n = 0; n < N; n++) {
+                    attention_forward(again, NULL, q + (size_t)n * Q, k, v, seq + n, pos + n, 1, S, NH, NKV, HS);
+                    same_bits += memcmp(again, out + (size_t)n * Q, Q * sizeof(float)) == 0;
+                    tries++;
+                }
+                free(again);
+            }
             for (int n = 0; n < N; n++) {
                 for (int h = 0; h < NH; h++) {
                     const float *qh = q + (size_t)n * Q + (size_t)h * HS;
@@ -667,6 +690,8 @@ static void test_attention(void) {
     char detail[160];
     snprintf(detail, sizeof(detail), "%d values off; worst error %.2e", bad, worst);
     check("attention_forward: decode and prompt rows, groups of 1-10 heads, HS 64-136", bad == 0, detail);
+    snprintf(detail, sizeof(detail), "%d of %d runs bit for bit", same_bits, tries);
+    check("... decode's rows: the same bits on 1 and 3 threads, and each row alone", tries > 0 && same_bits == tries, detail);
 }
 
 // ----------------------------------------------------------------------------
@@ -680,6 +705,7 @@ static void test_quant_linear(void) {
     static const QuantSpec specs[] = {{QUANT_NF4, 64, 1}, {QUANT_FP4, 32, 0}, {QUANT_NF4, 128, 1}, {QUANT_Q8_0, 32, 0}};
     static const int rows[] = {1, 2, 3, 4, 5, 7, 23, 24, 33, 100}, widths[][2] = {{33, 40}, {64, 17}, {96, 70}, {256, 9}, {576, 70}, {1536, 33}, {4160, 5}}; // (4160: more than 64 blocks a row)
     uint64_t key = rng_key(5, 78);
+    long scales_checked = 0, scales_off = 0;
     for (size_t is = 0; is < sizeof(specs) / sizeof(specs[0]); is++) {
         float worst = 0.0f;
         int bad = 0;
@@ -694,6 +720,19 @@ static void test_quant_linear(void) {
             for (int k = 0, row = 0; k < 3; row += band_rows[k], k++) {
                 band_quantize(&bands[k], specs[is].type, specs[is].blocksize, specs[is].nested, W + (size_t)row * C, band_rows[k], C);
                 band_dequantize(&bands[k], deq + (size_t)row * C, 0, (size_t)band_rows[k] * C);
+                if (bands[k].type != QUANT_Q8_0) { // decode's scales (quant4_scales) are quant4_absmax's, bit for bit
+                    const Quant4 *q4 = &bands[k].q4;
+                    for (size_t b = 0; b < q4->num_blocks; b += SCALES_AHEAD) {
+                        float fast[SCALES_AHEAD];
+                        int nb = q4->num_blocks - b < SCALES_AHEAD ? (int)(q4->num_blocks - b) : SCALES_AHEAD;
+                        quant4_scales(fast, q4, b, nb);
+                        for (int i = 0; i < nb; i++) {
+                            float slow = quant4_absmax(q4, b + i);
+                            scales_off += memcmp(&fast[i], &slow, sizeof(float)) != 0;
+                            scales_checked++;
+                        }
+                    }
+                }
             }
             for (size_t ir = 0; ir < sizeof(rows) / sizeof(rows[0]); ir++) {
                 int n_rows = rows[ir];
@@ -724,6 +763,9 @@ static void test_quant_linear(void) {
         snprintf(detail, sizeof(detail), "%d entries off; worst error %.2e of the sum of |products|", bad, worst);
         check(label, bad == 0, detail);
     }
+    char detail[160];
+    snprintf(detail, sizeof(detail), "%ld of %ld blocks differ", scales_off, scales_checked);
+    check("4-bit decode's block scales (quant4_scales) are quant4_absmax's, bit for bit", scales_checked > 0 && scales_off == 0, detail);
 }
 
 // a tensor's bytes from a safetensors file, malloc'ed (its dtype and element count checked)
