@@ -82,10 +82,12 @@ ifneq ($(NCCL_HOME),)
 else
   $(info ✗ NCCL not found (optional, multi-GPU; set NCCL_HOME))
 endif
-ifneq ($(shell command -v mpicc 2>/dev/null),)
-  $(info ✓ MPI found: $(shell command -v mpicc))
+MPICC ?= mpicc
+HAVE_MPI := $(if $(shell command -v $(MPICC) 2>/dev/null),1)
+ifeq ($(HAVE_MPI),1)
+  $(info ✓ MPI found: $(shell command -v $(MPICC)) (train_gpt2_mpi: data parallelism over processes and machines))
 else
-  $(info ✗ MPI not found (optional, multi-GPU launch; Debian: apt-get install libopenmpi-dev))
+  $(info ✗ MPI not found (optional: train_gpt2_mpi, data parallelism; Debian: apt-get install openmpi-bin libopenmpi-dev))
 endif
 # PRECISION and GPU_ARCH are for the CUDA programs; checked here so a typo fails early.
 PRECISION ?= BF16
@@ -146,6 +148,14 @@ endif
 # the CPU reference trainer; building it also prepares the data its default run reads
 train_gpt2: train_gpt2.c $(LIB) | data
 	$(CC) $(CFLAGS) $(OMP_FLAGS) $< $(LDLIBS) -o $@
+# ... over MPI: the same trainer in several processes, each on its slice of every batch
+# (data parallelism: mpirun -np 2 ./train_gpt2_mpi), or in one, as train_gpt2
+train_gpt2_mpi: train_gpt2.c $(LIB) | data
+ifeq ($(HAVE_MPI),1)
+	$(MPICC) $(CFLAGS) $(OMP_FLAGS) -DUSE_MPI $< $(LDLIBS) -o $@
+else
+	@echo "Error: train_gpt2_mpi needs MPI: apt-get install openmpi-bin libopenmpi-dev (Debian/Ubuntu)" && exit 1
+endif
 
 # chapter 5b: inference on the CPU (prefill, KV-cache decode, sampling)
 infer: infer.c $(LIB)
@@ -398,6 +408,7 @@ TESTS = "bash dev/test/check_cuda_builds.sh" \
         "bash dev/test/test_tokenizer_cli.sh ./data/tokenizer" \
         "bash dev/test/test_instructions_cli.sh ./data/instructions" \
         "bash dev/test/test_train_gpt2_cli.sh ./train_gpt2" \
+        "bash dev/test/test_train_gpt2_mpi.sh ./train_gpt2_mpi ./train_gpt2" \
         "bash dev/test/test_train_mlp_cli.sh ./train_mlp" \
         "bash dev/test/test_plot_metrics.sh" \
         "bash dev/test/check_copies.sh" \
@@ -405,7 +416,7 @@ TESTS = "bash dev/test/check_cuda_builds.sh" \
         "bash dev/test/test_amalgamation.sh" \
         "bash dev/test/test_emu_build.sh" \
         "bash dev/test/test_check_copies.sh"
-test: train_gpt2 test_gpt2 data/tokenizer data/instructions test_tokenizer test_tokenizer_asan train_mlp test_mlp infer infer_bf16 test_infer test_infer_bf16 $(AVX2_TESTS) test_infer_asan convert test_convert test_convert_asan finetune_lora test_finetune_lora $(EMU_PROGRAMS) $(CONVERTED) $(SMOLLM2)
+test: train_gpt2 $(if $(HAVE_MPI),train_gpt2_mpi) test_gpt2 data/tokenizer data/instructions test_tokenizer test_tokenizer_asan train_mlp test_mlp infer infer_bf16 test_infer test_infer_bf16 $(AVX2_TESTS) test_infer_asan convert test_convert test_convert_asan finetune_lora test_finetune_lora $(EMU_PROGRAMS) $(CONVERTED) $(SMOLLM2)
 	@bash dev/test/run_tests.sh -j $(TEST_JOBS) $(TESTS)
 
 # One file when wanted: every root program as a single source, its lib/ headers pasted in
@@ -460,12 +471,13 @@ print-%:
 	@echo '$($*)'
 
 clean:
-	rm -f train_gpt2 test_gpt2 test_tokenizer test_tokenizer_asan infer infer_bf16 test_infer test_infer_bf16 test_infer_avx2 test_infer_bf16_avx2 test_infer_asan convert test_convert test_convert_asan finetune_lora test_finetune_lora $(CONVERTED) $(addprefix dev/fuzz/fuzz_,$(FUZZ_TARGETS)) data/tokenizer data/instructions dev/cpu/bench_train_gpt2 dev/cpu/bench_infer train_mlp test_mlp $(CUDA_PROGRAMS) train_gpt2cu_cudnn test_gpt2cu_cudnn dev/cuda/attention_cudnn $(EMU_PROGRAMS)
+	rm -f train_gpt2 train_gpt2_mpi test_gpt2 test_tokenizer test_tokenizer_asan infer infer_bf16 test_infer test_infer_bf16 test_infer_avx2 test_infer_bf16_avx2 test_infer_asan convert test_convert test_convert_asan finetune_lora test_finetune_lora $(CONVERTED) $(addprefix dev/fuzz/fuzz_,$(FUZZ_TARGETS)) data/tokenizer data/instructions dev/cpu/bench_train_gpt2 dev/cpu/bench_infer train_mlp test_mlp $(CUDA_PROGRAMS) train_gpt2cu_cudnn test_gpt2cu_cudnn dev/cuda/attention_cudnn $(EMU_PROGRAMS)
 	rm -f $(TINYSHAKESPEARE) data/gpt2_tokenizer.bin
 	rm -rf build/amalgamated
 
 help:
 	@echo "make train_gpt2 && ./train_gpt2   train a small GPT-2 on tinyshakespeare (CPU)"
+	@echo "make train_gpt2_mpi && mpirun -np 2 ./train_gpt2_mpi   the same on 2 processes (data parallelism, MPI)"
 	@echo "make train_mlp && ./train_mlp     an MLP by hand on Fashion-MNIST (apt-get install dataset-fashion-mnist)"
 	@echo "make finetune_lora && ./finetune_lora -h   LoRA fine-tuning of SmolLM2 on data/iso (CPU; -B 1: a benchmark)"
 	@echo "make test                         build and run every test; exits non-zero on a failure"

@@ -1420,6 +1420,64 @@ int find_latest_checkpoint(const char *out_dir) {
 // ----------------------------------------------------------------------------
 // main: argument parsing and the training loop
 
+// ----------------------------------------------------------------------------
+// data parallelism: several processes ("ranks", started by mpirun), each with the whole
+// model and its own slice of every batch. Each rank's backward pass leaves the gradient of
+// its slice's share of the batch's mean loss; summed over the ranks (an all-reduce) that is
+// the gradient of the whole batch's mean loss, which every rank then applies: the same
+// update a single process makes on the whole batch, so the weights stay the same on every
+// rank. make train_gpt2_mpi builds this file with MPI (mpicc -DUSE_MPI); without it, one
+// rank, and the functions below do nothing.
+#ifdef USE_MPI
+#include <mpi.h>
+#endif
+typedef struct {
+    int rank, world; // this process's rank, and how many there are
+} Ranks;
+static Ranks ranks = {0, 1};
+
+// MPI started, this process's rank found; the ranks but the first print nothing (their
+// stdout goes to /dev/null: rank 0 speaks for all; errors still reach stderr)
+void ranks_init(int *argc, char ***argv) {
+#ifdef USE_MPI
+    MPI_Init(argc, argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &ranks.rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &ranks.world);
+    if (ranks.rank > 0 && freopen("/dev/null", "w", stdout) == NULL) {
+        fprintf(stderr, "Error: rank %d: cannot send its output to /dev/null\n", ranks.rank);
+        MPI_Abort(MPI_COMM_WORLD, EXIT_FAILURE);
+    }
+#else
+    (void)argc; (void)argv;
+#endif
+}
+
+void ranks_finalize(void) {
+#ifdef USE_MPI
+    MPI_Finalize();
+#endif
+}
+
+// x summed over the ranks (a loss: each rank's share of the mean)
+double ranks_sum(double x) {
+#ifdef USE_MPI
+    if (ranks.world > 1) { MPI_Allreduce(MPI_IN_PLACE, &x, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD); }
+#endif
+    return x;
+}
+
+// every gradient summed over the ranks, in place (MPI counts are ints: in pieces of 2^30)
+void gpt2_sum_grads(GPT2 *model) {
+#ifdef USE_MPI
+    for (size_t at = 0; ranks.world > 1 && at < model->num_parameters; at += (size_t)1 << 30) {
+        size_t n = model->num_parameters - at < ((size_t)1 << 30) ? model->num_parameters - at : (size_t)1 << 30;
+        MPI_Allreduce(MPI_IN_PLACE, model->grads_memory + at, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    }
+#else
+    (void)model;
+#endif
+}
+
 // Nothing to set up on the CPU (train_gpt2.cu finds the GPU and starts cuBLAS here).
 void setup_hardware(void) {}
 
@@ -1444,7 +1502,9 @@ void print_hardware(void) {
 #ifdef _OPENMP
     threads = omp_get_max_threads();
 #endif
-    printf("hardware: CPU, %d OpenMP threads, fp32\n", threads);
+    printf("hardware: ");
+    if (ranks.world > 1) { printf("%d ranks (MPI), each: ", ranks.world); }
+    printf("CPU, %d OpenMP threads, fp32\n", threads);
 }
 
 // the memory of a run with batches of B x T: parameters, gradients, AdamW
@@ -1602,12 +1662,18 @@ static void plan_run(Run *r) {
                 o->B, o->T, tokens_per_batch);
         exit(EXIT_FAILURE);
     }
-    if (o->total_batch_size == 0) { o->total_batch_size = (int)tokens_per_batch; }
+    if (o->total_batch_size == 0) { o->total_batch_size = (int)(tokens_per_batch * ranks.world); } // (one pass of every rank)
     if (o->total_batch_size % tokens_per_batch != 0) {
         fprintf(stderr, "Error: total batch size -d %d is not a multiple of B*T = %zu\n", o->total_batch_size, tokens_per_batch);
         exit(EXIT_FAILURE);
     }
     r->accum_steps = (int)(o->total_batch_size / tokens_per_batch);
+    if (r->accum_steps % ranks.world != 0) { // (each rank's B x T are part of every pass: the data parallelism)
+        fprintf(stderr, "Error: total batch size -d %d is not a multiple of B*T x %d ranks = %zu\n", o->total_batch_size,
+                ranks.world, tokens_per_batch * ranks.world);
+        exit(EXIT_FAILURE);
+    }
+    r->accum_steps /= ranks.world;
     r->have_out = o->out_dir[0] != '\0';
     if ((o->resume || o->checkpoint_every > 0) && !r->have_out) {
         fprintf(stderr, "Error: -n and -y need an output directory (-o)\n");
@@ -1618,7 +1684,7 @@ static void plan_run(Run *r) {
 // the output directory, made if it is missing
 static void make_out_dir(const Run *r) {
     const Options *o = &r->o;
-    if (r->have_out && mkdir(o->out_dir, 0755) != 0 && errno != EEXIST) {
+    if (r->have_out && ranks.rank == 0 && mkdir(o->out_dir, 0755) != 0 && errno != EEXIST) { // (rank 0 writes for all)
         fprintf(stderr, "Error: could not create output directory %s: %s\n", o->out_dir, strerror(errno));
         exit(EXIT_FAILURE);
     }
@@ -1641,16 +1707,19 @@ static void build_model(Run *r, GPT2 *model) {
     }
     if (r->resume_step >= 0) {
         // The model comes from the checkpoint (-e is not used). The flags that
-        // decide what the next batch is must be the same as before; the others
-        // (-x to train longer, -l, -v, ...) may change, at the cost of exactness.
+        // decide what the next batch is must be the same as before (-t, -d, -p); the
+        // others (-x to train longer, -l, -v, ...) may change, at the cost of
+        // exactness. -b and the number of ranks may change too: they only split each
+        // step's sequences (the same ones, in the same order) into other passes, which
+        // round differently.
         static char model_path[4096];
         TrainState *st = &r->st;
         format_path(model_path, sizeof(model_path), "%s/model_%08d.bin", o->out_dir, r->resume_step);
         format_path(r->state_path, sizeof(r->state_path), "%s/state_%08d.bin", o->out_dir, r->resume_step);
         gpt2_build_from_checkpoint(model, model_path);
         load_state(r->state_path, model, st);
-        if (st->B != (size_t)o->B || st->T != (size_t)o->T || st->total_batch_size != (size_t)o->total_batch_size || st->seed != o->seed) {
-            fprintf(stderr, "Error: %s was written with -b %zu -t %zu -d %zu -p %llu; resume with the same flags\n",
+        if (st->T != (size_t)o->T || st->total_batch_size != (size_t)o->total_batch_size || st->seed != o->seed) {
+            fprintf(stderr, "Error: %s was written with -b %zu -t %zu -d %zu -p %llu; resume with the same -t, -d and -p\n",
                     r->state_path, st->B, st->T, st->total_batch_size, (unsigned long long)st->seed);
             exit(EXIT_FAILURE);
         }
@@ -1674,22 +1743,26 @@ static void build_model(Run *r, GPT2 *model) {
 
 // The data: training batches shuffled, validation always the same first batches (so
 // validation losses of different steps and runs compare like with like; without
-// validation, -v 0, the validation data is not read at all).
+// validation, -v 0, the validation data is not read at all). With several ranks every
+// rank reads the batches of all of them, B x ranks sequences, in the order one process
+// would, and takes its own B (rank_batch): the data seen does not depend on the ranks.
 static void open_data(const Run *r, const GPT2 *model, DataLoader *train, DataLoader *val) {
     const Options *o = &r->o;
     const TrainState *st = &r->st;
     int V = model->config.vocab_size;
-    dataloader_init(train, o->train_pattern, o->B, o->T, V, 1, o->seed);
-    if (o->val_every > 0) { dataloader_init(val, o->val_pattern, o->B, o->T, V, 0, o->seed); }
+    size_t B_all = (size_t)o->B * ranks.world;
+    dataloader_init(train, o->train_pattern, B_all, o->T, V, 1, o->seed);
+    if (o->val_every > 0) { dataloader_init(val, o->val_pattern, B_all, o->T, V, 0, o->seed); }
     if (r->resume_step >= 0 && !dataloader_seek(train, st->epoch, st->shard_pos, st->sample_pos)) {
         fprintf(stderr, "Error: %s: its data position (shard %zu, sequence %zu) does not exist in '%s'\n"
                 "HINT: resume with the same -i data the run started with\n", r->state_path, st->shard_pos, st->sample_pos,
                 o->train_pattern);
         exit(EXIT_FAILURE);
     }
-    if (o->val_every > 0 && (size_t)o->val_batches * o->B > val->num_samples_total) {
-        fprintf(stderr, "Error: -m %d validation batches of -b %d need %zu sequences, '%s' holds %zu\n"
-                "HINT: lower -m\n", o->val_batches, o->B, (size_t)o->val_batches * o->B, o->val_pattern, val->num_samples_total);
+    if (o->val_every > 0 && (size_t)o->val_batches * B_all > val->num_samples_total) {
+        fprintf(stderr, "Error: -m %d validation batches of -b %d x %d ranks need %zu sequences, '%s' holds %zu\n"
+                "HINT: lower -m\n", o->val_batches, o->B, ranks.world, (size_t)o->val_batches * B_all, o->val_pattern,
+                val->num_samples_total);
         exit(EXIT_FAILURE);
     }
     if (o->sample_every > 0 && o->gen_tokens >= o->T) {
@@ -1699,21 +1772,26 @@ static void open_data(const Run *r, const GPT2 *model, DataLoader *train, DataLo
     }
 }
 
-// The mean loss over the first val_batches batches of the validation data.
+// this rank's B sequences of the batch the loader holds (inputs, or targets)
+static const int *rank_batch(const int *all, const Options *o) { return all + (size_t)ranks.rank * o->B * o->T; }
+
+// The mean loss over the first val_batches batches of the validation data (each rank its
+// share of every batch, summed over the ranks).
 static double validation_loss(GPT2 *model, DataLoader *val, const Options *o) {
     dataloader_seek(val, 0, 0, 0);
     double val_loss = 0.0;
     for (int i = 0; i < o->val_batches; i++) {
         dataloader_next_batch(val);
-        gpt2_forward(model, val->inputs, val->targets, o->B, o->T);
+        gpt2_forward(model, rank_batch(val->inputs, o), rank_batch(val->targets, o), o->B, o->T);
         val_loss += model->mean_loss;
     }
-    return val_loss / o->val_batches;
+    return ranks_sum(val_loss / ranks.world) / o->val_batches;
 }
 
 // One optimizer step (step counts from 0): accumulate gradients over accum_steps
-// micro-batches, each backward scaled so that the sum is the gradient of the mean loss;
-// clip; update; print and log the step's line.
+// micro-batches, each backward scaled so that the sum is the gradient of the mean loss
+// (over the ranks too: each rank's share, then summed over them); clip; update; print and
+// log the step's line.
 static void train_step(const Run *r, GPT2 *model, DataLoader *train, int step, FILE *logfile, Phases *ph) {
     const Options *o = &r->o;
     phases_begin(ph, step); // (first: on the GPU a timed step waits here for the one before)
@@ -1725,12 +1803,13 @@ static void train_step(const Run *r, GPT2 *model, DataLoader *train, int step, F
         phases_enter(ph, PHASE_DATA);
         dataloader_next_batch(train);
         phases_enter(ph, PHASE_FORWARD);
-        gpt2_forward(model, train->inputs, train->targets, o->B, o->T);
+        gpt2_forward(model, rank_batch(train->inputs, o), rank_batch(train->targets, o), o->B, o->T);
         phases_enter(ph, PHASE_BACKWARD);
-        gpt2_backward(model, 1.0f / r->accum_steps);
+        gpt2_backward(model, 1.0f / ((float)r->accum_steps * ranks.world));
         loss += model->mean_loss;
     }
-    loss /= r->accum_steps;
+    gpt2_sum_grads(model); // (one rank: nothing to do)
+    loss = ranks_sum(loss / ((double)r->accum_steps * ranks.world));
     phases_enter(ph, PHASE_NORM);
     float norm = gpt2_grad_norm(model);
     // (train_gpt2.cu in FP16: gradients that overflowed skip the update and
@@ -1772,6 +1851,7 @@ static void train_step(const Run *r, GPT2 *model, DataLoader *train, int step, F
 
 int main(int argc, char **argv) {
     set_omp_wait_policy(argv); // first of all: it may start the program over
+    ranks_init(&argc, &argv);
     Run r;
     memset(&r, 0, sizeof(r));
     r.o = parse_args(argc, argv);
@@ -1794,12 +1874,14 @@ int main(int argc, char **argv) {
            c.max_seq_len, c.vocab_size, c.padded_vocab_size, c.num_layers, c.num_heads, c.channels,
            (unsigned long long)o->seed);
     printf("data: %s (%zu shards) | val %s\n", o->train_pattern, train_loader.num_shards, o->val_every > 0 ? o->val_pattern : "none (-v 0)");
-    printf("batch: B %d x T %d x %d accumulation steps = %d tokens | steps %d | lr %g warm-up %d\n",
-           o->B, o->T, r.accum_steps, o->total_batch_size, o->max_steps, o->lr, o->warmup);
+    printf("batch: B %d x T %d", o->B, o->T);
+    if (ranks.world > 1) { printf(" x %d ranks", ranks.world); }
+    printf(" x %d accumulation steps = %d tokens | steps %d | lr %g warm-up %d\n", r.accum_steps, o->total_batch_size,
+           o->max_steps, o->lr, o->warmup);
     print_hardware();
     gpt2_print_memory(&model, o->B, o->T);
     FILE *logfile = NULL;
-    if (r.have_out) {
+    if (r.have_out && ranks.rank == 0) {
         char path[4096];
         format_path(path, sizeof(path), "%s/main.log", o->out_dir);
         if (r.resume_step >= 0) { log_truncate_after(path, "s:%d", r.resume_step); }
@@ -1820,11 +1902,11 @@ int main(int argc, char **argv) {
             printf("step %d | val loss %.6f\n", step, val_loss);
             if (logfile != NULL) { fprintf(logfile, "s:%d tel:%.9g\n", step, val_loss); fflush(logfile); }
         }
-        if (o->sample_every > 0 && (step % o->sample_every == 0 || last_step) && !resumed_here) {
+        if (o->sample_every > 0 && (step % o->sample_every == 0 || last_step) && !resumed_here && ranks.rank == 0) {
             gpt2_sample(&model, &tokenizer, (size_t)o->gen_tokens, o->seed, step);
         }
         // a checkpoint after `step` steps (not at the step we resumed from: it exists)
-        if (o->checkpoint_every > 0 && step > r.st.step && (step % o->checkpoint_every == 0 || last_step)) {
+        if (o->checkpoint_every > 0 && step > r.st.step && (step % o->checkpoint_every == 0 || last_step) && ranks.rank == 0) {
             TrainState now = {step, o->seed, (size_t)o->B, (size_t)o->T, (size_t)o->total_batch_size,
                               model.num_parameters, train_loader.epoch, train_loader.shard_pos, train_loader.sample_pos};
             save_checkpoint(o->out_dir, &model, &now);
@@ -1838,6 +1920,7 @@ int main(int argc, char **argv) {
     if (o->val_every > 0) { dataloader_free(&val_loader); }
     tokenizer_free(&tokenizer);
     gpt2_free(&model);
+    ranks_finalize();
     return 0;
 }
 // --- end shared-copy: gpt2-main ---

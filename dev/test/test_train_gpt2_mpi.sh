@@ -1,0 +1,153 @@
+#!/usr/bin/env bash
+# train_gpt2_mpi (train_gpt2.c built with MPI) as a user runs it: N ranks at -b B/N train
+# what one process trains at -b B, step by step and weight by weight, to fp32's rounding;
+# rank 0 alone prints and writes; a run checkpointed on 2 ranks resumes on 2 bit for bit,
+# and on 1 and 4 to rounding; a rank that dies ends the run, in bounded time, with its
+# last checkpoint intact.
+#
+#     make train_gpt2 train_gpt2_mpi && bash dev/test/test_train_gpt2_mpi.sh ./train_gpt2_mpi ./train_gpt2
+#
+# Needs MPI (Debian: apt-get install openmpi-bin libopenmpi-dev); without it, says so and
+# checks nothing. The ranks run on one machine, one OpenMP thread each (4 ranks on 2 cores:
+# --oversubscribe). A d1 model and a 20 KB shard: about half a minute.
+set -u
+MPI_BIN=${1:-./train_gpt2_mpi}
+CPU_BIN=${2:-./train_gpt2}
+if ! command -v mpirun > /dev/null 2>&1; then
+    echo "MPI is not installed (apt-get install openmpi-bin libopenmpi-dev): train_gpt2_mpi not checked"
+    echo "0 passed, 0 failed"
+    exit 0
+fi
+for b in "$MPI_BIN" "$CPU_BIN" ./data/tokenizer; do
+    [ -x "$b" ] || { echo "Error: $b is not built (make train_gpt2 train_gpt2_mpi data/tokenizer)"; echo "0 passed, 1 failed"; exit 1; }
+done
+TMP=$(mktemp -d /tmp/test_train_gpt2_mpi.XXXXXX)
+trap 'rm -rf "$TMP"' EXIT
+passed=0
+failed=0
+report() { # report NAME OK(0/1) [detail]
+    if [ "$2" = 1 ]; then
+        printf '%-80s OK\n' "$1"; passed=$((passed + 1))
+    else
+        printf '%-80s NOT OK\n' "$1"; failed=$((failed + 1))
+        [ -n "${3:-}" ] && printf '  %s\n' "$3"
+    fi
+}
+export OMP_NUM_THREADS=1
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 # (CI runs as root; mpirun refuses root without these)
+export OMPI_MCA_rmaps_base_oversubscribe=1                       # (more ranks than cores)
+mpi() { # mpi N ARGS...: train_gpt2_mpi on N ranks, bounded in time (a hang fails, it does not stall the tests)
+    local n=$1
+    shift
+    timeout 120 mpirun -np "$n" "$MPI_BIN" "$@"
+}
+
+head -c 20000 data/tinyshakespeare/input.txt > "$TMP/small.txt"
+./data/tokenizer -e -i "$TMP/small.txt" -o "$TMP/small.bin" -t "" > /dev/null ||
+    { report "the test shard" 0; echo "$passed passed, $failed failed"; exit 1; }
+# 8 steps of 4 x 32 tokens (-d 128), validation every 4 (2 batches), a checkpoint every 4
+RUN=(-e d1 -t 32 -d 128 -x 8 -u 2 -l 3e-3 -i "$TMP/small.bin" -j "$TMP/small.bin" -k data/gpt2_tokenizer.bin -v 4 -m 2 -s 0 -n 4)
+
+# the numbers of a main.log (step, kind, value), and the largest relative difference of two
+compare_logs() {
+    paste <(sed -E 's/ ms:[0-9.]+//' "$1" | tr ' ' '\n' | grep -v '^s:' | cut -d: -f2) \
+          <(sed -E 's/ ms:[0-9.]+//' "$2" | tr ' ' '\n' | grep -v '^s:' | cut -d: -f2) |
+        awk '{ if ($1 == "" || $2 == "") { bad = 1; next } d = $1 - $2; if (d < 0) d = -d; a = $1 < 0 ? -$1 : $1;
+               r = a > 0 ? d / a : d; if (r > m) m = r; n++ } END { printf "%d %.3e %d\n", n, m, bad }'
+}
+# max |a - b| over two checkpoints' weights (floats after the 256-int header)
+compare_models() {
+    paste <(od -An -v -tf4 -j 1024 "$1" | tr -s ' ' '\n' | sed '/^$/d') <(od -An -v -tf4 -j 1024 "$2" | tr -s ' ' '\n' | sed '/^$/d') |
+        awk '{ d = $1 - $2; if (d < 0) d = -d; if (d > m) m = d; n++ } END { printf "%d %.3e\n", n, m }'
+}
+
+# --- 1. the same training on 1, 2 and 4 ranks
+"$CPU_BIN" "${RUN[@]}" -b 4 -o "$TMP/one" > "$TMP/one.out" 2>&1 || report "one process (train_gpt2 -b 4)" 0 "$(tail -2 "$TMP/one.out")"
+# (train_gpt2_mpi without mpirun: one rank, train_gpt2's arithmetic, so its very bits)
+"$MPI_BIN" "${RUN[@]}" -b 4 -o "$TMP/alone" > "$TMP/alone.out" 2>&1
+report "train_gpt2_mpi started alone: train_gpt2's run, bit for bit (log and checkpoint)" \
+    $(cmp -s <(sed -E 's/ ms:[0-9.]+//' "$TMP/one/main.log") <(sed -E 's/ ms:[0-9.]+//' "$TMP/alone/main.log") &&
+      cmp -s "$TMP/one/model_00000008.bin" "$TMP/alone/model_00000008.bin" && echo 1 || echo 0) "$(tail -2 "$TMP/alone.out")"
+# AdamW divides each gradient by its own running size: a weight whose gradient is near zero
+# moves on the sums' rounding by up to about lr a step; 8 steps at 3e-3 bound a weight's
+# difference by 2.4e-2, and a wrong gradient moves whole tensors by that much. The losses
+# and norms are sums over every weight and token: 1e-5 relative is fp32's rounding.
+for case in "2|-b 2" "4|-b 1" "2|-b 1 -m 4"; do # (the last: 2 passes of -b 1 per rank and step, accumulated;
+    # validation's 4 batches of 1 x 2 ranks the 2 batches of 4 sequences that one process reads)
+    n=${case%%|*} flags=${case#*|}
+    dir="$TMP/ranks${n}_${flags// /}"
+    mpi "$n" "${RUN[@]}" $flags -o "$dir" > "$dir.out" 2>&1
+    status=$?
+    read -r count worst bad <<< "$(compare_logs "$TMP/one/main.log" "$dir/main.log")"
+    report "$n ranks at $flags: every loss, norm and validation loss of 8 steps within 1e-5 of one process's" \
+        $([ $status = 0 ] && [ "$count" -ge 20 ] && [ "$bad" = 0 ] && awk -v w="$worst" 'BEGIN { exit !(w <= 1e-5) }' && echo 1 || echo 0) \
+        "exit $status, $count numbers, worst $worst; $(tail -2 "$dir.out" | tr '\n' ' ')"
+    read -r count worst <<< "$(compare_models "$TMP/one/model_00000008.bin" "$dir/model_00000008.bin")"
+    report "... the final weights within 3e-3 (one lr) of one process's ($count, worst $worst)" \
+        $([ "$count" -gt 1000 ] && awk -v w="$worst" 'BEGIN { exit !(w <= 3e-3) }' && echo 1 || echo 0)
+done
+out="$TMP/ranks2_-b2.out"
+report "2 ranks: one set of output lines (the others' stdout is /dev/null), each step once" \
+    $([ "$(grep -c '^batch:' "$out")" = 1 ] && [ "$(grep -c '^step    8/8' "$out")" = 1 ] &&
+      grep -q '^batch: B 2 x T 32 x 2 ranks x 1 accumulation steps = 128 tokens' "$out" &&
+      grep -q '^hardware: 2 ranks (MPI), each: CPU' "$out" && echo 1 || echo 0) "$(grep -E '^(batch|hardware)' "$out" | tr '\n' ' ')"
+report "... and one set of files: main.log and the checkpoints of steps 4 and 8" \
+    $([ "$(ls "$TMP/ranks2_-b2" | sort | tr '\n' ' ')" = "main.log model_00000004.bin model_00000008.bin state_00000004.bin state_00000008.bin " ] &&
+      echo 1 || echo 0) "$(ls "$TMP/ranks2_-b2" | tr '\n' ' ')"
+
+# --- 2. resume: a 2-rank run cut after its checkpoint of step 4, resumed on 2, 1 and 4 ranks
+for n in 2 1 4; do
+    b=$((4 / n))
+    part="$TMP/part$n"
+    mkdir -p "$part"
+    cp "$TMP/ranks2_-b2/model_00000004.bin" "$TMP/ranks2_-b2/state_00000004.bin" "$part/"
+    grep -E '^s:[0-4] ' "$TMP/ranks2_-b2/main.log" > "$part/main.log" # (the log as it stood at step 4)
+    if [ "$n" = 1 ]; then "$CPU_BIN" "${RUN[@]}" -b $b -o "$part" -y 1 > "$part.out" 2>&1; else mpi "$n" "${RUN[@]}" -b $b -o "$part" -y 1 > "$part.out" 2>&1; fi
+    status=$?
+    if [ "$n" = 2 ]; then
+        report "resumed at step 4 on the same 2 ranks: the uninterrupted run's log and weights, bit for bit" \
+            $([ $status = 0 ] && cmp -s <(sed -E 's/ ms:[0-9.]+//' "$TMP/ranks2_-b2/main.log") <(sed -E 's/ ms:[0-9.]+//' "$part/main.log") &&
+              cmp -s "$TMP/ranks2_-b2/model_00000008.bin" "$part/model_00000008.bin" &&
+              cmp -s "$TMP/ranks2_-b2/state_00000008.bin" "$part/state_00000008.bin" && echo 1 || echo 0) "exit $status; $(tail -2 "$part.out" | tr '\n' ' ')"
+    else
+        read -r count worst bad <<< "$(compare_logs "$TMP/ranks2_-b2/main.log" "$part/main.log")"
+        report "resumed at step 4 on $n rank(s) (-b $b): the uninterrupted 2-rank run's numbers within 1e-5" \
+            $([ $status = 0 ] && [ "$count" -ge 20 ] && [ "$bad" = 0 ] && awk -v w="$worst" 'BEGIN { exit !(w <= 1e-5) }' && echo 1 || echo 0) \
+            "exit $status, $count numbers, worst $worst; $(tail -2 "$part.out" | tr '\n' ' ')"
+    fi
+done
+
+# --- 3. flags that do not fit the ranks: one error, nothing run
+mpi 4 "${RUN[@]}" -b 2 -o "$TMP/bad" > "$TMP/bad.out" 2>&1
+status=$?
+report "-d 128 on 4 ranks of -b 2 x -t 32 (256 tokens a pass): exit non-zero, the reason" \
+    $([ $status != 0 ] && grep -q 'total batch size -d 128 is not a multiple of B\*T x 4 ranks = 256' "$TMP/bad.out" && [ ! -e "$TMP/bad/main.log" ] &&
+      echo 1 || echo 0) "exit $status: $(grep -m1 Error "$TMP/bad.out")"
+
+# --- 4. a rank that dies: every rank ends, in bounded time, and the last checkpoint loads
+dead="$TMP/dead"
+mpi 2 "${RUN[@]}" -b 2 -x 100000 -v 0 -n 4 -o "$dead" > "$dead.out" 2>&1 &
+runner=$!
+for i in $(seq 1 600); do [ -e "$dead/state_00000004.bin" ] && break; sleep 0.1; done
+# (a rank: one of the processes with this run's flags that is not mpirun or timeout; its
+# name may read "exe", as the program may start itself over at start-up: set_omp_wait_policy)
+victim=$(pgrep -f -- "-o $dead" | while read -r p; do
+    case "$(cat /proc/"$p"/comm 2> /dev/null)" in mpirun | timeout | orted | "") ;; *) echo "$p" ;; esac
+done | tail -1)
+start=$(date +%s)
+[ -n "$victim" ] && kill -9 "$victim"
+wait $runner
+status=$?
+seconds=$(($(date +%s) - start))
+left=$(pgrep -f -- "-o $dead" | wc -l)
+report "a rank killed (-9) mid-run: the run ends non-zero within 60 s, no rank left behind" \
+    $([ -n "$victim" ] && [ $status != 0 ] && [ $status != 124 ] && [ "$seconds" -le 60 ] && [ "$left" = 0 ] && echo 1 || echo 0) \
+    "victim ${victim:-none}, exit $status after $seconds s, $left processes left"
+last=$(ls "$dead"/state_*.bin 2> /dev/null | sort | tail -1)
+last_step=$(basename "${last:-state_0.bin}" .bin | sed 's/state_0*//')
+"$CPU_BIN" "${RUN[@]}" -b 4 -v 0 -x $((last_step + 1)) -o "$dead" -y 1 > "$dead.resumed" 2>&1
+report "... its last checkpoint (step $last_step) resumes (one process, one more step)" \
+    $([ $? = 0 ] && [ -n "$last" ] && grep -q "resuming from $last" "$dead.resumed" && echo 1 || echo 0) "$(tail -2 "$dead.resumed" | tr '\n' ' ')"
+
+echo "$passed passed, $failed failed"
+[ "$failed" = 0 ]
