@@ -889,14 +889,138 @@ void gpt2_backward(GPT2 *model, float loss_scale) {
     encoder_backward(g.wte, g.wpe, ga.dresidual, model->inputs, B, T, C);
 }
 
+// ----------------------------------------------------------------------------
+// data parallelism: several processes ("ranks", started by mpirun), each with the whole
+// model and its own slice of every batch. Each rank's backward pass leaves the gradient of
+// its slice's share of the batch's mean loss; summed over the ranks (an all-reduce) that is
+// the gradient of the whole batch's mean loss, which every rank then applies: the same
+// update a single process makes on the whole batch, so the weights stay the same on every
+// rank. make train_gpt2_mpi builds this file with MPI (mpicc -DUSE_MPI); without it, one
+// rank, and the functions below do nothing.
+//
+// ZeRO stage 1 (Rajbhandari et al. 2020; -Z 1): AdamW's two moments are 2 floats per
+// parameter, kept whole on every rank above. Instead each rank keeps those of its shard of
+// the parameters only (1/ranks of them, contiguous): the gradients are reduce-scattered
+// (each rank gets the sum of its shard only, for half the traffic of an all-reduce), each
+// rank updates its shard, and the updated shards are all-gathered into every rank's
+// weights. The same arithmetic on every weight, so the same run; the moments' memory
+// divided by the number of ranks.
+#ifdef USE_MPI
+#include <limits.h>
+#include <mpi.h>
+#endif
+typedef struct {
+    int rank, world; // this process's rank, and how many there are
+    int zero;        // 1: ZeRO-1, the AdamW moments sharded over the ranks (-Z 1)
+} Ranks;
+static Ranks ranks = {0, 1, 0};
+
+// MPI started, this process's rank found; the ranks but the first print nothing (their
+// stdout goes to /dev/null: rank 0 speaks for all; errors still reach stderr)
+void ranks_init(int *argc, char ***argv) {
+#ifdef USE_MPI
+    MPI_Init(argc, argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &ranks.rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &ranks.world);
+    if (ranks.rank > 0 && freopen("/dev/null", "w", stdout) == NULL) {
+        fprintf(stderr, "Error: rank %d: cannot send its output to /dev/null\n", ranks.rank);
+        MPI_Abort(MPI_COMM_WORLD, EXIT_FAILURE);
+    }
+#else
+    (void)argc; (void)argv;
+#endif
+}
+
+void ranks_finalize(void) {
+#ifdef USE_MPI
+    MPI_Finalize();
+#endif
+}
+
+// x summed over the ranks (a loss: each rank's share of the mean)
+double ranks_sum(double x) {
+#ifdef USE_MPI
+    if (ranks.world > 1) { MPI_Allreduce(MPI_IN_PLACE, &x, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD); }
+#endif
+    return x;
+}
+
+// whether the AdamW moments are sharded (ZeRO-1 on more than one rank)
+static int sharded(void) { return ranks.zero && ranks.world > 1; }
+
+// rank r's shard of n values: [*start, *start + *count), the ranks' shards in order
+static void rank_shard(size_t n, int r, size_t *start, size_t *count) {
+    *start = n * (size_t)r / (size_t)ranks.world;
+    *count = n * (size_t)(r + 1) / (size_t)ranks.world - *start;
+}
+
+#ifdef USE_MPI
+// every rank's shard of n values as MPI's counts and offsets (ints: n must fit one)
+static void shard_counts(size_t n, int *counts, int *displs) {
+    if (n > (size_t)INT_MAX) {
+        fprintf(stderr, "Error: -Z 1 over MPI shards at most 2^31 - 1 parameters (MPI's counts are ints), not %zu\n", n);
+        MPI_Abort(MPI_COMM_WORLD, EXIT_FAILURE);
+    }
+    for (int r = 0; r < ranks.world; r++) {
+        size_t start, count;
+        rank_shard(n, r, &start, &count);
+        counts[r] = (int)count;
+        displs[r] = (int)start;
+    }
+}
+#endif
+
+// The gradients summed over the ranks: every one, in place (MPI counts are ints: in pieces
+// of 2^30); or, sharded, this rank's shard only (the rest of its gradients are left as its
+// own, unsummed: only the shard is used from here on).
+void gpt2_sum_grads(GPT2 *model) {
+#ifdef USE_MPI
+    if (ranks.world == 1) { return; }
+    size_t n = model->num_parameters;
+    if (sharded()) {
+        static float *sum = NULL; // (this rank's shard) the sums, before they go into place
+        int *counts = (int *)mallocCheck(2 * (size_t)ranks.world * sizeof(int)), *displs = counts + ranks.world;
+        size_t start, count;
+        shard_counts(n, counts, displs);
+        rank_shard(n, ranks.rank, &start, &count);
+        if (sum == NULL) { sum = (float *)mallocCheck((count > 0 ? count : 1) * sizeof(float)); }
+        MPI_Reduce_scatter(model->grads_memory, sum, counts, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+        memcpy(model->grads_memory + start, sum, count * sizeof(float));
+        free(counts);
+        return;
+    }
+    for (size_t at = 0; at < n; at += (size_t)1 << 30) {
+        size_t part = n - at < ((size_t)1 << 30) ? n - at : (size_t)1 << 30;
+        MPI_Allreduce(MPI_IN_PLACE, model->grads_memory + at, (int)part, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    }
+#else
+    (void)model;
+#endif
+}
+
+// The updated shards into every rank's weights (ZeRO-1, after each rank's update of its own)
+static void gather_params(GPT2 *model) {
+#ifdef USE_MPI
+    int *counts = (int *)mallocCheck(2 * (size_t)ranks.world * sizeof(int)), *displs = counts + ranks.world;
+    shard_counts(model->num_parameters, counts, displs);
+    MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, model->params_memory, counts, displs, MPI_FLOAT, MPI_COMM_WORLD);
+    free(counts);
+#else
+    (void)model;
+#endif
+}
+
 // The L2 norm of all parameter gradients together, accumulated in double. Each
 // chunk of 4096 is summed in 8 independent lanes (so the compiler can vectorise
 // without reordering a single addition), then the chunks are added in order:
-// the result does not depend on the number of threads.
+// the result does not depend on the number of threads. (Sharded: each rank's
+// shard, the squares summed over the ranks.)
 float gpt2_grad_norm(const GPT2 *model) {
-    size_t n = model->num_parameters, num_chunks = (n + NORM_CHUNK - 1) / NORM_CHUNK;
+    size_t first = 0, n = model->num_parameters;
+    if (sharded()) { rank_shard(model->num_parameters, ranks.rank, &first, &n); }
+    size_t num_chunks = (n + NORM_CHUNK - 1) / NORM_CHUNK;
     double *chunk_sums = model->norm_scratch; // (num_chunks), allocated with the gradients
-    const float *g = model->grads_memory;
+    const float *g = model->grads_memory + first;
     #pragma omp parallel for
     for (size_t c = 0; c < num_chunks; c++) {
         size_t start = c * NORM_CHUNK, end = start + NORM_CHUNK < n ? start + NORM_CHUNK : n;
@@ -910,6 +1034,7 @@ float gpt2_grad_norm(const GPT2 *model) {
     }
     double sumsq = 0.0;
     for (size_t c = 0; c < num_chunks; c++) { sumsq += chunk_sums[c]; }
+    if (sharded()) { sumsq = ranks_sum(sumsq); }
     return (float)sqrt(sumsq);
 }
 
@@ -918,34 +1043,42 @@ float gpt2_grad_norm(const GPT2 *model) {
 //   m = b1 m + (1-b1) g,  v = b2 v + (1-b2) g^2
 //   p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)
 // with g the gradient times grad_scale (the clipping factor, 1 when not clipping).
-// t counts from 1.
+// t counts from 1. Sharded (ZeRO-1), each rank updates its shard [first, first + n),
+// whose moments are all it keeps, then the shards are gathered into every rank's weights.
 void gpt2_update(GPT2 *model, float learning_rate, float beta1, float beta2, float eps, float weight_decay,
                  float grad_scale, int t) {
+    size_t first = 0, n = model->num_parameters;
+    if (sharded()) { rank_shard(model->num_parameters, ranks.rank, &first, &n); }
     if (model->m_memory == NULL) {
         // lazily, so that inference and evaluation never pay for the optimizer
-        model->m_memory = (float *)mallocCheck(model->num_parameters * sizeof(float));
-        model->v_memory = (float *)mallocCheck(model->num_parameters * sizeof(float));
-        memset(model->m_memory, 0, model->num_parameters * sizeof(float));
-        memset(model->v_memory, 0, model->num_parameters * sizeof(float));
+        model->m_memory = (float *)mallocCheck((n > 0 ? n : 1) * sizeof(float));
+        model->v_memory = (float *)mallocCheck((n > 0 ? n : 1) * sizeof(float));
+        memset(model->m_memory, 0, n * sizeof(float));
+        memset(model->v_memory, 0, n * sizeof(float));
     }
     float bias_correction1 = 1.0f - powf(beta1, (float)t);
     float sqrt_bias_correction2 = sqrtf(1.0f - powf(beta2, (float)t));
     float step_size = learning_rate / bias_correction1;
     size_t offset = 0;
     for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {
+        // tensor k's values offset..offset + size - 1 that are in [first, first + n): a..b-1
+        size_t a = first > offset ? first : offset, end = offset + model->param_sizes[k];
+        size_t b = first + n < end ? first + n : end;
+        offset = end;
+        if (a >= b) { continue; }
         float decay = WEIGHT_DECAYED[k] ? 1.0f - learning_rate * weight_decay : 1.0f;
-        float *param = model->params_memory + offset, *grad = model->grads_memory + offset;
-        float *m = model->m_memory + offset, *v = model->v_memory + offset;
+        float *param = model->params_memory + a, *grad = model->grads_memory + a;
+        float *m = model->m_memory + (a - first), *v = model->v_memory + (a - first);
         #pragma omp parallel for
-        for (size_t i = 0; i < model->param_sizes[k]; i++) {
+        for (size_t i = 0; i < b - a; i++) {
             float gi = grad[i] * grad_scale;
             m[i] = beta1 * m[i] + (1.0f - beta1) * gi;
             v[i] = beta2 * v[i] + (1.0f - beta2) * gi * gi;
             float denom = sqrtf(v[i]) / sqrt_bias_correction2 + eps;
             param[i] = param[i] * decay - step_size * m[i] / denom;
         }
-        offset += model->param_sizes[k];
     }
+    if (sharded()) { gather_params(model); }
 }
 
 // the learning rate schedule: linear warm-up, then cosine decay to a floor
@@ -1321,7 +1454,25 @@ static uint64_t get64(const int *header, int at) {
 }
 // --- end shared-copy: gpt2-train-state ---
 
+// Every rank calls it; rank 0 writes. (Sharded, the ranks first send rank 0 their shards of
+// the moments: the file holds the whole state, whatever the ranks that read it back.)
 void save_checkpoint(const char *out_dir, const GPT2 *model, const TrainState *st) {
+    float *moments[2] = {model->m_memory, model->v_memory}; // (what rank 0 writes)
+#ifdef USE_MPI
+    if (sharded() && model->m_memory != NULL) {
+        int *counts = (int *)mallocCheck(2 * (size_t)ranks.world * sizeof(int)), *displs = counts + ranks.world;
+        size_t start, count;
+        shard_counts(model->num_parameters, counts, displs);
+        rank_shard(model->num_parameters, ranks.rank, &start, &count);
+        for (int k = 0; k < 2; k++) {
+            moments[k] = ranks.rank == 0 ? (float *)mallocCheck(model->num_parameters * sizeof(float)) : NULL;
+            MPI_Gatherv(k == 0 ? model->m_memory : model->v_memory, (int)count, MPI_FLOAT, moments[k], counts, displs, MPI_FLOAT, 0,
+                        MPI_COMM_WORLD);
+        }
+        free(counts);
+    }
+#endif
+    if (ranks.rank != 0) { return; }
     char model_path[4096], state_path[4096];
     format_path(model_path, sizeof(model_path), "%s/model_%08d.bin", out_dir, st->step);
     format_path(state_path, sizeof(state_path), "%s/state_%08d.bin", out_dir, st->step);
@@ -1340,10 +1491,11 @@ void save_checkpoint(const char *out_dir, const GPT2 *model, const TrainState *s
     put64(header, 18, st->sample_pos);
     header[20] = model->m_memory != NULL; // no moments before the first update
     size_t moment_bytes = model->m_memory != NULL ? model->num_parameters * sizeof(float) : 0;
-    const void *bufs[3] = {header, model->m_memory, model->v_memory};
+    const void *bufs[3] = {header, moments[0], moments[1]};
     size_t sizes[3] = {sizeof(header), moment_bytes, moment_bytes};
     write_file_atomic(state_path, bufs, sizes, 3);
     printf("wrote checkpoint %s + %s\n", model_path, state_path);
+    if (moments[0] != model->m_memory) { free(moments[0]); free(moments[1]); }
 }
 
 // Read a state file written by save_checkpoint into st and the model's moments.
@@ -1385,11 +1537,18 @@ void load_state(const char *path, GPT2 *model, TrainState *st) {
                 path, bytes, 256 * sizeof(int) + 2 * n * sizeof(float), STATE_HINT);
         exit(EXIT_FAILURE);
     }
-    if (n > 0) {
-        model->m_memory = (float *)mallocCheck(n * sizeof(float));
-        model->v_memory = (float *)mallocCheck(n * sizeof(float));
-        freadCheck(model->m_memory, sizeof(float), n, fp);
-        freadCheck(model->v_memory, sizeof(float), n, fp);
+    if (n > 0) { // (sharded: this rank keeps its shard of each)
+        size_t start = 0, count = n;
+        if (sharded()) { rank_shard(n, ranks.rank, &start, &count); }
+        model->m_memory = (float *)mallocCheck((count > 0 ? count : 1) * sizeof(float));
+        model->v_memory = (float *)mallocCheck((count > 0 ? count : 1) * sizeof(float));
+        for (int k = 0; k < 2; k++) {
+            if (fseek(fp, (long)(256 * sizeof(int) + ((size_t)k * n + start) * sizeof(float)), SEEK_SET) != 0) {
+                fprintf(stderr, "Error: %s: cannot seek in it\n", path);
+                exit(EXIT_FAILURE);
+            }
+            freadCheck(k == 0 ? model->m_memory : model->v_memory, sizeof(float), count, fp);
+        }
     }
     fcloseCheck(fp);
 }
@@ -1419,64 +1578,6 @@ int find_latest_checkpoint(const char *out_dir) {
 
 // ----------------------------------------------------------------------------
 // main: argument parsing and the training loop
-
-// ----------------------------------------------------------------------------
-// data parallelism: several processes ("ranks", started by mpirun), each with the whole
-// model and its own slice of every batch. Each rank's backward pass leaves the gradient of
-// its slice's share of the batch's mean loss; summed over the ranks (an all-reduce) that is
-// the gradient of the whole batch's mean loss, which every rank then applies: the same
-// update a single process makes on the whole batch, so the weights stay the same on every
-// rank. make train_gpt2_mpi builds this file with MPI (mpicc -DUSE_MPI); without it, one
-// rank, and the functions below do nothing.
-#ifdef USE_MPI
-#include <mpi.h>
-#endif
-typedef struct {
-    int rank, world; // this process's rank, and how many there are
-} Ranks;
-static Ranks ranks = {0, 1};
-
-// MPI started, this process's rank found; the ranks but the first print nothing (their
-// stdout goes to /dev/null: rank 0 speaks for all; errors still reach stderr)
-void ranks_init(int *argc, char ***argv) {
-#ifdef USE_MPI
-    MPI_Init(argc, argv);
-    MPI_Comm_rank(MPI_COMM_WORLD, &ranks.rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &ranks.world);
-    if (ranks.rank > 0 && freopen("/dev/null", "w", stdout) == NULL) {
-        fprintf(stderr, "Error: rank %d: cannot send its output to /dev/null\n", ranks.rank);
-        MPI_Abort(MPI_COMM_WORLD, EXIT_FAILURE);
-    }
-#else
-    (void)argc; (void)argv;
-#endif
-}
-
-void ranks_finalize(void) {
-#ifdef USE_MPI
-    MPI_Finalize();
-#endif
-}
-
-// x summed over the ranks (a loss: each rank's share of the mean)
-double ranks_sum(double x) {
-#ifdef USE_MPI
-    if (ranks.world > 1) { MPI_Allreduce(MPI_IN_PLACE, &x, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD); }
-#endif
-    return x;
-}
-
-// every gradient summed over the ranks, in place (MPI counts are ints: in pieces of 2^30)
-void gpt2_sum_grads(GPT2 *model) {
-#ifdef USE_MPI
-    for (size_t at = 0; ranks.world > 1 && at < model->num_parameters; at += (size_t)1 << 30) {
-        size_t n = model->num_parameters - at < ((size_t)1 << 30) ? model->num_parameters - at : (size_t)1 << 30;
-        MPI_Allreduce(MPI_IN_PLACE, model->grads_memory + at, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-    }
-#else
-    (void)model;
-#endif
-}
 
 // Nothing to set up on the CPU (train_gpt2.cu finds the GPU and starts cuBLAS here).
 void setup_hardware(void) {}
@@ -1514,10 +1615,12 @@ void gpt2_print_memory(const GPT2 *model, size_t B, size_t T) {
     fill_in_grad_act_sizes(grad_act_sizes, model->config, B, T);
     for (int i = 0; i < NUM_GRAD_ACT_TENSORS; i++) { n_grad_acts += grad_act_sizes[i]; }
     double MiB = 1024.0 * 1024.0;
-    printf("memory: parameters %.1f MiB (%zu) | gradients %.1f MiB | AdamW moments %.1f MiB | activations %.1f MiB"
+    size_t first = 0, moments = model->num_parameters; // (ZeRO-1: this rank's shard)
+    if (sharded()) { rank_shard(model->num_parameters, ranks.rank, &first, &moments); }
+    printf("memory: parameters %.1f MiB (%zu) | gradients %.1f MiB | AdamW moments %.1f MiB%s | activations %.1f MiB"
            " + gradients %.1f MiB\n", model->num_parameters * 4 / MiB, model->num_parameters,
-           model->num_parameters * 4 / MiB, 2 * model->num_parameters * 4 / MiB, model->num_activations * 4 / MiB,
-           n_grad_acts * 4 / MiB);
+           model->num_parameters * 4 / MiB, 2 * moments * 4 / MiB, sharded() ? " (ZeRO-1: rank 0's shard)" : "",
+           model->num_activations * 4 / MiB, n_grad_acts * 4 / MiB);
 }
 
 #ifndef TESTING
@@ -1572,11 +1675,18 @@ static void print_usage(const Options *d) {
 
 // --- end shared-copy: gpt2-options ---
 
-// train_gpt2.cu's own flags (-r recomputation, -w master weights, -G budget, -M plan) have no meaning
-// here: the CPU trainer keeps every activation and computes in fp32.
-static void print_device_usage(void) {}
+// The CPU trainer's own flag: -Z, ZeRO-1 over the ranks (see gpt2_sum_grads). train_gpt2.cu's
+// (-r recomputation, -w master weights, -G budget, -M plan) have no meaning here: the CPU
+// trainer keeps every activation and computes in fp32.
+static void print_device_usage(void) {
+    printf("  -Z <0|1>      ZeRO-1 across ranks (train_gpt2_mpi): each keeps the AdamW moments of its shard only [0]\n");
+}
 static int parse_device_flag(const char *flag, const char *value) {
-    (void)value;
+    if (strcmp(flag, "-Z") == 0) {
+        ranks.zero = (int)parse_int(flag, value, 0);
+        if (ranks.zero > 1) { usage_error("-Z %s: ZeRO stage 0 or 1 (stages 2 and 3 are not here)", value); }
+        return 1;
+    }
     if (strcmp(flag, "-r") == 0 || strcmp(flag, "-w") == 0 || strcmp(flag, "-G") == 0 || strcmp(flag, "-M") == 0) {
         usage_error("flag %s is train_gpt2cu's (GPU memory and precision); the CPU trainer has no such choice"
                     " (the random seed is -p)", flag);
@@ -1906,7 +2016,7 @@ int main(int argc, char **argv) {
             gpt2_sample(&model, &tokenizer, (size_t)o->gen_tokens, o->seed, step);
         }
         // a checkpoint after `step` steps (not at the step we resumed from: it exists)
-        if (o->checkpoint_every > 0 && step > r.st.step && (step % o->checkpoint_every == 0 || last_step) && ranks.rank == 0) {
+        if (o->checkpoint_every > 0 && step > r.st.step && (step % o->checkpoint_every == 0 || last_step)) { // (rank 0 writes)
             TrainState now = {step, o->seed, (size_t)o->B, (size_t)o->T, (size_t)o->total_batch_size,
                               model.num_parameters, train_loader.epoch, train_loader.shard_pos, train_loader.sample_pos};
             save_checkpoint(o->out_dir, &model, &now);

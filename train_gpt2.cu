@@ -3046,7 +3046,7 @@ int main(int argc, char **argv) {
             gpt2_sample(&model, &tokenizer, (size_t)o->gen_tokens, o->seed, step);
         }
         // a checkpoint after `step` steps (not at the step we resumed from: it exists)
-        if (o->checkpoint_every > 0 && step > r.st.step && (step % o->checkpoint_every == 0 || last_step) && ranks.rank == 0) {
+        if (o->checkpoint_every > 0 && step > r.st.step && (step % o->checkpoint_every == 0 || last_step)) { // (rank 0 writes)
             TrainState now = {step, o->seed, (size_t)o->B, (size_t)o->T, (size_t)o->total_batch_size,
                               model.num_parameters, train_loader.epoch, train_loader.shard_pos, train_loader.sample_pos};
             save_checkpoint(o->out_dir, &model, &now);

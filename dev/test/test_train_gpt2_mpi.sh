@@ -3,7 +3,8 @@
 # what one process trains at -b B, step by step and weight by weight, to fp32's rounding;
 # rank 0 alone prints and writes; a run checkpointed on 2 ranks resumes on 2 bit for bit,
 # and on 1 and 4 to rounding; a rank that dies ends the run, in bounded time, with its
-# last checkpoint intact.
+# last checkpoint intact. The same with ZeRO-1 (-Z 1: the AdamW moments sharded over the
+# ranks), whose checkpoints hold the whole state and resume with or without it.
 #
 #     make train_gpt2 train_gpt2_mpi && bash dev/test/test_train_gpt2_mpi.sh ./train_gpt2_mpi ./train_gpt2
 #
@@ -72,8 +73,9 @@ report "train_gpt2_mpi started alone: train_gpt2's run, bit for bit (log and che
 # moves on the sums' rounding by up to about lr a step; 8 steps at 3e-3 bound a weight's
 # difference by 2.4e-2, and a wrong gradient moves whole tensors by that much. The losses
 # and norms are sums over every weight and token: 1e-5 relative is fp32's rounding.
-for case in "2|-b 2" "4|-b 1" "2|-b 1 -m 4"; do # (the last: 2 passes of -b 1 per rank and step, accumulated;
-    # validation's 4 batches of 1 x 2 ranks the 2 batches of 4 sequences that one process reads)
+for case in "2|-b 2" "4|-b 1" "2|-b 1 -m 4" "2|-b 2 -Z 1" "4|-b 1 -Z 1"; do # (the third: 2 passes of -b 1 per rank
+    # and step, accumulated; validation's 4 batches of 1 x 2 ranks the 2 batches of 4 sequences one process reads.
+    # -Z 1: ZeRO-1, each rank the AdamW moments of its shard)
     n=${case%%|*} flags=${case#*|}
     dir="$TMP/ranks${n}_${flags// /}"
     mpi "$n" "${RUN[@]}" $flags -o "$dir" > "$dir.out" 2>&1
@@ -94,6 +96,32 @@ report "2 ranks: one set of output lines (the others' stdout is /dev/null), each
 report "... and one set of files: main.log and the checkpoints of steps 4 and 8" \
     $([ "$(ls "$TMP/ranks2_-b2" | sort | tr '\n' ' ')" = "main.log model_00000004.bin model_00000008.bin state_00000004.bin state_00000008.bin " ] &&
       echo 1 || echo 0) "$(ls "$TMP/ranks2_-b2" | tr '\n' ' ')"
+
+report "-Z 1: each rank keeps half the moments (the memory line: rank 0's shard)" \
+    $(grep -q 'AdamW moments 12.7 MiB (ZeRO-1: rank 0.s shard)' "$TMP/ranks2_-b2-Z1.out" && grep -q 'AdamW moments 25.4 MiB |' "$TMP/ranks2_-b2.out" &&
+      echo 1 || echo 0) "$(grep '^memory' "$TMP/ranks2_-b2-Z1.out" "$TMP/ranks2_-b2.out" | tr '\n' ' ')"
+# a -Z 1 checkpoint holds the whole state: resumed with -Z 1 on 2 ranks, the uninterrupted run bit for
+# bit; with -Z 0, and on one process, that run's numbers to rounding
+for how in "2|-Z 1" "2|-Z 0" "1|"; do
+    n=${how%%|*} flags=${how#*|}
+    part="$TMP/zpart$n${flags// /}"
+    mkdir -p "$part"
+    cp "$TMP/ranks2_-b2-Z1/model_00000004.bin" "$TMP/ranks2_-b2-Z1/state_00000004.bin" "$part/"
+    grep -E '^s:[0-4] ' "$TMP/ranks2_-b2-Z1/main.log" > "$part/main.log"
+    if [ "$n" = 1 ]; then "$CPU_BIN" "${RUN[@]}" -b 4 -o "$part" -y 1 > "$part.out" 2>&1; else mpi "$n" "${RUN[@]}" -b 2 $flags -o "$part" -y 1 > "$part.out" 2>&1; fi
+    status=$?
+    if [ "$flags" = "-Z 1" ]; then
+        report "-Z 1 resumed at step 4 on 2 ranks with -Z 1: the uninterrupted run, bit for bit" \
+            $([ $status = 0 ] && cmp -s <(sed -E 's/ ms:[0-9.]+//' "$TMP/ranks2_-b2-Z1/main.log") <(sed -E 's/ ms:[0-9.]+//' "$part/main.log") &&
+              cmp -s "$TMP/ranks2_-b2-Z1/model_00000008.bin" "$part/model_00000008.bin" &&
+              cmp -s "$TMP/ranks2_-b2-Z1/state_00000008.bin" "$part/state_00000008.bin" && echo 1 || echo 0) "exit $status; $(tail -2 "$part.out" | tr '\n' ' ')"
+    else
+        read -r count worst bad <<< "$(compare_logs "$TMP/ranks2_-b2-Z1/main.log" "$part/main.log")"
+        report "-Z 1 resumed at step 4 on $n rank(s)${flags:+ with $flags}: the uninterrupted run's numbers within 1e-5" \
+            $([ $status = 0 ] && [ "$count" -ge 20 ] && [ "$bad" = 0 ] && awk -v w="$worst" 'BEGIN { exit !(w <= 1e-5) }' && echo 1 || echo 0) \
+            "exit $status, $count numbers, worst $worst; $(tail -2 "$part.out" | tr '\n' ' ')"
+    fi
+done
 
 # --- 2. resume: a 2-rank run cut after its checkpoint of step 4, resumed on 2, 1 and 4 ranks
 for n in 2 1 4; do
