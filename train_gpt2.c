@@ -901,10 +901,11 @@ void gpt2_backward(GPT2 *model, float loss_scale) {
 // ZeRO stage 1 (Rajbhandari et al. 2020; -Z 1): AdamW's two moments are 2 floats per
 // parameter, kept whole on every rank above. Instead each rank keeps those of its shard of
 // the parameters only (1/ranks of them, contiguous): the gradients are reduce-scattered
-// (each rank gets the sum of its shard only, for half the traffic of an all-reduce), each
-// rank updates its shard, and the updated shards are all-gathered into every rank's
-// weights. The same arithmetic on every weight, so the same run; the moments' memory
-// divided by the number of ranks.
+// (each rank gets the sum of its shard only), each rank updates its shard, and the updated
+// shards are all-gathered into every rank's weights: together the traffic of one
+// all-reduce, which is a reduce-scatter then an all-gather. The same AdamW on every weight
+// (the sums and the norm added in other orders: the same run to rounding); the moments'
+// memory divided by the number of ranks.
 #ifdef USE_MPI
 #include <limits.h>
 #include <mpi.h>
@@ -919,7 +920,12 @@ static Ranks ranks = {0, 1, 0};
 // stdout goes to /dev/null: rank 0 speaks for all; errors still reach stderr)
 void ranks_init(int *argc, char ***argv) {
 #ifdef USE_MPI
-    MPI_Init(argc, argv);
+    int provided; // (MPI calls come from the main thread only, between OpenMP's parallel loops: FUNNELED)
+    MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
+    if (provided < MPI_THREAD_FUNNELED) {
+        fprintf(stderr, "Error: this MPI does not allow a threaded (OpenMP) program: thread level %d\n", provided);
+        MPI_Abort(MPI_COMM_WORLD, EXIT_FAILURE);
+    }
     MPI_Comm_rank(MPI_COMM_WORLD, &ranks.rank);
     MPI_Comm_size(MPI_COMM_WORLD, &ranks.world);
     if (ranks.rank > 0 && freopen("/dev/null", "w", stdout) == NULL) {
@@ -943,6 +949,30 @@ double ranks_sum(double x) {
     if (ranks.world > 1) { MPI_Allreduce(MPI_IN_PLACE, &x, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD); }
 #endif
     return x;
+}
+
+// Every rank starts from rank 0's weights. (A new model's are drawn from the seed, the same
+// on every rank, and a checkpoint is read by every rank from -o, which must be storage they
+// all share; but a machine with another maths library could draw other weights, and the
+// ranks never compare them afterwards.) And every rank must have found the same checkpoint.
+void ranks_start_alike(GPT2 *model, int resume_step) {
+#ifdef USE_MPI
+    if (ranks.world == 1) { return; }
+    int steps[2] = {resume_step, -resume_step}, extremes[2]; // (the largest and, negated, the smallest)
+    MPI_Allreduce(steps, extremes, 2, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    if (extremes[0] != -extremes[1]) {
+        fprintf(stderr, "Error: rank %d: the ranks resume from different checkpoints (steps %d to %d)\n"
+                "HINT: -o must be a folder every machine sees, the same one (a shared file system)\n", ranks.rank,
+                -extremes[1], extremes[0]);
+        MPI_Abort(MPI_COMM_WORLD, EXIT_FAILURE);
+    }
+    for (size_t at = 0; at < model->num_parameters; at += (size_t)1 << 30) {
+        size_t part = model->num_parameters - at < ((size_t)1 << 30) ? model->num_parameters - at : (size_t)1 << 30;
+        MPI_Bcast(model->params_memory + at, (int)part, MPI_FLOAT, 0, MPI_COMM_WORLD);
+    }
+#else
+    (void)model; (void)resume_step;
+#endif
 }
 
 // whether the AdamW moments are sharded (ZeRO-1 on more than one rank)
@@ -1606,6 +1636,7 @@ void print_hardware(void) {
     printf("hardware: ");
     if (ranks.world > 1) { printf("%d ranks (MPI), each: ", ranks.world); }
     printf("CPU, %d OpenMP threads, fp32\n", threads);
+    if (ranks.zero && ranks.world == 1) { printf("note: -Z 1 on one rank: no other rank to share the moments with\n"); }
 }
 
 // the memory of a run with batches of B x T: parameters, gradients, AdamW
@@ -1972,6 +2003,7 @@ int main(int argc, char **argv) {
     make_out_dir(&r);
     GPT2 model;
     build_model(&r, &model);
+    ranks_start_alike(&model, r.resume_step);
     GPT2Config c = model.config;
     DataLoader train_loader, val_loader;
     open_data(&r, &model, &train_loader, &val_loader);

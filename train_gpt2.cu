@@ -2135,11 +2135,25 @@ static uint64_t get64(const int *header, int at) {
 }
 // --- end shared-copy: gpt2-train-state ---
 
+// Data parallelism (train_gpt2.c's ranks: processes that each train on a slice of every
+// batch, their gradients summed) is not on the GPU yet: one rank, as train_gpt2.c without
+// MPI. (NCCL's collectives and ZeRO's shards: to come.)
+typedef struct {
+    int rank, world; // this process's rank, and how many there are
+} Ranks;
+static Ranks ranks = {0, 1};
+void ranks_init(int *argc, char ***argv) { (void)argc; (void)argv; }
+void ranks_finalize(void) {}
+double ranks_sum(double x) { return x; }
+void gpt2_sum_grads(GPT2 *model) { (void)model; }
+void ranks_start_alike(GPT2 *model, int resume_step) { (void)model; (void)resume_step; }
+
 // The state file as train_gpt2.c writes it (header, AdamW's m and v), plus, in
 // BF16 and FP16, the fp32 master weights after them (header[21] = 1), and in FP16
 // the loss scale's state (header[22..24]): a resumed run then continues bit for
 // bit. (train_gpt2.c refuses a file with master weights: it has none to put them in.)
 void save_checkpoint(const char *out_dir, const GPT2 *model, const TrainState *st) {
+    if (ranks.rank != 0) { return; } // (every rank calls it, rank 0 writes: one rank here, until NCCL)
     char model_path[4096], state_path[4096];
     format_path(model_path, sizeof(model_path), "%s/model_%08d.bin", out_dir, st->step);
     format_path(state_path, sizeof(state_path), "%s/state_%08d.bin", out_dir, st->step);
@@ -2496,18 +2510,6 @@ void attention_backward_cudnn(floatX *dqkv, const floatX *dout, const floatX *qk
 
 // ----------------------------------------------------------------------------
 // main: argument parsing and the training loop
-
-// Data parallelism (train_gpt2.c's ranks: processes that each train on a slice of every
-// batch, their gradients summed) is not on the GPU yet: one rank, as train_gpt2.c without
-// MPI. (NCCL's collectives and ZeRO's shards: to come.)
-typedef struct {
-    int rank, world; // this process's rank, and how many there are
-} Ranks;
-static Ranks ranks = {0, 1};
-void ranks_init(int *argc, char ***argv) { (void)argc; (void)argv; }
-void ranks_finalize(void) {}
-double ranks_sum(double x) { return x; }
-void gpt2_sum_grads(GPT2 *model) { (void)model; }
 
 // the hardware line at start-up
 void print_hardware(void) {
@@ -3002,6 +3004,7 @@ int main(int argc, char **argv) {
     make_out_dir(&r);
     GPT2 model;
     build_model(&r, &model);
+    ranks_start_alike(&model, r.resume_step);
     GPT2Config c = model.config;
     DataLoader train_loader, val_loader;
     open_data(&r, &model, &train_loader, &val_loader);

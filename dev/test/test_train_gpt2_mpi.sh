@@ -14,7 +14,7 @@
 set -u
 MPI_BIN=${1:-./train_gpt2_mpi}
 CPU_BIN=${2:-./train_gpt2}
-if ! command -v mpirun > /dev/null 2>&1; then
+if ! command -v mpirun > /dev/null 2>&1 || ! command -v "${MPICC:-mpicc}" > /dev/null 2>&1; then # (make's test for MPI, and mpirun)
     echo "MPI is not installed (apt-get install openmpi-bin libopenmpi-dev): train_gpt2_mpi not checked"
     echo "0 passed, 0 failed"
     exit 0
@@ -35,12 +35,13 @@ report() { # report NAME OK(0/1) [detail]
     fi
 }
 export OMP_NUM_THREADS=1
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 # (CI runs as root; mpirun refuses root without these)
-export OMPI_MCA_rmaps_base_oversubscribe=1                       # (more ranks than cores)
+# mpirun's flags: more ranks than cores; as root (CI), its consent
+MPIRUN=(mpirun --oversubscribe)
+[ "$(id -u)" = 0 ] && MPIRUN+=(--allow-run-as-root)
 mpi() { # mpi N ARGS...: train_gpt2_mpi on N ranks, bounded in time (a hang fails, it does not stall the tests)
     local n=$1
     shift
-    timeout 120 mpirun -np "$n" "$MPI_BIN" "$@"
+    timeout 120 "${MPIRUN[@]}" -np "$n" "$MPI_BIN" "$@"
 }
 
 head -c 20000 data/tinyshakespeare/input.txt > "$TMP/small.txt"
@@ -65,7 +66,7 @@ compare_models() {
 # --- 1. the same training on 1, 2 and 4 ranks
 "$CPU_BIN" "${RUN[@]}" -b 4 -o "$TMP/one" > "$TMP/one.out" 2>&1 || report "one process (train_gpt2 -b 4)" 0 "$(tail -2 "$TMP/one.out")"
 # (train_gpt2_mpi without mpirun: one rank, train_gpt2's arithmetic, so its very bits)
-"$MPI_BIN" "${RUN[@]}" -b 4 -o "$TMP/alone" > "$TMP/alone.out" 2>&1
+timeout 120 "$MPI_BIN" "${RUN[@]}" -b 4 -o "$TMP/alone" > "$TMP/alone.out" 2>&1
 report "train_gpt2_mpi started alone: train_gpt2's run, bit for bit (log and checkpoint)" \
     $(cmp -s <(sed -E 's/ ms:[0-9.]+//' "$TMP/one/main.log") <(sed -E 's/ ms:[0-9.]+//' "$TMP/alone/main.log") &&
       cmp -s "$TMP/one/model_00000008.bin" "$TMP/alone/model_00000008.bin" && echo 1 || echo 0) "$(tail -2 "$TMP/alone.out")"
@@ -73,9 +74,9 @@ report "train_gpt2_mpi started alone: train_gpt2's run, bit for bit (log and che
 # moves on the sums' rounding by up to about lr a step; 8 steps at 3e-3 bound a weight's
 # difference by 2.4e-2, and a wrong gradient moves whole tensors by that much. The losses
 # and norms are sums over every weight and token: 1e-5 relative is fp32's rounding.
-for case in "2|-b 2" "4|-b 1" "2|-b 1 -m 4" "2|-b 2 -Z 1" "4|-b 1 -Z 1"; do # (the third: 2 passes of -b 1 per rank
-    # and step, accumulated; validation's 4 batches of 1 x 2 ranks the 2 batches of 4 sequences one process reads.
-    # -Z 1: ZeRO-1, each rank the AdamW moments of its shard)
+for case in "2|-b 2 -s 4 -g 8" "4|-b 1" "2|-b 1 -m 4" "2|-b 2 -Z 1" "4|-b 1 -Z 1"; do # (the first samples too, on rank 0;
+    # the third: 2 passes of -b 1 per rank and step, accumulated, validation's 4 batches of 1 x 2 ranks the 2
+    # batches of 4 sequences one process reads; -Z 1: ZeRO-1, each rank the AdamW moments of its shard)
     n=${case%%|*} flags=${case#*|}
     dir="$TMP/ranks${n}_${flags// /}"
     mpi "$n" "${RUN[@]}" $flags -o "$dir" > "$dir.out" 2>&1
@@ -88,29 +89,37 @@ for case in "2|-b 2" "4|-b 1" "2|-b 1 -m 4" "2|-b 2 -Z 1" "4|-b 1 -Z 1"; do # (t
     report "... the final weights within 3e-3 (one lr) of one process's ($count, worst $worst)" \
         $([ "$count" -gt 1000 ] && awk -v w="$worst" 'BEGIN { exit !(w <= 3e-3) }' && echo 1 || echo 0)
 done
-out="$TMP/ranks2_-b2.out"
-report "2 ranks: one set of output lines (the others' stdout is /dev/null), each step once" \
-    $([ "$(grep -c '^batch:' "$out")" = 1 ] && [ "$(grep -c '^step    8/8' "$out")" = 1 ] &&
+out="$TMP/ranks2_-b2-s4-g8.out"
+report "2 ranks: one set of output lines (the others' stdout is /dev/null), each step and sample once" \
+    $([ "$(grep -c '^batch:' "$out")" = 1 ] && [ "$(grep -c '^step    8/8' "$out")" = 1 ] && [ "$(grep -c '^generating:' "$out")" = 3 ] &&
       grep -q '^batch: B 2 x T 32 x 2 ranks x 1 accumulation steps = 128 tokens' "$out" &&
       grep -q '^hardware: 2 ranks (MPI), each: CPU' "$out" && echo 1 || echo 0) "$(grep -E '^(batch|hardware)' "$out" | tr '\n' ' ')"
 report "... and one set of files: main.log and the checkpoints of steps 4 and 8" \
-    $([ "$(ls "$TMP/ranks2_-b2" | sort | tr '\n' ' ')" = "main.log model_00000004.bin model_00000008.bin state_00000004.bin state_00000008.bin " ] &&
-      echo 1 || echo 0) "$(ls "$TMP/ranks2_-b2" | tr '\n' ' ')"
+    $([ "$(ls "$TMP/ranks2_-b2-s4-g8" | sort | tr '\n' ' ')" = "main.log model_00000004.bin model_00000008.bin state_00000004.bin state_00000008.bin " ] &&
+      echo 1 || echo 0) "$(ls "$TMP/ranks2_-b2-s4-g8" | tr '\n' ' ')"
 
 report "-Z 1: each rank keeps half the moments (the memory line: rank 0's shard)" \
-    $(grep -q 'AdamW moments 12.7 MiB (ZeRO-1: rank 0.s shard)' "$TMP/ranks2_-b2-Z1.out" && grep -q 'AdamW moments 25.4 MiB |' "$TMP/ranks2_-b2.out" &&
-      echo 1 || echo 0) "$(grep '^memory' "$TMP/ranks2_-b2-Z1.out" "$TMP/ranks2_-b2.out" | tr '\n' ' ')"
+    $(grep -q 'AdamW moments 12.7 MiB (ZeRO-1: rank 0.s shard)' "$TMP/ranks2_-b2-Z1.out" && grep -q 'AdamW moments 25.4 MiB |' "$TMP/ranks2_-b2-s4-g8.out" &&
+      echo 1 || echo 0) "$(grep '^memory' "$TMP/ranks2_-b2-Z1.out" "$TMP/ranks2_-b2-s4-g8.out" | tr '\n' ' ')"
+# On 2 ranks without clipping (-z 0) -Z 1 is -Z 0 bit for bit: each gradient is the same one
+# addition, and every weight gets the same AdamW (a shard's bounds off by one would leave
+# weights unchanged, which only this comparison sees: the tolerances above would not)
+mpi 2 "${RUN[@]}" -b 2 -z 0 -o "$TMP/z0" > "$TMP/z0.out" 2>&1 && mpi 2 "${RUN[@]}" -b 2 -z 0 -Z 1 -o "$TMP/z1" > "$TMP/z1.out" 2>&1
+status=$?
+report "2 ranks, no clipping: -Z 1's weights and whole AdamW state those of -Z 0, bit for bit" \
+    $([ $status = 0 ] && cmp -s "$TMP/z0/model_00000008.bin" "$TMP/z1/model_00000008.bin" && cmp -s "$TMP/z0/state_00000008.bin" "$TMP/z1/state_00000008.bin" &&
+      echo 1 || echo 0) "exit $status; $(tail -1 "$TMP/z1.out")"
 # a -Z 1 checkpoint holds the whole state: resumed with -Z 1 on 2 ranks, the uninterrupted run bit for
-# bit; with -Z 0, and on one process, that run's numbers to rounding
-for how in "2|-Z 1" "2|-Z 0" "1|"; do
+# bit; on 4 ranks with -Z 1 (other shards), with -Z 0, and on one process, that run's numbers to rounding
+for how in "2|-Z 1" "4|-Z 1" "2|-Z 0" "1|"; do
     n=${how%%|*} flags=${how#*|}
     part="$TMP/zpart$n${flags// /}"
     mkdir -p "$part"
     cp "$TMP/ranks2_-b2-Z1/model_00000004.bin" "$TMP/ranks2_-b2-Z1/state_00000004.bin" "$part/"
     grep -E '^s:[0-4] ' "$TMP/ranks2_-b2-Z1/main.log" > "$part/main.log"
-    if [ "$n" = 1 ]; then "$CPU_BIN" "${RUN[@]}" -b 4 -o "$part" -y 1 > "$part.out" 2>&1; else mpi "$n" "${RUN[@]}" -b 2 $flags -o "$part" -y 1 > "$part.out" 2>&1; fi
+    if [ "$n" = 1 ]; then "$CPU_BIN" "${RUN[@]}" -b 4 -o "$part" -y 1 > "$part.out" 2>&1; else mpi "$n" "${RUN[@]}" -b $((4 / n)) $flags -o "$part" -y 1 > "$part.out" 2>&1; fi
     status=$?
-    if [ "$flags" = "-Z 1" ]; then
+    if [ "$n$flags" = "2-Z 1" ]; then
         report "-Z 1 resumed at step 4 on 2 ranks with -Z 1: the uninterrupted run, bit for bit" \
             $([ $status = 0 ] && cmp -s <(sed -E 's/ ms:[0-9.]+//' "$TMP/ranks2_-b2-Z1/main.log") <(sed -E 's/ ms:[0-9.]+//' "$part/main.log") &&
               cmp -s "$TMP/ranks2_-b2-Z1/model_00000008.bin" "$part/model_00000008.bin" &&
@@ -128,17 +137,17 @@ for n in 2 1 4; do
     b=$((4 / n))
     part="$TMP/part$n"
     mkdir -p "$part"
-    cp "$TMP/ranks2_-b2/model_00000004.bin" "$TMP/ranks2_-b2/state_00000004.bin" "$part/"
-    grep -E '^s:[0-4] ' "$TMP/ranks2_-b2/main.log" > "$part/main.log" # (the log as it stood at step 4)
+    cp "$TMP/ranks2_-b2-s4-g8/model_00000004.bin" "$TMP/ranks2_-b2-s4-g8/state_00000004.bin" "$part/"
+    grep -E '^s:[0-4] ' "$TMP/ranks2_-b2-s4-g8/main.log" > "$part/main.log" # (the log as it stood at step 4)
     if [ "$n" = 1 ]; then "$CPU_BIN" "${RUN[@]}" -b $b -o "$part" -y 1 > "$part.out" 2>&1; else mpi "$n" "${RUN[@]}" -b $b -o "$part" -y 1 > "$part.out" 2>&1; fi
     status=$?
     if [ "$n" = 2 ]; then
         report "resumed at step 4 on the same 2 ranks: the uninterrupted run's log and weights, bit for bit" \
-            $([ $status = 0 ] && cmp -s <(sed -E 's/ ms:[0-9.]+//' "$TMP/ranks2_-b2/main.log") <(sed -E 's/ ms:[0-9.]+//' "$part/main.log") &&
-              cmp -s "$TMP/ranks2_-b2/model_00000008.bin" "$part/model_00000008.bin" &&
-              cmp -s "$TMP/ranks2_-b2/state_00000008.bin" "$part/state_00000008.bin" && echo 1 || echo 0) "exit $status; $(tail -2 "$part.out" | tr '\n' ' ')"
+            $([ $status = 0 ] && cmp -s <(sed -E 's/ ms:[0-9.]+//' "$TMP/ranks2_-b2-s4-g8/main.log") <(sed -E 's/ ms:[0-9.]+//' "$part/main.log") &&
+              cmp -s "$TMP/ranks2_-b2-s4-g8/model_00000008.bin" "$part/model_00000008.bin" &&
+              cmp -s "$TMP/ranks2_-b2-s4-g8/state_00000008.bin" "$part/state_00000008.bin" && echo 1 || echo 0) "exit $status; $(tail -2 "$part.out" | tr '\n' ' ')"
     else
-        read -r count worst bad <<< "$(compare_logs "$TMP/ranks2_-b2/main.log" "$part/main.log")"
+        read -r count worst bad <<< "$(compare_logs "$TMP/ranks2_-b2-s4-g8/main.log" "$part/main.log")"
         report "resumed at step 4 on $n rank(s) (-b $b): the uninterrupted 2-rank run's numbers within 1e-5" \
             $([ $status = 0 ] && [ "$count" -ge 20 ] && [ "$bad" = 0 ] && awk -v w="$worst" 'BEGIN { exit !(w <= 1e-5) }' && echo 1 || echo 0) \
             "exit $status, $count numbers, worst $worst; $(tail -2 "$part.out" | tr '\n' ' ')"
@@ -154,14 +163,15 @@ report "-d 128 on 4 ranks of -b 2 x -t 32 (256 tokens a pass): exit non-zero, th
 
 # --- 4. a rank that dies: every rank ends, in bounded time, and the last checkpoint loads
 dead="$TMP/dead"
-mpi 2 "${RUN[@]}" -b 2 -x 100000 -v 0 -n 4 -o "$dead" > "$dead.out" 2>&1 &
+mpi 2 "${RUN[@]}" -b 2 -x 200 -v 0 -n 4 -o "$dead" > "$dead.out" 2>&1 &
 runner=$!
 for i in $(seq 1 600); do [ -e "$dead/state_00000004.bin" ] && break; sleep 0.1; done
-# (a rank: one of the processes with this run's flags that is not mpirun or timeout; its
-# name may read "exe", as the program may start itself over at start-up: set_omp_wait_policy)
+# (a rank: a process with this run's flags named train_gpt2_mpi, or "exe": the program may
+# start itself over at start-up, set_omp_wait_policy; not mpirun, nor timeout)
 victim=$(pgrep -f -- "-o $dead" | while read -r p; do
-    case "$(cat /proc/"$p"/comm 2> /dev/null)" in mpirun | timeout | orted | "") ;; *) echo "$p" ;; esac
+    case "$(cat /proc/"$p"/comm 2> /dev/null)" in "$(basename "$MPI_BIN" | cut -c1-15)" | exe) echo "$p" ;; esac
 done | tail -1)
+[ -n "$victim" ] || kill $runner 2> /dev/null # (none found: the run ends now, and the check below fails)
 start=$(date +%s)
 [ -n "$victim" ] && kill -9 "$victim"
 wait $runner
