@@ -156,6 +156,13 @@ ifeq ($(HAVE_MPI),1)
 else
 	@echo "Error: train_gpt2_mpi needs MPI: apt-get install openmpi-bin libopenmpi-dev (Debian/Ubuntu)" && exit 1
 endif
+# MPI's compiler and linker flags, for nvcc and g++ (the C API only: OMPI_SKIP_MPICXX)
+MPI_CFLAGS = -DOMPI_SKIP_MPICXX=1 $(if $(HAVE_MPI),$(shell $(MPICC) --showme:compile 2> /dev/null))
+MPI_LIBS = $(if $(HAVE_MPI),$(shell $(MPICC) --showme:link 2> /dev/null))
+comma := ,
+MPI_LIBS_NVCC = $(patsubst -Wl$(comma)%,-Xlinker %,$(patsubst -pthread,-Xcompiler -pthread,$(MPI_LIBS)))
+NCCL_FLAGS = -I$(NCCL_HOME)/include
+NCCL_LIBS = -L$(NCCL_HOME)/lib -L$(NCCL_HOME)/lib64 -Xlinker -rpath=$(NCCL_HOME)/lib:$(NCCL_HOME)/lib64 -lnccl
 
 # chapter 5b: inference on the CPU (prefill, KV-cache decode, sampling)
 infer: infer.c $(LIB)
@@ -196,7 +203,8 @@ CUDA_PROGRAMS := train_gpt2cu train_gpt2cu_fp32 train_gpt2cu_fp16 test_gpt2cu te
                  infercu infercu_fp32 test_infercu test_infercu_fp32 \
                  finetune_loracu finetune_loracu_fp32 test_finetune_loracu test_finetune_loracu_fp32 \
                  dev/check_env dev/cuda/vector_add dev/cuda/matmul $(addprefix dev/cuda/,$(LADDERS)) dev/emu/test_emu \
-                 $(if $(and $(CUDNN_HOME),$(CUDNN_FRONTEND_PATH)),train_gpt2cu_cudnn test_gpt2cu_cudnn dev/cuda/attention_cudnn)
+                 $(if $(and $(CUDNN_HOME),$(CUDNN_FRONTEND_PATH)),train_gpt2cu_cudnn test_gpt2cu_cudnn dev/cuda/attention_cudnn) \
+                 $(if $(and $(HAVE_MPI),$(NCCL_HOME)),train_gpt2cu_mpi)
 # (the ladders know fp32 and bf16: PRECISION=FP16 builds them in bf16; all link cuBLAS,
 # which gemv.cu times as its yardstick)
 $(addprefix dev/cuda/,$(LADDERS)): dev/cuda/%: dev/cuda/%.cu dev/cuda/common.h dev/cuda/precision.h
@@ -213,6 +221,13 @@ test_gpt2cu_cudnn: test_gpt2.cu train_gpt2.cu $(LIB)
 	$(NVCC) $(NVCC_FLAGS) -DENABLE_$(if $(filter FP16,$(PRECISION)),FP16,BF16) $(CUDNN_FLAGS) -Xcompiler "$(OMP_FLAGS)" $< -lcublas -lcublasLt $(CUDNN_LIBS) $(if $(filter -fopenmp,$(OMP_FLAGS)),-lgomp) -o $@
 dev/cuda/attention_cudnn: dev/cuda/attention_cudnn.cu dev/cuda/common.h
 	$(NVCC) $(NVCC_FLAGS) -DENABLE_$(if $(filter FP16,$(PRECISION)),FP16,BF16) $(CUDNN_FLAGS) $< $(CUDNN_LIBS) -o $@
+# data parallelism on paper: step time on 1 to 1,024 GPUs from bandwidths and one GPU's step
+dev/scaling: dev/scaling.c
+	$(CC) $(CFLAGS) $< -lm -o $@
+# ... across GPUs and machines: ranks started by mpirun, their gradients summed by NCCL
+train_gpt2cu_mpi: train_gpt2.cu $(LIB)
+	$(if $(and $(HAVE_MPI),$(NCCL_HOME)),,@echo "Error: train_gpt2cu_mpi needs MPI (apt-get install openmpi-bin libopenmpi-dev) and NCCL (NCCL_HOME)" && exit 1)
+	$(NVCC) $(NVCC_FLAGS) -DENABLE_$(PRECISION) -DUSE_MPI $(MPI_CFLAGS) $(NCCL_FLAGS) $(TRAINER_CUDNN) -Xcompiler "$(OMP_FLAGS)" $< -lcublas -lcublasLt $(TRAINER_CUDNN_LIBS) $(NCCL_LIBS) $(MPI_LIBS_NVCC) $(if $(filter -fopenmp,$(OMP_FLAGS)),-lgomp) -o $@
 train_gpt2cu_fp32: train_gpt2.cu $(LIB)
 	$(NVCC) $(NVCC_FLAGS) -DENABLE_FP32 -Xcompiler "$(OMP_FLAGS)" $< -lcublas -lcublasLt $(if $(filter -fopenmp,$(OMP_FLAGS)),-lgomp) -o $@
 train_gpt2cu_fp16: train_gpt2.cu $(LIB)
@@ -266,7 +281,7 @@ cuda: $(CUDA_PROGRAMS)
 # three builds: plain (NAME_cpu), the race detector (NAME_race) and AddressSanitizer
 # (NAME_asan). The programs' emulated builds are debug builds: a guard band after every
 # tensor they carve out of one allocation, checked after every step (-DGUARD_BYTES=256).
-EMU = dev/emu/cuda_emu.h dev/emu/include/cuda_runtime.h dev/emu/include/cublas_v2.h dev/emu/include/cublasLt.h dev/emu/include/cuda_bf16.h dev/emu/include/cuda_fp16.h dev/emu/emu_build.sh dev/paste_includes.awk
+EMU = dev/emu/cuda_emu.h dev/emu/include/cuda_runtime.h dev/emu/include/cublas_v2.h dev/emu/include/cublasLt.h dev/emu/include/cuda_bf16.h dev/emu/include/cuda_fp16.h dev/emu/include/nccl.h dev/emu/emu_build.sh dev/paste_includes.awk
 EMU_DEBUG = -DGUARD_BYTES=256
 # (from the target's name: the build, and the precision: test_gpt2cu_fp32_race -> race, -DENABLE_FP32)
 emu_build = bash dev/emu/emu_build.sh -m $(if $(filter %_race,$@),race,$(if $(filter %_asan,$@),asan,plain))
@@ -286,6 +301,12 @@ $(filter dev/emu/train_gpt2cu_%,$(EMU_GPT2)): train_gpt2.cu $(EMU) $(LIB)
 	$(emu_build) $< $@ $(emu_precision) $(EMU_DEBUG)
 $(filter dev/emu/test_gpt2cu_%,$(EMU_GPT2)): test_gpt2.cu train_gpt2.cu $(EMU) $(LIB)
 	$(emu_build) $< $@ $(emu_precision) $(EMU_DEBUG)
+# train_gpt2.cu's ranks (-DUSE_MPI): each emulated process one GPU, include/nccl.h's
+# collectives moving the data through MPI (built where MPI is)
+EMU_MPI = dev/emu/train_gpt2cu_mpi_fp32_cpu dev/emu/train_gpt2cu_mpi_bf16_cpu
+$(EMU_MPI): train_gpt2.cu $(EMU) $(LIB)
+	$(if $(HAVE_MPI),,@echo "Error: $@ needs MPI: apt-get install openmpi-bin libopenmpi-dev" && exit 1)
+	$(emu_build) $< $@ $(emu_precision) $(EMU_DEBUG) -DUSE_MPI $(MPI_CFLAGS) $(MPI_LIBS)
 INFER_EMU = dev/emu/infercu_fp32_cpu dev/emu/infercu_bf16_cpu dev/emu/test_infercu_fp32_cpu dev/emu/test_infercu_bf16_cpu \
             dev/emu/test_infercu_fp32_race dev/emu/test_infercu_bf16_asan
 $(filter dev/emu/infercu_%,$(INFER_EMU)): infer.cu $(EMU) $(LIB)
@@ -409,6 +430,9 @@ TESTS = "bash dev/test/check_cuda_builds.sh" \
         "bash dev/test/test_instructions_cli.sh ./data/instructions" \
         "bash dev/test/test_train_gpt2_cli.sh ./train_gpt2" \
         "bash dev/test/test_train_gpt2_mpi.sh ./train_gpt2_mpi ./train_gpt2" \
+        "bash dev/test/test_train_gpt2cu_mpi.sh $(EMU_MPI) ./dev/emu/train_gpt2cu_fp32_cpu ./train_gpt2_mpi" \
+        "bash dev/test/test_train_gpt2_netns.sh ./train_gpt2_mpi ./train_gpt2" \
+        "bash dev/test/test_checkpoint_kill.sh" \
         "bash dev/test/test_train_mlp_cli.sh ./train_mlp" \
         "bash dev/test/test_plot_metrics.sh" \
         "bash dev/test/check_copies.sh" \
@@ -416,7 +440,7 @@ TESTS = "bash dev/test/check_cuda_builds.sh" \
         "bash dev/test/test_amalgamation.sh" \
         "bash dev/test/test_emu_build.sh" \
         "bash dev/test/test_check_copies.sh"
-test: train_gpt2 $(if $(HAVE_MPI),train_gpt2_mpi) test_gpt2 data/tokenizer data/instructions test_tokenizer test_tokenizer_asan train_mlp test_mlp infer infer_bf16 test_infer test_infer_bf16 $(AVX2_TESTS) test_infer_asan convert test_convert test_convert_asan finetune_lora test_finetune_lora $(EMU_PROGRAMS) $(CONVERTED) $(SMOLLM2)
+test: train_gpt2 $(if $(HAVE_MPI),train_gpt2_mpi $(EMU_MPI)) test_gpt2 data/tokenizer data/instructions test_tokenizer test_tokenizer_asan train_mlp test_mlp infer infer_bf16 test_infer test_infer_bf16 $(AVX2_TESTS) test_infer_asan convert test_convert test_convert_asan finetune_lora test_finetune_lora $(EMU_PROGRAMS) $(CONVERTED) $(SMOLLM2)
 	@bash dev/test/run_tests.sh -j $(TEST_JOBS) $(TESTS)
 
 # One file when wanted: every root program as a single source, its lib/ headers pasted in
@@ -471,13 +495,14 @@ print-%:
 	@echo '$($*)'
 
 clean:
-	rm -f train_gpt2 train_gpt2_mpi test_gpt2 test_tokenizer test_tokenizer_asan infer infer_bf16 test_infer test_infer_bf16 test_infer_avx2 test_infer_bf16_avx2 test_infer_asan convert test_convert test_convert_asan finetune_lora test_finetune_lora $(CONVERTED) $(addprefix dev/fuzz/fuzz_,$(FUZZ_TARGETS)) data/tokenizer data/instructions dev/cpu/bench_train_gpt2 dev/cpu/bench_infer train_mlp test_mlp $(CUDA_PROGRAMS) train_gpt2cu_cudnn test_gpt2cu_cudnn dev/cuda/attention_cudnn $(EMU_PROGRAMS)
+	rm -f train_gpt2 train_gpt2_mpi test_gpt2 test_tokenizer test_tokenizer_asan infer infer_bf16 test_infer test_infer_bf16 test_infer_avx2 test_infer_bf16_avx2 test_infer_asan convert test_convert test_convert_asan finetune_lora test_finetune_lora $(CONVERTED) $(addprefix dev/fuzz/fuzz_,$(FUZZ_TARGETS)) data/tokenizer data/instructions dev/cpu/bench_train_gpt2 dev/cpu/bench_infer train_mlp test_mlp $(CUDA_PROGRAMS) train_gpt2cu_cudnn test_gpt2cu_cudnn dev/cuda/attention_cudnn $(EMU_PROGRAMS) $(EMU_MPI) train_gpt2cu_mpi dev/scaling
 	rm -f $(TINYSHAKESPEARE) data/gpt2_tokenizer.bin
 	rm -rf build/amalgamated
 
 help:
 	@echo "make train_gpt2 && ./train_gpt2   train a small GPT-2 on tinyshakespeare (CPU)"
 	@echo "make train_gpt2_mpi && mpirun -np 2 ./train_gpt2_mpi   the same on 2 processes (data parallelism, MPI)"
+	@echo "make train_gpt2cu_mpi && mpirun -np 8 ./train_gpt2cu_mpi   the GPU trainer on 8 GPUs (NCCL; -Z 1: ZeRO-1)"
 	@echo "make train_mlp && ./train_mlp     an MLP by hand on Fashion-MNIST (apt-get install dataset-fashion-mnist)"
 	@echo "make finetune_lora && ./finetune_lora -h   LoRA fine-tuning of SmolLM2 on data/iso (CPU; -B 1: a benchmark)"
 	@echo "make test                         build and run every test; exits non-zero on a failure"

@@ -915,6 +915,9 @@ typedef struct {
     int zero;        // 1: ZeRO-1, the AdamW moments sharded over the ranks (-Z 1)
 } Ranks;
 static Ranks ranks = {0, 1, 0};
+// (train_gpt2.cu sums each layer's gradients during the last backward pass of a step, which
+// main marks with this; here gpt2_sum_grads sums them all after it)
+static int sum_grads_in_backward = 0;
 
 // MPI started, this process's rank found; the ranks but the first print nothing (their
 // stdout goes to /dev/null: rank 0 speaks for all; errors still reach stderr)
@@ -1946,7 +1949,9 @@ static void train_step(const Run *r, GPT2 *model, DataLoader *train, int step, F
         phases_enter(ph, PHASE_FORWARD);
         gpt2_forward(model, rank_batch(train->inputs, o), rank_batch(train->targets, o), o->B, o->T);
         phases_enter(ph, PHASE_BACKWARD);
+        sum_grads_in_backward = micro == r->accum_steps - 1; // (train_gpt2.cu: the last pass sums each layer's as it goes)
         gpt2_backward(model, 1.0f / ((float)r->accum_steps * ranks.world));
+        sum_grads_in_backward = 0;
         loss += model->mean_loss;
     }
     gpt2_sum_grads(model); // (one rank: nothing to do)

@@ -44,6 +44,7 @@ residual stream's one running gradient); other activation gradients are WRITTEN.
 #include <stdio.h>
 #include <stdlib.h>
 #include <stdint.h>
+#include <limits.h>
 #include <string.h>
 #include <math.h>
 #include <time.h>
@@ -487,10 +488,12 @@ __global__ void fused_classifier_kernel(floatX *logits, float *losses, const int
 
 // AdamW on one tensor, as gpt2_update in train_gpt2.c. With master weights (bf16,
 // fp16) the update is made to the fp32 copy and the parameter is its rounding;
-// without, a bf16 parameter is rounded stochastically (seed: random bits for this call).
+// without, a bf16 parameter is rounded stochastically (seed: random bits for this call;
+// first: param[0]'s index in its tensor, which the random bits are drawn for, so that
+// ZeRO's shards round as the whole tensor would).
 __global__ void adamw_kernel(floatX *param, float *master, const floatX *grad, float *m, float *v, size_t n, float beta1,
                              float beta2, float step_size, float sqrt_bc2, float eps, float decay, float grad_scale,
-                             uint32_t seed) {
+                             uint32_t seed, size_t first) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) { return; }
     float p = master != NULL ? master[i] : to_float(param[i]);
@@ -498,7 +501,7 @@ __global__ void adamw_kernel(floatX *param, float *master, const floatX *grad, f
     m[i] = beta1 * m[i] + (1.0f - beta1) * g;
     v[i] = beta2 * v[i] + (1.0f - beta2) * g * g;
     p = p * decay - step_size * m[i] / (sqrtf(v[i]) / sqrt_bc2 + eps);
-    param[i] = master != NULL ? from_float(p) : from_float_stochastic(p, hash_u32(seed, (uint32_t)i));
+    param[i] = master != NULL ? from_float(p) : from_float_stochastic(p, hash_u32(seed, (uint32_t)(first + i)));
     if (master != NULL) { master[i] = p; }
 }
 
@@ -513,6 +516,19 @@ __global__ void norm_partials_kernel(float *partial, const floatX *g, size_t n) 
     }
     s = block_sum(s);
     if (threadIdx.x == 0) { partial[blockIdx.x] = s; }
+}
+// The same over the values [first, first + width) of each of g's `chunks` chunks of s
+// values (a ZeRO-1 rank's pieces of a tensor)
+__global__ void norm_strided_partials_kernel(float *partial, const floatX *g, size_t chunks, size_t s, size_t first,
+                                             size_t width) {
+    float sum = 0.0f;
+    size_t n = chunks * width;
+    for (size_t t = (size_t)blockIdx.x * blockDim.x + threadIdx.x; t < n; t += (size_t)gridDim.x * blockDim.x) {
+        float x = to_float(g[t / width * s + first + t % width]);
+        sum += x * x;
+    }
+    sum = block_sum(sum);
+    if (threadIdx.x == 0) { partial[blockIdx.x] = sum; }
 }
 
 // float -> floatX (loading fp32 checkpoints) and back (writing them)
@@ -1102,13 +1118,301 @@ typedef struct {
     int skipped_updates;           // steps whose gradients overflowed (no AdamW update)
 } GPT2;
 
+// ----------------------------------------------------------------------------
+// data parallelism: ranks on GPUs, their gradients summed by NCCL
+
+// train_gpt2.c's ranks (processes started by mpirun, each with the whole model and its own
+// slice of every batch; its "data parallelism" says how and why) with a GPU each: make
+// train_gpt2cu_mpi builds this file with MPI and NCCL (-DUSE_MPI). MPI starts the ranks
+// and hands them NCCL's unique id; NCCL moves gradients and weights between the GPUs
+// (NVLink, PCIe, InfiniBand), from GPU memory to GPU memory, on CUDA streams. Without
+// USE_MPI: one rank, and the functions below do nothing.
+//
+// The gradients are summed while the backward pass makes them. On the last micro-batch of
+// a step (the gradients then hold all of the step's), once layer l's backward kernels are
+// issued, a second stream waits for them (an event) and sums that layer's gradients while
+// the default stream goes on to layer l - 1: the communication hides behind the backward
+// pass, but for the first layer's and the embeddings'. They travel in floatX, summed by
+// NCCL in floatX (in the bf16 build half the bytes of fp32); the fp32 master weights and
+// AdamW's and the norm's arithmetic stay fp32.
+//
+// ZeRO-1 (-Z 1; Rajbhandari et al. 2020): the shards are cut per chunk, tensor k's values
+// of one layer (the whole tensor for wte, wpe, lnfw and lnfb), s values: each rank gets a
+// piece of q = s / ranks values (rank r: [r q, (r + 1) q)) and the s - ranks q left at
+// the chunk's end (the rest) belong to every rank. A chunk's gradients are
+// reduce-scattered (rank r receives the sum of its piece) and its rest all-reduced; each
+// rank keeps AdamW's moments and the fp32 master weights of its pieces and the rests only,
+// updates them (the rests alike on every rank: the same sums, the same moments), and the
+// pieces of the weights are all-gathered. Chunks per layer let each layer's sums start as
+// soon as its backward pass is done, and need no padding. (ZeRO stages 2 and 3, which also
+// shard the gradients and the weights, are not here.)
+#ifdef USE_MPI
+#include <mpi.h>
+#include <nccl.h>
+static void nccl_check(ncclResult_t r, const char *file, int line) {
+    if (r != ncclSuccess) {
+        fprintf(stderr, "Error: NCCL: %s (%s:%d)\n", ncclGetErrorString(r), file, line);
+        MPI_Abort(MPI_COMM_WORLD, EXIT_FAILURE);
+    }
+}
+#define ncclCheck(call) nccl_check((call), __FILE__, __LINE__)
+#if defined(ENABLE_FP32)
+#define NCCL_FLOATX ncclFloat32
+#elif defined(ENABLE_BF16)
+#define NCCL_FLOATX ncclBfloat16
+#else
+#define NCCL_FLOATX ncclFloat16
+#endif
+static ncclComm_t nccl_comm;
+static cudaStream_t comm_stream;          // where the backward pass's sums run
+static cudaEvent_t layer_done, sums_done; // the default stream's work up to a layer; the sums so far
+#endif
+typedef struct {
+    int rank, world; // this process's rank, and how many there are
+    int zero;        // 1: ZeRO-1, the optimizer state sharded over the ranks (-Z 1)
+    int device;      // this rank's GPU: its rank among the ranks on its machine
+} Ranks;
+static Ranks ranks = {0, 1, 0, 0};
+// set by main for the last micro-batch of a step: its backward pass sums the gradients
+static int sum_grads_in_backward = 0;
+
+// whether the optimizer state is sharded (ZeRO-1 on more than one rank)
+static int sharded(void) { return ranks.zero && ranks.world > 1; }
+
+// the chunks of tensor k: one per layer for the layers' tensors, else one
+static const int PER_LAYER[NUM_PARAMETER_TENSORS] = {0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0};
+static size_t chunks_of(GPT2Config c, int k) { return PER_LAYER[k] ? (size_t)c.num_layers : 1; }
+// a chunk of s values: each rank's piece, and the rest every rank keeps (unsharded: one
+// piece of all of it)
+static size_t piece_of(size_t s) { return sharded() ? s / (size_t)ranks.world : s; }
+static size_t rest_of(size_t s) { return s - piece_of(s) * (sharded() ? (size_t)ranks.world : 1); }
+
+// the norm's partial sums: per tensor, and sharded also for the rests (see gpt2_grad_norm)
+static int norm_partial_sets(void) { return sharded() ? 2 : 1; }
+
+// How many values of the optimizer state (AdamW's m, v, the master weights) each rank
+// keeps: every parameter, or its pieces and the rests (the same count on every rank)
+static size_t shard_elements(GPT2Config c) {
+    size_t sizes[NUM_PARAMETER_TENSORS], total = 0;
+    fill_in_parameter_sizes(sizes, c);
+    for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {
+        size_t chunks = chunks_of(c, k), s = sizes[k] / chunks;
+        total += chunks * (piece_of(s) + rest_of(s));
+    }
+    return total;
+}
+
+// Between rank r's shard (its pieces and the rests, chunk by chunk, in table order: how it
+// keeps its optimizer state) and the flat array of all the parameters (checkpoint order):
+// to_shard 1 copies from flat into shard, 0 back.
+static void shard_copy(GPT2Config c, int r, float *flat, float *shard, int to_shard) {
+    size_t sizes[NUM_PARAMETER_TENSORS], offset = 0, at = 0;
+    fill_in_parameter_sizes(sizes, c);
+    size_t w = sharded() ? (size_t)ranks.world : 1;
+    for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {
+        size_t chunks = chunks_of(c, k), s = sizes[k] / chunks, q = piece_of(s), rest = rest_of(s);
+        for (size_t l = 0; l < chunks; l++) {
+            float *chunk = flat + offset + l * s;
+            float *from[2] = {chunk + (size_t)r * q, chunk + w * q}, *to[2] = {shard + at, shard + at + q};
+            size_t count[2] = {q, rest};
+            for (int j = 0; j < 2; j++) {
+                if (to_shard) { memcpy(to[j], from[j], count[j] * sizeof(float)); }
+                else { memcpy(from[j], to[j], count[j] * sizeof(float)); }
+            }
+            at += q + rest;
+        }
+        offset += sizes[k];
+    }
+}
+
+// MPI started, this process's rank (and its rank on its machine, which picks its GPU)
+// found; the ranks but the first print nothing (rank 0 speaks for all; errors still reach
+// stderr)
+void ranks_init(int *argc, char ***argv) {
+#ifdef USE_MPI
+    int provided; // (MPI calls come from the main thread only: FUNNELED)
+    MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
+    if (provided < MPI_THREAD_FUNNELED) {
+        fprintf(stderr, "Error: this MPI does not allow a threaded (OpenMP) program: thread level %d\n", provided);
+        MPI_Abort(MPI_COMM_WORLD, EXIT_FAILURE);
+    }
+    MPI_Comm_rank(MPI_COMM_WORLD, &ranks.rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &ranks.world);
+    MPI_Comm machine;
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, ranks.rank, MPI_INFO_NULL, &machine);
+    MPI_Comm_rank(machine, &ranks.device);
+    MPI_Comm_free(&machine);
+    if (ranks.rank > 0 && freopen("/dev/null", "w", stdout) == NULL) {
+        fprintf(stderr, "Error: rank %d: cannot send its output to /dev/null\n", ranks.rank);
+        MPI_Abort(MPI_COMM_WORLD, EXIT_FAILURE);
+    }
+#else
+    (void)argc; (void)argv;
+#endif
+}
+
+void ranks_finalize(void) {
+#ifdef USE_MPI
+    if (nccl_comm != NULL) {
+        cudaCheck(cudaStreamSynchronize(comm_stream));
+        ncclCheck(ncclCommDestroy(nccl_comm));
+        cudaCheck(cudaStreamDestroy(comm_stream));
+        cudaCheck(cudaEventDestroy(layer_done));
+        cudaCheck(cudaEventDestroy(sums_done));
+    }
+    MPI_Finalize();
+#endif
+}
+
+// x summed over the ranks (a loss: each rank's share of the mean)
+double ranks_sum(double x) {
+#ifdef USE_MPI
+    if (ranks.world > 1) { MPI_Allreduce(MPI_IN_PLACE, &x, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD); }
+#endif
+    return x;
+}
+
+// Every rank starts from rank 0's weights: the fp32 values a model is built from (drawn
+// from the seed or read from -e) are broadcast before they go to the GPU, so that the
+// master weights are rank 0's too. (The ranks must agree on the model's size first.)
+static void ranks_same_host_params(float *host, size_t n) {
+#ifdef USE_MPI
+    if (ranks.world == 1) { return; }
+    unsigned long long sizes[2] = {n, ~(unsigned long long)n}, extremes[2]; // (the largest and, inverted, the smallest)
+    MPI_Allreduce(sizes, extremes, 2, MPI_UNSIGNED_LONG_LONG, MPI_MAX, MPI_COMM_WORLD);
+    if (extremes[0] != ~extremes[1]) {
+        fprintf(stderr, "Error: rank %d: the ranks built models of different sizes (%llu to %llu parameters)\n"
+                "HINT: every rank must read the same -e, from storage they all share\n", ranks.rank, ~extremes[1],
+                extremes[0]);
+        MPI_Abort(MPI_COMM_WORLD, EXIT_FAILURE);
+    }
+    for (size_t at = 0; at < n; at += (size_t)1 << 30) {
+        size_t part = n - at < ((size_t)1 << 30) ? n - at : (size_t)1 << 30;
+        MPI_Bcast(host + at, (int)part, MPI_FLOAT, 0, MPI_COMM_WORLD);
+    }
+#else
+    (void)host; (void)n;
+#endif
+}
+
+// After the model is built: every rank must have found the same checkpoint, and NCCL's
+// communicator (its unique id from rank 0, through MPI) and the second stream are made.
+// With MPI there is a communicator even on one rank (its collectives copy in place), so
+// that one GPU runs the very path many do.
+void ranks_start_alike(GPT2 *model, int resume_step) {
+    (void)model;
+#ifdef USE_MPI
+    int steps[2] = {resume_step, -resume_step}, extremes[2]; // (the largest and, negated, the smallest)
+    MPI_Allreduce(steps, extremes, 2, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    if (extremes[0] != -extremes[1]) {
+        fprintf(stderr, "Error: rank %d: the ranks resume from different checkpoints (steps %d to %d)\n"
+                "HINT: -o must be a folder every machine sees, the same one (a shared file system)\n", ranks.rank,
+                -extremes[1], extremes[0]);
+        MPI_Abort(MPI_COMM_WORLD, EXIT_FAILURE);
+    }
+    ncclUniqueId id;
+    if (ranks.rank == 0) { ncclCheck(ncclGetUniqueId(&id)); }
+    MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD);
+    ncclCheck(ncclCommInitRank(&nccl_comm, ranks.world, id, ranks.rank));
+    // (non-blocking: the default stream must not wait for it, nor it for the default
+    // stream, but where the events say)
+    cudaCheck(cudaStreamCreateWithFlags(&comm_stream, cudaStreamNonBlocking));
+    cudaCheck(cudaEventCreateWithFlags(&layer_done, cudaEventDisableTiming));
+    cudaCheck(cudaEventCreateWithFlags(&sums_done, cudaEventDisableTiming));
+#else
+    (void)resume_step;
+#endif
+}
+
+// Layer l's gradients summed over the ranks (l = -1: wte, wpe, lnfw and lnfb, after the
+// whole backward pass), on the second stream, once the default stream's work issued so far
+// is done; in floatX, chunk by chunk: all-reduced, or sharded, each piece reduce-scattered
+// to its rank and the rest all-reduced. (Called on the last micro-batch of a step.)
+static void sum_layer_grads(GPT2 *model, int l) {
+#ifdef USE_MPI
+    cudaCheck(cudaEventRecord(layer_done, 0));
+    cudaCheck(cudaStreamWaitEvent(comm_stream, layer_done, 0));
+    floatX **grads = (floatX **)&model->grads;
+    size_t w = sharded() ? (size_t)ranks.world : 1;
+    ncclCheck(ncclGroupStart());
+    for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {
+        if (PER_LAYER[k] != (l >= 0)) { continue; }
+        size_t s = model->param_sizes[k] / chunks_of(model->config, k), q = piece_of(s), rest = rest_of(s);
+        floatX *g = grads[k] + (l >= 0 ? (size_t)l * s : 0);
+        if (!sharded()) {
+            ncclCheck(ncclAllReduce(g, g, s, NCCL_FLOATX, ncclSum, nccl_comm, comm_stream));
+            continue;
+        }
+        if (q > 0) { ncclCheck(ncclReduceScatter(g, g + (size_t)ranks.rank * q, q, NCCL_FLOATX, ncclSum, nccl_comm, comm_stream)); }
+        if (rest > 0) { ncclCheck(ncclAllReduce(g + w * q, g + w * q, rest, NCCL_FLOATX, ncclSum, nccl_comm, comm_stream)); }
+    }
+    ncclCheck(ncclGroupEnd());
+#else
+    (void)model; (void)l;
+#endif
+}
+
+// After the step's backward passes: the default stream waits for the sums they started
+void gpt2_sum_grads(GPT2 *model) {
+    (void)model;
+#ifdef USE_MPI
+    cudaCheck(cudaEventRecord(sums_done, comm_stream));
+    cudaCheck(cudaStreamWaitEvent(0, sums_done, 0));
+#endif
+}
+
+// Sharded, after each rank's update of its pieces: the pieces of the weights into every
+// rank's weights (floatX, on the default stream, where the next forward pass reads them)
+static void gather_params(GPT2 *model) {
+#ifdef USE_MPI
+    floatX **params = (floatX **)&model->params;
+    ncclCheck(ncclGroupStart());
+    for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {
+        size_t chunks = chunks_of(model->config, k), s = model->param_sizes[k] / chunks, q = piece_of(s);
+        for (size_t l = 0; l < chunks && q > 0; l++) {
+            floatX *p = params[k] + l * s;
+            ncclCheck(ncclAllGather(p + (size_t)ranks.rank * q, p, q, NCCL_FLOATX, nccl_comm, 0));
+        }
+    }
+    ncclCheck(ncclGroupEnd());
+#else
+    (void)model;
+#endif
+}
+
+// Sharded checkpoints hold the whole state: one state array (m, v or the master weights,
+// n_shard values on this rank's GPU) gathered into flat (num_parameters values, rank 0's
+// host memory; NULL elsewhere)
+static void gather_state(const GPT2 *model, const float *shard, float *flat) {
+#ifdef USE_MPI
+    size_t ns = shard_elements(model->config);
+    if (ns > (size_t)INT_MAX) {
+        fprintf(stderr, "Error: -Z 1 checkpoints gather at most 2^31 - 1 values a rank (MPI's counts are ints), not %zu\n", ns);
+        MPI_Abort(MPI_COMM_WORLD, EXIT_FAILURE);
+    }
+    float *mine = (float *)mallocCheck((ns > 0 ? ns : 1) * sizeof(float));
+    float *all = ranks.rank == 0 ? (float *)mallocCheck(ns * ranks.world * sizeof(float)) : NULL;
+    cudaCheck(cudaMemcpy(mine, shard, ns * sizeof(float), cudaMemcpyDeviceToHost));
+    MPI_Gather(mine, (int)ns, MPI_FLOAT, all, (int)ns, MPI_FLOAT, 0, MPI_COMM_WORLD);
+    // (rank by rank: each writes its pieces, and the rests, the same on every rank)
+    for (int r = 0; r < ranks.world && ranks.rank == 0; r++) { shard_copy(model->config, r, flat, all + r * ns, 0); }
+    free(mine);
+    free(all);
+#else
+    (void)model; (void)shard; (void)flat;
+#endif
+}
+
 // Set up sizes and the parameter block; host_params (num_parameters fp32
-// values, in table order) are copied in (rounded to floatX), and to the master
-// copy in BF16 and FP16 (unless -w 0).
-static void gpt2_allocate_parameters(GPT2 *model, const float *host_params) {
+// values, in table order; over MPI rank 0's, broadcast into it) are copied in
+// (rounded to floatX), and to the master copy in BF16 and FP16 (unless -w 0): all
+// of them, or with ZeRO-1 this rank's shard.
+static size_t peak_while_loading; // (the fp32 staging copy: the ledger's peak may be here)
+static void gpt2_allocate_parameters(GPT2 *model, float *host_params) {
     fill_in_parameter_sizes(model->param_sizes, model->config);
     model->num_parameters = 0;
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) { model->num_parameters += model->param_sizes[i]; }
+    ranks_same_host_params(host_params, model->num_parameters);
     void *memory;
     cuda_malloc_and_point((void **)&model->params, model->param_sizes, NULL, NUM_PARAMETER_TENSORS, "the parameters", &memory);
     model->params_memory = (floatX *)memory;
@@ -1122,11 +1426,20 @@ static void gpt2_allocate_parameters(GPT2 *model, const float *host_params) {
         cudaCheck(cudaGetLastError());
         offset += model->param_sizes[k];
     }
-    if (sizeof(floatX) < sizeof(float) && use_master_weights) {
+    if (sizeof(floatX) < sizeof(float) && use_master_weights && !sharded()) {
         model->master_memory = staging; // the staging copy becomes the master weights
     } else {
         cuda_free_check(staging);
         model->master_memory = NULL;
+    }
+    peak_while_loading = device_bytes_peak;
+    if (sizeof(floatX) < sizeof(float) && use_master_weights && sharded()) { // (this rank's shard of them)
+        size_t ns = shard_elements(model->config);
+        float *shard = (float *)mallocCheck((ns > 0 ? ns : 1) * sizeof(float));
+        shard_copy(model->config, ranks.rank, host_params, shard, 1);
+        model->master_memory = (float *)cuda_malloc_check(ns * sizeof(float), "the fp32 master weights (this rank's shard)");
+        cudaCheck(cudaMemcpy(model->master_memory, shard, ns * sizeof(float), cudaMemcpyHostToDevice));
+        free(shard);
     }
     model->grads_memory = NULL;
     model->m_memory = NULL;
@@ -1248,16 +1561,17 @@ static size_t gpt2_memory_plan(size_t bytes[NUM_MEM_GROUPS], GPT2Config c, size_
     fill_in_parameter_sizes(param_sizes, c);
     fill_in_activation_sizes(act_sizes, c, B, T, recompute);
     fill_in_grad_act_sizes(grad_act_sizes, c, B, T);
-    size_t n = gpt2_count_parameters(c), N = B * T;
+    size_t N = B * T;
     bytes[MEM_PARAMETERS] = table_bytes(param_sizes, NULL, NUM_PARAMETER_TENSORS);
-    bytes[MEM_MASTER] = sizeof(floatX) < sizeof(float) && master_weights ? n * sizeof(float) : 0;
+    size_t ns = shard_elements(c); // (n, or with ZeRO-1 this rank's shard)
+    bytes[MEM_MASTER] = sizeof(floatX) < sizeof(float) && master_weights ? ns * sizeof(float) : 0;
     bytes[MEM_GRADIENTS] = bytes[MEM_PARAMETERS];
-    bytes[MEM_MOMENTS] = 2 * n * sizeof(float);
+    bytes[MEM_MOMENTS] = 2 * ns * sizeof(float);
     bytes[MEM_ACTIVATIONS] = table_bytes(act_sizes, ACT_FP32, NUM_ACTIVATION_TENSORS);
     bytes[MEM_GRAD_ACTS] = table_bytes(grad_act_sizes, NULL, NUM_GRAD_ACT_TENSORS);
     bytes[MEM_SMALL] = 2 * N * sizeof(int)                                              // the batch: inputs, targets
                        + (size_t)ceil_div(N, ROWS_PER_CHUNK) * 4 * c.channels * sizeof(float) // the column sums' partials
-                       + NUM_PARAMETER_TENSORS * NORM_BLOCKS * sizeof(float)                // the norm's partial sums
+                       + norm_partial_sets() * NUM_PARAMETER_TENSORS * NORM_BLOCKS * sizeof(float) // the norm's partial sums
                        + (3 * N + 1) * sizeof(int);                                     // the embedding gradient's buckets
     bytes[MEM_WORKSPACE] = CUBLASLT_WORKSPACE_BYTES;
     size_t total = 0;
@@ -1269,8 +1583,9 @@ static size_t gpt2_memory_plan(size_t bytes[NUM_MEM_GROUPS], GPT2Config c, size_
 void gpt2_print_memory_plan(GPT2Config c, size_t B, size_t T, int recompute, int master_weights) {
     size_t bytes[NUM_MEM_GROUPS];
     size_t total = gpt2_memory_plan(bytes, c, B, T, recompute, master_weights);
-    printf("GPU memory (%s, B=%zu, T=%zu, recomputation -r %d%s):\n", PRECISION_NAME, B, T, recompute,
-           USE_CUDNN_ATTENTION ? ", cuDNN attention: its workspace comes on top" : "");
+    printf("GPU memory (%s, B=%zu, T=%zu, recomputation -r %d%s%s):\n", PRECISION_NAME, B, T, recompute,
+           USE_CUDNN_ATTENTION ? ", cuDNN attention: its workspace comes on top" : "",
+           sharded() ? ", ZeRO-1: each rank's shard of the master weights and moments" : "");
     for (int i = 0; i < NUM_MEM_GROUPS; i++) { printf("  %-22s %10.1f MiB\n", MEM_GROUP_NAMES[i], bytes[i] / 1048576.0); }
     printf("  %-22s %10.1f MiB = %zu bytes (predicted; after the first step the run checks it)\n", "total",
            total / 1048576.0, total);
@@ -1576,7 +1891,7 @@ void gpt2_backward(GPT2 *model, float loss_scale) {
         model->grad_act_bytes = cuda_malloc_and_point((void **)&model->grads_acts, model->grad_act_sizes, NULL,
                                                       NUM_GRAD_ACT_TENSORS, "the activation gradients",
                                                       &model->grads_acts_memory);
-        size_t partials = NUM_PARAMETER_TENSORS * NORM_BLOCKS;
+        size_t partials = norm_partial_sets() * NUM_PARAMETER_TENSORS * NORM_BLOCKS;
         model->norm_partials = (float *)cuda_malloc_check(partials * sizeof(float), "the norm's partial sums");
         model->norm_partials_host = (float *)mallocCheck(partials * sizeof(float));
     }
@@ -1639,27 +1954,48 @@ void gpt2_backward(GPT2 *model, float loss_scale) {
         matmul_backward(ga.dln, dl_qkvw, dl_qkvb, ga.dqkv, l_ln1, l_qkvw, B, T, C, 3 * C);
         layernorm_backward(ga.dresidual, dl_ln1w, dl_ln1b, ga.dln, residual, l_ln1w, l_ln1_mean, l_ln1_rstd, B, T, C);
         nvtxRangePop();
+        if (sum_grads_in_backward) { sum_layer_grads(model, li); } // (the step's last pass: this layer's are whole)
     }
     encoder_backward(g.wte, g.wpe, ga.dresidual, model->inputs, B, T, C);
+    if (sum_grads_in_backward) { sum_layer_grads(model, -1); } // (and wte, wpe, lnfw, lnfb)
 }
 
 // The L2 norm of all parameter gradients: per tensor (the slices are padded) up
 // to NORM_BLOCKS partial sums of squares on the GPU, fewer for small tensors (the
 // split depends on the size only: fixed order); one copy, added on the host in double.
+// Sharded, each rank sums its pieces of the tensor's chunks (whose sums it received) and
+// rank 0 the rests too (the same on every rank: counted once), then the ranks' sums are
+// added.
 float gpt2_grad_norm(const GPT2 *model) {
     const floatX *const *grads = (const floatX *const *)&model->grads;
-    unsigned blocks[NUM_PARAMETER_TENSORS];
+    unsigned blocks[2 * NUM_PARAMETER_TENSORS] = {0};
     for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {
-        blocks[k] = ceil_div(model->param_sizes[k], BLOCK) < NORM_BLOCKS ? ceil_div(model->param_sizes[k], BLOCK) : NORM_BLOCKS;
-        norm_partials_kernel<<<blocks[k], BLOCK>>>(model->norm_partials + k * NORM_BLOCKS, grads[k], model->param_sizes[k]);
-        cudaCheck(cudaGetLastError());
+        size_t n = model->param_sizes[k];
+        if (!sharded()) {
+            blocks[k] = ceil_div(n, BLOCK) < NORM_BLOCKS ? ceil_div(n, BLOCK) : NORM_BLOCKS;
+            norm_partials_kernel<<<blocks[k], BLOCK>>>(model->norm_partials + k * NORM_BLOCKS, grads[k], n);
+            cudaCheck(cudaGetLastError());
+            continue;
+        }
+        size_t chunks = chunks_of(model->config, k), s = n / chunks, q = piece_of(s), rest = rest_of(s);
+        size_t first[2] = {(size_t)ranks.rank * q, (size_t)ranks.world * q}, width[2] = {q, ranks.rank == 0 ? rest : 0};
+        for (int j = 0; j < 2; j++) {
+            size_t values = chunks * width[j];
+            if (values == 0) { continue; }
+            int set = j * NUM_PARAMETER_TENSORS + k;
+            blocks[set] = ceil_div(values, BLOCK) < NORM_BLOCKS ? ceil_div(values, BLOCK) : NORM_BLOCKS;
+            norm_strided_partials_kernel<<<blocks[set], BLOCK>>>(model->norm_partials + set * NORM_BLOCKS, grads[k], chunks,
+                                                                 s, first[j], width[j]);
+            cudaCheck(cudaGetLastError());
+        }
     }
-    size_t n = NUM_PARAMETER_TENSORS * NORM_BLOCKS;
+    size_t n = norm_partial_sets() * NUM_PARAMETER_TENSORS * NORM_BLOCKS;
     cudaCheck(cudaMemcpy(model->norm_partials_host, model->norm_partials, n * sizeof(float), cudaMemcpyDeviceToHost));
     double sumsq = 0.0;
-    for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {
-        for (unsigned i = 0; i < blocks[k]; i++) { sumsq += model->norm_partials_host[k * NORM_BLOCKS + i]; }
+    for (int set = 0; set < norm_partial_sets() * NUM_PARAMETER_TENSORS; set++) {
+        for (unsigned i = 0; i < blocks[set]; i++) { sumsq += model->norm_partials_host[set * NORM_BLOCKS + i]; }
     }
+    if (sharded()) { sumsq = ranks_sum(sumsq); }
     return (float)(sqrt(sumsq) / model->loss_scale); // the norm of the true, unscaled gradients
 }
 
@@ -1670,9 +2006,10 @@ float gpt2_grad_norm(const GPT2 *model) {
 // gpt2_update walks by param_sizes: not sliced, so they have no guard bands.
 static void gpt2_allocate_moments(GPT2 *model) {
     if (model->m_memory != NULL) { return; }
-    model->m_memory = (float *)cuda_malloc_check(2 * model->num_parameters * sizeof(float), "the AdamW moments");
-    model->v_memory = model->m_memory + model->num_parameters;
-    cudaCheck(cudaMemset(model->m_memory, 0, 2 * model->num_parameters * sizeof(float)));
+    size_t ns = shard_elements(model->config); // (all of them, or this rank's shard)
+    model->m_memory = (float *)cuda_malloc_check(2 * ns * sizeof(float), "the AdamW moments");
+    model->v_memory = model->m_memory + ns;
+    cudaCheck(cudaMemset(model->m_memory, 0, 2 * ns * sizeof(float)));
 }
 
 #ifndef TESTING // (a test holds several models at once: one ledger, several tables)
@@ -1693,13 +2030,16 @@ static void gpt2_report_memory(const GPT2 *model) {
     size_t cudnn_bytes = 0;
 #endif
     cudaCheck(cudaMemGetInfo(&free_bytes, &total_bytes));
+    // (the peak is now, or while the model was loaded: its fp32 staging copy, when the
+    // master weights are a shard or none)
+    int peak_expected = device_bytes_peak == (device_bytes_live > peak_while_loading ? device_bytes_live : peak_while_loading);
     printf("GPU memory after the first step: allocated %zu bytes (%.1f MiB), peak %zu bytes, predicted %zu bytes%s%s;"
            " the device has %.1f MiB of %.1f MiB in use (measured)\n",
            device_bytes_live, device_bytes_live / 1048576.0, device_bytes_peak, predicted + cudnn_bytes,
            cudnn_bytes > 0 ? " with cuDNN's workspace" : "",
-           device_bytes_live == predicted + cudnn_bytes && device_bytes_peak == device_bytes_live ? " (equal)" : " (DIFFERENT)",
+           device_bytes_live == predicted + cudnn_bytes && peak_expected ? " (equal)" : " (DIFFERENT)",
            (total_bytes - free_bytes) / 1048576.0, total_bytes / 1048576.0);
-    if (device_bytes_live != predicted + cudnn_bytes || device_bytes_peak != device_bytes_live) {
+    if (device_bytes_live != predicted + cudnn_bytes || !peak_expected) {
         fprintf(stderr, "Warning: the start-up memory table does not match what was allocated (a bug: please report it)\n");
     }
 }
@@ -1717,17 +2057,27 @@ void gpt2_update(GPT2 *model, float learning_rate, float beta1, float beta2, flo
     float sqrt_bias_correction2 = sqrtf(1.0f - powf(beta2, (float)t));
     float step_size = learning_rate / bias_correction1;
     floatX **params = (floatX **)&model->params, **grads = (floatX **)&model->grads;
-    size_t offset = 0;
+    size_t at = 0; // in the optimizer state (m, v, master): all of it, or this rank's shard
     for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {
         float decay = WEIGHT_DECAYED[k] ? 1.0f - learning_rate * weight_decay : 1.0f;
-        size_t n = model->param_sizes[k];
-        adamw_kernel<<<ceil_div(n, BLOCK), BLOCK>>>(params[k], model->master_memory != NULL ? model->master_memory + offset : NULL,
-                                                   grads[k], model->m_memory + offset, model->v_memory + offset, n, beta1,
-                                                   beta2, step_size, sqrt_bias_correction2, eps, decay, grad_scale,
-                                                   hash_u32((uint32_t)t, (uint32_t)k));
-        cudaCheck(cudaGetLastError());
-        offset += n;
+        // the tensor whole; or sharded, chunk by chunk, this rank's piece then the rest
+        size_t chunks = sharded() ? chunks_of(model->config, k) : 1, s = model->param_sizes[k] / chunks;
+        size_t q = piece_of(s), rest = rest_of(s), w = sharded() ? (size_t)ranks.world : 1, r = sharded() ? (size_t)ranks.rank : 0;
+        for (size_t l = 0; l < chunks; l++) {
+            size_t first[2] = {l * s + r * q, l * s + w * q}, count[2] = {q, rest};
+            for (int j = 0; j < 2; j++) {
+                if (count[j] == 0) { continue; }
+                size_t i = first[j], n = count[j];
+                adamw_kernel<<<ceil_div(n, BLOCK), BLOCK>>>(params[k] + i, model->master_memory != NULL ? model->master_memory + at : NULL,
+                                                           grads[k] + i, model->m_memory + at, model->v_memory + at, n, beta1,
+                                                           beta2, step_size, sqrt_bias_correction2, eps, decay, grad_scale,
+                                                           hash_u32((uint32_t)t, (uint32_t)k), i);
+                cudaCheck(cudaGetLastError());
+                at += n;
+            }
+        }
     }
+    if (sharded()) { gather_params(model); }
     // FP16: enough updates without overflow, try a larger loss scale (after this
     // update, which divided by the scale its gradients were made with)
     if (LOSS_SCALE_INIT != 1.0f && ++model->good_steps == LOSS_SCALE_GROWTH_INTERVAL) {
@@ -2135,25 +2485,35 @@ static uint64_t get64(const int *header, int at) {
 }
 // --- end shared-copy: gpt2-train-state ---
 
-// Data parallelism (train_gpt2.c's ranks: processes that each train on a slice of every
-// batch, their gradients summed) is not on the GPU yet: one rank, as train_gpt2.c without
-// MPI. (NCCL's collectives and ZeRO's shards: to come.)
-typedef struct {
-    int rank, world; // this process's rank, and how many there are
-} Ranks;
-static Ranks ranks = {0, 1};
-void ranks_init(int *argc, char ***argv) { (void)argc; (void)argv; }
-void ranks_finalize(void) {}
-double ranks_sum(double x) { return x; }
-void gpt2_sum_grads(GPT2 *model) { (void)model; }
-void ranks_start_alike(GPT2 *model, int resume_step) { (void)model; (void)resume_step; }
 
 // The state file as train_gpt2.c writes it (header, AdamW's m and v), plus, in
 // BF16 and FP16, the fp32 master weights after them (header[21] = 1), and in FP16
 // the loss scale's state (header[22..24]): a resumed run then continues bit for
 // bit. (train_gpt2.c refuses a file with master weights: it has none to put them in.)
+// Every rank calls it, rank 0 writes; sharded (ZeRO-1), the ranks' shards of the state are
+// gathered on rank 0 first, so that the file holds the whole state, whatever the ranks
+// that read it back.
 void save_checkpoint(const char *out_dir, const GPT2 *model, const TrainState *st) {
-    if (ranks.rank != 0) { return; } // (every rank calls it, rank 0 writes: one rank here, until NCCL)
+    size_t n = model->num_parameters;
+    int moments = model->m_memory != NULL, master = model->master_memory != NULL && moments;
+    float *host = NULL; // (rank 0: m, v and the master weights, flat, as the file has them)
+    if (ranks.rank == 0) {
+        size_t floats = (moments ? 2 * n : 0) + (master ? n : 0);
+        host = (float *)mallocCheck((floats > 0 ? floats : 1) * sizeof(float));
+    }
+    if (sharded()) {
+        size_t ns = shard_elements(model->config);
+        if (moments) {
+            gather_state(model, model->m_memory, host);
+            gather_state(model, model->m_memory + ns, host != NULL ? host + n : NULL);
+        }
+        if (master) { gather_state(model, model->master_memory, host != NULL ? host + 2 * n : NULL); }
+    }
+    if (ranks.rank != 0) { return; }
+    if (!sharded()) {
+        if (moments) { cudaCheck(cudaMemcpy(host, model->m_memory, 2 * n * sizeof(float), cudaMemcpyDeviceToHost)); }
+        if (master) { cudaCheck(cudaMemcpy(host + 2 * n, model->master_memory, n * sizeof(float), cudaMemcpyDeviceToHost)); }
+    }
     char model_path[4096], state_path[4096];
     format_path(model_path, sizeof(model_path), "%s/model_%08d.bin", out_dir, st->step);
     format_path(state_path, sizeof(state_path), "%s/state_%08d.bin", out_dir, st->step);
@@ -2170,19 +2530,15 @@ void save_checkpoint(const char *out_dir, const GPT2 *model, const TrainState *s
     put64(header, 14, st->epoch);
     put64(header, 16, st->shard_pos);
     put64(header, 18, st->sample_pos);
-    header[20] = model->m_memory != NULL; // no moments before the first update
-    header[21] = model->master_memory != NULL && model->m_memory != NULL;
+    header[20] = moments; // no moments before the first update
+    header[21] = master;
     // FP16: the dynamic loss scale's state, so that a resumed run scales as this one would
     if (LOSS_SCALE_INIT != 1.0f) {
         memcpy(&header[22], &model->loss_scale, sizeof(float));
         header[23] = model->good_steps;
         header[24] = model->skipped_updates;
     }
-    size_t n = model->num_parameters, moment_bytes = header[20] ? n * sizeof(float) : 0;
-    size_t floats = (header[20] ? 2 * n : 0) + (header[21] ? n : 0);
-    float *host = (float *)mallocCheck((floats > 0 ? floats : 1) * sizeof(float));
-    if (header[20]) { cudaCheck(cudaMemcpy(host, model->m_memory, 2 * n * sizeof(float), cudaMemcpyDeviceToHost)); }
-    if (header[21]) { cudaCheck(cudaMemcpy(host + 2 * n, model->master_memory, n * sizeof(float), cudaMemcpyDeviceToHost)); }
+    size_t moment_bytes = header[20] ? n * sizeof(float) : 0;
     const void *bufs[4] = {header, host, host + n, host + 2 * n};
     size_t sizes[4] = {sizeof(header), moment_bytes, moment_bytes, header[21] ? n * sizeof(float) : 0};
     write_file_atomic(state_path, bufs, sizes, 4);
@@ -2251,13 +2607,23 @@ void load_state(const char *path, GPT2 *model, TrainState *st) {
     if (floats > 0) {
         float *host = (float *)mallocCheck(floats * sizeof(float));
         freadCheck(host, sizeof(float), floats, fp);
-        model->m_memory = (float *)cuda_malloc_check(2 * n * sizeof(float), "the AdamW moments");
-        model->v_memory = model->m_memory + n;
-        cudaCheck(cudaMemcpy(model->m_memory, host, 2 * n * sizeof(float), cudaMemcpyHostToDevice));
+        // (sharded, this rank keeps its shard of each: the pieces of the flat arrays that are its)
+        size_t ns = shard_elements(model->config);
+        float *shard = sharded() ? (float *)mallocCheck((ns > 0 ? ns : 1) * sizeof(float)) : NULL;
+        model->m_memory = (float *)cuda_malloc_check(2 * ns * sizeof(float), "the AdamW moments");
+        model->v_memory = model->m_memory + ns;
         // master weights: from the file, or else the model file's values (already there)
-        if (header[21] && model->master_memory != NULL) {
-            cudaCheck(cudaMemcpy(model->master_memory, host + 2 * n, n * sizeof(float), cudaMemcpyHostToDevice));
+        int arrays = header[21] && model->master_memory != NULL ? 3 : 2;
+        float *to[3] = {model->m_memory, model->v_memory, model->master_memory};
+        for (int a = 0; a < arrays; a++) {
+            const float *from = host + (size_t)a * n;
+            if (shard != NULL) {
+                shard_copy(model->config, ranks.rank, host + (size_t)a * n, shard, 1);
+                from = shard;
+            }
+            cudaCheck(cudaMemcpy(to[a], from, ns * sizeof(float), cudaMemcpyHostToDevice));
         }
+        free(shard);
         free(host);
     }
     fcloseCheck(fp);
@@ -2517,7 +2883,9 @@ void print_hardware(void) {
     int device = 0;
     cudaCheck(cudaGetDevice(&device));
     cudaCheck(cudaGetDeviceProperties(&p, device));
-    printf("hardware: GPU %d: %s, compute capability %d.%d, %d SMs, %.1f GiB | precision %s%s\n", device, p.name, p.major,
+    printf("hardware: ");
+    if (ranks.world > 1) { printf("%d ranks (NCCL over MPI%s), rank 0 on ", ranks.world, sharded() ? ", ZeRO-1" : ""); }
+    printf("GPU %d: %s, compute capability %d.%d, %d SMs, %.1f GiB | precision %s%s\n", device, p.name, p.major,
            p.minor, p.multiProcessorCount, p.totalGlobalMem / 1073741824.0, PRECISION_NAME,
            sizeof(floatX) == sizeof(float) ? "" : use_master_weights ? " with fp32 master weights" : " without master weights (stochastic rounding)");
 #if defined(ENABLE_CUDNN)
@@ -2527,6 +2895,7 @@ void print_hardware(void) {
 #else
     printf("attention: ours (batched cuBLASLt matmuls and a causal softmax kernel; make USE_CUDNN=1 for cuDNN's)\n");
 #endif
+    if (ranks.zero && ranks.world == 1) { printf("note: -Z 1 on one rank: no other rank to share the optimizer state with\n"); }
 }
 
 // Find the GPU (or say clearly that there is none) and start cuBLASLt (and cuDNN).
@@ -2538,7 +2907,13 @@ void setup_hardware(void) {
                 err != cudaSuccess ? cudaGetErrorString(err) : "0 devices");
         exit(EXIT_FAILURE);
     }
-    cudaCheck(cudaSetDevice(0));
+    if (ranks.device >= devices) {
+        fprintf(stderr, "Error: rank %d is rank %d of its machine, which has %d GPU%s: one rank a GPU\n"
+                "HINT: start at most as many ranks on each machine as it has GPUs (mpirun -np, or a hostfile's slots)\n",
+                ranks.rank, ranks.device, devices, devices == 1 ? "" : "s");
+        exit(EXIT_FAILURE);
+    }
+    cudaCheck(cudaSetDevice(ranks.device));
     // (compute type 32F in matmul_lt: fp32 data is multiplied in full fp32, no TF32;
     // bf16 data on the tensor cores)
     cublasCheck(cublasLtCreate(&cublaslt_handle));
@@ -2658,7 +3033,7 @@ static void print_usage(const Options *d) {
 
 // --- end shared-copy: gpt2-options ---
 
-// the GPU trainer's own flags: recomputation (-r) and master weights (-w)
+// the GPU trainer's own flags: recomputation (-r), master weights (-w), memory (-G, -M), ZeRO (-Z)
 static void print_device_usage(void) {
     printf("  -r <0|1|2>    recompute activations in the backward pass: 0 none, 1 GELU, 2 GELU + LayerNorm [%d]\n",
            recompute_level);
@@ -2666,6 +3041,7 @@ static void print_device_usage(void) {
            use_master_weights);
     printf("  -G <GiB>      behave as if the GPU had only this much memory (a 16 GB card on a bigger one), 0 = all [0]\n");
     printf("  -M <0|1>      print the model and the GPU memory this run would allocate, and exit (needs no GPU) [0]\n");
+    printf("  -Z <0|1>      ZeRO-1 across ranks (train_gpt2cu_mpi): each keeps the master weights and AdamW moments of its shard only [0]\n");
 }
 static int parse_device_flag(const char *flag, const char *value) {
     if (strcmp(flag, "-G") == 0) {
@@ -2675,6 +3051,11 @@ static int parse_device_flag(const char *flag, const char *value) {
     if (strcmp(flag, "-M") == 0) {
         plan_only = (int)parse_int(flag, value, 0);
         if (plan_only > 1) { usage_error("flag -M takes 0 or 1, got '%s'", value); }
+        return 1;
+    }
+    if (strcmp(flag, "-Z") == 0) {
+        ranks.zero = (int)parse_int(flag, value, 0);
+        if (ranks.zero > 1) { usage_error("-Z %s: ZeRO stage 0 or 1 (stages 2 and 3 are not here)", value); }
         return 1;
     }
     if (strcmp(flag, "-r") == 0) {
@@ -2947,7 +3328,9 @@ static void train_step(const Run *r, GPT2 *model, DataLoader *train, int step, F
         phases_enter(ph, PHASE_FORWARD);
         gpt2_forward(model, rank_batch(train->inputs, o), rank_batch(train->targets, o), o->B, o->T);
         phases_enter(ph, PHASE_BACKWARD);
+        sum_grads_in_backward = micro == r->accum_steps - 1; // (train_gpt2.cu: the last pass sums each layer's as it goes)
         gpt2_backward(model, 1.0f / ((float)r->accum_steps * ranks.world));
+        sum_grads_in_backward = 0;
         loss += model->mean_loss;
     }
     gpt2_sum_grads(model); // (one rank: nothing to do)

@@ -21,6 +21,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <signal.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -159,6 +160,21 @@ static inline void write_file_atomic(const char *path, const void **bufs, const 
     format_path(tmp, sizeof(tmp), "%s.tmp", path);
     FILE *fp = fopenCheck(tmp, "wb");
     int ok = 1;
+    // (for dev/test/test_checkpoint_kill.sh: with TEST_KILL_WRITING=TEXT set, writing a file
+    // whose path contains TEXT kills the process, kill -9's SIGKILL, halfway through its bytes)
+    const char *kill_at = getenv("TEST_KILL_WRITING");
+    if (kill_at != NULL && kill_at[0] != '\0' && strstr(path, kill_at) != NULL) {
+        size_t total = 0, half;
+        for (int i = 0; i < n; i++) { total += sizes[i]; }
+        half = total / 2;
+        for (int i = 0; i < n && half > 0; i++) {
+            size_t part = sizes[i] < half ? sizes[i] : half;
+            if (part > 0 && fwrite(bufs[i], 1, part, fp) != part) { break; }
+            half -= part;
+        }
+        fflush(fp);
+        kill(getpid(), SIGKILL);
+    }
     for (int i = 0; i < n && ok; i++) { ok = sizes[i] == 0 || fwrite(bufs[i], 1, sizes[i], fp) == sizes[i]; }
     ok = ok && fflush(fp) == 0 && fsync(fileno(fp)) == 0;
     ok = (fclose(fp) == 0) && ok;

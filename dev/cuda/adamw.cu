@@ -117,13 +117,14 @@ static RefOut adamw_cpu(double p0, double g0, double m0, double v0, double decay
 // 1: train_gpt2.cu's adamw_kernel, verbatim but for the name (its comment:)
 // AdamW on one tensor, as gpt2_update in train_gpt2.c. With master weights (bf16)
 // the update is made to the fp32 copy and the parameter is its rounding; without,
-// a bf16 parameter is rounded stochastically (seed: random bits for this call).
+// a bf16 parameter is rounded stochastically (seed: random bits for this call; first:
+// param[0]'s index in its tensor, which the random bits are drawn for).
 // A warp's accesses are 64 bytes of grad and param and 128 of each fp32 array: 4 to 5
 // small requests an element, for ~20 flops.
 // --- shared-copy of train_gpt2.cu: adamw_kernel (as adamw_kernel1) ---
 __global__ void adamw_kernel1(floatX *param, float *master, const floatX *grad, float *m, float *v, size_t n, float beta1,
                               float beta2, float step_size, float sqrt_bc2, float eps, float decay, float grad_scale,
-                              uint32_t seed) {
+                              uint32_t seed, size_t first) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) { return; }
     float p = master != NULL ? master[i] : to_float(param[i]);
@@ -131,7 +132,7 @@ __global__ void adamw_kernel1(floatX *param, float *master, const floatX *grad, 
     m[i] = beta1 * m[i] + (1.0f - beta1) * g;
     v[i] = beta2 * v[i] + (1.0f - beta2) * g * g;
     p = p * decay - step_size * m[i] / (sqrtf(v[i]) / sqrt_bc2 + eps);
-    param[i] = master != NULL ? from_float(p) : from_float_stochastic(p, hash_u32(seed, (uint32_t)i));
+    param[i] = master != NULL ? from_float(p) : from_float_stochastic(p, hash_u32(seed, (uint32_t)(first + i)));
     if (master != NULL) { master[i] = p; }
 }
 
@@ -281,7 +282,7 @@ static void adamw_update(int variant, int block, floatX *param, float *master, c
         case 1:
             adamw_kernel1<<<ceil_div(n, block), block>>>(param + offset, mk, grad + offset, m + offset, v + offset, n,
                                                          h.beta1, h.beta2, h.step_size, h.sqrt_bc2, h.eps, decay,
-                                                         h.grad_scale, seed);
+                                                         h.grad_scale, seed, 0);
             break;
         case 2:
             adamw_kernel2<<<ceil_div(n, (size_t)PACK * block), block>>>(param + offset, mk, grad + offset, m + offset,

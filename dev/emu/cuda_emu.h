@@ -54,13 +54,18 @@ What the emulation does:
     orders no memory). It also reports accesses outside a device allocation (each has a
     red zone on both sides), of freed memory, outside a __shared__ array, and reads of
     shared memory that no thread of the block has written.
-  - Streams run in issue order. A stream capture records launches, async copies and the
-    cuBLAS stand-ins' calls, and a graph launch replays them with the pointers they were
-    captured with, as a GPU does.
+  - Kernels and copies run as they are issued, on any stream; what a stream defers (the
+    NCCL stand-ins of include/nccl.h) runs only when the program waits for that stream
+    (an event, a synchronize), so a missing wait reads stale data (emu::Stream says
+    more). A stream capture records launches, async copies and the cuBLAS stand-ins'
+    calls, and a graph launch replays them with the pointers they were captured with, as
+    a GPU does.
   - The runtime API the project uses (cudaMalloc, cudaMemcpy, events, device properties,
     errors) has plain C stand-ins; include/cublas_v2.h and include/cublasLt.h do the same
     for cuBLAS (loops in double), include/cuda_bf16.h and cuda_fp16.h for the 16-bit types,
-    include/nvtx3/nvToolsExt.h for NVTX's ranges (calls that do nothing).
+    include/nvtx3/nvToolsExt.h for NVTX's ranges (calls that do nothing), and
+    include/nccl.h for NCCL's collectives between the processes of an MPI run (each
+    process one emulated GPU, the data moved by MPI).
   - EMU_DIGEST_FILE=F: at exit, append a hash of every byte copied from the device to the
     host to F, so that two runs under different schedules can be compared.
 What it cannot do: tensor cores (mma, wmma), inline PTX, streams running in parallel,
@@ -729,10 +734,11 @@ inline void check_range(const char *call, const char *which, uintptr_t addr, siz
 }
 
 typedef int cudaError_t;
-enum { cudaSuccess = 0, cudaErrorInvalidValue = 1, cudaErrorMemoryAllocation = 2 };
+enum { cudaSuccess = 0, cudaErrorInvalidValue = 1, cudaErrorMemoryAllocation = 2, cudaErrorInvalidDevice = 101 };
 enum cudaMemcpyKind { cudaMemcpyHostToHost, cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost, cudaMemcpyDeviceToDevice, cudaMemcpyDefault };
 inline const char *cudaGetErrorString(cudaError_t e) {
-    return e == cudaSuccess ? "no error" : e == cudaErrorMemoryAllocation ? "out of memory (emulation)" : "invalid argument (emulation)";
+    return e == cudaSuccess ? "no error" : e == cudaErrorMemoryAllocation ? "out of memory (emulation)"
+         : e == cudaErrorInvalidDevice ? "invalid device ordinal (emulation: EMU_DEVICES)" : "invalid argument (emulation)";
 }
 inline cudaError_t cudaGetLastError() { return cudaSuccess; }
 inline cudaError_t cudaPeekAtLastError() { return cudaSuccess; }
@@ -775,7 +781,52 @@ inline void memcpy_checked(const char *call, void *dst, const void *src, size_t 
 }
 }
 
-inline cudaError_t cudaDeviceSynchronize() { emu::capture_forbidden("cudaDeviceSynchronize"); return cudaSuccess; }
+namespace emu {
+// Streams. Work on the default stream, and kernels and copies on any stream, run as they
+// are issued. A stream's deferred work (the NCCL stand-ins, include/nccl.h) waits in its
+// queue until the program waits for it: cudaStreamWaitEvent on an event recorded after it,
+// cudaStreamSynchronize, cudaEventSynchronize, cudaDeviceSynchronize, or the stream's next
+// kernel or copy. So a consumer that forgets to wait for a collective reads what was there
+// before it, as it may on a GPU. Each stream counts the work issued to it; an event
+// remembers its stream's count when recorded, and a stream that waits on an event of the
+// default stream remembers how much of the default stream's work it has waited for
+// (waited_default): include/nccl.h refuses a collective on a stream that has not waited for
+// all of it, since on a GPU it could read what the default stream is still writing.
+struct Stream {
+    uint64_t count = 0;          // work issued to it
+    uint64_t waited_default = 0; // the default stream's work it has waited for (by events)
+    std::deque<std::pair<uint64_t, std::function<void()>>> deferred; // (its count, the work) not run yet
+};
+inline uint64_t default_count = 0; // work issued to the default stream
+inline std::vector<Stream *> &streams() { static std::vector<Stream *> s; return s; }
+// run a stream's deferred work, in order, up to its work number `upto`
+inline void stream_run(void *stream, uint64_t upto = UINT64_MAX) {
+    if (stream == nullptr) { return; }
+    Stream *s = (Stream *)stream;
+    while (!s->deferred.empty() && s->deferred.front().first <= upto) {
+        std::function<void()> work = std::move(s->deferred.front().second);
+        s->deferred.pop_front();
+        work();
+    }
+}
+// work issued now on `stream`, to run now: what the stream deferred before it runs first
+inline void issued(void *stream) {
+    if (stream == nullptr) { default_count++; return; }
+    stream_run(stream);
+    ((Stream *)stream)->count++;
+}
+// work issued now on `stream` that runs when the program next waits for the stream
+inline void defer(void *stream, std::function<void()> work) {
+    if (stream == nullptr) { default_count++; work(); return; }
+    Stream *s = (Stream *)stream;
+    s->deferred.emplace_back(++s->count, std::move(work));
+}
+}
+inline cudaError_t cudaDeviceSynchronize() {
+    emu::capture_forbidden("cudaDeviceSynchronize");
+    for (void *s : std::vector<emu::Stream *>(emu::streams())) { emu::stream_run(s); }
+    return cudaSuccess;
+}
 // Device memory is host memory: see the file's header. The plain build keeps CUDA's
 // 256-byte alignment and rounds the block up to it (as a GPU's allocator does); the
 // asan build allocates exactly the bytes asked for, so that AddressSanitizer sees a
@@ -831,18 +882,35 @@ inline cudaError_t cudaFree(void *p) {
 }
 inline cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind) {
     emu::capture_forbidden("cudaMemcpy");
+    emu::issued(nullptr);
     emu::memcpy_checked("cudaMemcpy", dst, src, bytes, kind);
     return cudaSuccess;
 }
 inline cudaError_t cudaMemset(void *dst, int value, size_t bytes) {
     emu::capture_forbidden("cudaMemset");
+    emu::issued(nullptr);
     emu::check_range("cudaMemset", "destination", (uintptr_t)dst, bytes, 1);
     memset(dst, value, bytes);
     return cudaSuccess;
 }
-inline cudaError_t cudaGetDeviceCount(int *n) { *n = 1; return cudaSuccess; }
-inline cudaError_t cudaSetDevice(int) { return cudaSuccess; }
-inline cudaError_t cudaGetDevice(int *d) { *d = 0; return cudaSuccess; }
+// EMU_DEVICES=N: the machine has N GPUs (1 by default), for programs that give each of
+// their processes its own (an MPI run under emulation: each process emulates one GPU, its
+// memory its own, whichever number it picks)
+namespace emu {
+inline int device_count() {
+    const char *e = getenv("EMU_DEVICES");
+    int n = e != nullptr ? atoi(e) : 1;
+    return n >= 1 ? n : 1;
+}
+inline int current_device = 0;
+}
+inline cudaError_t cudaGetDeviceCount(int *n) { *n = emu::device_count(); return cudaSuccess; }
+inline cudaError_t cudaSetDevice(int d) {
+    if (d < 0 || d >= emu::device_count()) { return cudaErrorInvalidDevice; }
+    emu::current_device = d;
+    return cudaSuccess;
+}
+inline cudaError_t cudaGetDevice(int *d) { *d = emu::current_device; return cudaSuccess; }
 // the emulated device: the CPU, with the host's memory; shared memory as the smaller of
 // the project's targets (an RTX 50xx, sm_120: 48 KiB a block, 99 KiB with the opt-in)
 struct cudaDeviceProp {
@@ -1399,6 +1467,7 @@ struct Launch {
             capture->ops.push_back([launch, body, kernel]() { launch.execute(body, (const void *)kernel); });
             return;
         }
+        issued(stream);
         execute(body, (const void *)kernel);
     }
 };
@@ -1414,16 +1483,37 @@ struct Launch {
 // ----------------------------------------------------------------------------
 // streams, events, graphs
 
-typedef void *cudaStream_t; // one stream, in effect: work runs as it is issued
-inline cudaError_t cudaStreamCreate(cudaStream_t *s) { *s = new int(0); return cudaSuccess; }
-inline cudaError_t cudaStreamDestroy(cudaStream_t s) { delete (int *)s; return cudaSuccess; }
-inline cudaError_t cudaStreamSynchronize(cudaStream_t) { emu::capture_forbidden("cudaStreamSynchronize"); return cudaSuccess; }
+typedef void *cudaStream_t; // an emu::Stream (nullptr: the default stream); see emu::Stream
+enum { cudaStreamDefault = 0, cudaStreamNonBlocking = 1 };
+inline cudaError_t cudaStreamCreate(cudaStream_t *s) {
+    emu::streams().push_back(new emu::Stream());
+    *s = emu::streams().back();
+    return cudaSuccess;
+}
+// (the emulator's default stream never waits for other streams' work, as CUDA's does for
+// streams created without cudaStreamNonBlocking: a program is checked for its own waits)
+inline cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned) { return cudaStreamCreate(s); }
+inline cudaError_t cudaStreamDestroy(cudaStream_t s) {
+    emu::stream_run(s); // (a GPU finishes a destroyed stream's work)
+    auto &all = emu::streams();
+    for (size_t i = 0; i < all.size(); i++) {
+        if (all[i] == s) { all.erase(all.begin() + (long)i); break; }
+    }
+    delete (emu::Stream *)s;
+    return cudaSuccess;
+}
+inline cudaError_t cudaStreamSynchronize(cudaStream_t s) {
+    emu::capture_forbidden("cudaStreamSynchronize");
+    emu::stream_run(s);
+    return cudaSuccess;
+}
 inline cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind, cudaStream_t stream = nullptr) {
     if (emu::capture != nullptr) {
         emu::capture_stream_check("cudaMemcpyAsync", "", stream);
         emu::capture->ops.push_back([=]() { emu::memcpy_checked("cudaMemcpyAsync (replayed from a graph)", dst, src, bytes, kind); });
         return cudaSuccess;
     }
+    emu::issued(stream);
     emu::memcpy_checked("cudaMemcpyAsync", dst, src, bytes, kind);
     return cudaSuccess;
 }
@@ -1437,6 +1527,7 @@ inline cudaError_t cudaMemsetAsync(void *dst, int value, size_t bytes, cudaStrea
         emu::capture->ops.push_back(op);
         return cudaSuccess;
     }
+    emu::issued(stream);
     op();
     return cudaSuccess;
 }
@@ -1468,15 +1559,35 @@ inline cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t) {
 }
 inline cudaError_t cudaGraphDestroy(cudaGraph_t graph) { delete graph; return cudaSuccess; }
 inline cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec) { delete exec; return cudaSuccess; }
-typedef double *cudaEvent_t; // an event is the CPU time at which it was recorded
-inline cudaError_t cudaEventCreate(cudaEvent_t *e) { *e = new double(0.0); return cudaSuccess; }
+// an event: the CPU time at which it was recorded, and its stream's work up to then
+namespace emu { struct Event { double seconds = 0.0; void *stream = nullptr; uint64_t count = 0; }; }
+typedef emu::Event *cudaEvent_t;
+enum { cudaEventDefault = 0, cudaEventDisableTiming = 2 };
+inline cudaError_t cudaEventCreate(cudaEvent_t *e) { *e = new emu::Event(); return cudaSuccess; }
+inline cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned) { return cudaEventCreate(e); }
 inline cudaError_t cudaEventDestroy(cudaEvent_t e) { delete e; return cudaSuccess; }
-inline cudaError_t cudaEventRecord(cudaEvent_t e, void * = nullptr) {
+inline cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t stream = nullptr) {
     timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
-    *e = ts.tv_sec + 1e-9 * ts.tv_nsec;
+    e->seconds = ts.tv_sec + 1e-9 * ts.tv_nsec;
+    e->stream = stream;
+    e->count = stream == nullptr ? emu::default_count : ((emu::Stream *)stream)->count;
     return cudaSuccess;
 }
-inline cudaError_t cudaEventSynchronize(cudaEvent_t) { emu::capture_forbidden("cudaEventSynchronize"); return cudaSuccess; }
-inline cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b) { *ms = (float)((*b - *a) * 1e3); return cudaSuccess; }
+inline cudaError_t cudaEventSynchronize(cudaEvent_t e) {
+    emu::capture_forbidden("cudaEventSynchronize");
+    emu::stream_run(e->stream, e->count);
+    return cudaSuccess;
+}
+inline cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t e, unsigned = 0) {
+    emu::stream_run(e->stream, e->count);
+    if (stream != nullptr && e->stream == nullptr && e->count > ((emu::Stream *)stream)->waited_default) {
+        ((emu::Stream *)stream)->waited_default = e->count;
+    }
+    return cudaSuccess;
+}
+inline cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b) {
+    *ms = (float)((b->seconds - a->seconds) * 1e3);
+    return cudaSuccess;
+}
 #endif

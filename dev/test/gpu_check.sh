@@ -54,15 +54,28 @@ fi
 CUDNN_PROGRAMS=""
 [ -n "$(mkvar print-CUDA_PROGRAMS "${CUDNN_MAKE[@]}" | grep -o train_gpt2cu_cudnn)" ] &&
     CUDNN_PROGRAMS="train_gpt2cu_cudnn test_gpt2cu_cudnn dev/cuda/attention_cudnn"
+# NCCL and MPI (train_gpt2cu_mpi, one rank here: one GPU): NCCL may be a Python wheel's, whose
+# lib has libnccl.so.2 but no libnccl.so to link with; MPI must be installed (mpicc, mpirun)
+NCCL_MAKE=()
+if [ -z "$(mkvar print-NCCL_HOME)" ]; then
+    wheel=$(python3 -c 'import nvidia.nccl as m; print(list(m.__path__)[0])' 2> /dev/null)
+    if [ -n "$wheel" ] && [ -f "$wheel/include/nccl.h" ]; then
+        mkdir -p .gpu/nccl-lib && ln -sf "$(ls "$wheel"/lib/libnccl.so.* | head -1)" .gpu/nccl-lib/libnccl.so
+        NCCL_MAKE=(NCCL_HOME="$wheel" NCCL_LIBS="-L$PWD/.gpu/nccl-lib -Xlinker -rpath=$wheel/lib -lnccl")
+    fi
+fi
+NCCL_PROGRAMS=""
+[ -n "$(mkvar print-CUDA_PROGRAMS "${NCCL_MAKE[@]}" | grep -o train_gpt2cu_mpi)" ] && command -v mpirun > /dev/null 2>&1 &&
+    NCCL_PROGRAMS="train_gpt2cu_mpi"
 # (read from the Makefile's text: the no-make build below needs the list too)
 LADDERS=$(sed -n '/^LADDERS = /,/[^\\]$/p' Makefile | tr -d '\\\n' | sed 's/^LADDERS = //')
 
 # --- build, for this GPU only
-PROGRAMS="data infer convert build/hf_tiny_fp32.bin build/hf_tiny_bf16.bin build/hf_tiny_fp16.bin build/llama_gqa3.bin build/qwen2_gqa4.bin build/llama_mha3.bin build/bnb4_llama.bin build/bnb4_qwen2.bin infercu infercu_fp32 test_infercu test_infercu_fp32 finetune_lora finetune_loracu finetune_loracu_fp32 test_finetune_loracu test_finetune_loracu_fp32 train_gpt2cu train_gpt2cu_fp32 train_gpt2cu_fp16 test_gpt2cu test_gpt2cu_fp32 test_gpt2cu_fp16 train_gpt2 train_mlpcu dev/check_env dev/cuda/vector_add dev/cuda/matmul $(for l in $LADDERS; do printf 'dev/cuda/%s ' "$l"; done)dev/emu/test_emu train_mlp $CUDNN_PROGRAMS"
+PROGRAMS="data infer convert build/hf_tiny_fp32.bin build/hf_tiny_bf16.bin build/hf_tiny_fp16.bin build/llama_gqa3.bin build/qwen2_gqa4.bin build/llama_mha3.bin build/bnb4_llama.bin build/bnb4_qwen2.bin infercu infercu_fp32 test_infercu test_infercu_fp32 finetune_lora finetune_loracu finetune_loracu_fp32 test_finetune_loracu test_finetune_loracu_fp32 train_gpt2cu train_gpt2cu_fp32 train_gpt2cu_fp16 test_gpt2cu test_gpt2cu_fp32 test_gpt2cu_fp16 train_gpt2 train_mlpcu dev/check_env dev/cuda/vector_add dev/cuda/matmul $(for l in $LADDERS; do printf 'dev/cuda/%s ' "$l"; done)dev/emu/test_emu train_mlp $CUDNN_PROGRAMS $NCCL_PROGRAMS"
 echo "building for sm_$arch: $PROGRAMS"
 build() {
     if command -v make > /dev/null 2>&1; then
-        make -B -j8 GPU_ARCH="$arch" "${CUDNN_MAKE[@]}" $PROGRAMS
+        make -B -j8 GPU_ARCH="$arch" "${CUDNN_MAKE[@]}" "${NCCL_MAKE[@]}" $PROGRAMS
     else # no make on this machine: the Makefile's rules, by hand
         local f="-O3 -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror -gencode arch=compute_$arch,code=sm_$arch"
         nvcc $f ${ZLIB_CFLAGS:-} train_mlp.cu -lcublas ${ZLIB_LIBS:--lz} -o train_mlpcu &&
@@ -158,6 +171,30 @@ step test_gpt2cu_fp16 "test_gpt2cu (FP16, loss scaling) vs PyTorch fixtures, det
 # GPT-2: train_gpt2.cu in FP32, BF16 and FP16 against train_gpt2.c (the emulated test, on the GPU)
 step gpt2_twin "train_gpt2cu (FP32, BF16, FP16) vs train_gpt2.c: 4 steps, logs, checkpoints, resume, flags" \
     bash dev/test/test_train_gpt2_cuda.sh ./train_gpt2 ./train_gpt2cu_fp32 ./train_gpt2cu ./train_gpt2cu_fp16
+# NCCL on one rank (this machine has one GPU): train_gpt2cu_mpi started alone is one rank
+# whose collectives run on the GPU (all-reduce, reduce-scatter, all-gather in place): its
+# run must be train_gpt2cu's bit for bit, with -Z 1 too; the 124M bench row below times it
+nccl_one_rank() {
+    local run=(-e d1 -b 4 -t 64 -x 4 -v 2 -m 2 -s 0 -n 4 -z 0) d="$LOGS/nccl" ok=0 bad=0
+    rm -rf "$d" && mkdir -p "$d"
+    ./train_gpt2cu "${run[@]}" -o "$d/plain" > "$d/plain.out" 2>&1 || { echo "train_gpt2cu failed"; tail -3 "$d/plain.out"; }
+    for z in 0 1; do
+        ./train_gpt2cu_mpi "${run[@]}" -Z $z -o "$d/mpi$z" > "$d/mpi$z.out" 2>&1
+        if cmp -s <(sed -E 's/ ms:[0-9.]+//' "$d/plain/main.log") <(sed -E 's/ ms:[0-9.]+//' "$d/mpi$z/main.log") &&
+           cmp -s "$d/plain/model_00000004.bin" "$d/mpi$z/model_00000004.bin" && cmp -s "$d/plain/state_00000004.bin" "$d/mpi$z/state_00000004.bin"; then
+            echo "OK      train_gpt2cu_mpi -Z $z on one rank: train_gpt2cu's log and checkpoint, bit for bit"; ok=$((ok + 1))
+        else
+            echo "NOT OK  train_gpt2cu_mpi -Z $z on one rank differs from train_gpt2cu"; tail -3 "$d/mpi$z.out"; bad=$((bad + 1))
+        fi
+    done
+    echo "$ok passed, $bad failed"
+    [ $bad = 0 ]
+}
+if [ -n "$NCCL_PROGRAMS" ]; then
+    step nccl_one_rank "train_gpt2cu_mpi (NCCL) on one rank: train_gpt2cu bit for bit, -Z 0 and -Z 1" nccl_one_rank
+else
+    rows+=("| train_gpt2cu_mpi (NCCL) on one rank | skipped: no MPI (mpicc, mpirun) or no NCCL on this machine | - | - |")
+fi
 step test_infercu_fp32 "test_infercu (FP32) vs transformers fixtures, graphs, cuBLAS path, greedy" ./test_infercu_fp32
 step test_infercu_bf16 "test_infercu (BF16) vs transformers fixtures, graphs, cuBLAS path" ./test_infercu
 step infer_twin "infercu (FP32, BF16) vs infer.c: greedy, sampled, batches, text, stops" \
@@ -224,6 +261,8 @@ step infer_bench_llama8b_nf4 "infercu -Q nf4,q8_0: Llama 3.1 8B shapes, batch 1"
 BENCH=(-e d12 -b 64 -t 1024 -x 12 -v 0 -s 0 -o "")
 step gpt2_bench "train_gpt2cu: GPT-2 124M (d12), bf16, B=64, T=1024, 12 steps, -r 1" ./train_gpt2cu "${BENCH[@]}"
 step gpt2_bench_r0 "train_gpt2cu: the same, -r 0 (GELU fused in the matmul, nothing recomputed)" ./train_gpt2cu "${BENCH[@]}" -r 0
+[ -n "$NCCL_PROGRAMS" ] && step gpt2_bench_nccl "train_gpt2cu_mpi: the same on one rank of NCCL (each layer's all-reduce on a second stream), -r 1" \
+    ./train_gpt2cu_mpi "${BENCH[@]}"
 step gpt2_bench_fp16 "train_gpt2cu_fp16: the same in fp16 (dynamic loss scaling), -r 1" ./train_gpt2cu_fp16 "${BENCH[@]}"
 # where the step's time goes (-P: CUDA events per phase, the host's clock beside them once), and
 # with Nsight Systems on the machine, one profile of a few steps: its NVTX ranges (steps, phases,

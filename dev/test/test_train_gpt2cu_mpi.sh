@@ -1,0 +1,173 @@
+#!/usr/bin/env bash
+# train_gpt2.cu across ranks (NCCL, started by mpirun), without a GPU: its emulated builds
+# (dev/emu, with include/nccl.h's collectives moving data between the processes through
+# MPI) on 2 ranks train what train_gpt2_mpi trains on 2 ranks, to fp32's rounding; one rank
+# of the NCCL build is the plain build bit for bit; ZeRO-1 (-Z 1: each rank the master
+# weights and AdamW moments of its shard) is -Z 0 bit for bit, in fp32 and bf16, with and
+# without master weights, on 2 ranks and on 3 (whose shards do not divide the tensors); its checkpoints hold the whole state and resume on 2 ranks bit
+# for bit and on one process to rounding; more ranks than GPUs is an error.
+#
+#     make train_gpt2_mpi dev/emu/train_gpt2cu_fp32_cpu dev/emu/train_gpt2cu_mpi_fp32_cpu dev/emu/train_gpt2cu_mpi_bf16_cpu
+#     bash dev/test/test_train_gpt2cu_mpi.sh ./dev/emu/train_gpt2cu_mpi_fp32_cpu ./dev/emu/train_gpt2cu_mpi_bf16_cpu \
+#         ./dev/emu/train_gpt2cu_fp32_cpu ./train_gpt2_mpi
+#
+# Needs MPI (Debian: apt-get install openmpi-bin libopenmpi-dev); without it, says so and
+# checks nothing. Each emulated process is one GPU (EMU_DEVICES=2: the machine has two).
+# A d1 model, 4 steps of 4 x 32 tokens: about two minutes on 2 cores.
+set -u
+FP32_BIN=${1:-./dev/emu/train_gpt2cu_mpi_fp32_cpu}
+BF16_BIN=${2:-./dev/emu/train_gpt2cu_mpi_bf16_cpu}
+PLAIN_BIN=${3:-./dev/emu/train_gpt2cu_fp32_cpu}
+CPU_BIN=${4:-./train_gpt2_mpi}
+if ! command -v mpirun > /dev/null 2>&1 || ! command -v "${MPICC:-mpicc}" > /dev/null 2>&1; then # (make's test for MPI, and mpirun)
+    echo "MPI is not installed (apt-get install openmpi-bin libopenmpi-dev): train_gpt2.cu's ranks not checked"
+    echo "0 passed, 0 failed"
+    exit 0
+fi
+for b in "$FP32_BIN" "$BF16_BIN" "$PLAIN_BIN" "$CPU_BIN" ./data/tokenizer; do
+    [ -x "$b" ] || { echo "Error: $b is not built (see this script's header)"; echo "0 passed, 1 failed"; exit 1; }
+done
+TMP=$(mktemp -d /tmp/test_train_gpt2cu_mpi.XXXXXX)
+trap 'rm -rf "$TMP"' EXIT
+passed=0
+failed=0
+report() { # report NAME OK(0/1) [detail]
+    if [ "$2" = 1 ]; then
+        printf '%-80s OK\n' "$1"; passed=$((passed + 1))
+    else
+        printf '%-80s NOT OK\n' "$1"; failed=$((failed + 1))
+        [ -n "${3:-}" ] && printf '  %s\n' "$3"
+    fi
+}
+export OMP_NUM_THREADS=1 EMU_DEVICES=2
+MPIRUN=(mpirun --oversubscribe)
+[ "$(id -u)" = 0 ] && MPIRUN+=(--allow-run-as-root)
+mpi() { # mpi N BINARY ARGS...: N ranks, bounded in time (a hang fails, it does not stall the tests)
+    local n=$1
+    shift
+    timeout 300 "${MPIRUN[@]}" -np "$n" "$@"
+}
+same_log() { cmp -s <(sed -E 's/ ms:[0-9.]+//' "$1") <(sed -E 's/ ms:[0-9.]+//' "$2"); }
+# the numbers of a main.log (step, kind, value), and the largest relative difference of two
+compare_logs() {
+    paste <(sed -E 's/ ms:[0-9.]+//' "$1" | tr ' ' '\n' | grep -v '^s:' | cut -d: -f2) \
+          <(sed -E 's/ ms:[0-9.]+//' "$2" | tr ' ' '\n' | grep -v '^s:' | cut -d: -f2) |
+        awk '{ if ($1 == "" || $2 == "") { bad = 1; next } d = $1 - $2; if (d < 0) d = -d; a = $1 < 0 ? -$1 : $1;
+               r = a > 0 ? d / a : d; if (r > m) m = r; n++ } END { printf "%d %.3e %d\n", n, m, bad }'
+}
+# max |a - b| over two fp32 checkpoints' weights (floats after the 256-int header)
+compare_models() {
+    paste <(od -An -v -tf4 -j 1024 "$1" | tr -s ' ' '\n' | sed '/^$/d') <(od -An -v -tf4 -j 1024 "$2" | tr -s ' ' '\n' | sed '/^$/d') |
+        awk '{ d = $1 - $2; if (d < 0) d = -d; if (d > m) m = d; n++ } END { printf "%d %.3e\n", n, m }'
+}
+within() { awk -v w="$1" -v t="$2" 'BEGIN { exit !(w <= t) }'; }
+
+head -c 20000 data/tinyshakespeare/input.txt > "$TMP/small.txt"
+./data/tokenizer -e -i "$TMP/small.txt" -o "$TMP/small.bin" -t "" > /dev/null ||
+    { report "the test shard" 0; echo "$passed passed, $failed failed"; exit 1; }
+# 4 steps of 4 x 32 tokens (-d 128), validation every 2 (1 batch), a checkpoint every 2; no
+# clipping (-z 0): -Z 1 sums the norm in another order, and with clipping its rounding
+# would reach the weights
+RUN=(-e d1 -t 32 -d 128 -x 4 -u 2 -l 3e-3 -i "$TMP/small.bin" -j "$TMP/small.bin" -k data/gpt2_tokenizer.bin -v 2 -m 1 -s 0
+     -n 2 -z 0)
+
+# --- 1. one rank: the NCCL build started alone is the plain build, bit for bit
+"$PLAIN_BIN" "${RUN[@]}" -b 4 -o "$TMP/plain" > "$TMP/plain.out" 2>&1 &
+timeout 300 "$FP32_BIN" "${RUN[@]}" -b 4 -o "$TMP/alone" > "$TMP/alone.out" 2>&1
+status=$?
+wait
+report "fp32, the NCCL build on one rank (its collectives on one GPU): the plain build's run, bit for bit" \
+    $([ $status = 0 ] && same_log "$TMP/plain/main.log" "$TMP/alone/main.log" && cmp -s "$TMP/plain/model_00000004.bin" "$TMP/alone/model_00000004.bin" &&
+      cmp -s "$TMP/plain/state_00000004.bin" "$TMP/alone/state_00000004.bin" && echo 1 || echo 0) "exit $status; $(tail -2 "$TMP/alone.out" | tr '\n' ' ')"
+
+# --- 2. two ranks against train_gpt2.c's two ranks, and ZeRO-1 against -Z 0
+mpi 2 "$CPU_BIN" "${RUN[@]}" -b 2 -o "$TMP/cpu2" > "$TMP/cpu2.out" 2>&1 || report "train_gpt2_mpi on 2 ranks" 0 "$(tail -2 "$TMP/cpu2.out")"
+for z in 0 1; do
+    mpi 2 "$FP32_BIN" "${RUN[@]}" -b 2 -Z $z -o "$TMP/fp32z$z" > "$TMP/fp32z$z.out" 2>&1
+    status=$?
+    read -r count worst bad <<< "$(compare_logs "$TMP/cpu2/main.log" "$TMP/fp32z$z/main.log")"
+    report "fp32, 2 ranks -Z $z: every loss, norm and validation loss within 1e-5 of train_gpt2_mpi's 2 ranks" \
+        $([ $status = 0 ] && [ "$count" -ge 10 ] && [ "$bad" = 0 ] && within "$worst" 1e-5 && echo 1 || echo 0) \
+        "exit $status, $count numbers, worst $worst; $(tail -2 "$TMP/fp32z$z.out" | tr '\n' ' ')"
+done
+# (AdamW moves a weight whose gradient is near zero on the sums' rounding, by up to about
+# lr a step: 4 steps bound the difference by 1.2e-2; a wrong gradient moves whole tensors)
+read -r count worst <<< "$(compare_models "$TMP/cpu2/model_00000004.bin" "$TMP/fp32z0/model_00000004.bin")"
+report "... the final weights within 3e-3 (one lr) of train_gpt2_mpi's ($count, worst $worst)" \
+    $([ "$count" -gt 1000 ] && within "$worst" 3e-3 && echo 1 || echo 0)
+report "fp32, 2 ranks: -Z 1's weights and whole AdamW state those of -Z 0, bit for bit" \
+    $(cmp -s "$TMP/fp32z0/model_00000004.bin" "$TMP/fp32z1/model_00000004.bin" && cmp -s "$TMP/fp32z0/state_00000004.bin" "$TMP/fp32z1/state_00000004.bin" &&
+      same_log "$TMP/fp32z0/main.log" "$TMP/fp32z1/main.log" && echo 1 || echo 0)
+out="$TMP/fp32z1.out"
+report "2 ranks: one set of output lines, the ranks and ZeRO-1 on the hardware line" \
+    $([ "$(grep -c '^batch:' "$out")" = 1 ] && [ "$(grep -c '^step    4/4' "$out")" = 1 ] &&
+      grep -q '^batch: B 2 x T 32 x 2 ranks x 1 accumulation steps = 128 tokens' "$out" &&
+      grep -q '^hardware: 2 ranks (NCCL over MPI, ZeRO-1), rank 0 on GPU 0: ' "$out" && echo 1 || echo 0) "$(grep -E '^(batch|hardware)' "$out" | tr '\n' ' ')"
+moments() { grep -m1 'AdamW moments' "$1" | awk '{ print $(NF - 1) }'; }
+report "-Z 1: each rank allocates half the moments, and the ledger equals the table" \
+    $(awk -v a="$(moments "$TMP/fp32z0.out")" -v b="$(moments "$TMP/fp32z1.out")" 'BEGIN { d = a - 2 * b; exit !(a > 0 && d < 0.15 && d > -0.15) }' &&
+      grep -q 'ZeRO-1: each rank.s shard of the master weights and moments' "$out" && grep -q '^GPU memory after the first step: .*(equal)' "$out" &&
+      echo 1 || echo 0) "moments $(moments "$TMP/fp32z0.out") MiB and $(moments "$TMP/fp32z1.out") MiB; $(grep '^GPU memory after' "$out")"
+
+# On 3 ranks no chunk of d1 (64 channels) divides: every chunk has a rest that every rank
+# updates alike (and rank 0 alone counts in the norm); 2 steps of -b 1
+for z in 0 1; do
+    EMU_DEVICES=3 mpi 3 "$FP32_BIN" "${RUN[@]}" -b 1 -d 96 -x 2 -Z $z -o "$TMP/three$z" > "$TMP/three$z.out" 2>&1
+    status=$?
+    [ $status = 0 ] || report "fp32, 3 ranks -Z $z" 0 "exit $status; $(tail -2 "$TMP/three$z.out" | tr '\n' ' ')"
+done
+read -r count worst bad <<< "$(compare_logs "$TMP/three0/main.log" "$TMP/three1/main.log")"
+report "fp32, 3 ranks (pieces and rests): -Z 1's weights and state -Z 0's bit for bit, its norms within 1e-6" \
+    $(cmp -s "$TMP/three0/model_00000002.bin" "$TMP/three1/model_00000002.bin" && cmp -s "$TMP/three0/state_00000002.bin" "$TMP/three1/state_00000002.bin" &&
+      [ "$count" -ge 4 ] && [ "$bad" = 0 ] && within "$worst" 1e-6 && echo 1 || echo 0) "$count numbers, worst $worst"
+
+# --- 3. bf16: the gradients travel in bf16; the master weights sharded too, or none
+# (stochastic rounding, whose random bits each shard must draw as the whole tensor would)
+for w in 1 0; do
+    for z in 0 1; do
+        mpi 2 "$BF16_BIN" "${RUN[@]}" -b 2 -w $w -Z $z -o "$TMP/bf16w${w}z$z" > "$TMP/bf16w${w}z$z.out" 2>&1
+        status=$?
+        [ $status = 0 ] || report "bf16, 2 ranks -w $w -Z $z" 0 "exit $status; $(tail -2 "$TMP/bf16w${w}z$z.out" | tr '\n' ' ')"
+    done
+    report "bf16 -w $w, 2 ranks: -Z 1's weights and whole state (master weights too) those of -Z 0, bit for bit" \
+        $(cmp -s "$TMP/bf16w${w}z0/model_00000004.bin" "$TMP/bf16w${w}z1/model_00000004.bin" &&
+          cmp -s "$TMP/bf16w${w}z0/state_00000004.bin" "$TMP/bf16w${w}z1/state_00000004.bin" && echo 1 || echo 0)
+done
+out="$TMP/bf16w1z1.out"
+report "bf16 -Z 1: the ledger equals the table (a shard of the master weights)" \
+    $(grep -q '^GPU memory after the first step: .*(equal)' "$out" && echo 1 || echo 0) "$(grep '^GPU memory after' "$out")"
+# against one process (the plain fp32 build's -b 4): the same data, the sums in bf16
+read -r count worst bad <<< "$(compare_logs "$TMP/plain/main.log" "$TMP/bf16w1z1/main.log")"
+report "bf16 -Z 1, 2 ranks: the losses within 1e-2 of fp32's one process (bf16's rounding)" \
+    $([ "$count" -ge 10 ] && [ "$bad" = 0 ] && within "$worst" 1e-2 && echo 1 || echo 0) "$count numbers, worst $worst"
+
+# --- 4. resume: -Z 1 checkpoints hold the whole state
+part="$TMP/resume_bf16"
+mkdir -p "$part"
+cp "$TMP/bf16w1z1/model_00000002.bin" "$TMP/bf16w1z1/state_00000002.bin" "$part/"
+grep -E '^s:[0-2] ' "$TMP/bf16w1z1/main.log" > "$part/main.log" # (the log as it stood at step 2)
+mpi 2 "$BF16_BIN" "${RUN[@]}" -b 2 -Z 1 -o "$part" -y 1 > "$part.out" 2>&1
+status=$?
+report "bf16 -Z 1 resumed at step 2 on 2 ranks: the uninterrupted run's log, weights and state, bit for bit" \
+    $([ $status = 0 ] && same_log "$TMP/bf16w1z1/main.log" "$part/main.log" && cmp -s "$TMP/bf16w1z1/model_00000004.bin" "$part/model_00000004.bin" &&
+      cmp -s "$TMP/bf16w1z1/state_00000004.bin" "$part/state_00000004.bin" && echo 1 || echo 0) "exit $status; $(tail -2 "$part.out" | tr '\n' ' ')"
+part="$TMP/resume_one"
+mkdir -p "$part"
+cp "$TMP/fp32z1/model_00000002.bin" "$TMP/fp32z1/state_00000002.bin" "$part/"
+grep -E '^s:[0-2] ' "$TMP/fp32z1/main.log" > "$part/main.log"
+"$PLAIN_BIN" "${RUN[@]}" -b 4 -o "$part" -y 1 > "$part.out" 2>&1
+status=$?
+read -r count worst bad <<< "$(compare_logs "$TMP/fp32z1/main.log" "$part/main.log")"
+report "fp32 -Z 1 on 2 ranks, resumed at step 2 on one GPU: the uninterrupted run's numbers within 1e-5" \
+    $([ $status = 0 ] && [ "$count" -ge 10 ] && [ "$bad" = 0 ] && within "$worst" 1e-5 && echo 1 || echo 0) \
+    "exit $status, $count numbers, worst $worst; $(tail -2 "$part.out" | tr '\n' ' ')"
+
+# --- 5. more ranks on a machine than it has GPUs: one clear error each, no run
+EMU_DEVICES=1 mpi 2 "$FP32_BIN" "${RUN[@]}" -b 2 -o "$TMP/crowded" > "$TMP/crowded.out" 2>&1
+status=$?
+report "2 ranks on a machine of 1 GPU: exit non-zero, the reason, no output files" \
+    $([ $status != 0 ] && [ $status != 124 ] && grep -q 'Error: rank 1 is rank 1 of its machine, which has 1 GPU: one rank a GPU' "$TMP/crowded.out" &&
+      [ ! -e "$TMP/crowded/main.log" ] && echo 1 || echo 0) "exit $status: $(grep -m1 Error "$TMP/crowded.out")"
+
+echo "$passed passed, $failed failed"
+[ "$failed" = 0 ]
