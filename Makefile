@@ -108,7 +108,7 @@ endif
 # What no chapter teaches lives in lib/, header-only (lib/README.md): every program
 # includes some of these, and a change to one rebuilds them all
 LIB = $(wildcard lib/*.h)
-.PHONY: all data smollm2 test reference bench clean help cuda gpu-check fuzz mutants amalgamated
+.PHONY: all data smollm2 test test-programs reference bench clean help cuda gpu-check fuzz mutants amalgamated
 
 all: train_gpt2 test_gpt2 data/tokenizer test_tokenizer train_mlp test_mlp infer infer_bf16 test_infer test_infer_bf16 convert test_convert data/instructions finetune_lora test_finetune_lora
 
@@ -440,7 +440,12 @@ TESTS = "bash dev/test/check_cuda_builds.sh" \
         "bash dev/test/test_amalgamation.sh" \
         "bash dev/test/test_emu_build.sh" \
         "bash dev/test/test_check_copies.sh"
-test: train_gpt2 $(if $(HAVE_MPI),train_gpt2_mpi $(EMU_MPI)) test_gpt2 data/tokenizer data/instructions test_tokenizer test_tokenizer_asan train_mlp test_mlp infer infer_bf16 test_infer test_infer_bf16 $(AVX2_TESTS) test_infer_asan convert test_convert test_convert_asan finetune_lora test_finetune_lora $(EMU_PROGRAMS) $(CONVERTED) $(SMOLLM2)
+# what make test runs, built first, BUILD_JOBS at a time (the machine's cores)
+TEST_PROGRAMS = train_gpt2 $(if $(HAVE_MPI),train_gpt2_mpi $(EMU_MPI)) test_gpt2 data/tokenizer data/instructions test_tokenizer test_tokenizer_asan train_mlp test_mlp infer infer_bf16 test_infer test_infer_bf16 $(AVX2_TESTS) test_infer_asan convert test_convert test_convert_asan finetune_lora test_finetune_lora $(EMU_PROGRAMS) $(CONVERTED) $(SMOLLM2)
+BUILD_JOBS ?= $(shell nproc 2> /dev/null || echo 2)
+test-programs: $(TEST_PROGRAMS)
+test:
+	@$(MAKE) --no-print-directory -j$(BUILD_JOBS) test-programs
 	@bash dev/test/run_tests.sh -j $(TEST_JOBS) $(TESTS)
 
 # One file when wanted: every root program as a single source, its lib/ headers pasted in
