@@ -156,13 +156,16 @@ ifeq ($(HAVE_MPI),1)
 else
 	@echo "Error: train_gpt2_mpi needs MPI: apt-get install openmpi-bin libopenmpi-dev (Debian/Ubuntu)" && exit 1
 endif
-# MPI's compiler and linker flags, for nvcc and g++ (the C API only: OMPI_SKIP_MPICXX)
-MPI_CFLAGS = -DOMPI_SKIP_MPICXX=1 $(if $(HAVE_MPI),$(shell $(MPICC) --showme:compile 2> /dev/null))
-MPI_LIBS = $(if $(HAVE_MPI),$(shell $(MPICC) --showme:link 2> /dev/null))
+# MPI's compiler and linker flags (the C API only: OMPI_SKIP_MPICXX), from OpenMPI's mpicc
+# (another MPI's: set MPI_CFLAGS and MPI_LIBS), and as nvcc takes them
+MPI_CFLAGS ?= -DOMPI_SKIP_MPICXX=1 $(if $(HAVE_MPI),$(shell $(MPICC) --showme:compile 2> /dev/null))
+MPI_LIBS ?= $(if $(HAVE_MPI),$(shell $(MPICC) --showme:link 2> /dev/null))
 comma := ,
-MPI_LIBS_NVCC = $(patsubst -Wl$(comma)%,-Xlinker %,$(patsubst -pthread,-Xcompiler -pthread,$(MPI_LIBS)))
+nvcc_flags_of = $(patsubst -Wl$(comma)%,-Xlinker %,$(patsubst -pthread,-Xcompiler -pthread,$(1)))
 NCCL_FLAGS = -I$(NCCL_HOME)/include
-NCCL_LIBS = -L$(NCCL_HOME)/lib -L$(NCCL_HOME)/lib64 -Xlinker -rpath=$(NCCL_HOME)/lib:$(NCCL_HOME)/lib64 -lnccl
+# (a Python wheel's NCCL has libnccl.so.2 but no libnccl.so: linked by its full name)
+NCCL_LIBS ?= -L$(NCCL_HOME)/lib -L$(NCCL_HOME)/lib64 -Xlinker -rpath=$(NCCL_HOME)/lib:$(NCCL_HOME)/lib64 \
+             $(if $(wildcard $(NCCL_HOME)/lib/libnccl.so $(NCCL_HOME)/lib64/libnccl.so),-lnccl,-l:libnccl.so.2)
 
 # chapter 5b: inference on the CPU (prefill, KV-cache decode, sampling)
 infer: infer.c $(LIB)
@@ -227,7 +230,7 @@ dev/scaling: dev/scaling.c
 # ... across GPUs and machines: ranks started by mpirun, their gradients summed by NCCL
 train_gpt2cu_mpi: train_gpt2.cu $(LIB)
 	$(if $(and $(HAVE_MPI),$(NCCL_HOME)),,@echo "Error: train_gpt2cu_mpi needs MPI (apt-get install openmpi-bin libopenmpi-dev) and NCCL (NCCL_HOME)" && exit 1)
-	$(NVCC) $(NVCC_FLAGS) -DENABLE_$(PRECISION) -DUSE_MPI $(MPI_CFLAGS) $(NCCL_FLAGS) $(TRAINER_CUDNN) -Xcompiler "$(OMP_FLAGS)" $< -lcublas -lcublasLt $(TRAINER_CUDNN_LIBS) $(NCCL_LIBS) $(MPI_LIBS_NVCC) $(if $(filter -fopenmp,$(OMP_FLAGS)),-lgomp) -o $@
+	$(NVCC) $(NVCC_FLAGS) -DENABLE_$(PRECISION) -DUSE_MPI $(call nvcc_flags_of,$(MPI_CFLAGS)) $(NCCL_FLAGS) $(TRAINER_CUDNN) -Xcompiler "$(OMP_FLAGS)" $< -lcublas -lcublasLt $(TRAINER_CUDNN_LIBS) $(NCCL_LIBS) $(call nvcc_flags_of,$(MPI_LIBS)) $(if $(filter -fopenmp,$(OMP_FLAGS)),-lgomp) -o $@
 train_gpt2cu_fp32: train_gpt2.cu $(LIB)
 	$(NVCC) $(NVCC_FLAGS) -DENABLE_FP32 -Xcompiler "$(OMP_FLAGS)" $< -lcublas -lcublasLt $(if $(filter -fopenmp,$(OMP_FLAGS)),-lgomp) -o $@
 train_gpt2cu_fp16: train_gpt2.cu $(LIB)

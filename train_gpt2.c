@@ -31,8 +31,12 @@ activation gradients are WRITTEN (=): matmul dinp, gelu, attention dqkv and the
 cross-entropy's dlogits.
 */
 
-// fsync, glob, access, mkdir and M_PI are POSIX / X/Open, not ISO C
+// fsync, glob, access, mkdir and M_PI are POSIX / X/Open, not ISO C (and on_exit, with MPI,
+// glibc's own)
 #define _XOPEN_SOURCE 700
+#ifdef USE_MPI
+#define _DEFAULT_SOURCE
+#endif
 #include <stdio.h>
 #include <stdlib.h>
 #include <stdint.h>
@@ -919,6 +923,21 @@ static Ranks ranks = {0, 1, 0};
 // main marks with this; here gpt2_sum_grads sums them all after it)
 static int sum_grads_in_backward = 0;
 
+#ifdef USE_MPI
+// Any exit() after MPI started (an error's, or -h's success): a success finishes MPI as the
+// run's end does; a failure aborts every rank (MPI_Abort), so that none waits forever in a
+// collective for this one, whatever started them (mpirun stops the others itself, not
+// every launcher does)
+static void ranks_at_exit(int status, void *arg) {
+    (void)arg;
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (finalized) { return; }
+    if (status != 0) { MPI_Abort(MPI_COMM_WORLD, status); }
+    MPI_Finalize();
+}
+#endif
+
 // MPI started, this process's rank found; the ranks but the first print nothing (their
 // stdout goes to /dev/null: rank 0 speaks for all; errors still reach stderr)
 void ranks_init(int *argc, char ***argv) {
@@ -935,6 +954,7 @@ void ranks_init(int *argc, char ***argv) {
         fprintf(stderr, "Error: rank %d: cannot send its output to /dev/null\n", ranks.rank);
         MPI_Abort(MPI_COMM_WORLD, EXIT_FAILURE);
     }
+    on_exit(ranks_at_exit, NULL);
 #else
     (void)argc; (void)argv;
 #endif

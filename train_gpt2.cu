@@ -1176,8 +1176,13 @@ static Ranks ranks = {0, 1, 0, 0};
 // set by main for the last micro-batch of a step: its backward pass sums the gradients
 static int sum_grads_in_backward = 0;
 
-// whether the optimizer state is sharded (ZeRO-1 on more than one rank)
-static int sharded(void) { return ranks.zero && ranks.world > 1; }
+// whether the optimizer state is sharded: -Z 1 over MPI, on one rank too (whose shard is all
+// of it: the sharded path then runs, the collectives on one GPU, for checking it there)
+#ifdef USE_MPI
+static int sharded(void) { return ranks.zero; }
+#else
+static int sharded(void) { return 0; }
+#endif
 
 // the chunks of tensor k: one per layer for the layers' tensors, else one
 static const int PER_LAYER[NUM_PARAMETER_TENSORS] = {0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0};
@@ -1202,28 +1207,39 @@ static size_t shard_elements(GPT2Config c) {
     return total;
 }
 
-// Between rank r's shard (its pieces and the rests, chunk by chunk, in table order: how it
-// keeps its optimizer state) and the flat array of all the parameters (checkpoint order):
-// to_shard 1 copies from flat into shard, 0 back.
-static void shard_copy(GPT2Config c, int r, float *flat, float *shard, int to_shard) {
+// This rank's shard of flat (all the parameters' values, in checkpoint order): its pieces and
+// the rests, chunk by chunk in table order, which is how it keeps its optimizer state (and
+// gpt2_update walks it)
+static void shard_of(GPT2Config c, const float *flat, float *shard) {
     size_t sizes[NUM_PARAMETER_TENSORS], offset = 0, at = 0;
     fill_in_parameter_sizes(sizes, c);
-    size_t w = sharded() ? (size_t)ranks.world : 1;
+    size_t w = sharded() ? (size_t)ranks.world : 1, r = sharded() ? (size_t)ranks.rank : 0;
     for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {
         size_t chunks = chunks_of(c, k), s = sizes[k] / chunks, q = piece_of(s), rest = rest_of(s);
         for (size_t l = 0; l < chunks; l++) {
-            float *chunk = flat + offset + l * s;
-            float *from[2] = {chunk + (size_t)r * q, chunk + w * q}, *to[2] = {shard + at, shard + at + q};
-            size_t count[2] = {q, rest};
-            for (int j = 0; j < 2; j++) {
-                if (to_shard) { memcpy(to[j], from[j], count[j] * sizeof(float)); }
-                else { memcpy(from[j], to[j], count[j] * sizeof(float)); }
-            }
+            const float *chunk = flat + offset + l * s;
+            memcpy(shard + at, chunk + r * q, q * sizeof(float));
+            memcpy(shard + at + q, chunk + w * q, rest * sizeof(float));
             at += q + rest;
         }
         offset += sizes[k];
     }
 }
+
+#ifdef USE_MPI
+// Any exit() after MPI started (an error's, or -h's and -M's success): a success finishes
+// MPI as the run's end does; a failure aborts every rank (MPI_Abort), so that none waits
+// forever in a collective for this one, whatever started them (mpirun stops the others
+// itself, not every launcher does)
+static void ranks_at_exit(int status, void *arg) {
+    (void)arg;
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (finalized) { return; }
+    if (status != 0) { MPI_Abort(MPI_COMM_WORLD, status); }
+    MPI_Finalize();
+}
+#endif
 
 // MPI started, this process's rank (and its rank on its machine, which picks its GPU)
 // found; the ranks but the first print nothing (rank 0 speaks for all; errors still reach
@@ -1246,6 +1262,7 @@ void ranks_init(int *argc, char ***argv) {
         fprintf(stderr, "Error: rank %d: cannot send its output to /dev/null\n", ranks.rank);
         MPI_Abort(MPI_COMM_WORLD, EXIT_FAILURE);
     }
+    on_exit(ranks_at_exit, NULL);
 #else
     (void)argc; (void)argv;
 #endif
@@ -1381,26 +1398,58 @@ static void gather_params(GPT2 *model) {
 }
 
 // Sharded checkpoints hold the whole state: one state array (m, v or the master weights,
-// n_shard values on this rank's GPU) gathered into flat (num_parameters values, rank 0's
-// host memory; NULL elsewhere)
+// this rank's shard on its GPU) gathered into flat (num_parameters values in checkpoint
+// order, in rank 0's host memory; NULL elsewhere), chunk by chunk: the ranks' pieces land
+// side by side where they belong (MPI_Gather), and the rests are rank 0's own.
 static void gather_state(const GPT2 *model, const float *shard, float *flat) {
 #ifdef USE_MPI
-    size_t ns = shard_elements(model->config);
-    if (ns > (size_t)INT_MAX) {
-        fprintf(stderr, "Error: -Z 1 checkpoints gather at most 2^31 - 1 values a rank (MPI's counts are ints), not %zu\n", ns);
-        MPI_Abort(MPI_COMM_WORLD, EXIT_FAILURE);
-    }
+    size_t ns = shard_elements(model->config), sizes[NUM_PARAMETER_TENSORS], offset = 0, at = 0;
+    fill_in_parameter_sizes(sizes, model->config);
     float *mine = (float *)mallocCheck((ns > 0 ? ns : 1) * sizeof(float));
-    float *all = ranks.rank == 0 ? (float *)mallocCheck(ns * ranks.world * sizeof(float)) : NULL;
     cudaCheck(cudaMemcpy(mine, shard, ns * sizeof(float), cudaMemcpyDeviceToHost));
-    MPI_Gather(mine, (int)ns, MPI_FLOAT, all, (int)ns, MPI_FLOAT, 0, MPI_COMM_WORLD);
-    // (rank by rank: each writes its pieces, and the rests, the same on every rank)
-    for (int r = 0; r < ranks.world && ranks.rank == 0; r++) { shard_copy(model->config, r, flat, all + r * ns, 0); }
+    size_t w = (size_t)ranks.world;
+    for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {
+        size_t chunks = chunks_of(model->config, k), s = sizes[k] / chunks, q = piece_of(s), rest = rest_of(s);
+        if (q > (size_t)INT_MAX) {
+            fprintf(stderr, "Error: -Z 1 checkpoints gather at most 2^31 - 1 values a chunk (MPI's counts are ints), not %zu\n", q);
+            MPI_Abort(MPI_COMM_WORLD, EXIT_FAILURE);
+        }
+        for (size_t l = 0; l < chunks; l++) {
+            float *chunk = flat != NULL ? flat + offset + l * s : NULL;
+            MPI_Gather(mine + at, (int)q, MPI_FLOAT, chunk, (int)q, MPI_FLOAT, 0, MPI_COMM_WORLD);
+            if (chunk != NULL) { memcpy(chunk + w * q, mine + at + q, rest * sizeof(float)); }
+            at += q + rest;
+        }
+        offset += sizes[k];
+    }
     free(mine);
-    free(all);
 #else
     (void)model; (void)shard; (void)flat;
 #endif
+}
+
+// This rank's shard of one flat state array in a checkpoint file (at byte `base`): its
+// pieces and the rests only, chunk by chunk, so that no rank holds the whole state
+static void read_shard(FILE *fp, const char *path, long base, GPT2Config c, float *shard) {
+    size_t sizes[NUM_PARAMETER_TENSORS], offset = 0, at = 0;
+    fill_in_parameter_sizes(sizes, c);
+    size_t w = sharded() ? (size_t)ranks.world : 1, r = sharded() ? (size_t)ranks.rank : 0;
+    for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {
+        size_t chunks = chunks_of(c, k), s = sizes[k] / chunks, q = piece_of(s), rest = rest_of(s);
+        for (size_t l = 0; l < chunks; l++) {
+            size_t from[2] = {offset + l * s + r * q, offset + l * s + w * q}, count[2] = {q, rest};
+            for (int j = 0; j < 2; j++) {
+                if (count[j] == 0) { continue; }
+                if (fseek(fp, base + (long)(from[j] * sizeof(float)), SEEK_SET) != 0) {
+                    fprintf(stderr, "Error: %s: cannot seek in it\n", path);
+                    exit(EXIT_FAILURE);
+                }
+                freadCheck(shard + at, sizeof(float), count[j], fp);
+                at += count[j];
+            }
+        }
+        offset += sizes[k];
+    }
 }
 
 // Set up sizes and the parameter block; host_params (num_parameters fp32
@@ -1436,7 +1485,7 @@ static void gpt2_allocate_parameters(GPT2 *model, float *host_params) {
     if (sizeof(floatX) < sizeof(float) && use_master_weights && sharded()) { // (this rank's shard of them)
         size_t ns = shard_elements(model->config);
         float *shard = (float *)mallocCheck((ns > 0 ? ns : 1) * sizeof(float));
-        shard_copy(model->config, ranks.rank, host_params, shard, 1);
+        shard_of(model->config, host_params, shard);
         model->master_memory = (float *)cuda_malloc_check(ns * sizeof(float), "the fp32 master weights (this rank's shard)");
         cudaCheck(cudaMemcpy(model->master_memory, shard, ns * sizeof(float), cudaMemcpyHostToDevice));
         free(shard);
@@ -2605,25 +2654,18 @@ void load_state(const char *path, GPT2 *model, TrainState *st) {
         exit(EXIT_FAILURE);
     }
     if (floats > 0) {
-        float *host = (float *)mallocCheck(floats * sizeof(float));
-        freadCheck(host, sizeof(float), floats, fp);
-        // (sharded, this rank keeps its shard of each: the pieces of the flat arrays that are its)
+        // m, v, and the master weights: from the file, or else the model file's values
+        // (already there); sharded, this rank reads its shard of each only
         size_t ns = shard_elements(model->config);
-        float *shard = sharded() ? (float *)mallocCheck((ns > 0 ? ns : 1) * sizeof(float)) : NULL;
+        float *host = (float *)mallocCheck(ns * sizeof(float));
         model->m_memory = (float *)cuda_malloc_check(2 * ns * sizeof(float), "the AdamW moments");
         model->v_memory = model->m_memory + ns;
-        // master weights: from the file, or else the model file's values (already there)
         int arrays = header[21] && model->master_memory != NULL ? 3 : 2;
         float *to[3] = {model->m_memory, model->v_memory, model->master_memory};
         for (int a = 0; a < arrays; a++) {
-            const float *from = host + (size_t)a * n;
-            if (shard != NULL) {
-                shard_copy(model->config, ranks.rank, host + (size_t)a * n, shard, 1);
-                from = shard;
-            }
-            cudaCheck(cudaMemcpy(to[a], from, ns * sizeof(float), cudaMemcpyHostToDevice));
+            read_shard(fp, path, (long)(256 * sizeof(int) + (size_t)a * n * sizeof(float)), model->config, host);
+            cudaCheck(cudaMemcpy(to[a], host, ns * sizeof(float), cudaMemcpyHostToDevice));
         }
-        free(shard);
         free(host);
     }
     fcloseCheck(fp);
@@ -2895,7 +2937,11 @@ void print_hardware(void) {
 #else
     printf("attention: ours (batched cuBLASLt matmuls and a causal softmax kernel; make USE_CUDNN=1 for cuDNN's)\n");
 #endif
-    if (ranks.zero && ranks.world == 1) { printf("note: -Z 1 on one rank: no other rank to share the optimizer state with\n"); }
+#ifdef USE_MPI
+    if (ranks.zero && ranks.world == 1) { printf("note: -Z 1 on one rank: its shard is the whole optimizer state\n"); }
+#else
+    if (ranks.zero) { printf("note: -Z 1 without MPI: one rank, nothing to shard (make train_gpt2cu_mpi)\n"); }
+#endif
 }
 
 // Find the GPU (or say clearly that there is none) and start cuBLASLt (and cuDNN).
@@ -2907,13 +2953,15 @@ void setup_hardware(void) {
                 err != cudaSuccess ? cudaGetErrorString(err) : "0 devices");
         exit(EXIT_FAILURE);
     }
-    if (ranks.device >= devices) {
-        fprintf(stderr, "Error: rank %d is rank %d of its machine, which has %d GPU%s: one rank a GPU\n"
+    // (one GPU visible: this rank's own, when the launcher gives each rank one through
+    // CUDA_VISIBLE_DEVICES; more: the rank's own is its rank on the machine)
+    if (devices > 1 && ranks.device >= devices) {
+        fprintf(stderr, "Error: rank %d is rank %d of its machine, which has %d GPUs: one rank a GPU\n"
                 "HINT: start at most as many ranks on each machine as it has GPUs (mpirun -np, or a hostfile's slots)\n",
-                ranks.rank, ranks.device, devices, devices == 1 ? "" : "s");
+                ranks.rank, ranks.device, devices);
         exit(EXIT_FAILURE);
     }
-    cudaCheck(cudaSetDevice(ranks.device));
+    cudaCheck(cudaSetDevice(devices > 1 ? ranks.device : 0));
     // (compute type 32F in matmul_lt: fp32 data is multiplied in full fp32, no TF32;
     // bf16 data on the tensor cores)
     cublasCheck(cublasLtCreate(&cublaslt_handle));

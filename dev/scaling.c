@@ -14,9 +14,10 @@
 //   through each GPU's link for a reduce-scatter, twice that for an all-reduce, in 2(G-1)
 //   or (G-1) steps of latency each; on one machine (G <= 8) the link is NVLink, beyond it
 //   the ring crosses machines and each GPU's InfiniBand rail is the bottleneck
-//   hidden   = the communication of all layers but the last to finish (layer 0's and the
-//              embeddings', which start when the backward pass ends), up to the backward
-//              time of the layers that run beside it; the rest is exposed
+//   hidden   = the communication of all layers but the last to finish (layer 0's), up to the
+//              backward time of the layers that run beside it; the rest is exposed, and so
+//              are the embeddings' sums (wte and wpe: V C + T C values, whose gradients are
+//              whole only when the backward pass ends)
 //   ZeRO-1 adds the all-gather of the updated weights after AdamW, exposed (train_gpt2cu
 //   does not overlap it with the next forward pass)
 // The published figures: H100 SXM bf16 dense 989.4 TFLOP/s; NVLink 4: 900 GB/s a GPU both
@@ -34,7 +35,7 @@
 #include <math.h>
 
 typedef struct {
-    double params, layers, channels, seq, tokens; // the model, T, tokens a step
+    double params, layers, channels, seq, vocab, tokens; // the model, T, the padded vocabulary, tokens a step
     double peak, mfu, step_ms, step_tokens;       // a GPU: peak FLOP/s and MFU, or a measured step
     double nvlink, ib, alpha_in, alpha_out;       // bus bandwidths (bytes/s) and ring-step latencies (s)
     int per_machine, zero;
@@ -63,12 +64,13 @@ static double ring_seconds(const Setup *s, int G, double bytes, int factor) {
 }
 
 int main(int argc, char **argv) {
-    Setup s = {1558e6, 48, 1600, 1024, 1048576, 989.4e12, 0.49, 0, 0, 360e9, 45e9, 5e-6, 10e-6, 8, 1};
+    Setup s = {1558e6, 48, 1600, 1024, 50304, 1048576, 989.4e12, 0.49, 0, 0, 360e9, 45e9, 5e-6, 10e-6, 8, 1};
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "-n") == 0) { s.params = arg(argc, argv, &i); }
         else if (strcmp(argv[i], "-l") == 0) { s.layers = arg(argc, argv, &i); }
         else if (strcmp(argv[i], "-c") == 0) { s.channels = arg(argc, argv, &i); }
         else if (strcmp(argv[i], "-T") == 0) { s.seq = arg(argc, argv, &i); }
+        else if (strcmp(argv[i], "-V") == 0) { s.vocab = arg(argc, argv, &i); }
         else if (strcmp(argv[i], "-d") == 0) { s.tokens = arg(argc, argv, &i); }
         else if (strcmp(argv[i], "-p") == 0) { s.peak = arg(argc, argv, &i) * 1e12; }
         else if (strcmp(argv[i], "-m") == 0) { s.mfu = arg(argc, argv, &i); }
@@ -83,6 +85,7 @@ int main(int argc, char **argv) {
         else {
             printf("Usage: %s [options] (defaults: GPT-2 1.5B, 1M-token steps, H100 SXM machines of 8)\n"
                    "  -n <params> [1558e6]  -l <layers> [48]  -c <channels> [1600]  -T <sequence length> [1024]\n"
+                   "  -V <padded vocabulary> [50304]\n"
                    "  -d <tokens a step> [1048576]\n"
                    "  -p <peak TFLOP/s> [989.4]  -m <MFU> [0.49: what llm.c's 2.8 s step on 8 GPUs implies]\n"
                    "  -s <ms> -t <tokens>: a measured single-GPU step of this many tokens instead of -p, -m\n"
@@ -99,7 +102,12 @@ int main(int argc, char **argv) {
     }
     double flops_per_token = 6.0 * s.params + 12.0 * s.layers * s.channels * s.seq;
     double seconds_per_token = s.step_ms > 0 ? s.step_ms / 1e3 / s.step_tokens : flops_per_token / (s.peak * s.mfu);
-    double grad_bytes = 2.0 * s.params; // bf16
+    double grad_bytes = 2.0 * s.params;                                 // bf16
+    double embedding_bytes = 2.0 * (s.vocab + s.seq) * s.channels;     // wte, wpe
+    if (embedding_bytes >= grad_bytes) {
+        fprintf(stderr, "Error: the embeddings (-V, -T, -c) are more than the %g parameters (-n)\n", s.params);
+        return EXIT_FAILURE;
+    }
     printf("model: %.0fM parameters, %g layers, %.0f tokens a step (%.1f GFLOP a token) | one GPU: %s\n", s.params / 1e6,
            s.layers, s.tokens, flops_per_token / 1e9, s.step_ms > 0 ? "a measured step" : "peak x MFU");
     printf("communication: %s in bf16, per layer during the backward pass%s | NVLink %.0f GB/s, InfiniBand %.0f GB/s a GPU, "
@@ -111,8 +119,9 @@ int main(int argc, char **argv) {
     int stops_hiding = 0;
     for (int G = 1; G <= 1024; G *= 2) {
         double compute = s.tokens / G * seconds_per_token, backward = compute * 2.0 / 3.0;
-        double per_layer = ring_seconds(&s, G, grad_bytes / s.layers, s.zero ? 1 : 2);
-        double grads = per_layer * s.layers;
+        double per_layer = ring_seconds(&s, G, (grad_bytes - embedding_bytes) / s.layers, s.zero ? 1 : 2);
+        double embeddings = ring_seconds(&s, G, embedding_bytes, s.zero ? 1 : 2);
+        double grads = per_layer * s.layers + embeddings;
         // all layers' sums but the last run beside the backward pass of the layers below
         double hidden = fmin(per_layer * (s.layers - 1), backward * (s.layers - 1) / s.layers);
         double exposed = grads - hidden;

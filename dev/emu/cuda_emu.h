@@ -1494,13 +1494,8 @@ inline cudaError_t cudaStreamCreate(cudaStream_t *s) {
 // streams created without cudaStreamNonBlocking: a program is checked for its own waits)
 inline cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned) { return cudaStreamCreate(s); }
 inline cudaError_t cudaStreamDestroy(cudaStream_t s) {
-    emu::stream_run(s); // (a GPU finishes a destroyed stream's work)
-    auto &all = emu::streams();
-    for (size_t i = 0; i < all.size(); i++) {
-        if (all[i] == s) { all.erase(all.begin() + (long)i); break; }
-    }
-    delete (emu::Stream *)s;
-    return cudaSuccess;
+    emu::stream_run(s); // (a GPU finishes a destroyed stream's work; the Stream itself is kept:
+    return cudaSuccess; // an event recorded on it may still be waited for, which CUDA allows)
 }
 inline cudaError_t cudaStreamSynchronize(cudaStream_t s) {
     emu::capture_forbidden("cudaStreamSynchronize");
@@ -1552,8 +1547,9 @@ inline cudaError_t cudaGraphInstantiate(cudaGraphExec_t *exec, cudaGraph_t graph
     *exec = new emu::Graph(*graph);
     return cudaSuccess;
 }
-inline cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t) {
+inline cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream) {
     emu::capture_forbidden("cudaGraphLaunch");
+    emu::issued(stream); // (after what the stream deferred)
     for (auto &op : exec->ops) { op(); }
     return cudaSuccess;
 }

@@ -54,15 +54,13 @@ fi
 CUDNN_PROGRAMS=""
 [ -n "$(mkvar print-CUDA_PROGRAMS "${CUDNN_MAKE[@]}" | grep -o train_gpt2cu_cudnn)" ] &&
     CUDNN_PROGRAMS="train_gpt2cu_cudnn test_gpt2cu_cudnn dev/cuda/attention_cudnn"
-# NCCL and MPI (train_gpt2cu_mpi, one rank here: one GPU): NCCL may be a Python wheel's, whose
-# lib has libnccl.so.2 but no libnccl.so to link with; MPI must be installed (mpicc, mpirun)
+# NCCL and MPI (train_gpt2cu_mpi, one rank here: one GPU): NCCL may be a Python wheel's the
+# Makefile does not look for (it links a wheel's libnccl.so.2 by name); MPI must be
+# installed (mpicc, mpirun)
 NCCL_MAKE=()
 if [ -z "$(mkvar print-NCCL_HOME)" ]; then
     wheel=$(python3 -c 'import nvidia.nccl as m; print(list(m.__path__)[0])' 2> /dev/null)
-    if [ -n "$wheel" ] && [ -f "$wheel/include/nccl.h" ]; then
-        mkdir -p .gpu/nccl-lib && ln -sf "$(ls "$wheel"/lib/libnccl.so.* | head -1)" .gpu/nccl-lib/libnccl.so
-        NCCL_MAKE=(NCCL_HOME="$wheel" NCCL_LIBS="-L$PWD/.gpu/nccl-lib -Xlinker -rpath=$wheel/lib -lnccl")
-    fi
+    [ -n "$wheel" ] && [ -f "$wheel/include/nccl.h" ] && NCCL_MAKE=(NCCL_HOME="$wheel")
 fi
 NCCL_PROGRAMS=""
 [ -n "$(mkvar print-CUDA_PROGRAMS "${NCCL_MAKE[@]}" | grep -o train_gpt2cu_mpi)" ] && command -v mpirun > /dev/null 2>&1 &&

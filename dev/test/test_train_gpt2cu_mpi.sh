@@ -71,14 +71,17 @@ head -c 20000 data/tinyshakespeare/input.txt > "$TMP/small.txt"
 RUN=(-e d1 -t 32 -d 128 -x 4 -u 2 -l 3e-3 -i "$TMP/small.bin" -j "$TMP/small.bin" -k data/gpt2_tokenizer.bin -v 2 -m 1 -s 0
      -n 2 -z 0)
 
-# --- 1. one rank: the NCCL build started alone is the plain build, bit for bit
+# --- 1. one rank: the NCCL build started alone is the plain build, bit for bit; with -Z 1
+# too (one rank's shard is everything, but the sharded path runs: its collectives, its norm)
 "$PLAIN_BIN" "${RUN[@]}" -b 4 -o "$TMP/plain" > "$TMP/plain.out" 2>&1 &
-timeout 300 "$FP32_BIN" "${RUN[@]}" -b 4 -o "$TMP/alone" > "$TMP/alone.out" 2>&1
-status=$?
-wait
-report "fp32, the NCCL build on one rank (its collectives on one GPU): the plain build's run, bit for bit" \
-    $([ $status = 0 ] && same_log "$TMP/plain/main.log" "$TMP/alone/main.log" && cmp -s "$TMP/plain/model_00000004.bin" "$TMP/alone/model_00000004.bin" &&
-      cmp -s "$TMP/plain/state_00000004.bin" "$TMP/alone/state_00000004.bin" && echo 1 || echo 0) "exit $status; $(tail -2 "$TMP/alone.out" | tr '\n' ' ')"
+for z in 0 1; do
+    timeout 300 "$FP32_BIN" "${RUN[@]}" -b 4 -Z $z -o "$TMP/alone$z" > "$TMP/alone$z.out" 2>&1
+    status=$?
+    wait
+    report "fp32, the NCCL build on one rank, -Z $z (its collectives on one GPU): the plain build's run, bit for bit" \
+        $([ $status = 0 ] && same_log "$TMP/plain/main.log" "$TMP/alone$z/main.log" && cmp -s "$TMP/plain/model_00000004.bin" "$TMP/alone$z/model_00000004.bin" &&
+          cmp -s "$TMP/plain/state_00000004.bin" "$TMP/alone$z/state_00000004.bin" && echo 1 || echo 0) "exit $status; $(tail -2 "$TMP/alone$z.out" | tr '\n' ' ')"
+done
 
 # --- 2. two ranks against train_gpt2.c's two ranks, and ZeRO-1 against -Z 0
 mpi 2 "$CPU_BIN" "${RUN[@]}" -b 2 -o "$TMP/cpu2" > "$TMP/cpu2.out" 2>&1 || report "train_gpt2_mpi on 2 ranks" 0 "$(tail -2 "$TMP/cpu2.out")"
@@ -110,16 +113,29 @@ report "-Z 1: each rank allocates half the moments, and the ledger equals the ta
       echo 1 || echo 0) "moments $(moments "$TMP/fp32z0.out") MiB and $(moments "$TMP/fp32z1.out") MiB; $(grep '^GPU memory after' "$out")"
 
 # On 3 ranks no chunk of d1 (64 channels) divides: every chunk has a rest that every rank
-# updates alike (and rank 0 alone counts in the norm); 2 steps of -b 1
+# updates alike (and rank 0 alone counts in the norm); 4 steps of 6 x 16 tokens, 2 sequences
+# a rank; then the -Z 1 run's checkpoint of step 2 resumed on 2 ranks (3 sequences each:
+# other shards)
+THREE=(-t 16 -d 96 -b 2)
 for z in 0 1; do
-    EMU_DEVICES=3 mpi 3 "$FP32_BIN" "${RUN[@]}" -b 1 -d 96 -x 2 -Z $z -o "$TMP/three$z" > "$TMP/three$z.out" 2>&1
+    EMU_DEVICES=3 mpi 3 "$FP32_BIN" "${RUN[@]}" "${THREE[@]}" -Z $z -o "$TMP/three$z" > "$TMP/three$z.out" 2>&1
     status=$?
     [ $status = 0 ] || report "fp32, 3 ranks -Z $z" 0 "exit $status; $(tail -2 "$TMP/three$z.out" | tr '\n' ' ')"
 done
 read -r count worst bad <<< "$(compare_logs "$TMP/three0/main.log" "$TMP/three1/main.log")"
 report "fp32, 3 ranks (pieces and rests): -Z 1's weights and state -Z 0's bit for bit, its norms within 1e-6" \
-    $(cmp -s "$TMP/three0/model_00000002.bin" "$TMP/three1/model_00000002.bin" && cmp -s "$TMP/three0/state_00000002.bin" "$TMP/three1/state_00000002.bin" &&
-      [ "$count" -ge 4 ] && [ "$bad" = 0 ] && within "$worst" 1e-6 && echo 1 || echo 0) "$count numbers, worst $worst"
+    $(cmp -s "$TMP/three0/model_00000004.bin" "$TMP/three1/model_00000004.bin" && cmp -s "$TMP/three0/state_00000004.bin" "$TMP/three1/state_00000004.bin" &&
+      [ "$count" -ge 8 ] && [ "$bad" = 0 ] && within "$worst" 1e-6 && echo 1 || echo 0) "$count numbers, worst $worst"
+part="$TMP/resume_three"
+mkdir -p "$part"
+cp "$TMP/three1/model_00000002.bin" "$TMP/three1/state_00000002.bin" "$part/"
+grep -E '^s:[0-2] ' "$TMP/three1/main.log" > "$part/main.log"
+mpi 2 "$FP32_BIN" "${RUN[@]}" -t 16 -d 96 -b 3 -Z 1 -o "$part" -y 1 > "$part.out" 2>&1
+status=$?
+read -r count worst bad <<< "$(compare_logs "$TMP/three1/main.log" "$part/main.log")"
+report "fp32 -Z 1 on 3 ranks, resumed at step 2 on 2 ranks with -Z 1: the run's numbers within 1e-5" \
+    $([ $status = 0 ] && [ "$count" -ge 8 ] && [ "$bad" = 0 ] && within "$worst" 1e-5 && echo 1 || echo 0) \
+    "exit $status, $count numbers, worst $worst; $(tail -2 "$part.out" | tr '\n' ' ')"
 
 # --- 3. bf16: the gradients travel in bf16; the master weights sharded too, or none
 # (stochastic rounding, whose random bits each shard must draw as the whole tensor would)
@@ -162,12 +178,19 @@ report "fp32 -Z 1 on 2 ranks, resumed at step 2 on one GPU: the uninterrupted ru
     $([ $status = 0 ] && [ "$count" -ge 10 ] && [ "$bad" = 0 ] && within "$worst" 1e-5 && echo 1 || echo 0) \
     "exit $status, $count numbers, worst $worst; $(tail -2 "$part.out" | tr '\n' ' ')"
 
-# --- 5. more ranks on a machine than it has GPUs: one clear error each, no run
-EMU_DEVICES=1 mpi 2 "$FP32_BIN" "${RUN[@]}" -b 2 -o "$TMP/crowded" > "$TMP/crowded.out" 2>&1
+# --- 5. more ranks on a machine than it has GPUs: a clear error, no run (one GPU each is
+# taken as the launcher's binding, CUDA_VISIBLE_DEVICES: not an error)
+EMU_DEVICES=2 mpi 3 "$FP32_BIN" "${RUN[@]}" -t 16 -d 96 -b 2 -o "$TMP/crowded" > "$TMP/crowded.out" 2>&1
 status=$?
-report "2 ranks on a machine of 1 GPU: exit non-zero, the reason, no output files" \
-    $([ $status != 0 ] && [ $status != 124 ] && grep -q 'Error: rank 1 is rank 1 of its machine, which has 1 GPU: one rank a GPU' "$TMP/crowded.out" &&
+report "3 ranks on a machine of 2 GPUs: exit non-zero, the reason, no output files" \
+    $([ $status != 0 ] && [ $status != 124 ] && grep -q 'Error: rank 2 is rank 2 of its machine, which has 2 GPUs: one rank a GPU' "$TMP/crowded.out" &&
       [ ! -e "$TMP/crowded/main.log" ] && echo 1 || echo 0) "exit $status: $(grep -m1 Error "$TMP/crowded.out")"
+# -M 1 (the memory plan, no GPU needed) under mpirun: each rank's shard, and a clean exit
+mpi 2 "$BF16_BIN" -e d1 -t 32 -b 2 -Z 1 -M 1 > "$TMP/plan.out" 2>&1
+status=$?
+report "-M 1 -Z 1 on 2 ranks: the plan of one rank's shard, exit 0" \
+    $([ $status = 0 ] && grep -q 'ZeRO-1: each rank.s shard of the master weights and moments' "$TMP/plan.out" && ! grep -q 'exiting improperly' "$TMP/plan.out" &&
+      echo 1 || echo 0) "exit $status; $(tail -2 "$TMP/plan.out" | tr '\n' ' ')"
 
 echo "$passed passed, $failed failed"
 [ "$failed" = 0 ]

@@ -16,7 +16,9 @@
 //     stream (cuda_emu.h's emu::Stream): whoever uses its result without a
 //     cudaStreamWaitEvent reads the old data; and such a collective must have waited
 //     (cudaStreamWaitEvent) for all the work issued to the default stream before it, or
-//     on a GPU it could read what that work is still writing.
+//     on a GPU it could read what that work is still writing;
+//   - and its buffers must not change between the call and its run (but by the collectives
+//     of its own stream before it): other work writing them then races with it on a GPU.
 // Group calls (ncclGroupStart/End) only count: the calls inside run in order anyway.
 #ifndef NCCL_EMU_H
 #define NCCL_EMU_H
@@ -117,6 +119,62 @@ inline void nccl_issue(const char *call, ncclComm_t comm, const void *send, size
         }
     }
 }
+// The race check of a deferred collective: its buffers' bytes are hashed when it is issued
+// and again when it runs; a change means other work wrote them in between, which on a GPU
+// races with the collective (a default-stream kernel still writing the gradients it sums, or
+// one reading its result before it is done: the result is then stale here). Writes by the
+// collectives of the same stream that ran in between are in order, not races: their receive
+// ranges are remembered, and a buffer one of them wrote is not checked.
+inline uint64_t nccl_hash(const void *p, size_t bytes) {
+    const unsigned char *b = (const unsigned char *)p;
+    uint64_t h = 0x9e3779b97f4a7c15ull ^ bytes;
+    size_t i = 0;
+    for (; i + 8 <= bytes; i += 8) {
+        uint64_t w;
+        memcpy(&w, b + i, 8);
+        h = (h ^ w) * 0x100000001b3ull;
+        h ^= h >> 29;
+    }
+    for (; i < bytes; i++) { h = (h ^ b[i]) * 0x100000001b3ull; }
+    return h;
+}
+struct NcclWrite { uintptr_t at; size_t bytes; };
+inline std::map<void *, std::vector<NcclWrite>> &nccl_writes() { static std::map<void *, std::vector<NcclWrite>> w; return w; }
+struct NcclRace {
+    const char *call;
+    void *stream;
+    const void *send, *recv;
+    size_t send_bytes, recv_bytes, writes_before; // (the stream's collectives that had run when this one was issued)
+    uint64_t send_hash, recv_hash;
+};
+inline NcclRace nccl_race_start(const char *call, void *stream, const void *send, size_t send_bytes, const void *recv,
+                                size_t recv_bytes) {
+    return NcclRace{call, stream, send, recv, send_bytes, recv_bytes, nccl_writes()[stream].size(),
+                    nccl_hash(send, send_bytes), nccl_hash(recv, recv_bytes)};
+}
+// when the collective runs (before it moves anything)
+inline void nccl_race_check(const NcclRace &r) {
+    if (r.stream == nullptr) { return; } // (the default stream: it ran as issued)
+    const std::vector<NcclWrite> &w = nccl_writes()[r.stream];
+    auto written = [&](const void *p, size_t bytes) {
+        for (size_t i = r.writes_before; i < w.size(); i++) {
+            if ((uintptr_t)p < w[i].at + w[i].bytes && w[i].at < (uintptr_t)p + bytes) { return true; }
+        }
+        return false;
+    };
+    if (!written(r.send, r.send_bytes) && nccl_hash(r.send, r.send_bytes) != r.send_hash) {
+        EMU_HOST_ERROR("%s: its send buffer was written after the call was issued and before it ran (on a GPU: a race between "
+                       "the collective's stream and the work that wrote it; wait with an event before issuing it)", r.call);
+    }
+    if (!written(r.recv, r.recv_bytes) && nccl_hash(r.recv, r.recv_bytes) != r.recv_hash) {
+        EMU_HOST_ERROR("%s: its receive buffer was written after the call was issued and before it ran (on a GPU: a race "
+                       "with the collective's stream)", r.call);
+    }
+}
+// after it ran: what it wrote
+inline void nccl_race_done(const NcclRace &r) {
+    if (r.stream != nullptr) { nccl_writes()[r.stream].push_back(NcclWrite{(uintptr_t)r.recv, r.recv_bytes}); }
+}
 // two ranges that overlap (other than as NCCL allows in place, checked by the caller)
 inline bool nccl_overlap(const void *a, size_t a_bytes, const void *b, size_t b_bytes) {
     uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
@@ -176,8 +234,10 @@ inline ncclResult_t ncclAllReduce(const void *send, void *recv, size_t count, nc
     size_t bytes = count * emu::nccl_type_size(type, call);
     emu::nccl_issue(call, comm, send, bytes, recv, bytes, (long long)count, type, -1, stream);
     if (send != recv && emu::nccl_overlap(send, bytes, recv, bytes)) { EMU_HOST_ERROR("%s: send and receive buffers overlap, not in place", call); }
+    emu::NcclRace race = emu::nccl_race_start(call, stream, send, bytes, recv, bytes);
     emu::defer(stream, [=]() {
         emu::LibraryCall library_call;
+        emu::nccl_race_check(race);
         std::vector<char> all((size_t)comm->nranks * bytes + 1);
         emu::nccl_mpi_check(MPI_Allgather(send, emu::nccl_bytes_int(bytes, call), MPI_BYTE, all.data(), (int)bytes, MPI_BYTE,
                                           MPI_COMM_WORLD), call);
@@ -185,6 +245,7 @@ inline ncclResult_t ncclAllReduce(const void *send, void *recv, size_t count, nc
             for (size_t i = 0; i < count; i++) { emu::nccl_add(all.data(), all.data() + (size_t)r * bytes, i, type); }
         }
         memcpy(recv, all.data(), bytes);
+        emu::nccl_race_done(race);
     });
     return ncclSuccess;
 }
@@ -199,8 +260,10 @@ inline ncclResult_t ncclReduceScatter(const void *send, void *recv, size_t count
     if ((const char *)recv != (const char *)send + (size_t)comm->rank * bytes && emu::nccl_overlap(send, send_bytes, recv, bytes)) {
         EMU_HOST_ERROR("%s: the receive buffer overlaps the send buffer, but not in place (recv = send + rank * count)", call);
     }
+    emu::NcclRace race = emu::nccl_race_start(call, stream, send, send_bytes, recv, bytes);
     emu::defer(stream, [=]() {
         emu::LibraryCall library_call;
+        emu::nccl_race_check(race);
         std::vector<char> parts(send_bytes + 1); // part r: rank r's send part `rank`
         int n = emu::nccl_bytes_int(bytes, call);
         emu::nccl_mpi_check(MPI_Alltoall(send, n, MPI_BYTE, parts.data(), n, MPI_BYTE, MPI_COMM_WORLD), call);
@@ -208,6 +271,7 @@ inline ncclResult_t ncclReduceScatter(const void *send, void *recv, size_t count
             for (size_t i = 0; i < count; i++) { emu::nccl_add(parts.data(), parts.data() + (size_t)r * bytes, i, type); }
         }
         memcpy(recv, parts.data(), bytes);
+        emu::nccl_race_done(race);
     });
     return ncclSuccess;
 }
@@ -220,12 +284,15 @@ inline ncclResult_t ncclAllGather(const void *send, void *recv, size_t count, nc
     if ((const char *)send != (const char *)recv + (size_t)comm->rank * bytes && emu::nccl_overlap(send, bytes, recv, recv_bytes)) {
         EMU_HOST_ERROR("%s: the send buffer overlaps the receive buffer, but not in place (send = recv + rank * count)", call);
     }
+    emu::NcclRace race = emu::nccl_race_start(call, stream, send, bytes, recv, recv_bytes);
     emu::defer(stream, [=]() {
         emu::LibraryCall library_call;
+        emu::nccl_race_check(race);
         std::vector<char> all(recv_bytes + 1);
         int n = emu::nccl_bytes_int(bytes, call);
         emu::nccl_mpi_check(MPI_Allgather(send, n, MPI_BYTE, all.data(), n, MPI_BYTE, MPI_COMM_WORLD), call);
         memcpy(recv, all.data(), recv_bytes);
+        emu::nccl_race_done(race);
     });
     return ncclSuccess;
 }
@@ -239,12 +306,15 @@ inline ncclResult_t ncclBroadcast(const void *send, void *recv, size_t count, nc
     if (send != recv && comm->rank == root && emu::nccl_overlap(send, bytes, recv, bytes)) {
         EMU_HOST_ERROR("%s: send and receive buffers overlap, not in place", call);
     }
+    emu::NcclRace race = emu::nccl_race_start(call, stream, send, comm->rank == root ? bytes : 0, recv, bytes);
     emu::defer(stream, [=]() {
         emu::LibraryCall library_call;
+        emu::nccl_race_check(race);
         std::vector<char> data(bytes + 1);
         if (comm->rank == root) { memcpy(data.data(), send, bytes); }
         emu::nccl_mpi_check(MPI_Bcast(data.data(), emu::nccl_bytes_int(bytes, call), MPI_BYTE, root, MPI_COMM_WORLD), call);
         memcpy(recv, data.data(), bytes);
+        emu::nccl_race_done(race);
     });
     return ncclSuccess;
 }
