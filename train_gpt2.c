@@ -921,7 +921,9 @@ typedef struct {
 static Ranks ranks = {0, 1, 0};
 // (train_gpt2.cu sums each layer's gradients during the last backward pass of a step, which
 // main marks with this; here gpt2_sum_grads sums them all after it)
+#ifndef TESTING
 static int sum_grads_in_backward = 0;
+#endif
 
 #ifdef USE_MPI
 // Any exit() after MPI started (an error's, or -h's success): a success finishes MPI as the

@@ -531,6 +531,12 @@ __global__ void norm_strided_partials_kernel(float *partial, const floatX *g, si
     if (threadIdx.x == 0) { partial[blockIdx.x] = sum; }
 }
 
+// dst += src, in floatX (ZeRO-2: a layer's summed gradients into this rank's shard of them)
+__global__ void accumulate_kernel(floatX *dst, const floatX *src, size_t n) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) { dst[i] = from_float(to_float(dst[i]) + to_float(src[i])); }
+}
+
 // float -> floatX (loading fp32 checkpoints) and back (writing them)
 __global__ void convert_kernel(floatX *out, const float *inp, size_t n) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -1090,6 +1096,15 @@ typedef struct {
     ParameterTensors grads;
     floatX *grads_memory;
     size_t grad_bytes;
+    size_t grad_sizes[NUM_PARAMETER_TENSORS]; // the gradients' tensors: param_sizes (ZeRO-2: the layers' tensors 0)
+    // ZeRO-2 (-Z 2): the layers' gradients live one layer at a time, in two tables taken in
+    // turn (layer_sizes: one layer of each layer tensor), summed over the ranks into
+    // shard_grads (this rank's shard of them, in the optimizer state's layout) through recv_grads
+    // (one layer's pieces, as the reduce-scatter delivers them); NULL without it
+    ParameterTensors layer_grads[2];
+    void *layer_grads_memory[2];
+    size_t layer_sizes[NUM_PARAMETER_TENSORS], layer_grad_bytes;
+    floatX *shard_grads, *recv_grads;
     float *m_memory;               // AdamW first moments, allocated on the first update
     float *v_memory;               // AdamW second moments
     float *norm_partials;          // (NORM_BLOCKS) on the GPU, and its host copy
@@ -1144,8 +1159,15 @@ typedef struct {
 // rank keeps AdamW's moments and the fp32 master weights of its pieces and the rests only,
 // updates them (the rests alike on every rank: the same sums, the same moments), and the
 // pieces of the weights are all-gathered. Chunks per layer let each layer's sums start as
-// soon as its backward pass is done, and need no padding. (ZeRO stages 2 and 3, which also
-// shard the gradients and the weights, are not here.)
+// soon as its backward pass is done, and need no padding.
+//
+// ZeRO-2 (-Z 2) shards the gradients too: the layers' gradients are no longer kept whole.
+// Each layer's backward pass writes its gradients into one of two one-layer tables, taken in
+// turn; the second stream reduce-scatters them (on every micro-batch, as they are made) and
+// adds each rank's piece into its shard of the gradients, then frees the table for the
+// layer after next. The embeddings' and lnf's gradients, whole only when the backward pass
+// ends, are kept whole and summed as with ZeRO-1. (ZeRO-3, which shards the weights, is not
+// here.)
 #ifdef USE_MPI
 #include <mpi.h>
 #include <nccl.h>
@@ -1166,6 +1188,7 @@ static void nccl_check(ncclResult_t r, const char *file, int line) {
 static ncclComm_t nccl_comm;
 static cudaStream_t comm_stream;          // where the backward pass's sums run
 static cudaEvent_t layer_done, sums_done; // the default stream's work up to a layer; the sums so far
+static cudaEvent_t table_free[2];         // ZeRO-2: the second stream is done with one-layer table 0, 1
 #endif
 typedef struct {
     int rank, world; // this process's rank, and how many there are
@@ -1191,6 +1214,50 @@ static size_t chunks_of(GPT2Config c, int k) { return PER_LAYER[k] ? (size_t)c.n
 // piece of all of it)
 static size_t piece_of(size_t s) { return sharded() ? s / (size_t)ranks.world : s; }
 static size_t rest_of(size_t s) { return s - piece_of(s) * (sharded() ? (size_t)ranks.world : 1); }
+
+// ZeRO-2: the gradients sharded too (see above)
+static int zero2(void) { return sharded() && ranks.zero == 2; }
+
+// the sizes of the gradients' table (the layers' tensors 0 with ZeRO-2, which keeps them one
+// layer at a time) and of one layer of the layers' tensors (the others 0)
+static void grad_table_sizes(GPT2Config c, size_t *grad_sizes, size_t *layer_sizes) {
+    fill_in_parameter_sizes(grad_sizes, c);
+    for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {
+        layer_sizes[k] = PER_LAYER[k] ? grad_sizes[k] / (size_t)c.num_layers : 0;
+        if (zero2() && PER_LAYER[k]) { grad_sizes[k] = 0; }
+    }
+}
+
+// where chunk l of tensor k starts in the shard layout (this rank's pieces and the rests,
+// chunk by chunk in table order)
+static size_t shard_offset(GPT2Config c, int k, size_t l) {
+    size_t sizes[NUM_PARAMETER_TENSORS], at = 0;
+    fill_in_parameter_sizes(sizes, c);
+    for (int j = 0; j < k; j++) {
+        size_t chunks = chunks_of(c, j), s = sizes[j] / chunks;
+        at += chunks * (piece_of(s) + rest_of(s));
+    }
+    size_t s = sizes[k] / chunks_of(c, k);
+    return at + l * (piece_of(s) + rest_of(s));
+}
+
+// ZeRO-2's shard of the gradients holds the layers' tensors' part of the shard layout only
+// (the others' gradients stay whole, as with ZeRO-1): where it starts in that layout, and
+// its length (the layers' tensors, ln1w .. fcprojb, are together in table order)
+static size_t layer_shard_start(GPT2Config c) {
+    int k = 0;
+    while (!PER_LAYER[k]) { k++; }
+    return shard_offset(c, k, 0);
+}
+static size_t layer_shard_elements(GPT2Config c) {
+    size_t sizes[NUM_PARAMETER_TENSORS], total = 0;
+    fill_in_parameter_sizes(sizes, c);
+    for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {
+        size_t s = sizes[k] / chunks_of(c, k);
+        if (PER_LAYER[k]) { total += chunks_of(c, k) * (piece_of(s) + rest_of(s)); }
+    }
+    return total;
+}
 
 // the norm's partial sums: per tensor, and sharded also for the rests (see gpt2_grad_norm)
 static int norm_partial_sets(void) { return sharded() ? 2 : 1; }
@@ -1276,6 +1343,7 @@ void ranks_finalize(void) {
         cudaCheck(cudaStreamDestroy(comm_stream));
         cudaCheck(cudaEventDestroy(layer_done));
         cudaCheck(cudaEventDestroy(sums_done));
+        for (int t = 0; t < 2; t++) { cudaCheck(cudaEventDestroy(table_free[t])); }
     }
     MPI_Finalize();
 #endif
@@ -1336,6 +1404,7 @@ void ranks_start_alike(GPT2 *model, int resume_step) {
     cudaCheck(cudaStreamCreateWithFlags(&comm_stream, cudaStreamNonBlocking));
     cudaCheck(cudaEventCreateWithFlags(&layer_done, cudaEventDisableTiming));
     cudaCheck(cudaEventCreateWithFlags(&sums_done, cudaEventDisableTiming));
+    for (int t = 0; t < 2; t++) { cudaCheck(cudaEventCreateWithFlags(&table_free[t], cudaEventDisableTiming)); }
 #else
     (void)resume_step;
 #endif
@@ -1344,7 +1413,8 @@ void ranks_start_alike(GPT2 *model, int resume_step) {
 // Layer l's gradients summed over the ranks (l = -1: wte, wpe, lnfw and lnfb, after the
 // whole backward pass), on the second stream, once the default stream's work issued so far
 // is done; in floatX, chunk by chunk: all-reduced, or sharded, each piece reduce-scattered
-// to its rank and the rest all-reduced. (Called on the last micro-batch of a step.)
+// to its rank and the rest all-reduced. (Called on the last micro-batch of a step; with
+// ZeRO-2 for l = -1 only.)
 static void sum_layer_grads(GPT2 *model, int l) {
 #ifdef USE_MPI
     cudaCheck(cudaEventRecord(layer_done, 0));
@@ -1364,6 +1434,59 @@ static void sum_layer_grads(GPT2 *model, int l) {
         if (rest > 0) { ncclCheck(ncclAllReduce(g + w * q, g + w * q, rest, NCCL_FLOATX, ncclSum, nccl_comm, comm_stream)); }
     }
     ncclCheck(ncclGroupEnd());
+#else
+    (void)model; (void)l;
+#endif
+}
+
+// ZeRO-2, before layer l's backward pass: its one-layer table (l's parity), once the second
+// stream is done with the layer two above that used it, zeroed (the backward kernels add
+// into their gradients)
+static ParameterTensors layer_grads_begin(GPT2 *model, int l) {
+    int t = l % 2;
+#ifdef USE_MPI
+    cudaCheck(cudaStreamWaitEvent(0, table_free[t], 0));
+#endif
+    cudaCheck(cudaMemset(model->layer_grads_memory[t], 0, model->layer_grad_bytes));
+    guard_fill((void *const *)&model->layer_grads[t], model->layer_sizes, NULL, NUM_PARAMETER_TENSORS); // (debug builds)
+    return model->layer_grads[t];
+}
+
+// ZeRO-2, after layer l's backward pass (every micro-batch): the second stream waits for it,
+// reduce-scatters each of the layer's tensors from the table into recv_grads and
+// all-reduces the rest in place, adds this rank's piece and the rest into its shard of the
+// gradients, and frees the table
+static void sum_layer_grads2(GPT2 *model, int l) {
+#ifdef USE_MPI
+    int t = l % 2;
+    cudaCheck(cudaEventRecord(layer_done, 0));
+    cudaCheck(cudaStreamWaitEvent(comm_stream, layer_done, 0));
+    floatX **table = (floatX **)&model->layer_grads[t];
+    size_t w = (size_t)ranks.world, at = 0;
+    ncclCheck(ncclGroupStart());
+    for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {
+        size_t s = model->layer_sizes[k], q = piece_of(s), rest = rest_of(s);
+        if (s == 0) { continue; }
+        if (q > 0) { ncclCheck(ncclReduceScatter(table[k], model->recv_grads + at, q, NCCL_FLOATX, ncclSum, nccl_comm, comm_stream)); }
+        if (rest > 0) { ncclCheck(ncclAllReduce(table[k] + w * q, table[k] + w * q, rest, NCCL_FLOATX, ncclSum, nccl_comm, comm_stream)); }
+        at += q;
+    }
+    ncclCheck(ncclGroupEnd());
+    at = 0;
+    for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {
+        size_t s = model->layer_sizes[k], q = piece_of(s), rest = rest_of(s);
+        if (s == 0) { continue; }
+        floatX *shard = model->shard_grads + shard_offset(model->config, k, (size_t)l) - layer_shard_start(model->config);
+        const floatX *from[2] = {model->recv_grads + at, table[k] + w * q};
+        size_t count[2] = {q, rest};
+        for (int j = 0; j < 2; j++) {
+            if (count[j] == 0) { continue; }
+            accumulate_kernel<<<ceil_div(count[j], BLOCK), BLOCK, 0, comm_stream>>>(shard + j * q, from[j], count[j]);
+            cudaCheck(cudaGetLastError());
+        }
+        at += q;
+    }
+    cudaCheck(cudaEventRecord(table_free[t], comm_stream));
 #else
     (void)model; (void)l;
 #endif
@@ -1491,6 +1614,8 @@ static void gpt2_allocate_parameters(GPT2 *model, float *host_params) {
         free(shard);
     }
     model->grads_memory = NULL;
+    model->layer_grads_memory[0] = model->layer_grads_memory[1] = NULL;
+    model->shard_grads = model->recv_grads = NULL;
     model->m_memory = NULL;
     model->v_memory = NULL;
     model->norm_partials = NULL;
@@ -1614,7 +1739,13 @@ static size_t gpt2_memory_plan(size_t bytes[NUM_MEM_GROUPS], GPT2Config c, size_
     bytes[MEM_PARAMETERS] = table_bytes(param_sizes, NULL, NUM_PARAMETER_TENSORS);
     size_t ns = shard_elements(c); // (n, or with ZeRO-1 this rank's shard)
     bytes[MEM_MASTER] = sizeof(floatX) < sizeof(float) && master_weights ? ns * sizeof(float) : 0;
-    bytes[MEM_GRADIENTS] = bytes[MEM_PARAMETERS];
+    size_t grad_sizes[NUM_PARAMETER_TENSORS], layer_sizes[NUM_PARAMETER_TENSORS], recv = 0;
+    grad_table_sizes(c, grad_sizes, layer_sizes);
+    bytes[MEM_GRADIENTS] = table_bytes(grad_sizes, NULL, NUM_PARAMETER_TENSORS); // (all of them, but with ZeRO-2:)
+    if (zero2()) { // two one-layer tables, this rank's shard of the layers', one layer's pieces
+        for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) { recv += piece_of(layer_sizes[k]); }
+        bytes[MEM_GRADIENTS] += 2 * table_bytes(layer_sizes, NULL, NUM_PARAMETER_TENSORS) + (layer_shard_elements(c) + recv) * sizeof(floatX);
+    }
     bytes[MEM_MOMENTS] = 2 * ns * sizeof(float);
     bytes[MEM_ACTIVATIONS] = table_bytes(act_sizes, ACT_FP32, NUM_ACTIVATION_TENSORS);
     bytes[MEM_GRAD_ACTS] = table_bytes(grad_act_sizes, NULL, NUM_GRAD_ACT_TENSORS);
@@ -1634,7 +1765,8 @@ void gpt2_print_memory_plan(GPT2Config c, size_t B, size_t T, int recompute, int
     size_t total = gpt2_memory_plan(bytes, c, B, T, recompute, master_weights);
     printf("GPU memory (%s, B=%zu, T=%zu, recomputation -r %d%s%s):\n", PRECISION_NAME, B, T, recompute,
            USE_CUDNN_ATTENTION ? ", cuDNN attention: its workspace comes on top" : "",
-           sharded() ? ", ZeRO-1: each rank's shard of the master weights and moments" : "");
+           zero2() ? ", ZeRO-2: each rank's shard of the master weights, moments and the layers' gradients"
+           : sharded() ? ", ZeRO-1: each rank's shard of the master weights and moments" : "");
     for (int i = 0; i < NUM_MEM_GROUPS; i++) { printf("  %-22s %10.1f MiB\n", MEM_GROUP_NAMES[i], bytes[i] / 1048576.0); }
     printf("  %-22s %10.1f MiB = %zu bytes (predicted; after the first step the run checks it)\n", "total",
            total / 1048576.0, total);
@@ -1898,7 +2030,8 @@ void gpt2_forward(GPT2 *model, const int *inputs, const int *targets, size_t B, 
 void gpt2_zero_grad(GPT2 *model) {
     if (model->grads_memory == NULL) { return; }
     cudaCheck(cudaMemset(model->grads_memory, 0, model->grad_bytes));
-    guard_fill((void *const *)&model->grads, model->param_sizes, NULL, NUM_PARAMETER_TENSORS); // (debug builds)
+    guard_fill((void *const *)&model->grads, model->grad_sizes, NULL, NUM_PARAMETER_TENSORS); // (debug builds)
+    if (model->shard_grads != NULL) { cudaCheck(cudaMemset(model->shard_grads, 0, layer_shard_elements(model->config) * sizeof(floatX))); }
 }
 
 // Debug builds (GUARD_BYTES > 0): every guard band of the four tables still
@@ -1907,8 +2040,12 @@ static void gpt2_check_guard_bands(const GPT2 *model) {
     guard_check((void *const *)&model->params, model->param_sizes, NULL, NUM_PARAMETER_TENSORS, PARAMETER_NAMES,
                 "parameter");
     if (model->grads_memory != NULL) {
-        guard_check((void *const *)&model->grads, model->param_sizes, NULL, NUM_PARAMETER_TENSORS, PARAMETER_NAMES,
+        guard_check((void *const *)&model->grads, model->grad_sizes, NULL, NUM_PARAMETER_TENSORS, PARAMETER_NAMES,
                     "gradient");
+        for (int t = 0; t < 2 && model->layer_grads_memory[t] != NULL; t++) {
+            guard_check((void *const *)&model->layer_grads[t], model->layer_sizes, NULL, NUM_PARAMETER_TENSORS, PARAMETER_NAMES,
+                        "one-layer gradient");
+        }
         guard_check((void *const *)&model->grads_acts, model->grad_act_sizes, NULL, NUM_GRAD_ACT_TENSORS, GRAD_ACT_NAMES,
                     "activation gradient");
     }
@@ -1932,9 +2069,21 @@ void gpt2_backward(GPT2 *model, float loss_scale) {
     if (model->grads_memory == NULL) {
         // first call: parameter gradients (zeroed) and the activation gradients
         void *memory;
-        model->grad_bytes = cuda_malloc_and_point((void **)&model->grads, model->param_sizes, NULL, NUM_PARAMETER_TENSORS,
+        grad_table_sizes(c, model->grad_sizes, model->layer_sizes);
+        model->grad_bytes = cuda_malloc_and_point((void **)&model->grads, model->grad_sizes, NULL, NUM_PARAMETER_TENSORS,
                                                   "the gradients", &memory);
         model->grads_memory = (floatX *)memory;
+        if (zero2()) {
+            size_t recv = 0, ns = layer_shard_elements(c);
+            for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) { recv += piece_of(model->layer_sizes[k]); }
+            for (int t = 0; t < 2; t++) {
+                model->layer_grad_bytes = cuda_malloc_and_point((void **)&model->layer_grads[t], model->layer_sizes, NULL,
+                                                                NUM_PARAMETER_TENSORS, "one layer's gradients (ZeRO-2)",
+                                                                &model->layer_grads_memory[t]);
+            }
+            model->shard_grads = (floatX *)cuda_malloc_check(ns * sizeof(floatX), "this rank's shard of the layers' gradients (ZeRO-2)");
+            model->recv_grads = (floatX *)cuda_malloc_check(recv * sizeof(floatX), "one layer's summed pieces (ZeRO-2)");
+        }
         gpt2_zero_grad(model);
         fill_in_grad_act_sizes(model->grad_act_sizes, c, model->batch_size, model->seq_len);
         model->grad_act_bytes = cuda_malloc_and_point((void **)&model->grads_acts, model->grad_act_sizes, NULL,
@@ -1963,12 +2112,15 @@ void gpt2_backward(GPT2 *model, float loss_scale) {
         residual = l == 0 ? a.encoded : a.residual3 + (l - 1) * B * T * C;
         const floatX *l_ln1w = p.ln1w + l * C, *l_qkvw = p.qkvw + l * 3 * C * C, *l_attprojw = p.attprojw + l * C * C;
         const floatX *l_ln2w = p.ln2w + l * C, *l_fcw = p.fcw + l * 4 * C * C, *l_fcprojw = p.fcprojw + l * C * 4 * C;
-        floatX *dl_ln1w = g.ln1w + l * C, *dl_ln1b = g.ln1b + l * C;
-        floatX *dl_qkvw = g.qkvw + l * 3 * C * C, *dl_qkvb = g.qkvb + l * 3 * C;
-        floatX *dl_attprojw = g.attprojw + l * C * C, *dl_attprojb = g.attprojb + l * C;
-        floatX *dl_ln2w = g.ln2w + l * C, *dl_ln2b = g.ln2b + l * C;
-        floatX *dl_fcw = g.fcw + l * 4 * C * C, *dl_fcb = g.fcb + l * 4 * C;
-        floatX *dl_fcprojw = g.fcprojw + l * C * 4 * C, *dl_fcprojb = g.fcprojb + l * C;
+        // the layer's gradients: layer l of the tensors, or with ZeRO-2 a one-layer table's
+        ParameterTensors gl = zero2() ? layer_grads_begin(model, li) : g;
+        size_t at = zero2() ? 0 : l;
+        floatX *dl_ln1w = gl.ln1w + at * C, *dl_ln1b = gl.ln1b + at * C;
+        floatX *dl_qkvw = gl.qkvw + at * 3 * C * C, *dl_qkvb = gl.qkvb + at * 3 * C;
+        floatX *dl_attprojw = gl.attprojw + at * C * C, *dl_attprojb = gl.attprojb + at * C;
+        floatX *dl_ln2w = gl.ln2w + at * C, *dl_ln2b = gl.ln2b + at * C;
+        floatX *dl_fcw = gl.fcw + at * 4 * C * C, *dl_fcb = gl.fcb + at * 4 * C;
+        floatX *dl_fcprojw = gl.fcprojw + at * C * 4 * C, *dl_fcprojb = gl.fcprojb + at * C;
         size_t l_ln = model->recompute >= 2 ? 0 : l, l_gelu = model->recompute >= 1 ? 0 : l;
         floatX *l_ln1 = a.ln1 + l_ln * B * T * C;
         float *l_ln1_mean = a.ln1_mean + l * B * T, *l_ln1_rstd = a.ln1_rstd + l * B * T;
@@ -2003,7 +2155,8 @@ void gpt2_backward(GPT2 *model, float loss_scale) {
         matmul_backward(ga.dln, dl_qkvw, dl_qkvb, ga.dqkv, l_ln1, l_qkvw, B, T, C, 3 * C);
         layernorm_backward(ga.dresidual, dl_ln1w, dl_ln1b, ga.dln, residual, l_ln1w, l_ln1_mean, l_ln1_rstd, B, T, C);
         nvtxRangePop();
-        if (sum_grads_in_backward) { sum_layer_grads(model, li); } // (the step's last pass: this layer's are whole)
+        if (zero2()) { sum_layer_grads2(model, li); } // (ZeRO-2: summed on every pass, as they are made)
+        else if (sum_grads_in_backward) { sum_layer_grads(model, li); } // (the step's last pass: this layer's are whole)
     }
     encoder_backward(g.wte, g.wpe, ga.dresidual, model->inputs, B, T, C);
     if (sum_grads_in_backward) { sum_layer_grads(model, -1); } // (and wte, wpe, lnfw, lnfb)
@@ -2028,13 +2181,20 @@ float gpt2_grad_norm(const GPT2 *model) {
         }
         size_t chunks = chunks_of(model->config, k), s = n / chunks, q = piece_of(s), rest = rest_of(s);
         size_t first[2] = {(size_t)ranks.rank * q, (size_t)ranks.world * q}, width[2] = {q, ranks.rank == 0 ? rest : 0};
+        const floatX *g = grads[k];
+        if (zero2() && PER_LAYER[k]) { // (the shard of the layers' gradients: each chunk's piece, then its rest)
+            g = model->shard_grads + shard_offset(model->config, k, 0) - layer_shard_start(model->config);
+            first[0] = 0;
+            first[1] = q;
+            s = q + rest;
+        }
         for (int j = 0; j < 2; j++) {
             size_t values = chunks * width[j];
             if (values == 0) { continue; }
             int set = j * NUM_PARAMETER_TENSORS + k;
             blocks[set] = ceil_div(values, BLOCK) < NORM_BLOCKS ? ceil_div(values, BLOCK) : NORM_BLOCKS;
-            norm_strided_partials_kernel<<<blocks[set], BLOCK>>>(model->norm_partials + set * NORM_BLOCKS, grads[k], chunks,
-                                                                 s, first[j], width[j]);
+            norm_strided_partials_kernel<<<blocks[set], BLOCK>>>(model->norm_partials + set * NORM_BLOCKS, g, chunks, s,
+                                                                 first[j], width[j]);
             cudaCheck(cudaGetLastError());
         }
     }
@@ -2117,8 +2277,10 @@ void gpt2_update(GPT2 *model, float learning_rate, float beta1, float beta2, flo
             for (int j = 0; j < 2; j++) {
                 if (count[j] == 0) { continue; }
                 size_t i = first[j], n = count[j];
+                const floatX *grad = zero2() && PER_LAYER[k] ? model->shard_grads + at - layer_shard_start(model->config)
+                                                             : grads[k] + i; // (ZeRO-2: the layers' from their shard)
                 adamw_kernel<<<ceil_div(n, BLOCK), BLOCK>>>(params[k] + i, model->master_memory != NULL ? model->master_memory + at : NULL,
-                                                           grads[k] + i, model->m_memory + at, model->v_memory + at, n, beta1,
+                                                           grad, model->m_memory + at, model->v_memory + at, n, beta1,
                                                            beta2, step_size, sqrt_bias_correction2, eps, decay, grad_scale,
                                                            hash_u32((uint32_t)t, (uint32_t)k), i);
                 cudaCheck(cudaGetLastError());
@@ -2165,6 +2327,9 @@ void gpt2_free(GPT2 *model) {
     cuda_free_check(model->params_memory);
     cuda_free_check(model->master_memory);
     cuda_free_check(model->grads_memory);
+    for (int t = 0; t < 2; t++) { cuda_free_check(model->layer_grads_memory[t]); }
+    cuda_free_check(model->shard_grads);
+    cuda_free_check(model->recv_grads);
     cuda_free_check(model->m_memory);
     cuda_free_check(model->norm_partials);
     cuda_free_check(model->acts_memory);
@@ -2926,7 +3091,7 @@ void print_hardware(void) {
     cudaCheck(cudaGetDevice(&device));
     cudaCheck(cudaGetDeviceProperties(&p, device));
     printf("hardware: ");
-    if (ranks.world > 1) { printf("%d ranks (NCCL over MPI%s), rank 0 on ", ranks.world, sharded() ? ", ZeRO-1" : ""); }
+    if (ranks.world > 1) { printf("%d ranks (NCCL over MPI%s), rank 0 on ", ranks.world, zero2() ? ", ZeRO-2" : sharded() ? ", ZeRO-1" : ""); }
     printf("GPU %d: %s, compute capability %d.%d, %d SMs, %.1f GiB | precision %s%s\n", device, p.name, p.major,
            p.minor, p.multiProcessorCount, p.totalGlobalMem / 1073741824.0, PRECISION_NAME,
            sizeof(floatX) == sizeof(float) ? "" : use_master_weights ? " with fp32 master weights" : " without master weights (stochastic rounding)");
@@ -2938,9 +3103,9 @@ void print_hardware(void) {
     printf("attention: ours (batched cuBLASLt matmuls and a causal softmax kernel; make USE_CUDNN=1 for cuDNN's)\n");
 #endif
 #ifdef USE_MPI
-    if (ranks.zero && ranks.world == 1) { printf("note: -Z 1 on one rank: its shard is the whole optimizer state\n"); }
+    if (ranks.zero && ranks.world == 1) { printf("note: -Z %d on one rank: its shard is the whole optimizer state\n", ranks.zero); }
 #else
-    if (ranks.zero) { printf("note: -Z 1 without MPI: one rank, nothing to shard (make train_gpt2cu_mpi)\n"); }
+    if (ranks.zero) { printf("note: -Z %d without MPI: one rank, nothing to shard (make train_gpt2cu_mpi)\n", ranks.zero); }
 #endif
 }
 
@@ -3089,7 +3254,8 @@ static void print_device_usage(void) {
            use_master_weights);
     printf("  -G <GiB>      behave as if the GPU had only this much memory (a 16 GB card on a bigger one), 0 = all [0]\n");
     printf("  -M <0|1>      print the model and the GPU memory this run would allocate, and exit (needs no GPU) [0]\n");
-    printf("  -Z <0|1>      ZeRO-1 across ranks (train_gpt2cu_mpi): each keeps the master weights and AdamW moments of its shard only [0]\n");
+    printf("  -Z <0|1|2>    ZeRO across ranks (train_gpt2cu_mpi): 1 each keeps the master weights and AdamW moments of its\n"
+           "                shard only, 2 the layers' gradients too [0]\n");
 }
 static int parse_device_flag(const char *flag, const char *value) {
     if (strcmp(flag, "-G") == 0) {
@@ -3103,7 +3269,7 @@ static int parse_device_flag(const char *flag, const char *value) {
     }
     if (strcmp(flag, "-Z") == 0) {
         ranks.zero = (int)parse_int(flag, value, 0);
-        if (ranks.zero > 1) { usage_error("-Z %s: ZeRO stage 0 or 1 (stages 2 and 3 are not here)", value); }
+        if (ranks.zero > 2) { usage_error("-Z %s: ZeRO stage 0, 1 or 2 (stage 3 is not here)", value); }
         return 1;
     }
     if (strcmp(flag, "-r") == 0) {

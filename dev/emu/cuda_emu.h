@@ -54,10 +54,12 @@ What the emulation does:
     orders no memory). It also reports accesses outside a device allocation (each has a
     red zone on both sides), of freed memory, outside a __shared__ array, and reads of
     shared memory that no thread of the block has written.
-  - Kernels and copies run as they are issued, on any stream; what a stream defers (the
-    NCCL stand-ins of include/nccl.h) runs only when the program waits for that stream
-    (an event, a synchronize), so a missing wait reads stale data (emu::Stream says
-    more). A stream capture records launches, async copies and the cuBLAS stand-ins'
+  - Kernels and copies run as they are issued, but on a stream created with
+    cudaStreamNonBlocking: there they, and the NCCL stand-ins of include/nccl.h on any
+    stream, run only when the program waits for that stream (an event, a synchronize), so
+    a missing wait reads stale data or overwrites what the stream has yet to read
+    (emu::Stream says more; not modelled: the legacy default stream's implicit waits for
+    a blocking stream's deferred collectives). A stream capture records launches, async copies and the cuBLAS stand-ins'
     calls, and a graph launch replays them with the pointers they were captured with, as
     a GPU does.
   - The runtime API the project uses (cudaMalloc, cudaMemcpy, events, device properties,
@@ -782,17 +784,21 @@ inline void memcpy_checked(const char *call, void *dst, const void *src, size_t 
 }
 
 namespace emu {
-// Streams. Work on the default stream, and kernels and copies on any stream, run as they
-// are issued. A stream's deferred work (the NCCL stand-ins, include/nccl.h) waits in its
-// queue until the program waits for it: cudaStreamWaitEvent on an event recorded after it,
-// cudaStreamSynchronize, cudaEventSynchronize, cudaDeviceSynchronize, or the stream's next
-// kernel or copy. So a consumer that forgets to wait for a collective reads what was there
-// before it, as it may on a GPU. Each stream counts the work issued to it; an event
+// Streams. Work on the default stream and on streams created blocking (cudaStreamCreate)
+// runs as it is issued (kernels, copies; a blocking stream's deferred work first). A
+// stream's deferred work (the NCCL stand-ins of include/nccl.h on any stream, and every
+// kernel and async copy on a stream created with cudaStreamNonBlocking, which CUDA never
+// orders against the default stream) waits in its queue until the program waits for it:
+// cudaStreamWaitEvent on an event recorded after it, cudaStreamSynchronize,
+// cudaEventSynchronize, cudaDeviceSynchronize. So a consumer that forgets to wait reads what
+// was there before, as it may on a GPU, and a producer that overwrites what the stream has
+// yet to read shows (include/nccl.h's race check). Each stream counts the work issued to it; an event
 // remembers its stream's count when recorded, and a stream that waits on an event of the
 // default stream remembers how much of the default stream's work it has waited for
 // (waited_default): include/nccl.h refuses a collective on a stream that has not waited for
 // all of it, since on a GPU it could read what the default stream is still writing.
 struct Stream {
+    bool nonblocking = false;    // created with cudaStreamNonBlocking: all its work is deferred
     uint64_t count = 0;          // work issued to it
     uint64_t waited_default = 0; // the default stream's work it has waited for (by events)
     std::deque<std::pair<uint64_t, std::function<void()>>> deferred; // (its count, the work) not run yet
@@ -809,6 +815,7 @@ inline void stream_run(void *stream, uint64_t upto = UINT64_MAX) {
         work();
     }
 }
+inline bool deferring(void *stream) { return stream != nullptr && ((Stream *)stream)->nonblocking; }
 // work issued now on `stream`, to run now: what the stream deferred before it runs first
 inline void issued(void *stream) {
     if (stream == nullptr) { default_count++; return; }
@@ -1467,6 +1474,11 @@ struct Launch {
             capture->ops.push_back([launch, body, kernel]() { launch.execute(body, (const void *)kernel); });
             return;
         }
+        if (deferring(stream)) {
+            Launch launch = *this;
+            defer(stream, [launch, body, kernel]() { launch.execute(body, (const void *)kernel); });
+            return;
+        }
         issued(stream);
         execute(body, (const void *)kernel);
     }
@@ -1490,9 +1502,11 @@ inline cudaError_t cudaStreamCreate(cudaStream_t *s) {
     *s = emu::streams().back();
     return cudaSuccess;
 }
-// (the emulator's default stream never waits for other streams' work, as CUDA's does for
-// streams created without cudaStreamNonBlocking: a program is checked for its own waits)
-inline cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned) { return cudaStreamCreate(s); }
+inline cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags) {
+    cudaStreamCreate(s);
+    ((emu::Stream *)*s)->nonblocking = (flags & cudaStreamNonBlocking) != 0;
+    return cudaSuccess;
+}
 inline cudaError_t cudaStreamDestroy(cudaStream_t s) {
     emu::stream_run(s); // (a GPU finishes a destroyed stream's work; the Stream itself is kept:
     return cudaSuccess; // an event recorded on it may still be waited for, which CUDA allows)
@@ -1508,6 +1522,10 @@ inline cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cud
         emu::capture->ops.push_back([=]() { emu::memcpy_checked("cudaMemcpyAsync (replayed from a graph)", dst, src, bytes, kind); });
         return cudaSuccess;
     }
+    if (emu::deferring(stream)) {
+        emu::defer(stream, [=]() { emu::memcpy_checked("cudaMemcpyAsync", dst, src, bytes, kind); });
+        return cudaSuccess;
+    }
     emu::issued(stream);
     emu::memcpy_checked("cudaMemcpyAsync", dst, src, bytes, kind);
     return cudaSuccess;
@@ -1520,6 +1538,10 @@ inline cudaError_t cudaMemsetAsync(void *dst, int value, size_t bytes, cudaStrea
     if (emu::capture != nullptr) {
         emu::capture_stream_check("cudaMemsetAsync", "", stream);
         emu::capture->ops.push_back(op);
+        return cudaSuccess;
+    }
+    if (emu::deferring(stream)) {
+        emu::defer(stream, op);
         return cudaSuccess;
     }
     emu::issued(stream);

@@ -3,8 +3,10 @@
 # (dev/emu, with include/nccl.h's collectives moving data between the processes through
 # MPI) on 2 ranks train what train_gpt2_mpi trains on 2 ranks, to fp32's rounding; one rank
 # of the NCCL build is the plain build bit for bit; ZeRO-1 (-Z 1: each rank the master
-# weights and AdamW moments of its shard) is -Z 0 bit for bit, in fp32 and bf16, with and
-# without master weights, on 2 ranks and on 3 (whose shards do not divide the tensors); its checkpoints hold the whole state and resume on 2 ranks bit
+# weights and AdamW moments of its shard) and ZeRO-2 (-Z 2: the layers' gradients too) are
+# -Z 0 bit for bit, in fp32 and bf16, with and without master weights, on 2 ranks and on 3
+# (whose shards do not divide the tensors), and ZeRO-2 accumulating micro-batches is
+# train_gpt2_mpi's run to rounding; its checkpoints hold the whole state and resume on 2 ranks bit
 # for bit and on one process to rounding; more ranks than GPUs is an error.
 #
 #     make train_gpt2_mpi dev/emu/train_gpt2cu_fp32_cpu dev/emu/train_gpt2cu_mpi_fp32_cpu dev/emu/train_gpt2cu_mpi_bf16_cpu
@@ -85,7 +87,7 @@ done
 
 # --- 2. two ranks against train_gpt2.c's two ranks, and ZeRO-1 against -Z 0
 mpi 2 "$CPU_BIN" "${RUN[@]}" -b 2 -o "$TMP/cpu2" > "$TMP/cpu2.out" 2>&1 || report "train_gpt2_mpi on 2 ranks" 0 "$(tail -2 "$TMP/cpu2.out")"
-for z in 0 1; do
+for z in 0 1 2; do
     mpi 2 "$FP32_BIN" "${RUN[@]}" -b 2 -Z $z -o "$TMP/fp32z$z" > "$TMP/fp32z$z.out" 2>&1
     status=$?
     read -r count worst bad <<< "$(compare_logs "$TMP/cpu2/main.log" "$TMP/fp32z$z/main.log")"
@@ -98,9 +100,22 @@ done
 read -r count worst <<< "$(compare_models "$TMP/cpu2/model_00000004.bin" "$TMP/fp32z0/model_00000004.bin")"
 report "... the final weights within 3e-3 (one lr) of train_gpt2_mpi's ($count, worst $worst)" \
     $([ "$count" -gt 1000 ] && within "$worst" 3e-3 && echo 1 || echo 0)
-report "fp32, 2 ranks: -Z 1's weights and whole AdamW state those of -Z 0, bit for bit" \
-    $(cmp -s "$TMP/fp32z0/model_00000004.bin" "$TMP/fp32z1/model_00000004.bin" && cmp -s "$TMP/fp32z0/state_00000004.bin" "$TMP/fp32z1/state_00000004.bin" &&
-      same_log "$TMP/fp32z0/main.log" "$TMP/fp32z1/main.log" && echo 1 || echo 0)
+for z in 1 2; do
+    report "fp32, 2 ranks: -Z $z's weights and whole AdamW state those of -Z 0, bit for bit" \
+        $(cmp -s "$TMP/fp32z0/model_00000004.bin" "$TMP/fp32z$z/model_00000004.bin" && cmp -s "$TMP/fp32z0/state_00000004.bin" "$TMP/fp32z$z/state_00000004.bin" &&
+          same_log "$TMP/fp32z0/main.log" "$TMP/fp32z$z/main.log" && echo 1 || echo 0)
+done
+# ZeRO-2 sums each micro-batch's gradients as they are made, the layers' in two one-layer
+# tables taken in turn: a d2 model (both tables), 2 passes a step (-b 1), 2 steps:
+# train_gpt2_mpi's run to fp32's rounding
+ACC=(-e d2 -x 2 -b 1)
+mpi 2 "$CPU_BIN" "${RUN[@]}" "${ACC[@]}" -o "$TMP/cpu2acc" > "$TMP/cpu2acc.out" 2>&1 || report "train_gpt2_mpi on 2 ranks, -b 1" 0 "$(tail -2 "$TMP/cpu2acc.out")"
+mpi 2 "$FP32_BIN" "${RUN[@]}" "${ACC[@]}" -Z 2 -o "$TMP/fp32z2acc" > "$TMP/fp32z2acc.out" 2>&1
+status=$?
+read -r count worst bad <<< "$(compare_logs "$TMP/cpu2acc/main.log" "$TMP/fp32z2acc/main.log")"
+report "fp32, 2 ranks -Z 2, a d2 model accumulating 2 passes a step: every number within 1e-5 of train_gpt2_mpi's" \
+    $([ $status = 0 ] && [ "$count" -ge 8 ] && [ "$bad" = 0 ] && within "$worst" 1e-5 && echo 1 || echo 0) \
+    "exit $status, $count numbers, worst $worst; $(tail -2 "$TMP/fp32z2acc.out" | tr '\n' ' ')"
 out="$TMP/fp32z1.out"
 report "2 ranks: one set of output lines, the ranks and ZeRO-1 on the hardware line" \
     $([ "$(grep -c '^batch:' "$out")" = 1 ] && [ "$(grep -c '^step    4/4' "$out")" = 1 ] &&
@@ -117,15 +132,17 @@ report "-Z 1: each rank allocates half the moments, and the ledger equals the ta
 # a rank; then the -Z 1 run's checkpoint of step 2 resumed on 2 ranks (3 sequences each:
 # other shards)
 THREE=(-t 16 -d 96 -b 2)
-for z in 0 1; do
+for z in 0 1 2; do
     EMU_DEVICES=3 mpi 3 "$FP32_BIN" "${RUN[@]}" "${THREE[@]}" -Z $z -o "$TMP/three$z" > "$TMP/three$z.out" 2>&1
     status=$?
     [ $status = 0 ] || report "fp32, 3 ranks -Z $z" 0 "exit $status; $(tail -2 "$TMP/three$z.out" | tr '\n' ' ')"
 done
-read -r count worst bad <<< "$(compare_logs "$TMP/three0/main.log" "$TMP/three1/main.log")"
-report "fp32, 3 ranks (pieces and rests): -Z 1's weights and state -Z 0's bit for bit, its norms within 1e-6" \
-    $(cmp -s "$TMP/three0/model_00000004.bin" "$TMP/three1/model_00000004.bin" && cmp -s "$TMP/three0/state_00000004.bin" "$TMP/three1/state_00000004.bin" &&
-      [ "$count" -ge 8 ] && [ "$bad" = 0 ] && within "$worst" 1e-6 && echo 1 || echo 0) "$count numbers, worst $worst"
+for z in 1 2; do
+    read -r count worst bad <<< "$(compare_logs "$TMP/three0/main.log" "$TMP/three$z/main.log")"
+    report "fp32, 3 ranks (pieces and rests): -Z $z's weights and state -Z 0's bit for bit, its norms within 1e-6" \
+        $(cmp -s "$TMP/three0/model_00000004.bin" "$TMP/three$z/model_00000004.bin" && cmp -s "$TMP/three0/state_00000004.bin" "$TMP/three$z/state_00000004.bin" &&
+          [ "$count" -ge 8 ] && [ "$bad" = 0 ] && within "$worst" 1e-6 && echo 1 || echo 0) "$count numbers, worst $worst"
+done
 part="$TMP/resume_three"
 mkdir -p "$part"
 cp "$TMP/three1/model_00000002.bin" "$TMP/three1/state_00000002.bin" "$part/"
@@ -140,14 +157,15 @@ report "fp32 -Z 1 on 3 ranks, resumed at step 2 on 2 ranks with -Z 1: the run's 
 # --- 3. bf16: the gradients travel in bf16; the master weights sharded too, or none
 # (stochastic rounding, whose random bits each shard must draw as the whole tensor would)
 for w in 1 0; do
-    for z in 0 1; do
+    for z in 0 1 $([ $w = 1 ] && echo 2); do
         mpi 2 "$BF16_BIN" "${RUN[@]}" -b 2 -w $w -Z $z -o "$TMP/bf16w${w}z$z" > "$TMP/bf16w${w}z$z.out" 2>&1
         status=$?
         [ $status = 0 ] || report "bf16, 2 ranks -w $w -Z $z" 0 "exit $status; $(tail -2 "$TMP/bf16w${w}z$z.out" | tr '\n' ' ')"
+        [ $z = 0 ] && continue
+        report "bf16 -w $w, 2 ranks: -Z $z's weights and whole state (master weights too) those of -Z 0, bit for bit" \
+            $(cmp -s "$TMP/bf16w${w}z0/model_00000004.bin" "$TMP/bf16w${w}z$z/model_00000004.bin" &&
+              cmp -s "$TMP/bf16w${w}z0/state_00000004.bin" "$TMP/bf16w${w}z$z/state_00000004.bin" && echo 1 || echo 0)
     done
-    report "bf16 -w $w, 2 ranks: -Z 1's weights and whole state (master weights too) those of -Z 0, bit for bit" \
-        $(cmp -s "$TMP/bf16w${w}z0/model_00000004.bin" "$TMP/bf16w${w}z1/model_00000004.bin" &&
-          cmp -s "$TMP/bf16w${w}z0/state_00000004.bin" "$TMP/bf16w${w}z1/state_00000004.bin" && echo 1 || echo 0)
 done
 out="$TMP/bf16w1z1.out"
 report "bf16 -Z 1: the ledger equals the table (a shard of the master weights)" \
@@ -185,12 +203,19 @@ status=$?
 report "3 ranks on a machine of 2 GPUs: exit non-zero, the reason, no output files" \
     $([ $status != 0 ] && [ $status != 124 ] && grep -q 'Error: rank 2 is rank 2 of its machine, which has 2 GPUs: one rank a GPU' "$TMP/crowded.out" &&
       [ ! -e "$TMP/crowded/main.log" ] && echo 1 || echo 0) "exit $status: $(grep -m1 Error "$TMP/crowded.out")"
-# -M 1 (the memory plan, no GPU needed) under mpirun: each rank's shard, and a clean exit
-mpi 2 "$BF16_BIN" -e d1 -t 32 -b 2 -Z 1 -M 1 > "$TMP/plan.out" 2>&1
-status=$?
-report "-M 1 -Z 1 on 2 ranks: the plan of one rank's shard, exit 0" \
-    $([ $status = 0 ] && grep -q 'ZeRO-1: each rank.s shard of the master weights and moments' "$TMP/plan.out" && ! grep -q 'exiting improperly' "$TMP/plan.out" &&
-      echo 1 || echo 0) "exit $status; $(tail -2 "$TMP/plan.out" | tr '\n' ' ')"
+# -M 1 (the memory plan, no GPU needed) under mpirun: each rank's shard, and a clean exit; a
+# 12-layer model's gradients take less with -Z 2 (the layers' a rank's shard, and two
+# one-layer tables) than with -Z 1 (all of them)
+for z in 1 2; do
+    mpi 2 "$BF16_BIN" -e d12 -t 64 -b 2 -Z $z -M 1 > "$TMP/plan$z.out" 2>&1
+    status=$?
+    report "-M 1 -Z $z on 2 ranks: the plan of one rank's shard, exit 0" \
+        $([ $status = 0 ] && grep -q "ZeRO-$z: each rank.s shard of the master weights" "$TMP/plan$z.out" && ! grep -q 'exiting improperly' "$TMP/plan$z.out" &&
+          echo 1 || echo 0) "exit $status; $(tail -2 "$TMP/plan$z.out" | tr '\n' ' ')"
+done
+grads() { grep -m1 '^  gradients ' "$1" | awk '{ print $2 }'; }
+report "-Z 2 on 2 ranks: a d12 model's gradients take less than with -Z 1 ($(grads "$TMP/plan2.out") MiB against $(grads "$TMP/plan1.out"))" \
+    $(awk -v a="$(grads "$TMP/plan2.out")" -v b="$(grads "$TMP/plan1.out")" 'BEGIN { exit !(a > 0 && a < b) }' && echo 1 || echo 0)
 
 echo "$passed passed, $failed failed"
 [ "$failed" = 0 ]
