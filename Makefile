@@ -400,6 +400,7 @@ TEST_JOBS ?= 2
 TESTS = "bash dev/test/check_cuda_builds.sh" \
         "$(SCHED) ascending '$(LORA_TWIN)' descending '$(LORA_TWIN)'" \
         "$(SCHED) ascending '$(GPT2_TWIN)' descending '$(GPT2_TWIN)'" \
+        "bash dev/test/test_train_gpt2cu_mpi.sh $(EMU_MPI) ./dev/emu/train_gpt2cu_fp32_cpu ./train_gpt2_mpi" \
         "$(SCHED) ascending ./dev/emu/test_infercu_fp32_cpu descending ./dev/emu/test_infercu_fp32_race" \
         "$(SCHED) ascending '$(INFER_TWIN)' descending '$(INFER_TWIN)'" \
         "$(SCHED) ascending ./dev/emu/test_infercu_bf16_cpu random:1 ./dev/emu/test_infercu_bf16_asan" \
@@ -433,7 +434,6 @@ TESTS = "bash dev/test/check_cuda_builds.sh" \
         "bash dev/test/test_instructions_cli.sh ./data/instructions" \
         "bash dev/test/test_train_gpt2_cli.sh ./train_gpt2" \
         "bash dev/test/test_train_gpt2_mpi.sh ./train_gpt2_mpi ./train_gpt2" \
-        "bash dev/test/test_train_gpt2cu_mpi.sh $(EMU_MPI) ./dev/emu/train_gpt2cu_fp32_cpu ./train_gpt2_mpi" \
         "bash dev/test/test_train_gpt2_netns.sh ./train_gpt2_mpi ./train_gpt2" \
         "bash dev/test/test_checkpoint_kill.sh" \
         "bash dev/test/test_train_mlp_cli.sh ./train_mlp" \

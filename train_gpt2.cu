@@ -1192,14 +1192,14 @@ static cudaEvent_t table_free[2];         // ZeRO-2: the second stream is done w
 #endif
 typedef struct {
     int rank, world; // this process's rank, and how many there are
-    int zero;        // 1: ZeRO-1, the optimizer state sharded over the ranks (-Z 1)
+    int zero;        // -Z: 1 the optimizer state sharded over the ranks (ZeRO-1), 2 the layers' gradients too
     int device;      // this rank's GPU: its rank among the ranks on its machine
 } Ranks;
 static Ranks ranks = {0, 1, 0, 0};
 // set by main for the last micro-batch of a step: its backward pass sums the gradients
 static int sum_grads_in_backward = 0;
 
-// whether the optimizer state is sharded: -Z 1 over MPI, on one rank too (whose shard is all
+// whether the optimizer state is sharded: -Z 1 or 2 over MPI, on one rank too (whose shard is all
 // of it: the sharded path then runs, the collectives on one GPU, for checking it there)
 #ifdef USE_MPI
 static int sharded(void) { return ranks.zero; }
@@ -1447,6 +1447,10 @@ static ParameterTensors layer_grads_begin(GPT2 *model, int l) {
 #ifdef USE_MPI
     cudaCheck(cudaStreamWaitEvent(0, table_free[t], 0));
 #endif
+#if GUARD_BYTES > 0 // (debug builds: the table's guard bands still whole from its last layer, before they are zeroed)
+    guard_check((void *const *)&model->layer_grads[t], model->layer_sizes, NULL, NUM_PARAMETER_TENSORS, PARAMETER_NAMES,
+                "one-layer gradient");
+#endif
     cudaCheck(cudaMemset(model->layer_grads_memory[t], 0, model->layer_grad_bytes));
     guard_fill((void *const *)&model->layer_grads[t], model->layer_sizes, NULL, NUM_PARAMETER_TENSORS); // (debug builds)
     return model->layer_grads[t];
@@ -1534,7 +1538,7 @@ static void gather_state(const GPT2 *model, const float *shard, float *flat) {
     for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {
         size_t chunks = chunks_of(model->config, k), s = sizes[k] / chunks, q = piece_of(s), rest = rest_of(s);
         if (q > (size_t)INT_MAX) {
-            fprintf(stderr, "Error: -Z 1 checkpoints gather at most 2^31 - 1 values a chunk (MPI's counts are ints), not %zu\n", q);
+            fprintf(stderr, "Error: -Z checkpoints gather at most 2^31 - 1 values a chunk (MPI's counts are ints), not %zu\n", q);
             MPI_Abort(MPI_COMM_WORLD, EXIT_FAILURE);
         }
         for (size_t l = 0; l < chunks; l++) {
@@ -3103,7 +3107,10 @@ void print_hardware(void) {
     printf("attention: ours (batched cuBLASLt matmuls and a causal softmax kernel; make USE_CUDNN=1 for cuDNN's)\n");
 #endif
 #ifdef USE_MPI
-    if (ranks.zero && ranks.world == 1) { printf("note: -Z %d on one rank: its shard is the whole optimizer state\n", ranks.zero); }
+    if (ranks.zero && ranks.world == 1) {
+        printf("note: -Z %d on one rank: its shard is the whole optimizer state%s\n", ranks.zero,
+               ranks.zero == 2 ? " (and -Z 2's one-layer tables come on top of the gradients)" : "");
+    }
 #else
     if (ranks.zero) { printf("note: -Z %d without MPI: one rank, nothing to shard (make train_gpt2cu_mpi)\n", ranks.zero); }
 #endif

@@ -795,8 +795,10 @@ namespace emu {
 // yet to read shows (include/nccl.h's race check). Each stream counts the work issued to it; an event
 // remembers its stream's count when recorded, and a stream that waits on an event of the
 // default stream remembers how much of the default stream's work it has waited for
-// (waited_default): include/nccl.h refuses a collective on a stream that has not waited for
-// all of it, since on a GPU it could read what the default stream is still writing.
+// (waited_default): a kernel on a non-blocking stream, and include/nccl.h's collectives on
+// any stream, are refused when their stream has not waited for all of it, since on a GPU
+// they could read what the default stream is still writing. (Strict: a kernel that reads
+// only its own stream's results would not need to wait.)
 struct Stream {
     bool nonblocking = false;    // created with cudaStreamNonBlocking: all its work is deferred
     uint64_t count = 0;          // work issued to it
@@ -1475,6 +1477,10 @@ struct Launch {
             return;
         }
         if (deferring(stream)) {
+            if (((Stream *)stream)->waited_default < default_count) {
+                EMU_HOST_ERROR("kernel %s on a non-blocking stream that has not waited (cudaStreamWaitEvent) for all the work "
+                               "issued to the default stream before it: on a GPU it may read what that work is still writing", name);
+            }
             Launch launch = *this;
             defer(stream, [launch, body, kernel]() { launch.execute(body, (const void *)kernel); });
             return;

@@ -171,12 +171,13 @@ step gpt2_twin "train_gpt2cu (FP32, BF16, FP16) vs train_gpt2.c: 4 steps, logs, 
     bash dev/test/test_train_gpt2_cuda.sh ./train_gpt2 ./train_gpt2cu_fp32 ./train_gpt2cu ./train_gpt2cu_fp16
 # NCCL on one rank (this machine has one GPU): train_gpt2cu_mpi started alone is one rank
 # whose collectives run on the GPU (all-reduce, reduce-scatter, all-gather in place): its
-# run must be train_gpt2cu's bit for bit, with -Z 1 too; the 124M bench row below times it
+# run must be train_gpt2cu's bit for bit, with -Z 1 and 2 too (the sharded paths, on one
+# rank; -Z 2's one-layer tables and second stream); the 124M bench row below times it
 nccl_one_rank() {
     local run=(-e d1 -b 4 -t 64 -x 4 -v 2 -m 2 -s 0 -n 4 -z 0) d="$LOGS/nccl" ok=0 bad=0
     rm -rf "$d" && mkdir -p "$d"
     ./train_gpt2cu "${run[@]}" -o "$d/plain" > "$d/plain.out" 2>&1 || { echo "train_gpt2cu failed"; tail -3 "$d/plain.out"; }
-    for z in 0 1; do
+    for z in 0 1 2; do
         ./train_gpt2cu_mpi "${run[@]}" -Z $z -o "$d/mpi$z" > "$d/mpi$z.out" 2>&1
         if cmp -s <(sed -E 's/ ms:[0-9.]+//' "$d/plain/main.log") <(sed -E 's/ ms:[0-9.]+//' "$d/mpi$z/main.log") &&
            cmp -s "$d/plain/model_00000004.bin" "$d/mpi$z/model_00000004.bin" && cmp -s "$d/plain/state_00000004.bin" "$d/mpi$z/state_00000004.bin"; then
@@ -189,7 +190,7 @@ nccl_one_rank() {
     [ $bad = 0 ]
 }
 if [ -n "$NCCL_PROGRAMS" ]; then
-    step nccl_one_rank "train_gpt2cu_mpi (NCCL) on one rank: train_gpt2cu bit for bit, -Z 0 and -Z 1" nccl_one_rank
+    step nccl_one_rank "train_gpt2cu_mpi (NCCL) on one rank: train_gpt2cu bit for bit, -Z 0, 1 and 2" nccl_one_rank
 else
     rows+=("| train_gpt2cu_mpi (NCCL) on one rank | skipped: no MPI (mpicc, mpirun) or no NCCL on this machine | - | - |")
 fi

@@ -76,7 +76,7 @@ RUN=(-e d1 -t 32 -d 128 -x 4 -u 2 -l 3e-3 -i "$TMP/small.bin" -j "$TMP/small.bin
 # --- 1. one rank: the NCCL build started alone is the plain build, bit for bit; with -Z 1
 # too (one rank's shard is everything, but the sharded path runs: its collectives, its norm)
 "$PLAIN_BIN" "${RUN[@]}" -b 4 -o "$TMP/plain" > "$TMP/plain.out" 2>&1 &
-for z in 0 1; do
+for z in 0 1 2; do
     timeout 300 "$FP32_BIN" "${RUN[@]}" -b 4 -Z $z -o "$TMP/alone$z" > "$TMP/alone$z.out" 2>&1
     status=$?
     wait
@@ -122,6 +122,9 @@ report "2 ranks: one set of output lines, the ranks and ZeRO-1 on the hardware l
       grep -q '^batch: B 2 x T 32 x 2 ranks x 1 accumulation steps = 128 tokens' "$out" &&
       grep -q '^hardware: 2 ranks (NCCL over MPI, ZeRO-1), rank 0 on GPU 0: ' "$out" && echo 1 || echo 0) "$(grep -E '^(batch|hardware)' "$out" | tr '\n' ' ')"
 moments() { grep -m1 'AdamW moments' "$1" | awk '{ print $(NF - 1) }'; }
+report "-Z 2 on 2 ranks: the ledger equals the table (one-layer tables, the shard of the layers' gradients)" \
+    $(grep -q '^GPU memory after the first step: .*(equal)' "$TMP/fp32z2.out" && grep -q '^GPU memory after the first step: .*(equal)' "$TMP/fp32z2acc.out" &&
+      echo 1 || echo 0) "$(grep -h '^GPU memory after' "$TMP/fp32z2.out" "$TMP/fp32z2acc.out" | tr '\n' ' ')"
 report "-Z 1: each rank allocates half the moments, and the ledger equals the table" \
     $(awk -v a="$(moments "$TMP/fp32z0.out")" -v b="$(moments "$TMP/fp32z1.out")" 'BEGIN { d = a - 2 * b; exit !(a > 0 && d < 0.15 && d > -0.15) }' &&
       grep -q 'ZeRO-1: each rank.s shard of the master weights and moments' "$out" && grep -q '^GPU memory after the first step: .*(equal)' "$out" &&
