@@ -207,7 +207,7 @@ CUDA_PROGRAMS := train_gpt2cu train_gpt2cu_fp32 train_gpt2cu_fp16 test_gpt2cu te
                  finetune_loracu finetune_loracu_fp32 test_finetune_loracu test_finetune_loracu_fp32 \
                  dev/check_env dev/cuda/vector_add dev/cuda/matmul $(addprefix dev/cuda/,$(LADDERS)) dev/emu/test_emu \
                  $(if $(and $(CUDNN_HOME),$(CUDNN_FRONTEND_PATH)),train_gpt2cu_cudnn test_gpt2cu_cudnn dev/cuda/attention_cudnn) \
-                 $(if $(and $(HAVE_MPI),$(NCCL_HOME)),train_gpt2cu_mpi)
+                 $(if $(NCCL_HOME),train_gpt2cu_mpi)
 # (the ladders know fp32 and bf16: PRECISION=FP16 builds them in bf16; all link cuBLAS,
 # which gemv.cu times as its yardstick)
 $(addprefix dev/cuda/,$(LADDERS)): dev/cuda/%: dev/cuda/%.cu dev/cuda/common.h dev/cuda/precision.h
@@ -227,10 +227,13 @@ dev/cuda/attention_cudnn: dev/cuda/attention_cudnn.cu dev/cuda/common.h
 # data parallelism on paper: step time on 1 to 1,024 GPUs from bandwidths and one GPU's step
 dev/scaling: dev/scaling.c
 	$(CC) $(CFLAGS) $< -lm -o $@
-# ... across GPUs and machines: ranks started by mpirun, their gradients summed by NCCL
+# ... across GPUs and machines: ranks started by mpirun (or any launcher: -pi fs, tcp), their
+# gradients summed by NCCL
+# (NCCL is needed; MPI is not: without it the ranks start by -pi fs or tcp only)
 train_gpt2cu_mpi: train_gpt2.cu $(LIB)
-	$(if $(and $(HAVE_MPI),$(NCCL_HOME)),,@echo "Error: train_gpt2cu_mpi needs MPI (apt-get install openmpi-bin libopenmpi-dev) and NCCL (NCCL_HOME)" && exit 1)
-	$(NVCC) $(NVCC_FLAGS) -DENABLE_$(PRECISION) -DUSE_MPI $(call nvcc_flags_of,$(MPI_CFLAGS)) $(NCCL_FLAGS) $(TRAINER_CUDNN) -Xcompiler "$(OMP_FLAGS)" $< -lcublas -lcublasLt $(TRAINER_CUDNN_LIBS) $(NCCL_LIBS) $(call nvcc_flags_of,$(MPI_LIBS)) $(if $(filter -fopenmp,$(OMP_FLAGS)),-lgomp) -o $@
+	$(if $(NCCL_HOME),,@echo "Error: train_gpt2cu_mpi needs NCCL (NCCL_HOME=...; pip install nvidia-nccl-cu13), and MPI for mpirun (apt-get install openmpi-bin libopenmpi-dev)" && exit 1)
+	$(if $(HAVE_MPI),,@echo "note: no MPI: train_gpt2cu_mpi starts its ranks by -pi fs or tcp only")
+	$(NVCC) $(NVCC_FLAGS) -DENABLE_$(PRECISION) -DUSE_NCCL $(if $(HAVE_MPI),-DUSE_MPI $(call nvcc_flags_of,$(MPI_CFLAGS))) $(NCCL_FLAGS) $(TRAINER_CUDNN) -Xcompiler "$(OMP_FLAGS)" $< -lcublas -lcublasLt $(TRAINER_CUDNN_LIBS) $(NCCL_LIBS) $(if $(HAVE_MPI),$(call nvcc_flags_of,$(MPI_LIBS))) $(if $(filter -fopenmp,$(OMP_FLAGS)),-lgomp) -o $@
 train_gpt2cu_fp32: train_gpt2.cu $(LIB)
 	$(NVCC) $(NVCC_FLAGS) -DENABLE_FP32 -Xcompiler "$(OMP_FLAGS)" $< -lcublas -lcublasLt $(if $(filter -fopenmp,$(OMP_FLAGS)),-lgomp) -o $@
 train_gpt2cu_fp16: train_gpt2.cu $(LIB)
@@ -304,12 +307,15 @@ $(filter dev/emu/train_gpt2cu_%,$(EMU_GPT2)): train_gpt2.cu $(EMU) $(LIB)
 	$(emu_build) $< $@ $(emu_precision) $(EMU_DEBUG)
 $(filter dev/emu/test_gpt2cu_%,$(EMU_GPT2)): test_gpt2.cu train_gpt2.cu $(EMU) $(LIB)
 	$(emu_build) $< $@ $(emu_precision) $(EMU_DEBUG)
-# train_gpt2.cu's ranks (-DUSE_MPI): each emulated process one GPU, include/nccl.h's
-# collectives moving the data through MPI (built where MPI is)
+# train_gpt2.cu's ranks (-DUSE_NCCL -DUSE_MPI): each emulated process one GPU, include/nccl.h's
+# collectives moving the data over TCP (built where MPI is, which the trainer links)
 EMU_MPI = dev/emu/train_gpt2cu_mpi_fp32_cpu dev/emu/train_gpt2cu_mpi_bf16_cpu
 $(EMU_MPI): train_gpt2.cu $(EMU) $(LIB)
 	$(if $(HAVE_MPI),,@echo "Error: $@ needs MPI: apt-get install openmpi-bin libopenmpi-dev" && exit 1)
-	$(emu_build) $< $@ $(emu_precision) $(EMU_DEBUG) -DUSE_MPI $(MPI_CFLAGS) $(MPI_LIBS)
+	$(emu_build) $< $@ $(emu_precision) $(EMU_DEBUG) -DUSE_NCCL -DUSE_MPI $(MPI_CFLAGS) $(MPI_LIBS)
+# ... and without MPI (-DUSE_NCCL alone: ranks started by -pi fs or tcp)
+dev/emu/train_gpt2cu_nccl_fp32_cpu: train_gpt2.cu $(EMU) $(LIB)
+	$(emu_build) $< $@ -DENABLE_FP32 $(EMU_DEBUG) -DUSE_NCCL
 INFER_EMU = dev/emu/infercu_fp32_cpu dev/emu/infercu_bf16_cpu dev/emu/test_infercu_fp32_cpu dev/emu/test_infercu_bf16_cpu \
             dev/emu/test_infercu_fp32_race dev/emu/test_infercu_bf16_asan
 $(filter dev/emu/infercu_%,$(INFER_EMU)): infer.cu $(EMU) $(LIB)
@@ -401,6 +407,7 @@ TESTS = "bash dev/test/check_cuda_builds.sh" \
         "$(SCHED) ascending '$(LORA_TWIN)' descending '$(LORA_TWIN)'" \
         "$(SCHED) ascending '$(GPT2_TWIN)' descending '$(GPT2_TWIN)'" \
         "bash dev/test/test_train_gpt2cu_mpi.sh $(EMU_MPI) ./dev/emu/train_gpt2cu_fp32_cpu ./train_gpt2_mpi" \
+        "bash dev/test/test_train_gpt2cu_launch.sh ./dev/emu/train_gpt2cu_nccl_fp32_cpu ./dev/emu/train_gpt2cu_mpi_fp32_cpu ./dev/emu/train_gpt2cu_fp32_cpu" \
         "$(SCHED) ascending ./dev/emu/test_infercu_fp32_cpu descending ./dev/emu/test_infercu_fp32_race" \
         "$(SCHED) ascending '$(INFER_TWIN)' descending '$(INFER_TWIN)'" \
         "$(SCHED) ascending ./dev/emu/test_infercu_bf16_cpu random:1 ./dev/emu/test_infercu_bf16_asan" \
@@ -434,7 +441,7 @@ TESTS = "bash dev/test/check_cuda_builds.sh" \
         "bash dev/test/test_instructions_cli.sh ./data/instructions" \
         "bash dev/test/test_train_gpt2_cli.sh ./train_gpt2" \
         "bash dev/test/test_train_gpt2_mpi.sh ./train_gpt2_mpi ./train_gpt2" \
-        "bash dev/test/test_train_gpt2_netns.sh ./train_gpt2_mpi ./train_gpt2" \
+        "bash dev/test/test_train_gpt2_netns.sh ./train_gpt2_mpi ./train_gpt2 ./dev/emu/train_gpt2cu_nccl_fp32_cpu" \
         "bash dev/test/test_checkpoint_kill.sh" \
         "bash dev/test/test_train_mlp_cli.sh ./train_mlp" \
         "bash dev/test/test_plot_metrics.sh" \
@@ -444,7 +451,7 @@ TESTS = "bash dev/test/check_cuda_builds.sh" \
         "bash dev/test/test_emu_build.sh" \
         "bash dev/test/test_check_copies.sh"
 # what make test runs, built first, BUILD_JOBS at a time (the machine's cores)
-TEST_PROGRAMS = train_gpt2 $(if $(HAVE_MPI),train_gpt2_mpi $(EMU_MPI)) test_gpt2 data/tokenizer data/instructions test_tokenizer test_tokenizer_asan train_mlp test_mlp infer infer_bf16 test_infer test_infer_bf16 $(AVX2_TESTS) test_infer_asan convert test_convert test_convert_asan finetune_lora test_finetune_lora $(EMU_PROGRAMS) $(CONVERTED) $(SMOLLM2)
+TEST_PROGRAMS = train_gpt2 $(if $(HAVE_MPI),train_gpt2_mpi $(EMU_MPI) dev/emu/train_gpt2cu_nccl_fp32_cpu) test_gpt2 data/tokenizer data/instructions test_tokenizer test_tokenizer_asan train_mlp test_mlp infer infer_bf16 test_infer test_infer_bf16 $(AVX2_TESTS) test_infer_asan convert test_convert test_convert_asan finetune_lora test_finetune_lora $(EMU_PROGRAMS) $(CONVERTED) $(SMOLLM2)
 BUILD_JOBS ?= $(shell nproc 2> /dev/null || echo 2)
 test-programs: $(TEST_PROGRAMS)
 test:
@@ -503,7 +510,7 @@ print-%:
 	@echo '$($*)'
 
 clean:
-	rm -f train_gpt2 train_gpt2_mpi test_gpt2 test_tokenizer test_tokenizer_asan infer infer_bf16 test_infer test_infer_bf16 test_infer_avx2 test_infer_bf16_avx2 test_infer_asan convert test_convert test_convert_asan finetune_lora test_finetune_lora $(CONVERTED) $(addprefix dev/fuzz/fuzz_,$(FUZZ_TARGETS)) data/tokenizer data/instructions dev/cpu/bench_train_gpt2 dev/cpu/bench_infer train_mlp test_mlp $(CUDA_PROGRAMS) train_gpt2cu_cudnn test_gpt2cu_cudnn dev/cuda/attention_cudnn $(EMU_PROGRAMS) $(EMU_MPI) train_gpt2cu_mpi dev/scaling
+	rm -f train_gpt2 train_gpt2_mpi test_gpt2 test_tokenizer test_tokenizer_asan infer infer_bf16 test_infer test_infer_bf16 test_infer_avx2 test_infer_bf16_avx2 test_infer_asan convert test_convert test_convert_asan finetune_lora test_finetune_lora $(CONVERTED) $(addprefix dev/fuzz/fuzz_,$(FUZZ_TARGETS)) data/tokenizer data/instructions dev/cpu/bench_train_gpt2 dev/cpu/bench_infer train_mlp test_mlp $(CUDA_PROGRAMS) train_gpt2cu_cudnn test_gpt2cu_cudnn dev/cuda/attention_cudnn $(EMU_PROGRAMS) $(EMU_MPI) dev/emu/train_gpt2cu_nccl_fp32_cpu train_gpt2cu_mpi dev/scaling
 	rm -f $(TINYSHAKESPEARE) data/gpt2_tokenizer.bin
 	rm -rf build/amalgamated
 

@@ -1774,9 +1774,13 @@ static Options parse_args(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) { print_usage(&defaults); exit(0); }
-        if (a[0] != '-' || a[1] == '\0' || a[2] != '\0') { usage_error("unknown argument '%s'", a); }
+        if (a[0] != '-' || a[1] == '\0') { usage_error("unknown argument '%s'", a); }
         if (i + 1 >= argc) { usage_error("flag %s needs a value", a); }
         const char *v = argv[++i];
+        if (a[2] != '\0') { // (longer flags are the program's own: train_gpt2.cu's -pi, -pn, ...)
+            if (!parse_device_flag(a, v)) { usage_error("unknown flag '%s'", a); }
+            continue;
+        }
         switch (a[1]) {
         case 'i': o.train_pattern = v; break;
         case 'j': o.val_pattern = v; break;

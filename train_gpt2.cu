@@ -1136,12 +1136,14 @@ typedef struct {
 // ----------------------------------------------------------------------------
 // data parallelism: ranks on GPUs, their gradients summed by NCCL
 
-// train_gpt2.c's ranks (processes started by mpirun, each with the whole model and its own
-// slice of every batch; its "data parallelism" says how and why) with a GPU each: make
-// train_gpt2cu_mpi builds this file with MPI and NCCL (-DUSE_MPI). MPI starts the ranks
-// and hands them NCCL's unique id; NCCL moves gradients and weights between the GPUs
-// (NVLink, PCIe, InfiniBand), from GPU memory to GPU memory, on CUDA streams. Without
-// USE_MPI: one rank, and the functions below do nothing.
+// train_gpt2.c's ranks (processes, each with the whole model and its own slice of every
+// batch; its "data parallelism" says how and why) with a GPU each: make train_gpt2cu_mpi
+// builds this file with NCCL (-DUSE_NCCL) and, where it is installed, MPI (-DUSE_MPI).
+// mpirun starts the ranks and MPI hands them NCCL's unique id; or any launcher starts them
+// and they find rank 0 through a shared folder or a TCP port (-pi fs, tcp; see
+// ranks_init). NCCL then moves gradients and weights between the GPUs (NVLink, PCIe,
+// InfiniBand), from GPU memory to GPU memory, on CUDA streams. Without USE_NCCL: one rank,
+// and the functions below do nothing.
 //
 // The gradients are summed while the backward pass makes them. On the last micro-batch of
 // a step (the gradients then hold all of the step's), once layer l's backward kernels are
@@ -1168,13 +1170,21 @@ typedef struct {
 // layer after next. The embeddings' and lnf's gradients, whole only when the backward pass
 // ends, are kept whole and summed as with ZeRO-1. (ZeRO-3, which shards the weights, is not
 // here.)
+#ifdef USE_NCCL
 #ifdef USE_MPI
 #include <mpi.h>
+#endif
 #include <nccl.h>
+#include <pthread.h>
+#include <netdb.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 static void nccl_check(ncclResult_t r, const char *file, int line) {
     if (r != ncclSuccess) {
         fprintf(stderr, "Error: NCCL: %s (%s:%d)\n", ncclGetErrorString(r), file, line);
-        MPI_Abort(MPI_COMM_WORLD, EXIT_FAILURE);
+        exit(EXIT_FAILURE); // (ranks_at_exit: under mpirun every rank stops)
     }
 }
 #define ncclCheck(call) nccl_check((call), __FILE__, __LINE__)
@@ -1190,18 +1200,24 @@ static cudaStream_t comm_stream;          // where the backward pass's sums run
 static cudaEvent_t layer_done, sums_done; // the default stream's work up to a layer; the sums so far
 static cudaEvent_t table_free[2];         // ZeRO-2: the second stream is done with one-layer table 0, 1
 #endif
+// how the ranks were started (-pi): by mpirun, or by any launcher, each told its rank (-pn,
+// -pr), finding rank 0 through a file in a shared folder (-pf) or a TCP port (-ps)
+enum { START_MPI, START_FS, START_TCP };
 typedef struct {
     int rank, world; // this process's rank, and how many there are
     int zero;        // -Z: 1 the optimizer state sharded over the ranks (ZeRO-1), 2 the layers' gradients too
-    int device;      // this rank's GPU: its rank among the ranks on its machine
+    int device;      // this rank's GPU: its rank among the ranks on its machine (-1: not known, rank mod GPUs)
+    int start;       // START_MPI, START_FS or START_TCP
+    const char *meet; // -pf's folder or -ps's host:port
+    int timeout;     // -pt: seconds a rank may wait for the others before it gives up
 } Ranks;
-static Ranks ranks = {0, 1, 0, 0};
+static Ranks ranks = {0, 1, 0, 0, START_MPI, NULL, 600};
 // set by main for the last micro-batch of a step: its backward pass sums the gradients
 static int sum_grads_in_backward = 0;
 
 // whether the optimizer state is sharded: -Z 1 or 2 over MPI, on one rank too (whose shard is all
 // of it: the sharded path then runs, the collectives on one GPU, for checking it there)
-#ifdef USE_MPI
+#ifdef USE_NCCL
 static int sharded(void) { return ranks.zero; }
 #else
 static int sharded(void) { return 0; }
@@ -1293,6 +1309,7 @@ static void shard_of(GPT2Config c, const float *flat, float *shard) {
     }
 }
 
+#ifdef USE_NCCL
 #ifdef USE_MPI
 // Any exit() after MPI started (an error's, or -h's and -M's success): a success finishes
 // MPI as the run's end does; a failure aborts every rank (MPI_Abort), so that none waits
@@ -1308,103 +1325,440 @@ static void ranks_at_exit(int status, void *arg) {
 }
 #endif
 
-// MPI started, this process's rank (and its rank on its machine, which picks its GPU)
-// found; the ranks but the first print nothing (rank 0 speaks for all; errors still reach
-// stderr)
-void ranks_init(int *argc, char ***argv) {
-#ifdef USE_MPI
-    int provided; // (MPI calls come from the main thread only: FUNNELED)
-    MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
-    if (provided < MPI_THREAD_FUNNELED) {
-        fprintf(stderr, "Error: this MPI does not allow a threaded (OpenMP) program: thread level %d\n", provided);
-        MPI_Abort(MPI_COMM_WORLD, EXIT_FAILURE);
+// the value of flag `name` in argv (NULL: not given); ranks_init reads the -p flags before
+// the other flags are parsed (and parse_device_flag takes them then as read)
+static const char *flag_in(int argc, char **argv, const char *name) {
+    for (int i = 1; i + 1 < argc; i += 2) {
+        if (strcmp(argv[i], name) == 0) { return argv[i + 1]; }
     }
-    MPI_Comm_rank(MPI_COMM_WORLD, &ranks.rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &ranks.world);
-    MPI_Comm machine;
-    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, ranks.rank, MPI_INFO_NULL, &machine);
-    MPI_Comm_rank(machine, &ranks.device);
-    MPI_Comm_free(&machine);
+    return NULL;
+}
+// a -p flag's number, else the first of two environment variables set (the launchers':
+// torchrun's, Slurm's), else fallback
+static int rank_number(int argc, char **argv, const char *flag, const char *env1, const char *env2, int lo, int fallback) {
+    const char *v = flag_in(argc, argv, flag), *from = flag;
+    if (v == NULL && (v = getenv(env1)) != NULL) { from = env1; }
+    if (v == NULL && (v = getenv(env2)) != NULL) { from = env2; }
+    return v != NULL ? (int)parse_int(from, v, lo) : fallback;
+}
+#endif
+
+// This process's rank, and its rank on its machine (which picks its GPU). Under mpirun
+// (-pi mpi, the default) MPI says; with -pi fs or tcp the launcher does (-pn ranks, -pr
+// this one's, -pg GPUs a machine; or torchrun's WORLD_SIZE, RANK, LOCAL_RANK, or Slurm's
+// SLURM_NTASKS, SLURM_PROCID, SLURM_LOCALID) and MPI is not used at all. The ranks but the
+// first print nothing (rank 0 speaks for all; errors still reach stderr).
+void ranks_init(int *argc, char ***argv) {
+#ifdef USE_NCCL
+    const char *how = flag_in(*argc, *argv, "-pi");
+    ranks.start = how == NULL || strcmp(how, "mpi") == 0 ? START_MPI : strcmp(how, "fs") == 0 ? START_FS
+                : strcmp(how, "tcp") == 0 ? START_TCP : -1;
+    if (ranks.start < 0) { usage_error("-pi %s: the ranks start by mpi (mpirun), fs (a shared folder, -pf) or tcp (-ps)", how); }
+    ranks.timeout = rank_number(*argc, *argv, "-pt", "", "", 1, 600);
+    if (ranks.start == START_MPI) {
+        const char *theirs[] = {"-pn", "-pr", "-pg", "-pf", "-ps"};
+        for (int i = 0; i < 5; i++) {
+            if (flag_in(*argc, *argv, theirs[i]) != NULL) { usage_error("%s: for -pi fs or tcp (under mpirun, MPI says)", theirs[i]); }
+        }
+#ifndef USE_MPI
+        if (how != NULL) { usage_error("-pi %s: this build has no MPI (make train_gpt2cu_mpi where MPI is installed)", how); }
+        return; // (one rank)
+#else
+        int provided; // (MPI calls come from the main thread only: FUNNELED)
+        MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
+        on_exit(ranks_at_exit, NULL);
+        if (provided < MPI_THREAD_FUNNELED) {
+            fprintf(stderr, "Error: this MPI does not allow a threaded (OpenMP) program: thread level %d\n", provided);
+            exit(EXIT_FAILURE);
+        }
+        MPI_Comm_rank(MPI_COMM_WORLD, &ranks.rank);
+        MPI_Comm_size(MPI_COMM_WORLD, &ranks.world);
+        MPI_Comm machine;
+        MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, ranks.rank, MPI_INFO_NULL, &machine);
+        MPI_Comm_rank(machine, &ranks.device);
+        MPI_Comm_free(&machine);
+#endif
+    } else {
+        ranks.world = rank_number(*argc, *argv, "-pn", "WORLD_SIZE", "SLURM_NTASKS", 1, -1);
+        ranks.rank = rank_number(*argc, *argv, "-pr", "RANK", "SLURM_PROCID", 0, -1);
+        if (ranks.world < 0 || ranks.rank < 0) {
+            usage_error("-pi %s: say how many ranks there are and which this is (-pn, -pr; or WORLD_SIZE and RANK)", how);
+        }
+        if (ranks.rank >= ranks.world) { usage_error("-pr %s: ranks count from 0 to -pn - 1", flag_in(*argc, *argv, "-pr")); }
+        int per_machine = rank_number(*argc, *argv, "-pg", "", "", 1, 0);
+        ranks.device = per_machine > 0 ? ranks.rank % per_machine : rank_number(*argc, *argv, "", "LOCAL_RANK", "SLURM_LOCALID", 0, -1);
+        ranks.meet = flag_in(*argc, *argv, ranks.start == START_FS ? "-pf" : "-ps");
+        if (ranks.meet == NULL && ranks.start == START_TCP) { ranks.meet = getenv("MASTER_ADDR"); }
+        if (ranks.meet == NULL) {
+            usage_error(ranks.start == START_FS ? "-pi %s needs -pf: a folder every rank sees (a shared file system)"
+                                                : "-pi %s needs -ps host[:port]: rank 0's address (or MASTER_ADDR)", how);
+        }
+    }
     if (ranks.rank > 0 && freopen("/dev/null", "w", stdout) == NULL) {
         fprintf(stderr, "Error: rank %d: cannot send its output to /dev/null\n", ranks.rank);
-        MPI_Abort(MPI_COMM_WORLD, EXIT_FAILURE);
+        exit(EXIT_FAILURE);
     }
-    on_exit(ranks_at_exit, NULL);
 #else
     (void)argc; (void)argv;
 #endif
 }
 
-void ranks_finalize(void) {
-#ifdef USE_MPI
-    if (nccl_comm != NULL) {
-        cudaCheck(cudaStreamSynchronize(comm_stream));
-        ncclCheck(ncclCommDestroy(nccl_comm));
-        cudaCheck(cudaStreamDestroy(comm_stream));
-        cudaCheck(cudaEventDestroy(layer_done));
-        cudaCheck(cudaEventDestroy(sums_done));
-        for (int t = 0; t < 2; t++) { cudaCheck(cudaEventDestroy(table_free[t])); }
+#ifdef USE_NCCL
+// The watchdog. A collective waits for every rank, and NCCL on a GPU waits forever: a rank
+// that died, or hangs, would stall the others. So a thread checks every second that this
+// rank is still getting on (ranks_alive: each collective it starts, each step) and that
+// NCCL reports no error (a peer gone), and ends the process otherwise, with a message,
+// after -pt seconds; mpirun, or the launcher, then stops the rest. (-pt must cover the
+// longest a rank works alone: rank 0's samples and checkpoints.)
+static long long alive_ms;   // when this rank last got on (CLOCK_MONOTONIC, ms)
+static int watchdog_stop;
+static pthread_t watchdog_thread;
+static long long monotonic_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+static void ranks_alive(void) { __atomic_store_n(&alive_ms, monotonic_ms(), __ATOMIC_RELAXED); }
+static void *watchdog(void *arg) {
+    (void)arg;
+    while (!__atomic_load_n(&watchdog_stop, __ATOMIC_RELAXED)) {
+        usleep(200000);
+        ncclComm_t comm = __atomic_load_n(&nccl_comm, __ATOMIC_ACQUIRE);
+        ncclResult_t async = ncclSuccess;
+        if (comm != NULL && ncclCommGetAsyncError(comm, &async) == ncclSuccess && async != ncclSuccess && async != ncclInProgress) {
+            fprintf(stderr, "Error: rank %d: NCCL: %s (another rank gone?); stopping\n", ranks.rank, ncclGetErrorString(async));
+            _exit(EXIT_FAILURE);
+        }
+        long long idle = monotonic_ms() - __atomic_load_n(&alive_ms, __ATOMIC_RELAXED);
+        if (idle > (long long)ranks.timeout * 1000) {
+            fprintf(stderr, "Error: rank %d: waited %d s for the other ranks (-pt): one died or hangs; stopping\n"
+                    "HINT: raise -pt if a rank legitimately works alone longer (rank 0's samples, checkpoints)\n",
+                    ranks.rank, ranks.timeout);
+            _exit(EXIT_FAILURE);
+        }
     }
-    MPI_Finalize();
-#endif
+    return NULL;
 }
 
-// x summed over the ranks (a loss: each rank's share of the mean)
-double ranks_sum(double x) {
-#ifdef USE_MPI
-    if (ranks.world > 1) { MPI_Allreduce(MPI_IN_PLACE, &x, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD); }
-#endif
-    return x;
+// -pi fs: rank 0's NCCL id through a folder all ranks see. Each other rank leaves a mark
+// (rank_<r>, holding a number of its own, made at start) and puts it back whenever it is
+// gone; rank 0 first clears out an earlier run's id and marks, waits for every mark, then
+// writes the id (atomically) with the numbers it read: a rank takes only an id that holds
+// its own number, never one a crashed run left. Rank 0 removes the marks and the id once
+// every rank has joined NCCL.
+static void meet_path(char *out, size_t size, const char *name) { format_path(out, size, "%s/%s", ranks.meet, name); }
+static void mark_path(char *out, size_t size, int r) {
+    char name[64];
+    snprintf(name, sizeof(name), "rank_%d", r);
+    meet_path(out, size, name);
+}
+static void unshare_id_fs(void) {
+    char path[4096];
+    meet_path(path, sizeof(path), "nccl_id");
+    remove(path);
+    for (int r = 1; r < ranks.world; r++) {
+        mark_path(path, sizeof(path), r);
+        remove(path);
+    }
+}
+static void share_id_fs(ncclUniqueId *id) {
+    char id_path[4096], mark[4096];
+    struct stat st;
+    int found = stat(ranks.meet, &st) == 0;
+    if (!found || !S_ISDIR(st.st_mode)) {
+        fprintf(stderr, "Error: rank %d: -pf %s: not a folder (%s)\n", ranks.rank, ranks.meet, found ? "a file" : strerror(errno));
+        exit(EXIT_FAILURE);
+    }
+    meet_path(id_path, sizeof(id_path), "nccl_id");
+    long long deadline = monotonic_ms() + (long long)ranks.timeout * 1000;
+    size_t w = (size_t)ranks.world;
+    unsigned long long *numbers = (unsigned long long *)calloc(w, sizeof(unsigned long long));
+    if (ranks.rank == 0) {
+        unshare_id_fs(); // (an earlier run's)
+        for (int r = 1; r < ranks.world; r++) {
+            mark_path(mark, sizeof(mark), r);
+            for (;;) {
+                FILE *fp = fopen(mark, "rb");
+                int got = fp != NULL && fread(&numbers[r], sizeof(numbers[r]), 1, fp) == 1;
+                if (fp != NULL) { fclose(fp); }
+                if (got) { break; }
+                if (monotonic_ms() > deadline) {
+                    fprintf(stderr, "Error: rank 0: rank %d did not come in %d s (-pt; no %s)\nHINT: start all %d ranks with "
+                            "the same -pf, a folder they all see\n", r, ranks.timeout, mark, ranks.world);
+                    exit(EXIT_FAILURE);
+                }
+                usleep(20000);
+            }
+        }
+        int world = ranks.world;
+        const void *bufs[3] = {&world, numbers, id};
+        size_t sizes[3] = {sizeof(world), w * sizeof(unsigned long long), sizeof(*id)};
+        write_file_atomic(id_path, bufs, sizes, 3);
+        free(numbers);
+        return;
+    }
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    unsigned long long mine = ((unsigned long long)ts.tv_sec * 1000000007ull) ^ ((unsigned long long)ts.tv_nsec << 20) ^
+                              ((unsigned long long)getpid() << 40) ^ (unsigned long long)ranks.rank;
+    mark_path(mark, sizeof(mark), ranks.rank);
+    for (;;) {
+        if (access(mark, F_OK) != 0) { // (first, or rank 0 cleared it out)
+            const void *bufs[1] = {&mine};
+            size_t sizes[1] = {sizeof(mine)};
+            write_file_atomic(mark, bufs, sizes, 1);
+        }
+        FILE *fp = fopen(id_path, "rb");
+        int world = 0, ours = fp != NULL && fread(&world, sizeof(world), 1, fp) == 1 && world == ranks.world &&
+                              fread(numbers, sizeof(unsigned long long), w, fp) == w && numbers[ranks.rank] == mine &&
+                              fread(id, sizeof(*id), 1, fp) == 1;
+        if (fp != NULL) { fclose(fp); }
+        if (ours) { break; }
+        if (monotonic_ms() > deadline) {
+            fprintf(stderr, "Error: rank %d: no id for it from rank 0 in %s after %d s (-pt)\nHINT: start rank 0 (-pr 0) with "
+                    "the same -pf and -pn %d\n", ranks.rank, id_path, ranks.timeout, ranks.world);
+            exit(EXIT_FAILURE);
+        }
+        usleep(20000);
+    }
+    free(numbers);
 }
 
-// Every rank starts from rank 0's weights: the fp32 values a model is built from (drawn
-// from the seed or read from -e) are broadcast before they go to the GPU, so that the
-// master weights are rank 0's too. (The ranks must agree on the model's size first.)
-static void ranks_same_host_params(float *host, size_t n) {
-#ifdef USE_MPI
-    if (ranks.world == 1) { return; }
-    unsigned long long sizes[2] = {n, ~(unsigned long long)n}, extremes[2]; // (the largest and, inverted, the smallest)
-    MPI_Allreduce(sizes, extremes, 2, MPI_UNSIGNED_LONG_LONG, MPI_MAX, MPI_COMM_WORLD);
-    if (extremes[0] != ~extremes[1]) {
-        fprintf(stderr, "Error: rank %d: the ranks built models of different sizes (%llu to %llu parameters)\n"
-                "HINT: every rank must read the same -e, from storage they all share\n", ranks.rank, ~extremes[1],
-                extremes[0]);
-        MPI_Abort(MPI_COMM_WORLD, EXIT_FAILURE);
-    }
-    for (size_t at = 0; at < n; at += (size_t)1 << 30) {
-        size_t part = n - at < ((size_t)1 << 30) ? n - at : (size_t)1 << 30;
-        MPI_Bcast(host + at, (int)part, MPI_FLOAT, 0, MPI_COMM_WORLD);
-    }
-#else
-    (void)host; (void)n;
-#endif
+// -pi tcp: rank 0 listens on -ps's port (29500 when none is given, as torchrun's), each
+// other rank connects (trying again until -pt runs out: rank 0 may start later) and says
+// which rank it is of how many; rank 0 answers each with the id.
+typedef struct { int magic, rank, world; } Hello;
+#define HELLO_MAGIC 0x6c6c6548 // "Hell"
+static int tcp_port(char *host, size_t size) {
+    const char *colon = strrchr(ranks.meet, ':');
+    size_t n = colon != NULL ? (size_t)(colon - ranks.meet) : strlen(ranks.meet);
+    if (n == 0 || n >= size) { usage_error("-ps %s: host[:port]", ranks.meet); }
+    memcpy(host, ranks.meet, n);
+    host[n] = '\0';
+    const char *port = colon != NULL ? colon + 1 : getenv("MASTER_PORT");
+    return port != NULL ? (int)parse_int("-ps's port", port, 1) : 29500;
 }
-
-// After the model is built: every rank must have found the same checkpoint, and NCCL's
-// communicator (its unique id from rank 0, through MPI) and the second stream are made.
-// With MPI there is a communicator even on one rank (its collectives copy in place), so
-// that one GPU runs the very path many do.
-void ranks_start_alike(GPT2 *model, int resume_step) {
-    (void)model;
-#ifdef USE_MPI
-    int steps[2] = {resume_step, -resume_step}, extremes[2]; // (the largest and, negated, the smallest)
-    MPI_Allreduce(steps, extremes, 2, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-    if (extremes[0] != -extremes[1]) {
-        fprintf(stderr, "Error: rank %d: the ranks resume from different checkpoints (steps %d to %d)\n"
-                "HINT: -o must be a folder every machine sees, the same one (a shared file system)\n", ranks.rank,
-                -extremes[1], extremes[0]);
-        MPI_Abort(MPI_COMM_WORLD, EXIT_FAILURE);
+// the whole of n bytes, or 0 when the peer closed, failed or -pt ran out
+static int tcp_io(int fd, void *data, size_t n, int sending, long long deadline) {
+    char *p = (char *)data;
+    while (n > 0) {
+        struct pollfd w = {fd, (short)(sending ? POLLOUT : POLLIN), 0};
+        long long left = deadline - monotonic_ms();
+        if (left <= 0 || poll(&w, 1, (int)left) <= 0) { return 0; }
+        ssize_t got = sending ? send(fd, p, n, MSG_NOSIGNAL) : recv(fd, p, n, 0);
+        if (got <= 0) { return 0; }
+        p += got;
+        n -= (size_t)got;
     }
+    return 1;
+}
+static void share_id_tcp(ncclUniqueId *id) {
+    char host[1024], service[16];
+    int port = tcp_port(host, sizeof(host)), one = 1;
+    if (port > 65535) { usage_error("-ps %s: a port is at most 65535", ranks.meet); }
+    snprintf(service, sizeof(service), "%d", port);
+    long long deadline = monotonic_ms() + (long long)ranks.timeout * 1000;
+    if (ranks.rank == 0) {
+        int listener = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        struct sockaddr_in any;
+        memset(&any, 0, sizeof(any));
+        any.sin_family = AF_INET;
+        any.sin_addr.s_addr = htonl(INADDR_ANY);
+        any.sin_port = htons((uint16_t)port);
+        setsockopt(listener, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+        if (listener < 0 || bind(listener, (struct sockaddr *)&any, sizeof(any)) != 0 || listen(listener, 128) != 0) {
+            fprintf(stderr, "Error: rank 0: cannot listen on port %d (-ps %s): %s\n", port, ranks.meet, strerror(errno));
+            exit(EXIT_FAILURE);
+        }
+        char *joined = (char *)calloc((size_t)ranks.world, 1);
+        for (int n = 1; n < ranks.world; n++) {
+            struct pollfd w = {listener, POLLIN, 0};
+            long long left = deadline - monotonic_ms();
+            int fd = left > 0 && poll(&w, 1, (int)left) > 0 ? accept(listener, NULL, NULL) : -1;
+            Hello h;
+            if (fd < 0) {
+                fprintf(stderr, "Error: rank 0: %d of %d ranks came to port %d in %d s\nHINT: start every rank with -ps %s "
+                        "and -pn %d\n", n, ranks.world, port, ranks.timeout, ranks.meet, ranks.world);
+                exit(EXIT_FAILURE);
+            }
+            if (!tcp_io(fd, &h, sizeof(h), 0, deadline) || h.magic != HELLO_MAGIC || h.world != ranks.world || h.rank < 1 ||
+                h.rank >= ranks.world || joined[h.rank]) {
+                fprintf(stderr, "Error: rank 0: a process on port %d is not one of this run's %d ranks, or a second rank %d"
+                        " (-pn, -pr)\n", port, ranks.world, h.rank);
+                exit(EXIT_FAILURE);
+            }
+            joined[h.rank] = 1;
+            if (!tcp_io(fd, id, sizeof(*id), 1, deadline)) {
+                fprintf(stderr, "Error: rank 0: cannot send rank %d the id\n", h.rank);
+                exit(EXIT_FAILURE);
+            }
+            close(fd);
+        }
+        free(joined);
+        close(listener);
+        return;
+    }
+    struct addrinfo hints, *found = NULL;
+    memset(&hints, 0, sizeof(hints));
+    hints.ai_family = AF_INET;
+    hints.ai_socktype = SOCK_STREAM;
+    int err = getaddrinfo(host, service, &hints, &found);
+    if (err != 0) {
+        fprintf(stderr, "Error: rank %d: -ps %s: %s\n", ranks.rank, ranks.meet, gai_strerror(err));
+        exit(EXIT_FAILURE);
+    }
+    Hello h = {HELLO_MAGIC, ranks.rank, ranks.world};
+    for (;;) {
+        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fd >= 0 && connect(fd, found->ai_addr, found->ai_addrlen) == 0) {
+            int ok = tcp_io(fd, &h, sizeof(h), 1, deadline) && tcp_io(fd, id, sizeof(*id), 0, deadline);
+            close(fd);
+            if (!ok) {
+                fprintf(stderr, "Error: rank %d: rank 0 at %s did not send the id (see its message)\n", ranks.rank, ranks.meet);
+                exit(EXIT_FAILURE);
+            }
+            break;
+        }
+        if (fd >= 0) { close(fd); }
+        if (monotonic_ms() > deadline) {
+            fprintf(stderr, "Error: rank %d: cannot reach rank 0 at %s in %d s: %s\n", ranks.rank, ranks.meet, ranks.timeout,
+                    strerror(errno));
+            exit(EXIT_FAILURE);
+        }
+        usleep(50000);
+    }
+    freeaddrinfo(found);
+}
+#endif
+
+// Once this rank has its GPU: NCCL's communicator (its unique id from rank 0, through MPI,
+// the shared folder or TCP), the second stream, and the watchdog. With NCCL there is a
+// communicator even on one rank (its collectives copy in place), so that one GPU runs the
+// very path many do.
+static void ranks_connect(void) {
+#ifdef USE_NCCL
     ncclUniqueId id;
     if (ranks.rank == 0) { ncclCheck(ncclGetUniqueId(&id)); }
-    MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD);
-    ncclCheck(ncclCommInitRank(&nccl_comm, ranks.world, id, ranks.rank));
+#ifdef USE_MPI
+    if (ranks.start == START_MPI) { MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD); }
+#endif
+    if (ranks.start == START_FS && ranks.world > 1) { share_id_fs(&id); }
+    if (ranks.start == START_TCP && ranks.world > 1) { share_id_tcp(&id); }
+    ranks_alive(); // (the rendezvous has its own time-outs; from here on the watchdog's)
+    if (ranks.world > 1 && pthread_create(&watchdog_thread, NULL, watchdog, NULL) != 0) {
+        fprintf(stderr, "Error: rank %d: cannot start the watchdog thread\n", ranks.rank);
+        exit(EXIT_FAILURE);
+    }
+    ncclComm_t comm;
+    ncclCheck(ncclCommInitRank(&comm, ranks.world, id, ranks.rank));
+    __atomic_store_n(&nccl_comm, comm, __ATOMIC_RELEASE);
+    if (ranks.start == START_FS && ranks.world > 1 && ranks.rank == 0) { unshare_id_fs(); } // (all have joined)
     // (non-blocking: the default stream must not wait for it, nor it for the default
     // stream, but where the events say)
     cudaCheck(cudaStreamCreateWithFlags(&comm_stream, cudaStreamNonBlocking));
     cudaCheck(cudaEventCreateWithFlags(&layer_done, cudaEventDisableTiming));
     cudaCheck(cudaEventCreateWithFlags(&sums_done, cudaEventDisableTiming));
     for (int t = 0; t < 2; t++) { cudaCheck(cudaEventCreateWithFlags(&table_free[t], cudaEventDisableTiming)); }
+    ranks_alive();
+#endif
+}
+
+void ranks_finalize(void) {
+#ifdef USE_NCCL
+    if (ranks.world > 1) {
+        __atomic_store_n(&watchdog_stop, 1, __ATOMIC_RELAXED);
+        pthread_join(watchdog_thread, NULL);
+    }
+    if (nccl_comm != NULL) {
+        cudaCheck(cudaStreamSynchronize(comm_stream));
+        ncclCheck(ncclCommDestroy(nccl_comm));
+        nccl_comm = NULL;
+        cudaCheck(cudaStreamDestroy(comm_stream));
+        cudaCheck(cudaEventDestroy(layer_done));
+        cudaCheck(cudaEventDestroy(sums_done));
+        for (int t = 0; t < 2; t++) { cudaCheck(cudaEventDestroy(table_free[t])); }
+    }
+#ifdef USE_MPI
+    if (ranks.start == START_MPI) { MPI_Finalize(); }
+#endif
+#endif
+}
+
+#ifdef USE_NCCL
+// The host's few collectives (a loss, checks that the ranks agree, the weights at start,
+// checkpoints) go through NCCL too, so that no rank needs MPI once started: through a
+// buffer on the GPU, cuBLASLt's workspace (CUBLASLT_WORKSPACE_BYTES; idle between matmuls,
+// and everything here is on the default stream, in order with them).
+static void *link_buffer(void) { return cublaslt_workspace; }
+#define LINK_BYTES CUBLASLT_WORKSPACE_BYTES
+// every rank's value of x, in rank order
+static void ranks_all(long long x, long long *all) {
+    long long *link = (long long *)link_buffer();
+    ranks_alive();
+    cudaCheck(cudaMemcpy(link + ranks.rank, &x, sizeof(x), cudaMemcpyHostToDevice));
+    ncclCheck(ncclAllGather(link + ranks.rank, link, 1, ncclInt64, nccl_comm, 0));
+    cudaCheck(cudaMemcpy(all, link, (size_t)ranks.world * sizeof(x), cudaMemcpyDeviceToHost));
+    ranks_alive();
+}
+// 1 when every rank has the same x; else the smallest and largest
+static int ranks_agree(long long x, long long *lo, long long *hi) {
+    long long *all = (long long *)mallocCheck((size_t)ranks.world * sizeof(long long));
+    ranks_all(x, all);
+    *lo = *hi = all[0];
+    for (int r = 1; r < ranks.world; r++) {
+        if (all[r] < *lo) { *lo = all[r]; }
+        if (all[r] > *hi) { *hi = all[r]; }
+    }
+    free(all);
+    return *lo == *hi;
+}
+#endif
+
+// x summed over the ranks (a loss: each rank's share of the mean)
+double ranks_sum(double x) {
+#ifdef USE_NCCL
+    if (ranks.world > 1) {
+        double *link = (double *)link_buffer();
+        ranks_alive();
+        cudaCheck(cudaMemcpy(link, &x, sizeof(x), cudaMemcpyHostToDevice));
+        ncclCheck(ncclAllReduce(link, link, 1, ncclFloat64, ncclSum, nccl_comm, 0));
+        cudaCheck(cudaMemcpy(&x, link, sizeof(x), cudaMemcpyDeviceToHost));
+        ranks_alive();
+    }
+#endif
+    return x;
+}
+
+// Every rank starts from rank 0's weights: the fp32 values a model is built from (drawn
+// from the seed or read from -e), once on the GPU (staging, n values), are broadcast from
+// rank 0's, and copied back to host (from which the master weights' shard is cut). (The
+// ranks must agree on the model's size first.)
+static void ranks_same_params(float *host, float *staging, size_t n) {
+#ifdef USE_NCCL
+    if (ranks.world == 1) { return; }
+    long long lo, hi;
+    if (!ranks_agree((long long)n, &lo, &hi)) {
+        fprintf(stderr, "Error: rank %d: the ranks built models of different sizes (%lld to %lld parameters)\n"
+                "HINT: every rank must read the same -e, from storage they all share\n", ranks.rank, lo, hi);
+        exit(EXIT_FAILURE);
+    }
+    ncclCheck(ncclBroadcast(staging, staging, n, ncclFloat32, 0, nccl_comm, 0));
+    cudaCheck(cudaMemcpy(host, staging, n * sizeof(float), cudaMemcpyDeviceToHost));
+#else
+    (void)host; (void)staging; (void)n;
+#endif
+}
+
+// After the model is built: every rank must have found the same checkpoint.
+void ranks_start_alike(GPT2 *model, int resume_step) {
+    (void)model;
+#ifdef USE_NCCL
+    long long lo, hi;
+    if (ranks.world > 1 && !ranks_agree(resume_step, &lo, &hi)) {
+        fprintf(stderr, "Error: rank %d: the ranks resume from different checkpoints (steps %lld to %lld)\n"
+                "HINT: -o must be a folder every machine sees, the same one (a shared file system)\n", ranks.rank, lo, hi);
+        exit(EXIT_FAILURE);
+    }
 #else
     (void)resume_step;
 #endif
@@ -1416,7 +1770,8 @@ void ranks_start_alike(GPT2 *model, int resume_step) {
 // to its rank and the rest all-reduced. (Called on the last micro-batch of a step; with
 // ZeRO-2 for l = -1 only.)
 static void sum_layer_grads(GPT2 *model, int l) {
-#ifdef USE_MPI
+#ifdef USE_NCCL
+    ranks_alive();
     cudaCheck(cudaEventRecord(layer_done, 0));
     cudaCheck(cudaStreamWaitEvent(comm_stream, layer_done, 0));
     floatX **grads = (floatX **)&model->grads;
@@ -1444,7 +1799,7 @@ static void sum_layer_grads(GPT2 *model, int l) {
 // into their gradients)
 static ParameterTensors layer_grads_begin(GPT2 *model, int l) {
     int t = l % 2;
-#ifdef USE_MPI
+#ifdef USE_NCCL
     cudaCheck(cudaStreamWaitEvent(0, table_free[t], 0));
 #endif
 #if GUARD_BYTES > 0 // (debug builds: the table's guard bands still whole from its last layer, before they are zeroed)
@@ -1461,7 +1816,8 @@ static ParameterTensors layer_grads_begin(GPT2 *model, int l) {
 // all-reduces the rest in place, adds this rank's piece and the rest into its shard of the
 // gradients, and frees the table
 static void sum_layer_grads2(GPT2 *model, int l) {
-#ifdef USE_MPI
+#ifdef USE_NCCL
+    ranks_alive();
     int t = l % 2;
     cudaCheck(cudaEventRecord(layer_done, 0));
     cudaCheck(cudaStreamWaitEvent(comm_stream, layer_done, 0));
@@ -1499,7 +1855,7 @@ static void sum_layer_grads2(GPT2 *model, int l) {
 // After the step's backward passes: the default stream waits for the sums they started
 void gpt2_sum_grads(GPT2 *model) {
     (void)model;
-#ifdef USE_MPI
+#ifdef USE_NCCL
     cudaCheck(cudaEventRecord(sums_done, comm_stream));
     cudaCheck(cudaStreamWaitEvent(0, sums_done, 0));
 #endif
@@ -1508,7 +1864,8 @@ void gpt2_sum_grads(GPT2 *model) {
 // Sharded, after each rank's update of its pieces: the pieces of the weights into every
 // rank's weights (floatX, on the default stream, where the next forward pass reads them)
 static void gather_params(GPT2 *model) {
-#ifdef USE_MPI
+#ifdef USE_NCCL
+    ranks_alive();
     floatX **params = (floatX **)&model->params;
     ncclCheck(ncclGroupStart());
     for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {
@@ -1526,30 +1883,36 @@ static void gather_params(GPT2 *model) {
 
 // Sharded checkpoints hold the whole state: one state array (m, v or the master weights,
 // this rank's shard on its GPU) gathered into flat (num_parameters values in checkpoint
-// order, in rank 0's host memory; NULL elsewhere), chunk by chunk: the ranks' pieces land
-// side by side where they belong (MPI_Gather), and the rests are rank 0's own.
+// order, in rank 0's host memory; NULL elsewhere), chunk by chunk through the link buffer:
+// the ranks' pieces, a slice of each at a time, all-gathered side by side and copied where
+// they belong; the rests are rank 0's own.
 static void gather_state(const GPT2 *model, const float *shard, float *flat) {
-#ifdef USE_MPI
-    size_t ns = shard_elements(model->config), sizes[NUM_PARAMETER_TENSORS], offset = 0, at = 0;
+#ifdef USE_NCCL
+    size_t sizes[NUM_PARAMETER_TENSORS], offset = 0, at = 0, w = (size_t)ranks.world;
+    size_t slice = LINK_BYTES / sizeof(float) / w; // (the most of each piece the link holds at once)
+    float *link = (float *)link_buffer();
     fill_in_parameter_sizes(sizes, model->config);
-    float *mine = (float *)mallocCheck((ns > 0 ? ns : 1) * sizeof(float));
-    cudaCheck(cudaMemcpy(mine, shard, ns * sizeof(float), cudaMemcpyDeviceToHost));
-    size_t w = (size_t)ranks.world;
     for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {
         size_t chunks = chunks_of(model->config, k), s = sizes[k] / chunks, q = piece_of(s), rest = rest_of(s);
-        if (q > (size_t)INT_MAX) {
-            fprintf(stderr, "Error: -Z checkpoints gather at most 2^31 - 1 values a chunk (MPI's counts are ints), not %zu\n", q);
-            MPI_Abort(MPI_COMM_WORLD, EXIT_FAILURE);
-        }
         for (size_t l = 0; l < chunks; l++) {
             float *chunk = flat != NULL ? flat + offset + l * s : NULL;
-            MPI_Gather(mine + at, (int)q, MPI_FLOAT, chunk, (int)q, MPI_FLOAT, 0, MPI_COMM_WORLD);
-            if (chunk != NULL) { memcpy(chunk + w * q, mine + at + q, rest * sizeof(float)); }
+            for (size_t from = 0; from < q; from += slice) {
+                size_t n = q - from < slice ? q - from : slice;
+                ranks_alive();
+                cudaCheck(cudaMemcpy(link + (size_t)ranks.rank * n, shard + at + from, n * sizeof(float), cudaMemcpyDeviceToDevice));
+                ncclCheck(ncclAllGather(link + (size_t)ranks.rank * n, link, n, ncclFloat32, nccl_comm, 0));
+                for (size_t r = 0; r < w && chunk != NULL; r++) {
+                    cudaCheck(cudaMemcpy(chunk + r * q + from, link + r * n, n * sizeof(float), cudaMemcpyDeviceToHost));
+                }
+            }
+            if (chunk != NULL && rest > 0) {
+                cudaCheck(cudaMemcpy(chunk + w * q, shard + at + q, rest * sizeof(float), cudaMemcpyDeviceToHost));
+            }
             at += q + rest;
         }
         offset += sizes[k];
     }
-    free(mine);
+    ranks_alive();
 #else
     (void)model; (void)shard; (void)flat;
 #endif
@@ -1588,13 +1951,13 @@ static void gpt2_allocate_parameters(GPT2 *model, float *host_params) {
     fill_in_parameter_sizes(model->param_sizes, model->config);
     model->num_parameters = 0;
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) { model->num_parameters += model->param_sizes[i]; }
-    ranks_same_host_params(host_params, model->num_parameters);
     void *memory;
     cuda_malloc_and_point((void **)&model->params, model->param_sizes, NULL, NUM_PARAMETER_TENSORS, "the parameters", &memory);
     model->params_memory = (floatX *)memory;
     // slices are padded to 256 bytes: copy tensor by tensor
     float *staging = (float *)cuda_malloc_check(model->num_parameters * sizeof(float), "the parameters (fp32 staging)");
     cudaCheck(cudaMemcpy(staging, host_params, model->num_parameters * sizeof(float), cudaMemcpyHostToDevice));
+    ranks_same_params(host_params, staging, model->num_parameters);
     floatX **tensors = (floatX **)&model->params;
     size_t offset = 0;
     for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {
@@ -3095,7 +3458,10 @@ void print_hardware(void) {
     cudaCheck(cudaGetDevice(&device));
     cudaCheck(cudaGetDeviceProperties(&p, device));
     printf("hardware: ");
-    if (ranks.world > 1) { printf("%d ranks (NCCL over MPI%s), rank 0 on ", ranks.world, zero2() ? ", ZeRO-2" : sharded() ? ", ZeRO-1" : ""); }
+    if (ranks.world > 1) {
+        const char *started[] = {"started by mpirun", "met in a shared folder", "met over TCP"};
+        printf("%d ranks (NCCL, %s%s), rank 0 on ", ranks.world, started[ranks.start], zero2() ? ", ZeRO-2" : sharded() ? ", ZeRO-1" : "");
+    }
     printf("GPU %d: %s, compute capability %d.%d, %d SMs, %.1f GiB | precision %s%s\n", device, p.name, p.major,
            p.minor, p.multiProcessorCount, p.totalGlobalMem / 1073741824.0, PRECISION_NAME,
            sizeof(floatX) == sizeof(float) ? "" : use_master_weights ? " with fp32 master weights" : " without master weights (stochastic rounding)");
@@ -3106,7 +3472,7 @@ void print_hardware(void) {
 #else
     printf("attention: ours (batched cuBLASLt matmuls and a causal softmax kernel; make USE_CUDNN=1 for cuDNN's)\n");
 #endif
-#ifdef USE_MPI
+#ifdef USE_NCCL
     if (ranks.zero && ranks.world == 1) {
         printf("note: -Z %d on one rank: its shard is the whole optimizer state%s\n", ranks.zero,
                ranks.zero == 2 ? " (and -Z 2's one-layer tables come on top of the gradients)" : "");
@@ -3127,6 +3493,7 @@ void setup_hardware(void) {
     }
     // (one GPU visible: this rank's own, when the launcher gives each rank one through
     // CUDA_VISIBLE_DEVICES; more: the rank's own is its rank on the machine)
+    if (ranks.device < 0) { ranks.device = ranks.rank % devices; } // (-pi fs, tcp with no word of the machines)
     if (devices > 1 && ranks.device >= devices) {
         fprintf(stderr, "Error: rank %d is rank %d of its machine, which has %d GPUs: one rank a GPU\n"
                 "HINT: start at most as many ranks on each machine as it has GPUs (mpirun -np, or a hostfile's slots)\n",
@@ -3141,6 +3508,7 @@ void setup_hardware(void) {
     cudnn_create();
 #endif
     cublaslt_workspace = cuda_malloc_check(CUBLASLT_WORKSPACE_BYTES, "cuBLASLt's workspace");
+    ranks_connect();
 }
 
 // After the backward pass, with the step's gradient norm: FP16's dynamic loss
@@ -3263,6 +3631,13 @@ static void print_device_usage(void) {
     printf("  -M <0|1>      print the model and the GPU memory this run would allocate, and exit (needs no GPU) [0]\n");
     printf("  -Z <0|1|2>    ZeRO across ranks (train_gpt2cu_mpi): 1 each keeps the master weights and AdamW moments of its\n"
            "                shard only, 2 the layers' gradients too [0]\n");
+    printf("  -pi <how>     how the ranks start (train_gpt2cu_mpi): mpi (mpirun), fs (a shared folder) or tcp [mpi]\n");
+    printf("  -pn <n>       fs, tcp: how many ranks [$WORLD_SIZE or $SLURM_NTASKS]\n");
+    printf("  -pr <r>       fs, tcp: this one's rank, 0 .. n - 1 [$RANK or $SLURM_PROCID]\n");
+    printf("  -pg <g>       fs, tcp: GPUs a machine (a rank's GPU: r mod g) [$LOCAL_RANK or $SLURM_LOCALID, else r mod GPUs]\n");
+    printf("  -pf <dir>     fs: a folder every rank sees, where rank 0 leaves NCCL's id\n");
+    printf("  -ps <h[:p]>   tcp: rank 0's host and port [$MASTER_ADDR:$MASTER_PORT, port 29500]\n");
+    printf("  -pt <s>       seconds a rank waits for the others before it stops with an error [600]\n");
 }
 static int parse_device_flag(const char *flag, const char *value) {
     if (strcmp(flag, "-G") == 0) {
@@ -3273,6 +3648,13 @@ static int parse_device_flag(const char *flag, const char *value) {
         plan_only = (int)parse_int(flag, value, 0);
         if (plan_only > 1) { usage_error("flag -M takes 0 or 1, got '%s'", value); }
         return 1;
+    }
+    if (flag[0] == '-' && flag[1] == 'p' && strchr("inrgfst", flag[2]) != NULL && flag[2] != '\0' && flag[3] == '\0') {
+#ifdef USE_NCCL
+        return 1; // (read by ranks_init)
+#else
+        usage_error("%s: ranks are train_gpt2cu_mpi's (make train_gpt2cu_mpi)", flag);
+#endif
     }
     if (strcmp(flag, "-Z") == 0) {
         ranks.zero = (int)parse_int(flag, value, 0);
@@ -3352,9 +3734,13 @@ static Options parse_args(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) { print_usage(&defaults); exit(0); }
-        if (a[0] != '-' || a[1] == '\0' || a[2] != '\0') { usage_error("unknown argument '%s'", a); }
+        if (a[0] != '-' || a[1] == '\0') { usage_error("unknown argument '%s'", a); }
         if (i + 1 >= argc) { usage_error("flag %s needs a value", a); }
         const char *v = argv[++i];
+        if (a[2] != '\0') { // (longer flags are the program's own: train_gpt2.cu's -pi, -pn, ...)
+            if (!parse_device_flag(a, v)) { usage_error("unknown flag '%s'", a); }
+            continue;
+        }
         switch (a[1]) {
         case 'i': o.train_pattern = v; break;
         case 'j': o.val_pattern = v; break;

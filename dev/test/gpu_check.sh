@@ -54,17 +54,16 @@ fi
 CUDNN_PROGRAMS=""
 [ -n "$(mkvar print-CUDA_PROGRAMS "${CUDNN_MAKE[@]}" | grep -o train_gpt2cu_cudnn)" ] &&
     CUDNN_PROGRAMS="train_gpt2cu_cudnn test_gpt2cu_cudnn dev/cuda/attention_cudnn"
-# NCCL and MPI (train_gpt2cu_mpi, one rank here: one GPU): NCCL may be a Python wheel's the
-# Makefile does not look for (it links a wheel's libnccl.so.2 by name); MPI must be
-# installed (mpicc, mpirun)
+# NCCL (train_gpt2cu_mpi, one rank here: one GPU): NCCL may be a Python wheel's the Makefile
+# does not look for (it links a wheel's libnccl.so.2 by name); MPI is not needed (one rank
+# started alone; without MPI the build starts ranks by -pi fs or tcp only)
 NCCL_MAKE=()
 if [ -z "$(mkvar print-NCCL_HOME)" ]; then
     wheel=$(python3 -c 'import nvidia.nccl as m; print(list(m.__path__)[0])' 2> /dev/null)
     [ -n "$wheel" ] && [ -f "$wheel/include/nccl.h" ] && NCCL_MAKE=(NCCL_HOME="$wheel")
 fi
 NCCL_PROGRAMS=""
-[ -n "$(mkvar print-CUDA_PROGRAMS "${NCCL_MAKE[@]}" | grep -o train_gpt2cu_mpi)" ] && command -v mpirun > /dev/null 2>&1 &&
-    NCCL_PROGRAMS="train_gpt2cu_mpi"
+[ -n "$(mkvar print-CUDA_PROGRAMS "${NCCL_MAKE[@]}" | grep -o train_gpt2cu_mpi)" ] && NCCL_PROGRAMS="train_gpt2cu_mpi"
 # (read from the Makefile's text: the no-make build below needs the list too)
 LADDERS=$(sed -n '/^LADDERS = /,/[^\\]$/p' Makefile | tr -d '\\\n' | sed 's/^LADDERS = //')
 
@@ -192,7 +191,7 @@ nccl_one_rank() {
 if [ -n "$NCCL_PROGRAMS" ]; then
     step nccl_one_rank "train_gpt2cu_mpi (NCCL) on one rank: train_gpt2cu bit for bit, -Z 0, 1 and 2" nccl_one_rank
 else
-    rows+=("| train_gpt2cu_mpi (NCCL) on one rank | skipped: no MPI (mpicc, mpirun) or no NCCL on this machine | - | - |")
+    rows+=("| train_gpt2cu_mpi (NCCL) on one rank | skipped: no NCCL on this machine | - | - |")
 fi
 step test_infercu_fp32 "test_infercu (FP32) vs transformers fixtures, graphs, cuBLAS path, greedy" ./test_infercu_fp32
 step test_infercu_bf16 "test_infercu (BF16) vs transformers fixtures, graphs, cuBLAS path" ./test_infercu
@@ -328,6 +327,8 @@ if [ "${GPU_CHECK_SANITIZE:-1}" = 1 ] && command -v compute-sanitizer > /dev/nul
         step "sanitize_${tool}_lora" "compute-sanitizer --tool $tool: test_finetune_loracu_fp32 (the PEFT fixtures)" \
             timeout 120 compute-sanitizer --tool $tool --error-exitcode 1 ./test_finetune_loracu_fp32
     done
+    [ -n "$NCCL_PROGRAMS" ] && step sanitize_memcheck_nccl "compute-sanitizer memcheck: train_gpt2cu_mpi -Z 2 on one rank (NCCL, the second stream)" \
+        timeout 180 compute-sanitizer --tool memcheck --error-exitcode 1 ./train_gpt2cu_mpi -e d1 -b 4 -t 64 -x 2 -v 0 -s 0 -o "" -Z 2
 else
     rows+=("| compute-sanitizer rows | skipped: GPU_CHECK_SANITIZE=0 or no compute-sanitizer | - | - |")
 fi

@@ -13,24 +13,13 @@
 # checkpoint (GPT-2 on the CPU: its model file, and its state file, in turn); the killed
 # run resumed (-y 1); the two runs' final checkpoints and logs compared. About a minute.
 set -u
+. "$(dirname "$0")/lib.sh"
 TMP=$(mktemp -d /tmp/test_checkpoint_kill.XXXXXX)
 trap '[ -n "${KEEP:-}" ] || rm -rf "$TMP"' EXIT
-passed=0
-failed=0
 cases=0
-report() { # report NAME OK(0/1) [detail]
-    if [ "$2" = 1 ]; then
-        printf '%-80s OK\n' "$1"; passed=$((passed + 1))
-    else
-        printf '%-80s NOT OK\n' "$1"; failed=$((failed + 1))
-        [ -n "${3:-}" ] && printf '  %s\n' "$3"
-    fi
-}
 export OMP_NUM_THREADS=1
-for b in ./train_gpt2 ./finetune_lora ./train_mlp ./convert ./data/tokenizer ./dev/emu/train_gpt2cu_fp32_cpu \
-    ./dev/emu/finetune_loracu_fp32_cpu ./dev/emu/train_mlpcu_cpu; do
-    [ -x "$b" ] || { echo "Error: $b is not built (make test builds it)"; echo "0 passed, 1 failed"; exit 1; }
-done
+need_built "make test builds it" ./train_gpt2 ./finetune_lora ./train_mlp ./convert ./data/tokenizer ./dev/emu/train_gpt2cu_fp32_cpu \
+    ./dev/emu/finetune_loracu_fp32_cpu ./dev/emu/train_mlpcu_cpu
 
 # kill_case NAME KILL_TEXT "FILES TO COMPARE" "LOGS TO COMPARE" COMMAND...: the command runs
 # with -o DIR appended (and -y 1 to resume)
@@ -58,13 +47,18 @@ kill_case() {
 }
 
 # GPT-2: 4 steps, checkpoints after 2 and 4 (model_N.bin, then state_N.bin)
-head -c 20000 data/tinyshakespeare/input.txt > "$TMP/small.txt"
-./data/tokenizer -e -i "$TMP/small.txt" -o "$TMP/small.bin" -t "" > /dev/null || { report "the test shard" 0; exit 1; }
+small_shard "$TMP"
 GPT2=(-e d1 -t 32 -b 2 -d 64 -x 4 -u 2 -l 3e-3 -i "$TMP/small.bin" -j "$TMP/small.bin" -k data/gpt2_tokenizer.bin -v 0 -s 0 -n 2)
 for text in model_00000004 state_00000004; do
     kill_case "train_gpt2" $text "model_00000004.bin state_00000004.bin" "main.log" ./train_gpt2 "${GPT2[@]}"
 done
 kill_case "train_gpt2.cu (emulated)" state_00000004 "model_00000004.bin state_00000004.bin" "main.log" ./dev/emu/train_gpt2cu_fp32_cpu "${GPT2[@]}"
+# ... on 2 ranks with ZeRO-1 (where MPI is): rank 0 gathers the shards and writes; the other
+# rank then loses it and stops too
+if command -v mpirun > /dev/null 2>&1 && [ -x ./dev/emu/train_gpt2cu_mpi_fp32_cpu ]; then
+    kill_case "train_gpt2.cu on 2 ranks, -Z 1 (emulated)" state_00000004 "model_00000004.bin state_00000004.bin" "main.log" \
+        env EMU_DEVICES=2 timeout 120 "${MPIRUN[@]}" -np 2 ./dev/emu/train_gpt2cu_mpi_fp32_cpu "${GPT2[@]}" -d 128 -Z 1
+fi
 
 # LoRA: 4 steps of a d2 model, a checkpoint after 2 and 4 (OUT/step_N/ and OUT/state_N.bin)
 ./convert -i d2 -o "$TMP/d2.bin" > /dev/null 2>&1 || { report "the d2 model" 0; exit 1; }
@@ -83,5 +77,4 @@ MLP=(-d "$TMP/data" -l 784,32,10 -b 32 -v 80 -e 3 -r 3e-3 -u 4 -p 0.2 -w 0.01)
 kill_case "train_mlp" mlp_3 "mlp_3.bin" "metrics.log" ./train_mlp "${MLP[@]}"
 kill_case "train_mlp.cu (emulated)" mlp_3 "mlp_3.bin" "metrics.log" ./dev/emu/train_mlpcu_cpu "${MLP[@]}"
 
-echo "$passed passed, $failed failed"
-[ "$failed" = 0 ]
+finish

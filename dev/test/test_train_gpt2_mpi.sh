@@ -12,56 +12,24 @@
 # checks nothing. The ranks run on one machine, one OpenMP thread each (4 ranks on 2 cores:
 # --oversubscribe). A d1 model and a 20 KB shard: about half a minute.
 set -u
+. "$(dirname "$0")/lib.sh"
 MPI_BIN=${1:-./train_gpt2_mpi}
 CPU_BIN=${2:-./train_gpt2}
-if ! command -v mpirun > /dev/null 2>&1 || ! command -v "${MPICC:-mpicc}" > /dev/null 2>&1; then # (make's test for MPI, and mpirun)
-    echo "MPI is not installed (apt-get install openmpi-bin libopenmpi-dev): train_gpt2_mpi not checked"
-    echo "0 passed, 0 failed"
-    exit 0
-fi
-for b in "$MPI_BIN" "$CPU_BIN" ./data/tokenizer; do
-    [ -x "$b" ] || { echo "Error: $b is not built (make train_gpt2 train_gpt2_mpi data/tokenizer)"; echo "0 passed, 1 failed"; exit 1; }
-done
+need_mpi train_gpt2_mpi
+need_built "make train_gpt2 train_gpt2_mpi data/tokenizer" "$MPI_BIN" "$CPU_BIN" ./data/tokenizer
 TMP=$(mktemp -d /tmp/test_train_gpt2_mpi.XXXXXX)
 trap 'rm -rf "$TMP"' EXIT
-passed=0
-failed=0
-report() { # report NAME OK(0/1) [detail]
-    if [ "$2" = 1 ]; then
-        printf '%-80s OK\n' "$1"; passed=$((passed + 1))
-    else
-        printf '%-80s NOT OK\n' "$1"; failed=$((failed + 1))
-        [ -n "${3:-}" ] && printf '  %s\n' "$3"
-    fi
-}
 export OMP_NUM_THREADS=1
-# mpirun's flags: more ranks than cores; as root (CI), its consent
-MPIRUN=(mpirun --oversubscribe)
-[ "$(id -u)" = 0 ] && MPIRUN+=(--allow-run-as-root)
 mpi() { # mpi N ARGS...: train_gpt2_mpi on N ranks, bounded in time (a hang fails, it does not stall the tests)
     local n=$1
     shift
     timeout 120 "${MPIRUN[@]}" -np "$n" "$MPI_BIN" "$@"
 }
 
-head -c 20000 data/tinyshakespeare/input.txt > "$TMP/small.txt"
-./data/tokenizer -e -i "$TMP/small.txt" -o "$TMP/small.bin" -t "" > /dev/null ||
-    { report "the test shard" 0; echo "$passed passed, $failed failed"; exit 1; }
+small_shard "$TMP"
 # 8 steps of 4 x 32 tokens (-d 128), validation every 4 (2 batches), a checkpoint every 4
 RUN=(-e d1 -t 32 -d 128 -x 8 -u 2 -l 3e-3 -i "$TMP/small.bin" -j "$TMP/small.bin" -k data/gpt2_tokenizer.bin -v 4 -m 2 -s 0 -n 4)
 
-# the numbers of a main.log (step, kind, value), and the largest relative difference of two
-compare_logs() {
-    paste <(sed -E 's/ ms:[0-9.]+//' "$1" | tr ' ' '\n' | grep -v '^s:' | cut -d: -f2) \
-          <(sed -E 's/ ms:[0-9.]+//' "$2" | tr ' ' '\n' | grep -v '^s:' | cut -d: -f2) |
-        awk '{ if ($1 == "" || $2 == "") { bad = 1; next } d = $1 - $2; if (d < 0) d = -d; a = $1 < 0 ? -$1 : $1;
-               r = a > 0 ? d / a : d; if (r > m) m = r; n++ } END { printf "%d %.3e %d\n", n, m, bad }'
-}
-# max |a - b| over two checkpoints' weights (floats after the 256-int header)
-compare_models() {
-    paste <(od -An -v -tf4 -j 1024 "$1" | tr -s ' ' '\n' | sed '/^$/d') <(od -An -v -tf4 -j 1024 "$2" | tr -s ' ' '\n' | sed '/^$/d') |
-        awk '{ d = $1 - $2; if (d < 0) d = -d; if (d > m) m = d; n++ } END { printf "%d %.3e\n", n, m }'
-}
 
 # --- 1. the same training on 1, 2 and 4 ranks
 "$CPU_BIN" "${RUN[@]}" -b 4 -o "$TMP/one" > "$TMP/one.out" 2>&1 || report "one process (train_gpt2 -b 4)" 0 "$(tail -2 "$TMP/one.out")"

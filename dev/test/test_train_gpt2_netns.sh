@@ -4,37 +4,26 @@
 # of their own subnet; mpirun starts one rank in each (its remote shell is `ip netns exec`)
 # and MPI talks TCP between them over that subnet only (no shared memory, no loopback). The
 # run must be one process's, to fp32's rounding, and a rank killed on one host must end the
-# run on both. The test makes the namespaces, the bridge and its links, and removes them.
+# run on both. Given train_gpt2.cu's emulated build without MPI (third argument), its two
+# ranks, one a host, meet over TCP (-pi tcp) and train what train_gpt2_mpi trains. The test
+# makes the namespaces, the bridge and its links, and removes them.
 # Where the machine refuses namespaces (no CAP_NET_ADMIN, no `ip`), it says so and runs the
 # two ranks as processes of this machine over loopback TCP instead.
 #
-#     make train_gpt2 train_gpt2_mpi && bash dev/test/test_train_gpt2_netns.sh ./train_gpt2_mpi ./train_gpt2
+#     make train_gpt2 train_gpt2_mpi dev/emu/train_gpt2cu_nccl_fp32_cpu
+#     bash dev/test/test_train_gpt2_netns.sh ./train_gpt2_mpi ./train_gpt2 ./dev/emu/train_gpt2cu_nccl_fp32_cpu
 #
 # Needs MPI (Debian: apt-get install openmpi-bin libopenmpi-dev); without it, says so and
-# checks nothing. About 20 seconds.
+# checks nothing. About 40 seconds.
 set -u
+. "$(dirname "$0")/lib.sh"
 MPI_BIN=${1:-./train_gpt2_mpi}
 CPU_BIN=${2:-./train_gpt2}
-if ! command -v mpirun > /dev/null 2>&1 || ! command -v "${MPICC:-mpicc}" > /dev/null 2>&1; then
-    echo "MPI is not installed (apt-get install openmpi-bin libopenmpi-dev): train_gpt2_mpi across hosts not checked"
-    echo "0 passed, 0 failed"
-    exit 0
-fi
-for b in "$MPI_BIN" "$CPU_BIN" ./data/tokenizer; do
-    [ -x "$b" ] || { echo "Error: $b is not built (make train_gpt2 train_gpt2_mpi data/tokenizer)"; echo "0 passed, 1 failed"; exit 1; }
-done
+NCCL_BIN=${3:-} # (optional: train_gpt2.cu's emulated build without MPI, its ranks met over TCP)
+need_mpi "train_gpt2_mpi across hosts"
+need_built "make train_gpt2 train_gpt2_mpi data/tokenizer" "$MPI_BIN" "$CPU_BIN" ./data/tokenizer ${NCCL_BIN:+"$NCCL_BIN"}
 MPI_BIN=$(realpath "$MPI_BIN")
 TMP=$(mktemp -d /tmp/test_train_gpt2_netns.XXXXXX)
-passed=0
-failed=0
-report() { # report NAME OK(0/1) [detail]
-    if [ "$2" = 1 ]; then
-        printf '%-80s OK\n' "$1"; passed=$((passed + 1))
-    else
-        printf '%-80s NOT OK\n' "$1"; failed=$((failed + 1))
-        [ -n "${3:-}" ] && printf '  %s\n' "$3"
-    fi
-}
 export OMP_NUM_THREADS=1
 if [ "$(id -u)" = 0 ]; then # (mpirun as root, and the daemons it starts on the "hosts": their consent)
     export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -93,20 +82,8 @@ if [ $mode = namespaces ]; then
           echo "$seen" | grep -q " $net.3/24" && ! echo "$seen" | grep -q "$(readlink /proc/self/ns/net)" && echo 1 || echo 0) "$(echo "$seen" | tr '\n' ' ')"
 fi
 
-head -c 20000 data/tinyshakespeare/input.txt > "$TMP/small.txt"
-./data/tokenizer -e -i "$TMP/small.txt" -o "$TMP/small.bin" -t "" > /dev/null ||
-    { report "the test shard" 0; echo "$passed passed, $failed failed"; exit 1; }
+small_shard "$TMP"
 RUN=(-e d1 -t 32 -d 128 -x 6 -u 2 -l 3e-3 -i "$TMP/small.bin" -j "$TMP/small.bin" -k data/gpt2_tokenizer.bin -v 3 -m 2 -s 0 -n 3)
-compare_logs() { # the largest relative difference of two main.logs' numbers
-    paste <(sed -E 's/ ms:[0-9.]+//' "$1" | tr ' ' '\n' | grep -v '^s:' | cut -d: -f2) \
-          <(sed -E 's/ ms:[0-9.]+//' "$2" | tr ' ' '\n' | grep -v '^s:' | cut -d: -f2) |
-        awk '{ if ($1 == "" || $2 == "") { bad = 1; next } d = $1 - $2; if (d < 0) d = -d; a = $1 < 0 ? -$1 : $1;
-               r = a > 0 ? d / a : d; if (r > m) m = r; n++ } END { printf "%d %.3e %d\n", n, m, bad }'
-}
-compare_models() { # max |a - b| over two checkpoints' weights
-    paste <(od -An -v -tf4 -j 1024 "$1" | tr -s ' ' '\n' | sed '/^$/d') <(od -An -v -tf4 -j 1024 "$2" | tr -s ' ' '\n' | sed '/^$/d') |
-        awk '{ d = $1 - $2; if (d < 0) d = -d; if (d > m) m = d; n++ } END { printf "%d %.3e\n", n, m }'
-}
 
 # --- the same training as one process (the tolerances: test_train_gpt2_mpi.sh says why)
 "$CPU_BIN" "${RUN[@]}" -b 4 -o "$TMP/one" > "$TMP/one.out" 2>&1 || report "one process" 0 "$(tail -2 "$TMP/one.out")"
@@ -119,6 +96,28 @@ report "$where, -b 2 each: every loss, norm and validation loss within 1e-5 of o
 read -r count worst <<< "$(compare_models "$TMP/one/model_00000006.bin" "$TMP/two/model_00000006.bin")"
 report "... the final weights within 3e-3 (one lr) of one process's ($count, worst $worst)" \
     $([ "$count" -gt 1000 ] && awk -v w="$worst" 'BEGIN { exit !(w <= 3e-3) }' && echo 1 || echo 0)
+
+# --- train_gpt2.cu's ranks without MPI (its emulated build: NCCL's stand-in over TCP), one in
+# each host, meeting over TCP at rank 0's address (-pi tcp): train_gpt2_mpi's 2 ranks, to
+# rounding; the stand-in's id names rank 0's own address (its first one but loopback)
+if [ -n "$NCCL_BIN" ]; then
+    addr=127.0.0.1
+    [ $mode = namespaces ] && addr=$net.2
+    port=$((20000 + id % 20000))
+    for r in 0 1; do
+        on=()
+        [ $mode = namespaces ] && on=(ip netns exec "${hosts[$r]}")
+        EMU_DEVICES=1 timeout 300 "${on[@]}" "$NCCL_BIN" "${RUN[@]}" -b 2 -o "$TMP/nccl" -pi tcp -ps "$addr:$port" -pn 2 -pr $r \
+            > "$TMP/nccl.$r.out" 2>&1 &
+        ranks[$r]=$!
+    done
+    wait "${ranks[0]}"; s0=$?
+    wait "${ranks[1]}"; s1=$?
+    read -r count worst bad <<< "$(compare_logs "$TMP/two/main.log" "$TMP/nccl/main.log")"
+    report "train_gpt2.cu (emulated), -pi tcp, $where: train_gpt2_mpi's numbers within 1e-5" \
+        $([ "$s0 $s1" = "0 0" ] && [ "$count" -ge 15 ] && [ "$bad" = 0 ] && within "$worst" 1e-5 && echo 1 || echo 0) \
+        "exit $s0 $s1, $count numbers, worst $worst; $(tail -n 2 "$TMP/nccl.0.out" "$TMP/nccl.1.out" | tr '\n' ' ')"
+fi
 
 # --- a rank killed on one host: the run ends on both, in bounded time
 dead="$TMP/dead"
@@ -146,5 +145,4 @@ last_step=$(basename "${last:-state_0.bin}" .bin | sed 's/state_0*//')
 report "... its last checkpoint (step $last_step) resumes (one process, one more step)" \
     $([ $? = 0 ] && [ -n "$last" ] && grep -q "resuming from $last" "$dead.resumed" && echo 1 || echo 0) "$(tail -2 "$dead.resumed" | tr '\n' ' ')"
 
-echo "$passed passed, $failed failed"
-[ "$failed" = 0 ]
+finish

@@ -1,14 +1,20 @@
 // Under emulation (dev/emu/emu_build.sh puts this folder first on the include path) NCCL
-// is this file: the collectives the project's programs call, between the processes of an
-// MPI run, each process one emulated GPU. The data moves through MPI on the host (device
-// memory is host memory here); the sums are NCCL's, in the buffer's own type: each
-// addition in float, rounded to the type (bf16, fp16) before the next, the ranks' values
-// added in rank order. (NCCL's ring adds them in ring order; with 2 ranks it is one
-// addition, the same either way.) Build with MPI's flags (mpicxx --showme:compile/link).
+// is this file: the collectives the project's programs call, between processes, each
+// process one emulated GPU, however they were started (mpirun, or a launcher of their own
+// with a rendezvous). The data moves over TCP, as NCCL's own bootstrap does: the unique id
+// names a socket of the process that made it (NCCL_COMM_ID=host:port picks it, as it
+// does NCCL's; else this machine's first network address other than loopback), rank 0
+// listens there and every other rank connects to it. Each collective then goes through
+// rank 0 (a star: every rank sends it its part, it computes and sends each rank its
+// result); the sums are NCCL's, in the buffer's own type: each addition in float, rounded
+// to the type (bf16, fp16) before the next, the ranks' values added in rank order. (NCCL's
+// ring adds them in ring order; with 2 ranks it is one addition, the same either way.)
+// A rank that dies closes its connection: every other rank then stops with a message
+// naming it; a rank silent for EMU_NCCL_TIMEOUT seconds (600 by default) too.
 //
 // What a GPU would do wrong is an error here, with the call named:
 //   - every rank must make the same calls, in the same order, with the same counts and
-//     types (on a GPU a mismatch hangs or mixes data): each call compares them first;
+//     types (on a GPU a mismatch hangs or mixes data): rank 0 compares them as each runs;
 //   - the buffers must lie inside live device allocations, and may overlap only as NCCL
 //     allows in place (all-reduce: the same buffer; reduce-scatter: recv = send + rank *
 //     count; all-gather: send = recv + rank * count);
@@ -26,7 +32,15 @@
 #include "cuda_bf16.h"
 #include "cuda_fp16.h"
 #include <climits>
-#include <mpi.h>
+#include <arpa/inet.h>
+#include <cerrno>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
 
 typedef enum {
     ncclSuccess = 0,
@@ -46,7 +60,7 @@ typedef enum { ncclInt8 = 0, ncclUint8 = 1, ncclInt32 = 2, ncclUint32 = 3, ncclI
 typedef enum { ncclSum = 0, ncclProd = 1, ncclMax = 2, ncclMin = 3, ncclAvg = 4 } ncclRedOp_t;
 #define NCCL_UNIQUE_ID_BYTES 128
 typedef struct { char internal[NCCL_UNIQUE_ID_BYTES]; } ncclUniqueId;
-struct ncclComm { int rank, nranks; };
+struct ncclComm { int rank, nranks; std::vector<int> fds; }; // (rank 0: a socket to each rank; others: one, to rank 0)
 typedef ncclComm *ncclComm_t;
 #define NCCL_MAJOR 2
 #define NCCL_MINOR 0
@@ -60,8 +74,88 @@ inline ncclResult_t ncclGetVersion(int *version) { *version = NCCL_MAJOR * 10000
 
 namespace emu {
 inline int nccl_group_depth = 0;
-inline void nccl_mpi_check(int err, const char *call) {
-    if (err != MPI_SUCCESS) { EMU_HOST_ERROR("%s: the MPI under the NCCL stand-in failed (error %d)", call, err); }
+inline double wall_now() {
+    timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+// the socket transport: its time-out, and whole messages to and from one rank
+inline double nccl_timeout() {
+    const char *e = getenv("EMU_NCCL_TIMEOUT");
+    double t = e != nullptr ? atof(e) : 600.0;
+    return t > 0.0 ? t : 600.0;
+}
+inline void nccl_wait_fd(int fd, short events, const char *call, int peer, int rank) {
+    struct pollfd p = {fd, events, 0};
+    int ms = (int)(nccl_timeout() * 1000.0);
+    for (;;) {
+        int n = poll(&p, 1, ms);
+        if (n > 0) { return; }
+        if (n == 0) {
+            EMU_HOST_ERROR("%s on rank %d: no word from rank %d for %g s (EMU_NCCL_TIMEOUT): it hangs, or it makes other calls",
+                           call, rank, peer, nccl_timeout());
+        }
+        if (errno != EINTR) { EMU_HOST_ERROR("%s on rank %d: poll: %s", call, rank, strerror(errno)); }
+    }
+}
+// all of `bytes` sent (sending) or received, or an error naming the peer
+inline void nccl_move(int fd, void *data, size_t bytes, bool sending, const char *call, int peer, int rank) {
+    char *p = (char *)data;
+    while (bytes > 0) {
+        nccl_wait_fd(fd, sending ? POLLOUT : POLLIN, call, peer, rank);
+        ssize_t n = sending ? send(fd, p, bytes, MSG_NOSIGNAL) : recv(fd, p, bytes, 0);
+        if (n < 0 && errno == EINTR) { continue; }
+        if (n <= 0) {
+            EMU_HOST_ERROR("%s on rank %d: rank %d is gone (its connection: %s): it exited or died", call, rank, peer,
+                           n < 0 ? strerror(errno) : "closed");
+        }
+        p += n;
+        bytes -= (size_t)n;
+    }
+}
+inline void nccl_send(int fd, const void *data, size_t bytes, const char *call, int peer, int rank) {
+    nccl_move(fd, (void *)data, bytes, true, call, peer, rank);
+}
+inline void nccl_recv(int fd, void *data, size_t bytes, const char *call, int peer, int rank) {
+    nccl_move(fd, data, bytes, false, call, peer, rank);
+}
+// What a rank says of a collective before its data: which call, count, type, root, and
+// how many bytes of data follow
+struct NcclHeader { long long which, count, type, root, bytes; };
+// One collective through rank 0: every rank sends its header and `bytes` of data; on rank
+// 0 `reply` gets every rank's data (rank order) and returns each rank's result, which this
+// function sends (and rank 0's own it copies to out); the other ranks receive theirs
+// (out_bytes) into out.
+inline void nccl_star(const char *call, ncclComm_t comm, long long count, ncclDataType_t type, int root, const void *mine,
+                      size_t bytes, void *out, size_t out_bytes,
+                      const std::function<std::vector<std::vector<char>>(std::vector<std::vector<char>> &)> &reply) {
+    long long which = 0; // (the call, by its name's hash)
+    for (const char *c = call; *c != '\0'; c++) { which = which * 31 + *c; }
+    NcclHeader h = {which, count, (long long)type, root, (long long)bytes};
+    if (comm->rank != 0) {
+        nccl_send(comm->fds[0], &h, sizeof(h), call, 0, comm->rank);
+        nccl_send(comm->fds[0], mine, bytes, call, 0, comm->rank);
+        nccl_recv(comm->fds[0], out, out_bytes, call, 0, comm->rank);
+        return;
+    }
+    std::vector<std::vector<char>> all((size_t)comm->nranks);
+    all[0].assign((const char *)mine, (const char *)mine + bytes);
+    for (int r = 1; r < comm->nranks; r++) {
+        NcclHeader theirs;
+        nccl_recv(comm->fds[(size_t)r], &theirs, sizeof(theirs), call, r, 0);
+        if (theirs.which != h.which || theirs.count != h.count || theirs.type != h.type || theirs.root != h.root) {
+            EMU_HOST_ERROR("%s on rank 0: rank %d made another call or another count or type (%lld elements of type %lld"
+                           " against %lld of %lld): on a GPU the ranks would hang or mix data", call, r, count,
+                           (long long)type, theirs.count, theirs.type);
+        }
+        all[(size_t)r].resize((size_t)theirs.bytes);
+        nccl_recv(comm->fds[(size_t)r], all[(size_t)r].data(), (size_t)theirs.bytes, call, r, 0);
+    }
+    std::vector<std::vector<char>> results = reply(all);
+    for (int r = 1; r < comm->nranks; r++) {
+        nccl_send(comm->fds[(size_t)r], results[(size_t)r].data(), results[(size_t)r].size(), call, r, 0);
+    }
+    memcpy(out, results[0].data(), out_bytes);
 }
 inline size_t nccl_type_size(ncclDataType_t t, const char *call) {
     switch (t) {
@@ -98,7 +192,7 @@ inline void nccl_add(void *acc, const void *x, size_t i, ncclDataType_t t) {
 // The checks every call makes when issued: the same call on every rank, buffers inside
 // device allocations, the stream's wait for the default stream.
 inline void nccl_issue(const char *call, ncclComm_t comm, const void *send, size_t send_bytes, const void *recv,
-                       size_t recv_bytes, long long count, ncclDataType_t type, int root, void *stream) {
+                       size_t recv_bytes, void *stream) {
     if (comm == nullptr) { EMU_HOST_ERROR("%s: no communicator (ncclCommInitRank first)", call); }
     if (stream != nullptr && ((Stream *)stream)->waited_default < default_count) {
         EMU_HOST_ERROR("%s on a stream that has not waited (cudaStreamWaitEvent) for all the work issued to the default "
@@ -106,18 +200,6 @@ inline void nccl_issue(const char *call, ncclComm_t comm, const void *send, size
     }
     if (send_bytes > 0) { check_range(call, "send buffer", (uintptr_t)send, send_bytes, 1); }
     if (recv_bytes > 0) { check_range(call, "receive buffer", (uintptr_t)recv, recv_bytes, 1); }
-    long long which = 0; // (the call, by its name's hash)
-    for (const char *c = call; *c != '\0'; c++) { which = which * 31 + *c; }
-    long long mine[4] = {which, count, (long long)type, root};
-    std::vector<long long> all((size_t)comm->nranks * 4);
-    nccl_mpi_check(MPI_Allgather(mine, 4, MPI_LONG_LONG, all.data(), 4, MPI_LONG_LONG, MPI_COMM_WORLD), call);
-    for (int r = 0; r < comm->nranks; r++) {
-        if (memcmp(&all[(size_t)r * 4], mine, sizeof(mine)) != 0) {
-            EMU_HOST_ERROR("%s on rank %d: rank %d made another call or another count or type (%lld elements of type %lld"
-                           " against %lld of %lld): on a GPU the ranks would hang or mix data", call, comm->rank, r, count,
-                           (long long)type, all[(size_t)r * 4 + 1], all[(size_t)r * 4 + 2]);
-        }
-    }
 }
 // The race check of a deferred collective: its buffers' bytes are hashed when it is issued
 // and again when it runs; a change means other work wrote them in between, which on a GPU
@@ -180,42 +262,158 @@ inline bool nccl_overlap(const void *a, size_t a_bytes, const void *b, size_t b_
     uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
     return a_bytes > 0 && b_bytes > 0 && x < y + b_bytes && y < x + a_bytes;
 }
-inline int nccl_bytes_int(size_t bytes, const char *call) {
-    if (bytes > (size_t)INT_MAX) { EMU_HOST_ERROR("%s: %zu bytes in one call, more than the stand-in moves (2^31 - 1)", call, bytes); }
-    return (int)bytes;
+}
+
+// The unique id: where rank 0 listens, and a number that tells this run's ranks from
+// another's
+namespace emu {
+struct NcclId { uint64_t magic, nonce; uint32_t addr; uint16_t port; }; // (addr, port: network byte order)
+inline constexpr uint64_t NCCL_ID_MAGIC = 0x314c43434e554d45ull; // "EMUNCCL1"
+inline int nccl_listen_fd = -1; // the socket ncclGetUniqueId opened (in the process that is to be rank 0)
+inline uint64_t nccl_listen_nonce = 0;
+struct NcclHello { uint64_t magic, nonce; int rank, nranks; };
+inline void nccl_tcp_options(int fd) {
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+}
+// NCCL_COMM_ID=host:port, else this machine's first IPv4 address other than loopback (else
+// loopback) and any free port
+inline void nccl_root_address(uint32_t *addr, uint16_t *port) {
+    *addr = htonl(INADDR_LOOPBACK);
+    *port = 0;
+    const char *e = getenv("NCCL_COMM_ID");
+    if (e != nullptr && *e != '\0') {
+        char host[256];
+        const char *colon = strrchr(e, ':');
+        int p = colon != nullptr ? atoi(colon + 1) : 0;
+        size_t n = colon != nullptr ? (size_t)(colon - e) : 0;
+        if (colon == nullptr || n == 0 || n >= sizeof(host) || p <= 0 || p > 65535) {
+            EMU_HOST_ERROR("NCCL_COMM_ID=%s: not host:port", e);
+        }
+        memcpy(host, e, n);
+        host[n] = '\0';
+        in_addr a;
+        if (inet_pton(AF_INET, host, &a) != 1) { EMU_HOST_ERROR("NCCL_COMM_ID=%s: the stand-in takes an IPv4 address", e); }
+        *addr = a.s_addr;
+        *port = htons((uint16_t)p);
+        return;
+    }
+    ifaddrs *list = nullptr;
+    if (getifaddrs(&list) != 0) { return; }
+    for (ifaddrs *i = list; i != nullptr; i = i->ifa_next) {
+        if (i->ifa_addr == nullptr || i->ifa_addr->sa_family != AF_INET || !(i->ifa_flags & IFF_UP) || (i->ifa_flags & IFF_LOOPBACK)) {
+            continue;
+        }
+        *addr = ((sockaddr_in *)i->ifa_addr)->sin_addr.s_addr;
+        break;
+    }
+    freeifaddrs(list);
 }
 }
 
+// A new run's id: opens the socket its rank 0 (this process) listens on
 inline ncclResult_t ncclGetUniqueId(ncclUniqueId *id) {
-    memset(id, 0, sizeof(*id));
+    emu::NcclId x;
+    memset(&x, 0, sizeof(x));
+    x.magic = emu::NCCL_ID_MAGIC;
     timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
-    uint64_t x = emu::mix64((uint64_t)ts.tv_nsec ^ ((uint64_t)getpid() << 32));
+    x.nonce = emu::mix64((uint64_t)ts.tv_nsec ^ ((uint64_t)getpid() << 32) ^ (uint64_t)ts.tv_sec);
+    emu::nccl_root_address(&x.addr, &x.port);
+    if (emu::nccl_listen_fd >= 0) { close(emu::nccl_listen_fd); }
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
+    if (fd < 0) { EMU_HOST_ERROR("ncclGetUniqueId: socket: %s", strerror(errno)); }
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    sockaddr_in a;
+    memset(&a, 0, sizeof(a));
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_ANY);
+    a.sin_port = x.port;
+    socklen_t len = sizeof(a);
+    if (bind(fd, (sockaddr *)&a, sizeof(a)) != 0 || listen(fd, 128) != 0 || getsockname(fd, (sockaddr *)&a, &len) != 0) {
+        EMU_HOST_ERROR("ncclGetUniqueId: cannot listen on port %d: %s", ntohs(x.port), strerror(errno));
+    }
+    x.port = a.sin_port;
+    emu::nccl_listen_fd = fd;
+    emu::nccl_listen_nonce = x.nonce;
+    memset(id, 0, sizeof(*id));
     memcpy(id->internal, &x, sizeof(x));
     return ncclSuccess;
 }
-// a communicator of all the processes of the MPI run (the stand-in's transport): nranks
-// must be their number and rank this process's, and every rank must pass the same id
+// A communicator of nranks processes, this one rank `rank`; every rank must pass the same
+// id, and rank 0 must be the process that made it. Rank 0 waits for every other rank to
+// connect (EMU_NCCL_TIMEOUT), the others try to until then.
 inline ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank) {
-    int initialized = 0, size = 0, me = 0;
-    MPI_Initialized(&initialized);
-    if (!initialized) { EMU_HOST_ERROR("ncclCommInitRank: the NCCL stand-in moves data with MPI: MPI_Init first"); }
-    MPI_Comm_size(MPI_COMM_WORLD, &size);
-    MPI_Comm_rank(MPI_COMM_WORLD, &me);
-    if (nranks != size || rank != me) {
-        EMU_HOST_ERROR("ncclCommInitRank(nranks %d, rank %d) in MPI process %d of %d: the stand-in's ranks are MPI's",
-                       nranks, rank, me, size);
+    const char *call = "ncclCommInitRank";
+    emu::NcclId x;
+    memcpy(&x, id.internal, sizeof(x));
+    if (nranks < 1 || rank < 0 || rank >= nranks) { EMU_HOST_ERROR("%s: rank %d of %d ranks", call, rank, nranks); }
+    if (x.magic != emu::NCCL_ID_MAGIC) { EMU_HOST_ERROR("%s on rank %d: the id is not one ncclGetUniqueId made", call, rank); }
+    ncclComm_t c = new ncclComm{rank, nranks, {}};
+    double deadline = emu::wall_now() + emu::nccl_timeout();
+    if (rank == 0) {
+        if (emu::nccl_listen_fd < 0 || emu::nccl_listen_nonce != x.nonce) {
+            EMU_HOST_ERROR("%s: rank 0 must be the process whose ncclGetUniqueId made the id (the stand-in's rank 0 listens"
+                           " on the socket it opened)", call);
+        }
+        c->fds.assign((size_t)nranks, -1);
+        for (int joined = 1; joined < nranks; joined++) {
+            struct pollfd p = {emu::nccl_listen_fd, POLLIN, 0};
+            int left = (int)((deadline - emu::wall_now()) * 1000.0);
+            if (left <= 0 || poll(&p, 1, left) <= 0) {
+                EMU_HOST_ERROR("%s on rank 0: only %d of %d ranks connected in %g s (EMU_NCCL_TIMEOUT)", call, joined, nranks,
+                               emu::nccl_timeout());
+            }
+            int fd = accept4(emu::nccl_listen_fd, nullptr, nullptr, SOCK_CLOEXEC);
+            if (fd < 0) { EMU_HOST_ERROR("%s on rank 0: accept: %s", call, strerror(errno)); }
+            emu::nccl_tcp_options(fd);
+            emu::NcclHello h;
+            emu::nccl_recv(fd, &h, sizeof(h), call, -1, 0);
+            if (h.magic != emu::NCCL_ID_MAGIC || h.nonce != x.nonce) {
+                EMU_HOST_ERROR("%s on rank 0: a rank with another id connected (another run's, on a GPU: never connects)", call);
+            }
+            if (h.nranks != nranks || h.rank < 1 || h.rank >= nranks || c->fds[(size_t)h.rank] >= 0) {
+                EMU_HOST_ERROR("%s on rank 0: a rank says it is rank %d of %d, this run has %d ranks%s", call, h.rank, h.nranks,
+                               nranks, h.rank >= 1 && h.rank < nranks && c->fds[(size_t)h.rank] >= 0 ? " and that rank already" : "");
+            }
+            c->fds[(size_t)h.rank] = fd;
+        }
+        close(emu::nccl_listen_fd);
+        emu::nccl_listen_fd = -1;
+    } else {
+        int fd = -1;
+        for (;;) {
+            fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+            sockaddr_in a;
+            memset(&a, 0, sizeof(a));
+            a.sin_family = AF_INET;
+            a.sin_addr.s_addr = x.addr;
+            a.sin_port = x.port;
+            if (fd >= 0 && connect(fd, (sockaddr *)&a, sizeof(a)) == 0) { break; }
+            int err = errno;
+            if (fd >= 0) { close(fd); }
+            if (emu::wall_now() > deadline) {
+                char host[INET_ADDRSTRLEN] = "?";
+                inet_ntop(AF_INET, &a.sin_addr, host, sizeof(host));
+                EMU_HOST_ERROR("%s on rank %d: cannot reach rank 0 at %s:%d in %g s (EMU_NCCL_TIMEOUT): %s", call, rank, host,
+                               ntohs(x.port), emu::nccl_timeout(), strerror(err));
+            }
+            usleep(50000);
+        }
+        emu::nccl_tcp_options(fd);
+        emu::NcclHello h = {emu::NCCL_ID_MAGIC, x.nonce, rank, nranks};
+        emu::nccl_send(fd, &h, sizeof(h), call, 0, rank);
+        c->fds.assign(1, fd);
     }
-    ncclUniqueId first = id;
-    emu::nccl_mpi_check(MPI_Bcast(&first, sizeof(first), MPI_BYTE, 0, MPI_COMM_WORLD), "ncclCommInitRank");
-    if (memcmp(&first, &id, sizeof(id)) != 0) {
-        EMU_HOST_ERROR("ncclCommInitRank on rank %d: a unique id other than rank 0's (on a GPU: never connects)", rank);
-    }
-    *comm = new ncclComm{rank, nranks};
+    *comm = c;
     return ncclSuccess;
 }
-inline ncclResult_t ncclCommDestroy(ncclComm_t comm) { delete comm; return ncclSuccess; }
-inline ncclResult_t ncclCommAbort(ncclComm_t comm) { delete comm; return ncclSuccess; }
+inline ncclResult_t ncclCommDestroy(ncclComm_t comm) {
+    for (int fd : comm->fds) { if (fd >= 0) { close(fd); } }
+    delete comm;
+    return ncclSuccess;
+}
+inline ncclResult_t ncclCommAbort(ncclComm_t comm) { return ncclCommDestroy(comm); }
 inline ncclResult_t ncclCommGetAsyncError(ncclComm_t, ncclResult_t *r) { *r = ncclSuccess; return ncclSuccess; }
 inline ncclResult_t ncclCommCount(const ncclComm_t comm, int *n) { *n = comm->nranks; return ncclSuccess; }
 inline ncclResult_t ncclCommUserRank(const ncclComm_t comm, int *r) { *r = comm->rank; return ncclSuccess; }
@@ -232,19 +430,19 @@ inline ncclResult_t ncclAllReduce(const void *send, void *recv, size_t count, nc
     const char *call = "ncclAllReduce";
     if (op != ncclSum) { EMU_HOST_ERROR("%s: only ncclSum is emulated", call); }
     size_t bytes = count * emu::nccl_type_size(type, call);
-    emu::nccl_issue(call, comm, send, bytes, recv, bytes, (long long)count, type, -1, stream);
+    emu::nccl_issue(call, comm, send, bytes, recv, bytes, stream);
     if (send != recv && emu::nccl_overlap(send, bytes, recv, bytes)) { EMU_HOST_ERROR("%s: send and receive buffers overlap, not in place", call); }
     emu::NcclRace race = emu::nccl_race_start(call, stream, send, bytes, recv, bytes);
     emu::defer(stream, [=]() {
         emu::LibraryCall library_call;
         emu::nccl_race_check(race);
-        std::vector<char> all((size_t)comm->nranks * bytes + 1);
-        emu::nccl_mpi_check(MPI_Allgather(send, emu::nccl_bytes_int(bytes, call), MPI_BYTE, all.data(), (int)bytes, MPI_BYTE,
-                                          MPI_COMM_WORLD), call);
-        for (int r = 1; r < comm->nranks; r++) {
-            for (size_t i = 0; i < count; i++) { emu::nccl_add(all.data(), all.data() + (size_t)r * bytes, i, type); }
-        }
-        memcpy(recv, all.data(), bytes);
+        emu::nccl_star(call, comm, (long long)count, type, -1, send, bytes, recv, bytes, [&](std::vector<std::vector<char>> &all) {
+            std::vector<char> sum = all[0];
+            for (size_t r = 1; r < all.size(); r++) {
+                for (size_t i = 0; i < count; i++) { emu::nccl_add(sum.data(), all[r].data(), i, type); }
+            }
+            return std::vector<std::vector<char>>(all.size(), sum);
+        });
         emu::nccl_race_done(race);
     });
     return ncclSuccess;
@@ -256,7 +454,7 @@ inline ncclResult_t ncclReduceScatter(const void *send, void *recv, size_t count
     const char *call = "ncclReduceScatter";
     if (op != ncclSum) { EMU_HOST_ERROR("%s: only ncclSum is emulated", call); }
     size_t bytes = count * emu::nccl_type_size(type, call), send_bytes = bytes * (size_t)comm->nranks;
-    emu::nccl_issue(call, comm, send, send_bytes, recv, bytes, (long long)count, type, -1, stream);
+    emu::nccl_issue(call, comm, send, send_bytes, recv, bytes, stream);
     if ((const char *)recv != (const char *)send + (size_t)comm->rank * bytes && emu::nccl_overlap(send, send_bytes, recv, bytes)) {
         EMU_HOST_ERROR("%s: the receive buffer overlaps the send buffer, but not in place (recv = send + rank * count)", call);
     }
@@ -264,13 +462,16 @@ inline ncclResult_t ncclReduceScatter(const void *send, void *recv, size_t count
     emu::defer(stream, [=]() {
         emu::LibraryCall library_call;
         emu::nccl_race_check(race);
-        std::vector<char> parts(send_bytes + 1); // part r: rank r's send part `rank`
-        int n = emu::nccl_bytes_int(bytes, call);
-        emu::nccl_mpi_check(MPI_Alltoall(send, n, MPI_BYTE, parts.data(), n, MPI_BYTE, MPI_COMM_WORLD), call);
-        for (int r = 1; r < comm->nranks; r++) {
-            for (size_t i = 0; i < count; i++) { emu::nccl_add(parts.data(), parts.data() + (size_t)r * bytes, i, type); }
-        }
-        memcpy(recv, parts.data(), bytes);
+        emu::nccl_star(call, comm, (long long)count, type, -1, send, send_bytes, recv, bytes, [&](std::vector<std::vector<char>> &all) {
+            std::vector<std::vector<char>> parts(all.size());
+            for (size_t p = 0; p < all.size(); p++) { // (part p: the sum of every rank's part p)
+                parts[p].assign(all[0].begin() + (long)(p * bytes), all[0].begin() + (long)((p + 1) * bytes));
+                for (size_t r = 1; r < all.size(); r++) {
+                    for (size_t i = 0; i < count; i++) { emu::nccl_add(parts[p].data(), all[r].data() + p * bytes, i, type); }
+                }
+            }
+            return parts;
+        });
         emu::nccl_race_done(race);
     });
     return ncclSuccess;
@@ -280,7 +481,7 @@ inline ncclResult_t ncclAllGather(const void *send, void *recv, size_t count, nc
                                   cudaStream_t stream) {
     const char *call = "ncclAllGather";
     size_t bytes = count * emu::nccl_type_size(type, call), recv_bytes = bytes * (size_t)comm->nranks;
-    emu::nccl_issue(call, comm, send, bytes, recv, recv_bytes, (long long)count, type, -1, stream);
+    emu::nccl_issue(call, comm, send, bytes, recv, recv_bytes, stream);
     if ((const char *)send != (const char *)recv + (size_t)comm->rank * bytes && emu::nccl_overlap(send, bytes, recv, recv_bytes)) {
         EMU_HOST_ERROR("%s: the send buffer overlaps the receive buffer, but not in place (send = recv + rank * count)", call);
     }
@@ -288,10 +489,11 @@ inline ncclResult_t ncclAllGather(const void *send, void *recv, size_t count, nc
     emu::defer(stream, [=]() {
         emu::LibraryCall library_call;
         emu::nccl_race_check(race);
-        std::vector<char> all(recv_bytes + 1);
-        int n = emu::nccl_bytes_int(bytes, call);
-        emu::nccl_mpi_check(MPI_Allgather(send, n, MPI_BYTE, all.data(), n, MPI_BYTE, MPI_COMM_WORLD), call);
-        memcpy(recv, all.data(), recv_bytes);
+        emu::nccl_star(call, comm, (long long)count, type, -1, send, bytes, recv, recv_bytes, [&](std::vector<std::vector<char>> &all) {
+            std::vector<char> joined;
+            for (const std::vector<char> &part : all) { joined.insert(joined.end(), part.begin(), part.end()); }
+            return std::vector<std::vector<char>>(all.size(), joined);
+        });
         emu::nccl_race_done(race);
     });
     return ncclSuccess;
@@ -301,19 +503,20 @@ inline ncclResult_t ncclBroadcast(const void *send, void *recv, size_t count, nc
                                   cudaStream_t stream) {
     const char *call = "ncclBroadcast";
     if (root < 0 || root >= comm->nranks) { EMU_HOST_ERROR("%s: root %d of %d ranks", call, root, comm->nranks); }
-    size_t bytes = count * emu::nccl_type_size(type, call);
-    emu::nccl_issue(call, comm, send, comm->rank == root ? bytes : 0, recv, bytes, (long long)count, type, root, stream);
+    size_t bytes = count * emu::nccl_type_size(type, call), mine = comm->rank == root ? bytes : 0;
+    emu::nccl_issue(call, comm, send, mine, recv, bytes, stream);
     if (send != recv && comm->rank == root && emu::nccl_overlap(send, bytes, recv, bytes)) {
         EMU_HOST_ERROR("%s: send and receive buffers overlap, not in place", call);
     }
-    emu::NcclRace race = emu::nccl_race_start(call, stream, send, comm->rank == root ? bytes : 0, recv, bytes);
+    emu::NcclRace race = emu::nccl_race_start(call, stream, send, mine, recv, bytes);
     emu::defer(stream, [=]() {
         emu::LibraryCall library_call;
         emu::nccl_race_check(race);
-        std::vector<char> data(bytes + 1);
-        if (comm->rank == root) { memcpy(data.data(), send, bytes); }
-        emu::nccl_mpi_check(MPI_Bcast(data.data(), emu::nccl_bytes_int(bytes, call), MPI_BYTE, root, MPI_COMM_WORLD), call);
-        memcpy(recv, data.data(), bytes);
+        emu::nccl_star(call, comm, (long long)count, type, root, mine > 0 ? send : nullptr, mine, recv, bytes,
+                       [&](std::vector<std::vector<char>> &all) {
+            if (all[(size_t)root].size() != bytes) { EMU_HOST_ERROR("%s: the root sent %zu bytes, not %zu", call, all[(size_t)root].size(), bytes); }
+            return std::vector<std::vector<char>>(all.size(), all[(size_t)root]);
+        });
         emu::nccl_race_done(race);
     });
     return ncclSuccess;
