@@ -108,7 +108,7 @@ endif
 # What no chapter teaches lives in lib/, header-only (lib/README.md): every program
 # includes some of these, and a change to one rebuilds them all
 LIB = $(wildcard lib/*.h)
-.PHONY: all data smollm2 test test-programs reference bench clean help cuda gpu-check fuzz mutants amalgamated
+.PHONY: all data smollm2 test test-long test-programs reference bench clean help cuda gpu-check fuzz mutants amalgamated
 
 all: train_gpt2 test_gpt2 data/tokenizer test_tokenizer train_mlp test_mlp infer infer_bf16 test_infer test_infer_bf16 convert test_convert data/instructions finetune_lora test_finetune_lora
 
@@ -403,13 +403,16 @@ LORA_TWIN = bash dev/test/test_finetune_lora_cuda.sh ./finetune_lora ./dev/emu/f
 # the longest first: make test runs them TEST_JOBS at a time (dev/test/run_tests.sh; 2: the
 # emulated programs run on one thread each, so two of them keep a 2-core machine busy)
 TEST_JOBS ?= 2
+# (the twins, each GPU trainer against its CPU twin, run once here, under one schedule; make
+# test-long runs each under two and compares every byte they copied to the host, as make
+# test does for the unit tests, which run the same kernels)
 TESTS = "bash dev/test/check_cuda_builds.sh" \
-        "$(SCHED) ascending '$(LORA_TWIN)' descending '$(LORA_TWIN)'" \
-        "$(SCHED) ascending '$(GPT2_TWIN)' descending '$(GPT2_TWIN)'" \
+        "EMU_SCHEDULE=descending $(LORA_TWIN)" \
+        "EMU_SCHEDULE=descending $(GPT2_TWIN)" \
         "bash dev/test/test_train_gpt2cu_mpi.sh $(EMU_MPI) ./dev/emu/train_gpt2cu_fp32_cpu ./train_gpt2_mpi" \
         "bash dev/test/test_train_gpt2cu_launch.sh ./dev/emu/train_gpt2cu_nccl_fp32_cpu ./dev/emu/train_gpt2cu_mpi_fp32_cpu ./dev/emu/train_gpt2cu_fp32_cpu" \
         "$(SCHED) ascending ./dev/emu/test_infercu_fp32_cpu descending ./dev/emu/test_infercu_fp32_race" \
-        "$(SCHED) ascending '$(INFER_TWIN)' descending '$(INFER_TWIN)'" \
+        "EMU_SCHEDULE=descending $(INFER_TWIN)" \
         "$(SCHED) ascending ./dev/emu/test_infercu_bf16_cpu random:1 ./dev/emu/test_infercu_bf16_asan" \
         ./test_gpt2 \
         "$(SCHED) ascending ./dev/emu/test_emu_cpu descending ./dev/emu/test_emu_cpu" \
@@ -457,6 +460,15 @@ test-programs: $(TEST_PROGRAMS)
 test:
 	@$(MAKE) --no-print-directory -j$(BUILD_JOBS) test-programs
 	@bash dev/test/run_tests.sh -j $(TEST_JOBS) $(TESTS)
+
+# The long checks make test leaves out (about 25 minutes on 2 cores): the twins under two
+# schedules each, their host-visible bytes compared
+LONG_TESTS = "$(SCHED) ascending '$(LORA_TWIN)' descending '$(LORA_TWIN)'" \
+             "$(SCHED) ascending '$(GPT2_TWIN)' descending '$(GPT2_TWIN)'" \
+             "$(SCHED) ascending '$(INFER_TWIN)' descending '$(INFER_TWIN)'"
+test-long:
+	@$(MAKE) --no-print-directory -j$(BUILD_JOBS) test-programs
+	@bash dev/test/run_tests.sh -j $(TEST_JOBS) $(LONG_TESTS)
 
 # One file when wanted: every root program as a single source, its lib/ headers pasted in
 # (dev/amalgamate.sh), in build/amalgamated/; make test compiles each and runs it once
@@ -521,6 +533,7 @@ help:
 	@echo "make train_mlp && ./train_mlp     an MLP by hand on Fashion-MNIST (apt-get install dataset-fashion-mnist)"
 	@echo "make finetune_lora && ./finetune_lora -h   LoRA fine-tuning of SmolLM2 on data/iso (CPU; -B 1: a benchmark)"
 	@echo "make test                         build and run every test; exits non-zero on a failure"
+	@echo "make test-long                    the GPU twins under two emulated schedules each, compared (25 minutes)"
 	@echo "make data                         tokenize tinyshakespeare, write data/gpt2_tokenizer.bin"
 	@echo "make infer && ./infer -i \"ROMEO:\"  generate text (the newest log_gpt2 checkpoint, or -m a checkpoint)"
 	@echo "make convert && ./convert -i DIR -o gpt2.bin   a Hugging Face GPT-2 folder -> a checkpoint (and back: -o DIR)"

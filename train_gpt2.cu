@@ -1325,6 +1325,7 @@ static void ranks_at_exit(int status, void *arg) {
 }
 #endif
 
+static int meet_from_env; // -pi tcp: rank 0's address from MASTER_ADDR (and its port from MASTER_PORT)
 // the value of flag `name` in argv (NULL: not given); ranks_init reads the -p flags before
 // the other flags are parsed (and parse_device_flag takes them then as read)
 static const char *flag_in(int argc, char **argv, const char *name) {
@@ -1362,7 +1363,6 @@ void ranks_init(int *argc, char ***argv) {
         }
 #ifndef USE_MPI
         if (how != NULL) { usage_error("-pi %s: this build has no MPI (make train_gpt2cu_mpi where MPI is installed)", how); }
-        return; // (one rank)
 #else
         int provided; // (MPI calls come from the main thread only: FUNNELED)
         MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
@@ -1378,6 +1378,13 @@ void ranks_init(int *argc, char ***argv) {
         MPI_Comm_rank(machine, &ranks.device);
         MPI_Comm_free(&machine);
 #endif
+        // (a launcher's processes started without -pi would each train alone, over one another's files)
+        const char *launched = getenv("WORLD_SIZE");
+        if (ranks.world == 1 && launched != NULL && atoi(launched) > 1) {
+            fprintf(stderr, "Error: WORLD_SIZE=%s says a launcher (torchrun) started %s ranks, not mpirun\n"
+                    "HINT: -pi tcp (rank 0's address from MASTER_ADDR, MASTER_PORT) or -pi fs -pf FOLDER\n", launched, launched);
+            exit(EXIT_FAILURE);
+        }
     } else {
         ranks.world = rank_number(*argc, *argv, "-pn", "WORLD_SIZE", "SLURM_NTASKS", 1, -1);
         ranks.rank = rank_number(*argc, *argv, "-pr", "RANK", "SLURM_PROCID", 0, -1);
@@ -1388,7 +1395,7 @@ void ranks_init(int *argc, char ***argv) {
         int per_machine = rank_number(*argc, *argv, "-pg", "", "", 1, 0);
         ranks.device = per_machine > 0 ? ranks.rank % per_machine : rank_number(*argc, *argv, "", "LOCAL_RANK", "SLURM_LOCALID", 0, -1);
         ranks.meet = flag_in(*argc, *argv, ranks.start == START_FS ? "-pf" : "-ps");
-        if (ranks.meet == NULL && ranks.start == START_TCP) { ranks.meet = getenv("MASTER_ADDR"); }
+        if (ranks.meet == NULL && ranks.start == START_TCP && (ranks.meet = getenv("MASTER_ADDR")) != NULL) { meet_from_env = 1; }
         if (ranks.meet == NULL) {
             usage_error(ranks.start == START_FS ? "-pi %s needs -pf: a folder every rank sees (a shared file system)"
                                                 : "-pi %s needs -ps host[:port]: rank 0's address (or MASTER_ADDR)", how);
@@ -1405,11 +1412,12 @@ void ranks_init(int *argc, char ***argv) {
 
 #ifdef USE_NCCL
 // The watchdog. A collective waits for every rank, and NCCL on a GPU waits forever: a rank
-// that died, or hangs, would stall the others. So a thread checks every second that this
-// rank is still getting on (ranks_alive: each collective it starts, each step) and that
-// NCCL reports no error (a peer gone), and ends the process otherwise, with a message,
-// after -pt seconds; mpirun, or the launcher, then stops the rest. (-pt must cover the
-// longest a rank works alone: rank 0's samples and checkpoints.)
+// that died, or hangs, would stall the others. So a thread checks five times a second that
+// this rank is still getting on (ranks_alive: each collective it starts, each forward and
+// backward pass) and that NCCL reports no error (a peer gone), and ends the process
+// otherwise, with a message, after -pt seconds; mpirun, or the launcher, then stops the
+// rest. (-pt must cover the longest another rank works alone while this one waits: rank
+// 0's samples and checkpoint writes, a slow rank's loading.)
 static long long alive_ms;   // when this rank last got on (CLOCK_MONOTONIC, ms)
 static int watchdog_stop;
 static pthread_t watchdog_thread;
@@ -1419,6 +1427,14 @@ static long long monotonic_ms(void) {
     return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 static void ranks_alive(void) { __atomic_store_n(&alive_ms, monotonic_ms(), __ATOMIC_RELAXED); }
+// (ncclCommGetAsyncError from this second thread while the main one issues collectives: NCCL
+// asks for one thread at a time per communicator, but this query is the one meant for a
+// watchdog, as PyTorch's and XLA's call it)
+static void watchdog_stop_process(void) {
+    fflush(stdout); // (rank 0's last lines)
+    fflush(stderr);
+    _exit(EXIT_FAILURE);
+}
 static void *watchdog(void *arg) {
     (void)arg;
     while (!__atomic_load_n(&watchdog_stop, __ATOMIC_RELAXED)) {
@@ -1427,14 +1443,14 @@ static void *watchdog(void *arg) {
         ncclResult_t async = ncclSuccess;
         if (comm != NULL && ncclCommGetAsyncError(comm, &async) == ncclSuccess && async != ncclSuccess && async != ncclInProgress) {
             fprintf(stderr, "Error: rank %d: NCCL: %s (another rank gone?); stopping\n", ranks.rank, ncclGetErrorString(async));
-            _exit(EXIT_FAILURE);
+            watchdog_stop_process();
         }
         long long idle = monotonic_ms() - __atomic_load_n(&alive_ms, __ATOMIC_RELAXED);
         if (idle > (long long)ranks.timeout * 1000) {
             fprintf(stderr, "Error: rank %d: waited %d s for the other ranks (-pt): one died or hangs; stopping\n"
-                    "HINT: raise -pt if a rank legitimately works alone longer (rank 0's samples, checkpoints)\n",
+                    "HINT: raise -pt if a rank legitimately works alone longer (rank 0's samples, checkpoints, loading)\n",
                     ranks.rank, ranks.timeout);
-            _exit(EXIT_FAILURE);
+            watchdog_stop_process();
         }
     }
     return NULL;
@@ -1464,6 +1480,7 @@ static void unshare_id_fs(void) {
 static void share_id_fs(ncclUniqueId *id) {
     char id_path[4096], mark[4096];
     struct stat st;
+    mkdir(ranks.meet, 0755); // (every rank: whichever comes first; it may be -o's folder, not made yet)
     int found = stat(ranks.meet, &st) == 0;
     if (!found || !S_ISDIR(st.st_mode)) {
         fprintf(stderr, "Error: rank %d: -pf %s: not a folder (%s)\n", ranks.rank, ranks.meet, found ? "a file" : strerror(errno));
@@ -1487,7 +1504,7 @@ static void share_id_fs(ncclUniqueId *id) {
                             "the same -pf, a folder they all see\n", r, ranks.timeout, mark, ranks.world);
                     exit(EXIT_FAILURE);
                 }
-                usleep(20000);
+                usleep(100000);
             }
         }
         int world = ranks.world;
@@ -1519,14 +1536,16 @@ static void share_id_fs(ncclUniqueId *id) {
                     "the same -pf and -pn %d\n", ranks.rank, id_path, ranks.timeout, ranks.world);
             exit(EXIT_FAILURE);
         }
-        usleep(20000);
+        usleep(200000); // (thousands of ranks polling a shared file system's server: not too often)
     }
     free(numbers);
 }
 
-// -pi tcp: rank 0 listens on -ps's port (29500 when none is given, as torchrun's), each
-// other rank connects (trying again until -pt runs out: rank 0 may start later) and says
-// which rank it is of how many; rank 0 answers each with the id.
+// -pi tcp: rank 0 listens on -ps's port (29500 when none is given; MASTER_PORT + 1 from
+// torchrun's variables), each other rank connects (trying again until -pt runs out: rank 0
+// may start later) and says which rank it is of how many; rank 0 answers each with the id,
+// and ignores a connection that does not say so within seconds (a port scan, a health
+// check, another run's rank).
 typedef struct { int magic, rank, world; } Hello;
 #define HELLO_MAGIC 0x6c6c6548 // "Hell"
 static int tcp_port(char *host, size_t size) {
@@ -1535,8 +1554,10 @@ static int tcp_port(char *host, size_t size) {
     if (n == 0 || n >= size) { usage_error("-ps %s: host[:port]", ranks.meet); }
     memcpy(host, ranks.meet, n);
     host[n] = '\0';
-    const char *port = colon != NULL ? colon + 1 : getenv("MASTER_PORT");
-    return port != NULL ? (int)parse_int("-ps's port", port, 1) : 29500;
+    if (colon != NULL) { return (int)parse_int("-ps's port", colon + 1, 1); }
+    // (from torchrun's variables: its own store listens on MASTER_PORT, ours on the next)
+    const char *port = meet_from_env ? getenv("MASTER_PORT") : NULL;
+    return port != NULL ? (int)parse_int("MASTER_PORT", port, 1) + 1 : 29500;
 }
 // the whole of n bytes, or 0 when the peer closed, failed or -pt ran out
 static int tcp_io(int fd, void *data, size_t n, int sending, long long deadline) {
@@ -1571,21 +1592,27 @@ static void share_id_tcp(ncclUniqueId *id) {
             exit(EXIT_FAILURE);
         }
         char *joined = (char *)calloc((size_t)ranks.world, 1);
-        for (int n = 1; n < ranks.world; n++) {
+        for (int n = 1; n < ranks.world;) {
             struct pollfd w = {listener, POLLIN, 0};
             long long left = deadline - monotonic_ms();
             int fd = left > 0 && poll(&w, 1, (int)left) > 0 ? accept(listener, NULL, NULL) : -1;
-            Hello h;
             if (fd < 0) {
-                fprintf(stderr, "Error: rank 0: %d of %d ranks came to port %d in %d s\nHINT: start every rank with -ps %s "
+                fprintf(stderr, "Error: rank 0: %d of %d ranks came to port %d in %d s (-pt)\nHINT: start every rank with -ps %s "
                         "and -pn %d\n", n, ranks.world, port, ranks.timeout, ranks.meet, ranks.world);
                 exit(EXIT_FAILURE);
             }
-            if (!tcp_io(fd, &h, sizeof(h), 0, deadline) || h.magic != HELLO_MAGIC || h.world != ranks.world || h.rank < 1 ||
-                h.rank >= ranks.world || joined[h.rank]) {
-                fprintf(stderr, "Error: rank 0: a process on port %d is not one of this run's %d ranks, or a second rank %d"
-                        " (-pn, -pr)\n", port, ranks.world, h.rank);
-                exit(EXIT_FAILURE);
+            Hello h;
+            long long soon = monotonic_ms() + 5000; // (a rank says hello at once)
+            if (!tcp_io(fd, &h, sizeof(h), 0, soon < deadline ? soon : deadline) || h.magic != HELLO_MAGIC) {
+                close(fd); // (not one of ours)
+                continue;
+            }
+            if (h.world != ranks.world || h.rank < 1 || h.rank >= ranks.world || joined[h.rank]) {
+                fprintf(stderr, "Warning: rank 0: a process on port %d says it is rank %d of %d; this run has %d ranks%s: "
+                        "ignored\n", port, h.rank, h.world, ranks.world,
+                        h.rank >= 1 && h.rank < ranks.world && joined[h.rank] ? " and has that one" : "");
+                close(fd);
+                continue;
             }
             joined[h.rank] = 1;
             if (!tcp_io(fd, id, sizeof(*id), 1, deadline)) {
@@ -1593,6 +1620,7 @@ static void share_id_tcp(ncclUniqueId *id) {
                 exit(EXIT_FAILURE);
             }
             close(fd);
+            n++;
         }
         free(joined);
         close(listener);
@@ -1608,12 +1636,27 @@ static void share_id_tcp(ncclUniqueId *id) {
         exit(EXIT_FAILURE);
     }
     Hello h = {HELLO_MAGIC, ranks.rank, ranks.world};
+    int err_connect = 0;
     for (;;) {
-        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        if (fd >= 0 && connect(fd, found->ai_addr, found->ai_addrlen) == 0) {
-            int ok = tcp_io(fd, &h, sizeof(h), 1, deadline) && tcp_io(fd, id, sizeof(*id), 0, deadline);
+        // (a connect that waits at most 2 s a try, and never past -pt: where packets are
+        // dropped, a blocking connect can take minutes)
+        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0), ok = 0;
+        if (fd >= 0 && (connect(fd, found->ai_addr, found->ai_addrlen) == 0 || errno == EINPROGRESS)) {
+            struct pollfd w = {fd, POLLOUT, 0};
+            long long left = deadline - monotonic_ms();
+            socklen_t len = sizeof(err_connect);
+            err_connect = ETIMEDOUT;
+            if (left > 0 && poll(&w, 1, left < 2000 ? (int)left : 2000) > 0) {
+                getsockopt(fd, SOL_SOCKET, SO_ERROR, &err_connect, &len);
+            }
+            ok = err_connect == 0;
+        } else {
+            err_connect = errno;
+        }
+        if (ok) {
+            int got = tcp_io(fd, &h, sizeof(h), 1, deadline) && tcp_io(fd, id, sizeof(*id), 0, deadline);
             close(fd);
-            if (!ok) {
+            if (!got) {
                 fprintf(stderr, "Error: rank %d: rank 0 at %s did not send the id (see its message)\n", ranks.rank, ranks.meet);
                 exit(EXIT_FAILURE);
             }
@@ -1621,14 +1664,16 @@ static void share_id_tcp(ncclUniqueId *id) {
         }
         if (fd >= 0) { close(fd); }
         if (monotonic_ms() > deadline) {
-            fprintf(stderr, "Error: rank %d: cannot reach rank 0 at %s in %d s: %s\n", ranks.rank, ranks.meet, ranks.timeout,
-                    strerror(errno));
+            fprintf(stderr, "Error: rank %d: cannot reach rank 0 at %s:%d in %d s (-pt): %s\n", ranks.rank, host, port,
+                    ranks.timeout, strerror(err_connect));
             exit(EXIT_FAILURE);
         }
         usleep(50000);
     }
     freeaddrinfo(found);
 }
+#else
+static void ranks_alive(void) {}
 #endif
 
 // Once this rank has its GPU: NCCL's communicator (its unique id from rank 0, through MPI,
@@ -2301,6 +2346,7 @@ void gpt2_allocate_activations(GPT2 *model, size_t B, size_t T) {
 // logits were (the backward pass comes next; validation simply ignores it);
 // without targets (sampling) it stops at the logits.
 void gpt2_forward(GPT2 *model, const int *inputs, const int *targets, size_t B, size_t T) {
+    ranks_alive(); // (the watchdog: this rank is getting on)
     GPT2Config c = model->config;
     size_t V = c.vocab_size, Vp = c.padded_vocab_size, L = c.num_layers, NH = c.num_heads, C = c.channels;
     if (T > (size_t)c.max_seq_len) {
@@ -2426,6 +2472,7 @@ static void gpt2_check_guard_bands(const GPT2 *model) {
 // gradients ACCUMULATE over micro-batches; loss_scale is d(total loss)/d(this
 // batch's mean loss), applied to the classifier's gradient as it is used.
 void gpt2_backward(GPT2 *model, float loss_scale) {
+    ranks_alive();
     if (model->mean_loss == -1.0f) {
         fprintf(stderr, "Error: gpt2_backward called without a forward pass with targets\n");
         exit(EXIT_FAILURE);
@@ -3636,7 +3683,7 @@ static void print_device_usage(void) {
     printf("  -pr <r>       fs, tcp: this one's rank, 0 .. n - 1 [$RANK or $SLURM_PROCID]\n");
     printf("  -pg <g>       fs, tcp: GPUs a machine (a rank's GPU: r mod g) [$LOCAL_RANK or $SLURM_LOCALID, else r mod GPUs]\n");
     printf("  -pf <dir>     fs: a folder every rank sees, where rank 0 leaves NCCL's id\n");
-    printf("  -ps <h[:p]>   tcp: rank 0's host and port [$MASTER_ADDR:$MASTER_PORT, port 29500]\n");
+    printf("  -ps <h[:p]>   tcp: rank 0's host and port [port 29500; or $MASTER_ADDR, port $MASTER_PORT + 1]\n");
     printf("  -pt <s>       seconds a rank waits for the others before it stops with an error [600]\n");
 }
 static int parse_device_flag(const char *flag, const char *value) {

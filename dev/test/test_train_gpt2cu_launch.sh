@@ -24,12 +24,14 @@ TMP=$(mktemp -d /tmp/test_train_gpt2cu_launch.XXXXXX)
 pids=()
 trap 'for p in "${pids[@]}"; do kill -9 "$p" 2> /dev/null; done; rm -rf "$TMP"' EXIT
 export OMP_NUM_THREADS=1 EMU_DEVICES=2
-# a free TCP port (one this script has not used yet, and nothing listens on)
-next_port=$((20000 + RANDOM % 20000))
+# a free TCP port, and the one after it (this script has not used them yet, nothing listens
+# on them; below 32768, where the system's own ephemeral ports start)
+next_port=$((20000 + RANDOM % 10000))
+listening() { (exec 3<> "/dev/tcp/127.0.0.1/$1") 2> /dev/null; }
 port() {
-    while (exec 3<> "/dev/tcp/127.0.0.1/$next_port") 2> /dev/null; do next_port=$((next_port + 1)); done
+    while listening $next_port || listening $((next_port + 1)); do next_port=$((next_port + 1)); done
     echo $next_port
-    next_port=$((next_port + 1))
+    next_port=$((next_port + 2))
 }
 # two ranks, each its own process: ranks2 NAME ARGS... (rank r's output in NAME.r.out,
 # their exit statuses in NAME.status, "a b"); rank 1 starts first (rank 0 need not be first)
@@ -40,6 +42,7 @@ ranks2() {
     for r in 1 0; do
         timeout 300 "$BIN" "$@" -pn 2 -pr $r > "$TMP/$name.$r.out" 2>&1 &
         p[$r]=$!
+        pids+=($!)
         [ $r = 1 ] && sleep 0.5
     done
     local s0 s1
@@ -66,24 +69,36 @@ report "-pi fs, 2 ranks: mpirun's log, weights and AdamW state, bit for bit; the
 report "-pi fs: rank 0 says how the ranks met; rank 1 prints nothing to stdout" \
     $(grep -q '^hardware: 2 ranks (NCCL, met in a shared folder, ZeRO-1), rank 0 on GPU 0' "$TMP/fs.0.out" && [ ! -s "$TMP/fs.1.out" ] &&
       echo 1 || echo 0) "$(grep '^hardware' "$TMP/fs.0.out")"
-P=$(port)
-for r in 1 0; do
+P=$(port) # (torchrun's store's: ours listens on the next)
+for r in 0 1; do
     RANK=$r WORLD_SIZE=2 LOCAL_RANK=$r MASTER_ADDR=127.0.0.1 MASTER_PORT=$P timeout 300 "$BIN" "${RUN[@]}" -o "$TMP/tcp" -pi tcp \
         > "$TMP/tcp.$r.out" 2>&1 &
     pids[$r]=$!
+    # (before rank 1: rank 0 listening, and a stranger connected who says nothing; rank 0
+    # must drop it, not wait for it until -pt)
+    if [ $r = 0 ]; then
+        for i in $(seq 1 300); do listening $((P + 1)) && break; sleep 0.1; done
+        (exec 3<> "/dev/tcp/127.0.0.1/$((P + 1))" && exec sleep 60) 2> /dev/null &
+        stranger=$!
+        pids+=($stranger)
+    fi
 done
 wait "${pids[0]}"; s0=$?
 wait "${pids[1]}"; s1=$?
-report "-pi tcp, 2 ranks from RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT: mpirun's run, bit for bit" \
+kill "$stranger" 2> /dev/null
+report "-pi tcp, 2 ranks from RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT + 1, a silent stranger: mpirun's run" \
     $([ "$s0 $s1" = "0 0" ] && same_log "$TMP/mpi/main.log" "$TMP/tcp/main.log" &&
       cmp -s "$TMP/mpi/model_00000003.bin" "$TMP/tcp/model_00000003.bin" && cmp -s "$TMP/mpi/state_00000003.bin" "$TMP/tcp/state_00000003.bin" &&
       grep -q '^hardware: 2 ranks (NCCL, met over TCP, ZeRO-1)' "$TMP/tcp.0.out" && echo 1 || echo 0) "exit $s0 $s1; $(tail -2 "$TMP/tcp.0.out" | tr '\n' ' ')"
 
 # --- 2. a crashed run's leftovers in the folder (an id, a mark), rank 1 up long before rank 0
-printf 'not an id of this run' > "$TMP/meet/nccl_id"
+# (the id file as rank 0 writes it, the world size right: 2 ranks' numbers and an id, all
+# another run's; rank 1 must see the number is not its own)
+{ printf '\002\000\000\000'; head -c $((2 * 8 + 128)) /dev/urandom; } > "$TMP/meet/nccl_id"
 printf 'old mark' > "$TMP/meet/rank_1"
 timeout 300 "$BIN" "${RUN[@]}" -o "$TMP/stale" -pi fs -pf "$TMP/meet" -pn 2 -pr 1 > "$TMP/stale.1.out" 2>&1 &
 p1=$!
+pids+=($p1)
 sleep 2
 timeout 300 "$BIN" "${RUN[@]}" -o "$TMP/stale" -pi fs -pf "$TMP/meet" -pn 2 -pr 0 > "$TMP/stale.0.out" 2>&1
 s0=$?
@@ -102,25 +117,28 @@ for how in KILL STOP; do
         pids[$r]=$!
     done
     for i in $(seq 1 600); do grep -q '^s:2 ' "$TMP/$how/main.log" 2> /dev/null && break; sleep 0.1; done # (main.log: flushed each step)
+    alive=$(grep -q '^s:2 ' "$TMP/$how/main.log" 2> /dev/null && kill -0 "${pids[0]}" 2> /dev/null && echo 1 || echo 0)
     kill -$how "${pids[1]}"
     [ $how = KILL ] && { wait "${pids[1]}"; } 2> /dev/null # (reaped here, where bash's "Killed" goes nowhere)
     start=$(date +%s)
-    ( sleep 60; kill -9 "${pids[0]}" 2> /dev/null ) &
-    guard=$!
+    for i in $(seq 1 600); do kill -0 "${pids[0]}" 2> /dev/null || break; sleep 0.1; done
+    kill -9 "${pids[0]}" 2> /dev/null # (still there after 60 s: a hang, which fails below)
     wait "${pids[0]}"; s0=$?
     took=$(($(date +%s) - start))
-    kill "$guard" 2> /dev/null
     kill -9 "${pids[1]}" 2> /dev/null
     if [ $how = KILL ]; then
         want='rank 1 is gone|another rank gone|waited 5 s for the other ranks'
         what="rank 1 killed (-9)"
-    else
+        least=0
+    else # (the watchdog: not before -pt has passed)
         want='waited 5 s for the other ranks \(-pt\): one died or hangs; stopping'
         what="rank 1 stopped (SIGSTOP), -pt 5"
+        least=4
     fi
     wait "${pids[1]}" 2> /dev/null
-    report "$what at step 2: rank 0 exits non-zero in ${took} s (< 30), saying why" \
-        $([ $s0 != 0 ] && [ $s0 != 137 ] && [ "$took" -lt 30 ] && grep -Eq "$want" "$TMP/$how.0.out" && echo 1 || echo 0) \
+    report "$what at step 2 (rank 0 running): rank 0 exits non-zero in ${took} s ($least to 30), saying why" \
+        $([ "$alive" = 1 ] && [ $s0 != 0 ] && [ $s0 != 137 ] && [ "$took" -ge $least ] && [ "$took" -lt 30 ] && grep -Eq "$want" "$TMP/$how.0.out" &&
+          echo 1 || echo 0) \
         "exit $s0 after $took s: $(grep -m1 Error "$TMP/$how.0.out")"
 done
 
@@ -158,6 +176,9 @@ bad "-pi fs without -pf" "-pi fs needs -pf" "$BIN" -pi fs -pn 2 -pr 0
 bad "-pi fs, -pf a file" "-pf $TMP/small.txt: not a folder" "$BIN" -pi fs -pf "$TMP/small.txt" -pn 2 -pr 0
 bad "-pn under mpirun's start" "-pn: for -pi fs or tcp (under mpirun, MPI says)" "$MPI_BIN" -pn 2
 bad "-pi mpi in the build without MPI" "-pi mpi: this build has no MPI" "$BIN" -pi mpi
+export WORLD_SIZE=2
+bad "torchrun's WORLD_SIZE=2 without -pi" "WORLD_SIZE=2 says a launcher (torchrun) started 2 ranks, not mpirun" "$BIN"
+unset WORLD_SIZE
 bad "-ps with a bad port" "flag -ps's port needs an integer" "$BIN" -pi tcp -ps 127.0.0.1:x -pn 2 -pr 1
 bad "-pi fs in the plain build" "-pi: ranks are train_gpt2cu_mpi's (make train_gpt2cu_mpi)" "$PLAIN_BIN" -pi fs
 

@@ -106,8 +106,9 @@ inline void nccl_move(int fd, void *data, size_t bytes, bool sending, const char
         ssize_t n = sending ? send(fd, p, bytes, MSG_NOSIGNAL) : recv(fd, p, bytes, 0);
         if (n < 0 && errno == EINTR) { continue; }
         if (n <= 0) {
-            EMU_HOST_ERROR("%s on rank %d: rank %d is gone (its connection: %s): it exited or died", call, rank, peer,
-                           n < 0 ? strerror(errno) : "closed");
+            const char *why = n < 0 ? strerror(errno) : "closed";
+            if (peer < 0) { EMU_HOST_ERROR("%s on rank %d: a connecting process is gone (its connection: %s)", call, rank, why); }
+            EMU_HOST_ERROR("%s on rank %d: rank %d is gone (its connection: %s): it exited or died", call, rank, peer, why);
         }
         p += n;
         bytes -= (size_t)n;
