@@ -103,8 +103,15 @@ static const Tolerance TOL[] = {
     // measured: up to 4.4e-6 (small, step 10: the loss fell from 11 to 0.2, so every
     // step's rounding is compounded by the next)
     {"steps", 5e-5f, 0.0f},
+    // flash attention against attention_forward/backward, both fp32: they sum in different
+    // orders and exponentiate different differences, so they differ by rounding. Measured:
+    // max abs err / max|ref| up to 3e-7, rel err of entries above 1e-3 max|ref| up to 1e-4.
+    // Planted bugs: no rescale of the running output when the maximum grows gives abs errors
+    // of 1 to 2.5 (T > 32 only: hence shapes of several tiles), a skipped last key tile NaN,
+    // D_t scaled by 0.999 in the backward pass 1e-3 (dqkv only)
+    {"flash", 1e-3f, 1e-5f},
 };
-enum { TOL_LOGITS, TOL_LOSS, TOL_GRADS, TOL_STEPS };
+enum { TOL_LOGITS, TOL_LOSS, TOL_GRADS, TOL_STEPS, TOL_FLASH };
 
 // ----------------------------------------------------------------------------
 // the fixture file (format: dev/reference/gpt2_reference.py's header)
@@ -322,6 +329,58 @@ static void test_gemm_shapes(void) {
     record(all_ok);
 }
 
+// Flash attention against the attention that keeps its T x T scores, forward and every
+// gradient, on shapes that divide no tile size (FLASH_TQ, FLASH_TK = 32): one token, one
+// short tile, a tile and one, several tiles, odd head sizes. The inputs span [-2, 2), so a
+// query's scores spread over several units and later key tiles often raise the running
+// maximum (the rescaling path runs). The whole model with -F 1 is also checked against
+// PyTorch in main.
+static void check_close(const char *name, const float *ours, const float *ref, size_t n, Tolerance tol) {
+    Sampled s = {(int64_t)n, 1, (int64_t)n, (float *)ref};
+    check_tensor(name, ours, &s, tol, NULL, NULL);
+}
+
+static void test_flash_attention(void) {
+    printf("\n== flash attention against attention_forward/backward, uneven shapes ==\n");
+    const size_t shapes[][4] = {{1, 1, 1, 8}, {2, 31, 3, 24}, {1, 33, 2, 7}, {2, 77, 2, 64}, {1, 130, 4, 20}, {1, 200, 1, 128}};
+    uint64_t rng = 42;
+    for (size_t si = 0; si < sizeof(shapes) / sizeof(shapes[0]); si++) {
+        size_t B = shapes[si][0], T = shapes[si][1], NH = shapes[si][2], HS = shapes[si][3], C = NH * HS;
+        float *qkv = (float *)mallocCheck(B * T * 3 * C * sizeof(float)), *dout = (float *)mallocCheck(B * T * C * sizeof(float));
+        float *out = (float *)mallocCheck(B * T * C * sizeof(float)), *out_f = (float *)mallocCheck(B * T * C * sizeof(float));
+        float *att = (float *)mallocCheck(B * NH * T * T * sizeof(float)), *datt = (float *)mallocCheck(B * NH * T * T * sizeof(float));
+        float *lse = (float *)mallocCheck(B * NH * T * sizeof(float));
+        float *dqkv = (float *)mallocCheck(B * T * 3 * C * sizeof(float)), *dqkv_f = (float *)mallocCheck(B * T * 3 * C * sizeof(float));
+        for (size_t i = 0; i < B * T * 3 * C; i++) { qkv[i] = 4.0f * rng_float(&rng) - 2.0f; }
+        for (size_t i = 0; i < B * T * C; i++) { dout[i] = 2.0f * rng_float(&rng) - 1.0f; }
+        for (size_t i = 0; i < B * T * 3 * C; i++) { dqkv_f[i] = NAN; } // written, not accumulated
+        attention_forward(out, att, qkv, B, T, C, NH);
+        attention_backward(dqkv, datt, dout, qkv, att, B, T, C, NH);
+        flash_attention_forward(out_f, lse, qkv, B, T, C, NH);
+        flash_attention_backward(dqkv_f, dout, qkv, out_f, lse, B, T, C, NH);
+        // the log-sum-exp against the scores' (att = exp(score - lse), so at the diagonal
+        // lse = q.k*scale - log att)
+        double lse_err = 0.0;
+        for (size_t b = 0; b < B; b++) {
+            for (size_t h = 0; h < NH; h++) {
+                for (size_t t = 0; t < T; t++) {
+                    const float *q = qkv + (b * T + t) * 3 * C + h * HS, *k = q + C;
+                    double s = 0.0;
+                    for (size_t i = 0; i < HS; i++) { s += (double)q[i] * k[i]; }
+                    double want = s / sqrt((double)HS) - log((double)att[((b * NH + h) * T + t) * T + t]);
+                    lse_err = fmax(lse_err, fabs(want - lse[(b * NH + h) * T + t]));
+                }
+            }
+        }
+        printf("B %zu T %zu NH %zu HS %zu: log-sum-exp max abs err %.2e %s\n", B, T, NH, HS, lse_err,
+               lse_err <= 1e-4 ? "OK" : "NOT OK");
+        record(lse_err <= 1e-4);
+        check_close("out", out_f, out, B * T * C, TOL[TOL_FLASH]);
+        check_close("dqkv", dqkv_f, dqkv, B * T * 3 * C, TOL[TOL_FLASH]);
+        free(qkv); free(dout); free(out); free(out_f); free(att); free(datt); free(lse); free(dqkv); free(dqkv_f);
+    }
+}
+
 // The counter-based generator must give exactly the values the reference's numpy
 // port printed (dev/reference/README.md lists them), or the "small" weights differ.
 static void test_generator(void) {
@@ -375,6 +434,10 @@ int main(void) {
     test_config("tiny", "dev/reference/fixtures/gpt2_tiny_state.bin", "dev/reference/fixtures/gpt2_tiny_model.bin");
     test_config("small", "dev/reference/fixtures/gpt2_small_state.bin", NULL);
     test_accumulation("dev/reference/fixtures/gpt2_tiny_state.bin", "dev/reference/fixtures/gpt2_tiny_model.bin");
+    test_flash_attention();
+    flash_attention = 1; // the whole model again, with flash attention (-F 1)
+    test_config("tiny, -F 1", "dev/reference/fixtures/gpt2_tiny_state.bin", "dev/reference/fixtures/gpt2_tiny_model.bin");
+    test_config("small, -F 1", "dev/reference/fixtures/gpt2_small_state.bin", NULL);
     printf("\n%d passed, %d failed\n", num_passed, num_failed);
     return num_failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }

@@ -12,9 +12,12 @@ test_gpt2.c compares logits, loss, every parameter gradient and ten AdamW steps.
 What it is: GPT-2 exactly as released (learned position embeddings, pre-LayerNorm,
 tanh-GELU, input and output embeddings tied, vocabulary padded to a multiple of
 128 so that the matmuls stay aligned; the padded rows stay zero).
+Attention comes twice: first as written on paper, keeping the (T,T) probabilities of
+every head for the backward pass (attention_forward), then in linear memory (-F 1:
+flash_attention_forward, tiles and an online softmax, the probabilities recomputed in
+the backward pass), the algorithm train_gpt2.cu's long sequences need.
 What it leaves out on purpose: dropout (GPT-2 fine-tunes and small runs don't need
-it), mixed precision (that is train_gpt2.cu's job), flash attention (at the
-sequence lengths a CPU can train, the T x T attention matrix is small).
+it), mixed precision (that is train_gpt2.cu's job).
 
 Build and run (see the README):
     make train_gpt2 && ./train_gpt2          # trains a small GPT-2 on tinyshakespeare
@@ -297,6 +300,137 @@ void attention_backward(float *dqkv, float *datt, const float *dout, const float
     }
 }
 
+// Attention in linear memory (flash attention: Dao et al., "FlashAttention", 2022, and
+// "FlashAttention-2", 2023). The two functions above keep every (B,NH,T,T) score: at
+// T = 1,024 that is 48 MiB a layer for GPT-2 small's 12 heads, and it grows with T^2.
+// These two compute the same attention without it. The forward pass walks the keys
+// and values in tiles of FLASH_TK, against a tile of FLASH_TQ queries at a time, and
+// keeps for each query a running maximum m, a running sum l of exp(score - m), and an
+// output accumulated with the same weights. When a tile raises the maximum, everything
+// accumulated so far is scaled by exp(m_old - m_new) (the online softmax: Milakov &
+// Gimelshein, 2018), so the result after the last tile is the softmax's, exactly up to
+// rounding. Each row's log-sum-exp, m + log l, is all it keeps for the backward pass:
+// (B,NH,T), not (B,NH,T,T). Tiles wholly above the diagonal are never visited (causal).
+// The tile sizes only set how much is reused from cache; any sizes give the same maths.
+#define FLASH_TQ 32 // queries per tile
+#define FLASH_TK 32 // keys and values per tile
+
+void flash_attention_forward(float *out, float *lse, const float *qkv, size_t B, size_t T, size_t C, size_t NH) {
+    // qkv (B,T,3C) as in attention_forward; out (B,T,C); lse (B,NH,T) log-sum-exp of
+    // each row of scaled scores, for flash_attention_backward
+    size_t HS = C / NH;
+    float scale = 1.0f / sqrtf((float)HS);
+    size_t num_tiles = (T + FLASH_TQ - 1) / FLASH_TQ;
+    #pragma omp parallel for collapse(3)
+    for (size_t b = 0; b < B; b++) {
+        for (size_t h = 0; h < NH; h++) {
+            for (size_t tile = 0; tile < num_tiles; tile++) {
+                size_t t0 = tile * FLASH_TQ, t_end = t0 + FLASH_TQ < T ? t0 + FLASH_TQ : T;
+                float m[FLASH_TQ], l[FLASH_TQ], p[FLASH_TK];
+                for (size_t t = t0; t < t_end; t++) {
+                    m[t - t0] = -INFINITY;
+                    l[t - t0] = 0.0f;
+                    float *out_bth = out + (b * T + t) * C + h * HS;
+                    for (size_t i = 0; i < HS; i++) { out_bth[i] = 0.0f; }
+                }
+                // key tiles up to the last query of this tile (t_end - 1)
+                for (size_t k0 = 0; k0 < t_end; k0 += FLASH_TK) {
+                    for (size_t t = t0; t < t_end; t++) {
+                        if (k0 > t) { continue; } // this row sees no key of this tile
+                        // keys k0 .. k_end-1 of this tile that query t may attend to
+                        size_t k_end = k0 + FLASH_TK < t + 1 ? k0 + FLASH_TK : t + 1;
+                        const float *q = qkv + (b * T + t) * 3 * C + h * HS;
+                        float tile_max = -INFINITY;
+                        for (size_t t2 = k0; t2 < k_end; t2++) {
+                            const float *k = qkv + (b * T + t2) * 3 * C + C + h * HS;
+                            p[t2 - k0] = dot8(q, k, HS) * scale;
+                            if (p[t2 - k0] > tile_max) { tile_max = p[t2 - k0]; }
+                        }
+                        // the online softmax: rescale what we have to the new maximum
+                        float m_new = tile_max > m[t - t0] ? tile_max : m[t - t0];
+                        float rescale = exp_fast(m[t - t0] - m_new); // (exp(-inf) = 0 on the first tile)
+                        float sum = 0.0f;
+                        for (size_t t2 = k0; t2 < k_end; t2++) {
+                            p[t2 - k0] = exp_fast(p[t2 - k0] - m_new);
+                            sum += p[t2 - k0];
+                        }
+                        m[t - t0] = m_new;
+                        l[t - t0] = l[t - t0] * rescale + sum;
+                        float *out_bth = out + (b * T + t) * C + h * HS;
+                        for (size_t i = 0; i < HS; i++) { out_bth[i] *= rescale; }
+                        for (size_t t2 = k0; t2 < k_end; t2++) {
+                            const float *v = qkv + (b * T + t2) * 3 * C + 2 * C + h * HS;
+                            for (size_t i = 0; i < HS; i++) { out_bth[i] += p[t2 - k0] * v[i]; }
+                        }
+                    }
+                }
+                // divide by the softmax's sum once, at the end
+                for (size_t t = t0; t < t_end; t++) {
+                    float *out_bth = out + (b * T + t) * C + h * HS;
+                    for (size_t i = 0; i < HS; i++) { out_bth[i] /= l[t - t0]; }
+                    lse[(b * NH + h) * T + t] = m[t - t0] + logf(l[t - t0]);
+                }
+            }
+        }
+    }
+}
+
+void flash_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *out, const float *lse,
+                              size_t B, size_t T, size_t C, size_t NH) {
+    // The gradients of attention_backward, with each probability recomputed from the
+    // scores and the saved log-sum-exp, P[t,t2] = exp(q_t . k_t2 * scale - lse_t),
+    // instead of read from a (T,T) table. The softmax's row term needs no table either:
+    //   sum_t2 P[t,t2] datt[t,t2] = sum_t2 P[t,t2] (dout_t . v_t2) = dout_t . out_t  =: D_t
+    // The loop runs over key tiles outside and query tiles inside, as FlashAttention-2's
+    // backward does: a key tile's dk, dv gather from every query after it. One thread
+    // takes a whole (b, h), as in attention_backward: no races, a fixed order of sums.
+    // dqkv is written (this (b, h)'s slice cleared first).
+    size_t HS = C / NH;
+    float scale = 1.0f / sqrtf((float)HS);
+    #pragma omp parallel
+    {
+        float *D = (float *)mallocCheck(T * sizeof(float)); // this thread's D_t of one (b, h)
+        #pragma omp for collapse(2)
+        for (size_t b = 0; b < B; b++) {
+            for (size_t h = 0; h < NH; h++) {
+                const float *lse_bh = lse + (b * NH + h) * T;
+                for (size_t t = 0; t < T; t++) {
+                    float *dqkv_bt = dqkv + (b * T + t) * 3 * C + h * HS;
+                    for (size_t i = 0; i < HS; i++) { dqkv_bt[i] = dqkv_bt[C + i] = dqkv_bt[2 * C + i] = 0.0f; }
+                    D[t] = dot8(dout + (b * T + t) * C + h * HS, out + (b * T + t) * C + h * HS, HS);
+                }
+                for (size_t k0 = 0; k0 < T; k0 += FLASH_TK) {
+                    size_t k_end = k0 + FLASH_TK < T ? k0 + FLASH_TK : T;
+                    // the query tiles from the one holding key k0 (the diagonal) to the last
+                    for (size_t t0 = k0 / FLASH_TQ * FLASH_TQ; t0 < T; t0 += FLASH_TQ) {
+                        size_t t_end = t0 + FLASH_TQ < T ? t0 + FLASH_TQ : T;
+                        for (size_t t = t0 < k0 ? k0 : t0; t < t_end; t++) {
+                            const float *q = qkv + (b * T + t) * 3 * C + h * HS;
+                            const float *dout_bth = dout + (b * T + t) * C + h * HS;
+                            float *dq = dqkv + (b * T + t) * 3 * C + h * HS;
+                            size_t k_last = k_end < t + 1 ? k_end : t + 1; // causal
+                            for (size_t t2 = k0; t2 < k_last; t2++) {
+                                const float *k = qkv + (b * T + t2) * 3 * C + C + h * HS;
+                                const float *v = qkv + (b * T + t2) * 3 * C + 2 * C + h * HS;
+                                float *dk = dqkv + (b * T + t2) * 3 * C + C + h * HS;
+                                float *dv = dk + C;
+                                float p = exp_fast(dot8(q, k, HS) * scale - lse_bh[t]);
+                                float dscore = p * (dot8(dout_bth, v, HS) - D[t]) * scale;
+                                for (size_t i = 0; i < HS; i++) {
+                                    dv[i] += p * dout_bth[i];
+                                    dq[i] += dscore * k[i];
+                                    dk[i] += dscore * q[i];
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        free(D);
+    }
+}
+
 // --- begin shared-copy: gelu-tanh ---
 // GELU, tanh approximation (Hendrycks & Gimpel 2016; PyTorch gelu(approximate='tanh')):
 // gelu(x) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
@@ -465,7 +599,12 @@ float *malloc_and_point(float **slices, const size_t *sizes, int n) {
     return memory;
 }
 
-#define NUM_ACTIVATION_TENSORS 22
+// Which attention the model runs (-F): 0 attention_forward/backward, which keep the
+// (B,NH,T,T) probabilities; 1 flash_attention_forward/backward, which keep a (B,NH,T)
+// log-sum-exp instead. gpt2_allocate_activations reads it.
+static int flash_attention = 0;
+
+#define NUM_ACTIVATION_TENSORS 23
 typedef struct {
     float *encoded;   // (B, T, C) token + position embeddings
     float *ln1;       // (L, B, T, C)
@@ -473,7 +612,8 @@ typedef struct {
     float *ln1_rstd;  // (L, B, T)
     float *qkv;       // (L, B, T, 3*C)
     float *atty;      // (L, B, T, C) attention output, before the projection
-    float *att;       // (L, B, NH, T, T) softmaxed attention scores
+    float *att;       // (L, B, NH, T, T) softmaxed attention scores (none with -F 1)
+    float *att_lse;   // (L, B, NH, T) log-sum-exp of each row of scores (-F 1 only)
     float *attproj;   // (L, B, T, C)
     float *residual2; // (L, B, T, C) residual stream after attention
     float *ln2;       // (L, B, T, C)
@@ -491,11 +631,11 @@ typedef struct {
     float *losses;    // (B, T)
 } ActivationTensors;
 
-void fill_in_activation_sizes(size_t *sizes, GPT2Config config, size_t B, size_t T) {
+void fill_in_activation_sizes(size_t *sizes, GPT2Config config, size_t B, size_t T, int flash) {
     size_t C = config.channels, NH = config.num_heads, L = config.num_layers, Vp = config.padded_vocab_size;
     size_t shapes[NUM_ACTIVATION_TENSORS] = {
         B * T * C, L * B * T * C, L * B * T, L * B * T, L * B * T * 3 * C, L * B * T * C,
-        L * B * NH * T * T, L * B * T * C, L * B * T * C, L * B * T * C, L * B * T, L * B * T,
+        flash ? 0 : L * B * NH * T * T, flash ? L * B * NH * T : 0, L * B * T * C, L * B * T * C, L * B * T * C, L * B * T, L * B * T,
         L * B * T * 4 * C, L * B * T * 4 * C, L * B * T * C, L * B * T * C, B * T * C, B * T, B * T,
         B * T * Vp, B * T * Vp, B * T};
     memcpy(sizes, shapes, sizeof(shapes));
@@ -509,13 +649,14 @@ typedef struct {
     float *dln;       // (B, T, C) gradient at a LayerNorm output (ln1, ln2 and lnf in turn)
     float *datty;     // (B, T, C)
     float *dqkv;      // (B, T, 3*C)
-    float *datt;      // (B, NH, T, T)
+    float *datt;      // (B, NH, T, T) (none with -F 1)
     float *dfch;      // (B, T, 4*C) gradient at fch_gelu, then (in place) at fch
 } GradActTensors;
 
-void fill_in_grad_act_sizes(size_t *sizes, GPT2Config config, size_t B, size_t T) {
+void fill_in_grad_act_sizes(size_t *sizes, GPT2Config config, size_t B, size_t T, int flash) {
     size_t C = config.channels, NH = config.num_heads;
-    size_t shapes[NUM_GRAD_ACT_TENSORS] = {B * T * C, B * T * C, B * T * C, B * T * 3 * C, B * NH * T * T, B * T * 4 * C};
+    size_t shapes[NUM_GRAD_ACT_TENSORS] = {B * T * C, B * T * C, B * T * C, B * T * 3 * C, flash ? 0 : B * NH * T * T,
+                                           B * T * 4 * C};
     memcpy(sizes, shapes, sizeof(shapes));
 }
 
@@ -541,6 +682,7 @@ typedef struct {
     size_t num_grad_acts;
     int batch_size; // the B and T the activations were allocated for; 0 until the first forward
     int seq_len;
+    int flash;      // and the attention (flash_attention at that time)
     int B, T;       // the batch of the last forward pass, which gpt2_backward works on
     int *inputs;    // (B, T) the current batch, kept for the backward pass
     int *targets;   // (B, T)
@@ -726,7 +868,8 @@ void gpt2_build_from_descriptor(GPT2 *model, const char *descriptor, uint64_t se
 void gpt2_allocate_activations(GPT2 *model, size_t B, size_t T) {
     model->batch_size = (int)B;
     model->seq_len = (int)T;
-    fill_in_activation_sizes(model->act_sizes, model->config, B, T);
+    model->flash = flash_attention;
+    fill_in_activation_sizes(model->act_sizes, model->config, B, T, model->flash);
     model->num_activations = 0;
     for (int i = 0; i < NUM_ACTIVATION_TENSORS; i++) { model->num_activations += model->act_sizes[i]; }
     model->acts_memory = malloc_and_point((float **)&model->acts, model->act_sizes, NUM_ACTIVATION_TENSORS);
@@ -778,7 +921,8 @@ void gpt2_forward(GPT2 *model, const int *inputs, const int *targets, size_t B, 
         const float *l_fcprojw = p.fcprojw + l * C * 4 * C, *l_fcprojb = p.fcprojb + l * C;
         float *l_ln1 = a.ln1 + l * B * T * C, *l_ln1_mean = a.ln1_mean + l * B * T, *l_ln1_rstd = a.ln1_rstd + l * B * T;
         float *l_qkv = a.qkv + l * B * T * 3 * C, *l_atty = a.atty + l * B * T * C;
-        float *l_att = a.att + l * B * NH * T * T, *l_attproj = a.attproj + l * B * T * C;
+        float *l_att = a.att + l * B * NH * T * T, *l_att_lse = a.att_lse + l * B * NH * T;
+        float *l_attproj = a.attproj + l * B * T * C;
         float *l_residual2 = a.residual2 + l * B * T * C;
         float *l_ln2 = a.ln2 + l * B * T * C, *l_ln2_mean = a.ln2_mean + l * B * T, *l_ln2_rstd = a.ln2_rstd + l * B * T;
         float *l_fch = a.fch + l * B * T * 4 * C, *l_fch_gelu = a.fch_gelu + l * B * T * 4 * C;
@@ -787,7 +931,11 @@ void gpt2_forward(GPT2 *model, const int *inputs, const int *targets, size_t B, 
         // attention block: x + attproj(attention(ln1(x)))
         layernorm_forward(l_ln1, l_ln1_mean, l_ln1_rstd, residual, l_ln1w, l_ln1b, B, T, C);
         matmul_forward(l_qkv, l_ln1, l_qkvw, l_qkvb, B, T, C, 3 * C);
-        attention_forward(l_atty, l_att, l_qkv, B, T, C, NH);
+        if (model->flash) {
+            flash_attention_forward(l_atty, l_att_lse, l_qkv, B, T, C, NH);
+        } else {
+            attention_forward(l_atty, l_att, l_qkv, B, T, C, NH);
+        }
         matmul_forward(l_attproj, l_atty, l_attprojw, l_attprojb, B, T, C, C);
         residual_forward(l_residual2, residual, l_attproj, B * T * C);
         // MLP block: x + fcproj(gelu(fc(ln2(x))))
@@ -840,7 +988,7 @@ void gpt2_backward(GPT2 *model, float loss_scale) {
         memset(model->grads_memory, 0, model->num_parameters * sizeof(float));
         model->norm_scratch = (double *)mallocCheck((model->num_parameters / NORM_CHUNK + 1) * sizeof(double));
         size_t sizes[NUM_GRAD_ACT_TENSORS];
-        fill_in_grad_act_sizes(sizes, c, model->batch_size, model->seq_len);
+        fill_in_grad_act_sizes(sizes, c, model->batch_size, model->seq_len, model->flash);
         model->num_grad_acts = 0;
         for (int i = 0; i < NUM_GRAD_ACT_TENSORS; i++) { model->num_grad_acts += sizes[i]; }
         model->grads_acts_memory = malloc_and_point((float **)&model->grads_acts, sizes, NUM_GRAD_ACT_TENSORS);
@@ -874,7 +1022,8 @@ void gpt2_backward(GPT2 *model, float loss_scale) {
         float *dl_fcw = g.fcw + l * 4 * C * C, *dl_fcb = g.fcb + l * 4 * C;
         float *dl_fcprojw = g.fcprojw + l * C * 4 * C, *dl_fcprojb = g.fcprojb + l * C;
         const float *l_ln1 = a.ln1 + l * B * T * C, *l_ln1_mean = a.ln1_mean + l * B * T, *l_ln1_rstd = a.ln1_rstd + l * B * T;
-        const float *l_qkv = a.qkv + l * B * T * 3 * C, *l_atty = a.atty + l * B * T * C, *l_att = a.att + l * B * NH * T * T;
+        const float *l_qkv = a.qkv + l * B * T * 3 * C, *l_atty = a.atty + l * B * T * C;
+        const float *l_att = a.att + l * B * NH * T * T, *l_att_lse = a.att_lse + l * B * NH * T;
         const float *l_residual2 = a.residual2 + l * B * T * C;
         const float *l_ln2 = a.ln2 + l * B * T * C, *l_ln2_mean = a.ln2_mean + l * B * T, *l_ln2_rstd = a.ln2_rstd + l * B * T;
         const float *l_fch = a.fch + l * B * T * 4 * C, *l_fch_gelu = a.fch_gelu + l * B * T * 4 * C;
@@ -886,7 +1035,11 @@ void gpt2_backward(GPT2 *model, float loss_scale) {
         layernorm_backward(ga.dresidual, dl_ln2w, dl_ln2b, ga.dln, l_residual2, l_ln2w, l_ln2_mean, l_ln2_rstd, B, T, C);
         // attention block, in reverse; dresidual is now the gradient at residual2
         matmul_backward(ga.datty, dl_attprojw, dl_attprojb, ga.dresidual, l_atty, l_attprojw, B, T, C, C);
-        attention_backward(ga.dqkv, ga.datt, ga.datty, l_qkv, l_att, B, T, C, NH);
+        if (model->flash) {
+            flash_attention_backward(ga.dqkv, ga.datty, l_qkv, l_atty, l_att_lse, B, T, C, NH);
+        } else {
+            attention_backward(ga.dqkv, ga.datt, ga.datty, l_qkv, l_att, B, T, C, NH);
+        }
         matmul_backward(ga.dln, dl_qkvw, dl_qkvb, ga.dqkv, l_ln1, l_qkvw, B, T, C, 3 * C);
         layernorm_backward(ga.dresidual, dl_ln1w, dl_ln1b, ga.dln, residual, l_ln1w, l_ln1_mean, l_ln1_rstd, B, T, C);
     }
@@ -1660,7 +1813,7 @@ void print_hardware(void) {
 #endif
     printf("hardware: ");
     if (ranks.world > 1) { printf("%d ranks (MPI), each: ", ranks.world); }
-    printf("CPU, %d OpenMP threads, fp32\n", threads);
+    printf("CPU, %d OpenMP threads, fp32%s\n", threads, flash_attention ? ", flash attention (-F 1)" : "");
     if (ranks.zero && ranks.world == 1) { printf("note: -Z 1 on one rank: no other rank to share the moments with\n"); }
 }
 
@@ -1668,7 +1821,7 @@ void print_hardware(void) {
 // moments, activations and their gradients
 void gpt2_print_memory(const GPT2 *model, size_t B, size_t T) {
     size_t grad_act_sizes[NUM_GRAD_ACT_TENSORS], n_grad_acts = 0;
-    fill_in_grad_act_sizes(grad_act_sizes, model->config, B, T);
+    fill_in_grad_act_sizes(grad_act_sizes, model->config, B, T, model->flash);
     for (int i = 0; i < NUM_GRAD_ACT_TENSORS; i++) { n_grad_acts += grad_act_sizes[i]; }
     double MiB = 1024.0 * 1024.0;
     size_t first = 0, moments = model->num_parameters; // (ZeRO-1: this rank's shard)
@@ -1731,13 +1884,21 @@ static void print_usage(const Options *d) {
 
 // --- end shared-copy: gpt2-options ---
 
-// The CPU trainer's own flag: -Z, ZeRO-1 over the ranks (see gpt2_sum_grads). train_gpt2.cu's
-// (-r recomputation, -w master weights, -G budget, -M plan) have no meaning here: the CPU
-// trainer keeps every activation and computes in fp32.
+// The CPU trainer's own flags: -Z, ZeRO-1 over the ranks (see gpt2_sum_grads), and -F,
+// flash attention (flash_attention_forward). train_gpt2.cu's (-r recomputation, -w master
+// weights, -G budget, -M plan) have no meaning here: the CPU trainer keeps every activation
+// and computes in fp32.
 static void print_device_usage(void) {
     printf("  -Z <0|1>      ZeRO-1 across ranks (train_gpt2_mpi): each keeps the AdamW moments of its shard only [0]\n");
+    printf("  -F <0|1>      flash attention: tiles and an online softmax, keeping no (B,NH,T,T) scores [%d]\n",
+           flash_attention);
 }
 static int parse_device_flag(const char *flag, const char *value) {
+    if (strcmp(flag, "-F") == 0) {
+        flash_attention = (int)parse_int(flag, value, 0);
+        if (flash_attention > 1) { usage_error("-F %s: 0 (attention keeps its T x T scores) or 1 (flash attention)", value); }
+        return 1;
+    }
     if (strcmp(flag, "-Z") == 0) {
         ranks.zero = (int)parse_int(flag, value, 0);
         if (ranks.zero > 1) { usage_error("-Z %s: ZeRO stage 0 or 1 (stages 2 and 3 are not here)", value); }

@@ -155,6 +155,22 @@ missing=""
 for f in i j k e o b t d l u q c z x v m s g n y p P h; do grep -q -- "^  -$f " "$TMP/help" || missing="$missing -$f"; done
 [ -z "$missing" ] && ok "-h lists all 23 flags" || not_ok "-h does not list:$missing"
 
+# --- -F 1: flash attention trains the same model as the attention that keeps its scores
+# (to fp32 rounding; T = 80 is two and a half tiles of 32), with less activation memory
+FLASH=(-e d2 -b 2 -t 80 -i "$TMP/small.bin" -v 0 -s 0 -x 8 -l 3e-3 -u 2 -o "")
+"$BIN" "${FLASH[@]}" -F 0 > "$TMP/flash0.out" 2>&1 && "$BIN" "${FLASH[@]}" -F 1 > "$TMP/flash1.out" 2>&1
+worst=$(paste <(grep -o 'loss [0-9.]*' "$TMP/flash0.out" | cut -d' ' -f2) <(grep -o 'loss [0-9.]*' "$TMP/flash1.out" | cut -d' ' -f2) |
+        awk 'NF == 2 { n++; d = ($1 - $2) / $1; d = d < 0 ? -d : d; if (d > w) w = d } END { print n == 8 ? w + 0 : "missing" }')
+act0=$(grep -o 'activations [0-9.]* MiB' "$TMP/flash0.out" | cut -d' ' -f2)
+act1=$(grep -o 'activations [0-9.]* MiB' "$TMP/flash1.out" | cut -d' ' -f2)
+if [ "$worst" != missing ] && awk -v w="$worst" -v a="$act0" -v b="$act1" 'BEGIN { exit !(w <= 1e-5 && b + 0 < a + 0) }' &&
+   grep -q "flash attention (-F 1)" "$TMP/flash1.out"; then
+    ok "-F 1: 8 steps' losses within $worst (relative) of -F 0's, activations $act1 MiB instead of $act0 MiB"
+else
+    not_ok "-F 1 against -F 0: worst relative loss difference $worst, activations $act1 / $act0 MiB"; tail -3 "$TMP/flash1.out"
+fi
+expect_error "-F that is not 0 or 1" "-F 2: 0 .* or 1" -- "${COMMON[@]}" -F 2 -o ""
+
 # --- -P: the phases of every 2nd step (with two micro-batches a step), adding up to its time
 source "$(dirname "$0")/phases_check.sh"
 "$BIN" "${COMMON[@]}" -x 4 -d 256 -v 0 -s 0 -P 2 -o "$TMP/phases" > "$TMP/phases.out" 2>&1
