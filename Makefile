@@ -201,7 +201,7 @@ CONVERTED = $(CONVERTED_GPT2) $(CONVERTED_LLAMA) $(CONVERTED_TOKENIZERS)
 # --- CUDA: the first GPU programs (dev/) -------------------------------------------
 # the kernel ladders of train_gpt2.cu's kernels and infer.cu's gemv (dev/cuda/<op>.cu), in PRECISION
 LADDERS = encoder_forward encoder_backward layernorm_forward layernorm_backward causal_softmax softmax_backward gelu \
-          fused_classifier adamw gemv matmul4
+          fused_classifier adamw gemv matmul4 flash_attention
 CUDA_PROGRAMS := train_gpt2cu train_gpt2cu_fp32 train_gpt2cu_fp16 test_gpt2cu test_gpt2cu_fp32 test_gpt2cu_fp16 train_mlpcu \
                  infercu infercu_fp32 test_infercu test_infercu_fp32 \
                  finetune_loracu finetune_loracu_fp32 test_finetune_loracu test_finetune_loracu_fp32 \
@@ -214,6 +214,9 @@ $(addprefix dev/cuda/,$(LADDERS)): dev/cuda/%: dev/cuda/%.cu dev/cuda/common.h d
 	$(NVCC) $(NVCC_FLAGS) -DENABLE_$(if $(filter FP16,$(PRECISION)),BF16,$(PRECISION)) $< -lcublas -o $@
 $(addprefix dev/emu/,$(addsuffix _cpu,$(LADDERS))): dev/emu/%_cpu: dev/cuda/%.cu dev/cuda/common.h dev/cuda/precision.h $(EMU)
 	$(emu_build) $< $@ -DENABLE_BF16
+# flash attention's ladder also in fp32 (its tight tolerances) and under the race detector
+dev/emu/flash_attention_fp32_cpu dev/emu/flash_attention_fp32_race: dev/cuda/flash_attention.cu dev/cuda/common.h dev/cuda/precision.h $(EMU)
+	$(emu_build) $< $@ -DENABLE_FP32
 # the GPU trainer, in the precision PRECISION chooses, and in FP32
 train_gpt2cu: train_gpt2.cu $(LIB)
 	$(NVCC) $(NVCC_FLAGS) -DENABLE_$(PRECISION) $(TRAINER_CUDNN) -Xcompiler "$(OMP_FLAGS)" $< -lcublas -lcublasLt $(TRAINER_CUDNN_LIBS) $(if $(filter -fopenmp,$(OMP_FLAGS)),-lgomp) -o $@
@@ -329,7 +332,8 @@ $(filter dev/emu/finetune_loracu_%,$(LORA_EMU)): finetune_lora.cu $(EMU) $(LIB)
 $(filter dev/emu/test_finetune_loracu_%,$(LORA_EMU)): test_finetune_lora.cu finetune_lora.cu $(EMU) $(LIB) | $(CONVERTED)
 	$(emu_build) $< $@ $(emu_precision) $(EMU_DEBUG)
 EMU_PROGRAMS = dev/emu/test_emu_cpu dev/emu/test_emu_race dev/emu/test_emu_asan dev/emu/matmul_cpu dev/emu/train_mlpcu_cpu \
-               dev/emu/train_mlpcu_race $(EMU_GPT2) $(INFER_EMU) $(LORA_EMU) $(addprefix dev/emu/,$(addsuffix _cpu,$(LADDERS)))
+               dev/emu/train_mlpcu_race $(EMU_GPT2) $(INFER_EMU) $(LORA_EMU) $(addprefix dev/emu/,$(addsuffix _cpu,$(LADDERS))) \
+               dev/emu/flash_attention_fp32_cpu dev/emu/flash_attention_fp32_race
 
 # On a machine with a GPU: build every CUDA program for it, run every GPU test and
 # the benchmarks, one summary table; logs in gpu-check-logs/ (dev/test/gpu_check.sh)
@@ -419,6 +423,7 @@ TESTS = "bash dev/test/check_cuda_builds.sh" \
         "EMU_SCHEDULE=descending ./dev/emu/test_emu_race" \
         "EMU_SCHEDULE=random:1 ./dev/emu/test_emu_asan" \
         $(LADDER_TESTS) \
+        "$(SCHED) ascending './dev/emu/flash_attention_fp32_cpu -c' descending './dev/emu/flash_attention_fp32_race -c'" \
         "$(SCHED) ascending 'bash dev/test/test_train_mlp_cuda.sh ./dev/emu/train_mlpcu_cpu ./train_mlp' descending 'bash dev/test/test_train_mlp_cuda.sh ./dev/emu/train_mlpcu_race ./train_mlp'" \
         "$(SCHED) ascending ./dev/emu/test_gpt2cu_fp32_cpu descending ./dev/emu/test_gpt2cu_fp32_race" \
         "$(SCHED) ascending ./dev/emu/test_gpt2cu_bf16_cpu descending ./dev/emu/test_gpt2cu_bf16_race" \

@@ -157,6 +157,10 @@ step vector_add "dev/cuda/vector_add: indexing, launch overhead" ./dev/cuda/vect
 step test_emu "dev/emu/test_emu.cu on the GPU (the emulator's own test kernels)" ./dev/emu/test_emu
 step matmul "dev/cuda/matmul: 5 kernels + cuBLAS checked, then timed" ./dev/cuda/matmul
 for l in $LADDERS; do
+    if [ "$l" = flash_attention ]; then # (its timing, a minute or two, comes with the benchmarks below)
+        step "$l" "dev/cuda/flash_attention -c: every variant forward and backward vs double, uneven T, GQA (bf16)" ./dev/cuda/$l -c
+        continue
+    fi
     step "$l" "dev/cuda/$l: the trainer's kernel and its rivals checked, then timed (bf16)" "./dev/cuda/$l"
 done
 [ -n "$CUDNN_PROGRAMS" ] && step attention_cudnn "dev/cuda/attention_cudnn: cuDNN attention vs CPU, then timed" ./dev/cuda/attention_cudnn
@@ -265,6 +269,8 @@ step gpt2_bench_fp16 "train_gpt2cu_fp16: the same in fp16 (dynamic loss scaling)
 # where the step's time goes (-P: CUDA events per phase, the host's clock beside them once), and
 # with Nsight Systems on the machine, one profile of a few steps: its NVTX ranges (steps, phases,
 # layers) and kernels summarised by nsys stats
+step flash_attention_bench "dev/cuda/flash_attention: forward and backward ms, TFLOP/s at T = 1K/4K/16K, HS = 64/128 (bf16)" \
+    ./dev/cuda/flash_attention
 step gpt2_phases "train_gpt2cu -P 2: GPT-2 124M, bf16, B=64, T=1024, 6 steps timed by phase (CUDA events)" \
     ./train_gpt2cu "${BENCH[@]}" -x 6 -P 2
 nsys_profile() { # one profile, then its summaries (the reports' names changed across nsys versions)
@@ -401,6 +407,7 @@ echo
 echo "matmul ladder (dev/cuda/matmul):"
 sed -n '/^variant/,$p' "$LOGS/matmul.log" | grep -v 'passed,'
 echo
+[ -f "$LOGS/flash_attention_bench.log" ] && { echo "flash attention ladder (dev/cuda/flash_attention):"; sed -n '/^ms (median/,$p' "$LOGS/flash_attention_bench.log" | grep -v 'passed,'; echo; }
 echo "total: $(($(date +%s) - t0)) s; logs in $LOGS/"
 echo "$total_passed passed, $total_failed failed"
 [ $total_failed = 0 ]
