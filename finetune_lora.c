@@ -554,6 +554,128 @@ static void attention_backward(float *dqkv, const float *dout, const float *qkv,
     }
 }
 
+// The same attention in linear memory (flash attention, -F 1: Dao et al. 2022 and 2023;
+// train_gpt2.c's flash_attention_forward explains the online softmax step by step). Keys
+// and values go by in tiles of FLASH_T against a tile of FLASH_T queries; each tile's scores
+// and its share of the output are the same two gemm products as above, on (FLASH_T, FLASH_T)
+// pieces, and each query row keeps its running maximum m and sum l, rescaling its output
+// when a tile raises m. What the backward pass keeps is lse (B, NH, T), each row's
+// log-sum-exp m + log l, instead of the (B, NH, T, T) probabilities: at T = 4,096 and 32
+// heads, 0.5 MiB a layer and sequence instead of 2 GiB. Tiles above the diagonal are
+// skipped, so the masked half costs nothing either (the gemm above computes it).
+#define FLASH_T 64 // queries, and keys, per tile
+
+static void flash_attention_forward(float *out, float *lse, const float *qkv, int B, int T, int NH, int NKV, int HS) {
+    int Q = NH * HS, KV = NKV * HS, QKV = Q + 2 * KV;
+    float scale = 1.0f / sqrtf((float)HS);
+    int tiles = (T + FLASH_T - 1) / FLASH_T;
+    #pragma omp parallel
+    {
+        float *s = (float *)mallocCheck((size_t)FLASH_T * FLASH_T * sizeof(float)); // a tile's scores, then P
+        #pragma omp for collapse(3) schedule(dynamic)
+        for (int b = 0; b < B; b++) {
+            for (int h = 0; h < NH; h++) {
+                for (int tile = tiles - 1; tile >= 0; tile--) { // (the longest first: dynamic schedule)
+                    int g = h / (NH / NKV), t0 = tile * FLASH_T, nq = T - t0 < FLASH_T ? T - t0 : FLASH_T;
+                    const float *q = qkv + ((size_t)b * T + t0) * QKV + (size_t)h * HS;
+                    float *o = out + ((size_t)b * T + t0) * Q + (size_t)h * HS, m[FLASH_T], l[FLASH_T];
+                    for (int i = 0; i < nq; i++) {
+                        m[i] = -INFINITY;
+                        l[i] = 0.0f;
+                        memset(o + (size_t)i * Q, 0, HS * sizeof(float));
+                    }
+                    for (int k0 = 0; k0 < t0 + nq; k0 += FLASH_T) { // key tiles up to the tile's last query
+                        int nk = t0 + nq - k0 < FLASH_T ? t0 + nq - k0 : FLASH_T;
+                        const float *k = qkv + ((size_t)b * T + k0) * QKV + Q + (size_t)g * HS, *v = k + KV;
+                        gemm(s, FLASH_T, 1, q, (size_t)QKV, 1, k, 1, (size_t)QKV, nq, nk, HS, 0); // S = Q K^T: (nq, nk)
+                        for (int i = 0; i < nq; i++) {
+                            float *row = s + (size_t)i * FLASH_T, tile_max = -INFINITY, sum = 0.0f;
+                            int seen = t0 + i - k0 + 1 < nk ? t0 + i - k0 + 1 : nk; // keys k0.. this query sees
+                            for (int j = 0; j < seen; j++) {
+                                row[j] *= scale;
+                                tile_max = row[j] > tile_max ? row[j] : tile_max;
+                            }
+                            float m_new = tile_max > m[i] ? tile_max : m[i], rescale = exp_fast(m[i] - m_new);
+                            for (int j = 0; j < seen; j++) { row[j] = exp_fast(row[j] - m_new); }
+                            for (int j = 0; j < seen; j++) { sum += row[j]; }
+                            for (int j = seen; j < nk; j++) { row[j] = 0.0f; } // (causal)
+                            m[i] = m_new;
+                            l[i] = l[i] * rescale + sum;
+                            for (int c = 0; c < HS; c++) { o[(size_t)i * Q + c] *= rescale; }
+                        }
+                        gemm(o, (size_t)Q, 1, s, FLASH_T, 1, v, (size_t)QKV, 1, nq, HS, nk, 1); // O += P V
+                    }
+                    for (int i = 0; i < nq; i++) {
+                        for (int c = 0; c < HS; c++) { o[(size_t)i * Q + c] /= l[i]; }
+                        lse[((size_t)b * NH + h) * T + t0 + i] = m[i] + logf(l[i]);
+                    }
+                }
+            }
+        }
+        free(s);
+    }
+}
+
+// Its backward pass: attention_backward's products, tile by tile, with each tile's P made
+// again from the scores and lse (P = exp(S scale - lse)), and the softmax's row term from the
+// output instead of from P: rowsum(P * dP) = rowsum(P * (dO V^T)) = dO . O =: D, per row.
+// Key tiles outside and query tiles inside, as FlashAttention-2's backward; one thread per
+// (sequence, key/value head) as in attention_backward, which writes the group's dq and its
+// own dk, dv: no two threads write the same numbers, and the sums go in a fixed order.
+static void flash_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *out, const float *lse, int B,
+                                     int T, int NH, int NKV, int HS) {
+    int Q = NH * HS, KV = NKV * HS, QKV = Q + 2 * KV, group = NH / NKV;
+    float scale = 1.0f / sqrtf((float)HS);
+    memset(dqkv, 0, (size_t)B * T * QKV * sizeof(float));
+    #pragma omp parallel
+    {
+        float *p = (float *)mallocCheck((size_t)FLASH_T * FLASH_T * sizeof(float)); // a tile's P
+        float *dz = (float *)mallocCheck((size_t)FLASH_T * FLASH_T * sizeof(float)); // its dP, then dZ
+        float *D = (float *)mallocCheck((size_t)T * sizeof(float));
+        #pragma omp for collapse(2) schedule(static)
+        for (int b = 0; b < B; b++) {
+            for (int g = 0; g < NKV; g++) {
+                for (int h = g * group; h < (g + 1) * group; h++) {
+                    const float *q_h = qkv + (size_t)b * T * QKV + (size_t)h * HS, *lse_h = lse + ((size_t)b * NH + h) * T;
+                    const float *dO_h = dout + (size_t)b * T * Q + (size_t)h * HS;
+                    float *dq_h = dqkv + (size_t)b * T * QKV + (size_t)h * HS;
+                    for (int t = 0; t < T; t++) {
+                        const float *dO = dO_h + (size_t)t * Q, *o = out + ((size_t)b * T + t) * Q + (size_t)h * HS;
+                        D[t] = dot8(dO, o, HS);
+                    }
+                    for (int k0 = 0; k0 < T; k0 += FLASH_T) {
+                        int nk = T - k0 < FLASH_T ? T - k0 : FLASH_T;
+                        const float *k = qkv + ((size_t)b * T + k0) * QKV + Q + (size_t)g * HS, *v = k + KV;
+                        float *dk = dqkv + ((size_t)b * T + k0) * QKV + Q + (size_t)g * HS, *dv = dk + KV;
+                        for (int t0 = k0 / FLASH_T * FLASH_T; t0 < T; t0 += FLASH_T) { // query tiles from the diagonal on
+                            int nq = T - t0 < FLASH_T ? T - t0 : FLASH_T;
+                            const float *q = q_h + (size_t)t0 * QKV, *dO = dO_h + (size_t)t0 * Q;
+                            float *dq = dq_h + (size_t)t0 * QKV;
+                            gemm(p, FLASH_T, 1, q, (size_t)QKV, 1, k, 1, (size_t)QKV, nq, nk, HS, 0);   // S = Q K^T
+                            gemm(dz, FLASH_T, 1, dO, (size_t)Q, 1, v, 1, (size_t)QKV, nq, nk, HS, 0);  // dP = dO V^T
+                            for (int i = 0; i < nq; i++) {
+                                float *prow = p + (size_t)i * FLASH_T, *zrow = dz + (size_t)i * FLASH_T;
+                                float lse_t = lse_h[t0 + i], D_t = D[t0 + i];
+                                for (int j = 0; j < nk; j++) {
+                                    float pj = k0 + j <= t0 + i ? exp_fast(prow[j] * scale - lse_t) : 0.0f; // (causal)
+                                    prow[j] = pj;
+                                    zrow[j] = pj * (zrow[j] - D_t) * scale;
+                                }
+                            }
+                            gemm(dv, (size_t)QKV, 1, p, 1, FLASH_T, dO, (size_t)Q, 1, nk, HS, nq, 1);    // dV += P^T dO
+                            gemm(dk, (size_t)QKV, 1, dz, 1, FLASH_T, q, (size_t)QKV, 1, nk, HS, nq, 1);  // dK += dZ^T Q
+                            gemm(dq, (size_t)QKV, 1, dz, FLASH_T, 1, k, (size_t)QKV, 1, nq, HS, nk, 1);  // dQ += dZ K
+                        }
+                    }
+                }
+            }
+        }
+        free(p);
+        free(dz);
+        free(D);
+    }
+}
+
 // GPT-2's GELU (tanh form) and SwiGLU (the Llama family: silu(gate) up), and their backward
 #define GELU_K 0.7978845608028654f // sqrt(2 / pi)
 static void activation_forward(float *out, const float *inp, int N, int H, int llama) {
@@ -1389,7 +1511,7 @@ typedef struct {
     double total, per_layer; // all parts; one layer's activations (the share recomputation saves)
 } MemoryPlan;
 typedef struct {
-    int quant, blocksize, nested, modules, r, B, T, recompute;
+    int quant, blocksize, nested, modules, r, B, T, recompute, flash;
     size_t adapter_params;
     float dropout;
 } PlanRun;
@@ -1663,12 +1785,13 @@ static void lora_free(Lora *lora) {
 typedef struct {
     int B, T;
     int recompute, slots; // -A 1: slots = 1; else L
+    int flash;            // -F 1: flash attention, att holds each row's log-sum-exp
     float *x;            // (L + 1, N, C) the residual stream into each block, and out of the last
     float *xmid;         // (S, N, C) ... after each block's attention
     float *n1, *n2;      // (S, N, C) the norms' outputs
     float *stats;        // (S, 4, N) mean1, rstd1, mean2, rstd2; and nf's at the end (2, N)
     float *qkv;          // (S, N, Q + 2KV) after RoPE
-    float *att;          // (S, B, NH, T, T)
+    float *att;          // (S, B, NH, T, T) the probabilities; -F 1: (S, B, NH, T) each row's log-sum-exp
     float *atty;         // (S, N, Q)
     float *fc;           // (S, N, MLP) before the activation
     float *act;          // (S, N, H)
@@ -1690,24 +1813,24 @@ static size_t max3(size_t a, size_t b, size_t c) { return a > b ? (a > c ? a : c
 // T positions and an adapter of `modules` modules of rank r: what acts_allocate takes, and
 // what --plan predicts (memory_plan). Returns how many arrays.
 enum { ACTS_LOGITS = 12, ACTS_SCRATCH = 14, ACTS_TILE = 20, NUM_ACTS = 21 }; // (kept for the backward pass: 0..11)
-static int acts_sizes(size_t *sizes, const Base *b, int modules, int r, float dropout, int B, int T, int recompute) {
+static int acts_sizes(size_t *sizes, const Base *b, int modules, int r, float dropout, int B, int T, int recompute, int flash) {
     size_t N = (size_t)B * T, L = b->L, S = recompute ? 1 : L, C = b->C, Q = (size_t)b->NH * b->HS, QKV = Q + 2 * (size_t)b->NKV * b->HS;
     size_t MLP = (b->llama ? 2 : 1) * (size_t)b->H, wide = max3(QKV, MLP, max3(C, Q, b->H));
     size_t drop = dropout > 0.0f ? N * wide : 1;
-    size_t s[NUM_ACTS] = {(L + 1) * N * C, S * N * C, S * N * C, S * N * C, (S * 4 + 2) * N, S * N * QKV, S * B * b->NH * T * T,
+    size_t s[NUM_ACTS] = {(L + 1) * N * C, S * N * C, S * N * C, S * N * C, (S * 4 + 2) * N, S * N * QKV, S * B * b->NH * T * (flash ? 1 : T),
                           S * N * Q, S * N * MLP, S * N * b->H, (size_t)modules * N * r, N * C,
                           (size_t)logits_rows(b, (int)N) * b->Vp, N * C, N * C, N * wide, N * wide, N * r, drop, drop, quant_tile_floats(b)};
     memcpy(sizes, s, sizeof(s));
     return NUM_ACTS;
 }
 
-static void acts_allocate(Acts *a, const Base *b, const Lora *lora, int B, int T, int recompute) {
+static void acts_allocate(Acts *a, const Base *b, const Lora *lora, int B, int T, int recompute, int flash) {
     memset(a, 0, sizeof(*a));
-    a->B = B; a->T = T; a->recompute = recompute; a->slots = recompute ? 1 : b->L;
+    a->B = B; a->T = T; a->recompute = recompute; a->slots = recompute ? 1 : b->L; a->flash = flash;
     size_t N = (size_t)B * T, sizes[NUM_ACTS];
     float **slots[NUM_ACTS] = {&a->x, &a->xmid, &a->n1, &a->n2, &a->stats, &a->qkv, &a->att, &a->atty, &a->fc, &a->act, &a->h,
                                &a->nf, &a->logits, &a->dnf, &a->dx, &a->dbuf, &a->dbuf2, &a->dh, &a->drop, &a->drop2, &a->tile};
-    acts_sizes(sizes, b, lora->num_modules, lora->r, lora->dropout, B, T, recompute);
+    acts_sizes(sizes, b, lora->num_modules, lora->r, lora->dropout, B, T, recompute, flash);
     for (size_t k = 0; k < NUM_ACTS; k++) {
         a->bytes += sizes[k] * sizeof(float);
         *slots[k] = (float *)calloc(sizes[k] > 0 ? sizes[k] : 1, sizeof(float));
@@ -1778,13 +1901,17 @@ static void layer_forward(const Base *b, const Lora *lora, Acts *a, int l) {
     int H = b->H, MLP = (b->llama ? 2 : 1) * H;
     size_t NC = (size_t)N * C, s = a->recompute ? 0 : (size_t)l;
     float *x = a->x + l * NC, *xmid = a->xmid + s * NC, *n1 = a->n1 + s * NC, *n2 = a->n2 + s * NC, *xout = a->x + (l + 1) * NC;
-    float *st = a->stats + s * 4 * N, *qkv = a->qkv + s * N * QKV, *att = a->att + s * B * b->NH * T * T;
+    float *st = a->stats + s * 4 * N, *qkv = a->qkv + s * N * QKV, *att = a->att + s * B * b->NH * T * (a->flash ? 1 : T);
     float *atty = a->atty + s * N * Q, *fc = a->fc + s * N * MLP, *act = a->act + s * N * H;
     norm_forward(n1, st, st + N, x, b->ln1w + (size_t)l * C, b->ln1b != NULL ? b->ln1b + (size_t)l * C : NULL, N, C, b->eps, b->llama);
     frozen_forward(qkv, n1, b, a->tile, l, SITE_QKV, b->qkvb != NULL ? b->qkvb + (size_t)l * QKV : NULL, N, C, QKV);
     site_lora_forward(qkv, n1, l, SITE_QKV, lora, a, N, QKV);
     if (b->llama) { rope_apply(qkv, b->inv_freq, N, T, b->NH, b->NKV, b->HS, 1.0f); }
-    attention_forward(atty, att, qkv, B, T, b->NH, b->NKV, b->HS);
+    if (a->flash) {
+        flash_attention_forward(atty, att, qkv, B, T, b->NH, b->NKV, b->HS);
+    } else {
+        attention_forward(atty, att, qkv, B, T, b->NH, b->NKV, b->HS);
+    }
     frozen_forward(xmid, atty, b, a->tile, l, SITE_ATTPROJ, b->attprojb != NULL ? b->attprojb + (size_t)l * C : NULL, N, Q, C);
     site_lora_forward(xmid, atty, l, SITE_ATTPROJ, lora, a, N, C);
     for (size_t i = 0; i < NC; i++) { xmid[i] += x[i]; }
@@ -1881,7 +2008,7 @@ static void model_backward(const Base *b, Lora *lora, Acts *a, const int *labels
         if (a->recompute && l < L - 1) { layer_forward(b, lora, a, l); } // (-A 1: the last block's are still in the slot)
         size_t s = a->recompute ? 0 : (size_t)l;
         float *x = a->x + l * NC, *xmid = a->xmid + s * NC, *n1 = a->n1 + s * NC, *n2 = a->n2 + s * NC;
-        float *st = a->stats + s * 4 * N, *qkv = a->qkv + s * N * QKV, *att = a->att + s * B * b->NH * T * T;
+        float *st = a->stats + s * 4 * N, *qkv = a->qkv + s * N * QKV, *att = a->att + s * B * b->NH * T * (a->flash ? 1 : T);
         float *atty = a->atty + s * N * Q, *fc = a->fc + s * N * MLP, *act = a->act + s * N * H;
         // x_out = xmid + fcproj(act): dx flows to xmid as it is, and through fcproj
         float *dact = a->dbuf;
@@ -1901,7 +2028,11 @@ static void model_backward(const Base *b, Lora *lora, Acts *a, const int *labels
         frozen_backward(datty, dx, b, a->tile, l, SITE_ATTPROJ, N, Q, C);
         site_lora_backward(datty, dx, atty, l, SITE_ATTPROJ, lora, a, N, C);
         float *dqkv = a->dbuf2;
-        attention_backward(dqkv, datty, qkv, att, B, T, b->NH, b->NKV, b->HS);
+        if (a->flash) {
+            flash_attention_backward(dqkv, datty, qkv, atty, att, B, T, b->NH, b->NKV, b->HS);
+        } else {
+            attention_backward(dqkv, datty, qkv, att, B, T, b->NH, b->NKV, b->HS);
+        }
         if (b->llama) { rope_apply(dqkv, b->inv_freq, N, T, b->NH, b->NKV, b->HS, -1.0f); }
         float *dn1 = a->dbuf;
         memset(dn1, 0, NC * sizeof(float));
@@ -2266,13 +2397,13 @@ static void memory_plan(MemoryPlan *p, const Base *b, const PlanRun *run) {
     plan_add(p, "its gradients", (double)run->adapter_params * 4);
     plan_add(p, "AdamW's moments", (double)run->adapter_params * 8);
     size_t sizes[NUM_ACTS], kept = 0, scratch = 0, N = (size_t)run->B * run->T;
-    acts_sizes(sizes, &q, run->modules, run->r, run->dropout, run->B, run->T, run->recompute);
+    acts_sizes(sizes, &q, run->modules, run->r, run->dropout, run->B, run->T, run->recompute, run->flash);
     for (int k = 0; k < ACTS_LOGITS; k++) { kept += sizes[k]; }
     for (int k = ACTS_SCRATCH; k < ACTS_TILE; k++) { scratch += sizes[k]; }
     plan_add(p, run->recompute ? "activations kept: each layer's input, one layer's rest" : "activations kept for the backward pass, every layer's",
              (double)kept * 4);
     size_t one[NUM_ACTS];
-    acts_sizes(one, &q, run->modules, run->r, run->dropout, run->B, run->T, 1); // (a layer's share: what -A 1 keeps of it)
+    acts_sizes(one, &q, run->modules, run->r, run->dropout, run->B, run->T, 1, run->flash); // (a layer's share: what -A 1 keeps of it)
     for (int k = 1; k < 10; k++) { p->per_layer += (double)one[k] * 4; }
     plan_add(p, "logits, a chunk of rows at a time, and their gradient into nf", (double)(sizes[ACTS_LOGITS] + sizes[ACTS_LOGITS + 1]) * 4);
     plan_add(p, "backward scratch (and LoRA dropout's)", (double)scratch * 4 + (double)N * sizeof(double));
@@ -2687,7 +2818,7 @@ float get_learning_rate(int step, float max_lr, int warmup_steps, int max_steps,
 
 typedef struct {
     const char *model, *tokenizer, *data, *eval, *out, *targets, *init, *merge;
-    int r, rslora, B, accum, T, steps, epochs, warmup, val_every, refuse, save_every, resume, recompute, bench;
+    int r, rslora, B, accum, T, steps, epochs, warmup, val_every, refuse, save_every, resume, recompute, flash, bench;
     float alpha, dropout, lr, weight_decay, clip, val_frac, final_frac;
     uint64_t seed;
     int phase_every;
@@ -2706,7 +2837,7 @@ static const Options DEFAULTS = {
     .model = "data/smollm2/SmolLM2-135M-Instruct.bin", .tokenizer = NULL, .data = "data/iso/train.jsonl", .eval = NULL,
     .out = "log_lora", .targets = "all-linear", .init = NULL, .merge = NULL,
     .r = 8, .rslora = 0, .B = 4, .accum = 4, .T = 128, .steps = 0, .epochs = 1, .warmup = 10, .val_every = 50, .refuse = 0,
-    .save_every = 0, .resume = 0, .recompute = 0, .bench = 0,
+    .save_every = 0, .resume = 0, .recompute = 0, .flash = 0, .bench = 0,
     .alpha = 16.0f, .dropout = 0.05f, .lr = 1e-3f, .weight_decay = 0.0f, .clip = 1.0f, .val_frac = 0.05f, .final_frac = 0.1f,
     .seed = 1337, .phase_every = 0, .dropout_set = 0, .quant = QUANT_NONE, .quant_blocksize = 64, .quant_nested = 1, .plan = 0,
     .budget = NULL};
@@ -2745,6 +2876,8 @@ static void print_usage(const Options *d) {
            "  -y 0|1    resume from the newest checkpoint in -o, with the same flags and data [%d]\n"
            "  -A 0|1    activation recomputation: keep only each block's input, run the block again in the\n"
            "            backward pass: the same numbers, less memory, about a third more compute [%d]\n"
+           "  -F 0|1    flash attention: tiles and an online softmax, the probabilities made again in the backward\n"
+           "            pass; keeps (B, heads, T) numbers a layer instead of (B, heads, T, T) [%d]\n"
            "  -B 0|1    benchmark: random tokens on -m (a model file, or llama:NAME: random weights of the shape of\n"
            "            smollm2-135m, llama3.2-1b, llama3.2-3b, llama3.1-8b, qwen2.5-0.5b, qwen2.5-7b), -n steps (10 if 0) of -k x -b x -t; no data,\n"
            "            no files written: tokens/s and peak memory [%d]\n"
@@ -2762,7 +2895,7 @@ static void print_usage(const Options *d) {
            "  -h        this help\n",
            PROGRAM, d->model, d->data, d->out, d->targets, d->r, d->alpha, d->rslora, d->dropout, d->B, d->accum, d->T, d->refuse, d->epochs,
            d->steps, d->lr, d->warmup, d->final_frac, d->weight_decay, d->clip, d->val_every, d->val_frac, d->save_every, d->resume,
-           d->recompute, d->bench, (unsigned long long)d->seed, d->phase_every);
+           d->recompute, d->flash, d->bench, (unsigned long long)d->seed, d->phase_every);
 }
 
 // the mean loss over a dataset's labelled tokens (forward only)
@@ -2801,7 +2934,7 @@ static void run_bench(const Base *b, const Options *o) {
     lora.training = 1;
     lora_to_device(&lora);
     Acts a;
-    acts_allocate(&a, b, &lora, B, T, o->recompute);
+    acts_allocate(&a, b, &lora, B, T, o->recompute, o->flash);
     printf("benchmark: %s, LoRA r=%d on %s (%d modules, %zu parameters), dropout %g; %d steps of %d x %d sequences of %d tokens%s\n",
            o->model, o->r, o->targets, lora.num_modules, lora.num_params, o->dropout, steps, o->accum, B, T,
            o->recompute ? ", activations recomputed" : "");
@@ -2942,7 +3075,7 @@ static void run_plan(const Options *given) {
         usage_error("%s", msg);
     }
     PlanRun run = {.quant = o->quant, .blocksize = o->quant_blocksize, .nested = o->quant_nested, .modules = 0, .r = o->r, .B = o->B,
-                   .T = T, .recompute = o->recompute, .adapter_params = 0, .dropout = o->dropout};
+                   .T = T, .recompute = o->recompute, .flash = o->flash, .adapter_params = 0, .dropout = o->dropout};
     lora_check_targets(&b, o->r, o->targets, &run.modules, &run.adapter_params); // (the adapter lora_create would make)
     size_t params = plan_base_params(&b), linear = plan_linear_params(&b);
     printf("plan: %s: %s, %.2fB parameters (%.2fB in the linear layers); B=%d, T=%d, LoRA r=%d on %s (%d modules, %zu parameters)%s%s\n",
@@ -3056,6 +3189,7 @@ static Options parse_args(int argc, char **argv) {
         case 'S': o.save_every = (int)parse_int(flag, v, 0); break;
         case 'y': o.resume = (int)parse_int(flag, v, 0) != 0; break;
         case 'A': o.recompute = (int)parse_int(flag, v, 0) != 0; break;
+        case 'F': o.flash = (int)parse_int(flag, v, 0) != 0; break;
         case 'B': o.bench = (int)parse_int(flag, v, 0) != 0; break;
         case 'P': o.phase_every = (int)parse_int(flag, v, 0); break;
         case 'G': o.budget = v; break;
@@ -3155,7 +3289,7 @@ static void open_adapter(Run *r) {
 static void allocate_and_report(Run *r) {
     const Options *o = &r->o;
     size_t base_params = r->b.llama ? r->b.llama_weights.num_parameters : r->b.gpt2.num_parameters;
-    acts_allocate(&r->a, &r->b, &r->lora, o->B, r->T, o->recompute);
+    acts_allocate(&r->a, &r->b, &r->lora, o->B, r->T, o->recompute, o->flash);
     printf("model: %s: %s, %.1fM parameters, frozen", o->model, r->b.llama ? "Llama family" : "GPT-2", base_params / 1e6);
     if (r->b.quant != QUANT_NONE) {
         printf(", its linear layers in %s (blocksize %d%s): %.1f MiB in all", quant4_name(r->b.quant), o->quant_blocksize,
@@ -3165,6 +3299,7 @@ static void allocate_and_report(Run *r) {
     printf("LoRA: r=%d, alpha %g (scale %.4g%s), dropout %g, %d modules (%s): %zu trainable parameters, %.3f%% of the model's\n",
            o->r, o->alpha, r->lora.scale, o->rslora ? ", rsLoRA" : "", o->dropout, r->lora.num_modules, o->targets, r->lora.num_params,
            100.0 * r->lora.num_params / base_params);
+    if (o->flash) { printf("attention: flash (-F 1): a layer keeps (B, heads, T) log-sum-exps, not (B, heads, T, T) probabilities\n"); }
     print_memory(&r->b, &r->lora, &r->a);
 }
 

@@ -136,11 +136,12 @@ static const char *tmp_dir; // (main's scratch folder)
 // quant: QUANT_NF4 for QLoRA, the base's linear layers in NF4 (blocksize 64, double
 // quantization), against PEFT on the base with those layers' weights replaced by
 // bitsandbytes' NF4 values (lora_reference.py --quant nf4: fixtures lora_NAME_nf4)
-static void test_model(const char *name, const char *model_path, int quant) {
+static void test_model(const char *name, const char *model_path, int quant, int flash) {
     char dir[256], fixture_path[256];
     snprintf(dir, sizeof(dir), "dev/reference/fixtures/lora_%s", name);
     snprintf(fixture_path, sizeof(fixture_path), "dev/reference/fixtures/lora_%s%s.safetensors", name, quant == QUANT_NF4 ? "_nf4" : "");
-    printf("\n%s%s + %s against %s\n", model_path, quant == QUANT_NF4 ? " in NF4" : "", dir, fixture_path);
+    printf("\n%s%s + %s against %s%s\n", model_path, quant == QUANT_NF4 ? " in NF4" : "", dir, fixture_path,
+           flash ? ", flash attention (-F 1)" : "");
     Base b;
     base_load(&b, model_path);
     if (quant != QUANT_NONE) {
@@ -175,7 +176,7 @@ static void test_model(const char *name, const char *model_path, int quant) {
     int total = 0;
     for (size_t i = 0; i < n; i++) { total += labels[i] != -100; }
     Acts a;
-    acts_allocate(&a, &b, &lora, SEQ_PER_MICRO, T_FIX, 0);
+    acts_allocate(&a, &b, &lora, SEQ_PER_MICRO, T_FIX, 0, flash);
     int N = SEQ_PER_MICRO * T_FIX, count;
     char label[160];
 
@@ -478,7 +479,7 @@ static void test_chunked_classifier(void) {
     for (int k = 0; k < 2; k++) {
         logits_floats = k == 0 ? saved : 3 * (size_t)b.Vp;
         Acts a;
-        acts_allocate(&a, &b, &lora, SEQ_PER_MICRO, T_FIX, 0);
+        acts_allocate(&a, &b, &lora, SEQ_PER_MICRO, T_FIX, 0, 0);
         lora_zero_grads(&lora);
         loss[k] = model_forward(&b, &lora, &a, tokens, labels, &count);
         model_backward(&b, &lora, &a, labels, 1.0f / (float)count);
@@ -513,7 +514,7 @@ static void test_dropout(void) {
     int *tokens, *labels, count;
     load_llama_batch(&b, &lora, 0.3f, &f, &tokens, &labels);
     Acts a;
-    acts_allocate(&a, &b, &lora, SEQ_PER_MICRO, T_FIX, 0);
+    acts_allocate(&a, &b, &lora, SEQ_PER_MICRO, T_FIX, 0, 0);
     lora_zero_grads(&lora);
     double with = model_forward(&b, &lora, &a, tokens, labels, &count);
     model_backward(&b, &lora, &a, labels, 1.0f);
@@ -593,7 +594,7 @@ static void test_recompute(void) {
         size_t bytes[2];
         for (int k = 0; k < 2; k++) {
             Acts a;
-            acts_allocate(&a, &b, &lora, SEQ_PER_MICRO, T_FIX, k);
+            acts_allocate(&a, &b, &lora, SEQ_PER_MICRO, T_FIX, k, 0);
             bytes[k] = a.bytes;
             lora_zero_grads(&lora);
             loss[k] = model_forward(&b, &lora, &a, tokens, labels, &count);
@@ -612,6 +613,38 @@ static void test_recompute(void) {
         safetensors_free(&f.st);
         lora_free(&lora);
         base_free(&b);
+    }
+}
+
+// Flash attention (-F 1) against attention_forward/backward, forward and every gradient, on
+// shapes that divide no tile (FLASH_T = 64): one token, a tile less one, a tile and one,
+// several tiles; grouped-query heads (G = 2 and 3) and plain ones; odd head sizes. The inputs
+// span [-2, 2), so the scores spread over several units and later tiles raise a row's
+// maximum. Both are fp32, in different orders: the bound is 1e-5 of the largest |value|
+// (measured: up to 6e-7). The fixtures' models with -F 1 against PEFT are in main.
+static void test_flash_attention(void) {
+    printf("\nflash attention against attention_forward/backward\n");
+    const int shapes[][5] = {{1, 1, 2, 1, 8}, {2, 63, 4, 2, 24}, {1, 65, 3, 1, 16}, {1, 130, 2, 2, 64}, {2, 200, 6, 2, 20}};
+    uint64_t rng = 7;
+    for (size_t si = 0; si < sizeof(shapes) / sizeof(shapes[0]); si++) {
+        int B = shapes[si][0], T = shapes[si][1], NH = shapes[si][2], NKV = shapes[si][3], HS = shapes[si][4];
+        size_t N = (size_t)B * T, Q = (size_t)NH * HS, QKV = Q + 2 * (size_t)NKV * HS;
+        float *qkv = (float *)mallocCheck(N * QKV * sizeof(float)), *dout = (float *)mallocCheck(N * Q * sizeof(float));
+        float *out = (float *)mallocCheck(N * Q * sizeof(float)), *out_f = (float *)mallocCheck(N * Q * sizeof(float));
+        float *att = (float *)mallocCheck((size_t)B * NH * T * T * sizeof(float)), *lse = (float *)mallocCheck((size_t)B * NH * T * sizeof(float));
+        float *dqkv = (float *)mallocCheck(N * QKV * sizeof(float)), *dqkv_f = (float *)mallocCheck(N * QKV * sizeof(float));
+        for (size_t i = 0; i < N * QKV; i++) { qkv[i] = 4.0f * rng_float(&rng) - 2.0f; dqkv_f[i] = NAN; }
+        for (size_t i = 0; i < N * Q; i++) { dout[i] = 2.0f * rng_float(&rng) - 1.0f; }
+        attention_forward(out, att, qkv, B, T, NH, NKV, HS);
+        attention_backward(dqkv, dout, qkv, att, B, T, NH, NKV, HS);
+        flash_attention_forward(out_f, lse, qkv, B, T, NH, NKV, HS);
+        flash_attention_backward(dqkv_f, dout, qkv, out_f, lse, B, T, NH, NKV, HS);
+        char label[120];
+        snprintf(label, sizeof(label), "B %d T %d NH %d NKV %d HS %d: the output", B, T, NH, NKV, HS);
+        check_close(label, out_f, out, N * Q, 1e-5f);
+        snprintf(label, sizeof(label), "B %d T %d NH %d NKV %d HS %d: dq, dk, dv", B, T, NH, NKV, HS);
+        check_close(label, dqkv_f, dqkv, N * QKV, 1e-5f);
+        free(qkv); free(dout); free(out); free(out_f); free(att); free(lse); free(dqkv); free(dqkv_f);
     }
 }
 
@@ -786,12 +819,16 @@ int main(void) {
     test_dropout();
     test_chunked_classifier();
     test_recompute();
-    test_model("gpt2", "build/hf_tiny_fp32.bin", QUANT_NONE);
-    test_model("llama", "build/llama_gqa3.bin", QUANT_NONE);
-    test_model("qwen2", "build/qwen2_gqa4.bin", QUANT_NONE);
-    test_model("gpt2", "build/hf_tiny_fp32.bin", QUANT_NF4);
-    test_model("llama", "build/llama_gqa3.bin", QUANT_NF4);
-    test_model("qwen2", "build/qwen2_gqa4.bin", QUANT_NF4);
+    test_flash_attention();
+    test_model("gpt2", "build/hf_tiny_fp32.bin", QUANT_NONE, 0);
+    test_model("llama", "build/llama_gqa3.bin", QUANT_NONE, 0);
+    test_model("qwen2", "build/qwen2_gqa4.bin", QUANT_NONE, 0);
+    test_model("gpt2", "build/hf_tiny_fp32.bin", QUANT_NF4, 0);
+    test_model("llama", "build/llama_gqa3.bin", QUANT_NF4, 0);
+    test_model("qwen2", "build/qwen2_gqa4.bin", QUANT_NF4, 0);
+    test_model("gpt2", "build/hf_tiny_fp32.bin", QUANT_NONE, 1);
+    test_model("llama", "build/llama_gqa3.bin", QUANT_NONE, 1);
+    test_model("qwen2", "build/qwen2_gqa4.bin", QUANT_NF4, 1);
     char cmd[600];
     snprintf(cmd, sizeof(cmd), "rm -rf %s", tmp);
     if (system(cmd) != 0) { printf("could not remove %s\n", tmp); }
