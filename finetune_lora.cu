@@ -10,7 +10,8 @@ resumes on the other); the arithmetic moves to the GPU:
   - each of finetune_lora.c's layer functions a kernel (or cuBLAS call) and a launcher of
     the same name and arguments, so the two files read side by side: the norms, RoPE,
     causal attention with grouped key/value heads (its products cuBLAS's, batched over the
-    key/value heads; the softmaxes and their backward a warp per row),
+    key/value heads; the softmaxes and their backward a warp per row; or with -F 1 flash
+    attention, dev/cuda/flash_attention.cu's kernels: no (B, NH, T, T) matrices),
     GELU or SwiGLU, the cross-entropy, LoRA's two thin matmuls each way (fp32 cuBLAS), LoRA
     dropout with the CPU's own masks, the clipped gradient norm and AdamW;
   - QLoRA (-Q nf4): the four linear layers' weights stay on the GPU in 4 bits, as
@@ -731,6 +732,317 @@ static void attention_backward(float *dqkv, float *dz, const float *dout, const 
             sgemm_batched(dq + (size_t)j * HS, z, k, T, HS, T, 0, 0, 1.0f, 0.0f, T, QKV, QKV, group * TT, HS, sq, NKV); // dQ = dZ K
             sgemm_batched(dk, z, q + (size_t)j * HS, T, HS, T, 1, 0, 1.0f, beta, T, QKV, QKV, group * TT, sq, HS, NKV); // dK += dZ^T Q
         }
+    }
+}
+
+// Flash attention (-F 1), finetune_lora.c's flash_attention_forward and _backward on the GPU:
+// the same result without the (B, NH, T, T) probabilities, each row's log-sum-exp kept
+// instead. The kernels are dev/cuda/flash_attention.cu's variant 3 (warp tiles), where the
+// ladder from the materialised kernels above to these is checked and timed; here their loads
+// and stores are fp32 (this program's activations), not the ladder's floatX. In short: a
+// block of 4 warps takes 16 queries of one head; the keys and values pass through shared
+// memory 32 at a time; a warp scores 32 keys against its query at once (a lane a key), keeps
+// the running maximum and sum of the online softmax, and each lane adds HS/32 of the output.
+// The backward pass: D = rowsum(dO * O) a warp per row; a block per 16 keys of a key/value
+// head walks the query tiles after them, over the group's query heads, for dk and dv; a block
+// per 16 queries walks the key tiles before them for dq. Every sum in one thread, in a fixed
+// order: no atomics. Head sizes up to 128 (the tiles are sized by HS rounded up to 32: HSP).
+
+// Where the heads are: query head h of position t in sequence b at q[(b T + t) q_row + h HS],
+// its key and value at k, v [(b T + t) kv_row + (h / (NH / NKV)) HS]; out and dout rows o_row
+struct Heads {
+    int B, T, NH, NKV, HS;
+    int q_row, kv_row, o_row;
+};
+
+// D_t = dO_t . O_t (a warp per row b, h, t)
+__global__ void rowdot_kernel(float *D, const float *dout, const float *out, Heads s) {
+    size_t row = (size_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    int lane = threadIdx.x % 32, T = s.T;
+    if (row >= (size_t)s.B * s.NH * T) { return; }
+    int t = (int)(row % T), h = (int)(row / T % s.NH), b = (int)(row / T / s.NH);
+    size_t o = ((size_t)b * T + t) * s.o_row + h * s.HS;
+    float d = 0.0f;
+    for (int i = lane; i < s.HS; i += 32) { d += dout[o + i] * out[o + i]; }
+    d = warp_sum(d);
+    if (lane == 0) { D[row] = d; }
+}
+
+
+#define W3_WARPS 4   // warps per block
+#define W3_ROWS 4    // queries per warp
+#define W3_BR (W3_WARPS * W3_ROWS)
+#define W3_BC 32     // keys per tile: one a lane
+
+template <int HSP>
+__global__ void __launch_bounds__(W3_WARPS * 32) flash_forward_kernel3(float *out, float *lse, const float *q,
+                                                                        const float *k, const float *v, Heads s,
+                                                                        float scale) {
+    __shared__ float k_tile[W3_BC][HSP + 1], v_tile[W3_BC][HSP], q_rows[W3_BR][HSP];
+    int b = blockIdx.y / s.NH, h = blockIdx.y % s.NH, kvh = h / (s.NH / s.NKV), T = s.T;
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    int tile = gridDim.x - 1 - blockIdx.x, t0 = tile * W3_BR, last = min(t0 + W3_BR, T) - 1;
+    for (int e = threadIdx.x; e < W3_BR * HSP; e += blockDim.x) {
+        int r = e / HSP, i = e % HSP;
+        q_rows[r][i] = t0 + r < T && i < s.HS ? q[((size_t)b * T + t0 + r) * s.q_row + h * s.HS + i] * scale : 0.0f;
+    }
+    float m[W3_ROWS], l[W3_ROWS], acc[W3_ROWS][HSP / 32];
+#pragma unroll
+    for (int r = 0; r < W3_ROWS; r++) {
+        m[r] = -INFINITY;
+        l[r] = 0.0f;
+#pragma unroll
+        for (int c = 0; c < HSP / 32; c++) { acc[r][c] = 0.0f; }
+    }
+    for (int k0 = 0; k0 <= last; k0 += W3_BC) {
+        __syncthreads(); // (the first time: q_rows written)
+        for (int e = threadIdx.x; e < W3_BC * HSP; e += blockDim.x) {
+            int j = e / HSP, i = e % HSP;
+            size_t kv = ((size_t)b * T + k0 + j) * s.kv_row + kvh * s.HS + i;
+            k_tile[j][i] = k0 + j < T && i < s.HS ? k[kv] : 0.0f;
+            v_tile[j][i] = k0 + j < T && i < s.HS ? v[kv] : 0.0f;
+        }
+        __syncthreads();
+#pragma unroll
+        for (int r = 0; r < W3_ROWS; r++) {
+            int row = warp * W3_ROWS + r, t = t0 + row;
+            if (t >= T || k0 > t) { continue; } // the same for the whole warp
+            int key = k0 + lane;
+            float sc = -INFINITY;
+            if (key <= t) {
+                sc = 0.0f;
+                for (int i = 0; i < HSP; i++) { sc += q_rows[row][i] * k_tile[lane][i]; }
+            }
+            float m_new = fmaxf(m[r], warp_max(sc)), p = key <= t ? expf(sc - m_new) : 0.0f;
+            float rescale = expf(m[r] - m_new);
+            l[r] = l[r] * rescale + warp_sum(p);
+            m[r] = m_new;
+#pragma unroll
+            for (int c = 0; c < HSP / 32; c++) { acc[r][c] *= rescale; }
+            for (int j = 0; j < W3_BC; j++) {
+                float pj = __shfl_sync(0xffffffffu, p, j);
+#pragma unroll
+                for (int c = 0; c < HSP / 32; c++) { acc[r][c] += pj * v_tile[j][lane + 32 * c]; }
+            }
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < W3_ROWS; r++) {
+        int t = t0 + warp * W3_ROWS + r;
+        if (t >= T) { continue; }
+#pragma unroll
+        for (int c = 0; c < HSP / 32; c++) {
+            if (lane + 32 * c < s.HS) { out[((size_t)b * T + t) * s.o_row + h * s.HS + lane + 32 * c] = acc[r][c] / l[r]; }
+        }
+        if (lane == 0) { lse[((size_t)b * s.NH + h) * T + t] = m[r] + logf(l[r]); }
+    }
+}
+
+// dk, dv: a warp per key (4 keys a warp, 16 a block); per query tile of 32 (lane j: query
+// q0 + j) the lanes compute P and dS of their query against the warp's key, then each lane
+// owns HSP/32 of dk and dv and adds the 32 queries' terms, passed by shuffles.
+template <int HSP>
+__global__ void __launch_bounds__(W3_WARPS * 32) flash_dkdv_kernel3(float *dk, float *dv, const float *q,
+                                                                     const float *k, const float *v,
+                                                                     const float *dout, const float *lse,
+                                                                     const float *D, Heads s, float scale) {
+    // (dynamic shared memory: 49 KiB at HSP = 128, past the 48 KiB a block gets by default)
+    extern __shared__ float smem[];
+    float(*q_tile)[HSP + 1] = (float(*)[HSP + 1])smem, (*do_tile)[HSP + 1] = q_tile + W3_BC;
+    float(*k_rows)[HSP] = (float(*)[HSP])(do_tile + W3_BC), (*v_rows)[HSP] = k_rows + W3_BR;
+    int b = blockIdx.y / s.NKV, kvh = blockIdx.y % s.NKV, G = s.NH / s.NKV, T = s.T;
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32, k0 = blockIdx.x * W3_BR;
+    for (int e = threadIdx.x; e < W3_BR * HSP; e += blockDim.x) {
+        int r = e / HSP, i = e % HSP;
+        size_t kv = ((size_t)b * T + k0 + r) * s.kv_row + kvh * s.HS + i;
+        k_rows[r][i] = k0 + r < T && i < s.HS ? k[kv] * scale : 0.0f;
+        v_rows[r][i] = k0 + r < T && i < s.HS ? v[kv] : 0.0f;
+    }
+    float dk_acc[W3_ROWS][HSP / 32], dv_acc[W3_ROWS][HSP / 32];
+#pragma unroll
+    for (int r = 0; r < W3_ROWS; r++) {
+#pragma unroll
+        for (int c = 0; c < HSP / 32; c++) { dk_acc[r][c] = dv_acc[r][c] = 0.0f; }
+    }
+    for (int h = kvh * G; h < kvh * G + G; h++) {
+        for (int q0 = k0 / W3_BC * W3_BC; q0 < T; q0 += W3_BC) {
+            __syncthreads();
+            for (int e = threadIdx.x; e < W3_BC * HSP; e += blockDim.x) {
+                int j = e / HSP, i = e % HSP, t = q0 + j;
+                q_tile[j][i] = t < T && i < s.HS ? q[((size_t)b * T + t) * s.q_row + h * s.HS + i] : 0.0f;
+                do_tile[j][i] = t < T && i < s.HS ? dout[((size_t)b * T + t) * s.o_row + h * s.HS + i] : 0.0f;
+            }
+            __syncthreads();
+            int t = q0 + lane; // this lane's query
+            size_t row = ((size_t)b * s.NH + h) * T + t;
+            float lse_t = t < T ? lse[row] : 0.0f, d_t = t < T ? D[row] : 0.0f;
+#pragma unroll
+            for (int r = 0; r < W3_ROWS; r++) {
+                int key = k0 + warp * W3_ROWS + r;
+                if (key >= T || q0 + W3_BC <= key) { continue; } // no query of this tile sees it (whole warp)
+                float p = 0.0f, ds = 0.0f;
+                if (t < T && t >= key) {
+                    float sc = 0.0f, dp = 0.0f;
+                    for (int i = 0; i < HSP; i++) {
+                        sc += q_tile[lane][i] * k_rows[warp * W3_ROWS + r][i];
+                        dp += do_tile[lane][i] * v_rows[warp * W3_ROWS + r][i];
+                    }
+                    p = expf(sc - lse_t);
+                    ds = p * (dp - d_t);
+                }
+                for (int j = 0; j < W3_BC; j++) {
+                    float pj = __shfl_sync(0xffffffffu, p, j), dsj = __shfl_sync(0xffffffffu, ds, j);
+#pragma unroll
+                    for (int c = 0; c < HSP / 32; c++) {
+                        dv_acc[r][c] += pj * do_tile[j][lane + 32 * c];
+                        dk_acc[r][c] += dsj * q_tile[j][lane + 32 * c];
+                    }
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < W3_ROWS; r++) {
+        int key = k0 + warp * W3_ROWS + r;
+        if (key >= T) { continue; }
+        size_t kv = ((size_t)b * T + key) * s.kv_row + kvh * s.HS;
+#pragma unroll
+        for (int c = 0; c < HSP / 32; c++) {
+            if (lane + 32 * c >= s.HS) { continue; }
+            dk[kv + lane + 32 * c] = dk_acc[r][c] * scale;
+            dv[kv + lane + 32 * c] = dv_acc[r][c];
+        }
+    }
+}
+
+// dq: as the forward kernel 3, a warp per query, the lanes across 32 keys for dS, then
+// across the head for dq = dS . K.
+template <int HSP>
+__global__ void __launch_bounds__(W3_WARPS * 32) flash_dq_kernel3(float *dq, const float *q, const float *k,
+                                                                   const float *v, const float *dout,
+                                                                   const float *lse, const float *D, Heads s,
+                                                                   float scale) {
+    extern __shared__ float smem[]; // (the same 49 KiB at HSP = 128 as flash_dkdv_kernel3's)
+    float(*k_tile)[HSP + 1] = (float(*)[HSP + 1])smem, (*v_tile)[HSP + 1] = k_tile + W3_BC;
+    float(*q_rows)[HSP] = (float(*)[HSP])(v_tile + W3_BC), (*do_rows)[HSP] = q_rows + W3_BR;
+    int b = blockIdx.y / s.NH, h = blockIdx.y % s.NH, kvh = h / (s.NH / s.NKV), T = s.T;
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    int tile = gridDim.x - 1 - blockIdx.x, t0 = tile * W3_BR, last = min(t0 + W3_BR, T) - 1;
+    for (int e = threadIdx.x; e < W3_BR * HSP; e += blockDim.x) {
+        int r = e / HSP, i = e % HSP, t = t0 + r;
+        q_rows[r][i] = t < T && i < s.HS ? q[((size_t)b * T + t) * s.q_row + h * s.HS + i] * scale : 0.0f;
+        do_rows[r][i] = t < T && i < s.HS ? dout[((size_t)b * T + t) * s.o_row + h * s.HS + i] : 0.0f;
+    }
+    float dq_acc[W3_ROWS][HSP / 32], lse_r[W3_ROWS], d_r[W3_ROWS];
+#pragma unroll
+    for (int r = 0; r < W3_ROWS; r++) {
+        int t = t0 + warp * W3_ROWS + r;
+        lse_r[r] = t < T ? lse[((size_t)b * s.NH + h) * T + t] : 0.0f;
+        d_r[r] = t < T ? D[((size_t)b * s.NH + h) * T + t] : 0.0f;
+#pragma unroll
+        for (int c = 0; c < HSP / 32; c++) { dq_acc[r][c] = 0.0f; }
+    }
+    for (int k0 = 0; k0 <= last; k0 += W3_BC) {
+        __syncthreads();
+        for (int e = threadIdx.x; e < W3_BC * HSP; e += blockDim.x) {
+            int j = e / HSP, i = e % HSP;
+            size_t kv = ((size_t)b * T + k0 + j) * s.kv_row + kvh * s.HS + i;
+            k_tile[j][i] = k0 + j < T && i < s.HS ? k[kv] : 0.0f;
+            v_tile[j][i] = k0 + j < T && i < s.HS ? v[kv] : 0.0f;
+        }
+        __syncthreads();
+#pragma unroll
+        for (int r = 0; r < W3_ROWS; r++) {
+            int row = warp * W3_ROWS + r, t = t0 + row, key = k0 + lane;
+            if (t >= T || k0 > t) { continue; }
+            float ds = 0.0f;
+            if (key <= t) {
+                float sc = 0.0f, dp = 0.0f;
+                for (int i = 0; i < HSP; i++) {
+                    sc += q_rows[row][i] * k_tile[lane][i];
+                    dp += do_rows[row][i] * v_tile[lane][i];
+                }
+                ds = expf(sc - lse_r[r]) * (dp - d_r[r]);
+            }
+            for (int j = 0; j < W3_BC; j++) {
+                float dsj = __shfl_sync(0xffffffffu, ds, j);
+#pragma unroll
+                for (int c = 0; c < HSP / 32; c++) { dq_acc[r][c] += dsj * k_tile[j][lane + 32 * c]; }
+            }
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < W3_ROWS; r++) {
+        int t = t0 + warp * W3_ROWS + r;
+        if (t >= T) { continue; }
+#pragma unroll
+        for (int c = 0; c < HSP / 32; c++) {
+            if (lane + 32 * c < s.HS) { dq[((size_t)b * T + t) * s.q_row + h * s.HS + lane + 32 * c] = dq_acc[r][c] * scale; }
+        }
+    }
+}
+
+// the dynamic shared memory of both backward kernels 3: two padded tiles of 32 rows, two of 16
+template <int HSP>
+static size_t backward3_smem(void) {
+    return (2 * W3_BC * (HSP + 1) + 2 * W3_BR * HSP) * sizeof(float);
+}
+
+
+// the dynamic shared memory of the two backward kernels: 49 KiB at HSP = 128, over the 48 KiB
+// a block gets without asking (cudaFuncSetAttribute, once per head size)
+template <int HSP>
+static size_t flash_backward_smem(void) {
+    return (2 * W3_BC * (HSP + 1) + 2 * W3_BR * HSP) * sizeof(float);
+}
+
+template <int HSP>
+static void flash_forward_hsp(float *out, float *lse, const float *qkv, Heads s) {
+    const float *q = qkv, *k = qkv + s.NH * s.HS, *v = k + s.NKV * s.HS;
+    flash_forward_kernel3<HSP><<<dim3(ceil_div(s.T, W3_BR), s.B * s.NH), W3_WARPS * 32, 0, main_stream>>>(out, lse, q, k, v, s,
+                                                                                                       1.0f / sqrtf((float)s.HS));
+    cudaCheck(cudaGetLastError());
+}
+template <int HSP>
+static void flash_backward_hsp(float *dqkv, float *D, const float *dout, const float *qkv, const float *out, const float *lse, Heads s) {
+    const float *q = qkv, *k = qkv + s.NH * s.HS, *v = k + s.NKV * s.HS;
+    float *dq = dqkv, *dk = dqkv + s.NH * s.HS, *dv = dk + s.NKV * s.HS, scale = 1.0f / sqrtf((float)s.HS);
+    static int smem_set = 0; // (one per instantiation)
+    size_t smem = flash_backward_smem<HSP>();
+    if (!smem_set) {
+        cudaCheck(cudaFuncSetAttribute(flash_dkdv_kernel3<HSP>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        cudaCheck(cudaFuncSetAttribute(flash_dq_kernel3<HSP>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        smem_set = 1;
+    }
+    rowdot_kernel<<<ceil_div((size_t)s.B * s.NH * s.T, 8), 256, 0, main_stream>>>(D, dout, out, s);
+    flash_dkdv_kernel3<HSP><<<dim3(ceil_div(s.T, W3_BR), s.B * s.NKV), W3_WARPS * 32, smem, main_stream>>>(dk, dv, q, k, v, dout, lse,
+                                                                                                       D, s, scale);
+    flash_dq_kernel3<HSP><<<dim3(ceil_div(s.T, W3_BR), s.B * s.NH), W3_WARPS * 32, smem, main_stream>>>(dq, q, k, v, dout, lse, D, s,
+                                                                                                    scale);
+    cudaCheck(cudaGetLastError());
+}
+
+// out (N, Q) and lse (B, NH, T) from qkv (N, Q + 2KV)
+static void flash_attention_forward(float *out, float *lse, const float *qkv, int B, int T, int NH, int NKV, int HS) {
+    int QKV = (NH + 2 * NKV) * HS;
+    Heads s = {B, T, NH, NKV, HS, QKV, QKV, NH * HS};
+    switch ((HS + 31) / 32) {
+    case 1: flash_forward_hsp<32>(out, lse, qkv, s); break;
+    case 2: flash_forward_hsp<64>(out, lse, qkv, s); break;
+    case 3: flash_forward_hsp<96>(out, lse, qkv, s); break;
+    default: flash_forward_hsp<128>(out, lse, qkv, s); break; // (HS <= 128: acts_allocate checks it with -F 1)
+    }
+}
+// dqkv (N, Q + 2KV), every number written; D: (B, NH, T) scratch
+static void flash_attention_backward(float *dqkv, float *D, const float *dout, const float *qkv, const float *out, const float *lse, int B,
+                                     int T, int NH, int NKV, int HS) {
+    int QKV = (NH + 2 * NKV) * HS;
+    Heads s = {B, T, NH, NKV, HS, QKV, QKV, NH * HS};
+    switch ((HS + 31) / 32) {
+    case 1: flash_backward_hsp<32>(dqkv, D, dout, qkv, out, lse, s); break;
+    case 2: flash_backward_hsp<64>(dqkv, D, dout, qkv, out, lse, s); break;
+    case 3: flash_backward_hsp<96>(dqkv, D, dout, qkv, out, lse, s); break;
+    default: flash_backward_hsp<128>(dqkv, D, dout, qkv, out, lse, s); break;
     }
 }
 
@@ -1630,7 +1942,7 @@ typedef struct {
     double total, per_layer; // all parts; one layer's activations (the share recomputation saves)
 } MemoryPlan;
 typedef struct {
-    int quant, blocksize, nested, modules, r, B, T, recompute;
+    int quant, blocksize, nested, modules, r, B, T, recompute, flash;
     size_t adapter_params;
     float dropout;
 } PlanRun;
@@ -2001,12 +2313,13 @@ static float *device_param(const Lora *lora, const float *host, const float *bas
 // through it.
 typedef struct {
     int B, T, recompute, slots;  // slots: L, or 1 with recomputation
+    int flash;                   // -F 1: flash attention (att holds each row's log-sum-exp, dz the rows' D)
     int *tokens, *labels;        // (N) on the GPU
     float *x;                    // (L + 1, N, C) the residual stream into each block, and out of the last
     float *xmid, *n1, *n2;       // (slots, N, C)
     float *stats;                // (slots, 4, N) mean1, rstd1, mean2, rstd2
     float *qkv;                  // (slots, N, Q + 2KV) after RoPE
-    float *att;                  // (slots, B, NH, T, T)
+    float *att;                  // (slots, B, NH, T, T) the probabilities; -F 1: (slots, B, NH, T) log-sum-exps
     float *atty;                 // (slots, N, Q)
     float *fc;                   // (slots, N, MLP) before the activation
     float *act;                  // (slots, N, H)
@@ -2015,7 +2328,7 @@ typedef struct {
     float *logits;               // (logits_rows, Vp): a chunk of rows' logits, their probabilities, their gradient
     float *loss;                 // (N) each row's loss
     float *dnf;                  // (N, C): (p - onehot(label)) lm_head, made chunk by chunk in the forward pass
-    float *dx, *dbuf, *dbuf2, *dh, *dz; // backward scratch: (N, C), (N, wide) twice, (N, r), (B, NH, T, T)
+    float *dx, *dbuf, *dbuf2, *dh, *dz; // backward scratch: (N, C), (N, wide) twice, (N, r), (B, NH, T, T) (-F 1: (B, NH, T))
     float *drop, *drop2;         // LoRA dropout's (N, wide), twice
     float *rope;                 // (T, HS) the Llama family's RoPE cosines and sines (rope_kernel)
     float *host_loss;            // (N) its copy, for the loss's sum
@@ -2030,9 +2343,9 @@ static size_t max3(size_t a, size_t b, size_t c) { return a > b ? (a > c ? a : c
 // to 64: what acts_allocate takes in one allocation, and what --plan predicts (memory_plan).
 // S: the layers whose activations are kept (all, or one with recomputation).
 enum { ACTS_LOGITS = 13, ACTS_SCRATCH = 16, NUM_ACTS = 24 }; // (kept for the backward pass: 0..12; the classifier's: 13..15)
-static void acts_sizes(size_t *sizes, const Base *b, int modules, int r, float dropout, int B, int T, int recompute) {
+static void acts_sizes(size_t *sizes, const Base *b, int modules, int r, float dropout, int B, int T, int recompute, int flash) {
     size_t N = (size_t)B * T, L = b->L, S = recompute ? 1 : L, C = b->C, Q = (size_t)b->NH * b->HS, QKV = Q + 2 * (size_t)b->NKV * b->HS;
-    size_t MLP = (b->llama ? 2 : 1) * (size_t)b->H, wide = max3(QKV, MLP, max3(C, Q, b->H)), att = (size_t)B * b->NH * T * T;
+    size_t MLP = (b->llama ? 2 : 1) * (size_t)b->H, wide = max3(QKV, MLP, max3(C, Q, b->H)), att = (size_t)B * b->NH * T * (flash ? 1 : T);
     size_t drop = dropout > 0.0f ? N * wide : 1;
     size_t s[NUM_ACTS] = {(L + 1) * N * C, S * N * C, S * N * C, S * N * C, S * 4 * N, S * N * QKV, S * att, S * N * Q, S * N * MLP,
                           S * N * b->H, (size_t)modules * N * r + 1, N * C, 2 * N, (size_t)logits_rows(b, (int)N) * b->Vp, N, N * C,
@@ -2053,15 +2366,19 @@ static size_t cast_floats(const Base *b, int B, int T) {
 #endif
 }
 
-static void acts_allocate(Acts *a, const Base *b, const Lora *lora, int B, int T, int recompute) {
+static void acts_allocate(Acts *a, const Base *b, const Lora *lora, int B, int T, int recompute, int flash) {
+    if (flash && b->HS > 128) {
+        fprintf(stderr, "Error: -F 1: flash attention's kernels take head sizes up to 128, this model's is %d (run with -F 0)\n", b->HS);
+        exit(EXIT_FAILURE);
+    }
     memset(a, 0, sizeof(*a));
-    a->B = B; a->T = T; a->recompute = recompute; a->slots = recompute ? 1 : b->L;
+    a->B = B; a->T = T; a->recompute = recompute; a->slots = recompute ? 1 : b->L; a->flash = flash;
     size_t N = (size_t)B * T;
     float **slots[NUM_ACTS] = {&a->x, &a->xmid, &a->n1, &a->n2, &a->stats, &a->qkv, &a->att, &a->atty, &a->fc, &a->act, &a->h, &a->nf,
                                &a->nf_stats, &a->logits, &a->loss, &a->dnf, &a->dx, &a->dbuf, &a->dbuf2, &a->dh, &a->dz, &a->drop, &a->drop2,
                                &a->rope};
     size_t sizes[NUM_ACTS], total = 0, at[NUM_ACTS];
-    acts_sizes(sizes, b, lora->num_modules, lora->r, lora->dropout, B, T, recompute);
+    acts_sizes(sizes, b, lora->num_modules, lora->r, lora->dropout, B, T, recompute, flash);
     for (size_t k = 0; k < NUM_ACTS; k++) { at[k] = total; total += sizes[k]; }
     size_t ints = (2 * N + 63) / 64 * 64;
     a->bytes = total * sizeof(float) + ints * sizeof(int);
@@ -2107,7 +2424,7 @@ static LayerActs layer_acts(const Acts *a, const Base *b, int l) {
     size_t N = (size_t)a->B * a->T, C = b->C, Q = (size_t)b->NH * b->HS, QKV = Q + 2 * (size_t)b->NKV * b->HS;
     size_t MLP = (b->llama ? 2 : 1) * (size_t)b->H, s = a->recompute ? 0 : (size_t)l;
     LayerActs la = {a->x + l * N * C, a->xmid + s * N * C, a->n1 + s * N * C, a->n2 + s * N * C, a->stats + s * 4 * N, a->qkv + s * N * QKV,
-                    a->att + s * a->B * b->NH * a->T * a->T, a->atty + s * N * Q, a->fc + s * N * MLP, a->act + s * N * b->H,
+                    a->att + s * a->B * b->NH * a->T * (a->flash ? 1 : a->T), a->atty + s * N * Q, a->fc + s * N * MLP, a->act + s * N * b->H,
                     a->x + (l + 1) * N * C};
     return la;
 }
@@ -2150,7 +2467,11 @@ static void layer_forward(const Base *b, const Lora *lora, Acts *a, int l) {
     linear_forward(la.qkv, la.n1, device_site_weight(b, l, SITE_QKV), d->qkvb != NULL ? d->qkvb + (size_t)l * QKV : NULL, N, C, QKV);
     site_lora_forward(la.qkv, la.n1, l, SITE_QKV, lora, a, N, QKV);
     if (b->llama) { rope_apply(la.qkv, a->rope, N, T, b->NH, b->NKV, b->HS, 1.0f); }
-    attention_forward(la.atty, la.att, la.qkv, B, T, b->NH, b->NKV, b->HS);
+    if (a->flash) {
+        flash_attention_forward(la.atty, la.att, la.qkv, B, T, b->NH, b->NKV, b->HS);
+    } else {
+        attention_forward(la.atty, la.att, la.qkv, B, T, b->NH, b->NKV, b->HS);
+    }
     linear_forward(la.xmid, la.atty, device_site_weight(b, l, SITE_ATTPROJ), d->attprojb != NULL ? d->attprojb + (size_t)l * C : NULL, N, Q, C);
     site_lora_forward(la.xmid, la.atty, l, SITE_ATTPROJ, lora, a, N, C);
     add_inplace(la.xmid, la.x, (size_t)N * C);
@@ -2249,7 +2570,11 @@ static void model_backward(const Base *b, Lora *lora, Acts *a, const int *labels
         linear_backward(datty, dx, device_site_weight(b, l, SITE_ATTPROJ), N, Q, C);
         site_lora_backward(datty, dx, la.atty, l, SITE_ATTPROJ, lora, a, N, C);
         float *dqkv = a->dbuf2;
-        attention_backward(dqkv, a->dz, datty, la.qkv, la.att, B, T, b->NH, b->NKV, b->HS);
+        if (a->flash) {
+            flash_attention_backward(dqkv, a->dz, datty, la.qkv, la.atty, la.att, B, T, b->NH, b->NKV, b->HS);
+        } else {
+            attention_backward(dqkv, a->dz, datty, la.qkv, la.att, B, T, b->NH, b->NKV, b->HS);
+        }
         if (b->llama) { rope_apply(dqkv, a->rope, N, T, b->NH, b->NKV, b->HS, -1.0f); }
         float *dn1 = a->dbuf;
         cudaCheck(cudaMemsetAsync(dn1, 0, NC * sizeof(float), main_stream));
@@ -2660,13 +2985,13 @@ static void memory_plan(MemoryPlan *p, const Base *b, const PlanRun *run) {
     plan_add(p, "its gradients, and the norm's partial sums", (double)run->adapter_params * 4 + NORM_BLOCKS * sizeof(double));
     plan_add(p, "AdamW's moments", (double)run->adapter_params * 8);
     size_t a[NUM_ACTS], kept = 0, scratch = 0;
-    acts_sizes(a, b, run->modules, run->r, run->dropout, run->B, run->T, run->recompute);
+    acts_sizes(a, b, run->modules, run->r, run->dropout, run->B, run->T, run->recompute, run->flash);
     for (int k = 0; k < ACTS_LOGITS; k++) { kept += a[k]; }
     for (int k = ACTS_SCRATCH; k < NUM_ACTS; k++) { scratch += a[k]; }
     plan_add(p, run->recompute ? "activations kept: each layer's input, one layer's rest" : "activations kept for the backward pass, every layer's",
              (double)kept * 4);
     size_t one[NUM_ACTS];
-    acts_sizes(one, b, run->modules, run->r, run->dropout, run->B, run->T, 1); // (a layer's share: what -A 1 keeps of it)
+    acts_sizes(one, b, run->modules, run->r, run->dropout, run->B, run->T, 1, run->flash); // (a layer's share: what -A 1 keeps of it)
     for (int k = 1; k < 10; k++) { p->per_layer += (double)one[k] * 4; }
     plan_add(p, "logits, a chunk of rows at a time; the rows' losses; their gradient into nf",
              (double)(a[ACTS_LOGITS] + a[ACTS_LOGITS + 1] + a[ACTS_LOGITS + 2]) * 4);
@@ -3082,7 +3407,7 @@ float get_learning_rate(int step, float max_lr, int warmup_steps, int max_steps,
 
 typedef struct {
     const char *model, *tokenizer, *data, *eval, *out, *targets, *init, *merge;
-    int r, rslora, B, accum, T, steps, epochs, warmup, val_every, refuse, save_every, resume, recompute, bench;
+    int r, rslora, B, accum, T, steps, epochs, warmup, val_every, refuse, save_every, resume, recompute, flash, bench;
     float alpha, dropout, lr, weight_decay, clip, val_frac, final_frac;
     uint64_t seed;
     int phase_every;
@@ -3101,7 +3426,7 @@ static const Options DEFAULTS = {
     .model = "data/smollm2/SmolLM2-135M-Instruct.bin", .tokenizer = NULL, .data = "data/iso/train.jsonl", .eval = NULL,
     .out = "log_lora", .targets = "all-linear", .init = NULL, .merge = NULL,
     .r = 8, .rslora = 0, .B = 4, .accum = 4, .T = 128, .steps = 0, .epochs = 1, .warmup = 10, .val_every = 50, .refuse = 0,
-    .save_every = 0, .resume = 0, .recompute = 0, .bench = 0,
+    .save_every = 0, .resume = 0, .recompute = 0, .flash = 0, .bench = 0,
     .alpha = 16.0f, .dropout = 0.05f, .lr = 1e-3f, .weight_decay = 0.0f, .clip = 1.0f, .val_frac = 0.05f, .final_frac = 0.1f,
     .seed = 1337, .phase_every = 0, .dropout_set = 0, .quant = QUANT_NONE, .quant_blocksize = 64, .quant_nested = 1, .plan = 0,
     .budget = NULL};
@@ -3140,6 +3465,8 @@ static void print_usage(const Options *d) {
            "  -y 0|1    resume from the newest checkpoint in -o, with the same flags and data [%d]\n"
            "  -A 0|1    activation recomputation: keep only each block's input, run the block again in the\n"
            "            backward pass: the same numbers, less memory, about a third more compute [%d]\n"
+           "  -F 0|1    flash attention: tiles and an online softmax, the probabilities made again in the backward\n"
+           "            pass; keeps (B, heads, T) numbers a layer instead of (B, heads, T, T) [%d]\n"
            "  -B 0|1    benchmark: random tokens on -m (a model file, or llama:NAME: random weights of the shape of\n"
            "            smollm2-135m, llama3.2-1b, llama3.2-3b, llama3.1-8b, qwen2.5-0.5b, qwen2.5-7b), -n steps (10 if 0) of -k x -b x -t; no data,\n"
            "            no files written: tokens/s and peak memory [%d]\n"
@@ -3157,7 +3484,7 @@ static void print_usage(const Options *d) {
            "  -h        this help\n",
            PROGRAM, d->model, d->data, d->out, d->targets, d->r, d->alpha, d->rslora, d->dropout, d->B, d->accum, d->T, d->refuse, d->epochs,
            d->steps, d->lr, d->warmup, d->final_frac, d->weight_decay, d->clip, d->val_every, d->val_frac, d->save_every, d->resume,
-           d->recompute, d->bench, (unsigned long long)d->seed, d->phase_every);
+           d->recompute, d->flash, d->bench, (unsigned long long)d->seed, d->phase_every);
 }
 
 // the mean loss over a dataset's labelled tokens (forward only)
@@ -3196,7 +3523,7 @@ static void run_bench(const Base *b, const Options *o) {
     lora.training = 1;
     lora_to_device(&lora);
     Acts a;
-    acts_allocate(&a, b, &lora, B, T, o->recompute);
+    acts_allocate(&a, b, &lora, B, T, o->recompute, o->flash);
     printf("benchmark: %s, LoRA r=%d on %s (%d modules, %zu parameters), dropout %g; %d steps of %d x %d sequences of %d tokens%s\n",
            o->model, o->r, o->targets, lora.num_modules, lora.num_params, o->dropout, steps, o->accum, B, T,
            o->recompute ? ", activations recomputed" : "");
@@ -3337,7 +3664,7 @@ static void run_plan(const Options *given) {
         usage_error("%s", msg);
     }
     PlanRun run = {.quant = o->quant, .blocksize = o->quant_blocksize, .nested = o->quant_nested, .modules = 0, .r = o->r, .B = o->B,
-                   .T = T, .recompute = o->recompute, .adapter_params = 0, .dropout = o->dropout};
+                   .T = T, .recompute = o->recompute, .flash = o->flash, .adapter_params = 0, .dropout = o->dropout};
     lora_check_targets(&b, o->r, o->targets, &run.modules, &run.adapter_params); // (the adapter lora_create would make)
     size_t params = plan_base_params(&b), linear = plan_linear_params(&b);
     printf("plan: %s: %s, %.2fB parameters (%.2fB in the linear layers); B=%d, T=%d, LoRA r=%d on %s (%d modules, %zu parameters)%s%s\n",
@@ -3451,6 +3778,7 @@ static Options parse_args(int argc, char **argv) {
         case 'S': o.save_every = (int)parse_int(flag, v, 0); break;
         case 'y': o.resume = (int)parse_int(flag, v, 0) != 0; break;
         case 'A': o.recompute = (int)parse_int(flag, v, 0) != 0; break;
+        case 'F': o.flash = (int)parse_int(flag, v, 0) != 0; break;
         case 'B': o.bench = (int)parse_int(flag, v, 0) != 0; break;
         case 'P': o.phase_every = (int)parse_int(flag, v, 0); break;
         case 'G': o.budget = v; break;
@@ -3550,7 +3878,7 @@ static void open_adapter(Run *r) {
 static void allocate_and_report(Run *r) {
     const Options *o = &r->o;
     size_t base_params = r->b.llama ? r->b.llama_weights.num_parameters : r->b.gpt2.num_parameters;
-    acts_allocate(&r->a, &r->b, &r->lora, o->B, r->T, o->recompute);
+    acts_allocate(&r->a, &r->b, &r->lora, o->B, r->T, o->recompute, o->flash);
     printf("model: %s: %s, %.1fM parameters, frozen", o->model, r->b.llama ? "Llama family" : "GPT-2", base_params / 1e6);
     if (r->b.quant != QUANT_NONE) {
         printf(", its linear layers in %s (blocksize %d%s): %.1f MiB in all", quant4_name(r->b.quant), o->quant_blocksize,
@@ -3560,6 +3888,7 @@ static void allocate_and_report(Run *r) {
     printf("LoRA: r=%d, alpha %g (scale %.4g%s), dropout %g, %d modules (%s): %zu trainable parameters, %.3f%% of the model's\n",
            o->r, o->alpha, r->lora.scale, o->rslora ? ", rsLoRA" : "", o->dropout, r->lora.num_modules, o->targets, r->lora.num_params,
            100.0 * r->lora.num_params / base_params);
+    if (o->flash) { printf("attention: flash (-F 1): a layer keeps (B, heads, T) log-sum-exps, not (B, heads, T, T) probabilities\n"); }
     print_memory(&r->b, &r->lora, &r->a);
 }
 

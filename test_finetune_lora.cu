@@ -155,11 +155,12 @@ static const char *tmp_dir; // (main's scratch folder)
 // quant: QUANT_NF4 for QLoRA, the base's linear layers in NF4 (blocksize 64, double
 // quantization), against PEFT on the base with those layers' weights replaced by
 // bitsandbytes' NF4 values (lora_reference.py --quant nf4: fixtures lora_NAME_nf4)
-static void test_model(const char *name, const char *model_path, int quant) {
+static void test_model(const char *name, const char *model_path, int quant, int flash) {
     char dir[256], fixture_path[256];
     snprintf(dir, sizeof(dir), "dev/reference/fixtures/lora_%s", name);
     snprintf(fixture_path, sizeof(fixture_path), "dev/reference/fixtures/lora_%s%s.safetensors", name, quant == QUANT_NF4 ? "_nf4" : "");
-    printf("\n%s%s + %s against %s\n", model_path, quant == QUANT_NF4 ? " in NF4" : "", dir, fixture_path);
+    printf("\n%s%s + %s against %s%s\n", model_path, quant == QUANT_NF4 ? " in NF4" : "", dir, fixture_path,
+           flash ? ", flash attention (-F 1)" : "");
     Base b;
     base_load(&b, model_path);
     if (quant != QUANT_NONE) {
@@ -194,7 +195,7 @@ static void test_model(const char *name, const char *model_path, int quant) {
     int total = 0;
     for (size_t i = 0; i < n; i++) { total += labels[i] != -100; }
     Acts a;
-    acts_allocate(&a, &b, &lora, SEQ_PER_MICRO, T_FIX, 0);
+    acts_allocate(&a, &b, &lora, SEQ_PER_MICRO, T_FIX, 0, flash);
     int N = SEQ_PER_MICRO * T_FIX, count;
     char label[160];
 
@@ -497,7 +498,7 @@ static void test_chunked_classifier(void) {
     for (int k = 0; k < 2; k++) {
         logits_floats = k == 0 ? saved : 3 * (size_t)b.Vp;
         Acts a;
-        acts_allocate(&a, &b, &lora, SEQ_PER_MICRO, T_FIX, 0);
+        acts_allocate(&a, &b, &lora, SEQ_PER_MICRO, T_FIX, 0, 0);
         lora_zero_grads(&lora);
         loss[k] = model_forward(&b, &lora, &a, tokens, labels, &count);
         model_backward(&b, &lora, &a, labels, 1.0f / (float)count);
@@ -532,7 +533,7 @@ static void test_dropout(void) {
     int *tokens, *labels, count;
     load_llama_batch(&b, &lora, 0.3f, &f, &tokens, &labels);
     Acts a;
-    acts_allocate(&a, &b, &lora, SEQ_PER_MICRO, T_FIX, 0);
+    acts_allocate(&a, &b, &lora, SEQ_PER_MICRO, T_FIX, 0, 0);
     lora_zero_grads(&lora);
     double with = model_forward(&b, &lora, &a, tokens, labels, &count);
     model_backward(&b, &lora, &a, labels, 1.0f);
@@ -663,6 +664,60 @@ static void test_dequantize_kernel(void) {
     safetensors_free(&f.st);
 }
 
+// Flash attention's kernels (-F 1) against the materialised attention of attention_forward
+// and _backward, on the GPU, forward and every gradient: shapes whose T divides no tile (16
+// queries a block, 32 keys a tile), head sizes that are not multiples of 32 (16, 24, 80) and
+// the largest (128), grouped-query heads (G = 1, 2, 3). Both are fp32 in and out (this
+// program's activations; a BF16 build only keeps the base in bf16), in different orders of
+// summation: 1e-5 of the largest |value|, as test_finetune_lora.c's CPU check (measured under
+// the emulator: up to 6e-7). The fixtures' models with -F 1 against PEFT are in main.
+static void test_flash_attention(void) {
+    printf("\nflash attention's kernels against attention_forward/backward\n");
+    const int shapes[][5] = {{1, 1, 2, 1, 16}, {2, 33, 4, 2, 24}, {1, 47, 3, 1, 80}, {1, 70, 2, 2, 128}, {2, 20, 6, 2, 32}};
+    uint64_t rng = 11;
+    for (size_t si = 0; si < sizeof(shapes) / sizeof(shapes[0]); si++) {
+        int B = shapes[si][0], T = shapes[si][1], NH = shapes[si][2], NKV = shapes[si][3], HS = shapes[si][4];
+        size_t N = (size_t)B * T, Q = (size_t)NH * HS, QKV = Q + 2 * (size_t)NKV * HS, att = (size_t)B * NH * T * T;
+        float *h_qkv = (float *)mallocCheck(N * QKV * sizeof(float)), *h_dout = (float *)mallocCheck(N * Q * sizeof(float));
+        for (size_t i = 0; i < N * QKV; i++) { h_qkv[i] = 4.0f * rng_float(&rng) - 2.0f; }
+        for (size_t i = 0; i < N * Q; i++) { h_dout[i] = 2.0f * rng_float(&rng) - 1.0f; }
+        float *qkv, *dout, *out[2], *dqkv[2], *p, *dz;
+        cudaCheck(cudaMalloc(&qkv, N * QKV * sizeof(float)));
+        cudaCheck(cudaMalloc(&dout, N * Q * sizeof(float)));
+        cudaCheck(cudaMalloc(&p, att * sizeof(float)));
+        cudaCheck(cudaMalloc(&dz, att * sizeof(float)));
+        for (int k = 0; k < 2; k++) {
+            cudaCheck(cudaMalloc(&out[k], N * Q * sizeof(float)));
+            cudaCheck(cudaMalloc(&dqkv[k], N * QKV * sizeof(float)));
+        }
+        cudaCheck(cudaMemcpy(qkv, h_qkv, N * QKV * sizeof(float), cudaMemcpyHostToDevice));
+        cudaCheck(cudaMemcpy(dout, h_dout, N * Q * sizeof(float), cudaMemcpyHostToDevice));
+        attention_forward(out[0], p, qkv, B, T, NH, NKV, HS);
+        attention_backward(dqkv[0], dz, dout, qkv, p, B, T, NH, NKV, HS);
+        flash_attention_forward(out[1], p, qkv, B, T, NH, NKV, HS);   // (p: the log-sum-exps now)
+        flash_attention_backward(dqkv[1], dz, dout, qkv, out[1], p, B, T, NH, NKV, HS);
+        float *h[4];
+        for (int k = 0; k < 2; k++) {
+            h[k] = (float *)mallocCheck(N * Q * sizeof(float));
+            h[2 + k] = (float *)mallocCheck(N * QKV * sizeof(float));
+            cudaCheck(cudaMemcpy(h[k], out[k], N * Q * sizeof(float), cudaMemcpyDeviceToHost));
+            cudaCheck(cudaMemcpy(h[2 + k], dqkv[k], N * QKV * sizeof(float), cudaMemcpyDeviceToHost));
+        }
+        char label[120];
+        snprintf(label, sizeof(label), "B %d T %d NH %d NKV %d HS %d: the output", B, T, NH, NKV, HS);
+        check_close(label, h[1], h[0], N * Q, 1e-5f);
+        snprintf(label, sizeof(label), "B %d T %d NH %d NKV %d HS %d: dq, dk, dv", B, T, NH, NKV, HS);
+        check_close(label, h[3], h[2], N * QKV, 1e-5f);
+        for (int k = 0; k < 4; k++) { free(h[k]); }
+        for (int k = 0; k < 2; k++) {
+            cudaCheck(cudaFree(out[k]));
+            cudaCheck(cudaFree(dqkv[k]));
+        }
+        cudaCheck(cudaFree(qkv)); cudaCheck(cudaFree(dout)); cudaCheck(cudaFree(p)); cudaCheck(cudaFree(dz));
+        free(h_qkv); free(h_dout);
+    }
+}
+
 int main(void) {
     int devices = 0;
     if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
@@ -679,12 +734,16 @@ int main(void) {
     test_adamw();
     test_dropout();
     test_chunked_classifier();
-    test_model("gpt2", "build/hf_tiny_fp32.bin", QUANT_NONE);
-    test_model("llama", "build/llama_gqa3.bin", QUANT_NONE);
-    test_model("qwen2", "build/qwen2_gqa4.bin", QUANT_NONE);
-    test_model("gpt2", "build/hf_tiny_fp32.bin", QUANT_NF4);
-    test_model("llama", "build/llama_gqa3.bin", QUANT_NF4);
-    test_model("qwen2", "build/qwen2_gqa4.bin", QUANT_NF4);
+    test_flash_attention();
+    test_model("gpt2", "build/hf_tiny_fp32.bin", QUANT_NONE, 0);
+    test_model("llama", "build/llama_gqa3.bin", QUANT_NONE, 0);
+    test_model("qwen2", "build/qwen2_gqa4.bin", QUANT_NONE, 0);
+    test_model("gpt2", "build/hf_tiny_fp32.bin", QUANT_NF4, 0);
+    test_model("llama", "build/llama_gqa3.bin", QUANT_NF4, 0);
+    test_model("qwen2", "build/qwen2_gqa4.bin", QUANT_NF4, 0);
+    test_model("gpt2", "build/hf_tiny_fp32.bin", QUANT_NONE, 1);
+    test_model("llama", "build/llama_gqa3.bin", QUANT_NONE, 1);
+    test_model("qwen2", "build/qwen2_gqa4.bin", QUANT_NF4, 1);
     char cmd[600];
     snprintf(cmd, sizeof(cmd), "rm -rf %s", tmp);
     if (system(cmd) != 0) { printf("could not remove %s\n", tmp); }

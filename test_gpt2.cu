@@ -476,6 +476,57 @@ static void test_options(const char *fixture_path, const char *model_path) {
     fixture_free(&f);
 }
 
+// Flash attention's kernels (-F 1) against the materialised attention (attention_forward and
+// _backward, the default) on the device, forward and the gradient of qkv, on T that divides
+// no tile (16 queries a block, 32 keys a tile), in this build's precision. Both read the same
+// floatX inputs and sum in fp32 in different orders, and round their outputs to floatX;
+// the materialised one also rounds the probabilities and their gradient to floatX on the way
+// (the flash kernels never store them): so the bounds are TOL_GRADS's, relative to the
+// largest |value|. The whole model with -F 1 against the fixtures is in main.
+static void test_flash_kernels(void) {
+    printf("\n== flash attention's kernels against the materialised attention (%s) ==\n", PRECISION_NAME);
+    const int shapes[][4] = {{1, 1, 2, 64}, {2, 45, 3, 64}, {1, 70, 2, 32}, {1, 37, 1, 128}}; // B, T, NH, HS
+    uint64_t rng = 5;
+    for (size_t si = 0; si < sizeof(shapes) / sizeof(shapes[0]); si++) {
+        size_t B = shapes[si][0], T = shapes[si][1], NH = shapes[si][2], C = NH * shapes[si][3], BTC = B * T * C;
+        floatX *h_qkv = (floatX *)mallocCheck(3 * BTC * sizeof(floatX)), *h_dout = (floatX *)mallocCheck(BTC * sizeof(floatX));
+        for (size_t i = 0; i < 3 * BTC; i++) { h_qkv[i] = from_float(4.0f * rng_float(&rng) - 2.0f); }
+        for (size_t i = 0; i < BTC; i++) { h_dout[i] = from_float(2.0f * rng_float(&rng) - 1.0f); }
+        floatX *qkv, *dout, *qkvr, *att, *yr, *dqkvr, *datt, *dyr, *out[2], *dqkv[2];
+        float *lse, *D;
+        floatX **bufs[] = {&qkv, &dout, &qkvr, &att, &yr, &dqkvr, &datt, &dyr, &out[0], &out[1], &dqkv[0], &dqkv[1]};
+        size_t counts[] = {3 * BTC, BTC, 3 * BTC, B * NH * T * T, BTC, 3 * BTC, B * NH * T * T, BTC, BTC, BTC, 3 * BTC, 3 * BTC};
+        for (int k = 0; k < 12; k++) { cudaCheck(cudaMalloc(bufs[k], counts[k] * sizeof(floatX))); }
+        cudaCheck(cudaMalloc(&lse, B * NH * T * sizeof(float)));
+        cudaCheck(cudaMalloc(&D, B * NH * T * sizeof(float)));
+        cudaCheck(cudaMemcpy(qkv, h_qkv, 3 * BTC * sizeof(floatX), cudaMemcpyHostToDevice));
+        cudaCheck(cudaMemcpy(dout, h_dout, BTC * sizeof(floatX), cudaMemcpyHostToDevice));
+        attention_forward(out[0], qkvr, att, yr, qkv, B, T, C, NH);
+        attention_backward(dqkv[0], dqkvr, datt, dyr, dout, qkvr, att, B, T, C, NH);
+        flash_attention_forward(out[1], lse, qkv, B, T, C, NH);
+        flash_attention_backward(dqkv[1], D, dout, qkv, out[1], lse, B, T, C, NH);
+        float *h[4];
+        for (int k = 0; k < 4; k++) {
+            size_t n = k < 2 ? BTC : 3 * BTC;
+            floatX *x = (floatX *)mallocCheck(n * sizeof(floatX));
+            cudaCheck(cudaMemcpy(x, k < 2 ? out[k] : dqkv[k - 2], n * sizeof(floatX), cudaMemcpyDeviceToHost));
+            h[k] = (float *)mallocCheck(n * sizeof(float));
+            for (size_t i = 0; i < n; i++) { h[k][i] = to_float(x[i]); }
+            free(x);
+        }
+        printf("B %zu T %zu NH %zu HS %zu:\n", B, T, NH, C / NH);
+        Sampled ref_out = {(int64_t)BTC, 1, (int64_t)BTC, h[0]}, ref_dqkv = {(int64_t)(3 * BTC), 1, (int64_t)(3 * BTC), h[2]};
+        check_tensor("out", h[1], &ref_out, TOL[TOL_GRADS], NULL, NULL);
+        check_tensor("dqkv", h[3], &ref_dqkv, TOL[TOL_GRADS], NULL, NULL);
+        for (int k = 0; k < 4; k++) { free(h[k]); }
+        for (int k = 0; k < 12; k++) { cudaCheck(cudaFree(*bufs[k])); }
+        cudaCheck(cudaFree(lse));
+        cudaCheck(cudaFree(D));
+        free(h_qkv);
+        free(h_dout);
+    }
+}
+
 #if defined(ENABLE_BF16)
 // Stochastic rounding (the updates without master weights) must be unbiased:
 // 1 + 2^-9 lies a quarter of the way from bf16's 1 to its next value 1 + 2^-7,
@@ -599,6 +650,13 @@ int main(int argc, char **argv) {
 #endif
     test_accumulation("dev/reference/fixtures/gpt2_tiny_state.bin", "dev/reference/fixtures/gpt2_tiny_model.bin");
     test_options("dev/reference/fixtures/gpt2_tiny_state.bin", "dev/reference/fixtures/gpt2_tiny_model.bin");
+    test_flash_kernels();
+    flash_attention = 1; // the model again with flash attention (-F 1), against the same fixtures
+    test_config("tiny, -F 1", "dev/reference/fixtures/gpt2_tiny_state.bin", "dev/reference/fixtures/gpt2_tiny_model.bin");
+#ifndef CUDA_EMU_H
+    if (!tiny_only) { test_config("small, -F 1", "dev/reference/fixtures/gpt2_small_state.bin", NULL); }
+#endif
+    flash_attention = 0;
 #if defined(ENABLE_BF16)
     test_stochastic_rounding(); // (bf16's only)
 #endif

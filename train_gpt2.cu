@@ -14,7 +14,10 @@ with the same name, so the two files read side by side. In it:
   - matmuls through cuBLASLt (fp32 accumulation), the bias added in its epilogue,
     and GELU's derivative in the backward pass (GELU itself too with -r 0); attention as two batched
     GEMMs around a causal softmax kernel (the (B, NH, T, T) scores are kept for
-    the backward pass), or cuDNN's flash attention (USE_CUDNN=1);
+    the backward pass); or flash attention (-F 1, train_gpt2.c's algorithm, our
+    kernels: tiles in shared memory, an online softmax, a (B, NH, T) log-sum-exp
+    kept and the probabilities made again in the backward pass, dev/cuda/
+    flash_attention.cu's variant 3); or cuDNN's flash attention (USE_CUDNN=1);
   - our kernels for the embedding, LayerNorm (a warp per row), GELU, the
     residual adds, a fused classifier (softmax, loss and the gradient of the
     logits written in one kernel, over the logits in place), AdamW, and the
@@ -159,7 +162,7 @@ static void *cuda_malloc_check(size_t bytes, const char *what) {
                 gpu_budget > 0 ? " (the -G budget)" : "", what, bytes / 1048576.0, free_bytes / 1048576.0, total_bytes / 1048576.0,
                 short_by / 1048576.0, short_by, cudaGetErrorString(err),
                 precision_hint,
-                USE_CUDNN_ATTENTION ? "" : "; or build with cuDNN's attention (USE_CUDNN=1), which keeps no T x T matrices");
+                "; with -F 0, flash attention (-F 1) keeps no T x T matrices");
         exit(EXIT_FAILURE);
     }
     ledger_add(p, bytes > 0 ? bytes : 1);
@@ -421,6 +424,252 @@ __global__ void causal_softmax_backward_kernel(floatX *datt, const floatX *att, 
     for (int i = lane; i <= t; i += 32) { dot += to_float(a[i]) * to_float(d[i]); }
     dot = warp_sum(dot);
     for (int i = lane; i < T; i += 32) { d[i] = from_float(i <= t ? to_float(a[i]) * (to_float(d[i]) - dot) * scale : 0.0f); }
+}
+
+// Flash attention (-F 1): train_gpt2.c's flash_attention_forward and _backward on the GPU,
+// the same numbers without the (B, NH, T, T) probabilities: each row's log-sum-exp is all
+// the forward pass keeps. These are dev/cuda/flash_attention.cu's variant 3 (warp tiles),
+// checked there against attention in double and timed against the materialised kernels
+// above. A block of 4 warps takes 16 queries of a head; keys and values pass through shared
+// memory 32 at a time; a warp scores 32 keys against its query at once (lane j: key k0 + j),
+// keeps the online softmax's running maximum and sum (two shuffle reductions a tile), and
+// each lane adds HS/32 of the output, the probabilities passed lane to lane by shuffles. The
+// backward pass: D = rowsum(dO * O) a warp per row; a block per 16 keys of a key/value head
+// walks the query tiles after them (over the query heads that share it) for dk and dv; a
+// block per 16 queries walks the key tiles before them for dq. Each output is summed by one
+// thread in a fixed order: no atomics, the same bits every run. Heads of any size up to 128
+// (the tiles are sized by HSP, HS rounded up to 32; numbers past HS are zeros there).
+// Where the heads are: query head h of position t of sequence b at q[(b T + t) q_row + h HS],
+// its key and value at k, v[(b T + t) kv_row + (h / (NH / NKV)) HS]; out and dout rows o_row
+typedef struct {
+    int B, T, NH, NKV, HS;
+    int q_row, kv_row, o_row; // elements between positions t and t+1 of q (and dq), k and v, out (and dout)
+} Heads;
+
+// D_t = dO_t . O_t, the softmax backward's row term (a warp per row b, h, t)
+__global__ void rowdot_kernel(float *D, const floatX *dout, const floatX *out, Heads s) {
+    size_t row = (size_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    int lane = threadIdx.x % 32, T = s.T;
+    if (row >= (size_t)s.B * s.NH * T) { return; }
+    int t = (int)(row % T), h = (int)(row / T % s.NH), b = (int)(row / T / s.NH);
+    size_t o = ((size_t)b * T + t) * s.o_row + h * s.HS;
+    float d = 0.0f;
+    for (int i = lane; i < s.HS; i += 32) { d += to_float(dout[o + i]) * to_float(out[o + i]); }
+    d = warp_sum(d);
+    if (lane == 0) { D[row] = d; }
+}
+
+#define FLASH_WARPS 4 // warps per block
+#define FLASH_ROWS 4 // queries (or keys) per warp
+#define FLASH_BR (FLASH_WARPS * FLASH_ROWS) // queries (or keys) per block
+#define FLASH_BC 32 // keys (or queries) per shared tile: one a lane
+
+template <int HSP>
+__global__ void __launch_bounds__(FLASH_WARPS * 32) flash_forward_kernel3(floatX *out, float *lse, const floatX *q,
+                                                                        const floatX *k, const floatX *v, Heads s,
+                                                                        float scale) {
+    __shared__ float k_tile[FLASH_BC][HSP + 1], v_tile[FLASH_BC][HSP], q_rows[FLASH_BR][HSP];
+    int b = blockIdx.y / s.NH, h = blockIdx.y % s.NH, kvh = h / (s.NH / s.NKV), T = s.T;
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    int tile = gridDim.x - 1 - blockIdx.x, t0 = tile * FLASH_BR, last = min(t0 + FLASH_BR, T) - 1;
+    for (int e = threadIdx.x; e < FLASH_BR * HSP; e += blockDim.x) {
+        int r = e / HSP, i = e % HSP;
+        q_rows[r][i] = t0 + r < T && i < s.HS ? to_float(q[((size_t)b * T + t0 + r) * s.q_row + h * s.HS + i]) * scale : 0.0f;
+    }
+    float m[FLASH_ROWS], l[FLASH_ROWS], acc[FLASH_ROWS][HSP / 32];
+#pragma unroll
+    for (int r = 0; r < FLASH_ROWS; r++) {
+        m[r] = -INFINITY;
+        l[r] = 0.0f;
+#pragma unroll
+        for (int c = 0; c < HSP / 32; c++) { acc[r][c] = 0.0f; }
+    }
+    for (int k0 = 0; k0 <= last; k0 += FLASH_BC) {
+        __syncthreads(); // (the first time: q_rows written)
+        for (int e = threadIdx.x; e < FLASH_BC * HSP; e += blockDim.x) {
+            int j = e / HSP, i = e % HSP;
+            size_t kv = ((size_t)b * T + k0 + j) * s.kv_row + kvh * s.HS + i;
+            k_tile[j][i] = k0 + j < T && i < s.HS ? to_float(k[kv]) : 0.0f;
+            v_tile[j][i] = k0 + j < T && i < s.HS ? to_float(v[kv]) : 0.0f;
+        }
+        __syncthreads();
+#pragma unroll
+        for (int r = 0; r < FLASH_ROWS; r++) {
+            int row = warp * FLASH_ROWS + r, t = t0 + row;
+            if (t >= T || k0 > t) { continue; } // the same for the whole warp
+            int key = k0 + lane;
+            float sc = -INFINITY;
+            if (key <= t) {
+                sc = 0.0f;
+                for (int i = 0; i < HSP; i++) { sc += q_rows[row][i] * k_tile[lane][i]; }
+            }
+            float m_new = fmaxf(m[r], warp_max(sc)), p = key <= t ? expf(sc - m_new) : 0.0f;
+            float rescale = expf(m[r] - m_new);
+            l[r] = l[r] * rescale + warp_sum(p);
+            m[r] = m_new;
+#pragma unroll
+            for (int c = 0; c < HSP / 32; c++) { acc[r][c] *= rescale; }
+            for (int j = 0; j < FLASH_BC; j++) {
+                float pj = __shfl_sync(0xffffffffu, p, j);
+#pragma unroll
+                for (int c = 0; c < HSP / 32; c++) { acc[r][c] += pj * v_tile[j][lane + 32 * c]; }
+            }
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < FLASH_ROWS; r++) {
+        int t = t0 + warp * FLASH_ROWS + r;
+        if (t >= T) { continue; }
+#pragma unroll
+        for (int c = 0; c < HSP / 32; c++) {
+            if (lane + 32 * c < s.HS) { out[((size_t)b * T + t) * s.o_row + h * s.HS + lane + 32 * c] = from_float(acc[r][c] / l[r]); }
+        }
+        if (lane == 0) { lse[((size_t)b * s.NH + h) * T + t] = m[r] + logf(l[r]); }
+    }
+}
+
+// dk, dv: a warp per key (4 keys a warp, 16 a block); per query tile of 32 (lane j: query
+// q0 + j) the lanes compute P and dS of their query against the warp's key, then each lane
+// owns HSP/32 of dk and dv and adds the 32 queries' terms, passed by shuffles.
+template <int HSP>
+__global__ void __launch_bounds__(FLASH_WARPS * 32) flash_dkdv_kernel3(floatX *dk, floatX *dv, const floatX *q,
+                                                                     const floatX *k, const floatX *v,
+                                                                     const floatX *dout, const float *lse,
+                                                                     const float *D, Heads s, float scale) {
+    // (dynamic shared memory: 49 KiB at HSP = 128, past the 48 KiB a block gets by default)
+    extern __shared__ float smem[];
+    float(*q_tile)[HSP + 1] = (float(*)[HSP + 1])smem, (*do_tile)[HSP + 1] = q_tile + FLASH_BC;
+    float(*k_rows)[HSP] = (float(*)[HSP])(do_tile + FLASH_BC), (*v_rows)[HSP] = k_rows + FLASH_BR;
+    int b = blockIdx.y / s.NKV, kvh = blockIdx.y % s.NKV, G = s.NH / s.NKV, T = s.T;
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32, k0 = blockIdx.x * FLASH_BR;
+    for (int e = threadIdx.x; e < FLASH_BR * HSP; e += blockDim.x) {
+        int r = e / HSP, i = e % HSP;
+        size_t kv = ((size_t)b * T + k0 + r) * s.kv_row + kvh * s.HS + i;
+        k_rows[r][i] = k0 + r < T && i < s.HS ? to_float(k[kv]) * scale : 0.0f;
+        v_rows[r][i] = k0 + r < T && i < s.HS ? to_float(v[kv]) : 0.0f;
+    }
+    float dk_acc[FLASH_ROWS][HSP / 32], dv_acc[FLASH_ROWS][HSP / 32];
+#pragma unroll
+    for (int r = 0; r < FLASH_ROWS; r++) {
+#pragma unroll
+        for (int c = 0; c < HSP / 32; c++) { dk_acc[r][c] = dv_acc[r][c] = 0.0f; }
+    }
+    for (int h = kvh * G; h < kvh * G + G; h++) {
+        for (int q0 = k0 / FLASH_BC * FLASH_BC; q0 < T; q0 += FLASH_BC) {
+            __syncthreads();
+            for (int e = threadIdx.x; e < FLASH_BC * HSP; e += blockDim.x) {
+                int j = e / HSP, i = e % HSP, t = q0 + j;
+                q_tile[j][i] = t < T && i < s.HS ? to_float(q[((size_t)b * T + t) * s.q_row + h * s.HS + i]) : 0.0f;
+                do_tile[j][i] = t < T && i < s.HS ? to_float(dout[((size_t)b * T + t) * s.o_row + h * s.HS + i]) : 0.0f;
+            }
+            __syncthreads();
+            int t = q0 + lane; // this lane's query
+            size_t row = ((size_t)b * s.NH + h) * T + t;
+            float lse_t = t < T ? lse[row] : 0.0f, d_t = t < T ? D[row] : 0.0f;
+#pragma unroll
+            for (int r = 0; r < FLASH_ROWS; r++) {
+                int key = k0 + warp * FLASH_ROWS + r;
+                if (key >= T || q0 + FLASH_BC <= key) { continue; } // no query of this tile sees it (whole warp)
+                float p = 0.0f, ds = 0.0f;
+                if (t < T && t >= key) {
+                    float sc = 0.0f, dp = 0.0f;
+                    for (int i = 0; i < HSP; i++) {
+                        sc += q_tile[lane][i] * k_rows[warp * FLASH_ROWS + r][i];
+                        dp += do_tile[lane][i] * v_rows[warp * FLASH_ROWS + r][i];
+                    }
+                    p = expf(sc - lse_t);
+                    ds = p * (dp - d_t);
+                }
+                for (int j = 0; j < FLASH_BC; j++) {
+                    float pj = __shfl_sync(0xffffffffu, p, j), dsj = __shfl_sync(0xffffffffu, ds, j);
+#pragma unroll
+                    for (int c = 0; c < HSP / 32; c++) {
+                        dv_acc[r][c] += pj * do_tile[j][lane + 32 * c];
+                        dk_acc[r][c] += dsj * q_tile[j][lane + 32 * c];
+                    }
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < FLASH_ROWS; r++) {
+        int key = k0 + warp * FLASH_ROWS + r;
+        if (key >= T) { continue; }
+        size_t kv = ((size_t)b * T + key) * s.kv_row + kvh * s.HS;
+#pragma unroll
+        for (int c = 0; c < HSP / 32; c++) {
+            if (lane + 32 * c >= s.HS) { continue; }
+            dk[kv + lane + 32 * c] = from_float(dk_acc[r][c] * scale);
+            dv[kv + lane + 32 * c] = from_float(dv_acc[r][c]);
+        }
+    }
+}
+
+// dq: as the forward kernel 3, a warp per query, the lanes across 32 keys for dS, then
+// across the head for dq = dS . K.
+template <int HSP>
+__global__ void __launch_bounds__(FLASH_WARPS * 32) flash_dq_kernel3(floatX *dq, const floatX *q, const floatX *k,
+                                                                   const floatX *v, const floatX *dout,
+                                                                   const float *lse, const float *D, Heads s,
+                                                                   float scale) {
+    extern __shared__ float smem[]; // (the same 49 KiB at HSP = 128 as flash_dkdv_kernel3's)
+    float(*k_tile)[HSP + 1] = (float(*)[HSP + 1])smem, (*v_tile)[HSP + 1] = k_tile + FLASH_BC;
+    float(*q_rows)[HSP] = (float(*)[HSP])(v_tile + FLASH_BC), (*do_rows)[HSP] = q_rows + FLASH_BR;
+    int b = blockIdx.y / s.NH, h = blockIdx.y % s.NH, kvh = h / (s.NH / s.NKV), T = s.T;
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    int tile = gridDim.x - 1 - blockIdx.x, t0 = tile * FLASH_BR, last = min(t0 + FLASH_BR, T) - 1;
+    for (int e = threadIdx.x; e < FLASH_BR * HSP; e += blockDim.x) {
+        int r = e / HSP, i = e % HSP, t = t0 + r;
+        q_rows[r][i] = t < T && i < s.HS ? to_float(q[((size_t)b * T + t) * s.q_row + h * s.HS + i]) * scale : 0.0f;
+        do_rows[r][i] = t < T && i < s.HS ? to_float(dout[((size_t)b * T + t) * s.o_row + h * s.HS + i]) : 0.0f;
+    }
+    float dq_acc[FLASH_ROWS][HSP / 32], lse_r[FLASH_ROWS], d_r[FLASH_ROWS];
+#pragma unroll
+    for (int r = 0; r < FLASH_ROWS; r++) {
+        int t = t0 + warp * FLASH_ROWS + r;
+        lse_r[r] = t < T ? lse[((size_t)b * s.NH + h) * T + t] : 0.0f;
+        d_r[r] = t < T ? D[((size_t)b * s.NH + h) * T + t] : 0.0f;
+#pragma unroll
+        for (int c = 0; c < HSP / 32; c++) { dq_acc[r][c] = 0.0f; }
+    }
+    for (int k0 = 0; k0 <= last; k0 += FLASH_BC) {
+        __syncthreads();
+        for (int e = threadIdx.x; e < FLASH_BC * HSP; e += blockDim.x) {
+            int j = e / HSP, i = e % HSP;
+            size_t kv = ((size_t)b * T + k0 + j) * s.kv_row + kvh * s.HS + i;
+            k_tile[j][i] = k0 + j < T && i < s.HS ? to_float(k[kv]) : 0.0f;
+            v_tile[j][i] = k0 + j < T && i < s.HS ? to_float(v[kv]) : 0.0f;
+        }
+        __syncthreads();
+#pragma unroll
+        for (int r = 0; r < FLASH_ROWS; r++) {
+            int row = warp * FLASH_ROWS + r, t = t0 + row, key = k0 + lane;
+            if (t >= T || k0 > t) { continue; }
+            float ds = 0.0f;
+            if (key <= t) {
+                float sc = 0.0f, dp = 0.0f;
+                for (int i = 0; i < HSP; i++) {
+                    sc += q_rows[row][i] * k_tile[lane][i];
+                    dp += do_rows[row][i] * v_tile[lane][i];
+                }
+                ds = expf(sc - lse_r[r]) * (dp - d_r[r]);
+            }
+            for (int j = 0; j < FLASH_BC; j++) {
+                float dsj = __shfl_sync(0xffffffffu, ds, j);
+#pragma unroll
+                for (int c = 0; c < HSP / 32; c++) { dq_acc[r][c] += dsj * k_tile[j][lane + 32 * c]; }
+            }
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < FLASH_ROWS; r++) {
+        int t = t0 + warp * FLASH_ROWS + r;
+        if (t >= T) { continue; }
+#pragma unroll
+        for (int c = 0; c < HSP / 32; c++) {
+            if (lane + 32 * c < s.HS) { dq[((size_t)b * T + t) * s.q_row + h * s.HS + lane + 32 * c] = from_float(dq_acc[r][c] * scale); }
+        }
+    }
 }
 
 // GELU, tanh approximation, as train_gpt2.c
@@ -826,6 +1075,65 @@ void attention_backward(floatX *dqkv, floatX *dqkvr, floatX *datt, floatX *dyr, 
     cudaCheck(cudaGetLastError());
 }
 
+// The same attention in linear memory (-F 1: the flash kernels above). out (B,T,C) and lse
+// (L's slice: B,NH,T) from qkv (B,T,3C), read where it is: no permute, no (T,T) matrix.
+// the dynamic shared memory of the two backward kernels: 49 KiB at HS = 128, more than a
+// block gets without asking (cudaFuncSetAttribute, once for each head size)
+template <int HSP>
+static size_t flash_backward_smem(void) {
+    return (2 * FLASH_BC * (HSP + 1) + 2 * FLASH_BR * HSP) * sizeof(float);
+}
+
+template <int HSP>
+static void flash_forward_hsp(floatX *out, float *lse, const floatX *qkv, Heads s) {
+    const floatX *q = qkv, *k = qkv + s.NH * s.HS, *v = k + s.NKV * s.HS;
+    flash_forward_kernel3<HSP><<<dim3(ceil_div(s.T, FLASH_BR), s.B * s.NH), FLASH_WARPS * 32>>>(out, lse, q, k, v, s,
+                                                                                             1.0f / sqrtf((float)s.HS));
+    cudaCheck(cudaGetLastError());
+}
+template <int HSP>
+static void flash_backward_hsp(floatX *dqkv, float *D, const floatX *dout, const floatX *qkv, const floatX *out, const float *lse,
+                               Heads s) {
+    const floatX *q = qkv, *k = qkv + s.NH * s.HS, *v = k + s.NKV * s.HS;
+    floatX *dq = dqkv, *dk = dqkv + s.NH * s.HS, *dv = dk + s.NKV * s.HS;
+    float scale = 1.0f / sqrtf((float)s.HS);
+    static int smem_set = 0; // (one for each HSP)
+    size_t smem = flash_backward_smem<HSP>();
+    if (!smem_set) {
+        cudaCheck(cudaFuncSetAttribute(flash_dkdv_kernel3<HSP>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        cudaCheck(cudaFuncSetAttribute(flash_dq_kernel3<HSP>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        smem_set = 1;
+    }
+    rowdot_kernel<<<ceil_div((size_t)s.B * s.NH * s.T, BLOCK / 32), BLOCK>>>(D, dout, out, s);
+    flash_dkdv_kernel3<HSP><<<dim3(ceil_div(s.T, FLASH_BR), s.B * s.NKV), FLASH_WARPS * 32, smem>>>(dk, dv, q, k, v, dout, lse, D,
+                                                                                                 s, scale);
+    flash_dq_kernel3<HSP><<<dim3(ceil_div(s.T, FLASH_BR), s.B * s.NH), FLASH_WARPS * 32, smem>>>(dq, q, k, v, dout, lse, D, s,
+                                                                                              scale);
+    cudaCheck(cudaGetLastError());
+}
+void flash_attention_forward(floatX *out, float *lse, const floatX *qkv, size_t B, size_t T, size_t C, size_t NH) {
+    int HS = (int)(C / NH);
+    Heads s = {(int)B, (int)T, (int)NH, (int)NH, HS, (int)(3 * C), (int)(3 * C), (int)C};
+    switch ((HS + 31) / 32) {
+    case 1: flash_forward_hsp<32>(out, lse, qkv, s); break;
+    case 2: flash_forward_hsp<64>(out, lse, qkv, s); break;
+    case 3: flash_forward_hsp<96>(out, lse, qkv, s); break;
+    default: flash_forward_hsp<128>(out, lse, qkv, s); break; // (HS <= 128: check_flash refuses larger heads)
+    }
+}
+// dqkv (B,T,3C) written; D (B,NH,T) fp32 scratch
+void flash_attention_backward(floatX *dqkv, float *D, const floatX *dout, const floatX *qkv, const floatX *out, const float *lse,
+                              size_t B, size_t T, size_t C, size_t NH) {
+    int HS = (int)(C / NH);
+    Heads s = {(int)B, (int)T, (int)NH, (int)NH, HS, (int)(3 * C), (int)(3 * C), (int)C};
+    switch ((HS + 31) / 32) {
+    case 1: flash_backward_hsp<32>(dqkv, D, dout, qkv, out, lse, s); break;
+    case 2: flash_backward_hsp<64>(dqkv, D, dout, qkv, out, lse, s); break;
+    case 3: flash_backward_hsp<96>(dqkv, D, dout, qkv, out, lse, s); break;
+    default: flash_backward_hsp<128>(dqkv, D, dout, qkv, out, lse, s); break;
+    }
+}
+
 #if defined(ENABLE_CUDNN)
 // The same attention through cuDNN's fused flash attention (USE_CUDNN=1): its code is in
 // its own section, next to main.
@@ -864,6 +1172,10 @@ void fused_classifier(floatX *logits, float *losses, const int *targets, float d
 // Level 0 applies GELU in the MLP matmul's epilogue instead of by our kernel (one
 // pass less; nothing to recompute); it rounds once less, so its bits differ.
 static int recompute_level = 1;
+// Flash attention (-F 1): flash_attention_forward/backward, whose activations are a (B, NH, T)
+// log-sum-exp a layer instead of the (B, NH, T, T) probabilities (and, built with cuDNN, ours
+// instead of cuDNN's); 0: attention_forward/backward (built with cuDNN: cuDNN's).
+static int flash_attention = 0;
 // BF16: AdamW updates an fp32 master copy of the weights (+4 bytes a parameter);
 // without it the bf16 weights are updated directly, rounded stochastically so
 // that updates smaller than a bf16 step are not lost on average.
@@ -961,7 +1273,7 @@ typedef struct {
 
 // The activations of one forward pass, kept for the backward pass. Most are
 // floatX; the LayerNorm statistics and the losses stay fp32 (ACT_FP32 below).
-#define NUM_ACTIVATION_TENSORS 24
+#define NUM_ACTIVATION_TENSORS 25
 typedef struct {
     floatX *encoded;   // (B, T, C) token + position embeddings
     floatX *ln1;       // (L, B, T, C); with recomputation level 2, one layer's (B, T, C)
@@ -986,24 +1298,27 @@ typedef struct {
     floatX *logits;    // (B, T, Vp); with targets, overwritten by dlogits (the fused classifier)
     float *losses;     // (B, T)
     floatX *yr;        // (B, NH, T, HS) scratch of attention_forward
-    float *att_stats;  // with cuDNN (L, B, NH, T): the logsumexp of each row of scores,
-                       // all its backward keeps; then att, qkvr and yr are empty
+    float *att_stats;  // with cuDNN or -F 1 (L, B, NH, T): the logsumexp of each row of scores,
+                       // all their backward passes keep; then att, qkvr and yr are empty
+    float *att_D;      // with -F 1 (B, NH, T): flash_attention_backward's row terms (scratch)
 } ActivationTensors;
-static const int ACT_FP32[NUM_ACTIVATION_TENSORS] = {0, 0, 1, 1, 0, 0, 0, 0, 0, 0, 0, 1, 1, 0, 0, 0, 0, 0, 1, 1, 0, 1, 0, 1};
+static const int ACT_FP32[NUM_ACTIVATION_TENSORS] = {0, 0, 1, 1, 0, 0, 0, 0, 0, 0, 0, 1, 1, 0, 0, 0, 0, 0, 1, 1, 0, 1, 0, 1, 1};
 static const char *const ACTIVATION_NAMES[NUM_ACTIVATION_TENSORS] = {
     "encoded", "ln1", "ln1_mean", "ln1_rstd", "qkv", "qkvr", "atty", "att", "attproj", "residual2", "ln2", "ln2_mean",
-    "ln2_rstd", "fch", "fch_gelu", "fcproj", "residual3", "lnf", "lnf_mean", "lnf_rstd", "logits", "losses", "yr", "att_stats"};
+    "ln2_rstd", "fch", "fch_gelu", "fcproj", "residual3", "lnf", "lnf_mean", "lnf_rstd", "logits", "losses", "yr", "att_stats",
+    "att_D"};
 
-// (recompute: the level; the recomputed activations get one layer's buffer, reused)
-void fill_in_activation_sizes(size_t *sizes, GPT2Config config, size_t B, size_t T, int recompute) {
+// (recompute: the level; the recomputed activations get one layer's buffer, reused; flash: -F)
+void fill_in_activation_sizes(size_t *sizes, GPT2Config config, size_t B, size_t T, int recompute, int flash) {
     size_t C = config.channels, NH = config.num_heads, L = config.num_layers, Vp = config.padded_vocab_size;
     size_t L_ln = recompute >= 2 ? 1 : L, L_gelu = recompute >= 1 ? 1 : L;
-    size_t ours = USE_CUDNN_ATTENTION ? 0 : 1, cudnn = 1 - ours; // which attention's buffers
+    // which attention's buffers: ours materialised (the probabilities), or rows' statistics (cuDNN's or flash)
+    size_t ours = USE_CUDNN_ATTENTION || flash ? 0 : 1, stats = 1 - ours, D = flash ? 1 : 0;
     size_t shapes[NUM_ACTIVATION_TENSORS] = {
         B * T * C, L_ln * B * T * C, L * B * T, L * B * T, L * B * T * 3 * C, ours * L * B * T * 3 * C, L * B * T * C,
         ours * L * B * NH * T * T, L * B * T * C, L * B * T * C, L_ln * B * T * C, L * B * T, L * B * T,
         L * B * T * 4 * C, L_gelu * B * T * 4 * C, L * B * T * C, L * B * T * C, B * T * C, B * T, B * T,
-        B * T * Vp, B * T, ours * B * T * C, cudnn * L * B * NH * T};
+        B * T * Vp, B * T, ours * B * T * C, stats * L * B * NH * T, D * B * NH * T};
     memcpy(sizes, shapes, sizeof(shapes));
 }
 
@@ -1021,8 +1336,8 @@ typedef struct {
 } GradActTensors;
 static const char *const GRAD_ACT_NAMES[NUM_GRAD_ACT_TENSORS] = {"dresidual", "dln", "datty", "dqkv", "datt", "dfch", "dqkvr", "dyr"};
 
-void fill_in_grad_act_sizes(size_t *sizes, GPT2Config config, size_t B, size_t T) {
-    size_t C = config.channels, NH = config.num_heads, ours = USE_CUDNN_ATTENTION ? 0 : 1; // (cuDNN: no scratch)
+void fill_in_grad_act_sizes(size_t *sizes, GPT2Config config, size_t B, size_t T, int flash) {
+    size_t C = config.channels, NH = config.num_heads, ours = USE_CUDNN_ATTENTION || flash ? 0 : 1; // (cuDNN, flash: no scratch)
     size_t shapes[NUM_GRAD_ACT_TENSORS] = {B * T * C, B * T * C, B * T * C, B * T * 3 * C, ours * B * NH * T * T,
                                            B * T * 4 * C, ours * B * T * 3 * C, ours * B * T * C};
     memcpy(sizes, shapes, sizeof(shapes));
@@ -1119,6 +1434,7 @@ typedef struct {
     size_t grad_act_bytes;
     int batch_size;                // the B and T the activations were allocated for; 0 until the first forward
     int recompute;                 // and the recomputation level they were allocated for
+    int flash;                     // and the attention (flash_attention)
     int seq_len;
     int B, T;                      // the batch of the last forward pass, which gpt2_backward works on
     int *inputs, *targets;         // (B, T) the current batch, in host memory
@@ -2142,11 +2458,11 @@ static const char *const MEM_GROUP_NAMES[NUM_MEM_GROUPS] = {
     "parameters", "fp32 master weights", "gradients", "AdamW moments (fp32)", "activations", "activation gradients",
     "batch and scratch", "cuBLASLt workspace"};
 static size_t gpt2_memory_plan(size_t bytes[NUM_MEM_GROUPS], GPT2Config c, size_t B, size_t T, int recompute,
-                               int master_weights) {
+                               int master_weights, int flash) {
     size_t param_sizes[NUM_PARAMETER_TENSORS], act_sizes[NUM_ACTIVATION_TENSORS], grad_act_sizes[NUM_GRAD_ACT_TENSORS];
     fill_in_parameter_sizes(param_sizes, c);
-    fill_in_activation_sizes(act_sizes, c, B, T, recompute);
-    fill_in_grad_act_sizes(grad_act_sizes, c, B, T);
+    fill_in_activation_sizes(act_sizes, c, B, T, recompute, flash);
+    fill_in_grad_act_sizes(grad_act_sizes, c, B, T, flash);
     size_t N = B * T;
     bytes[MEM_PARAMETERS] = table_bytes(param_sizes, NULL, NUM_PARAMETER_TENSORS);
     size_t ns = shard_elements(c); // (n, or with ZeRO-1 this rank's shard)
@@ -2172,11 +2488,11 @@ static size_t gpt2_memory_plan(size_t bytes[NUM_MEM_GROUPS], GPT2Config c, size_
 }
 
 // the table: each group in MiB, the total also in bytes
-void gpt2_print_memory_plan(GPT2Config c, size_t B, size_t T, int recompute, int master_weights) {
+void gpt2_print_memory_plan(GPT2Config c, size_t B, size_t T, int recompute, int master_weights, int flash) {
     size_t bytes[NUM_MEM_GROUPS];
-    size_t total = gpt2_memory_plan(bytes, c, B, T, recompute, master_weights);
+    size_t total = gpt2_memory_plan(bytes, c, B, T, recompute, master_weights, flash);
     printf("GPU memory (%s, B=%zu, T=%zu, recomputation -r %d%s%s):\n", PRECISION_NAME, B, T, recompute,
-           USE_CUDNN_ATTENTION ? ", cuDNN attention: its workspace comes on top" : "",
+           flash ? ", flash attention (-F 1)" : USE_CUDNN_ATTENTION ? ", cuDNN attention: its workspace comes on top" : "",
            zero2() ? ", ZeRO-2: each rank's shard of the master weights, moments and the layers' gradients"
            : sharded() ? ", ZeRO-1: each rank's shard of the master weights and moments" : "");
     for (int i = 0; i < NUM_MEM_GROUPS; i++) { printf("  %-22s %10.1f MiB\n", MEM_GROUP_NAMES[i], bytes[i] / 1048576.0); }
@@ -2185,7 +2501,7 @@ void gpt2_print_memory_plan(GPT2Config c, size_t B, size_t T, int recompute, int
 }
 // and the table of a model whose activations are allocated
 void gpt2_print_memory(const GPT2 *model, size_t B, size_t T) {
-    gpt2_print_memory_plan(model->config, B, T, model->recompute, model->master_memory != NULL);
+    gpt2_print_memory_plan(model->config, B, T, model->recompute, model->master_memory != NULL, model->flash);
 }
 
 // the parameters exactly as stored on the GPU (floatX), in table order, into host memory
@@ -2315,6 +2631,14 @@ static void check_recompute_level(GPT2Config c, int recompute) {
         exit(EXIT_FAILURE);
     }
 }
+// -F 1's kernels size their tiles for heads of up to 128 channels
+static void check_flash(GPT2Config c, int flash) {
+    if (flash && c.channels / c.num_heads > 128) {
+        fprintf(stderr, "Error: -F 1: flash attention's kernels take heads of up to 128 channels, the model's are %d\n"
+                "HINT: -F 0\n", c.channels / c.num_heads);
+        exit(EXIT_FAILURE);
+    }
+}
 
 // Activations for batches of up to B x T tokens, and the scratch of the row
 // reductions (the widest: 4C columns for the MLP's bias).
@@ -2322,8 +2646,10 @@ void gpt2_allocate_activations(GPT2 *model, size_t B, size_t T) {
     model->batch_size = (int)B;
     model->seq_len = (int)T;
     model->recompute = recompute_level;
+    model->flash = flash_attention;
     check_recompute_level(model->config, model->recompute);
-    fill_in_activation_sizes(model->act_sizes, model->config, B, T, model->recompute);
+    check_flash(model->config, model->flash);
+    fill_in_activation_sizes(model->act_sizes, model->config, B, T, model->recompute, model->flash);
     model->num_activations = 0;
     for (int i = 0; i < NUM_ACTIVATION_TENSORS; i++) { model->num_activations += model->act_sizes[i]; }
     model->act_bytes = cuda_malloc_and_point((void **)&model->acts, model->act_sizes, ACT_FP32, NUM_ACTIVATION_TENSORS,
@@ -2402,11 +2728,15 @@ void gpt2_forward(GPT2 *model, const int *inputs, const int *targets, size_t B, 
         // attention block: x + attproj(attention(ln1(x)))
         layernorm_forward(l_ln1, l_ln1_mean, l_ln1_rstd, residual, l_ln1w, l_ln1b, B, T, C);
         matmul_forward(l_qkv, l_ln1, l_qkvw, l_qkvb, B, T, C, 3 * C);
+        if (model->flash) {
+            flash_attention_forward(l_atty, a.att_stats + l * B * NH * T, l_qkv, B, T, C, NH);
+        } else {
 #if defined(ENABLE_CUDNN)
-        attention_forward_cudnn(l_atty, a.att_stats + l * B * NH * T, l_qkv, B, T, NH, C);
+            attention_forward_cudnn(l_atty, a.att_stats + l * B * NH * T, l_qkv, B, T, NH, C);
 #else
-        attention_forward(l_atty, a.qkvr + l * B * T * 3 * C, a.att + l * B * NH * T * T, a.yr, l_qkv, B, T, C, NH);
+            attention_forward(l_atty, a.qkvr + l * B * T * 3 * C, a.att + l * B * NH * T * T, a.yr, l_qkv, B, T, C, NH);
 #endif
+        }
         matmul_forward(l_attproj, l_atty, l_attprojw, l_attprojb, B, T, C, C);
         residual_forward(l_residual2, residual, l_attproj, B * T * C);
         // MLP block: x + fcproj(gelu(fc(ln2(x))))
@@ -2499,7 +2829,7 @@ void gpt2_backward(GPT2 *model, float loss_scale) {
             model->recv_grads = (floatX *)cuda_malloc_check(recv * sizeof(floatX), "one layer's summed pieces (ZeRO-2)");
         }
         gpt2_zero_grad(model);
-        fill_in_grad_act_sizes(model->grad_act_sizes, c, model->batch_size, model->seq_len);
+        fill_in_grad_act_sizes(model->grad_act_sizes, c, model->batch_size, model->seq_len, model->flash);
         model->grad_act_bytes = cuda_malloc_and_point((void **)&model->grads_acts, model->grad_act_sizes, NULL,
                                                       NUM_GRAD_ACT_TENSORS, "the activation gradients",
                                                       &model->grads_acts_memory);
@@ -2559,13 +2889,18 @@ void gpt2_backward(GPT2 *model, float loss_scale) {
         layernorm_backward(ga.dresidual, dl_ln2w, dl_ln2b, ga.dln, l_residual2, l_ln2w, l_ln2_mean, l_ln2_rstd, B, T, C);
         // attention block, in reverse; dresidual is now the gradient at residual2
         matmul_backward(ga.datty, dl_attprojw, dl_attprojb, ga.dresidual, l_atty, l_attprojw, B, T, C, C);
+        if (model->flash) {
+            flash_attention_backward(ga.dqkv, a.att_D, ga.datty, a.qkv + l * B * T * 3 * C, l_atty, a.att_stats + l * B * NH * T, B,
+                                     T, C, NH);
+        } else {
 #if defined(ENABLE_CUDNN)
-        attention_backward_cudnn(ga.dqkv, ga.datty, a.qkv + l * B * T * 3 * C, l_atty, a.att_stats + l * B * NH * T, B, T, NH,
-                                 C);
+            attention_backward_cudnn(ga.dqkv, ga.datty, a.qkv + l * B * T * 3 * C, l_atty, a.att_stats + l * B * NH * T, B, T,
+                                     NH, C);
 #else
-        attention_backward(ga.dqkv, ga.dqkvr, ga.datt, ga.dyr, ga.datty, a.qkvr + l * B * T * 3 * C, a.att + l * B * NH * T * T,
-                           B, T, C, NH);
+            attention_backward(ga.dqkv, ga.dqkvr, ga.datt, ga.dyr, ga.datty, a.qkvr + l * B * T * 3 * C,
+                               a.att + l * B * NH * T * T, B, T, C, NH);
 #endif
+        }
         matmul_backward(ga.dln, dl_qkvw, dl_qkvb, ga.dqkv, l_ln1, l_qkvw, B, T, C, 3 * C);
         layernorm_backward(ga.dresidual, dl_ln1w, dl_ln1b, ga.dln, residual, l_ln1w, l_ln1_mean, l_ln1_rstd, B, T, C);
         nvtxRangePop();
@@ -2646,7 +2981,7 @@ size_t cudnn_workspace_bytes(void); // (with cuDNN's attention, below)
 static void gpt2_report_memory(const GPT2 *model) {
     size_t bytes[NUM_MEM_GROUPS], free_bytes = 0, total_bytes = 0;
     size_t predicted = gpt2_memory_plan(bytes, model->config, model->batch_size, model->seq_len, model->recompute,
-                                        model->master_memory != NULL);
+                                        model->master_memory != NULL, model->flash);
 #if defined(ENABLE_CUDNN)
     size_t cudnn_bytes = cudnn_workspace_bytes();
 #else
@@ -3512,13 +3847,17 @@ void print_hardware(void) {
     printf("GPU %d: %s, compute capability %d.%d, %d SMs, %.1f GiB | precision %s%s\n", device, p.name, p.major,
            p.minor, p.multiProcessorCount, p.totalGlobalMem / 1073741824.0, PRECISION_NAME,
            sizeof(floatX) == sizeof(float) ? "" : use_master_weights ? " with fp32 master weights" : " without master weights (stochastic rounding)");
+    if (flash_attention) {
+        printf("attention: ours, flash attention (-F 1: tiles in shared memory, an online softmax, no T x T matrices)\n");
+    } else {
 #if defined(ENABLE_CUDNN)
-    char version[128];
-    cudnn_describe(version, sizeof(version));
-    printf("attention: %s, fused flash attention\n", version);
+        char version[128];
+        cudnn_describe(version, sizeof(version));
+        printf("attention: %s, fused flash attention\n", version);
 #else
-    printf("attention: ours (batched cuBLASLt matmuls and a causal softmax kernel; make USE_CUDNN=1 for cuDNN's)\n");
+        printf("attention: ours (batched cuBLASLt matmuls and a causal softmax kernel; -F 1 for flash attention)\n");
 #endif
+    }
 #ifdef USE_NCCL
     if (ranks.zero && ranks.world == 1) {
         printf("note: -Z %d on one rank: its shard is the whole optimizer state%s\n", ranks.zero,
@@ -3668,12 +4007,14 @@ static void print_usage(const Options *d) {
 
 // --- end shared-copy: gpt2-options ---
 
-// the GPU trainer's own flags: recomputation (-r), master weights (-w), memory (-G, -M), ZeRO (-Z)
+// the GPU trainer's own flags: recomputation (-r), master weights (-w), flash attention (-F), memory (-G, -M), ZeRO (-Z)
 static void print_device_usage(void) {
     printf("  -r <0|1|2>    recompute activations in the backward pass: 0 none, 1 GELU, 2 GELU + LayerNorm [%d]\n",
            recompute_level);
     printf("  -w <0|1>      keep fp32 master weights (bf16 builds; fp16 always keeps them, fp32 needs none) [%d]\n",
            use_master_weights);
+    printf("  -F <0|1>      flash attention: tiles and an online softmax, keeping no (B,NH,T,T) scores%s [%d]\n",
+           USE_CUDNN_ATTENTION ? " (0: cuDNN's)" : "", flash_attention);
     printf("  -G <GiB>      behave as if the GPU had only this much memory (a 16 GB card on a bigger one), 0 = all [0]\n");
     printf("  -M <0|1>      print the model and the GPU memory this run would allocate, and exit (needs no GPU) [0]\n");
     printf("  -Z <0|1|2>    ZeRO across ranks (train_gpt2cu_mpi): 1 each keeps the master weights and AdamW moments of its\n"
@@ -3706,6 +4047,11 @@ static int parse_device_flag(const char *flag, const char *value) {
     if (strcmp(flag, "-Z") == 0) {
         ranks.zero = (int)parse_int(flag, value, 0);
         if (ranks.zero > 2) { usage_error("-Z %s: ZeRO stage 0, 1 or 2 (stage 3 is not here)", value); }
+        return 1;
+    }
+    if (strcmp(flag, "-F") == 0) {
+        flash_attention = (int)parse_int(flag, value, 0);
+        if (flash_attention > 1) { usage_error("-F %s: 0 (attention keeps its T x T scores) or 1 (flash attention)", value); }
         return 1;
     }
     if (strcmp(flag, "-r") == 0) {
@@ -3747,11 +4093,13 @@ static void print_plan_and_exit(const Options *o) {
         exit(EXIT_FAILURE);
     }
     check_recompute_level(c, recompute_level);
+    check_flash(c, flash_attention);
     printf("model: %s | maxT %d | V %d (padded %d) | L %d | NH %d | C %d | %zu parameters\n", o->model, c.max_seq_len,
            c.vocab_size, c.padded_vocab_size, c.num_layers, c.num_heads, c.channels, gpt2_count_parameters(c));
-    gpt2_print_memory_plan(c, (size_t)o->B, (size_t)o->T, recompute_level, use_master_weights);
+    gpt2_print_memory_plan(c, (size_t)o->B, (size_t)o->T, recompute_level, use_master_weights, flash_attention);
     if (gpu_budget > 0) { // (-G: the run's check counts the device's memory in use besides, the CUDA context first)
-        size_t bytes[NUM_MEM_GROUPS], total = gpt2_memory_plan(bytes, c, o->B, o->T, recompute_level, use_master_weights);
+        size_t bytes[NUM_MEM_GROUPS], total = gpt2_memory_plan(bytes, c, o->B, o->T, recompute_level, use_master_weights,
+                                                              flash_attention);
         printf("-G %.2f GiB: the table %s the budget by %.1f MiB, before the CUDA context and the libraries' memory\n",
                gpu_budget / 1073741824.0, total <= gpu_budget ? "fits" : "exceeds",
                (total <= gpu_budget ? gpu_budget - total : total - gpu_budget) / 1048576.0);

@@ -34,13 +34,14 @@ the softmax. The gradients dq, dk, dv are written (not accumulated) in q's, k's,
 
 Every variant is deterministic: each output element is summed by one thread in a fixed
 order (no atomics anywhere). floatX (bf16 by default, fp32 with -DENABLE_FP32) in and
-out, fp32 arithmetic, lse fp32. Head sizes: 32, 64, 96, 128 (compile-time: the tiles'
-shared memory and the per-thread rows are sized by HS).
+out, fp32 arithmetic, lse fp32. Head sizes 1 to 128: the tiles in shared memory and each
+lane's slice of a row are sized at compile time by HSP, HS rounded up to a multiple of 32,
+and a row's numbers past HS are zeros there, which add nothing to its dot products.
 
 main checks every variant, forward (out, lse) and backward (dq, dk, dv), against attention
 in double on the CPU from the same floatX inputs, on fresh random inputs, on shapes whose T
-divides no tile (1, 33, 45, 70, 77, 130 tokens; on a GPU also 1,000 and 1,537), head sizes
-32 to 128, in both layouts (GPT-2's fused qkv; Llama's q, k, v apart, with G = 2 and 4). Then (GPU only) it times each variant at T = 1,024 / 4,096 / 16,384 and
+divides no tile (1, 33, 40, 45, 50, 70, 77, 130 tokens; on a GPU also 1,000 and 1,537), head
+sizes 16 to 128 (16 and 80: not multiples of 32), in both layouts (GPT-2's fused qkv; Llama's q, k, v apart, with G = 2 and 4). Then (GPU only) it times each variant at T = 1,024 / 4,096 / 16,384 and
 HS = 64 / 128 with NH*HS = 2,048 and 16 K tokens a batch (B = 16,384 / T), forward and
 backward, and prints ms and TFLOP/s (causal: half of 4*B*NH*T*T*HS for the forward pass,
 2.5x that for the backward). Variant 1 is timed where its (B,NH,T,T) scratch fits in 8 GiB.
@@ -65,10 +66,11 @@ Without a GPU, the CPU emulator runs the checks of every variant at small sizes:
 #include "precision.h" // floatX (bf16 unless -DENABLE_FP32), to_float, from_float
 
 // Where the heads are (see the header). Passed by value to every kernel.
-struct Heads {
+// --- shared-copy of train_gpt2.cu: Heads ---
+typedef struct {
     int B, T, NH, NKV, HS;
     int q_row, kv_row, o_row; // elements between positions t and t+1 of q (and dq), k and v, out (and dout)
-};
+} Heads;
 
 // ----------------------------------------------------------------------------
 // the CPU reference, in double, from the same floatX inputs the GPU reads
@@ -238,40 +240,42 @@ __global__ void dkdv_kernel1(floatX *dk, floatX *dv, const float *att, const flo
 #define FWD2_BC 32 // keys and values per shared tile
 
 // the dynamic shared memory of the forward kernel 2: K and V tiles, then two rows a thread
-template <int HS>
+template <int HSP>
 static size_t forward2_smem(void) {
-    return (2 * FWD2_BC * HS + 2 * HS * FWD2_BR) * sizeof(float);
+    return (2 * FWD2_BC * HSP + 2 * HSP * FWD2_BR) * sizeof(float);
 }
 
-template <int HS>
-__global__ void __launch_bounds__(FWD2_BR) flash_forward_kernel2(floatX *out, float *lse, const floatX *q,
+// (__launch_bounds__'s 1: at least one block an SM is all we ask, so that ptxas may give each
+// thread the registers the 32 scores need; for sm_120 it otherwise stops at 80 and spills)
+template <int HSP>
+__global__ void __launch_bounds__(FWD2_BR, 1) flash_forward_kernel2(floatX *out, float *lse, const floatX *q,
                                                                   const floatX *k, const floatX *v, Heads s, float scale) {
     extern __shared__ float smem[];
-    float(*k_tile)[HS] = (float(*)[HS])smem, (*v_tile)[HS] = k_tile + FWD2_BC;
-    float(*qs)[FWD2_BR] = (float(*)[FWD2_BR])(v_tile + FWD2_BC), (*acc)[FWD2_BR] = qs + HS;
+    float(*k_tile)[HSP] = (float(*)[HSP])smem, (*v_tile)[HSP] = k_tile + FWD2_BC;
+    float(*qs)[FWD2_BR] = (float(*)[FWD2_BR])(v_tile + FWD2_BC), (*acc)[FWD2_BR] = qs + HSP;
     int b = blockIdx.y / s.NH, h = blockIdx.y % s.NH, kvh = h / (s.NH / s.NKV), T = s.T, me = threadIdx.x;
     // the last query tiles see the most keys: the first blocks to start take them
     int tile = gridDim.x - 1 - blockIdx.x, t = tile * FWD2_BR + me;
     int last = min(tile * FWD2_BR + FWD2_BR, T) - 1; // the block's last query: no key after it matters
-    for (int i = 0; i < HS; i++) {
-        qs[i][me] = t < T ? to_float(q[((size_t)b * T + t) * s.q_row + h * HS + i]) * scale : 0.0f; // scores come scaled
+    for (int i = 0; i < HSP; i++) {
+        qs[i][me] = t < T && i < s.HS ? to_float(q[((size_t)b * T + t) * s.q_row + h * s.HS + i]) * scale : 0.0f; // scores come scaled
         acc[i][me] = 0.0f;
     }
     float m = -INFINITY, l = 0.0f;
     for (int k0 = 0; k0 <= last; k0 += FWD2_BC) {
         __syncthreads(); // the previous tile is read by every thread
-        for (int e = me; e < FWD2_BC * HS; e += blockDim.x) {
-            int j = e / HS, i = e % HS;
-            size_t kv = ((size_t)b * T + k0 + j) * s.kv_row + kvh * HS + i;
-            k_tile[j][i] = k0 + j < T ? to_float(k[kv]) : 0.0f;
-            v_tile[j][i] = k0 + j < T ? to_float(v[kv]) : 0.0f;
+        for (int e = me; e < FWD2_BC * HSP; e += blockDim.x) {
+            int j = e / HSP, i = e % HSP;
+            size_t kv = ((size_t)b * T + k0 + j) * s.kv_row + kvh * s.HS + i;
+            k_tile[j][i] = k0 + j < T && i < s.HS ? to_float(k[kv]) : 0.0f;
+            v_tile[j][i] = k0 + j < T && i < s.HS ? to_float(v[kv]) : 0.0f;
         }
         __syncthreads();
         if (t >= T || k0 > t) { continue; } // this query sees no key of the tile
         float sc[FWD2_BC];
 #pragma unroll
         for (int j = 0; j < FWD2_BC; j++) { sc[j] = 0.0f; }
-        for (int i = 0; i < HS; i++) {
+        for (int i = 0; i < HSP; i++) {
             float qi = qs[i][me];
 #pragma unroll
             for (int j = 0; j < FWD2_BC; j++) { sc[j] += qi * k_tile[j][i]; }
@@ -287,7 +291,7 @@ __global__ void __launch_bounds__(FWD2_BR) flash_forward_kernel2(floatX *out, fl
             l += sc[j];
         }
         m = m_new;
-        for (int i = 0; i < HS; i++) {
+        for (int i = 0; i < HSP; i++) {
             float a = acc[i][me] * rescale;
 #pragma unroll
             for (int j = 0; j < FWD2_BC; j++) { a += sc[j] * v_tile[j][i]; }
@@ -295,13 +299,14 @@ __global__ void __launch_bounds__(FWD2_BR) flash_forward_kernel2(floatX *out, fl
         }
     }
     if (t < T) {
-        for (int i = 0; i < HS; i++) { out[((size_t)b * T + t) * s.o_row + h * HS + i] = from_float(acc[i][me] / l); }
+        for (int i = 0; i < s.HS; i++) { out[((size_t)b * T + t) * s.o_row + h * s.HS + i] = from_float(acc[i][me] / l); }
         lse[((size_t)b * s.NH + h) * T + t] = m + logf(l);
     }
 }
 
 // D_t = dO_t . O_t, the softmax backward's row term (sum_t2 P dP = dO . O: train_gpt2.c's
 // flash_attention_backward derives it). A warp per row (b, h, t). Variants 2 and 3.
+// --- shared-copy of train_gpt2.cu: rowdot_kernel ---
 __global__ void rowdot_kernel(float *D, const floatX *dout, const floatX *out, Heads s) {
     size_t row = (size_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
     int lane = threadIdx.x % 32, T = s.T;
@@ -319,43 +324,43 @@ __global__ void rowdot_kernel(float *D, const floatX *dout, const floatX *out, H
 #define DQ2_BR 32  // queries per block (threads) of the dq kernel (three rows a thread in shared memory)
 
 // the dynamic shared memory of the two backward kernels 2
-template <int HS>
+template <int HSP>
 static size_t dkdv2_smem(void) {
-    return (4 * HS * BWD2_BK + 2 * BWD2_BQ * HS + 2 * BWD2_BQ) * sizeof(float);
+    return (4 * HSP * BWD2_BK + 2 * BWD2_BQ * HSP + 2 * BWD2_BQ) * sizeof(float);
 }
-template <int HS>
+template <int HSP>
 static size_t dq2_smem(void) {
-    return (2 * FWD2_BC * HS + 3 * HS * DQ2_BR) * sizeof(float);
+    return (2 * FWD2_BC * HSP + 3 * HSP * DQ2_BR) * sizeof(float);
 }
 
 // dk, dv: a block per (32 keys, b * NKV + key/value head), a thread per key. For each query
 // head of the group, the query tiles from the one holding the block's first key to the end
 // pass through shared memory with their dO, lse and D; each thread sums its key's dk, dv
 // (its k, v, dk and dv rows in shared memory, [i][thread], as in the forward kernel).
-template <int HS>
+template <int HSP>
 __global__ void __launch_bounds__(BWD2_BK) flash_dkdv_kernel2(floatX *dk, floatX *dv, const floatX *q,
                                                                const floatX *k, const floatX *v, const floatX *dout,
                                                                const float *lse, const float *D, Heads s, float scale) {
     extern __shared__ float smem[];
-    float(*kr)[BWD2_BK] = (float(*)[BWD2_BK])smem, (*vr)[BWD2_BK] = kr + HS, (*dk_acc)[BWD2_BK] = vr + HS;
-    float(*dv_acc)[BWD2_BK] = dk_acc + HS;
-    float(*q_tile)[HS] = (float(*)[HS])(dv_acc + HS), (*do_tile)[HS] = q_tile + BWD2_BQ;
+    float(*kr)[BWD2_BK] = (float(*)[BWD2_BK])smem, (*vr)[BWD2_BK] = kr + HSP, (*dk_acc)[BWD2_BK] = vr + HSP;
+    float(*dv_acc)[BWD2_BK] = dk_acc + HSP;
+    float(*q_tile)[HSP] = (float(*)[HSP])(dv_acc + HSP), (*do_tile)[HSP] = q_tile + BWD2_BQ;
     float *lse_tile = (float *)(do_tile + BWD2_BQ), *d_tile = lse_tile + BWD2_BQ;
     int b = blockIdx.y / s.NKV, kvh = blockIdx.y % s.NKV, G = s.NH / s.NKV, T = s.T, me = threadIdx.x;
     int k0 = blockIdx.x * BWD2_BK, t2 = k0 + me;
-    size_t kv = ((size_t)b * T + t2) * s.kv_row + kvh * HS;
-    for (int i = 0; i < HS; i++) {
-        kr[i][me] = t2 < T ? to_float(k[kv + i]) * scale : 0.0f; // q . (k * scale): scores come scaled
-        vr[i][me] = t2 < T ? to_float(v[kv + i]) : 0.0f;
+    size_t kv = ((size_t)b * T + t2) * s.kv_row + kvh * s.HS;
+    for (int i = 0; i < HSP; i++) {
+        kr[i][me] = t2 < T && i < s.HS ? to_float(k[kv + i]) * scale : 0.0f; // q . (k * scale): scores come scaled
+        vr[i][me] = t2 < T && i < s.HS ? to_float(v[kv + i]) : 0.0f;
         dk_acc[i][me] = dv_acc[i][me] = 0.0f;
     }
     for (int h = kvh * G; h < kvh * G + G; h++) {
         for (int q0 = k0 / BWD2_BQ * BWD2_BQ; q0 < T; q0 += BWD2_BQ) {
             __syncthreads();
-            for (int e = me; e < BWD2_BQ * HS; e += blockDim.x) {
-                int j = e / HS, i = e % HS, t = q0 + j;
-                q_tile[j][i] = t < T ? to_float(q[((size_t)b * T + t) * s.q_row + h * HS + i]) : 0.0f;
-                do_tile[j][i] = t < T ? to_float(dout[((size_t)b * T + t) * s.o_row + h * HS + i]) : 0.0f;
+            for (int e = me; e < BWD2_BQ * HSP; e += blockDim.x) {
+                int j = e / HSP, i = e % HSP, t = q0 + j;
+                q_tile[j][i] = t < T && i < s.HS ? to_float(q[((size_t)b * T + t) * s.q_row + h * s.HS + i]) : 0.0f;
+                do_tile[j][i] = t < T && i < s.HS ? to_float(dout[((size_t)b * T + t) * s.o_row + h * s.HS + i]) : 0.0f;
             }
             for (int j = me; j < BWD2_BQ; j += blockDim.x) {
                 size_t row = ((size_t)b * s.NH + h) * T + q0 + j;
@@ -367,7 +372,7 @@ __global__ void __launch_bounds__(BWD2_BK) flash_dkdv_kernel2(floatX *dk, floatX
             float sc[BWD2_BQ], dp[BWD2_BQ];
 #pragma unroll
             for (int j = 0; j < BWD2_BQ; j++) { sc[j] = dp[j] = 0.0f; }
-            for (int i = 0; i < HS; i++) {
+            for (int i = 0; i < HSP; i++) {
                 float ki = kr[i][me], vi = vr[i][me];
 #pragma unroll
                 for (int j = 0; j < BWD2_BQ; j++) {
@@ -382,7 +387,7 @@ __global__ void __launch_bounds__(BWD2_BK) flash_dkdv_kernel2(floatX *dk, floatX
                 sc[j] = seen ? expf(sc[j] - lse_tile[j]) : 0.0f;
                 dp[j] = sc[j] * (dp[j] - d_tile[j]);
             }
-            for (int i = 0; i < HS; i++) {
+            for (int i = 0; i < HSP; i++) {
                 float dvi = dv_acc[i][me], dki = dk_acc[i][me];
 #pragma unroll
                 for (int j = 0; j < BWD2_BQ; j++) {
@@ -395,7 +400,7 @@ __global__ void __launch_bounds__(BWD2_BK) flash_dkdv_kernel2(floatX *dk, floatX
         }
     }
     if (t2 < T) {
-        for (int i = 0; i < HS; i++) {
+        for (int i = 0; i < s.HS; i++) {
             dk[kv + i] = from_float(dk_acc[i][me] * scale);
             dv[kv + i] = from_float(dv_acc[i][me]);
         }
@@ -404,36 +409,36 @@ __global__ void __launch_bounds__(BWD2_BK) flash_dkdv_kernel2(floatX *dk, floatX
 
 // dq: a block per (32 queries, head), a thread per query, the key and value tiles up to the
 // block's last query through shared memory, as in the forward kernel 2.
-template <int HS>
+template <int HSP>
 __global__ void __launch_bounds__(DQ2_BR) flash_dq_kernel2(floatX *dq, const floatX *q, const floatX *k,
                                                             const floatX *v, const floatX *dout, const float *lse,
                                                             const float *D, Heads s, float scale) {
     extern __shared__ float smem[];
-    float(*k_tile)[HS] = (float(*)[HS])smem, (*v_tile)[HS] = k_tile + FWD2_BC;
-    float(*qs)[DQ2_BR] = (float(*)[DQ2_BR])(v_tile + FWD2_BC), (*dor)[DQ2_BR] = qs + HS, (*dq_acc)[DQ2_BR] = dor + HS;
+    float(*k_tile)[HSP] = (float(*)[HSP])smem, (*v_tile)[HSP] = k_tile + FWD2_BC;
+    float(*qs)[DQ2_BR] = (float(*)[DQ2_BR])(v_tile + FWD2_BC), (*dor)[DQ2_BR] = qs + HSP, (*dq_acc)[DQ2_BR] = dor + HSP;
     int b = blockIdx.y / s.NH, h = blockIdx.y % s.NH, kvh = h / (s.NH / s.NKV), T = s.T, me = threadIdx.x;
     int tile = gridDim.x - 1 - blockIdx.x, t = tile * DQ2_BR + me;
     int last = min(tile * DQ2_BR + DQ2_BR, T) - 1;
-    for (int i = 0; i < HS; i++) {
-        qs[i][me] = t < T ? to_float(q[((size_t)b * T + t) * s.q_row + h * HS + i]) * scale : 0.0f;
-        dor[i][me] = t < T ? to_float(dout[((size_t)b * T + t) * s.o_row + h * HS + i]) : 0.0f;
+    for (int i = 0; i < HSP; i++) {
+        qs[i][me] = t < T && i < s.HS ? to_float(q[((size_t)b * T + t) * s.q_row + h * s.HS + i]) * scale : 0.0f;
+        dor[i][me] = t < T && i < s.HS ? to_float(dout[((size_t)b * T + t) * s.o_row + h * s.HS + i]) : 0.0f;
         dq_acc[i][me] = 0.0f;
     }
     float lse_t = t < T ? lse[((size_t)b * s.NH + h) * T + t] : 0.0f, d_t = t < T ? D[((size_t)b * s.NH + h) * T + t] : 0.0f;
     for (int k0 = 0; k0 <= last; k0 += FWD2_BC) {
         __syncthreads();
-        for (int e = me; e < FWD2_BC * HS; e += blockDim.x) {
-            int j = e / HS, i = e % HS;
-            size_t kv = ((size_t)b * T + k0 + j) * s.kv_row + kvh * HS + i;
-            k_tile[j][i] = k0 + j < T ? to_float(k[kv]) : 0.0f;
-            v_tile[j][i] = k0 + j < T ? to_float(v[kv]) : 0.0f;
+        for (int e = me; e < FWD2_BC * HSP; e += blockDim.x) {
+            int j = e / HSP, i = e % HSP;
+            size_t kv = ((size_t)b * T + k0 + j) * s.kv_row + kvh * s.HS + i;
+            k_tile[j][i] = k0 + j < T && i < s.HS ? to_float(k[kv]) : 0.0f;
+            v_tile[j][i] = k0 + j < T && i < s.HS ? to_float(v[kv]) : 0.0f;
         }
         __syncthreads();
         if (t >= T || k0 > t) { continue; }
         float sc[FWD2_BC], dp[FWD2_BC];
 #pragma unroll
         for (int j = 0; j < FWD2_BC; j++) { sc[j] = dp[j] = 0.0f; }
-        for (int i = 0; i < HS; i++) {
+        for (int i = 0; i < HSP; i++) {
             float qi = qs[i][me], doi = dor[i][me];
 #pragma unroll
             for (int j = 0; j < FWD2_BC; j++) {
@@ -443,7 +448,7 @@ __global__ void __launch_bounds__(DQ2_BR) flash_dq_kernel2(floatX *dq, const flo
         }
 #pragma unroll
         for (int j = 0; j < FWD2_BC; j++) { sc[j] = k0 + j <= t ? expf(sc[j] - lse_t) * (dp[j] - d_t) : 0.0f; } // dS
-        for (int i = 0; i < HS; i++) {
+        for (int i = 0; i < HSP; i++) {
             float a = dq_acc[i][me];
 #pragma unroll
             for (int j = 0; j < FWD2_BC; j++) { a += sc[j] * k_tile[j][i]; }
@@ -451,83 +456,88 @@ __global__ void __launch_bounds__(DQ2_BR) flash_dq_kernel2(floatX *dq, const flo
         }
     }
     if (t < T) {
-        for (int i = 0; i < HS; i++) { dq[((size_t)b * T + t) * s.q_row + h * HS + i] = from_float(dq_acc[i][me] * scale); }
+        for (int i = 0; i < s.HS; i++) { dq[((size_t)b * T + t) * s.q_row + h * s.HS + i] = from_float(dq_acc[i][me] * scale); }
     }
 }
 
 // ----------------------------------------------------------------------------
 // 3: warp tiles. Kernel 2's thread walks its query's keys one by one, each a dot product of
 // HS; here a warp takes a query and its 32 lanes score 32 keys at once (lane j: key k0 + j),
-// the tile's maximum and sum are two shuffle reductions, and then each lane owns HS/32 of the
+// the tile's maximum and sum are two shuffle reductions, and then each lane owns HSP/32 of the
 // output (dimensions lane, lane + 32, ...) and adds the 32 keys' values, the probabilities
 // passed lane to lane by shuffles. A warp takes 4 queries in turn; 4 warps share each K/V
-// tile, so a block is 16 queries. The key rows in shared memory are padded to HS + 1 floats:
-// lane j reads row j, and rows HS + 1 apart fall in different banks.
+// tile, so a block is 16 queries. The key rows in shared memory are padded to HSP + 1 floats:
+// lane j reads row j, and rows HSP + 1 apart fall in different banks.
 
-#define W3_WARPS 4   // warps per block
-#define W3_ROWS 4    // queries per warp
-#define W3_BR (W3_WARPS * W3_ROWS)
-#define W3_BC 32     // keys per tile: one a lane
+// --- shared-copy of train_gpt2.cu: FLASH_WARPS ---
+#define FLASH_WARPS 4 // warps per block
+// --- shared-copy of train_gpt2.cu: FLASH_ROWS ---
+#define FLASH_ROWS 4 // queries (or keys) per warp
+// --- shared-copy of train_gpt2.cu: FLASH_BR ---
+#define FLASH_BR (FLASH_WARPS * FLASH_ROWS) // queries (or keys) per block
+// --- shared-copy of train_gpt2.cu: FLASH_BC ---
+#define FLASH_BC 32 // keys (or queries) per shared tile: one a lane
 
-template <int HS>
-__global__ void __launch_bounds__(W3_WARPS * 32) flash_forward_kernel3(floatX *out, float *lse, const floatX *q,
+// --- shared-copy of train_gpt2.cu: flash_forward_kernel3 ---
+template <int HSP>
+__global__ void __launch_bounds__(FLASH_WARPS * 32) flash_forward_kernel3(floatX *out, float *lse, const floatX *q,
                                                                         const floatX *k, const floatX *v, Heads s,
                                                                         float scale) {
-    __shared__ float k_tile[W3_BC][HS + 1], v_tile[W3_BC][HS], q_rows[W3_BR][HS];
+    __shared__ float k_tile[FLASH_BC][HSP + 1], v_tile[FLASH_BC][HSP], q_rows[FLASH_BR][HSP];
     int b = blockIdx.y / s.NH, h = blockIdx.y % s.NH, kvh = h / (s.NH / s.NKV), T = s.T;
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    int tile = gridDim.x - 1 - blockIdx.x, t0 = tile * W3_BR, last = min(t0 + W3_BR, T) - 1;
-    for (int e = threadIdx.x; e < W3_BR * HS; e += blockDim.x) {
-        int r = e / HS, i = e % HS;
-        q_rows[r][i] = t0 + r < T ? to_float(q[((size_t)b * T + t0 + r) * s.q_row + h * HS + i]) * scale : 0.0f;
+    int tile = gridDim.x - 1 - blockIdx.x, t0 = tile * FLASH_BR, last = min(t0 + FLASH_BR, T) - 1;
+    for (int e = threadIdx.x; e < FLASH_BR * HSP; e += blockDim.x) {
+        int r = e / HSP, i = e % HSP;
+        q_rows[r][i] = t0 + r < T && i < s.HS ? to_float(q[((size_t)b * T + t0 + r) * s.q_row + h * s.HS + i]) * scale : 0.0f;
     }
-    float m[W3_ROWS], l[W3_ROWS], acc[W3_ROWS][HS / 32];
+    float m[FLASH_ROWS], l[FLASH_ROWS], acc[FLASH_ROWS][HSP / 32];
 #pragma unroll
-    for (int r = 0; r < W3_ROWS; r++) {
+    for (int r = 0; r < FLASH_ROWS; r++) {
         m[r] = -INFINITY;
         l[r] = 0.0f;
 #pragma unroll
-        for (int c = 0; c < HS / 32; c++) { acc[r][c] = 0.0f; }
+        for (int c = 0; c < HSP / 32; c++) { acc[r][c] = 0.0f; }
     }
-    for (int k0 = 0; k0 <= last; k0 += W3_BC) {
+    for (int k0 = 0; k0 <= last; k0 += FLASH_BC) {
         __syncthreads(); // (the first time: q_rows written)
-        for (int e = threadIdx.x; e < W3_BC * HS; e += blockDim.x) {
-            int j = e / HS, i = e % HS;
-            size_t kv = ((size_t)b * T + k0 + j) * s.kv_row + kvh * HS + i;
-            k_tile[j][i] = k0 + j < T ? to_float(k[kv]) : 0.0f;
-            v_tile[j][i] = k0 + j < T ? to_float(v[kv]) : 0.0f;
+        for (int e = threadIdx.x; e < FLASH_BC * HSP; e += blockDim.x) {
+            int j = e / HSP, i = e % HSP;
+            size_t kv = ((size_t)b * T + k0 + j) * s.kv_row + kvh * s.HS + i;
+            k_tile[j][i] = k0 + j < T && i < s.HS ? to_float(k[kv]) : 0.0f;
+            v_tile[j][i] = k0 + j < T && i < s.HS ? to_float(v[kv]) : 0.0f;
         }
         __syncthreads();
 #pragma unroll
-        for (int r = 0; r < W3_ROWS; r++) {
-            int row = warp * W3_ROWS + r, t = t0 + row;
+        for (int r = 0; r < FLASH_ROWS; r++) {
+            int row = warp * FLASH_ROWS + r, t = t0 + row;
             if (t >= T || k0 > t) { continue; } // the same for the whole warp
             int key = k0 + lane;
             float sc = -INFINITY;
             if (key <= t) {
                 sc = 0.0f;
-                for (int i = 0; i < HS; i++) { sc += q_rows[row][i] * k_tile[lane][i]; }
+                for (int i = 0; i < HSP; i++) { sc += q_rows[row][i] * k_tile[lane][i]; }
             }
             float m_new = fmaxf(m[r], warp_max(sc)), p = key <= t ? expf(sc - m_new) : 0.0f;
             float rescale = expf(m[r] - m_new);
             l[r] = l[r] * rescale + warp_sum(p);
             m[r] = m_new;
 #pragma unroll
-            for (int c = 0; c < HS / 32; c++) { acc[r][c] *= rescale; }
-            for (int j = 0; j < W3_BC; j++) {
+            for (int c = 0; c < HSP / 32; c++) { acc[r][c] *= rescale; }
+            for (int j = 0; j < FLASH_BC; j++) {
                 float pj = __shfl_sync(0xffffffffu, p, j);
 #pragma unroll
-                for (int c = 0; c < HS / 32; c++) { acc[r][c] += pj * v_tile[j][lane + 32 * c]; }
+                for (int c = 0; c < HSP / 32; c++) { acc[r][c] += pj * v_tile[j][lane + 32 * c]; }
             }
         }
     }
 #pragma unroll
-    for (int r = 0; r < W3_ROWS; r++) {
-        int t = t0 + warp * W3_ROWS + r;
+    for (int r = 0; r < FLASH_ROWS; r++) {
+        int t = t0 + warp * FLASH_ROWS + r;
         if (t >= T) { continue; }
 #pragma unroll
-        for (int c = 0; c < HS / 32; c++) {
-            out[((size_t)b * T + t) * s.o_row + h * HS + lane + 32 * c] = from_float(acc[r][c] / l[r]);
+        for (int c = 0; c < HSP / 32; c++) {
+            if (lane + 32 * c < s.HS) { out[((size_t)b * T + t) * s.o_row + h * s.HS + lane + 32 * c] = from_float(acc[r][c] / l[r]); }
         }
         if (lane == 0) { lse[((size_t)b * s.NH + h) * T + t] = m[r] + logf(l[r]); }
     }
@@ -535,60 +545,61 @@ __global__ void __launch_bounds__(W3_WARPS * 32) flash_forward_kernel3(floatX *o
 
 // dk, dv: a warp per key (4 keys a warp, 16 a block); per query tile of 32 (lane j: query
 // q0 + j) the lanes compute P and dS of their query against the warp's key, then each lane
-// owns HS/32 of dk and dv and adds the 32 queries' terms, passed by shuffles.
-template <int HS>
-__global__ void __launch_bounds__(W3_WARPS * 32) flash_dkdv_kernel3(floatX *dk, floatX *dv, const floatX *q,
+// owns HSP/32 of dk and dv and adds the 32 queries' terms, passed by shuffles.
+// --- shared-copy of train_gpt2.cu: flash_dkdv_kernel3 ---
+template <int HSP>
+__global__ void __launch_bounds__(FLASH_WARPS * 32) flash_dkdv_kernel3(floatX *dk, floatX *dv, const floatX *q,
                                                                      const floatX *k, const floatX *v,
                                                                      const floatX *dout, const float *lse,
                                                                      const float *D, Heads s, float scale) {
-    // (dynamic shared memory: 49 KiB at HS = 128, past the 48 KiB a block gets by default)
+    // (dynamic shared memory: 49 KiB at HSP = 128, past the 48 KiB a block gets by default)
     extern __shared__ float smem[];
-    float(*q_tile)[HS + 1] = (float(*)[HS + 1])smem, (*do_tile)[HS + 1] = q_tile + W3_BC;
-    float(*k_rows)[HS] = (float(*)[HS])(do_tile + W3_BC), (*v_rows)[HS] = k_rows + W3_BR;
+    float(*q_tile)[HSP + 1] = (float(*)[HSP + 1])smem, (*do_tile)[HSP + 1] = q_tile + FLASH_BC;
+    float(*k_rows)[HSP] = (float(*)[HSP])(do_tile + FLASH_BC), (*v_rows)[HSP] = k_rows + FLASH_BR;
     int b = blockIdx.y / s.NKV, kvh = blockIdx.y % s.NKV, G = s.NH / s.NKV, T = s.T;
-    int warp = threadIdx.x / 32, lane = threadIdx.x % 32, k0 = blockIdx.x * W3_BR;
-    for (int e = threadIdx.x; e < W3_BR * HS; e += blockDim.x) {
-        int r = e / HS, i = e % HS;
-        size_t kv = ((size_t)b * T + k0 + r) * s.kv_row + kvh * HS + i;
-        k_rows[r][i] = k0 + r < T ? to_float(k[kv]) * scale : 0.0f;
-        v_rows[r][i] = k0 + r < T ? to_float(v[kv]) : 0.0f;
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32, k0 = blockIdx.x * FLASH_BR;
+    for (int e = threadIdx.x; e < FLASH_BR * HSP; e += blockDim.x) {
+        int r = e / HSP, i = e % HSP;
+        size_t kv = ((size_t)b * T + k0 + r) * s.kv_row + kvh * s.HS + i;
+        k_rows[r][i] = k0 + r < T && i < s.HS ? to_float(k[kv]) * scale : 0.0f;
+        v_rows[r][i] = k0 + r < T && i < s.HS ? to_float(v[kv]) : 0.0f;
     }
-    float dk_acc[W3_ROWS][HS / 32], dv_acc[W3_ROWS][HS / 32];
+    float dk_acc[FLASH_ROWS][HSP / 32], dv_acc[FLASH_ROWS][HSP / 32];
 #pragma unroll
-    for (int r = 0; r < W3_ROWS; r++) {
+    for (int r = 0; r < FLASH_ROWS; r++) {
 #pragma unroll
-        for (int c = 0; c < HS / 32; c++) { dk_acc[r][c] = dv_acc[r][c] = 0.0f; }
+        for (int c = 0; c < HSP / 32; c++) { dk_acc[r][c] = dv_acc[r][c] = 0.0f; }
     }
     for (int h = kvh * G; h < kvh * G + G; h++) {
-        for (int q0 = k0 / W3_BC * W3_BC; q0 < T; q0 += W3_BC) {
+        for (int q0 = k0 / FLASH_BC * FLASH_BC; q0 < T; q0 += FLASH_BC) {
             __syncthreads();
-            for (int e = threadIdx.x; e < W3_BC * HS; e += blockDim.x) {
-                int j = e / HS, i = e % HS, t = q0 + j;
-                q_tile[j][i] = t < T ? to_float(q[((size_t)b * T + t) * s.q_row + h * HS + i]) : 0.0f;
-                do_tile[j][i] = t < T ? to_float(dout[((size_t)b * T + t) * s.o_row + h * HS + i]) : 0.0f;
+            for (int e = threadIdx.x; e < FLASH_BC * HSP; e += blockDim.x) {
+                int j = e / HSP, i = e % HSP, t = q0 + j;
+                q_tile[j][i] = t < T && i < s.HS ? to_float(q[((size_t)b * T + t) * s.q_row + h * s.HS + i]) : 0.0f;
+                do_tile[j][i] = t < T && i < s.HS ? to_float(dout[((size_t)b * T + t) * s.o_row + h * s.HS + i]) : 0.0f;
             }
             __syncthreads();
             int t = q0 + lane; // this lane's query
             size_t row = ((size_t)b * s.NH + h) * T + t;
             float lse_t = t < T ? lse[row] : 0.0f, d_t = t < T ? D[row] : 0.0f;
 #pragma unroll
-            for (int r = 0; r < W3_ROWS; r++) {
-                int key = k0 + warp * W3_ROWS + r;
-                if (key >= T || q0 + W3_BC <= key) { continue; } // no query of this tile sees it (whole warp)
+            for (int r = 0; r < FLASH_ROWS; r++) {
+                int key = k0 + warp * FLASH_ROWS + r;
+                if (key >= T || q0 + FLASH_BC <= key) { continue; } // no query of this tile sees it (whole warp)
                 float p = 0.0f, ds = 0.0f;
                 if (t < T && t >= key) {
                     float sc = 0.0f, dp = 0.0f;
-                    for (int i = 0; i < HS; i++) {
-                        sc += q_tile[lane][i] * k_rows[warp * W3_ROWS + r][i];
-                        dp += do_tile[lane][i] * v_rows[warp * W3_ROWS + r][i];
+                    for (int i = 0; i < HSP; i++) {
+                        sc += q_tile[lane][i] * k_rows[warp * FLASH_ROWS + r][i];
+                        dp += do_tile[lane][i] * v_rows[warp * FLASH_ROWS + r][i];
                     }
                     p = expf(sc - lse_t);
                     ds = p * (dp - d_t);
                 }
-                for (int j = 0; j < W3_BC; j++) {
+                for (int j = 0; j < FLASH_BC; j++) {
                     float pj = __shfl_sync(0xffffffffu, p, j), dsj = __shfl_sync(0xffffffffu, ds, j);
 #pragma unroll
-                    for (int c = 0; c < HS / 32; c++) {
+                    for (int c = 0; c < HSP / 32; c++) {
                         dv_acc[r][c] += pj * do_tile[j][lane + 32 * c];
                         dk_acc[r][c] += dsj * q_tile[j][lane + 32 * c];
                     }
@@ -597,12 +608,13 @@ __global__ void __launch_bounds__(W3_WARPS * 32) flash_dkdv_kernel3(floatX *dk, 
         }
     }
 #pragma unroll
-    for (int r = 0; r < W3_ROWS; r++) {
-        int key = k0 + warp * W3_ROWS + r;
+    for (int r = 0; r < FLASH_ROWS; r++) {
+        int key = k0 + warp * FLASH_ROWS + r;
         if (key >= T) { continue; }
-        size_t kv = ((size_t)b * T + key) * s.kv_row + kvh * HS;
+        size_t kv = ((size_t)b * T + key) * s.kv_row + kvh * s.HS;
 #pragma unroll
-        for (int c = 0; c < HS / 32; c++) {
+        for (int c = 0; c < HSP / 32; c++) {
+            if (lane + 32 * c >= s.HS) { continue; }
             dk[kv + lane + 32 * c] = from_float(dk_acc[r][c] * scale);
             dv[kv + lane + 32 * c] = from_float(dv_acc[r][c]);
         }
@@ -611,75 +623,77 @@ __global__ void __launch_bounds__(W3_WARPS * 32) flash_dkdv_kernel3(floatX *dk, 
 
 // dq: as the forward kernel 3, a warp per query, the lanes across 32 keys for dS, then
 // across the head for dq = dS . K.
-template <int HS>
-__global__ void __launch_bounds__(W3_WARPS * 32) flash_dq_kernel3(floatX *dq, const floatX *q, const floatX *k,
+// --- shared-copy of train_gpt2.cu: flash_dq_kernel3 ---
+template <int HSP>
+__global__ void __launch_bounds__(FLASH_WARPS * 32) flash_dq_kernel3(floatX *dq, const floatX *q, const floatX *k,
                                                                    const floatX *v, const floatX *dout,
                                                                    const float *lse, const float *D, Heads s,
                                                                    float scale) {
-    extern __shared__ float smem[]; // (the same 49 KiB at HS = 128 as flash_dkdv_kernel3's)
-    float(*k_tile)[HS + 1] = (float(*)[HS + 1])smem, (*v_tile)[HS + 1] = k_tile + W3_BC;
-    float(*q_rows)[HS] = (float(*)[HS])(v_tile + W3_BC), (*do_rows)[HS] = q_rows + W3_BR;
+    extern __shared__ float smem[]; // (the same 49 KiB at HSP = 128 as flash_dkdv_kernel3's)
+    float(*k_tile)[HSP + 1] = (float(*)[HSP + 1])smem, (*v_tile)[HSP + 1] = k_tile + FLASH_BC;
+    float(*q_rows)[HSP] = (float(*)[HSP])(v_tile + FLASH_BC), (*do_rows)[HSP] = q_rows + FLASH_BR;
     int b = blockIdx.y / s.NH, h = blockIdx.y % s.NH, kvh = h / (s.NH / s.NKV), T = s.T;
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    int tile = gridDim.x - 1 - blockIdx.x, t0 = tile * W3_BR, last = min(t0 + W3_BR, T) - 1;
-    for (int e = threadIdx.x; e < W3_BR * HS; e += blockDim.x) {
-        int r = e / HS, i = e % HS, t = t0 + r;
-        q_rows[r][i] = t < T ? to_float(q[((size_t)b * T + t) * s.q_row + h * HS + i]) * scale : 0.0f;
-        do_rows[r][i] = t < T ? to_float(dout[((size_t)b * T + t) * s.o_row + h * HS + i]) : 0.0f;
+    int tile = gridDim.x - 1 - blockIdx.x, t0 = tile * FLASH_BR, last = min(t0 + FLASH_BR, T) - 1;
+    for (int e = threadIdx.x; e < FLASH_BR * HSP; e += blockDim.x) {
+        int r = e / HSP, i = e % HSP, t = t0 + r;
+        q_rows[r][i] = t < T && i < s.HS ? to_float(q[((size_t)b * T + t) * s.q_row + h * s.HS + i]) * scale : 0.0f;
+        do_rows[r][i] = t < T && i < s.HS ? to_float(dout[((size_t)b * T + t) * s.o_row + h * s.HS + i]) : 0.0f;
     }
-    float dq_acc[W3_ROWS][HS / 32], lse_r[W3_ROWS], d_r[W3_ROWS];
+    float dq_acc[FLASH_ROWS][HSP / 32], lse_r[FLASH_ROWS], d_r[FLASH_ROWS];
 #pragma unroll
-    for (int r = 0; r < W3_ROWS; r++) {
-        int t = t0 + warp * W3_ROWS + r;
+    for (int r = 0; r < FLASH_ROWS; r++) {
+        int t = t0 + warp * FLASH_ROWS + r;
         lse_r[r] = t < T ? lse[((size_t)b * s.NH + h) * T + t] : 0.0f;
         d_r[r] = t < T ? D[((size_t)b * s.NH + h) * T + t] : 0.0f;
 #pragma unroll
-        for (int c = 0; c < HS / 32; c++) { dq_acc[r][c] = 0.0f; }
+        for (int c = 0; c < HSP / 32; c++) { dq_acc[r][c] = 0.0f; }
     }
-    for (int k0 = 0; k0 <= last; k0 += W3_BC) {
+    for (int k0 = 0; k0 <= last; k0 += FLASH_BC) {
         __syncthreads();
-        for (int e = threadIdx.x; e < W3_BC * HS; e += blockDim.x) {
-            int j = e / HS, i = e % HS;
-            size_t kv = ((size_t)b * T + k0 + j) * s.kv_row + kvh * HS + i;
-            k_tile[j][i] = k0 + j < T ? to_float(k[kv]) : 0.0f;
-            v_tile[j][i] = k0 + j < T ? to_float(v[kv]) : 0.0f;
+        for (int e = threadIdx.x; e < FLASH_BC * HSP; e += blockDim.x) {
+            int j = e / HSP, i = e % HSP;
+            size_t kv = ((size_t)b * T + k0 + j) * s.kv_row + kvh * s.HS + i;
+            k_tile[j][i] = k0 + j < T && i < s.HS ? to_float(k[kv]) : 0.0f;
+            v_tile[j][i] = k0 + j < T && i < s.HS ? to_float(v[kv]) : 0.0f;
         }
         __syncthreads();
 #pragma unroll
-        for (int r = 0; r < W3_ROWS; r++) {
-            int row = warp * W3_ROWS + r, t = t0 + row, key = k0 + lane;
+        for (int r = 0; r < FLASH_ROWS; r++) {
+            int row = warp * FLASH_ROWS + r, t = t0 + row, key = k0 + lane;
             if (t >= T || k0 > t) { continue; }
             float ds = 0.0f;
             if (key <= t) {
                 float sc = 0.0f, dp = 0.0f;
-                for (int i = 0; i < HS; i++) {
+                for (int i = 0; i < HSP; i++) {
                     sc += q_rows[row][i] * k_tile[lane][i];
                     dp += do_rows[row][i] * v_tile[lane][i];
                 }
                 ds = expf(sc - lse_r[r]) * (dp - d_r[r]);
             }
-            for (int j = 0; j < W3_BC; j++) {
+            for (int j = 0; j < FLASH_BC; j++) {
                 float dsj = __shfl_sync(0xffffffffu, ds, j);
 #pragma unroll
-                for (int c = 0; c < HS / 32; c++) { dq_acc[r][c] += dsj * k_tile[j][lane + 32 * c]; }
+                for (int c = 0; c < HSP / 32; c++) { dq_acc[r][c] += dsj * k_tile[j][lane + 32 * c]; }
             }
         }
     }
 #pragma unroll
-    for (int r = 0; r < W3_ROWS; r++) {
-        int t = t0 + warp * W3_ROWS + r;
+    for (int r = 0; r < FLASH_ROWS; r++) {
+        int t = t0 + warp * FLASH_ROWS + r;
         if (t >= T) { continue; }
 #pragma unroll
-        for (int c = 0; c < HS / 32; c++) {
-            dq[((size_t)b * T + t) * s.q_row + h * HS + lane + 32 * c] = from_float(dq_acc[r][c] * scale);
+        for (int c = 0; c < HSP / 32; c++) {
+            if (lane + 32 * c < s.HS) { dq[((size_t)b * T + t) * s.q_row + h * s.HS + lane + 32 * c] = from_float(dq_acc[r][c] * scale); }
         }
     }
 }
 
 // the dynamic shared memory of both backward kernels 3: two padded tiles of 32 rows, two of 16
-template <int HS>
+// --- shared-copy of train_gpt2.cu: flash_backward_smem (as backward3_smem) ---
+template <int HSP>
 static size_t backward3_smem(void) {
-    return (2 * W3_BC * (HS + 1) + 2 * W3_BR * HS) * sizeof(float);
+    return (2 * FLASH_BC * (HSP + 1) + 2 * FLASH_BR * HSP) * sizeof(float);
 }
 
 // ----------------------------------------------------------------------------
@@ -688,54 +702,56 @@ static size_t backward3_smem(void) {
 
 static const char *variant_names[4] = {"", "1 materialised", "2 tiles", "3 warp tiles"};
 
-template <int HS>
+// HSP: the head size rounded up to a multiple of 32, what variants 2 and 3 size their tiles and
+// per-lane slices by (the rows' numbers past HS are zeros in shared memory: they add nothing)
+template <int HSP>
 static void forward_hs(int variant, floatX *out, float *lse, const floatX *q, const floatX *k, const floatX *v, Heads s,
                        float *scratch) {
-    float scale = 1.0f / sqrtf((float)HS);
+    float scale = 1.0f / sqrtf((float)s.HS);
     size_t rows = (size_t)s.B * s.NH * s.T;
     if (variant == 1) {
         scores_kernel1<<<ceil_div(rows * s.T, 256), 256>>>(scratch, q, k, s, scale);
         softmax_kernel1<<<ceil_div(rows, 8), 256>>>(scratch, lse, s);
-        pv_kernel1<<<ceil_div((size_t)s.B * s.T * s.NH * HS, 256), 256>>>(out, scratch, v, s);
+        pv_kernel1<<<ceil_div((size_t)s.B * s.T * s.NH * s.HS, 256), 256>>>(out, scratch, v, s);
     } else if (variant == 2) {
-        size_t smem = forward2_smem<HS>();
-        cudaCheck(cudaFuncSetAttribute(flash_forward_kernel2<HS>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-        flash_forward_kernel2<HS><<<dim3(ceil_div(s.T, FWD2_BR), s.B * s.NH), FWD2_BR, smem>>>(out, lse, q, k, v, s, scale);
+        size_t smem = forward2_smem<HSP>();
+        cudaCheck(cudaFuncSetAttribute(flash_forward_kernel2<HSP>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        flash_forward_kernel2<HSP><<<dim3(ceil_div(s.T, FWD2_BR), s.B * s.NH), FWD2_BR, smem>>>(out, lse, q, k, v, s, scale);
     } else {
-        flash_forward_kernel3<HS><<<dim3(ceil_div(s.T, W3_BR), s.B * s.NH), W3_WARPS * 32>>>(out, lse, q, k, v, s, scale);
+        flash_forward_kernel3<HSP><<<dim3(ceil_div(s.T, FLASH_BR), s.B * s.NH), FLASH_WARPS * 32>>>(out, lse, q, k, v, s, scale);
     }
     cudaCheck(cudaGetLastError());
 }
 
-template <int HS>
+template <int HSP>
 static void backward_hs(int variant, floatX *dq, floatX *dk, floatX *dv, const floatX *q, const floatX *k,
                         const floatX *v, const floatX *out, const floatX *dout, const float *lse, Heads s, float *scratch) {
-    float scale = 1.0f / sqrtf((float)HS);
+    float scale = 1.0f / sqrtf((float)s.HS);
     size_t rows = (size_t)s.B * s.NH * s.T;
     if (variant == 1) {
         float *att = scratch, *datt = scratch + rows * s.T;
         softmax_backward_kernel1<<<ceil_div(rows, 8), 256>>>(datt, att, dout, v, s, scale);
-        dq_kernel1<<<ceil_div((size_t)s.B * s.T * s.NH * HS, 256), 256>>>(dq, datt, k, s);
-        dkdv_kernel1<<<ceil_div((size_t)s.B * s.T * s.NKV * HS, 256), 256>>>(dk, dv, att, datt, q, dout, s);
+        dq_kernel1<<<ceil_div((size_t)s.B * s.T * s.NH * s.HS, 256), 256>>>(dq, datt, k, s);
+        dkdv_kernel1<<<ceil_div((size_t)s.B * s.T * s.NKV * s.HS, 256), 256>>>(dk, dv, att, datt, q, dout, s);
     } else {
         float *D = scratch;
         rowdot_kernel<<<ceil_div(rows, 8), 256>>>(D, dout, out, s);
         if (variant == 2) {
-            size_t smem_kv = dkdv2_smem<HS>(), smem_q = dq2_smem<HS>();
-            cudaCheck(cudaFuncSetAttribute(flash_dkdv_kernel2<HS>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_kv));
-            cudaCheck(cudaFuncSetAttribute(flash_dq_kernel2<HS>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_q));
-            flash_dkdv_kernel2<HS><<<dim3(ceil_div(s.T, BWD2_BK), s.B * s.NKV), BWD2_BK, smem_kv>>>(dk, dv, q, k, v, dout, lse,
-                                                                                                 D, s, scale);
-            flash_dq_kernel2<HS><<<dim3(ceil_div(s.T, DQ2_BR), s.B * s.NH), DQ2_BR, smem_q>>>(dq, q, k, v, dout, lse, D, s,
-                                                                                           scale);
-        } else {
-            size_t smem = backward3_smem<HS>();
-            cudaCheck(cudaFuncSetAttribute(flash_dkdv_kernel3<HS>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-            cudaCheck(cudaFuncSetAttribute(flash_dq_kernel3<HS>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-            flash_dkdv_kernel3<HS><<<dim3(ceil_div(s.T, W3_BR), s.B * s.NKV), W3_WARPS * 32, smem>>>(dk, dv, q, k, v, dout, lse,
+            size_t smem_kv = dkdv2_smem<HSP>(), smem_q = dq2_smem<HSP>();
+            cudaCheck(cudaFuncSetAttribute(flash_dkdv_kernel2<HSP>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_kv));
+            cudaCheck(cudaFuncSetAttribute(flash_dq_kernel2<HSP>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_q));
+            flash_dkdv_kernel2<HSP><<<dim3(ceil_div(s.T, BWD2_BK), s.B * s.NKV), BWD2_BK, smem_kv>>>(dk, dv, q, k, v, dout, lse,
                                                                                                   D, s, scale);
-            flash_dq_kernel3<HS><<<dim3(ceil_div(s.T, W3_BR), s.B * s.NH), W3_WARPS * 32, smem>>>(dq, q, k, v, dout, lse, D,
-                                                                                               s, scale);
+            flash_dq_kernel2<HSP><<<dim3(ceil_div(s.T, DQ2_BR), s.B * s.NH), DQ2_BR, smem_q>>>(dq, q, k, v, dout, lse, D, s,
+                                                                                            scale);
+        } else {
+            size_t smem = backward3_smem<HSP>();
+            cudaCheck(cudaFuncSetAttribute(flash_dkdv_kernel3<HSP>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+            cudaCheck(cudaFuncSetAttribute(flash_dq_kernel3<HSP>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+            flash_dkdv_kernel3<HSP><<<dim3(ceil_div(s.T, FLASH_BR), s.B * s.NKV), FLASH_WARPS * 32, smem>>>(dk, dv, q, k, v, dout, lse,
+                                                                                                   D, s, scale);
+            flash_dq_kernel3<HSP><<<dim3(ceil_div(s.T, FLASH_BR), s.B * s.NH), FLASH_WARPS * 32, smem>>>(dq, q, k, v, dout, lse, D,
+                                                                                                s, scale);
         }
     }
     cudaCheck(cudaGetLastError());
@@ -743,24 +759,24 @@ static void backward_hs(int variant, floatX *dq, floatX *dk, floatX *dv, const f
 
 static void attention_forward(int variant, floatX *out, float *lse, const floatX *q, const floatX *k, const floatX *v,
                               Heads s, float *scratch) {
-    switch (s.HS) {
-    case 32: forward_hs<32>(variant, out, lse, q, k, v, s, scratch); break;
-    case 64: forward_hs<64>(variant, out, lse, q, k, v, s, scratch); break;
-    case 96: forward_hs<96>(variant, out, lse, q, k, v, s, scratch); break;
-    case 128: forward_hs<128>(variant, out, lse, q, k, v, s, scratch); break;
-    default: fprintf(stderr, "Error: head size %d: these kernels take 32, 64, 96 or 128\n", s.HS); exit(EXIT_FAILURE);
+    switch ((s.HS + 31) / 32) {
+    case 1: forward_hs<32>(variant, out, lse, q, k, v, s, scratch); break;
+    case 2: forward_hs<64>(variant, out, lse, q, k, v, s, scratch); break;
+    case 3: forward_hs<96>(variant, out, lse, q, k, v, s, scratch); break;
+    case 4: forward_hs<128>(variant, out, lse, q, k, v, s, scratch); break;
+    default: fprintf(stderr, "Error: head size %d: these kernels take 1 to 128\n", s.HS); exit(EXIT_FAILURE);
     }
 }
 
 static void attention_backward(int variant, floatX *dq, floatX *dk, floatX *dv, const floatX *q, const floatX *k,
                                const floatX *v, const floatX *out, const floatX *dout, const float *lse, Heads s,
                                float *scratch) {
-    switch (s.HS) {
-    case 32: backward_hs<32>(variant, dq, dk, dv, q, k, v, out, dout, lse, s, scratch); break;
-    case 64: backward_hs<64>(variant, dq, dk, dv, q, k, v, out, dout, lse, s, scratch); break;
-    case 96: backward_hs<96>(variant, dq, dk, dv, q, k, v, out, dout, lse, s, scratch); break;
-    case 128: backward_hs<128>(variant, dq, dk, dv, q, k, v, out, dout, lse, s, scratch); break;
-    default: fprintf(stderr, "Error: head size %d: these kernels take 32, 64, 96 or 128\n", s.HS); exit(EXIT_FAILURE);
+    switch ((s.HS + 31) / 32) {
+    case 1: backward_hs<32>(variant, dq, dk, dv, q, k, v, out, dout, lse, s, scratch); break;
+    case 2: backward_hs<64>(variant, dq, dk, dv, q, k, v, out, dout, lse, s, scratch); break;
+    case 3: backward_hs<96>(variant, dq, dk, dv, q, k, v, out, dout, lse, s, scratch); break;
+    case 4: backward_hs<128>(variant, dq, dk, dv, q, k, v, out, dout, lse, s, scratch); break;
+    default: fprintf(stderr, "Error: head size %d: these kernels take 1 to 128\n", s.HS); exit(EXIT_FAILURE);
     }
 }
 
@@ -897,7 +913,7 @@ int main(int argc, char **argv) {
     // T that divides no tile (64, 32, 16), a single token, both layouts, G = 1, 2 and 4
     const Case cases[] = {
         {1, 1, 2, 2, 64, 1}, {2, 33, 2, 2, 64, 1}, {1, 77, 4, 2, 64, 0}, {1, 130, 4, 1, 32, 0},
-        {1, 70, 2, 1, 128, 0}, {1, 45, 3, 3, 96, 1},
+        {1, 70, 2, 1, 128, 0}, {1, 45, 3, 3, 96, 1}, {1, 50, 4, 2, 16, 0}, {2, 40, 2, 2, 80, 1},
 #ifndef CUDA_EMU_H
         {1, 1000, 12, 12, 64, 1}, {1, 1537, 8, 2, 128, 0}, // (the reference takes seconds on the CPU)
 #endif

@@ -232,6 +232,17 @@ for mb in 1 2; do
     step "qlora_8b_b$mb" "finetune_loracu -Q nf4: Llama 3.1 8B shapes, T=2048, B=$mb, -A 1, r=16, in 16 GiB (-G 16)" \
         ./finetune_loracu -B 1 -m llama:llama3.1-8b -Q nf4 -A 1 -b $mb -k 1 -t 2048 -n 4 -r 16 -a 32 -D 0 -G 16
 done
+# ... with flash attention (-F 1), at the longest T its plan says fits 16 GiB at B = 1 (unsloth:
+# 40,724 tokens of Llama 3.1 8B QLoRA on a 16 GB card; Hugging Face with FlashAttention 2: 2,551)
+qlora_longest() {
+    local F=(-m llama:llama3.1-8b -Q nf4 -A 1 -b 1 -k 1 -r 16 -a 32 -D 0 -G 16 -F 1) T
+    T=$(./finetune_loracu "${F[@]}" -t 2048 --plan | sed -n 's/.*the longest T at B=1 is \([0-9]*\).*/\1/p')
+    [ -n "$T" ] || return 1
+    echo "the plan's longest T at B=1 with -F 1: $T"
+    ./finetune_loracu -B 1 "${F[@]}" -t "$T" -n 2
+}
+step qlora_8b_flash_longest "finetune_loracu -Q nf4 -F 1: Llama 3.1 8B shapes, B=1, -A 1, r=16, at the longest T the plan fits in 16 GiB" \
+    qlora_longest
 if python3 -c "import torch, peft, transformers, bitsandbytes" 2> /dev/null; then
     step qlora_bench "QLoRA speed: finetune_loracu -Q nf4 vs PyTorch + PEFT + bitsandbytes, Llama 3.2 1B shapes, B=4, T=512" \
         bash dev/bench_lora.sh gpu-qlora llama:llama3.2-1b 4 512 16
@@ -263,6 +274,7 @@ step infer_bench_llama8b_nf4 "infercu -Q nf4,q8_0: Llama 3.1 8B shapes, batch 1"
 BENCH=(-e d12 -b 64 -t 1024 -x 12 -v 0 -s 0 -o "")
 step gpt2_bench "train_gpt2cu: GPT-2 124M (d12), bf16, B=64, T=1024, 12 steps, -r 1" ./train_gpt2cu "${BENCH[@]}"
 step gpt2_bench_r0 "train_gpt2cu: the same, -r 0 (GELU fused in the matmul, nothing recomputed)" ./train_gpt2cu "${BENCH[@]}" -r 0
+step gpt2_bench_flash "train_gpt2cu: the same, -F 1 (our flash attention: no T x T matrices), -r 1" ./train_gpt2cu "${BENCH[@]}" -F 1
 [ -n "$NCCL_PROGRAMS" ] && step gpt2_bench_nccl "train_gpt2cu_mpi: the same on one rank of NCCL (each layer's all-reduce on a second stream), -r 1" \
     ./train_gpt2cu_mpi "${BENCH[@]}"
 step gpt2_bench_fp16 "train_gpt2cu_fp16: the same in fp16 (dynamic loss scaling), -r 1" ./train_gpt2cu_fp16 "${BENCH[@]}"
@@ -365,7 +377,7 @@ echo "train_gpt2cu, GPT-2 124M, bf16, B=64, T=1024 (mean of steps 2-12):"
 echo
 echo "| run | tokens/s | MFU | ms/step | GPU memory in use (measured) |"
 echo "|---|---|---|---|---|"
-for b in gpt2_bench gpt2_bench_r0 gpt2_bench_fp16 gpt2_bench_cudnn; do
+for b in gpt2_bench gpt2_bench_r0 gpt2_bench_flash gpt2_bench_fp16 gpt2_bench_cudnn; do
     [ -f "$LOGS/$b.log" ] || continue
     awk -v run="$b" '/^step +([2-9]|1[0-2])\/12/ { for (i = 1; i <= NF; i++) { if ($i == "tok/s") { s += $(i - 1); n++ } if ($i == "MFU") { m += $(i + 1) } if ($i == "ms") { t += $(i - 1) } } }
          /^GPU memory after the first step/ { for (i = 1; i <= NF; i++) if ($i == "has") mem = $(i + 1) " MiB" }
@@ -401,6 +413,7 @@ echo "QLoRA, Llama 3.1 8B shapes, T=2048, -A 1, in 16 GiB (torchtune on an RTX 4
 for mb in 1 2; do
     [ -f "$LOGS/qlora_8b_b$mb.log" ] && echo "B=$mb: $(grep -E '^(tokens/s|peak memory|Error)' "$LOGS/qlora_8b_b$mb.log" | tr '\n' ' ')"
 done
+[ -f "$LOGS/qlora_8b_flash_longest.log" ] && echo "-F 1, B=1: $(grep -E "^(the plan's longest|tokens/s|peak memory|Error)" "$LOGS/qlora_8b_flash_longest.log" | tr '\n' ' ') (unsloth: 40,724 tokens)"
 echo
 [ -f "$LOGS/qlora_bench.log" ] && { echo "QLoRA training speed beside PyTorch + PEFT + bitsandbytes (dev/bench_lora.sh gpu-qlora):"; echo; grep '^|' "$LOGS/qlora_bench.log"; echo; }
 [ -f "$LOGS/lora_smollm2_eval.log" ] && { echo "SmolLM2 LoRA on the GPU, the held-out questions before and after:"; grep -A3 '^| | correct' "$LOGS/lora_smollm2_eval.log"; echo; }

@@ -3,7 +3,8 @@
 # must train the same adapter. FP32 (an fp32 base): each step's loss, gradient norm and
 # validation loss and every adapter weight agree with the CPU's to fp32's rounding (the
 # sums run in other orders); with LoRA dropout too (the GPU draws the CPU's masks); a run
-# checkpointed on one resumes on the other. Activation recomputation (-A 1) changes no bit.
+# checkpointed on one resumes on the other; flash attention (-F 1) on both. Activation
+# recomputation (-A 1) changes no bit.
 # BF16 (a bf16 base): it trains, its losses near the CPU's, its files PEFT's. A random GPT-2
 # of two layers (so that -A 1 recomputes one) and GPT-2's tokenizer (CI has no SmolLM2 run to
 # spare under emulation: the Llama family's layers are checked in process, test_finetune_lora.cu).
@@ -63,7 +64,7 @@ R="-m $TMP/d2.bin -d $D -n 4 -b 2 -k 1 -v 2 -V 0.2 -r 4 -l 1e-2" # (accumulation
 
 # FP32: the same training, step by step and weight by weight (the weights: see above)
 for case in "QLoRA, the base in NF4 (-Q nf4)|-D 0 -Q nf4" "QLoRA, FP4, blocksize 128, no double quantization (-Q fp4:128:0)|-D 0 -Q fp4:128:0" \
-            "no dropout|-D 0" "LoRA dropout 0.2 (the CPU's masks)|-D 0.2"; do
+            "no dropout|-D 0" "LoRA dropout 0.2 (the CPU's masks)|-D 0.2" "flash attention (-F 1), dropout 0.1|-D 0.1 -F 1"; do
     name=${case%%|*} flags=${case#*|}
     "$CPU" $R $flags -o "$TMP/cpu" > "$TMP/cpu.log" 2>&1
     "$FP32" $R $flags -o "$TMP/gpu" > "$TMP/gpu.log" 2>&1
@@ -87,13 +88,21 @@ report "... the GPU's report: the memory table and tokens/s" \
 # and without -Q and recomputation, fp32 and bf16 bases
 # (d2's 50,257-token vocabulary at B T = 48: one row of dlogits is more than the cast scratch
 # held before it was sized for one)
-for case in "$FP32|-D 0" "$FP32|-Q fp4:128:0 -A 1 -D 0.1" "$BF16|-D 0" "$BF16|-Q nf4"; do
+for case in "$FP32|-D 0" "$FP32|-Q fp4:128:0 -A 1 -D 0.1" "$BF16|-D 0" "$BF16|-Q nf4" "$FP32|-D 0 -F 1" "$BF16|-Q nf4 -A 1 -F 1"; do
     bin=${case%%|*} q=${case#*|} F="-m $TMP/d2.bin -b 2 -t 24 -r 4 ${case#*|}"
     peak=$("$bin" $F -B 1 -n 1 2>&1 | sed -n 's/^peak memory: .* at most (\([0-9]*\) bytes.*/\1/p')
     plan=$("$bin" $F --plan 2>&1 | sed -n 's/^(\([0-9]*\) bytes)$/\1/p')
     report "--plan $q ($(basename "$bin")): the total is -B 1's peak allocation, to the byte ($plan)" \
         $([ -n "$peak" ] && [ "$peak" = "$plan" ] && echo 1 || echo 0) "plan $plan, peak $peak"
 done
+
+# flash attention in the plan: Llama 3.1 8B's shape in NF4, B=1, -A 1 in 16 GiB: without the
+# (B, heads, T, T) probabilities and their gradient's scratch, a longer T fits
+longest() { "$BF16" --plan -m llama:llama3.1-8b -Q nf4 -b 1 -t 2048 -A 1 "$@" 2>&1 | sed -n 's/.*the longest T at B=1 is \([0-9]*\).*/\1/p'; }
+t0=$(longest -F 0)
+t1=$(longest -F 1)
+report "--plan, Llama 3.1 8B in NF4, B=1, -A 1, 16 GiB: the longest T $t0 with -F 0, $t1 with -F 1" \
+    $([ -n "$t0" ] && [ -n "$t1" ] && [ "$t1" -gt $((t0 * 3 / 2)) ] && echo 1 || echo 0)
 
 # activation recomputation: the same arithmetic, bit for bit
 "$FP32" $R -D 0.2 -o "$TMP/keep" > /dev/null 2>&1

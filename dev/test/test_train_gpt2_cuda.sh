@@ -342,6 +342,21 @@ if run "$CPU" "$TMP/cpu_long" "${LONG[@]}" && run "$FP32" "$TMP/fp32_long" "${LO
 else
     not_ok "FP32 d1, B=3 x T=45: a run failed (see above)"
 fi
+# Flash attention (-F 1) on both sides: at T = 45 a head's queries are 3 blocks of 16 and its
+# keys 2 tiles of 32, so the online softmax rescales; held as the default attention is
+if run "$CPU" "$TMP/cpu_flash" "${LONG[@]}" -x 2 -F 1 && run "$FP32" "$TMP/fp32_flash" "${LONG[@]}" -x 2 -F 1 &&
+   run "$BF16" "$TMP/bf16_flash" "${LONG[@]}" -x 2 -F 1; then
+    logs_close "$TMP/cpu_flash/main.log" "$TMP/fp32_flash/main.log" 1e-5 &&
+        ok "FP32 -F 1 (flash attention), d1, B=3 x T=45, 2 steps: logs within 1e-5 of train_gpt2.c -F 1" ||
+        { not_ok "FP32 -F 1: logs differ"; paste "$TMP/cpu_flash/main.log" "$TMP/fp32_flash/main.log"; }
+    half_logs_close "$TMP/bf16_flash/main.log" "$TMP/cpu_flash/main.log" &&
+        ok "BF16 -F 1: losses within 1e-3 and gradient norms within 1e-2 of train_gpt2.c -F 1" ||
+        { not_ok "BF16 -F 1: logs too far from train_gpt2.c"; paste "$TMP/cpu_flash/main.log" "$TMP/bf16_flash/main.log"; }
+    grep -q "^attention: ours, flash attention" "$TMP/fp32_flash.out" && ok "-F 1: the start-up says which attention" ||
+        not_ok "-F 1: no attention line"
+else
+    not_ok "-F 1 (flash attention): a run failed (see above)"
+fi
 # A model no d<N> makes: C=72 in 3 heads of 24 (1 layer, maxT 64). C is not a
 # multiple of 32 (LayerNorm's warps end on a partial pass), its 4C=288 columns take
 # two blocks, and B*T*4C=6048 is not a multiple of 256 (with every d<N> it is: GELU's
@@ -446,6 +461,8 @@ plan_check "$FP32" -e d1 -b 3 -t 45 -r 2 -d 270 "${ONE[@]}"
 plan_check "$FP32" -e d2 -b 3 -t 7 -r 1 -x 1 -v 1 -m 1 -s 1 -g 3 -n 0 -o ""
 plan_check "$BF16" -e d1 -b 3 -t 7 -r 2 -w 0 "${ONE[@]}"
 plan_check "$FP16" -e d1 -b 2 -t 20 -r 1 "${ONE[@]}"
+plan_check "$FP32" -e d1 -b 3 -t 45 -r 2 -F 1 "${ONE[@]}"
+plan_check "$BF16" -e d2 -b 2 -t 40 -r 0 -F 1 "${ONE[@]}"
 rm -rf "$TMP/planned"
 if EMU_DEVICE_MIB=4096 "$BF16" -e d1 -b 2 -t 8 -x 1 -v 0 -s 0 -n 1 -o "$TMP/planned" > "$TMP/planned.out" 2>&1; then
     plan_check "$FP16" -e "$TMP/planned/model_00000001.bin" -b 3 -t 9 -r 2 "${ONE[@]}"
