@@ -791,11 +791,16 @@ void argmax_forward(int *out, const float *logits, int NL, int V, int Vp) {
 
 // The fast path of attention_forward for a prompt: rows 0..N-1 all of one sequence at
 // consecutive positions p0..p0+N-1 (a prefill, or a chunk of one), enough of them to pay
-// for a GEMM. The work is cut into tasks, one per query head and block of ATT_ROWS rows:
-// block rows n0..n1-1 see the cached positions 0..p0+n1-1, T of them; its scores (rows, T)
-// = q_h (rows, HS) k_h^T (HS, T), scaled; each row's softmax over its own positions
-// 0..p0+n, the later ones set to 0; then out_h (rows, HS) = probabilities (rows, T) v_h
-// (T, HS). Blocks skip the keys that none of their rows can see: about half of them in a
+// for a GEMM. The work is cut into tasks, one per query head and block of ATT_ROWS rows,
+// and a task walks the cached keys and values its rows can see (0..p0+n1-1 for block rows
+// n0..n1-1) a tile of ATT_ROWS positions at a time, as flash attention does (Dao et al.
+// 2022; train_gpt2.c's flash_attention_forward says it step by step): the tile's scores
+// (rows, len) = q_h (rows, HS) k_tile^T, scaled; for each row, the positions after its own
+// masked, a running maximum and sum of exponentials, and the output so far rescaled when
+// the tile raises the maximum; then out_h (rows, HS) += probabilities (rows, len) v_tile
+// (len, HS); after the last tile, each row divided by its sum. A task holds one tile of
+// scores, ATT_ROWS x ATT_ROWS, whatever the prompt's length (not a row of scores as long as
+// the context), and tiles after a block's last row are never visited: about half of them in a
 // whole prompt. The tasks are independent (each writes its own rows of one head), so the
 // threads take them in turn, each running its GEMMs alone: no barrier between heads.
 // Returns 0 (nothing done) for any other rows.
@@ -806,10 +811,10 @@ static int attention_prefill(floatX *out, const floatX *q, const floatX *key_cac
     for (int n = 1; n < N; n++) {
         if (seq[n] != seq[0] || pos[n] != pos[0] + n) { return 0; }
     }
-    static float *scores = NULL; // (threads, ATT_ROWS, T), kept between calls like the GEMM's buffers
+    static float *scores = NULL; // (threads, ATT_ROWS, ATT_ROWS), kept between calls like the GEMM's buffers
     static size_t capacity = 0;
-    int T_all = pos[0] + N, blocks = (N + ATT_ROWS - 1) / ATT_ROWS;
-    size_t per_thread = (size_t)ATT_ROWS * T_all;
+    int blocks = (N + ATT_ROWS - 1) / ATT_ROWS;
+    size_t per_thread = (size_t)ATT_ROWS * ATT_ROWS;
     if ((size_t)num_threads() * per_thread > capacity) {
         free(scores);
         capacity = (size_t)num_threads() * per_thread;
@@ -823,23 +828,43 @@ static int attention_prefill(floatX *out, const floatX *q, const floatX *key_cac
         int h = task % NH, b = blocks - 1 - task / NH; // the last blocks, the longest tasks, first
         int n0 = b * ATT_ROWS, rows = N - n0 < ATT_ROWS ? N - n0 : ATT_ROWS, T = pos[0] + n0 + rows;
         size_t kv_head = (size_t)(h / (NH / NKV)) * HS;
-        float *s = scores + (size_t)thread_id() * per_thread;
-        gemm(s, (size_t)T, 1, q + (size_t)n0 * Q + (size_t)h * HS, Q, 1, keys + kv_head, 1, KV, rows, T, HS, 0);
+        float *s = scores + (size_t)thread_id() * per_thread, m[ATT_ROWS], l[ATT_ROWS];
+        floatX *o = out + (size_t)n0 * Q + (size_t)h * HS;
         for (int i = 0; i < rows; i++) {
-            float *row = s + (size_t)i * T, maxval = -INFINITY, sum = 0.0f;
-            int len = pos[n0 + i] + 1;
-            for (int t = 0; t < len; t++) {
-                row[t] *= scale;
-                maxval = row[t] > maxval ? row[t] : maxval;
-            }
-            for (int t = 0; t < len; t++) {
-                row[t] = exp_fast(row[t] - maxval);
-                sum += row[t];
-            }
-            for (int t = 0; t < len; t++) { row[t] /= sum; }
-            for (int t = len; t < T; t++) { row[t] = 0.0f; }
+            m[i] = -INFINITY;
+            l[i] = 0.0f;
+            memset(o + (size_t)i * Q, 0, HS * sizeof(floatX));
         }
-        gemm(out + (size_t)n0 * Q + (size_t)h * HS, Q, 1, s, (size_t)T, 1, values + kv_head, KV, 1, rows, HS, T, 0);
+        for (int t0 = 0; t0 < T; t0 += ATT_ROWS) {
+            int len = T - t0 < ATT_ROWS ? T - t0 : ATT_ROWS;
+            gemm(s, ATT_ROWS, 1, q + (size_t)n0 * Q + (size_t)h * HS, Q, 1, keys + (size_t)t0 * KV + kv_head, 1, KV, rows, len, HS, 0);
+            for (int i = 0; i < rows; i++) {
+                float *row = s + (size_t)i * ATT_ROWS, tile_max = -INFINITY, sum = 0.0f;
+                int seen = pos[n0 + i] + 1 - t0; // positions t0.. this row sees (at least one: t0 < T)
+                seen = seen < len ? seen : len;
+                if (seen <= 0) { // (a row before this tile: nothing of it, nothing to rescale)
+                    for (int t = 0; t < len; t++) { row[t] = 0.0f; }
+                    continue;
+                }
+                for (int t = 0; t < seen; t++) {
+                    row[t] *= scale;
+                    tile_max = row[t] > tile_max ? row[t] : tile_max;
+                }
+                float m_new = tile_max > m[i] ? tile_max : m[i], rescale = exp_fast(m[i] - m_new); // (first tile: 0 x 0)
+                for (int t = 0; t < seen; t++) {
+                    row[t] = exp_fast(row[t] - m_new);
+                    sum += row[t];
+                }
+                for (int t = seen; t < len; t++) { row[t] = 0.0f; }
+                m[i] = m_new;
+                l[i] = l[i] * rescale + sum;
+                for (int d = 0; d < HS; d++) { o[(size_t)i * Q + d] *= rescale; }
+            }
+            gemm(o, Q, 1, s, ATT_ROWS, 1, values + (size_t)t0 * KV + kv_head, KV, 1, rows, HS, len, 1);
+        }
+        for (int i = 0; i < rows; i++) {
+            for (int d = 0; d < HS; d++) { o[(size_t)i * Q + d] /= l[i]; }
+        }
     }
     return 1;
 }
@@ -1827,7 +1852,7 @@ typedef struct {
     floatX *atty;            // (N, Q) attention output
     floatX *fch;             // (N, H) the MLP's hidden layer: GELU's (H = 4C) or SwiGLU's output
     float *scratch;          // (N, the widest matmul output) a big matmul's fp32 output before its epilogue
-    float *att;              // attention scores: (N, NH, S) in infer.cu; none in infer.c (its decode scores a block at a time)
+    float *att;              // attention's scratch: infer.cu's parts (N, NH, S / 256, HS + 2); none in infer.c
     float *logits;           // (NL, Vp)
     float *lora_h;           // (N, lora_rank) an adapter's x A^T, at one site at a time (-L)
 } RowBuffers;
@@ -2241,14 +2266,15 @@ static void forward_sources(const GPT2 *model, const float **src, size_t *sizes)
 // the model in memory: row buffers, the KV cache, build and free
 
 // --- begin shared-copy: infer-row-sizes ---
-// The bytes of each row buffer (RowBuffers' order) for passes of up to N rows, NL with logits.
-static void row_buffer_bytes(size_t *bytes, ModelConfig c, size_t N, size_t NL, size_t S, size_t att_per_row) {
+// The bytes of each row buffer (RowBuffers' order) for passes of up to N rows, NL with logits,
+// and att_floats for the attention's scratch (infer.cu's partial sums; none in infer.c).
+static void row_buffer_bytes(size_t *bytes, ModelConfig c, size_t N, size_t NL, size_t att_floats) {
     size_t C = c.channels, Q = (size_t)c.num_heads * c.head_size, KV = (size_t)c.num_kv_heads * c.head_size, H = c.hidden;
     size_t widest = Q + 2 * KV > C ? Q + 2 * KV : C; // the matmuls' fp32 outputs: qkv, the MLP's (SwiGLU: 2H), C
     widest = widest > (c.llama ? 2 : 1) * H ? widest : (c.llama ? 2 : 1) * H;
     size_t X = sizeof(floatX), I = sizeof(int), F = sizeof(float);
     size_t b[NUM_ROW_BUFFERS] = {N * I, N * I, N * I, NL * I, NL * I, N * C * F, N * C * X, N * Q * X, N * Q * X, N * H * X,
-                                 N * widest * F, att_per_row * S * F, NL * c.padded_vocab_size * F, N * c.lora_rank * F};
+                                 N * widest * F, att_floats * F, NL * c.padded_vocab_size * F, N * c.lora_rank * F};
     memcpy(bytes, b, sizeof(b));
 }
 // --- end shared-copy: infer-row-sizes ---
@@ -2257,8 +2283,8 @@ static void row_buffer_bytes(size_t *bytes, ModelConfig c, size_t N, size_t NL, 
 // allocation, each buffer on 64 bytes.
 void gpt2_allocate_rows(GPT2 *model, int N, int NL) {
     free(model->rows_memory);
-    size_t S = model->cache_len > 0 ? model->cache_len : 1, bytes[NUM_ROW_BUFFERS], at[NUM_ROW_BUFFERS], total = 0;
-    row_buffer_bytes(bytes, model->config, (size_t)N, (size_t)NL, S, 0); // (attention keeps no row of scores here: see attention_decode)
+    size_t bytes[NUM_ROW_BUFFERS], at[NUM_ROW_BUFFERS], total = 0;
+    row_buffer_bytes(bytes, model->config, (size_t)N, (size_t)NL, 0); // (attention keeps no scores between blocks here: see attention_decode)
     for (int k = 0; k < NUM_ROW_BUFFERS; k++) {
         at[k] = total;
         total += (bytes[k] + 63) / 64 * 64;

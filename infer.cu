@@ -13,8 +13,9 @@ the GPU:
     which is all that decoding GPT-2 124M is: 250 MB of bf16 per token;
   - prefill and larger batches use cuBLAS (fp32 accumulation, no TF32 at FP32) into an
     fp32 scratch, then the same epilogue as a separate kernel;
-  - attention of each (row, head) over its sequence's cached keys and values: a block per
-    pair, scores in an fp32 scratch, softmax, then the weighted values;
+  - attention of each (row, head) over its sequence's cached keys and values, cut into
+    parts of 256 positions (flash-decoding): a block per part, its scores in shared memory,
+    softmax, the weighted values; a second kernel merges a row's parts;
   - the decode step captured once per batch size in a CUDA graph and replayed: the
     ~90 launches of a step (7 a layer) cost one launch, which at this size is most of the time
     (all its inputs, the tokens and positions, are read from device buffers, so one
@@ -882,25 +883,41 @@ void linear_forward(const floatX *inp, Linear w, Epilogue e, float *scratch, int
 
 // Causal attention of row n (position pos[n] of sequence seq[n]) over its cached keys
 // and values, query head h (key/value head h / (NH / NKV): grouped-query attention shares
-// each among NH / NKV query heads): a block per (n, h). The scores go to att (N, NH, S) fp32:
-//   1. each thread scores some positions: q . k * scale; the block's max
+// each among NH / NKV query heads), as flash-decoding does it (Dao et al. 2023): the row's
+// positions 0..pos[n] are cut into parts of ATT_PART, and a block per (n, h, part) computes
+// the part's share, with the scores in shared memory:
+//   1. each thread scores some of the part's positions: q . k * scale; the block's max
 //   2. exp(score - max) in place; the block's sum
-//   3. out = sum_t p_t v_t / sum: groups of HS threads split the positions, one channel
-//      a thread, and add their partial sums in shared memory (a head wider than the
-//      block: each thread takes channels in turn over all positions).
+//   3. the weighted values sum_t p_t v_t: groups of HS threads split the positions, one
+//      channel a thread, and add their partial sums in shared memory (a head wider than the
+//      block: each thread takes channels in turn over all positions)
+// and writes its maximum, its sum of exponentials and its weighted values, unnormalised, to
+// partial (N, NH, parts, HS + 2). A second kernel merges a row's parts: each rescaled by
+// e^(its max - the largest), summed, divided by the total (the online softmax's merge: the
+// result is the softmax's, to rounding). Why parts: a decode step of one sequence has NH
+// blocks per row without them (12 for GPT-2, 9 for SmolLM2), a few of a GPU's hundred-odd
+// SMs, each walking the whole cache; with them a 4,096-position cache makes 16 times as many
+// blocks, each walking 256 positions. And no row of S scores is kept: the scratch is
+// (HS + 2) / ATT_PART of it. The parts depend on the row's length only, so a row's result is
+// the same whatever else is in the batch (infer.c's attention_decode cuts its work the same
+// way, for its threads).
 #define ATT_BLOCK 128
-__global__ void __launch_bounds__(ATT_BLOCK) attention_forward_kernel(floatX *out, float *att, const floatX *q,
-                                                                      const floatX *key_cache, const floatX *value_cache,
-                                                                      const int *seq, const int *pos, int S, int NH, int NKV,
-                                                                      int HS) {
-    int n = blockIdx.x, h = blockIdx.y, T = pos[n] + 1;
+#define ATT_PART 256 // positions per part
+static int attention_parts(int S) { return (S + ATT_PART - 1) / ATT_PART; }
+__global__ void __launch_bounds__(ATT_BLOCK) attention_part_kernel(float *partial, const floatX *q, const floatX *key_cache,
+                                                                   const floatX *value_cache, const int *seq, const int *pos,
+                                                                   int S, int NH, int NKV, int HS, int parts) {
+    int n = blockIdx.x, h = blockIdx.y, j = blockIdx.z, t0 = j * ATT_PART, T = pos[n] + 1;
+    if (t0 >= T) { return; } // (the whole block: a part past the row's length)
+    int len = T - t0 < ATT_PART ? T - t0 : ATT_PART;
     size_t Q = (size_t)NH * HS, KV = (size_t)NKV * HS, kv_head = (size_t)(h / (NH / NKV)) * HS;
     float scale = 1.0f / sqrtf((float)HS);
     const floatX *q_nh = q + (size_t)n * Q + (size_t)h * HS;
-    const floatX *keys = key_cache + (size_t)seq[n] * S * KV + kv_head, *values = value_cache + (size_t)seq[n] * S * KV + kv_head;
-    float *scores = att + ((size_t)n * NH + h) * S;
+    const floatX *keys = key_cache + ((size_t)seq[n] * S + t0) * KV + kv_head;
+    const floatX *values = value_cache + ((size_t)seq[n] * S + t0) * KV + kv_head;
+    __shared__ float scores[ATT_PART];
     float maxval = -INFINITY;
-    for (int t = threadIdx.x; t < T; t += blockDim.x) {
+    for (int t = threadIdx.x; t < len; t += blockDim.x) {
         const floatX *k = keys + (size_t)t * KV;
         float s = 0.0f;
         for (int i = 0; i < HS; i++) { s += to_float(q_nh[i]) * to_float(k[i]); }
@@ -909,40 +926,63 @@ __global__ void __launch_bounds__(ATT_BLOCK) attention_forward_kernel(floatX *ou
     }
     maxval = block_max(maxval);
     float sum = 0.0f;
-    for (int t = threadIdx.x; t < T; t += blockDim.x) {
+    for (int t = threadIdx.x; t < len; t += blockDim.x) {
         float p = expf(scores[t] - maxval);
         scores[t] = p;
         sum += p;
     }
     sum = block_sum(sum); // (its __syncthreads also makes every score visible to the block)
-    floatX *out_nh = out + (size_t)n * Q + (size_t)h * HS;
+    float *slot = partial + (((size_t)n * NH + h) * parts + j) * (HS + 2);
+    if (threadIdx.x == 0) {
+        slot[0] = maxval;
+        slot[1] = sum;
+    }
     if (HS > (int)blockDim.x) { // heads wider than the block (no GPT-2 has one): channels in turn
         for (int i = threadIdx.x; i < HS; i += blockDim.x) {
             float o = 0.0f;
-            for (int t = 0; t < T; t++) { o += scores[t] * to_float(values[(size_t)t * KV + i]); }
-            out_nh[i] = from_float(o / sum);
+            for (int t = 0; t < len; t++) { o += scores[t] * to_float(values[(size_t)t * KV + i]); }
+            slot[2 + i] = o;
         }
         return;
     }
-    __shared__ float partial[ATT_BLOCK];
+    __shared__ float partial_sums[ATT_BLOCK];
     int groups = blockDim.x / HS, g = threadIdx.x / HS, i = threadIdx.x % HS;
     float o = 0.0f;
     if (g < groups) {
-        for (int t = g; t < T; t += groups) { o += scores[t] * to_float(values[(size_t)t * KV + i]); }
+        for (int t = g; t < len; t += groups) { o += scores[t] * to_float(values[(size_t)t * KV + i]); }
     }
-    partial[threadIdx.x] = o;
+    partial_sums[threadIdx.x] = o;
     __syncthreads();
     if ((int)threadIdx.x < HS) {
         float total = 0.0f;
-        for (int k = 0; k < groups; k++) { total += partial[k * HS + threadIdx.x]; }
-        out_nh[threadIdx.x] = from_float(total / sum);
+        for (int k = 0; k < groups; k++) { total += partial_sums[k * HS + threadIdx.x]; }
+        slot[2 + threadIdx.x] = total;
+    }
+}
+// a row's parts merged, a block per (n, h), a thread per channel (in turn)
+__global__ void __launch_bounds__(ATT_BLOCK) attention_merge_kernel(floatX *out, const float *partial, const int *pos, int NH,
+                                                                    int HS, int parts) {
+    int n = blockIdx.x, h = blockIdx.y, used = (pos[n] + ATT_PART) / ATT_PART; // ceil((pos + 1) / ATT_PART)
+    const float *slots = partial + ((size_t)n * NH + h) * parts * (HS + 2);
+    float m = -INFINITY, total = 0.0f;
+    for (int j = 0; j < used; j++) { m = fmaxf(m, slots[(size_t)j * (HS + 2)]); }
+    for (int j = 0; j < used; j++) { total += slots[(size_t)j * (HS + 2) + 1] * expf(slots[(size_t)j * (HS + 2)] - m); }
+    floatX *out_nh = out + ((size_t)n * NH + h) * HS;
+    for (int i = threadIdx.x; i < HS; i += blockDim.x) {
+        float o = 0.0f;
+        for (int j = 0; j < used; j++) { o += expf(slots[(size_t)j * (HS + 2)] - m) * slots[(size_t)j * (HS + 2) + 2 + i]; }
+        out_nh[i] = from_float(o / total);
     }
 }
 
+// att: the parts' scratch (N, NH, attention_parts(S), HS + 2)
 void attention_forward(floatX *out, float *att, const floatX *q, const floatX *key_cache, const floatX *value_cache,
                        const int *seq, const int *pos, int N, int S, int NH, int NKV, int HS) {
-    attention_forward_kernel<<<dim3(N, NH), ATT_BLOCK, 0, main_stream>>>(out, att, q, key_cache, value_cache, seq, pos, S, NH,
-                                                                         NKV, HS);
+    int parts = attention_parts(S);
+    attention_part_kernel<<<dim3(N, NH, parts), ATT_BLOCK, 0, main_stream>>>(att, q, key_cache, value_cache, seq, pos, S, NH,
+                                                                            NKV, HS, parts);
+    cudaCheck(cudaGetLastError());
+    attention_merge_kernel<<<dim3(N, NH), ATT_BLOCK, 0, main_stream>>>(out, att, pos, NH, HS, parts);
     cudaCheck(cudaGetLastError());
 }
 
@@ -1513,7 +1553,7 @@ typedef struct {
     floatX *atty;            // (N, Q) attention output
     floatX *fch;             // (N, H) the MLP's hidden layer: GELU's (H = 4C) or SwiGLU's output
     float *scratch;          // (N, the widest matmul output) a big matmul's fp32 output before its epilogue
-    float *att;              // attention scores: (N, NH, S) in infer.cu; none in infer.c (its decode scores a block at a time)
+    float *att;              // attention's scratch: infer.cu's parts (N, NH, S / 256, HS + 2); none in infer.c
     float *logits;           // (NL, Vp)
     float *lora_h;           // (N, lora_rank) an adapter's x A^T, at one site at a time (-L)
 } RowBuffers;
@@ -1938,14 +1978,15 @@ static void forward_sources(const GPT2 *model, const float **src, size_t *sizes)
 // the model in memory: row buffers, the KV cache, build and free
 
 // --- begin shared-copy: infer-row-sizes ---
-// The bytes of each row buffer (RowBuffers' order) for passes of up to N rows, NL with logits.
-static void row_buffer_bytes(size_t *bytes, ModelConfig c, size_t N, size_t NL, size_t S, size_t att_per_row) {
+// The bytes of each row buffer (RowBuffers' order) for passes of up to N rows, NL with logits,
+// and att_floats for the attention's scratch (infer.cu's partial sums; none in infer.c).
+static void row_buffer_bytes(size_t *bytes, ModelConfig c, size_t N, size_t NL, size_t att_floats) {
     size_t C = c.channels, Q = (size_t)c.num_heads * c.head_size, KV = (size_t)c.num_kv_heads * c.head_size, H = c.hidden;
     size_t widest = Q + 2 * KV > C ? Q + 2 * KV : C; // the matmuls' fp32 outputs: qkv, the MLP's (SwiGLU: 2H), C
     widest = widest > (c.llama ? 2 : 1) * H ? widest : (c.llama ? 2 : 1) * H;
     size_t X = sizeof(floatX), I = sizeof(int), F = sizeof(float);
     size_t b[NUM_ROW_BUFFERS] = {N * I, N * I, N * I, NL * I, NL * I, N * C * F, N * C * X, N * Q * X, N * Q * X, N * H * X,
-                                 N * widest * F, att_per_row * S * F, NL * c.padded_vocab_size * F, N * c.lora_rank * F};
+                                 N * widest * F, att_floats * F, NL * c.padded_vocab_size * F, N * c.lora_rank * F};
     memcpy(bytes, b, sizeof(b));
 }
 // --- end shared-copy: infer-row-sizes ---
@@ -1974,10 +2015,11 @@ void gpt2_allocate_rows(GPT2 *model, int N, int NL) {
     gpt2_free_rows(model);
     ModelConfig c = model->config;
     size_t S = model->cache_len > 0 ? model->cache_len : 1, bytes[NUM_ROW_BUFFERS];
-    row_buffer_bytes(bytes, c, (size_t)N, (size_t)NL, S, (size_t)N * c.num_heads); // (attention: S scores per row and head)
+    // (the attention's parts: (N, NH, attention_parts(S), HS + 2) floats)
+    row_buffer_bytes(bytes, c, (size_t)N, (size_t)NL, (size_t)N * c.num_heads * attention_parts((int)S) * (c.head_size + 2));
     // each on 256 bytes, as if allocated alone (16-byte loads need 16)
     char *m = table_allocate(&model->rows_table, "row buffer", ROW_BUFFER_NAMES, bytes, NUM_ROW_BUFFERS, 256,
-                             "the row buffers (activations, attention scores, logits)");
+                             "the row buffers (activations, attention's parts, logits)");
     const size_t *at = model->rows_table.begin;
     RowBuffers *r = &model->rows;
     r->tokens = (int *)(m + at[0]);
@@ -2025,7 +2067,7 @@ void gpt2_allocate_cache(GPT2 *model, int B, int S) {
         cudaCheck(cudaMemcpy(model->rope_table, table, n * sizeof(float), cudaMemcpyHostToDevice));
         free(table);
     }
-    // the attention scores scale with S too
+    // the attention's parts scale with S too
     if (model->max_rows > 0) { gpt2_allocate_rows(model, model->max_rows, model->max_logit_rows); }
 }
 

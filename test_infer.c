@@ -615,7 +615,10 @@ static void test_linear(void) {
 // divide its blocks: decode's rows (one position each: several sequences, positions 0 to
 // 299, so 1 to 10 blocks of 32 and 1 to 5 parts of 64, the last one partial), a key/value
 // head shared by 1, 3 or 10 query heads (more than ATT_HEADS at a time), HS 64, 72 (not a
-// multiple of 16) and 136 (two tiles and a rest); and a prompt's 40 rows (attention_prefill).
+// multiple of 16) and 136 (two tiles and a rest); and prompts (attention_prefill: its blocks
+// and key tiles of 64): 40 rows at positions 100-139 (a chunk after a cached prefix: one block,
+// three tiles, the last one past some of its rows) and 150 at 150-299 (three blocks, the last
+// one partial, five tiles).
 // Decode's rows also give the same bits on 1 and 3 threads, and each alone as in the batch.
 static void test_attention(void) {
     printf("\nattention_forward against a float64 softmax\n");
@@ -628,14 +631,14 @@ static void test_attention(void) {
         int NH = shapes[is][0], NKV = shapes[is][1], HS = shapes[is][2];
         size_t Q = (size_t)NH * HS, KV = (size_t)NKV * HS, cache = (size_t)B * S * KV;
         float *k = (float *)mallocCheck(cache * sizeof(float)), *v = (float *)mallocCheck(cache * sizeof(float));
-        float *q = (float *)mallocCheck(40 * Q * sizeof(float)), *out = (float *)mallocCheck(40 * Q * sizeof(float));
+        float *q = (float *)mallocCheck(150 * Q * sizeof(float)), *out = (float *)mallocCheck(150 * Q * sizeof(float));
         for (size_t i = 0; i < cache; i++) { k[i] = 2.0f * (float)rng_normal_at(key, i); v[i] = (float)rng_normal_at(key, (1ull << 40) + i); }
-        for (size_t i = 0; i < 40 * Q; i++) { q[i] = (float)rng_normal_at(key, (2ull << 40) + i); }
-        for (int prompt = 0; prompt < 2; prompt++) {
-            int seq[40], pos[40], N = prompt ? 40 : (int)(sizeof(positions) / sizeof(positions[0]));
+        for (size_t i = 0; i < 150 * Q; i++) { q[i] = (float)rng_normal_at(key, (2ull << 40) + i); }
+        for (int prompt = 0; prompt < 3; prompt++) {
+            int seq[150], pos[150], N = prompt == 2 ? 150 : prompt ? 40 : (int)(sizeof(positions) / sizeof(positions[0]));
             for (int n = 0; n < N; n++) {
-                seq[n] = prompt ? 1 : positions[n][0];
-                pos[n] = prompt ? 100 + n : positions[n][1];
+                seq[n] = prompt ? 1 + prompt % 2 : positions[n][0];
+                pos[n] = prompt == 2 ? 150 + n : prompt ? 100 + n : positions[n][1];
             }
             for (size_t i = 0; i < (size_t)N * Q; i++) { out[i] = NAN; }
             attention_forward(out, NULL, q, k, v, seq, pos, N, S, NH, NKV, HS);
