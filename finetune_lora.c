@@ -3189,7 +3189,10 @@ static Options parse_args(int argc, char **argv) {
         case 'S': o.save_every = (int)parse_int(flag, v, 0); break;
         case 'y': o.resume = (int)parse_int(flag, v, 0) != 0; break;
         case 'A': o.recompute = (int)parse_int(flag, v, 0) != 0; break;
-        case 'F': o.flash = (int)parse_int(flag, v, 0) != 0; break;
+        case 'F':
+            o.flash = (int)parse_int(flag, v, 0);
+            if (o.flash > 1) { usage_error("-F %s: 0 (attention keeps its T x T probabilities) or 1 (flash attention)", v); }
+            break;
         case 'B': o.bench = (int)parse_int(flag, v, 0) != 0; break;
         case 'P': o.phase_every = (int)parse_int(flag, v, 0); break;
         case 'G': o.budget = v; break;

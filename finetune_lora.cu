@@ -750,10 +750,10 @@ static void attention_backward(float *dqkv, float *dz, const float *dout, const 
 
 // Where the heads are: query head h of position t in sequence b at q[(b T + t) q_row + h HS],
 // its key and value at k, v [(b T + t) kv_row + (h / (NH / NKV)) HS]; out and dout rows o_row
-struct Heads {
+typedef struct {
     int B, T, NH, NKV, HS;
     int q_row, kv_row, o_row;
-};
+} Heads;
 
 // D_t = dO_t . O_t (a warp per row b, h, t)
 __global__ void rowdot_kernel(float *D, const float *dout, const float *out, Heads s) {
@@ -769,34 +769,34 @@ __global__ void rowdot_kernel(float *D, const float *dout, const float *out, Hea
 }
 
 
-#define W3_WARPS 4   // warps per block
-#define W3_ROWS 4    // queries per warp
-#define W3_BR (W3_WARPS * W3_ROWS)
-#define W3_BC 32     // keys per tile: one a lane
+#define FLASH_WARPS 4   // warps per block
+#define FLASH_ROWS 4    // queries per warp
+#define FLASH_BR (FLASH_WARPS * FLASH_ROWS)
+#define FLASH_BC 32     // keys per tile: one a lane
 
 template <int HSP>
-__global__ void __launch_bounds__(W3_WARPS * 32) flash_forward_kernel3(float *out, float *lse, const float *q,
+__global__ void __launch_bounds__(FLASH_WARPS * 32) flash_forward_kernel3(float *out, float *lse, const float *q,
                                                                         const float *k, const float *v, Heads s,
                                                                         float scale) {
-    __shared__ float k_tile[W3_BC][HSP + 1], v_tile[W3_BC][HSP], q_rows[W3_BR][HSP];
+    __shared__ float k_tile[FLASH_BC][HSP + 1], v_tile[FLASH_BC][HSP], q_rows[FLASH_BR][HSP];
     int b = blockIdx.y / s.NH, h = blockIdx.y % s.NH, kvh = h / (s.NH / s.NKV), T = s.T;
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    int tile = gridDim.x - 1 - blockIdx.x, t0 = tile * W3_BR, last = min(t0 + W3_BR, T) - 1;
-    for (int e = threadIdx.x; e < W3_BR * HSP; e += blockDim.x) {
+    int tile = gridDim.x - 1 - blockIdx.x, t0 = tile * FLASH_BR, last = min(t0 + FLASH_BR, T) - 1;
+    for (int e = threadIdx.x; e < FLASH_BR * HSP; e += blockDim.x) {
         int r = e / HSP, i = e % HSP;
         q_rows[r][i] = t0 + r < T && i < s.HS ? q[((size_t)b * T + t0 + r) * s.q_row + h * s.HS + i] * scale : 0.0f;
     }
-    float m[W3_ROWS], l[W3_ROWS], acc[W3_ROWS][HSP / 32];
+    float m[FLASH_ROWS], l[FLASH_ROWS], acc[FLASH_ROWS][HSP / 32];
 #pragma unroll
-    for (int r = 0; r < W3_ROWS; r++) {
+    for (int r = 0; r < FLASH_ROWS; r++) {
         m[r] = -INFINITY;
         l[r] = 0.0f;
 #pragma unroll
         for (int c = 0; c < HSP / 32; c++) { acc[r][c] = 0.0f; }
     }
-    for (int k0 = 0; k0 <= last; k0 += W3_BC) {
+    for (int k0 = 0; k0 <= last; k0 += FLASH_BC) {
         __syncthreads(); // (the first time: q_rows written)
-        for (int e = threadIdx.x; e < W3_BC * HSP; e += blockDim.x) {
+        for (int e = threadIdx.x; e < FLASH_BC * HSP; e += blockDim.x) {
             int j = e / HSP, i = e % HSP;
             size_t kv = ((size_t)b * T + k0 + j) * s.kv_row + kvh * s.HS + i;
             k_tile[j][i] = k0 + j < T && i < s.HS ? k[kv] : 0.0f;
@@ -804,8 +804,8 @@ __global__ void __launch_bounds__(W3_WARPS * 32) flash_forward_kernel3(float *ou
         }
         __syncthreads();
 #pragma unroll
-        for (int r = 0; r < W3_ROWS; r++) {
-            int row = warp * W3_ROWS + r, t = t0 + row;
+        for (int r = 0; r < FLASH_ROWS; r++) {
+            int row = warp * FLASH_ROWS + r, t = t0 + row;
             if (t >= T || k0 > t) { continue; } // the same for the whole warp
             int key = k0 + lane;
             float sc = -INFINITY;
@@ -819,7 +819,7 @@ __global__ void __launch_bounds__(W3_WARPS * 32) flash_forward_kernel3(float *ou
             m[r] = m_new;
 #pragma unroll
             for (int c = 0; c < HSP / 32; c++) { acc[r][c] *= rescale; }
-            for (int j = 0; j < W3_BC; j++) {
+            for (int j = 0; j < FLASH_BC; j++) {
                 float pj = __shfl_sync(0xffffffffu, p, j);
 #pragma unroll
                 for (int c = 0; c < HSP / 32; c++) { acc[r][c] += pj * v_tile[j][lane + 32 * c]; }
@@ -827,8 +827,8 @@ __global__ void __launch_bounds__(W3_WARPS * 32) flash_forward_kernel3(float *ou
         }
     }
 #pragma unroll
-    for (int r = 0; r < W3_ROWS; r++) {
-        int t = t0 + warp * W3_ROWS + r;
+    for (int r = 0; r < FLASH_ROWS; r++) {
+        int t = t0 + warp * FLASH_ROWS + r;
         if (t >= T) { continue; }
 #pragma unroll
         for (int c = 0; c < HSP / 32; c++) {
@@ -842,32 +842,32 @@ __global__ void __launch_bounds__(W3_WARPS * 32) flash_forward_kernel3(float *ou
 // q0 + j) the lanes compute P and dS of their query against the warp's key, then each lane
 // owns HSP/32 of dk and dv and adds the 32 queries' terms, passed by shuffles.
 template <int HSP>
-__global__ void __launch_bounds__(W3_WARPS * 32) flash_dkdv_kernel3(float *dk, float *dv, const float *q,
+__global__ void __launch_bounds__(FLASH_WARPS * 32) flash_dkdv_kernel3(float *dk, float *dv, const float *q,
                                                                      const float *k, const float *v,
                                                                      const float *dout, const float *lse,
                                                                      const float *D, Heads s, float scale) {
     // (dynamic shared memory: 49 KiB at HSP = 128, past the 48 KiB a block gets by default)
     extern __shared__ float smem[];
-    float(*q_tile)[HSP + 1] = (float(*)[HSP + 1])smem, (*do_tile)[HSP + 1] = q_tile + W3_BC;
-    float(*k_rows)[HSP] = (float(*)[HSP])(do_tile + W3_BC), (*v_rows)[HSP] = k_rows + W3_BR;
+    float(*q_tile)[HSP + 1] = (float(*)[HSP + 1])smem, (*do_tile)[HSP + 1] = q_tile + FLASH_BC;
+    float(*k_rows)[HSP] = (float(*)[HSP])(do_tile + FLASH_BC), (*v_rows)[HSP] = k_rows + FLASH_BR;
     int b = blockIdx.y / s.NKV, kvh = blockIdx.y % s.NKV, G = s.NH / s.NKV, T = s.T;
-    int warp = threadIdx.x / 32, lane = threadIdx.x % 32, k0 = blockIdx.x * W3_BR;
-    for (int e = threadIdx.x; e < W3_BR * HSP; e += blockDim.x) {
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32, k0 = blockIdx.x * FLASH_BR;
+    for (int e = threadIdx.x; e < FLASH_BR * HSP; e += blockDim.x) {
         int r = e / HSP, i = e % HSP;
         size_t kv = ((size_t)b * T + k0 + r) * s.kv_row + kvh * s.HS + i;
         k_rows[r][i] = k0 + r < T && i < s.HS ? k[kv] * scale : 0.0f;
         v_rows[r][i] = k0 + r < T && i < s.HS ? v[kv] : 0.0f;
     }
-    float dk_acc[W3_ROWS][HSP / 32], dv_acc[W3_ROWS][HSP / 32];
+    float dk_acc[FLASH_ROWS][HSP / 32], dv_acc[FLASH_ROWS][HSP / 32];
 #pragma unroll
-    for (int r = 0; r < W3_ROWS; r++) {
+    for (int r = 0; r < FLASH_ROWS; r++) {
 #pragma unroll
         for (int c = 0; c < HSP / 32; c++) { dk_acc[r][c] = dv_acc[r][c] = 0.0f; }
     }
     for (int h = kvh * G; h < kvh * G + G; h++) {
-        for (int q0 = k0 / W3_BC * W3_BC; q0 < T; q0 += W3_BC) {
+        for (int q0 = k0 / FLASH_BC * FLASH_BC; q0 < T; q0 += FLASH_BC) {
             __syncthreads();
-            for (int e = threadIdx.x; e < W3_BC * HSP; e += blockDim.x) {
+            for (int e = threadIdx.x; e < FLASH_BC * HSP; e += blockDim.x) {
                 int j = e / HSP, i = e % HSP, t = q0 + j;
                 q_tile[j][i] = t < T && i < s.HS ? q[((size_t)b * T + t) * s.q_row + h * s.HS + i] : 0.0f;
                 do_tile[j][i] = t < T && i < s.HS ? dout[((size_t)b * T + t) * s.o_row + h * s.HS + i] : 0.0f;
@@ -877,20 +877,20 @@ __global__ void __launch_bounds__(W3_WARPS * 32) flash_dkdv_kernel3(float *dk, f
             size_t row = ((size_t)b * s.NH + h) * T + t;
             float lse_t = t < T ? lse[row] : 0.0f, d_t = t < T ? D[row] : 0.0f;
 #pragma unroll
-            for (int r = 0; r < W3_ROWS; r++) {
-                int key = k0 + warp * W3_ROWS + r;
-                if (key >= T || q0 + W3_BC <= key) { continue; } // no query of this tile sees it (whole warp)
+            for (int r = 0; r < FLASH_ROWS; r++) {
+                int key = k0 + warp * FLASH_ROWS + r;
+                if (key >= T || q0 + FLASH_BC <= key) { continue; } // no query of this tile sees it (whole warp)
                 float p = 0.0f, ds = 0.0f;
                 if (t < T && t >= key) {
                     float sc = 0.0f, dp = 0.0f;
                     for (int i = 0; i < HSP; i++) {
-                        sc += q_tile[lane][i] * k_rows[warp * W3_ROWS + r][i];
-                        dp += do_tile[lane][i] * v_rows[warp * W3_ROWS + r][i];
+                        sc += q_tile[lane][i] * k_rows[warp * FLASH_ROWS + r][i];
+                        dp += do_tile[lane][i] * v_rows[warp * FLASH_ROWS + r][i];
                     }
                     p = expf(sc - lse_t);
                     ds = p * (dp - d_t);
                 }
-                for (int j = 0; j < W3_BC; j++) {
+                for (int j = 0; j < FLASH_BC; j++) {
                     float pj = __shfl_sync(0xffffffffu, p, j), dsj = __shfl_sync(0xffffffffu, ds, j);
 #pragma unroll
                     for (int c = 0; c < HSP / 32; c++) {
@@ -902,8 +902,8 @@ __global__ void __launch_bounds__(W3_WARPS * 32) flash_dkdv_kernel3(float *dk, f
         }
     }
 #pragma unroll
-    for (int r = 0; r < W3_ROWS; r++) {
-        int key = k0 + warp * W3_ROWS + r;
+    for (int r = 0; r < FLASH_ROWS; r++) {
+        int key = k0 + warp * FLASH_ROWS + r;
         if (key >= T) { continue; }
         size_t kv = ((size_t)b * T + key) * s.kv_row + kvh * s.HS;
 #pragma unroll
@@ -918,33 +918,33 @@ __global__ void __launch_bounds__(W3_WARPS * 32) flash_dkdv_kernel3(float *dk, f
 // dq: as the forward kernel 3, a warp per query, the lanes across 32 keys for dS, then
 // across the head for dq = dS . K.
 template <int HSP>
-__global__ void __launch_bounds__(W3_WARPS * 32) flash_dq_kernel3(float *dq, const float *q, const float *k,
+__global__ void __launch_bounds__(FLASH_WARPS * 32) flash_dq_kernel3(float *dq, const float *q, const float *k,
                                                                    const float *v, const float *dout,
                                                                    const float *lse, const float *D, Heads s,
                                                                    float scale) {
     extern __shared__ float smem[]; // (the same 49 KiB at HSP = 128 as flash_dkdv_kernel3's)
-    float(*k_tile)[HSP + 1] = (float(*)[HSP + 1])smem, (*v_tile)[HSP + 1] = k_tile + W3_BC;
-    float(*q_rows)[HSP] = (float(*)[HSP])(v_tile + W3_BC), (*do_rows)[HSP] = q_rows + W3_BR;
+    float(*k_tile)[HSP + 1] = (float(*)[HSP + 1])smem, (*v_tile)[HSP + 1] = k_tile + FLASH_BC;
+    float(*q_rows)[HSP] = (float(*)[HSP])(v_tile + FLASH_BC), (*do_rows)[HSP] = q_rows + FLASH_BR;
     int b = blockIdx.y / s.NH, h = blockIdx.y % s.NH, kvh = h / (s.NH / s.NKV), T = s.T;
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    int tile = gridDim.x - 1 - blockIdx.x, t0 = tile * W3_BR, last = min(t0 + W3_BR, T) - 1;
-    for (int e = threadIdx.x; e < W3_BR * HSP; e += blockDim.x) {
+    int tile = gridDim.x - 1 - blockIdx.x, t0 = tile * FLASH_BR, last = min(t0 + FLASH_BR, T) - 1;
+    for (int e = threadIdx.x; e < FLASH_BR * HSP; e += blockDim.x) {
         int r = e / HSP, i = e % HSP, t = t0 + r;
         q_rows[r][i] = t < T && i < s.HS ? q[((size_t)b * T + t) * s.q_row + h * s.HS + i] * scale : 0.0f;
         do_rows[r][i] = t < T && i < s.HS ? dout[((size_t)b * T + t) * s.o_row + h * s.HS + i] : 0.0f;
     }
-    float dq_acc[W3_ROWS][HSP / 32], lse_r[W3_ROWS], d_r[W3_ROWS];
+    float dq_acc[FLASH_ROWS][HSP / 32], lse_r[FLASH_ROWS], d_r[FLASH_ROWS];
 #pragma unroll
-    for (int r = 0; r < W3_ROWS; r++) {
-        int t = t0 + warp * W3_ROWS + r;
+    for (int r = 0; r < FLASH_ROWS; r++) {
+        int t = t0 + warp * FLASH_ROWS + r;
         lse_r[r] = t < T ? lse[((size_t)b * s.NH + h) * T + t] : 0.0f;
         d_r[r] = t < T ? D[((size_t)b * s.NH + h) * T + t] : 0.0f;
 #pragma unroll
         for (int c = 0; c < HSP / 32; c++) { dq_acc[r][c] = 0.0f; }
     }
-    for (int k0 = 0; k0 <= last; k0 += W3_BC) {
+    for (int k0 = 0; k0 <= last; k0 += FLASH_BC) {
         __syncthreads();
-        for (int e = threadIdx.x; e < W3_BC * HSP; e += blockDim.x) {
+        for (int e = threadIdx.x; e < FLASH_BC * HSP; e += blockDim.x) {
             int j = e / HSP, i = e % HSP;
             size_t kv = ((size_t)b * T + k0 + j) * s.kv_row + kvh * s.HS + i;
             k_tile[j][i] = k0 + j < T && i < s.HS ? k[kv] : 0.0f;
@@ -952,8 +952,8 @@ __global__ void __launch_bounds__(W3_WARPS * 32) flash_dq_kernel3(float *dq, con
         }
         __syncthreads();
 #pragma unroll
-        for (int r = 0; r < W3_ROWS; r++) {
-            int row = warp * W3_ROWS + r, t = t0 + row, key = k0 + lane;
+        for (int r = 0; r < FLASH_ROWS; r++) {
+            int row = warp * FLASH_ROWS + r, t = t0 + row, key = k0 + lane;
             if (t >= T || k0 > t) { continue; }
             float ds = 0.0f;
             if (key <= t) {
@@ -964,7 +964,7 @@ __global__ void __launch_bounds__(W3_WARPS * 32) flash_dq_kernel3(float *dq, con
                 }
                 ds = expf(sc - lse_r[r]) * (dp - d_r[r]);
             }
-            for (int j = 0; j < W3_BC; j++) {
+            for (int j = 0; j < FLASH_BC; j++) {
                 float dsj = __shfl_sync(0xffffffffu, ds, j);
 #pragma unroll
                 for (int c = 0; c < HSP / 32; c++) { dq_acc[r][c] += dsj * k_tile[j][lane + 32 * c]; }
@@ -972,8 +972,8 @@ __global__ void __launch_bounds__(W3_WARPS * 32) flash_dq_kernel3(float *dq, con
         }
     }
 #pragma unroll
-    for (int r = 0; r < W3_ROWS; r++) {
-        int t = t0 + warp * W3_ROWS + r;
+    for (int r = 0; r < FLASH_ROWS; r++) {
+        int t = t0 + warp * FLASH_ROWS + r;
         if (t >= T) { continue; }
 #pragma unroll
         for (int c = 0; c < HSP / 32; c++) {
@@ -982,24 +982,17 @@ __global__ void __launch_bounds__(W3_WARPS * 32) flash_dq_kernel3(float *dq, con
     }
 }
 
-// the dynamic shared memory of both backward kernels 3: two padded tiles of 32 rows, two of 16
-template <int HSP>
-static size_t backward3_smem(void) {
-    return (2 * W3_BC * (HSP + 1) + 2 * W3_BR * HSP) * sizeof(float);
-}
-
-
 // the dynamic shared memory of the two backward kernels: 49 KiB at HSP = 128, over the 48 KiB
 // a block gets without asking (cudaFuncSetAttribute, once per head size)
 template <int HSP>
 static size_t flash_backward_smem(void) {
-    return (2 * W3_BC * (HSP + 1) + 2 * W3_BR * HSP) * sizeof(float);
+    return (2 * FLASH_BC * (HSP + 1) + 2 * FLASH_BR * HSP) * sizeof(float);
 }
 
 template <int HSP>
 static void flash_forward_hsp(float *out, float *lse, const float *qkv, Heads s) {
     const float *q = qkv, *k = qkv + s.NH * s.HS, *v = k + s.NKV * s.HS;
-    flash_forward_kernel3<HSP><<<dim3(ceil_div(s.T, W3_BR), s.B * s.NH), W3_WARPS * 32, 0, main_stream>>>(out, lse, q, k, v, s,
+    flash_forward_kernel3<HSP><<<dim3(ceil_div(s.T, FLASH_BR), s.B * s.NH), FLASH_WARPS * 32, 0, main_stream>>>(out, lse, q, k, v, s,
                                                                                                        1.0f / sqrtf((float)s.HS));
     cudaCheck(cudaGetLastError());
 }
@@ -1015,9 +1008,9 @@ static void flash_backward_hsp(float *dqkv, float *D, const float *dout, const f
         smem_set = 1;
     }
     rowdot_kernel<<<ceil_div((size_t)s.B * s.NH * s.T, 8), 256, 0, main_stream>>>(D, dout, out, s);
-    flash_dkdv_kernel3<HSP><<<dim3(ceil_div(s.T, W3_BR), s.B * s.NKV), W3_WARPS * 32, smem, main_stream>>>(dk, dv, q, k, v, dout, lse,
+    flash_dkdv_kernel3<HSP><<<dim3(ceil_div(s.T, FLASH_BR), s.B * s.NKV), FLASH_WARPS * 32, smem, main_stream>>>(dk, dv, q, k, v, dout, lse,
                                                                                                        D, s, scale);
-    flash_dq_kernel3<HSP><<<dim3(ceil_div(s.T, W3_BR), s.B * s.NH), W3_WARPS * 32, smem, main_stream>>>(dq, q, k, v, dout, lse, D, s,
+    flash_dq_kernel3<HSP><<<dim3(ceil_div(s.T, FLASH_BR), s.B * s.NH), FLASH_WARPS * 32, smem, main_stream>>>(dq, q, k, v, dout, lse, D, s,
                                                                                                     scale);
     cudaCheck(cudaGetLastError());
 }
@@ -2369,6 +2362,10 @@ static size_t cast_floats(const Base *b, int B, int T) {
 static void acts_allocate(Acts *a, const Base *b, const Lora *lora, int B, int T, int recompute, int flash) {
     if (flash && b->HS > 128) {
         fprintf(stderr, "Error: -F 1: flash attention's kernels take head sizes up to 128, this model's is %d (run with -F 0)\n", b->HS);
+        exit(EXIT_FAILURE);
+    }
+    if (flash && (size_t)B * b->NH > 65535) { // (a grid's second dimension: a block row per sequence and head)
+        fprintf(stderr, "Error: -F 1: at most 65,535 sequences x heads a micro-batch, -b %d x %d heads is more (a smaller -b)\n", B, b->NH);
         exit(EXIT_FAILURE);
     }
     memset(a, 0, sizeof(*a));
@@ -3778,7 +3775,10 @@ static Options parse_args(int argc, char **argv) {
         case 'S': o.save_every = (int)parse_int(flag, v, 0); break;
         case 'y': o.resume = (int)parse_int(flag, v, 0) != 0; break;
         case 'A': o.recompute = (int)parse_int(flag, v, 0) != 0; break;
-        case 'F': o.flash = (int)parse_int(flag, v, 0) != 0; break;
+        case 'F':
+            o.flash = (int)parse_int(flag, v, 0);
+            if (o.flash > 1) { usage_error("-F %s: 0 (attention keeps its T x T probabilities) or 1 (flash attention)", v); }
+            break;
         case 'B': o.bench = (int)parse_int(flag, v, 0) != 0; break;
         case 'P': o.phase_every = (int)parse_int(flag, v, 0); break;
         case 'G': o.budget = v; break;

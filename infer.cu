@@ -1553,7 +1553,7 @@ typedef struct {
     floatX *atty;            // (N, Q) attention output
     floatX *fch;             // (N, H) the MLP's hidden layer: GELU's (H = 4C) or SwiGLU's output
     float *scratch;          // (N, the widest matmul output) a big matmul's fp32 output before its epilogue
-    float *att;              // attention's scratch: infer.cu's parts (N, NH, S / 256, HS + 2); none in infer.c
+    float *att;              // attention's scratch: infer.cu's parts (N, NH, ceil(S / 256), HS + 2); none in infer.c
     float *logits;           // (NL, Vp)
     float *lora_h;           // (N, lora_rank) an adapter's x A^T, at one site at a time (-L)
 } RowBuffers;

@@ -98,6 +98,7 @@ static const Tolerance TOL[] = {
     {"grads", 1e-4f, 1e-5f},
     {"steps", 5e-5f, 0.0f},
     {"steps without master weights", 5e-5f, 0.0f}, // (unused: fp32 weights are their own master copy)
+    {"flash kernels", 1e-4f, 1e-5f}, // measured (test_flash_kernels): 5.5e-7 of max|ref|
 };
 #elif defined(ENABLE_FP16)
 // FP16: 3 more mantissa bits than bf16 (2^-12 relative), so ~8x smaller errors.
@@ -110,6 +111,7 @@ static const Tolerance TOL[] = {
     {"grads", 1e-2f, 5e-3f},
     {"steps", 1e-3f, 0.0f},
     {"steps without master weights", 1e-3f, 0.0f}, // (unused: fp16 always keeps master weights)
+    {"flash kernels", 1e-2f, 5e-3f}, // measured: 9.8e-4 of max|ref| (the materialised side rounds P to fp16)
 };
 #else
 static const Tolerance TOL[] = {
@@ -118,9 +120,12 @@ static const Tolerance TOL[] = {
     {"grads", 5e-2f, 4e-2f},
     {"steps", 5e-3f, 0.0f},
     {"steps without master weights", 1e-2f, 0.0f}, // measured 2.1e-3 (norms; losses 3.2e-4)
+    // measured: 5.9e-3 of max|ref| (out at T = 45; the materialised side rounds the
+    // probabilities and their gradient to bf16 on the way; the flash kernels never store them)
+    {"flash kernels", 2e-2f, 1.5e-2f},
 };
 #endif
-enum { TOL_LOGITS, TOL_LOSS, TOL_GRADS, TOL_STEPS, TOL_NO_MASTER };
+enum { TOL_LOGITS, TOL_LOSS, TOL_GRADS, TOL_STEPS, TOL_NO_MASTER, TOL_FLASH };
 
 // ----------------------------------------------------------------------------
 // the fixture file (format: dev/reference/gpt2_reference.py's header)
@@ -481,8 +486,8 @@ static void test_options(const char *fixture_path, const char *model_path) {
 // no tile (16 queries a block, 32 keys a tile), in this build's precision. Both read the same
 // floatX inputs and sum in fp32 in different orders, and round their outputs to floatX;
 // the materialised one also rounds the probabilities and their gradient to floatX on the way
-// (the flash kernels never store them): so the bounds are TOL_GRADS's, relative to the
-// largest |value|. The whole model with -F 1 against the fixtures is in main.
+// (the flash kernels never store them): TOL_FLASH, measured per precision (the fp32 build is
+// the tight one). The whole model with -F 1 against the fixtures is in main.
 static void test_flash_kernels(void) {
     printf("\n== flash attention's kernels against the materialised attention (%s) ==\n", PRECISION_NAME);
     const int shapes[][4] = {{1, 1, 2, 64}, {2, 45, 3, 64}, {1, 70, 2, 32}, {1, 37, 1, 128}}; // B, T, NH, HS
@@ -516,8 +521,8 @@ static void test_flash_kernels(void) {
         }
         printf("B %zu T %zu NH %zu HS %zu:\n", B, T, NH, C / NH);
         Sampled ref_out = {(int64_t)BTC, 1, (int64_t)BTC, h[0]}, ref_dqkv = {(int64_t)(3 * BTC), 1, (int64_t)(3 * BTC), h[2]};
-        check_tensor("out", h[1], &ref_out, TOL[TOL_GRADS], NULL, NULL);
-        check_tensor("dqkv", h[3], &ref_dqkv, TOL[TOL_GRADS], NULL, NULL);
+        check_tensor("out", h[1], &ref_out, TOL[TOL_FLASH], NULL, NULL);
+        check_tensor("dqkv", h[3], &ref_dqkv, TOL[TOL_FLASH], NULL, NULL);
         for (int k = 0; k < 4; k++) { free(h[k]); }
         for (int k = 0; k < 12; k++) { cudaCheck(cudaFree(*bufs[k])); }
         cudaCheck(cudaFree(lse));

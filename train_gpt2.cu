@@ -98,6 +98,12 @@ residual stream's one running gradient); other activation gradients are WRITTEN.
 #define GUARD_BYTES 0
 #endif
 
+// Flash attention (-F 1): flash_attention_forward/backward, whose activations are a (B, NH, T)
+// log-sum-exp a layer instead of the (B, NH, T, T) probabilities (and, built with cuDNN, ours
+// instead of cuDNN's); 0: attention_forward/backward (built with cuDNN: cuDNN's). Set from the
+// command line before a model is built.
+static int flash_attention = 0;
+
 // ----------------------------------------------------------------------------
 // device memory: a ledger of what we allocate, checked allocations
 
@@ -162,7 +168,7 @@ static void *cuda_malloc_check(size_t bytes, const char *what) {
                 gpu_budget > 0 ? " (the -G budget)" : "", what, bytes / 1048576.0, free_bytes / 1048576.0, total_bytes / 1048576.0,
                 short_by / 1048576.0, short_by, cudaGetErrorString(err),
                 precision_hint,
-                "; with -F 0, flash attention (-F 1) keeps no T x T matrices");
+                flash_attention || USE_CUDNN_ATTENTION ? "" : "; or flash attention (-F 1), which keeps no T x T matrices");
         exit(EXIT_FAILURE);
     }
     ledger_add(p, bytes > 0 ? bytes : 1);
@@ -1172,10 +1178,8 @@ void fused_classifier(floatX *logits, float *losses, const int *targets, float d
 // Level 0 applies GELU in the MLP matmul's epilogue instead of by our kernel (one
 // pass less; nothing to recompute); it rounds once less, so its bits differ.
 static int recompute_level = 1;
-// Flash attention (-F 1): flash_attention_forward/backward, whose activations are a (B, NH, T)
-// log-sum-exp a layer instead of the (B, NH, T, T) probabilities (and, built with cuDNN, ours
-// instead of cuDNN's); 0: attention_forward/backward (built with cuDNN: cuDNN's).
-static int flash_attention = 0;
+// (flash_attention, -F, is defined with the device memory's ledger, whose out-of-memory
+// message mentions it)
 // BF16: AdamW updates an fp32 master copy of the weights (+4 bytes a parameter);
 // without it the bf16 weights are updated directly, rounded stochastically so
 // that updates smaller than a bf16 step are not lost on average.
@@ -2631,11 +2635,17 @@ static void check_recompute_level(GPT2Config c, int recompute) {
         exit(EXIT_FAILURE);
     }
 }
-// -F 1's kernels size their tiles for heads of up to 128 channels
-static void check_flash(GPT2Config c, int flash) {
+// -F 1's kernels size their tiles for heads of up to 128 channels, and launch a block row per
+// sequence and head (a grid's second dimension: at most 65,535)
+static void check_flash(GPT2Config c, size_t B, int flash) {
     if (flash && c.channels / c.num_heads > 128) {
         fprintf(stderr, "Error: -F 1: flash attention's kernels take heads of up to 128 channels, the model's are %d\n"
                 "HINT: -F 0\n", c.channels / c.num_heads);
+        exit(EXIT_FAILURE);
+    }
+    if (flash && B * (size_t)c.num_heads > 65535) {
+        fprintf(stderr, "Error: -F 1: at most 65,535 sequences x heads a batch, -b %zu x %d heads is more\nHINT: a smaller -b"
+                " (and -d to keep the total batch)\n", B, c.num_heads);
         exit(EXIT_FAILURE);
     }
 }
@@ -2648,7 +2658,7 @@ void gpt2_allocate_activations(GPT2 *model, size_t B, size_t T) {
     model->recompute = recompute_level;
     model->flash = flash_attention;
     check_recompute_level(model->config, model->recompute);
-    check_flash(model->config, model->flash);
+    check_flash(model->config, B, model->flash);
     fill_in_activation_sizes(model->act_sizes, model->config, B, T, model->recompute, model->flash);
     model->num_activations = 0;
     for (int i = 0; i < NUM_ACTIVATION_TENSORS; i++) { model->num_activations += model->act_sizes[i]; }
@@ -4093,7 +4103,7 @@ static void print_plan_and_exit(const Options *o) {
         exit(EXIT_FAILURE);
     }
     check_recompute_level(c, recompute_level);
-    check_flash(c, flash_attention);
+    check_flash(c, (size_t)o->B, flash_attention);
     printf("model: %s | maxT %d | V %d (padded %d) | L %d | NH %d | C %d | %zu parameters\n", o->model, c.max_seq_len,
            c.vocab_size, c.padded_vocab_size, c.num_layers, c.num_heads, c.channels, gpt2_count_parameters(c));
     gpt2_print_memory_plan(c, (size_t)o->B, (size_t)o->T, recompute_level, use_master_weights, flash_attention);

@@ -111,6 +111,12 @@ report "-A 1 (recomputation): the same adapter and losses as -A 0, bit for bit" 
     $(cmp -s "$TMP/keep/adapter_model.safetensors" "$TMP/recompute/adapter_model.safetensors" &&
       diff <(cut -f1-5 "$TMP/keep/metrics.tsv") <(cut -f1-5 "$TMP/recompute/metrics.tsv") > /dev/null && echo 1 || echo 0)
 report "... and says it keeps one block's activations" $(grep -q 'recomputed: one block' "$TMP/re.log" && echo 1 || echo 0) "$(grep '^memory' "$TMP/re.log")"
+# ... with flash attention too (the block's log-sum-exps and output made again before its backward)
+"$FP32" $R -D 0.2 -F 1 -o "$TMP/keep_flash" > /dev/null 2>&1
+"$FP32" $R -D 0.2 -F 1 -A 1 -o "$TMP/recompute_flash" > /dev/null 2>&1
+report "-F 1 -A 1: the same adapter and losses as -F 1 -A 0, bit for bit" \
+    $([ -f "$TMP/keep_flash/adapter_model.safetensors" ] && cmp -s "$TMP/keep_flash/adapter_model.safetensors" "$TMP/recompute_flash/adapter_model.safetensors" &&
+      diff <(cut -f1-5 "$TMP/keep_flash/metrics.tsv") <(cut -f1-5 "$TMP/recompute_flash/metrics.tsv") > /dev/null && echo 1 || echo 0)
 "$FP32" $R -D 0.2 -P 2 -o "$TMP/again" > "$TMP/again.log" 2>&1
 report "two runs: the same adapter, bit for bit (the second timing its phases: -P 2)" $(cmp -s "$TMP/keep/adapter_model.safetensors" "$TMP/again/adapter_model.safetensors" && echo 1 || echo 0)
 source "$(dirname "$0")/phases_check.sh"

@@ -354,6 +354,16 @@ if run "$CPU" "$TMP/cpu_flash" "${LONG[@]}" -x 2 -F 1 && run "$FP32" "$TMP/fp32_
         { not_ok "BF16 -F 1: logs too far from train_gpt2.c"; paste "$TMP/cpu_flash/main.log" "$TMP/bf16_flash/main.log"; }
     grep -q "^attention: ours, flash attention" "$TMP/fp32_flash.out" && ok "-F 1: the start-up says which attention" ||
         not_ok "-F 1: no attention line"
+    # recomputation replays the forward kernels: -r 2 with flash attention, bit for bit
+    if run "$FP32" "$TMP/fp32_flash_r2" "${LONG[@]}" -x 2 -F 1 -r 2 -n 2; then
+        run "$FP32" "$TMP/fp32_flash_r1" "${LONG[@]}" -x 2 -F 1 -n 2 &&
+            cmp -s "$TMP/fp32_flash_r1/model_00000002.bin" "$TMP/fp32_flash_r2/model_00000002.bin" &&
+            cmp -s "$TMP/fp32_flash_r1/state_00000002.bin" "$TMP/fp32_flash_r2/state_00000002.bin" &&
+            ok "FP32 -F 1 -r 2 (LayerNorm and GELU recomputed): the step-2 checkpoint bit-identical to -F 1 -r 1's" ||
+            not_ok "FP32 -F 1: -r 2 and -r 1 differ"
+    else
+        not_ok "FP32 -F 1 -r 2: the run failed"
+    fi
 else
     not_ok "-F 1 (flash attention): a run failed (see above)"
 fi
