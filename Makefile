@@ -199,6 +199,9 @@ $(CONVERTED_TOKENIZERS): build/%_tokenizer.bin: convert dev/reference/fixtures/%
 CONVERTED = $(CONVERTED_GPT2) $(CONVERTED_LLAMA) $(CONVERTED_TOKENIZERS)
 
 # --- CUDA: the first GPU programs (dev/) -------------------------------------------
+# the emulator's files, which every emulated build (dev/emu/, below) depends on (defined
+# before the first rule that names them: make reads a rule's prerequisites as it meets it)
+EMU = dev/emu/cuda_emu.h dev/emu/include/cuda_runtime.h dev/emu/include/cublas_v2.h dev/emu/include/cublasLt.h dev/emu/include/cuda_bf16.h dev/emu/include/cuda_fp16.h dev/emu/include/nccl.h dev/emu/include/mma.h dev/emu/emu_build.sh dev/paste_includes.awk
 # the kernel ladders of train_gpt2.cu's kernels and infer.cu's gemv (dev/cuda/<op>.cu), in PRECISION
 LADDERS = encoder_forward encoder_backward layernorm_forward layernorm_backward causal_softmax softmax_backward gelu \
           fused_classifier adamw gemv matmul4 flash_attention
@@ -295,7 +298,6 @@ cuda: $(CUDA_PROGRAMS)
 # three builds: plain (NAME_cpu), the race detector (NAME_race) and AddressSanitizer
 # (NAME_asan). The programs' emulated builds are debug builds: a guard band after every
 # tensor they carve out of one allocation, checked after every step (-DGUARD_BYTES=256).
-EMU = dev/emu/cuda_emu.h dev/emu/include/cuda_runtime.h dev/emu/include/cublas_v2.h dev/emu/include/cublasLt.h dev/emu/include/cuda_bf16.h dev/emu/include/cuda_fp16.h dev/emu/include/nccl.h dev/emu/emu_build.sh dev/paste_includes.awk
 EMU_DEBUG = -DGUARD_BYTES=256
 # (from the target's name: the build, and the precision: test_gpt2cu_fp32_race -> race, -DENABLE_FP32)
 emu_build = bash dev/emu/emu_build.sh -m $(if $(filter %_race,$@),race,$(if $(filter %_asan,$@),asan,plain))

@@ -738,45 +738,47 @@ static void attention_backward(float *dqkv, float *dz, const float *dout, const 
 // Flash attention (-F 1), finetune_lora.c's flash_attention_forward and _backward on the GPU:
 // the same result without the (B, NH, T, T) probabilities, each row's log-sum-exp kept
 // instead. The kernels are dev/cuda/flash_attention.cu's variant 3 (warp tiles), where the
-// ladder from the materialised kernels above to these is checked and timed; here their loads
-// and stores are fp32 (this program's activations), not the ladder's floatX. In short: a
-// block of 4 warps takes 16 queries of one head; the keys and values pass through shared
-// memory 32 at a time; a warp scores 32 keys against its query at once (a lane a key), keeps
-// the running maximum and sum of the online softmax, and each lane adds HS/32 of the output.
-// The backward pass: D = rowsum(dO * O) a warp per row; a block per 16 keys of a key/value
-// head walks the query tiles after them, over the group's query heads, for dk and dv; a block
-// per 16 queries walks the key tiles before them for dq. Every sum in one thread, in a fixed
-// order: no atomics. Head sizes up to 128 (the tiles are sized by HS rounded up to 32: HSP).
+// ladder from the materialised kernels above to these is checked and timed, and a shared copy
+// of train_gpt2.cu's: there they read and write floatX, here this program's fp32 activations
+// (floatA is float). In short: a block of 4 warps takes 16 queries of one head; the keys and
+// values pass through shared memory 32 at a time; a warp scores 32 keys against its query at
+// once (a lane a key), keeps the running maximum and sum of the online softmax, and each lane
+// adds HS/32 of the output. The backward pass: D = rowsum(dO * O) a warp per row; a block per
+// 16 keys of a key/value head walks the query tiles after them, over the group's query heads,
+// for dk and dv; a block per 16 queries walks the key tiles before them for dq. Every sum in
+// one thread, in a fixed order: no atomics. Head sizes up to 128 (the tiles are sized by HS
+// rounded up to 32: HSP).
+typedef float floatA;
 
-// Where the heads are: query head h of position t in sequence b at q[(b T + t) q_row + h HS],
-// its key and value at k, v [(b T + t) kv_row + (h / (NH / NKV)) HS]; out and dout rows o_row
+// --- begin shared-copy: flash-attention-kernels ---
+// Where the heads are: query head h of position t of sequence b at q[(b T + t) q_row + h HS],
+// its key and value at k, v[(b T + t) kv_row + (h / (NH / NKV)) HS]; out and dout rows o_row
 typedef struct {
     int B, T, NH, NKV, HS;
-    int q_row, kv_row, o_row;
+    int q_row, kv_row, o_row; // elements between positions t and t+1 of q (and dq), k and v, out (and dout)
 } Heads;
 
-// D_t = dO_t . O_t (a warp per row b, h, t)
-__global__ void rowdot_kernel(float *D, const float *dout, const float *out, Heads s) {
+// D_t = dO_t . O_t, the softmax backward's row term (a warp per row b, h, t)
+__global__ void rowdot_kernel(float *D, const floatA *dout, const floatA *out, Heads s) {
     size_t row = (size_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
     int lane = threadIdx.x % 32, T = s.T;
     if (row >= (size_t)s.B * s.NH * T) { return; }
     int t = (int)(row % T), h = (int)(row / T % s.NH), b = (int)(row / T / s.NH);
     size_t o = ((size_t)b * T + t) * s.o_row + h * s.HS;
     float d = 0.0f;
-    for (int i = lane; i < s.HS; i += 32) { d += dout[o + i] * out[o + i]; }
+    for (int i = lane; i < s.HS; i += 32) { d += (float)dout[o + i] * (float)out[o + i]; }
     d = warp_sum(d);
     if (lane == 0) { D[row] = d; }
 }
 
-
-#define FLASH_WARPS 4   // warps per block
-#define FLASH_ROWS 4    // queries per warp
-#define FLASH_BR (FLASH_WARPS * FLASH_ROWS)
-#define FLASH_BC 32     // keys per tile: one a lane
+#define FLASH_WARPS 4 // warps per block
+#define FLASH_ROWS 4 // queries (or keys) per warp
+#define FLASH_BR (FLASH_WARPS * FLASH_ROWS) // queries (or keys) per block
+#define FLASH_BC 32 // keys (or queries) per shared tile: one a lane
 
 template <int HSP>
-__global__ void __launch_bounds__(FLASH_WARPS * 32) flash_forward_kernel3(float *out, float *lse, const float *q,
-                                                                        const float *k, const float *v, Heads s,
+__global__ void __launch_bounds__(FLASH_WARPS * 32) flash_forward_kernel3(floatA *out, float *lse, const floatA *q,
+                                                                        const floatA *k, const floatA *v, Heads s,
                                                                         float scale) {
     __shared__ float k_tile[FLASH_BC][HSP + 1], v_tile[FLASH_BC][HSP], q_rows[FLASH_BR][HSP];
     int b = blockIdx.y / s.NH, h = blockIdx.y % s.NH, kvh = h / (s.NH / s.NKV), T = s.T;
@@ -784,7 +786,7 @@ __global__ void __launch_bounds__(FLASH_WARPS * 32) flash_forward_kernel3(float 
     int tile = gridDim.x - 1 - blockIdx.x, t0 = tile * FLASH_BR, last = min(t0 + FLASH_BR, T) - 1;
     for (int e = threadIdx.x; e < FLASH_BR * HSP; e += blockDim.x) {
         int r = e / HSP, i = e % HSP;
-        q_rows[r][i] = t0 + r < T && i < s.HS ? q[((size_t)b * T + t0 + r) * s.q_row + h * s.HS + i] * scale : 0.0f;
+        q_rows[r][i] = t0 + r < T && i < s.HS ? (float)q[((size_t)b * T + t0 + r) * s.q_row + h * s.HS + i] * scale : 0.0f;
     }
     float m[FLASH_ROWS], l[FLASH_ROWS], acc[FLASH_ROWS][HSP / 32];
 #pragma unroll
@@ -799,8 +801,8 @@ __global__ void __launch_bounds__(FLASH_WARPS * 32) flash_forward_kernel3(float 
         for (int e = threadIdx.x; e < FLASH_BC * HSP; e += blockDim.x) {
             int j = e / HSP, i = e % HSP;
             size_t kv = ((size_t)b * T + k0 + j) * s.kv_row + kvh * s.HS + i;
-            k_tile[j][i] = k0 + j < T && i < s.HS ? k[kv] : 0.0f;
-            v_tile[j][i] = k0 + j < T && i < s.HS ? v[kv] : 0.0f;
+            k_tile[j][i] = k0 + j < T && i < s.HS ? (float)k[kv] : 0.0f;
+            v_tile[j][i] = k0 + j < T && i < s.HS ? (float)v[kv] : 0.0f;
         }
         __syncthreads();
 #pragma unroll
@@ -832,7 +834,7 @@ __global__ void __launch_bounds__(FLASH_WARPS * 32) flash_forward_kernel3(float 
         if (t >= T) { continue; }
 #pragma unroll
         for (int c = 0; c < HSP / 32; c++) {
-            if (lane + 32 * c < s.HS) { out[((size_t)b * T + t) * s.o_row + h * s.HS + lane + 32 * c] = acc[r][c] / l[r]; }
+            if (lane + 32 * c < s.HS) { out[((size_t)b * T + t) * s.o_row + h * s.HS + lane + 32 * c] = (floatA)(acc[r][c] / l[r]); }
         }
         if (lane == 0) { lse[((size_t)b * s.NH + h) * T + t] = m[r] + logf(l[r]); }
     }
@@ -842,9 +844,9 @@ __global__ void __launch_bounds__(FLASH_WARPS * 32) flash_forward_kernel3(float 
 // q0 + j) the lanes compute P and dS of their query against the warp's key, then each lane
 // owns HSP/32 of dk and dv and adds the 32 queries' terms, passed by shuffles.
 template <int HSP>
-__global__ void __launch_bounds__(FLASH_WARPS * 32) flash_dkdv_kernel3(float *dk, float *dv, const float *q,
-                                                                     const float *k, const float *v,
-                                                                     const float *dout, const float *lse,
+__global__ void __launch_bounds__(FLASH_WARPS * 32) flash_dkdv_kernel3(floatA *dk, floatA *dv, const floatA *q,
+                                                                     const floatA *k, const floatA *v,
+                                                                     const floatA *dout, const float *lse,
                                                                      const float *D, Heads s, float scale) {
     // (dynamic shared memory: 49 KiB at HSP = 128, past the 48 KiB a block gets by default)
     extern __shared__ float smem[];
@@ -855,8 +857,8 @@ __global__ void __launch_bounds__(FLASH_WARPS * 32) flash_dkdv_kernel3(float *dk
     for (int e = threadIdx.x; e < FLASH_BR * HSP; e += blockDim.x) {
         int r = e / HSP, i = e % HSP;
         size_t kv = ((size_t)b * T + k0 + r) * s.kv_row + kvh * s.HS + i;
-        k_rows[r][i] = k0 + r < T && i < s.HS ? k[kv] * scale : 0.0f;
-        v_rows[r][i] = k0 + r < T && i < s.HS ? v[kv] : 0.0f;
+        k_rows[r][i] = k0 + r < T && i < s.HS ? (float)k[kv] * scale : 0.0f;
+        v_rows[r][i] = k0 + r < T && i < s.HS ? (float)v[kv] : 0.0f;
     }
     float dk_acc[FLASH_ROWS][HSP / 32], dv_acc[FLASH_ROWS][HSP / 32];
 #pragma unroll
@@ -869,8 +871,8 @@ __global__ void __launch_bounds__(FLASH_WARPS * 32) flash_dkdv_kernel3(float *dk
             __syncthreads();
             for (int e = threadIdx.x; e < FLASH_BC * HSP; e += blockDim.x) {
                 int j = e / HSP, i = e % HSP, t = q0 + j;
-                q_tile[j][i] = t < T && i < s.HS ? q[((size_t)b * T + t) * s.q_row + h * s.HS + i] : 0.0f;
-                do_tile[j][i] = t < T && i < s.HS ? dout[((size_t)b * T + t) * s.o_row + h * s.HS + i] : 0.0f;
+                q_tile[j][i] = t < T && i < s.HS ? (float)q[((size_t)b * T + t) * s.q_row + h * s.HS + i] : 0.0f;
+                do_tile[j][i] = t < T && i < s.HS ? (float)dout[((size_t)b * T + t) * s.o_row + h * s.HS + i] : 0.0f;
             }
             __syncthreads();
             int t = q0 + lane; // this lane's query
@@ -909,8 +911,8 @@ __global__ void __launch_bounds__(FLASH_WARPS * 32) flash_dkdv_kernel3(float *dk
 #pragma unroll
         for (int c = 0; c < HSP / 32; c++) {
             if (lane + 32 * c >= s.HS) { continue; }
-            dk[kv + lane + 32 * c] = dk_acc[r][c] * scale;
-            dv[kv + lane + 32 * c] = dv_acc[r][c];
+            dk[kv + lane + 32 * c] = (floatA)(dk_acc[r][c] * scale);
+            dv[kv + lane + 32 * c] = (floatA)dv_acc[r][c];
         }
     }
 }
@@ -918,8 +920,8 @@ __global__ void __launch_bounds__(FLASH_WARPS * 32) flash_dkdv_kernel3(float *dk
 // dq: as the forward kernel 3, a warp per query, the lanes across 32 keys for dS, then
 // across the head for dq = dS . K.
 template <int HSP>
-__global__ void __launch_bounds__(FLASH_WARPS * 32) flash_dq_kernel3(float *dq, const float *q, const float *k,
-                                                                   const float *v, const float *dout,
+__global__ void __launch_bounds__(FLASH_WARPS * 32) flash_dq_kernel3(floatA *dq, const floatA *q, const floatA *k,
+                                                                   const floatA *v, const floatA *dout,
                                                                    const float *lse, const float *D, Heads s,
                                                                    float scale) {
     extern __shared__ float smem[]; // (the same 49 KiB at HSP = 128 as flash_dkdv_kernel3's)
@@ -930,8 +932,8 @@ __global__ void __launch_bounds__(FLASH_WARPS * 32) flash_dq_kernel3(float *dq, 
     int tile = gridDim.x - 1 - blockIdx.x, t0 = tile * FLASH_BR, last = min(t0 + FLASH_BR, T) - 1;
     for (int e = threadIdx.x; e < FLASH_BR * HSP; e += blockDim.x) {
         int r = e / HSP, i = e % HSP, t = t0 + r;
-        q_rows[r][i] = t < T && i < s.HS ? q[((size_t)b * T + t) * s.q_row + h * s.HS + i] * scale : 0.0f;
-        do_rows[r][i] = t < T && i < s.HS ? dout[((size_t)b * T + t) * s.o_row + h * s.HS + i] : 0.0f;
+        q_rows[r][i] = t < T && i < s.HS ? (float)q[((size_t)b * T + t) * s.q_row + h * s.HS + i] * scale : 0.0f;
+        do_rows[r][i] = t < T && i < s.HS ? (float)dout[((size_t)b * T + t) * s.o_row + h * s.HS + i] : 0.0f;
     }
     float dq_acc[FLASH_ROWS][HSP / 32], lse_r[FLASH_ROWS], d_r[FLASH_ROWS];
 #pragma unroll
@@ -947,8 +949,8 @@ __global__ void __launch_bounds__(FLASH_WARPS * 32) flash_dq_kernel3(float *dq, 
         for (int e = threadIdx.x; e < FLASH_BC * HSP; e += blockDim.x) {
             int j = e / HSP, i = e % HSP;
             size_t kv = ((size_t)b * T + k0 + j) * s.kv_row + kvh * s.HS + i;
-            k_tile[j][i] = k0 + j < T && i < s.HS ? k[kv] : 0.0f;
-            v_tile[j][i] = k0 + j < T && i < s.HS ? v[kv] : 0.0f;
+            k_tile[j][i] = k0 + j < T && i < s.HS ? (float)k[kv] : 0.0f;
+            v_tile[j][i] = k0 + j < T && i < s.HS ? (float)v[kv] : 0.0f;
         }
         __syncthreads();
 #pragma unroll
@@ -977,17 +979,20 @@ __global__ void __launch_bounds__(FLASH_WARPS * 32) flash_dq_kernel3(float *dq, 
         if (t >= T) { continue; }
 #pragma unroll
         for (int c = 0; c < HSP / 32; c++) {
-            if (lane + 32 * c < s.HS) { dq[((size_t)b * T + t) * s.q_row + h * s.HS + lane + 32 * c] = dq_acc[r][c] * scale; }
+            if (lane + 32 * c < s.HS) { dq[((size_t)b * T + t) * s.q_row + h * s.HS + lane + 32 * c] = (floatA)(dq_acc[r][c] * scale); }
         }
     }
 }
 
-// the dynamic shared memory of the two backward kernels: 49 KiB at HSP = 128, over the 48 KiB
-// a block gets without asking (cudaFuncSetAttribute, once per head size)
+// GELU, tanh approximation, as train_gpt2.c
+
+// the dynamic shared memory of the two backward kernels: 49 KiB at HS = 128, more than a
+// block gets without asking (cudaFuncSetAttribute, once for each head size)
 template <int HSP>
 static size_t flash_backward_smem(void) {
     return (2 * FLASH_BC * (HSP + 1) + 2 * FLASH_BR * HSP) * sizeof(float);
 }
+// --- end shared-copy: flash-attention-kernels ---
 
 template <int HSP>
 static void flash_forward_hsp(float *out, float *lse, const float *qkv, Heads s) {

@@ -445,6 +445,12 @@ __global__ void causal_softmax_backward_kernel(floatX *datt, const floatX *att, 
 // block per 16 queries walks the key tiles before them for dq. Each output is summed by one
 // thread in a fixed order: no atomics, the same bits every run. Heads of any size up to 128
 // (the tiles are sized by HSP, HS rounded up to 32; numbers past HS are zeros there).
+// floatA, the type of q, k, v, out and their gradients, is floatX here; finetune_lora.cu runs
+// the same kernels (a shared copy) on its fp32 activations, with floatA float. So they convert
+// with casts, which mean the same for every floatA, not with to_float and from_float.
+typedef floatX floatA;
+
+// --- begin shared-copy: flash-attention-kernels ---
 // Where the heads are: query head h of position t of sequence b at q[(b T + t) q_row + h HS],
 // its key and value at k, v[(b T + t) kv_row + (h / (NH / NKV)) HS]; out and dout rows o_row
 typedef struct {
@@ -453,14 +459,14 @@ typedef struct {
 } Heads;
 
 // D_t = dO_t . O_t, the softmax backward's row term (a warp per row b, h, t)
-__global__ void rowdot_kernel(float *D, const floatX *dout, const floatX *out, Heads s) {
+__global__ void rowdot_kernel(float *D, const floatA *dout, const floatA *out, Heads s) {
     size_t row = (size_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
     int lane = threadIdx.x % 32, T = s.T;
     if (row >= (size_t)s.B * s.NH * T) { return; }
     int t = (int)(row % T), h = (int)(row / T % s.NH), b = (int)(row / T / s.NH);
     size_t o = ((size_t)b * T + t) * s.o_row + h * s.HS;
     float d = 0.0f;
-    for (int i = lane; i < s.HS; i += 32) { d += to_float(dout[o + i]) * to_float(out[o + i]); }
+    for (int i = lane; i < s.HS; i += 32) { d += (float)dout[o + i] * (float)out[o + i]; }
     d = warp_sum(d);
     if (lane == 0) { D[row] = d; }
 }
@@ -471,8 +477,8 @@ __global__ void rowdot_kernel(float *D, const floatX *dout, const floatX *out, H
 #define FLASH_BC 32 // keys (or queries) per shared tile: one a lane
 
 template <int HSP>
-__global__ void __launch_bounds__(FLASH_WARPS * 32) flash_forward_kernel3(floatX *out, float *lse, const floatX *q,
-                                                                        const floatX *k, const floatX *v, Heads s,
+__global__ void __launch_bounds__(FLASH_WARPS * 32) flash_forward_kernel3(floatA *out, float *lse, const floatA *q,
+                                                                        const floatA *k, const floatA *v, Heads s,
                                                                         float scale) {
     __shared__ float k_tile[FLASH_BC][HSP + 1], v_tile[FLASH_BC][HSP], q_rows[FLASH_BR][HSP];
     int b = blockIdx.y / s.NH, h = blockIdx.y % s.NH, kvh = h / (s.NH / s.NKV), T = s.T;
@@ -480,7 +486,7 @@ __global__ void __launch_bounds__(FLASH_WARPS * 32) flash_forward_kernel3(floatX
     int tile = gridDim.x - 1 - blockIdx.x, t0 = tile * FLASH_BR, last = min(t0 + FLASH_BR, T) - 1;
     for (int e = threadIdx.x; e < FLASH_BR * HSP; e += blockDim.x) {
         int r = e / HSP, i = e % HSP;
-        q_rows[r][i] = t0 + r < T && i < s.HS ? to_float(q[((size_t)b * T + t0 + r) * s.q_row + h * s.HS + i]) * scale : 0.0f;
+        q_rows[r][i] = t0 + r < T && i < s.HS ? (float)q[((size_t)b * T + t0 + r) * s.q_row + h * s.HS + i] * scale : 0.0f;
     }
     float m[FLASH_ROWS], l[FLASH_ROWS], acc[FLASH_ROWS][HSP / 32];
 #pragma unroll
@@ -495,8 +501,8 @@ __global__ void __launch_bounds__(FLASH_WARPS * 32) flash_forward_kernel3(floatX
         for (int e = threadIdx.x; e < FLASH_BC * HSP; e += blockDim.x) {
             int j = e / HSP, i = e % HSP;
             size_t kv = ((size_t)b * T + k0 + j) * s.kv_row + kvh * s.HS + i;
-            k_tile[j][i] = k0 + j < T && i < s.HS ? to_float(k[kv]) : 0.0f;
-            v_tile[j][i] = k0 + j < T && i < s.HS ? to_float(v[kv]) : 0.0f;
+            k_tile[j][i] = k0 + j < T && i < s.HS ? (float)k[kv] : 0.0f;
+            v_tile[j][i] = k0 + j < T && i < s.HS ? (float)v[kv] : 0.0f;
         }
         __syncthreads();
 #pragma unroll
@@ -528,7 +534,7 @@ __global__ void __launch_bounds__(FLASH_WARPS * 32) flash_forward_kernel3(floatX
         if (t >= T) { continue; }
 #pragma unroll
         for (int c = 0; c < HSP / 32; c++) {
-            if (lane + 32 * c < s.HS) { out[((size_t)b * T + t) * s.o_row + h * s.HS + lane + 32 * c] = from_float(acc[r][c] / l[r]); }
+            if (lane + 32 * c < s.HS) { out[((size_t)b * T + t) * s.o_row + h * s.HS + lane + 32 * c] = (floatA)(acc[r][c] / l[r]); }
         }
         if (lane == 0) { lse[((size_t)b * s.NH + h) * T + t] = m[r] + logf(l[r]); }
     }
@@ -538,9 +544,9 @@ __global__ void __launch_bounds__(FLASH_WARPS * 32) flash_forward_kernel3(floatX
 // q0 + j) the lanes compute P and dS of their query against the warp's key, then each lane
 // owns HSP/32 of dk and dv and adds the 32 queries' terms, passed by shuffles.
 template <int HSP>
-__global__ void __launch_bounds__(FLASH_WARPS * 32) flash_dkdv_kernel3(floatX *dk, floatX *dv, const floatX *q,
-                                                                     const floatX *k, const floatX *v,
-                                                                     const floatX *dout, const float *lse,
+__global__ void __launch_bounds__(FLASH_WARPS * 32) flash_dkdv_kernel3(floatA *dk, floatA *dv, const floatA *q,
+                                                                     const floatA *k, const floatA *v,
+                                                                     const floatA *dout, const float *lse,
                                                                      const float *D, Heads s, float scale) {
     // (dynamic shared memory: 49 KiB at HSP = 128, past the 48 KiB a block gets by default)
     extern __shared__ float smem[];
@@ -551,8 +557,8 @@ __global__ void __launch_bounds__(FLASH_WARPS * 32) flash_dkdv_kernel3(floatX *d
     for (int e = threadIdx.x; e < FLASH_BR * HSP; e += blockDim.x) {
         int r = e / HSP, i = e % HSP;
         size_t kv = ((size_t)b * T + k0 + r) * s.kv_row + kvh * s.HS + i;
-        k_rows[r][i] = k0 + r < T && i < s.HS ? to_float(k[kv]) * scale : 0.0f;
-        v_rows[r][i] = k0 + r < T && i < s.HS ? to_float(v[kv]) : 0.0f;
+        k_rows[r][i] = k0 + r < T && i < s.HS ? (float)k[kv] * scale : 0.0f;
+        v_rows[r][i] = k0 + r < T && i < s.HS ? (float)v[kv] : 0.0f;
     }
     float dk_acc[FLASH_ROWS][HSP / 32], dv_acc[FLASH_ROWS][HSP / 32];
 #pragma unroll
@@ -565,8 +571,8 @@ __global__ void __launch_bounds__(FLASH_WARPS * 32) flash_dkdv_kernel3(floatX *d
             __syncthreads();
             for (int e = threadIdx.x; e < FLASH_BC * HSP; e += blockDim.x) {
                 int j = e / HSP, i = e % HSP, t = q0 + j;
-                q_tile[j][i] = t < T && i < s.HS ? to_float(q[((size_t)b * T + t) * s.q_row + h * s.HS + i]) : 0.0f;
-                do_tile[j][i] = t < T && i < s.HS ? to_float(dout[((size_t)b * T + t) * s.o_row + h * s.HS + i]) : 0.0f;
+                q_tile[j][i] = t < T && i < s.HS ? (float)q[((size_t)b * T + t) * s.q_row + h * s.HS + i] : 0.0f;
+                do_tile[j][i] = t < T && i < s.HS ? (float)dout[((size_t)b * T + t) * s.o_row + h * s.HS + i] : 0.0f;
             }
             __syncthreads();
             int t = q0 + lane; // this lane's query
@@ -605,8 +611,8 @@ __global__ void __launch_bounds__(FLASH_WARPS * 32) flash_dkdv_kernel3(floatX *d
 #pragma unroll
         for (int c = 0; c < HSP / 32; c++) {
             if (lane + 32 * c >= s.HS) { continue; }
-            dk[kv + lane + 32 * c] = from_float(dk_acc[r][c] * scale);
-            dv[kv + lane + 32 * c] = from_float(dv_acc[r][c]);
+            dk[kv + lane + 32 * c] = (floatA)(dk_acc[r][c] * scale);
+            dv[kv + lane + 32 * c] = (floatA)dv_acc[r][c];
         }
     }
 }
@@ -614,8 +620,8 @@ __global__ void __launch_bounds__(FLASH_WARPS * 32) flash_dkdv_kernel3(floatX *d
 // dq: as the forward kernel 3, a warp per query, the lanes across 32 keys for dS, then
 // across the head for dq = dS . K.
 template <int HSP>
-__global__ void __launch_bounds__(FLASH_WARPS * 32) flash_dq_kernel3(floatX *dq, const floatX *q, const floatX *k,
-                                                                   const floatX *v, const floatX *dout,
+__global__ void __launch_bounds__(FLASH_WARPS * 32) flash_dq_kernel3(floatA *dq, const floatA *q, const floatA *k,
+                                                                   const floatA *v, const floatA *dout,
                                                                    const float *lse, const float *D, Heads s,
                                                                    float scale) {
     extern __shared__ float smem[]; // (the same 49 KiB at HSP = 128 as flash_dkdv_kernel3's)
@@ -626,8 +632,8 @@ __global__ void __launch_bounds__(FLASH_WARPS * 32) flash_dq_kernel3(floatX *dq,
     int tile = gridDim.x - 1 - blockIdx.x, t0 = tile * FLASH_BR, last = min(t0 + FLASH_BR, T) - 1;
     for (int e = threadIdx.x; e < FLASH_BR * HSP; e += blockDim.x) {
         int r = e / HSP, i = e % HSP, t = t0 + r;
-        q_rows[r][i] = t < T && i < s.HS ? to_float(q[((size_t)b * T + t) * s.q_row + h * s.HS + i]) * scale : 0.0f;
-        do_rows[r][i] = t < T && i < s.HS ? to_float(dout[((size_t)b * T + t) * s.o_row + h * s.HS + i]) : 0.0f;
+        q_rows[r][i] = t < T && i < s.HS ? (float)q[((size_t)b * T + t) * s.q_row + h * s.HS + i] * scale : 0.0f;
+        do_rows[r][i] = t < T && i < s.HS ? (float)dout[((size_t)b * T + t) * s.o_row + h * s.HS + i] : 0.0f;
     }
     float dq_acc[FLASH_ROWS][HSP / 32], lse_r[FLASH_ROWS], d_r[FLASH_ROWS];
 #pragma unroll
@@ -643,8 +649,8 @@ __global__ void __launch_bounds__(FLASH_WARPS * 32) flash_dq_kernel3(floatX *dq,
         for (int e = threadIdx.x; e < FLASH_BC * HSP; e += blockDim.x) {
             int j = e / HSP, i = e % HSP;
             size_t kv = ((size_t)b * T + k0 + j) * s.kv_row + kvh * s.HS + i;
-            k_tile[j][i] = k0 + j < T && i < s.HS ? to_float(k[kv]) : 0.0f;
-            v_tile[j][i] = k0 + j < T && i < s.HS ? to_float(v[kv]) : 0.0f;
+            k_tile[j][i] = k0 + j < T && i < s.HS ? (float)k[kv] : 0.0f;
+            v_tile[j][i] = k0 + j < T && i < s.HS ? (float)v[kv] : 0.0f;
         }
         __syncthreads();
 #pragma unroll
@@ -673,12 +679,20 @@ __global__ void __launch_bounds__(FLASH_WARPS * 32) flash_dq_kernel3(floatX *dq,
         if (t >= T) { continue; }
 #pragma unroll
         for (int c = 0; c < HSP / 32; c++) {
-            if (lane + 32 * c < s.HS) { dq[((size_t)b * T + t) * s.q_row + h * s.HS + lane + 32 * c] = from_float(dq_acc[r][c] * scale); }
+            if (lane + 32 * c < s.HS) { dq[((size_t)b * T + t) * s.q_row + h * s.HS + lane + 32 * c] = (floatA)(dq_acc[r][c] * scale); }
         }
     }
 }
 
 // GELU, tanh approximation, as train_gpt2.c
+
+// the dynamic shared memory of the two backward kernels: 49 KiB at HS = 128, more than a
+// block gets without asking (cudaFuncSetAttribute, once for each head size)
+template <int HSP>
+static size_t flash_backward_smem(void) {
+    return (2 * FLASH_BC * (HSP + 1) + 2 * FLASH_BR * HSP) * sizeof(float);
+}
+// --- end shared-copy: flash-attention-kernels ---
 #define GELU_SCALE 0.7978845608028654f // sqrt(2/pi)
 __global__ void gelu_forward_kernel(floatX *out, const floatX *inp, size_t N) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -1083,12 +1097,6 @@ void attention_backward(floatX *dqkv, floatX *dqkvr, floatX *datt, floatX *dyr, 
 
 // The same attention in linear memory (-F 1: the flash kernels above). out (B,T,C) and lse
 // (L's slice: B,NH,T) from qkv (B,T,3C), read where it is: no permute, no (T,T) matrix.
-// the dynamic shared memory of the two backward kernels: 49 KiB at HS = 128, more than a
-// block gets without asking (cudaFuncSetAttribute, once for each head size)
-template <int HSP>
-static size_t flash_backward_smem(void) {
-    return (2 * FLASH_BC * (HSP + 1) + 2 * FLASH_BR * HSP) * sizeof(float);
-}
 
 template <int HSP>
 static void flash_forward_hsp(floatX *out, float *lse, const floatX *qkv, Heads s) {

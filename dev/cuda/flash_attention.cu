@@ -21,6 +21,10 @@ the softmax. The gradients dq, dk, dv are written (not accumulated) in q's, k's,
     3: warp tiles: a warp per query (4 queries a warp, 4 warps), its
        32 lanes score 32 keys at once, then each lane owns HS/32 of
        the output; barriers only around the shared K/V tiles         — ./dev/cuda/flash_attention -v 3
+    4: tensor cores: a warp per 16 queries (4 warps), K/V tiles of 32
+       in bf16; S = Q K^T and O += P V as 16x16x16 bf16 products
+       with fp32 sums (wmma), the online softmax on the CUDA cores,
+       the output rows in shared memory between tiles                — ./dev/cuda/flash_attention -v 4
     backward (the same numbers: variant N runs forward N, then backward N)
     1: materialised: dP = dO.V^T and the softmax's backward on the (T,T)
        matrix, then dq, dk, dv a thread an element
@@ -31,10 +35,15 @@ the softmax. The gradients dq, dk, dv are written (not accumulated) in q's, k's,
        P = exp(q.k*scale - lse): twice the exponentials, no T x T
     3: warp tiles: as 2, a warp per key (dk, dv) or per query (dq), the
        lanes across 32 queries or keys and then across the head
+    4: tensor cores: as 3 with a warp per 16 keys (dk, dv) or 16
+       queries (dq): S, dP, and the sums dV += P^T dO, dK += dS^T Q,
+       dQ += dS K as bf16 products (P and dS rounded to bf16), the
+       sums kept in fragments from the first tile to the last
 
 Every variant is deterministic: each output element is summed by one thread in a fixed
-order (no atomics anywhere). floatX (bf16 by default, fp32 with -DENABLE_FP32) in and
-out, fp32 arithmetic, lse fp32. Head sizes 1 to 128: the tiles in shared memory and each
+order (no atomics anywhere; on the tensor cores, a fixed order too). floatX (bf16 by
+default, fp32 with -DENABLE_FP32) in and out, fp32 arithmetic (variant 4: bf16 products,
+fp32 sums), lse fp32. Head sizes 1 to 128: the tiles in shared memory and each
 lane's slice of a row are sized at compile time by HSP, HS rounded up to a multiple of 32,
 and a row's numbers past HS are zeros there, which add nothing to its dot products.
 
@@ -49,8 +58,12 @@ cuDNN's flash attention on the same shapes: ./dev/cuda/attention_cudnn (make USE
 It ends with "N passed, M failed" (a check is one variant on one shape) and exits non-zero
 if one failed.
 TODO: the H200 timings. Written on a machine without a GPU; so far only the emulator has run
-its checks. Still to come on this ladder: tensor-core tiles (mma.sync, bf16 in, fp32
-accumulation), which the emulator cannot run.
+its checks, variant 4 through its stand-in for the tensor cores (dev/emu/include/mma.h:
+each lane computes the whole 16x16 tile, stores split across the lanes; so it checks the
+algorithm, the tiles' addressing and alignment, and the barriers, not how a GPU spreads a
+fragment over the lanes, which no code here relies on). Variant 4 needs 81 KiB (forward)
+and 70 KiB (backward) of shared memory a block at HS = 128, under the 99 KiB of an RTX
+50xx; a GPU that gives less skips it with a message.
 
     nvcc -O3 -DENABLE_BF16 -gencode arch=compute_90,code=sm_90 dev/cuda/flash_attention.cu -o dev/cuda/flash_attention
     ./dev/cuda/flash_attention         (-v N: one variant, -c checks only, -s SEED, -h all flags)
@@ -64,6 +77,12 @@ Without a GPU, the CPU emulator runs the checks of every variant at small sizes:
 #include <cuda_runtime.h>
 #include "common.h"    // cudaCheck, rng_uniform, ceil_div, warp_sum, warp_max, parse_args, require_gpu, time_median_ms
 #include "precision.h" // floatX (bf16 unless -DENABLE_FP32), to_float, from_float
+#include <mma.h>        // the tensor cores' warp matrix functions (variant 4)
+
+// floatA: the type of q, k, v, out and their gradients in the kernels the programs share
+// (variant 3 and rowdot_kernel). It is floatX here and in train_gpt2.cu, float in
+// finetune_lora.cu (its fp32 activations), so those kernels convert with casts.
+typedef floatX floatA;
 
 // Where the heads are (see the header). Passed by value to every kernel.
 // --- shared-copy of train_gpt2.cu: Heads ---
@@ -307,14 +326,14 @@ __global__ void __launch_bounds__(FWD2_BR, 1) flash_forward_kernel2(floatX *out,
 // D_t = dO_t . O_t, the softmax backward's row term (sum_t2 P dP = dO . O: train_gpt2.c's
 // flash_attention_backward derives it). A warp per row (b, h, t). Variants 2 and 3.
 // --- shared-copy of train_gpt2.cu: rowdot_kernel ---
-__global__ void rowdot_kernel(float *D, const floatX *dout, const floatX *out, Heads s) {
+__global__ void rowdot_kernel(float *D, const floatA *dout, const floatA *out, Heads s) {
     size_t row = (size_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
     int lane = threadIdx.x % 32, T = s.T;
     if (row >= (size_t)s.B * s.NH * T) { return; }
     int t = (int)(row % T), h = (int)(row / T % s.NH), b = (int)(row / T / s.NH);
     size_t o = ((size_t)b * T + t) * s.o_row + h * s.HS;
     float d = 0.0f;
-    for (int i = lane; i < s.HS; i += 32) { d += to_float(dout[o + i]) * to_float(out[o + i]); }
+    for (int i = lane; i < s.HS; i += 32) { d += (float)dout[o + i] * (float)out[o + i]; }
     d = warp_sum(d);
     if (lane == 0) { D[row] = d; }
 }
@@ -480,8 +499,8 @@ __global__ void __launch_bounds__(DQ2_BR) flash_dq_kernel2(floatX *dq, const flo
 
 // --- shared-copy of train_gpt2.cu: flash_forward_kernel3 ---
 template <int HSP>
-__global__ void __launch_bounds__(FLASH_WARPS * 32) flash_forward_kernel3(floatX *out, float *lse, const floatX *q,
-                                                                        const floatX *k, const floatX *v, Heads s,
+__global__ void __launch_bounds__(FLASH_WARPS * 32) flash_forward_kernel3(floatA *out, float *lse, const floatA *q,
+                                                                        const floatA *k, const floatA *v, Heads s,
                                                                         float scale) {
     __shared__ float k_tile[FLASH_BC][HSP + 1], v_tile[FLASH_BC][HSP], q_rows[FLASH_BR][HSP];
     int b = blockIdx.y / s.NH, h = blockIdx.y % s.NH, kvh = h / (s.NH / s.NKV), T = s.T;
@@ -489,7 +508,7 @@ __global__ void __launch_bounds__(FLASH_WARPS * 32) flash_forward_kernel3(floatX
     int tile = gridDim.x - 1 - blockIdx.x, t0 = tile * FLASH_BR, last = min(t0 + FLASH_BR, T) - 1;
     for (int e = threadIdx.x; e < FLASH_BR * HSP; e += blockDim.x) {
         int r = e / HSP, i = e % HSP;
-        q_rows[r][i] = t0 + r < T && i < s.HS ? to_float(q[((size_t)b * T + t0 + r) * s.q_row + h * s.HS + i]) * scale : 0.0f;
+        q_rows[r][i] = t0 + r < T && i < s.HS ? (float)q[((size_t)b * T + t0 + r) * s.q_row + h * s.HS + i] * scale : 0.0f;
     }
     float m[FLASH_ROWS], l[FLASH_ROWS], acc[FLASH_ROWS][HSP / 32];
 #pragma unroll
@@ -504,8 +523,8 @@ __global__ void __launch_bounds__(FLASH_WARPS * 32) flash_forward_kernel3(floatX
         for (int e = threadIdx.x; e < FLASH_BC * HSP; e += blockDim.x) {
             int j = e / HSP, i = e % HSP;
             size_t kv = ((size_t)b * T + k0 + j) * s.kv_row + kvh * s.HS + i;
-            k_tile[j][i] = k0 + j < T && i < s.HS ? to_float(k[kv]) : 0.0f;
-            v_tile[j][i] = k0 + j < T && i < s.HS ? to_float(v[kv]) : 0.0f;
+            k_tile[j][i] = k0 + j < T && i < s.HS ? (float)k[kv] : 0.0f;
+            v_tile[j][i] = k0 + j < T && i < s.HS ? (float)v[kv] : 0.0f;
         }
         __syncthreads();
 #pragma unroll
@@ -537,7 +556,7 @@ __global__ void __launch_bounds__(FLASH_WARPS * 32) flash_forward_kernel3(floatX
         if (t >= T) { continue; }
 #pragma unroll
         for (int c = 0; c < HSP / 32; c++) {
-            if (lane + 32 * c < s.HS) { out[((size_t)b * T + t) * s.o_row + h * s.HS + lane + 32 * c] = from_float(acc[r][c] / l[r]); }
+            if (lane + 32 * c < s.HS) { out[((size_t)b * T + t) * s.o_row + h * s.HS + lane + 32 * c] = (floatA)(acc[r][c] / l[r]); }
         }
         if (lane == 0) { lse[((size_t)b * s.NH + h) * T + t] = m[r] + logf(l[r]); }
     }
@@ -548,9 +567,9 @@ __global__ void __launch_bounds__(FLASH_WARPS * 32) flash_forward_kernel3(floatX
 // owns HSP/32 of dk and dv and adds the 32 queries' terms, passed by shuffles.
 // --- shared-copy of train_gpt2.cu: flash_dkdv_kernel3 ---
 template <int HSP>
-__global__ void __launch_bounds__(FLASH_WARPS * 32) flash_dkdv_kernel3(floatX *dk, floatX *dv, const floatX *q,
-                                                                     const floatX *k, const floatX *v,
-                                                                     const floatX *dout, const float *lse,
+__global__ void __launch_bounds__(FLASH_WARPS * 32) flash_dkdv_kernel3(floatA *dk, floatA *dv, const floatA *q,
+                                                                     const floatA *k, const floatA *v,
+                                                                     const floatA *dout, const float *lse,
                                                                      const float *D, Heads s, float scale) {
     // (dynamic shared memory: 49 KiB at HSP = 128, past the 48 KiB a block gets by default)
     extern __shared__ float smem[];
@@ -561,8 +580,8 @@ __global__ void __launch_bounds__(FLASH_WARPS * 32) flash_dkdv_kernel3(floatX *d
     for (int e = threadIdx.x; e < FLASH_BR * HSP; e += blockDim.x) {
         int r = e / HSP, i = e % HSP;
         size_t kv = ((size_t)b * T + k0 + r) * s.kv_row + kvh * s.HS + i;
-        k_rows[r][i] = k0 + r < T && i < s.HS ? to_float(k[kv]) * scale : 0.0f;
-        v_rows[r][i] = k0 + r < T && i < s.HS ? to_float(v[kv]) : 0.0f;
+        k_rows[r][i] = k0 + r < T && i < s.HS ? (float)k[kv] * scale : 0.0f;
+        v_rows[r][i] = k0 + r < T && i < s.HS ? (float)v[kv] : 0.0f;
     }
     float dk_acc[FLASH_ROWS][HSP / 32], dv_acc[FLASH_ROWS][HSP / 32];
 #pragma unroll
@@ -575,8 +594,8 @@ __global__ void __launch_bounds__(FLASH_WARPS * 32) flash_dkdv_kernel3(floatX *d
             __syncthreads();
             for (int e = threadIdx.x; e < FLASH_BC * HSP; e += blockDim.x) {
                 int j = e / HSP, i = e % HSP, t = q0 + j;
-                q_tile[j][i] = t < T && i < s.HS ? to_float(q[((size_t)b * T + t) * s.q_row + h * s.HS + i]) : 0.0f;
-                do_tile[j][i] = t < T && i < s.HS ? to_float(dout[((size_t)b * T + t) * s.o_row + h * s.HS + i]) : 0.0f;
+                q_tile[j][i] = t < T && i < s.HS ? (float)q[((size_t)b * T + t) * s.q_row + h * s.HS + i] : 0.0f;
+                do_tile[j][i] = t < T && i < s.HS ? (float)dout[((size_t)b * T + t) * s.o_row + h * s.HS + i] : 0.0f;
             }
             __syncthreads();
             int t = q0 + lane; // this lane's query
@@ -615,8 +634,8 @@ __global__ void __launch_bounds__(FLASH_WARPS * 32) flash_dkdv_kernel3(floatX *d
 #pragma unroll
         for (int c = 0; c < HSP / 32; c++) {
             if (lane + 32 * c >= s.HS) { continue; }
-            dk[kv + lane + 32 * c] = from_float(dk_acc[r][c] * scale);
-            dv[kv + lane + 32 * c] = from_float(dv_acc[r][c]);
+            dk[kv + lane + 32 * c] = (floatA)(dk_acc[r][c] * scale);
+            dv[kv + lane + 32 * c] = (floatA)dv_acc[r][c];
         }
     }
 }
@@ -625,8 +644,8 @@ __global__ void __launch_bounds__(FLASH_WARPS * 32) flash_dkdv_kernel3(floatX *d
 // across the head for dq = dS . K.
 // --- shared-copy of train_gpt2.cu: flash_dq_kernel3 ---
 template <int HSP>
-__global__ void __launch_bounds__(FLASH_WARPS * 32) flash_dq_kernel3(floatX *dq, const floatX *q, const floatX *k,
-                                                                   const floatX *v, const floatX *dout,
+__global__ void __launch_bounds__(FLASH_WARPS * 32) flash_dq_kernel3(floatA *dq, const floatA *q, const floatA *k,
+                                                                   const floatA *v, const floatA *dout,
                                                                    const float *lse, const float *D, Heads s,
                                                                    float scale) {
     extern __shared__ float smem[]; // (the same 49 KiB at HSP = 128 as flash_dkdv_kernel3's)
@@ -637,8 +656,8 @@ __global__ void __launch_bounds__(FLASH_WARPS * 32) flash_dq_kernel3(floatX *dq,
     int tile = gridDim.x - 1 - blockIdx.x, t0 = tile * FLASH_BR, last = min(t0 + FLASH_BR, T) - 1;
     for (int e = threadIdx.x; e < FLASH_BR * HSP; e += blockDim.x) {
         int r = e / HSP, i = e % HSP, t = t0 + r;
-        q_rows[r][i] = t < T && i < s.HS ? to_float(q[((size_t)b * T + t) * s.q_row + h * s.HS + i]) * scale : 0.0f;
-        do_rows[r][i] = t < T && i < s.HS ? to_float(dout[((size_t)b * T + t) * s.o_row + h * s.HS + i]) : 0.0f;
+        q_rows[r][i] = t < T && i < s.HS ? (float)q[((size_t)b * T + t) * s.q_row + h * s.HS + i] * scale : 0.0f;
+        do_rows[r][i] = t < T && i < s.HS ? (float)dout[((size_t)b * T + t) * s.o_row + h * s.HS + i] : 0.0f;
     }
     float dq_acc[FLASH_ROWS][HSP / 32], lse_r[FLASH_ROWS], d_r[FLASH_ROWS];
 #pragma unroll
@@ -654,8 +673,8 @@ __global__ void __launch_bounds__(FLASH_WARPS * 32) flash_dq_kernel3(floatX *dq,
         for (int e = threadIdx.x; e < FLASH_BC * HSP; e += blockDim.x) {
             int j = e / HSP, i = e % HSP;
             size_t kv = ((size_t)b * T + k0 + j) * s.kv_row + kvh * s.HS + i;
-            k_tile[j][i] = k0 + j < T && i < s.HS ? to_float(k[kv]) : 0.0f;
-            v_tile[j][i] = k0 + j < T && i < s.HS ? to_float(v[kv]) : 0.0f;
+            k_tile[j][i] = k0 + j < T && i < s.HS ? (float)k[kv] : 0.0f;
+            v_tile[j][i] = k0 + j < T && i < s.HS ? (float)v[kv] : 0.0f;
         }
         __syncthreads();
 #pragma unroll
@@ -684,7 +703,7 @@ __global__ void __launch_bounds__(FLASH_WARPS * 32) flash_dq_kernel3(floatX *dq,
         if (t >= T) { continue; }
 #pragma unroll
         for (int c = 0; c < HSP / 32; c++) {
-            if (lane + 32 * c < s.HS) { dq[((size_t)b * T + t) * s.q_row + h * s.HS + lane + 32 * c] = from_float(dq_acc[r][c] * scale); }
+            if (lane + 32 * c < s.HS) { dq[((size_t)b * T + t) * s.q_row + h * s.HS + lane + 32 * c] = (floatA)(dq_acc[r][c] * scale); }
         }
     }
 }
@@ -697,10 +716,319 @@ static size_t backward3_smem(void) {
 }
 
 // ----------------------------------------------------------------------------
+// Variant 4: tensor cores. The same tiles as variant 3, but every product of two tiles
+// (S = Q K^T, O += P V, and in the backward pass S, dP = dO V^T, dV += P^T dO, dK += dS^T Q,
+// dQ += dS K) is done by a warp on the tensor cores through CUDA's warp matrix functions
+// (nvcuda::wmma): 16 x 16 x 16 tiles of bf16 in, fp32 sums out. Each warp owns 16 rows
+// (queries, or keys in the dk/dv kernel), a block 4 warps, and the other side comes 32 at a
+// time; the tiles live in shared memory in bf16 (rows padded by 16 bytes, so that successive
+// rows start in different banks). What is not a product stays on the CUDA cores in fp32:
+// the online softmax (two lanes a row, each half of the row's 32 scores), the rescaling of
+// the output rows, P and dS. A fragment's layout across the lanes is not documented, so a
+// row of one cannot be rescaled: the forward pass keeps each warp's 16 output rows in shared
+// memory in fp32, loads them into accumulator fragments, adds P V and stores them back, each
+// key tile. The backward pass only adds, so dK, dV (or dQ) stay in fragments throughout.
+// All of it fits the 99 KiB of shared memory every target gives a block (81 KiB forward,
+// 70 KiB backward at HSP = 128).
+//
+// bf16 in: P and dS are rounded to bf16 before their products (as FlashAttention does in
+// bf16), and so are q, k, v, dout in the fp32 build: this rung is a bf16 rung in both.
+// Under the emulator, include/mma.h stands in for the tensor cores (each lane computes the
+// whole tile; its sums in another order than a GPU's: the same to fp32 rounding).
+typedef __nv_bfloat16 bf16;
+typedef nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float> Acc;
+#define TC_WARPS 4                       // warps per block
+#define TC_BR (16 * TC_WARPS)            // queries (or keys) per block: 16 a warp
+#define TC_BC 32                         // keys (or queries) per shared tile
+#define TC_LD(n) ((n) + 8)               // the row length of a bf16 tile of n columns in shared memory
+#define TC_LDF(n) ((n) + 4)              // the same for an fp32 tile (16 bytes of padding either way)
+
+// n rows of a head from position t0, into a bf16 tile of TC_LD(HSP) numbers a row: zeros
+// past T and HS
+template <int HSP>
+__device__ void load_rows_bf16(bf16 *tile, const floatA *x, int b, int t0, int n, int row, int off, const Heads &s) {
+    for (int e = threadIdx.x; e < n * HSP; e += blockDim.x) {
+        int r = e / HSP, i = e % HSP;
+        tile[r * TC_LD(HSP) + i] = (bf16)(t0 + r < s.T && i < s.HS ? (float)x[((size_t)b * s.T + t0 + r) * row + off + i] : 0.0f);
+    }
+}
+
+// c (16 x 16 nb, fp32, ldc) = a (16 x K, bf16 row-major, lda) times the transpose of b (16 nb
+// rows of K, bf16, ldb): a warp's scores against 16 nb keys (or queries). Only the first nb
+// column blocks: the caller stops where the causal mask or T hides all the rest.
+template <int K>
+__device__ void warp_mma_abt(float *c, int ldc, const bf16 *a, int lda, const bf16 *b, int ldb, int nb) {
+    nvcuda::wmma::fragment<nvcuda::wmma::matrix_a, 16, 16, 16, bf16, nvcuda::wmma::row_major> fa;
+    nvcuda::wmma::fragment<nvcuda::wmma::matrix_b, 16, 16, 16, bf16, nvcuda::wmma::col_major> fb; // (b's rows, read as columns)
+    Acc acc;
+    for (int n = 0; n < nb; n++) {
+        nvcuda::wmma::fill_fragment(acc, 0.0f);
+#pragma unroll
+        for (int kk = 0; kk < K; kk += 16) {
+            nvcuda::wmma::load_matrix_sync(fa, a + kk, lda);
+            nvcuda::wmma::load_matrix_sync(fb, b + (size_t)16 * n * ldb + kk, ldb);
+            nvcuda::wmma::mma_sync(acc, fa, fb, acc);
+        }
+        nvcuda::wmma::store_matrix_sync(c + 16 * n, acc, ldc, nvcuda::wmma::mem_row_major);
+    }
+}
+
+// acc[n] (16 x 16, columns 16n..) += a (16 x 16 kb, bf16 row-major, lda) b (16 kb x N, bf16
+// row-major, ldb), for the N / 16 column blocks: a warp's rows of a gradient (or output) plus
+// probabilities times values. Only the first kb blocks of a's columns (the rest are masked).
+template <int N>
+__device__ void warp_mma_ab_add(Acc (&acc)[N / 16], const bf16 *a, int lda, const bf16 *b, int ldb, int kb) {
+    nvcuda::wmma::fragment<nvcuda::wmma::matrix_a, 16, 16, 16, bf16, nvcuda::wmma::row_major> fa;
+    nvcuda::wmma::fragment<nvcuda::wmma::matrix_b, 16, 16, 16, bf16, nvcuda::wmma::row_major> fb;
+    for (int kk = 0; kk < kb; kk++) {
+        nvcuda::wmma::load_matrix_sync(fa, a + 16 * kk, lda);
+#pragma unroll
+        for (int n = 0; n < N / 16; n++) {
+            nvcuda::wmma::load_matrix_sync(fb, b + (size_t)16 * kk * ldb + 16 * n, ldb);
+            nvcuda::wmma::mma_sync(acc[n], fa, fb, acc[n]);
+        }
+    }
+}
+
+// the shared memory of the forward kernel: Q (64 rows), K, V (32) tiles in bf16, and per warp
+// its scores (fp32), probabilities (bf16) and output rows (fp32)
+template <int HSP>
+static size_t forward4_smem(void) {
+    return (size_t)(TC_BR + 2 * TC_BC) * TC_LD(HSP) * sizeof(bf16) +
+           TC_WARPS * 16 * (TC_LDF(TC_BC) * sizeof(float) + TC_LD(TC_BC) * sizeof(bf16) + TC_LDF(HSP) * sizeof(float));
+}
+
+template <int HSP>
+__global__ void __launch_bounds__(TC_WARPS * 32) flash_forward_kernel4(floatA *out, float *lse, const floatA *q,
+                                                                     const floatA *k, const floatA *v, Heads s,
+                                                                     float scale) {
+    extern __shared__ __align__(128) char smem4[];
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    bf16 *qs = (bf16 *)smem4, *ks = qs + TC_BR * TC_LD(HSP), *vs = ks + TC_BC * TC_LD(HSP);
+    float *S = (float *)(vs + TC_BC * TC_LD(HSP)) + warp * 16 * TC_LDF(TC_BC); // this warp's 16 x 32 scores,
+    bf16 *P = (bf16 *)((float *)(vs + TC_BC * TC_LD(HSP)) + TC_WARPS * 16 * TC_LDF(TC_BC)) + warp * 16 * TC_LD(TC_BC);
+    float *O = (float *)((bf16 *)((float *)(vs + TC_BC * TC_LD(HSP)) + TC_WARPS * 16 * TC_LDF(TC_BC)) +
+                         TC_WARPS * 16 * TC_LD(TC_BC)) + warp * 16 * TC_LDF(HSP); // probabilities, 16 output rows
+    int b = blockIdx.y / s.NH, h = blockIdx.y % s.NH, kvh = h / (s.NH / s.NKV), T = s.T;
+    int tile = gridDim.x - 1 - blockIdx.x, t0 = tile * TC_BR, last = min(t0 + TC_BR, T) - 1;
+    int w0 = t0 + 16 * warp, w_last = min(w0 + 15, T - 1); // this warp's queries
+    int r = lane / 2, half = lane % 2, t = w0 + r;         // two lanes a row, each half of its columns
+    load_rows_bf16<HSP>(qs, q, b, t0, TC_BR, s.q_row, h * s.HS, s);
+    for (int i = half; i < HSP; i += 2) { O[r * TC_LDF(HSP) + i] = 0.0f; }
+    float m = -INFINITY, l = 0.0f; // the row's running maximum and sum (the same in both lanes)
+    Acc acc[HSP / 16];
+    for (int k0 = 0; k0 <= last; k0 += TC_BC) {
+        __syncthreads(); // (the previous tile's products are done with ks and vs; the first time: qs written)
+        load_rows_bf16<HSP>(ks, k, b, k0, TC_BC, s.kv_row, kvh * s.HS, s);
+        load_rows_bf16<HSP>(vs, v, b, k0, TC_BC, s.kv_row, kvh * s.HS, s);
+        __syncthreads();
+        if (w0 > w_last || k0 > w_last) { continue; } // no query of this warp sees a key of this tile (whole warp)
+        int kb = (min(k0 + TC_BC - 1, w_last) - k0) / 16 + 1; // the 16-key blocks with a key some row sees
+        warp_mma_abt<HSP>(S, TC_LDF(TC_BC), qs + 16 * warp * TC_LD(HSP), TC_LD(HSP), ks, TC_LD(HSP), kb);
+        __syncwarp();
+        // the online softmax of row r over this tile's keys k0 + j, j < 16 kb
+        float mx = -INFINITY;
+        for (int j = half; j < 16 * kb; j += 2) {
+            if (t < T && k0 + j <= t) { mx = fmaxf(mx, S[r * TC_LDF(TC_BC) + j] * scale); }
+        }
+        float m_new = fmaxf(m, fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1)));
+        float rescale = m_new == -INFINITY ? 1.0f : expf(m - m_new), sum = 0.0f; // (-INFINITY: a row past T)
+        for (int j = half; j < 16 * kb; j += 2) {
+            float p = t < T && k0 + j <= t ? expf(S[r * TC_LDF(TC_BC) + j] * scale - m_new) : 0.0f;
+            P[r * TC_LD(TC_BC) + j] = (bf16)p;
+            sum += p; // (in fp32, as FlashAttention does: lse exact to fp32)
+        }
+        l = l * rescale + sum + __shfl_xor_sync(0xffffffffu, sum, 1);
+        m = m_new;
+        for (int i = half; i < HSP; i += 2) { O[r * TC_LDF(HSP) + i] *= rescale; }
+        __syncwarp();
+        // O += P V: the output rows into fragments, the product added, and back
+#pragma unroll
+        for (int n = 0; n < HSP / 16; n++) { nvcuda::wmma::load_matrix_sync(acc[n], O + 16 * n, TC_LDF(HSP), nvcuda::wmma::mem_row_major); }
+        warp_mma_ab_add<HSP>(acc, P, TC_LD(TC_BC), vs, TC_LD(HSP), kb);
+#pragma unroll
+        for (int n = 0; n < HSP / 16; n++) { nvcuda::wmma::store_matrix_sync(O + 16 * n, acc[n], TC_LDF(HSP), nvcuda::wmma::mem_row_major); }
+    }
+    __syncwarp();
+    if (t < T) {
+        for (int i = half; i < s.HS; i += 2) { out[((size_t)b * T + t) * s.o_row + h * s.HS + i] = (floatA)(O[r * TC_LDF(HSP) + i] / l); }
+        if (half == 0) { lse[((size_t)b * s.NH + h) * T + t] = m + logf(l); }
+    }
+}
+
+// the shared memory of both backward kernels: the block's 64 rows of two tensors and a walked
+// tile of 32 rows of two others (bf16), the walked rows' lse and D, and per warp an fp32
+// 16 x 32 tile (scores, then dP) and two bf16 ones (P, dS)
+template <int HSP>
+static size_t backward4_smem(void) {
+    return (size_t)2 * (TC_BR + TC_BC) * TC_LD(HSP) * sizeof(bf16) + 2 * TC_BC * sizeof(float) +
+           TC_WARPS * 16 * (TC_LDF(TC_BC) * sizeof(float) + 2 * TC_LD(TC_BC) * sizeof(bf16));
+}
+template <int HSP> struct Backward4Smem {
+    bf16 *a, *b, *c, *d, *ph, *dsh; // a, b: the block's rows; c, d: the walked tile; this warp's P and dS
+    float *lse, *D, *x;             // the walked rows' lse and D; this warp's scores, then dP
+    __device__ Backward4Smem(char *smem, int warp) {
+        a = (bf16 *)smem;
+        b = a + TC_BR * TC_LD(HSP);
+        c = b + TC_BR * TC_LD(HSP);
+        d = c + TC_BC * TC_LD(HSP);
+        lse = (float *)(d + TC_BC * TC_LD(HSP));
+        D = lse + TC_BC;
+        x = D + TC_BC + warp * 16 * TC_LDF(TC_BC);
+        ph = (bf16 *)(D + TC_BC + TC_WARPS * 16 * TC_LDF(TC_BC)) + warp * 16 * TC_LD(TC_BC);
+        dsh = (bf16 *)(D + TC_BC + TC_WARPS * 16 * TC_LDF(TC_BC)) + (TC_WARPS + warp) * 16 * TC_LD(TC_BC);
+    }
+};
+
+// a warp's 16 rows of a gradient, from fragments to dx (scaled), through its fp32 tile x: one
+// 16 x 16 block at a time (x holds 16 x 32); rows past T and columns past HS not written
+template <int HSP>
+__device__ void store_rows(floatA *dx, const Acc (&acc)[HSP / 16], float *x, float scale, int b, int t0, int row, int off,
+                           const Heads &s) {
+    int lane = threadIdx.x % 32;
+#pragma unroll
+    for (int n = 0; n < HSP / 16; n++) {
+        __syncwarp(); // (the lanes are done reading x)
+        nvcuda::wmma::store_matrix_sync(x, acc[n], TC_LDF(TC_BC), nvcuda::wmma::mem_row_major);
+        __syncwarp();
+        for (int e = lane; e < 256; e += 32) {
+            int r = e / 16, i = 16 * n + e % 16;
+            if (t0 + r < s.T && i < s.HS) { dx[((size_t)b * s.T + t0 + r) * row + off + i] = (floatA)(x[r * TC_LDF(TC_BC) + e % 16] * scale); }
+        }
+    }
+}
+
+// dk, dv: a block per 64 keys of a key/value head (16 a warp), walking the query tiles of 32
+// from the first that sees them, for each query head of the group. Per tile, a warp:
+// S^T = K Q^T, P^T = exp(S^T scale - lse), then dP^T = V dO^T and dS^T = P^T (dP^T - D) (the
+// elementwise parts two lanes a key), then dV += P^T dO and dK += dS^T Q.
+template <int HSP>
+__global__ void __launch_bounds__(TC_WARPS * 32, 1) flash_dkdv_kernel4(floatA *dk, floatA *dv, const floatA *q,
+                                                                  const floatA *k, const floatA *v,
+                                                                  const floatA *dout, const float *lse,
+                                                                  const float *D, Heads s, float scale) {
+    extern __shared__ __align__(128) char smem4[];
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    Backward4Smem<HSP> sm(smem4, warp); // a, b: K, V; c, d: Q, dO
+    int b = blockIdx.y / s.NKV, kvh = blockIdx.y % s.NKV, G = s.NH / s.NKV, T = s.T;
+    int k0 = blockIdx.x * TC_BR, w0 = k0 + 16 * warp, w_last = min(w0 + 15, T - 1); // this warp's keys
+    int r = lane / 2, half = lane % 2, key = w0 + r;
+    load_rows_bf16<HSP>(sm.a, k, b, k0, TC_BR, s.kv_row, kvh * s.HS, s);
+    load_rows_bf16<HSP>(sm.b, v, b, k0, TC_BR, s.kv_row, kvh * s.HS, s);
+    Acc dk_acc[HSP / 16], dv_acc[HSP / 16];
+#pragma unroll
+    for (int n = 0; n < HSP / 16; n++) {
+        nvcuda::wmma::fill_fragment(dk_acc[n], 0.0f);
+        nvcuda::wmma::fill_fragment(dv_acc[n], 0.0f);
+    }
+    for (int h = kvh * G; h < (kvh + 1) * G; h++) {
+        for (int q0 = k0; q0 < T; q0 += TC_BC) {
+            __syncthreads(); // (the previous tile's products are done with c, d; the first time: a, b written)
+            load_rows_bf16<HSP>(sm.c, q, b, q0, TC_BC, s.q_row, h * s.HS, s);
+            load_rows_bf16<HSP>(sm.d, dout, b, q0, TC_BC, s.o_row, h * s.HS, s);
+            for (int j = threadIdx.x; j < TC_BC; j += blockDim.x) {
+                size_t row = ((size_t)b * s.NH + h) * T + q0 + j;
+                sm.lse[j] = q0 + j < T ? lse[row] : 0.0f;
+                sm.D[j] = q0 + j < T ? D[row] : 0.0f;
+            }
+            __syncthreads();
+            if (w0 > w_last || q0 + TC_BC <= w0) { continue; } // no query of the tile sees a key of this warp
+            int nb = (min(T, q0 + TC_BC) - q0 + 15) / 16;      // the 16-query blocks that exist
+            warp_mma_abt<HSP>(sm.x, TC_LDF(TC_BC), sm.a + 16 * warp * TC_LD(HSP), TC_LD(HSP), sm.c, TC_LD(HSP), nb);
+            __syncwarp();
+            float p[TC_BC / 2]; // (this lane's columns j = 2 c + half; unrolled, so p stays in registers)
+#pragma unroll
+            for (int c = 0; c < TC_BC / 2; c++) { // key `key` against query q0 + j
+                int j = 2 * c + half;
+                bool seen = j < 16 * nb && key < T && key <= q0 + j && q0 + j < T;
+                p[c] = seen ? expf(sm.x[r * TC_LDF(TC_BC) + j] * scale - sm.lse[j]) : 0.0f;
+                if (j < 16 * nb) { sm.ph[r * TC_LD(TC_BC) + j] = (bf16)p[c]; }
+            }
+            __syncwarp();
+            warp_mma_abt<HSP>(sm.x, TC_LDF(TC_BC), sm.b + 16 * warp * TC_LD(HSP), TC_LD(HSP), sm.d, TC_LD(HSP), nb); // dP^T
+            __syncwarp();
+#pragma unroll
+            for (int c = 0; c < TC_BC / 2; c++) {
+                int j = 2 * c + half;
+                if (j < 16 * nb) { sm.dsh[r * TC_LD(TC_BC) + j] = (bf16)(p[c] * (sm.x[r * TC_LDF(TC_BC) + j] - sm.D[j])); } // (0 where unseen)
+            }
+            __syncwarp();
+            warp_mma_ab_add<HSP>(dv_acc, sm.ph, TC_LD(TC_BC), sm.d, TC_LD(HSP), nb);  // dV += P^T dO
+            warp_mma_ab_add<HSP>(dk_acc, sm.dsh, TC_LD(TC_BC), sm.c, TC_LD(HSP), nb); // dK += dS^T Q
+        }
+    }
+    store_rows<HSP>(dk, dk_acc, sm.x, scale, b, w0, s.kv_row, kvh * s.HS, s);
+    store_rows<HSP>(dv, dv_acc, sm.x, 1.0f, b, w0, s.kv_row, kvh * s.HS, s);
+}
+
+// dq: a block per 64 queries of a head (16 a warp), walking the key tiles of 32 before them.
+// Per tile, a warp: S = Q K^T and P, dP = dO V^T and dS = P (dP - D) (the elementwise parts
+// two lanes a query), then dQ += dS K.
+template <int HSP>
+__global__ void __launch_bounds__(TC_WARPS * 32) flash_dq_kernel4(floatA *dq, const floatA *q, const floatA *k,
+                                                                const floatA *v, const floatA *dout, const float *lse,
+                                                                const float *D, Heads s, float scale) {
+    extern __shared__ __align__(128) char smem4[];
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    Backward4Smem<HSP> sm(smem4, warp); // a, b: Q, dO; c, d: K, V
+    int b = blockIdx.y / s.NH, h = blockIdx.y % s.NH, kvh = h / (s.NH / s.NKV), T = s.T;
+    int tile = gridDim.x - 1 - blockIdx.x, t0 = tile * TC_BR, last = min(t0 + TC_BR, T) - 1;
+    int w0 = t0 + 16 * warp, w_last = min(w0 + 15, T - 1); // this warp's queries
+    int r = lane / 2, half = lane % 2, t = w0 + r;
+    load_rows_bf16<HSP>(sm.a, q, b, t0, TC_BR, s.q_row, h * s.HS, s);
+    load_rows_bf16<HSP>(sm.b, dout, b, t0, TC_BR, s.o_row, h * s.HS, s);
+    size_t row = ((size_t)b * s.NH + h) * T + t;
+    float lse_t = t < T ? lse[row] : 0.0f, D_t = t < T ? D[row] : 0.0f;
+    Acc dq_acc[HSP / 16];
+#pragma unroll
+    for (int n = 0; n < HSP / 16; n++) { nvcuda::wmma::fill_fragment(dq_acc[n], 0.0f); }
+    for (int k0 = 0; k0 <= last; k0 += TC_BC) {
+        __syncthreads(); // (the previous tile's products are done with c, d; the first time: a, b written)
+        load_rows_bf16<HSP>(sm.c, k, b, k0, TC_BC, s.kv_row, kvh * s.HS, s);
+        load_rows_bf16<HSP>(sm.d, v, b, k0, TC_BC, s.kv_row, kvh * s.HS, s);
+        __syncthreads();
+        if (w0 > w_last || k0 > w_last) { continue; } // no query of this warp sees a key of this tile
+        int kb = (min(k0 + TC_BC - 1, w_last) - k0) / 16 + 1;
+        warp_mma_abt<HSP>(sm.x, TC_LDF(TC_BC), sm.a + 16 * warp * TC_LD(HSP), TC_LD(HSP), sm.c, TC_LD(HSP), kb);
+        __syncwarp();
+        float p[TC_BC / 2]; // (this lane's columns j = 2 c + half; unrolled, so p stays in registers)
+#pragma unroll
+        for (int c = 0; c < TC_BC / 2; c++) { // query t against key k0 + j
+            int j = 2 * c + half;
+            p[c] = j < 16 * kb && t < T && k0 + j <= t ? expf(sm.x[r * TC_LDF(TC_BC) + j] * scale - lse_t) : 0.0f;
+        }
+        __syncwarp();
+        warp_mma_abt<HSP>(sm.x, TC_LDF(TC_BC), sm.b + 16 * warp * TC_LD(HSP), TC_LD(HSP), sm.d, TC_LD(HSP), kb); // dP
+        __syncwarp();
+#pragma unroll
+        for (int c = 0; c < TC_BC / 2; c++) {
+            int j = 2 * c + half;
+            if (j < 16 * kb) { sm.dsh[r * TC_LD(TC_BC) + j] = (bf16)(p[c] * (sm.x[r * TC_LDF(TC_BC) + j] - D_t)); }
+        }
+        __syncwarp();
+        warp_mma_ab_add<HSP>(dq_acc, sm.dsh, TC_LD(TC_BC), sm.c, TC_LD(HSP), kb); // dQ += dS K
+    }
+    store_rows<HSP>(dq, dq_acc, sm.x, scale, b, w0, s.q_row, h * s.HS, s);
+}
+
+// ----------------------------------------------------------------------------
 // launchers: variant N's forward and backward. scratch: variant 1's (B,NH,T,T) probabilities
 // and their gradient (2 B NH T T floats), or variants 2-3's D (B NH T floats).
 
-static const char *variant_names[4] = {"", "1 materialised", "2 tiles", "3 warp tiles"};
+#define VARIANTS 4
+static const char *variant_names[VARIANTS + 1] = {"", "1 materialised", "2 tiles", "3 warp tiles", "4 tensor cores"};
+
+// Variant 4's shared memory (110 KiB forward, 186 KiB backward at HS = 128) is more than some
+// GPUs give a block (an RTX 50xx: 99 KiB): 0 where it fits, else the KiB it needs
+template <int HSP>
+static int variant4_misfit(void) {
+    int device;
+    cudaDeviceProp prop;
+    cudaCheck(cudaGetDevice(&device));
+    cudaCheck(cudaGetDeviceProperties(&prop, device));
+    size_t need = forward4_smem<HSP>() > backward4_smem<HSP>() ? forward4_smem<HSP>() : backward4_smem<HSP>();
+    return need <= prop.sharedMemPerBlockOptin ? 0 : (int)((need + 1023) / 1024);
+}
 
 // HSP: the head size rounded up to a multiple of 32, what variants 2 and 3 size their tiles and
 // per-lane slices by (the rows' numbers past HS are zeros in shared memory: they add nothing)
@@ -717,8 +1045,12 @@ static void forward_hs(int variant, floatX *out, float *lse, const floatX *q, co
         size_t smem = forward2_smem<HSP>();
         cudaCheck(cudaFuncSetAttribute(flash_forward_kernel2<HSP>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
         flash_forward_kernel2<HSP><<<dim3(ceil_div(s.T, FWD2_BR), s.B * s.NH), FWD2_BR, smem>>>(out, lse, q, k, v, s, scale);
-    } else {
+    } else if (variant == 3) {
         flash_forward_kernel3<HSP><<<dim3(ceil_div(s.T, FLASH_BR), s.B * s.NH), FLASH_WARPS * 32>>>(out, lse, q, k, v, s, scale);
+    } else {
+        size_t smem = forward4_smem<HSP>();
+        cudaCheck(cudaFuncSetAttribute(flash_forward_kernel4<HSP>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        flash_forward_kernel4<HSP><<<dim3(ceil_div(s.T, TC_BR), s.B * s.NH), TC_WARPS * 32, smem>>>(out, lse, q, k, v, s, scale);
     }
     cudaCheck(cudaGetLastError());
 }
@@ -744,7 +1076,7 @@ static void backward_hs(int variant, floatX *dq, floatX *dk, floatX *dv, const f
                                                                                                   D, s, scale);
             flash_dq_kernel2<HSP><<<dim3(ceil_div(s.T, DQ2_BR), s.B * s.NH), DQ2_BR, smem_q>>>(dq, q, k, v, dout, lse, D, s,
                                                                                             scale);
-        } else {
+        } else if (variant == 3) {
             size_t smem = backward3_smem<HSP>();
             cudaCheck(cudaFuncSetAttribute(flash_dkdv_kernel3<HSP>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
             cudaCheck(cudaFuncSetAttribute(flash_dq_kernel3<HSP>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
@@ -752,6 +1084,14 @@ static void backward_hs(int variant, floatX *dq, floatX *dk, floatX *dv, const f
                                                                                                    D, s, scale);
             flash_dq_kernel3<HSP><<<dim3(ceil_div(s.T, FLASH_BR), s.B * s.NH), FLASH_WARPS * 32, smem>>>(dq, q, k, v, dout, lse, D,
                                                                                                 s, scale);
+        } else {
+            size_t smem = backward4_smem<HSP>();
+            cudaCheck(cudaFuncSetAttribute(flash_dkdv_kernel4<HSP>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+            cudaCheck(cudaFuncSetAttribute(flash_dq_kernel4<HSP>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+            flash_dkdv_kernel4<HSP><<<dim3(ceil_div(s.T, TC_BR), s.B * s.NKV), TC_WARPS * 32, smem>>>(dk, dv, q, k, v, dout, lse, D,
+                                                                                               s, scale);
+            flash_dq_kernel4<HSP><<<dim3(ceil_div(s.T, TC_BR), s.B * s.NH), TC_WARPS * 32, smem>>>(dq, q, k, v, dout, lse, D, s,
+                                                                                            scale);
         }
     }
     cudaCheck(cudaGetLastError());
@@ -777,6 +1117,17 @@ static void attention_backward(int variant, floatX *dq, floatX *dk, floatX *dv, 
     case 3: backward_hs<96>(variant, dq, dk, dv, q, k, v, out, dout, lse, s, scratch); break;
     case 4: backward_hs<128>(variant, dq, dk, dv, q, k, v, out, dout, lse, s, scratch); break;
     default: fprintf(stderr, "Error: head size %d: these kernels take 1 to 128\n", s.HS); exit(EXIT_FAILURE);
+    }
+}
+
+// 0 where the variant runs on this GPU at head size HS; else the KiB of shared memory it needs
+static int variant_misfit(int variant, int HS) {
+    if (variant != 4) { return 0; }
+    switch ((HS + 31) / 32) {
+    case 1: return variant4_misfit<32>();
+    case 2: return variant4_misfit<64>();
+    case 3: return variant4_misfit<96>();
+    default: return variant4_misfit<128>();
     }
 }
 
@@ -810,6 +1161,14 @@ static const double RTOL = 1e-4, ATOL = 2e-5, RTOL_GRAD = 1e-4, ATOL_GRAD = 2e-5
 #else
 static const double RTOL = 3.9e-3, ATOL = 1e-3, RTOL_GRAD = 1.6e-2, ATOL_GRAD = 8e-3;
 #endif
+// Variant 4 multiplies bf16 tiles: P and dS are rounded to bf16 before their products, an
+// error of up to 2^-9 of each term, so an output is off by up to 2^-9 of the largest |v| it
+// averages, however small it is itself. So a bound on the scale of the whole, no relative
+// part: seeds 1-10 and 1337 under the emulator, worst out 3.0e-3 and gradients 4.4e-3 of
+// max|ref| in bf16, 1.6e-3 and 2.7e-3 in fp32 (there its inputs are made bf16 numbers
+// first, as it reads them: see check_case). 6e-3 and 8e-3 in both builds, under the 1% a dk
+// scaled by 1.01 is off at the largest entries.
+static const double ATOL_TC = 6e-3, ATOL_TC_GRAD = 8e-3;
 
 // ours (floatX on the device, count n at stride 1) against ref; prints the worst errors
 static bool check(const char *what, const std::vector<floatX> &ours, const double *ref, size_t n, double rtol,
@@ -863,6 +1222,24 @@ static void check_case(Case c, int first, int last) {
     cudaCheck(cudaMemcpy(d_qkv, qkv.data(), all * sizeof(floatX), cudaMemcpyHostToDevice));
     cudaCheck(cudaMemcpy(d_dout, dout.data(), qn * sizeof(floatX), cudaMemcpyHostToDevice));
     for (int variant = first; variant <= last; variant++) {
+        int misfit = variant_misfit(variant, c.HS);
+        if (misfit > 0) {
+            printf("%-16s B %d T %4d NH %2d NKV %2d HS %3d: needs %d KiB of shared memory a block, more than this GPU"
+                   " gives: not run\n", variant_names[variant], c.B, c.T, c.NH, c.NKV, c.HS, misfit);
+            continue;
+        }
+#if defined(ENABLE_FP32)
+        if (variant == 4) { // bf16 numbers in (the reference's inputs too): what variant 4 reads
+            for (size_t i = 0; i < all; i++) { qkv[i] = (float)__nv_bfloat16(qkv[i]); }
+            for (size_t i = 0; i < qn; i++) { dout[i] = (float)__nv_bfloat16(dout[i]); }
+            std::fill(dqkv.begin(), dqkv.end(), 0.0); // (attention_cpu adds to the gradients)
+            attention_cpu(out.data(), lse.data(), dqkv.data() + q_off, dqkv.data() + k_off, dqkv.data() + v_off,
+                          qkv.data() + q_off, qkv.data() + k_off, qkv.data() + v_off, dout.data(), s);
+            cudaCheck(cudaMemcpy(d_qkv, qkv.data(), all * sizeof(floatX), cudaMemcpyHostToDevice));
+            cudaCheck(cudaMemcpy(d_dout, dout.data(), qn * sizeof(floatX), cudaMemcpyHostToDevice));
+        }
+#endif
+        bool tc = variant == 4;
         // poison the outputs (NaN in both floatX), so that anything not written shows
         cudaCheck(cudaMemset(d_out, 0xFF, qn * sizeof(floatX)));
         cudaCheck(cudaMemset(d_dqkv, 0xFF, all * sizeof(floatX)));
@@ -877,9 +1254,9 @@ static void check_case(Case c, int first, int last) {
         cudaCheck(cudaMemcpy(h_dqkv.data(), d_dqkv, all * sizeof(floatX), cudaMemcpyDeviceToHost));
         cudaCheck(cudaMemcpy(h_lse.data(), d_lse, lse.size() * sizeof(float), cudaMemcpyDeviceToHost));
         double w_out = 0.0, w_grad = 0.0, w_lse = 0.0;
-        bool ok = check("out", h_out, out.data(), qn, RTOL, ATOL, &w_out);
+        bool ok = check("out", h_out, out.data(), qn, tc ? 0.0 : RTOL, tc ? ATOL_TC : ATOL, &w_out);
         // (q, k and v parts judged on the scale of the whole)
-        ok &= check("dqkv", h_dqkv, dqkv.data(), all, RTOL_GRAD, ATOL_GRAD, &w_grad);
+        ok &= check("dqkv", h_dqkv, dqkv.data(), all, tc ? 0.0 : RTOL_GRAD, tc ? ATOL_TC_GRAD : ATOL_GRAD, &w_grad);
         for (size_t i = 0; i < lse.size(); i++) {
             double err = fabs(h_lse[i] - lse[i]);
             w_lse = fmax(w_lse, err);
@@ -902,14 +1279,14 @@ static void usage(void) {
     printf("Usage: ./dev/cuda/flash_attention [-v N] [-c] [-s SEED]\n"
            "Causal attention forward and backward, %s: checks every variant against a double-precision\n"
            "CPU reference, then times them. Variants:\n", PRECISION_NAME);
-    for (int v = 1; v <= 3; v++) { printf("  %s\n", variant_names[v]); }
+    for (int v = 1; v <= VARIANTS; v++) { printf("  %s\n", variant_names[v]); }
     printf("Flags:\n  -v N     only variant N\n" LADDER_COMMON_FLAGS);
 }
 
 int main(int argc, char **argv) {
-    LadderArgs args = parse_args(argc, argv, 3, 0, usage);
+    LadderArgs args = parse_args(argc, argv, VARIANTS, 0, usage);
     rng_state = args.seed;
-    int first = args.only ? args.only : 1, last = args.only ? args.only : 3;
+    int first = args.only ? args.only : 1, last = args.only ? args.only : VARIANTS;
     // T that divides no tile (64, 32, 16), a single token, both layouts, G = 1, 2 and 4
     const Case cases[] = {
         {1, 1, 2, 2, 64, 1}, {2, 33, 2, 2, 64, 1}, {1, 77, 4, 2, 64, 0}, {1, 130, 4, 1, 32, 0},
@@ -954,6 +1331,11 @@ int main(int argc, char **argv) {
                 floatX *dq = d_dqkv, *dk = d_dqkv + NH * HS, *dv = dk + NKV * HS;
                 double flops = 2.0 * B * NH * (double)T * T * HS; // 4 B NH T^2 HS, halved by the mask
                 for (int variant = first; variant <= last; variant++) {
+                    if (variant_misfit(variant, HS) > 0) {
+                        printf("%-16s %6d %4d %4d %4d  (needs %d KiB of shared memory a block: not timed)\n",
+                               variant_names[variant], T, B, NH, HS, variant_misfit(variant, HS));
+                        continue;
+                    }
                     size_t scratch = scratch_floats(variant, s) * sizeof(float);
                     if (scratch > (8ull << 30)) {
                         printf("%-16s %6d %4d %4d %4d  (its %.0f GiB scratch: not timed)\n", variant_names[variant], T,

@@ -70,7 +70,9 @@ What the emulation does:
     process one emulated GPU, the data moved by MPI).
   - EMU_DIGEST_FILE=F: at exit, append a hash of every byte copied from the device to the
     host to F, so that two runs under different schedules can be compared.
-What it cannot do: tensor cores (mma, wmma), inline PTX, streams running in parallel,
+The tensor cores' warp matrix functions (nvcuda::wmma) have a stand-in, include/mma.h: each
+lane holds a fragment's whole tile, and the results match to the order of fp32 sums.
+What it cannot do: mma.sync and other inline PTX, streams running in parallel,
 timing (events measure CPU time), memory-ordering subtleties between blocks (fences), and
 anything that relies on warps running in lock-step without __syncwarp. It is a
 correctness tool, not a performance one.

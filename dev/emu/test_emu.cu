@@ -11,13 +11,16 @@ against a CPU loop:
     partial warps with the mask of the lanes that exist
     atomics (a histogram with atomicAdd; one sum from every block)
     dynamic shared memory, above 48 KiB with cudaFuncSetAttribute's opt-in
+    the tensor cores' warp matrix functions (wmma: bf16 tiles in both layouts, fp32
+    accumulators loaded, scaled element by element, stored and read back by other lanes)
 The second part, under the emulator only, runs bugs a GPU would suffer from, each in a
 child process (this program with --case NAME), and checks that the build and schedule
 meant to catch it fail it with the right message: a missing __syncthreads in either
 direction, a race between blocks, writes past a cudaMalloc'd buffer or a __shared__
 array, reads of shared memory no thread wrote, warp operations whose mask names a lane
 that does not exist, has returned or is not the caller, divergent barriers, deadlocks,
-__launch_bounds__ and dynamic shared memory limits, cudaMemcpy in the wrong direction or
+__launch_bounds__ and dynamic shared memory limits, wmma calls on a misaligned tile, from
+part of a warp or read by other lanes without a __syncwarp, cudaMemcpy in the wrong direction or
 past the end, cudaFree twice, a kernel or a graph using freed memory.
 */
 #include <cstdint>
@@ -28,6 +31,8 @@ past the end, cudaFree twice, a kernel or a graph using freed memory.
 #include <vector>
 #include <unistd.h>
 #include <cuda_runtime.h>
+#include <cuda_bf16.h>
+#include <mma.h>
 
 static void cuda_check(cudaError_t err, const char *file, int line) {
     if (err != cudaSuccess) {
@@ -268,6 +273,43 @@ __global__ void dynamic_not_written(float *out) {
     out[blockIdx.x * blockDim.x + threadIdx.x] = scratch[threadIdx.x];
 }
 
+// out (32 x 16) = scale (A B) + C on the tensor cores, A (32 x 32) row-major, B (32 x 16)
+// column-major (element (k, j) at B[k + 32 j]), all bf16, C fp32: warp w takes rows
+// 16w..16w+15 in two steps of k. The result goes through shared memory, where each lane
+// copies out what other lanes stored (after a __syncwarp: with sync = 0, a race).
+__global__ void wmma_tiles(float *out, const float *C, const __nv_bfloat16 *A, const __nv_bfloat16 *B, float scale, int sync) {
+    __shared__ __align__(32) float tile[2][16 * 16];
+    int w = threadIdx.x / 32, lane = threadIdx.x % 32;
+    for (int e = lane; e < 256; e += 32) { tile[w][e] = 0.0f; } // (so that a read too early is a race, not a read of nothing)
+    __syncwarp();
+    nvcuda::wmma::fragment<nvcuda::wmma::matrix_a, 16, 16, 16, __nv_bfloat16, nvcuda::wmma::row_major> a;
+    nvcuda::wmma::fragment<nvcuda::wmma::matrix_b, 16, 16, 16, __nv_bfloat16, nvcuda::wmma::col_major> b;
+    nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float> acc, c;
+    nvcuda::wmma::fill_fragment(acc, 0.0f);
+    for (int k = 0; k < 32; k += 16) {
+        nvcuda::wmma::load_matrix_sync(a, A + 16 * w * 32 + k, 32);
+        nvcuda::wmma::load_matrix_sync(b, B + k, 32);
+        nvcuda::wmma::mma_sync(acc, a, b, acc);
+    }
+    nvcuda::wmma::load_matrix_sync(c, C + 16 * w * 16, 16, nvcuda::wmma::mem_row_major);
+    for (int e = 0; e < acc.num_elements; e++) { acc.x[e] = scale * acc.x[e] + c.x[e]; } // (same types: same elements)
+    nvcuda::wmma::store_matrix_sync(tile[w], acc, 16, nvcuda::wmma::mem_row_major);
+    if (sync) { __syncwarp(); }
+    for (int e = lane; e < 256; e += 32) { out[16 * w * 16 + 255 - e] = tile[w][255 - e]; }
+}
+// wmma's rules broken: a tile 16 bytes off its 32-byte alignment; half the warp returned
+__global__ void wmma_misaligned(float *C) {
+    nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float> c;
+    nvcuda::wmma::load_matrix_sync(c, C + 4, 16, nvcuda::wmma::mem_row_major);
+    nvcuda::wmma::store_matrix_sync(C + 4, c, 16, nvcuda::wmma::mem_row_major);
+}
+__global__ void wmma_half_warp(float *C) {
+    if (threadIdx.x >= 16) { return; }
+    nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float> c;
+    nvcuda::wmma::fill_fragment(c, 1.0f);
+    nvcuda::wmma::store_matrix_sync(C, c, 16, nvcuda::wmma::mem_row_major);
+}
+
 #ifdef CUDA_EMU_H
 // The child: run one bug, check what a plain run can check itself (wrong values)
 static int run_case(const char *name) {
@@ -312,6 +354,17 @@ static int run_case(const char *name) {
         shared_histogram<<<1, 32>>>(iout);
     } else if (strcmp(name, "dynamic_not_written") == 0) {
         dynamic_not_written<<<2, 32, 32 * sizeof(float)>>>(out);
+    } else if (strcmp(name, "wmma_no_syncwarp") == 0) {
+        std::vector<__nv_bfloat16> ab(32 * 32, __nv_bfloat16(0.5f));
+        __nv_bfloat16 *dab = to_device(ab);
+        float *result;
+        cudaCheck(cudaMalloc(&result, 256 * sizeof(float)));
+        cudaCheck(cudaMemset(out, 0, 256 * sizeof(float)));
+        wmma_tiles<<<1, 32>>>(result, out, dab, dab, 1.0f, 0);
+    } else if (strcmp(name, "wmma_misaligned") == 0) {
+        wmma_misaligned<<<1, 32>>>(out);
+    } else if (strcmp(name, "wmma_half_warp") == 0) {
+        wmma_half_warp<<<1, 32>>>(out);
     } else if (strcmp(name, "host_deref") == 0) {
         out[3] = 1.0f; // a device pointer written on the host
     } else if (strcmp(name, "capture_default_stream") == 0) {
@@ -398,6 +451,9 @@ static const Case CASES[] = {
     {"half_words", "race", "descending", "a race on shared memory"},
     {"shared_atomic", "race", "ascending", "atomically, which no thread of its block has written"},
     {"dynamic_not_written", "race", "ascending", "which no thread of its block has written"},
+    {"wmma_no_syncwarp", "race", "ascending", "a race on shared memory"},
+    {"wmma_misaligned", "plain asan race", "ascending", "is not 32-byte aligned"},
+    {"wmma_half_warp", "plain asan race", "ascending", "needs all 32 lanes"},
     {"host_deref", "race", "ascending", "device memory, which on a GPU machine the host cannot touch"},
     {"capture_default_stream", "plain asan race", "ascending", "issued to the default stream during a capture"},
     {"divergent_barrier", "plain asan race", "random:5", "divergent barrier"},
@@ -624,6 +680,33 @@ int main(int argc, char **argv) {
             cudaCheck(cudaFree(dx));
             cudaCheck(cudaFree(dout));
         }
+    }
+    // the tensor cores (wmma): C = 0.75 (A B) + C, bf16 tiles in both layouts, two warps
+    {
+        std::vector<__nv_bfloat16> A(32 * 32), B(32 * 16);
+        std::vector<float> C(32 * 16);
+        for (auto &v : A) { v = __nv_bfloat16(rnd()); }
+        for (auto &v : B) { v = __nv_bfloat16(rnd()); }
+        for (auto &v : C) { v = rnd(); }
+        __nv_bfloat16 *dA = to_device(A), *dB = to_device(B);
+        float *dC = to_device(C), *dout;
+        cudaCheck(cudaMalloc(&dout, 32 * 16 * sizeof(float)));
+        wmma_tiles<<<1, 64>>>(dout, dC, dA, dB, 0.75f, 1);
+        cudaCheck(cudaGetLastError());
+        std::vector<float> out = to_host(dout, 32 * 16);
+        double err = 0;
+        for (int i = 0; i < 32; i++) {
+            for (int j = 0; j < 16; j++) {
+                double ref = 0;
+                for (int k = 0; k < 32; k++) { ref += (double)(float)A[i * 32 + k] * (double)(float)B[k + 32 * j]; }
+                err = fmax(err, fabs(0.75 * ref + C[i * 16 + j] - out[i * 16 + j]));
+            }
+        }
+        report("wmma: 32x32 @ 32x16 bf16 (row-, column-major), fp32 accumulators", err, 1e-5);
+        cudaCheck(cudaFree(dA));
+        cudaCheck(cudaFree(dB));
+        cudaCheck(cudaFree(dC));
+        cudaCheck(cudaFree(dout));
     }
     // the missing barrier, as a GPU runs it: either outcome is possible, so only reported
     {

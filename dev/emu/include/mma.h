@@ -1,0 +1,144 @@
+// Under emulation (dev/emu/emu_build.sh puts this folder first on the include path)
+// CUDA's warp matrix functions, nvcuda::wmma (mma.h), are this file: a stand-in for the
+// tensor cores that gives the same results up to the order of the fp32 sums.
+//
+// On a GPU a fragment is spread over the 32 lanes of a warp (num_elements of it in each,
+// in an order CUDA does not document). Here every lane holds the whole tile, rows by
+// columns (num_elements is the tile's size): so code that treats a fragment's elements
+// alike (fill_fragment, or a loop over x[0..num_elements) doing the same to each) means
+// the same on both, and code that assumes which element a lane holds cannot be written.
+//   - load_matrix_sync: each lane reads the whole tile, but the race detector and
+//     AddressSanitizer see lane j read only the elements e = j, j + 32, ... (in row-major
+//     order), the rest read unseen. Those are the elements a lane stores (below): so a
+//     warp may load an accumulator, add to it and store it back with no __syncwarp, as on a
+//     GPU, where a lane stores the very elements it loaded.
+//   - mma_sync: each lane computes the whole product d = a b + c, in fp32, from the
+//     inputs' exact values (products of bf16 or fp16 numbers are exact in fp32), summing
+//     over k in order; a tensor core's order of addition is its own, so results match a
+//     GPU's to fp32 rounding, not bit for bit.
+//   - store_matrix_sync: lane j writes the elements e = j, j + 32, ... of the tile (in
+//     row-major order), so the race detector sees the tile written by the whole warp, as on
+//     a GPU: a lane that reads what another stored needs a __syncwarp (or a barrier)
+//     first, there too.
+// All three are collective, as CUDA requires: every lane of the warp must call the same
+// one (a warp operation, checked like a shuffle with a full mask: a warp with fewer than
+// 32 threads, or lanes in different wmma calls, is an error). The pointer must be 32-byte
+// aligned and ldm a multiple of 16 bytes' worth of elements (CUDA's rules: on a GPU a
+// misaligned tile is undefined behaviour), and both are checked.
+#ifndef MMA_EMU_H
+#define MMA_EMU_H
+#include "../cuda_emu.h"
+#include "cuda_bf16.h"
+#include "cuda_fp16.h"
+#include <type_traits>
+
+namespace nvcuda {
+namespace wmma {
+struct matrix_a {};
+struct matrix_b {};
+struct accumulator {};
+struct row_major {};
+struct col_major {};
+enum layout_t { mem_row_major, mem_col_major };
+
+template <typename Use, int M, int N, int K> struct tile_shape; // the fragment's rows and columns
+template <int M, int N, int K> struct tile_shape<matrix_a, M, N, K> { static const int rows = M, cols = K; };
+template <int M, int N, int K> struct tile_shape<matrix_b, M, N, K> { static const int rows = K, cols = N; };
+template <int M, int N, int K> struct tile_shape<accumulator, M, N, K> { static const int rows = M, cols = N; };
+
+template <typename Use, int M, int N, int K, typename T, typename Layout = void> struct fragment {
+    static const int rows = tile_shape<Use, M, N, K>::rows, cols = tile_shape<Use, M, N, K>::cols;
+    enum { num_elements = rows * cols };
+    T x[num_elements]; // element (i, j) at x[i * cols + j]
+};
+
+// a collective call: every lane of the caller's warp arrives before any goes on
+inline void wmma_arrive(const char *what, int line) {
+    emu::WarpOp *op = emu::warp_arrive(0xffffffffu, what, line, nullptr, 0);
+    unsigned gone = op->gone;
+    emu::warp_done(op);
+    if (gone != 0) {
+        EMU_ERROR("%s at line %d: lane %d has returned, and a warp matrix function needs all 32 lanes (undefined on a GPU)",
+                  what, line, __builtin_ctz(gone));
+    }
+}
+template <typename T> inline void wmma_check_tile(const char *what, int line, const T *p, unsigned ldm, int cols) {
+    if ((uintptr_t)p % 32 != 0) {
+        EMU_ERROR("%s at line %d: the pointer %p is not 32-byte aligned (undefined on a GPU)", what, line, (const void *)p);
+    }
+    if (ldm * sizeof(T) % 16 != 0 || (int)ldm < cols) {
+        EMU_ERROR("%s at line %d: ldm %u: it must be a multiple of %d elements (16 bytes) and at least the tile's %d",
+                  what, line, ldm, (int)(16 / sizeof(T)), cols);
+    }
+}
+
+// element e of a tile, as lane `lane` reads it: seen by the race detector and AddressSanitizer
+// if the lane owns it, unseen otherwise
+template <typename T> EMU_INTERNAL __attribute__((noipa)) T wmma_unseen(const T *p) { return *p; } // (opaque: the caller is instrumented)
+template <typename T> inline T wmma_read(const T *p, int e, int lane) { return e % 32 == lane ? *p : wmma_unseen(p); }
+
+template <typename Use, int M, int N, int K, typename T, typename Layout, typename V>
+inline void fill_fragment(fragment<Use, M, N, K, T, Layout> &f, const V &v) {
+    for (int e = 0; e < f.num_elements; e++) { f.x[e] = (T)v; }
+}
+
+// matrix_a or matrix_b, its layout in its type: element (i, j) at p[i ldm + j] (row_major)
+// or p[i + j ldm] (col_major)
+template <typename Use, int M, int N, int K, typename T, typename Layout>
+inline void load_matrix_sync(fragment<Use, M, N, K, T, Layout> &f, const T *p, unsigned ldm, int line = __builtin_LINE()) {
+    const char *what = "wmma::load_matrix_sync";
+    wmma_arrive(what, line);
+    const bool row = std::is_same<Layout, row_major>::value;
+    wmma_check_tile(what, line, p, ldm, row ? f.cols : f.rows);
+    int lane = emu::lane_id();
+    for (int i = 0; i < f.rows; i++) {
+        for (int j = 0; j < f.cols; j++) {
+            int e = i * f.cols + j;
+            f.x[e] = wmma_read(row ? p + (size_t)i * ldm + j : p + i + (size_t)j * ldm, e, lane);
+        }
+    }
+}
+// an accumulator, its layout given
+template <int M, int N, int K, typename T>
+inline void load_matrix_sync(fragment<accumulator, M, N, K, T> &f, const T *p, unsigned ldm, layout_t layout,
+                             int line = __builtin_LINE()) {
+    const char *what = "wmma::load_matrix_sync";
+    wmma_arrive(what, line);
+    wmma_check_tile(what, line, p, ldm, layout == mem_row_major ? N : M);
+    int lane = emu::lane_id();
+    for (int i = 0; i < M; i++) {
+        for (int j = 0; j < N; j++) {
+            f.x[i * N + j] = wmma_read(layout == mem_row_major ? p + (size_t)i * ldm + j : p + i + (size_t)j * ldm, i * N + j, lane);
+        }
+    }
+}
+template <int M, int N, int K, typename T>
+inline void store_matrix_sync(T *p, const fragment<accumulator, M, N, K, T> &f, unsigned ldm, layout_t layout,
+                              int line = __builtin_LINE()) {
+    const char *what = "wmma::store_matrix_sync";
+    wmma_arrive(what, line);
+    wmma_check_tile(what, line, (const T *)p, ldm, layout == mem_row_major ? N : M);
+    for (int e = emu::lane_id(); e < M * N; e += 32) {
+        int i = e / N, j = e % N;
+        (layout == mem_row_major ? p[(size_t)i * ldm + j] : p[i + (size_t)j * ldm]) = f.x[e];
+    }
+}
+// d = a b + c, each lane the whole tile (d may be c)
+template <int M, int N, int K, typename Tin, typename LA, typename LB, typename Tacc>
+inline void mma_sync(fragment<accumulator, M, N, K, Tacc> &d, const fragment<matrix_a, M, N, K, Tin, LA> &a,
+                     const fragment<matrix_b, M, N, K, Tin, LB> &b, const fragment<accumulator, M, N, K, Tacc> &c,
+                     int line = __builtin_LINE()) {
+    wmma_arrive("wmma::mma_sync", line);
+    Tacc r[M * N];
+    for (int i = 0; i < M; i++) {
+        for (int j = 0; j < N; j++) {
+            float sum = (float)c.x[i * N + j];
+            for (int k = 0; k < K; k++) { sum += (float)a.x[i * K + k] * (float)b.x[k * N + j]; }
+            r[i * N + j] = (Tacc)sum;
+        }
+    }
+    for (int e = 0; e < M * N; e++) { d.x[e] = r[e]; }
+}
+} // namespace wmma
+} // namespace nvcuda
+#endif
