@@ -22,7 +22,8 @@ On one H200 at 4096, in TFLOP/s: 1: 0.5, 2: 5.9, 3: 8.1, 4: 34, cuBLAS fp32 51;
 5: 101, cuBLAS bf16 735. The whole run takes about 5 seconds.
 
     make dev/cuda/matmul && ./dev/cuda/matmul     (-c checks only, -v N one variant, -h all flags)
-Without a GPU, the CPU emulator runs the checks of variants 1-4 at small sizes:
+Without a GPU, the CPU emulator runs the checks of every variant at small sizes (variant 5
+on its stand-in for the tensor cores, dev/emu/include/mma.h):
     bash dev/emu/emu_build.sh dev/cuda/matmul.cu /tmp/matmul_cpu && /tmp/matmul_cpu -c
 
 Left out, for later: double buffering and asynchronous copies (cp.async, TMA),
@@ -39,12 +40,13 @@ arbitrary, so rows need not be aligned), split-K, autotuning.
 #include <vector>
 #include <cuda_runtime.h>
 #include "common.h" // cudaCheck, cublasCheck, rng_uniform, ceil_div, parse_args, require_gpu, time_median_ms
-#ifndef CUDA_EMU_H
-// the CPU emulator (dev/emu) has no tensor cores, and its cuBLAS stand-in is no
-// yardstick: under it, variant 5, cuBLAS and the timing are left out (each such
-// place is marked with #ifndef CUDA_EMU_H; common.h leaves out cuBLAS there too)
 #include <cuda_bf16.h>
 #include <mma.h>
+#ifndef CUDA_EMU_H
+// the CPU emulator's (dev/emu) cuBLAS stand-in is no yardstick: under it, cuBLAS and the
+// timing are left out (each such place is marked with #ifndef CUDA_EMU_H; common.h leaves
+// out cuBLAS there too). Its tensor cores are a stand-in too (dev/emu/include/mma.h), which
+// runs variant 5's checks.
 #include <cublas_v2.h>
 #endif
 
@@ -65,11 +67,7 @@ static float bf16_round(float x) {
 // ----------------------------------------------------------------------------
 // precision: fp32 everywhere, except variant 5's inputs
 
-#ifdef CUDA_EMU_H
-typedef uint16_t bf16; // storage only: under the emulator variant 5 never runs
-#else
 typedef __nv_bfloat16 bf16;
-#endif
 
 // ----------------------------------------------------------------------------
 // the CPU reference
@@ -215,7 +213,6 @@ __global__ void __launch_bounds__(256) matmul_kernel4(float *C, const float *A, 
     }
 }
 
-#ifndef CUDA_EMU_H
 // 5: tensor cores. One warp-wide operation multiplies two 16x16 bf16 tiles into fp32
 // (4096 FMAs, 2 instructions), where the fp32 cores do one FMA per thread per
 // instruction; on an H100/H200 that is ~15x the fp32 rate. WMMA (nvcuda::wmma) exposes it: load_matrix_sync
@@ -292,7 +289,6 @@ __global__ void float_to_bf16_kernel(bf16 *out, const float *in, size_t n) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) { out[i] = __float2bfloat16(in[i]); }
 }
-#endif
 
 // ----------------------------------------------------------------------------
 // launchers: the variants, then the two cuBLAS calls they are measured against
@@ -308,14 +304,13 @@ static cublasHandle_t cublas_handle;
 // are A and B rounded to bf16, the inputs of variant 5 and of CUBLAS_BF16.
 static void matmul_forward(int variant, float *C, const float *A, const float *B, const bf16 *A16, const bf16 *B16,
                            int M, int N, int K) {
-    (void)A16, (void)B16; // unused under the emulator
     switch (variant) {
     case 1: matmul_kernel1<<<dim3(ceil_div(M, 32), ceil_div(N, 8)), dim3(32, 8)>>>(C, A, B, M, N, K); break;
     case 2: matmul_kernel2<<<dim3(ceil_div(N, 32), ceil_div(M, 8)), dim3(32, 8)>>>(C, A, B, M, N, K); break;
     case 3: matmul_kernel3<<<dim3(ceil_div(N, TILE3), ceil_div(M, TILE3)), dim3(TILE3, TILE3)>>>(C, A, B, M, N, K); break;
     case 4: matmul_kernel4<<<dim3(ceil_div(N, BN), ceil_div(M, BM)), dim3(256)>>>(C, A, B, M, N, K); break;
-#ifndef CUDA_EMU_H
     case 5: matmul_kernel5<<<dim3(ceil_div(N, BN5), ceil_div(M, BM5)), dim3(256)>>>(C, A16, B16, M, N, K); break;
+#ifndef CUDA_EMU_H
     // cuBLAS is column-major, and a row-major matrix read as column-major is its
     // transpose. So we ask it for C^T (N,M) = B^T (N,K) @ A^T (K,M): B goes first, and
     // no transposes are needed. The default math mode (set in main) keeps Sgemm in fp32.
@@ -340,7 +335,7 @@ static void matmul_forward(int variant, float *C, const float *A, const float *B
 // one problem on the device, the checks, the timing
 
 static float *d_A, *d_B, *d_C; // (M,K), (K,N), (M,N)
-static bf16 *d_A16, *d_B16;    // A and B rounded to bf16, variant 5's inputs (not under the emulator)
+static bf16 *d_A16, *d_B16;    // A and B rounded to bf16, variant 5's inputs
 
 static void problem_upload(const float *A, const float *B, int M, int N, int K) {
     size_t a = (size_t)M * K, b = (size_t)K * N, c = (size_t)M * N;
@@ -349,23 +344,19 @@ static void problem_upload(const float *A, const float *B, int M, int N, int K) 
     cudaCheck(cudaMalloc(&d_C, c * sizeof(float)));
     cudaCheck(cudaMemcpy(d_A, A, a * sizeof(float), cudaMemcpyHostToDevice));
     cudaCheck(cudaMemcpy(d_B, B, b * sizeof(float), cudaMemcpyHostToDevice));
-#ifndef CUDA_EMU_H
     cudaCheck(cudaMalloc(&d_A16, a * sizeof(bf16)));
     cudaCheck(cudaMalloc(&d_B16, b * sizeof(bf16)));
     float_to_bf16_kernel<<<(unsigned)((a + 255) / 256), 256>>>(d_A16, d_A, a);
     float_to_bf16_kernel<<<(unsigned)((b + 255) / 256), 256>>>(d_B16, d_B, b);
     cudaCheck(cudaGetLastError());
-#endif
 }
 
 static void problem_free(void) {
     cudaCheck(cudaFree(d_A));
     cudaCheck(cudaFree(d_B));
     cudaCheck(cudaFree(d_C));
-#ifndef CUDA_EMU_H
     cudaCheck(cudaFree(d_A16));
     cudaCheck(cudaFree(d_B16));
-#endif
 }
 
 // Compares the device's C with the reference. Tolerance: a K-term fp32 dot product,
@@ -427,14 +418,10 @@ int main(int argc, char **argv) {
     rng_state = args.seed;
     int first = args.only ? args.only : 1, last = args.only ? args.only : 5;
 #ifdef CUDA_EMU_H
-    // On the CPU every thread of a block is a fiber: small sizes only, and no
-    // variant 5 (no tensor cores) and no timing (no GPU to time).
+    // On the CPU every thread of a block is a fiber: small sizes only, and no timing (no
+    // GPU to time); variant 5 on the emulator's stand-in for the tensor cores
     const int sizes[][3] = {{64, 48, 40}, {33, 65, 17}, {136, 140, 24}}; // the last one past a 128 x 128 tile
-    printf("CPU emulation (dev/emu): checks of variants 1-4 only, at small sizes; no timing; seed %llu\n", args.seed);
-    if (args.only == 5) {
-        printf("variant 5 needs tensor cores, which the emulator does not have: nothing to check\n");
-    }
-    last = last < 4 ? last : 4;
+    printf("CPU emulation (dev/emu): checks at small sizes; no timing; seed %llu\n", args.seed);
 #else
     const int sizes[][3] = {{128, 128, 128}, {257, 131, 199}, {1000, 1000, 64}};
     require_gpu("checks variants 1-4: bash dev/emu/emu_build.sh dev/cuda/matmul.cu /tmp/matmul_cpu && "

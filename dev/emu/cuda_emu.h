@@ -111,6 +111,7 @@ extern "C" const char *__asan_default_options() { return "detect_leaks=0"; }
 // built-in variables and qualifiers
 
 struct uint3 { unsigned x, y, z; };
+struct alignas(16) uint4 { unsigned x, y, z, w; }; // (16-byte loads and stores, as CUDA's vector type)
 struct dim3 {
     unsigned x, y, z;
     dim3(unsigned x_ = 1, unsigned y_ = 1, unsigned z_ = 1) : x(x_), y(y_), z(z_) {}
