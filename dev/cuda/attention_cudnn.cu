@@ -21,7 +21,9 @@ stats and the backward's dq, dk, dv against a CPU reference in double written pl
 from the same 16-bit inputs; and that a second backward is bitwise equal to the first
 (we ask cuDNN for its deterministic backward). Then it times forward and backward at
 the trainer's B,T,NH,C = 64,1024,12,768: warm-up, CUDA events, median of 20, ms and
-TFLOP/s. It ends with "N passed, M failed" and exits non-zero if a check failed. Without
+TFLOP/s; then at dev/cuda/flash_attention.cu's shapes (T = 1K/4K/16K, HS = 64/128, 16 K
+tokens a batch), in that table's columns (make gpu-check prints these rows under the
+ladder's; its grouped heads at HS = 128 are G = 1 here, the same FLOPs). It ends with "N passed, M failed" and exits non-zero if a check failed. Without
 a GPU it says so and exits 0: there is nothing to run (the CPU emulator has no cuDNN).
 TODO: the H200 numbers go here once measured (written on a machine without a GPU).
 
@@ -577,38 +579,62 @@ int main(int argc, char **argv) {
     const size_t sizes[][4] = {{2, 64, 4, 256}, {3, 67, 2, 128}, {4, 1024, 12, 768}}; // B, T, NH, C
     for (const size_t *s : sizes) { check_shape(s[0], s[1], s[2], s[3]); }
 
-    // 2. timing at the trainer's shape. FLOPs as the FlashAttention papers count them:
-    // the forward's two matmuls 4 B NH T^2 HS, the backward's five 2.5 times that; the
-    // causal mask skips half of each.
+    // 2. timing at the trainer's shape, then at the shapes of dev/cuda/flash_attention.cu's
+    // table, in its columns, so that make gpu-check prints cuDNN under our ladder. FLOPs as the
+    // FlashAttention papers count them: the forward's two matmuls 4 B NH T^2 HS, the
+    // backward's five 2.5 times that; the causal mask skips half of each.
     if (!args.check_only) {
-        const size_t B = 64, T = 1024, NH = 12, C = 768, HS = C / NH;
-        std::vector<floatX> qkv(B * T * 3 * C), dout(B * T * C);
-        fill_inputs(qkv, dout);
-        Buffers d = buffers_alloc(B, T, NH, C);
-        cudaCheck(cudaMemcpy(d.qkv, qkv.data(), qkv.size() * sizeof(floatX), cudaMemcpyHostToDevice));
-        cudaCheck(cudaMemcpy(d.dout, dout.data(), dout.size() * sizeof(floatX), cudaMemcpyHostToDevice));
-        // the first call of a shape builds its graph: worth knowing at the trainer's start
-        auto t0 = std::chrono::steady_clock::now();
-        attention_forward_cudnn(d.out, d.stats, d.qkv, B, T, NH, C);
-        cudaCheck(cudaDeviceSynchronize());
-        auto t1 = std::chrono::steady_clock::now();
-        attention_backward_cudnn(d.dqkv, d.dout, d.qkv, d.out, d.stats, B, T, NH, C);
-        cudaCheck(cudaDeviceSynchronize());
-        auto t2 = std::chrono::steady_clock::now();
-        printf("\nB %zu T %zu NH %zu C %zu, %s: first calls (graph build included): forward %.0f ms, backward %.0f ms;\n"
-               "workspace %.1f MB; median of 20 calls after a warm-up, %% of 989 TFLOP/s (H100/H200 dense 16-bit)\n",
-               B, T, NH, C, PRECISION_NAME, std::chrono::duration<double, std::milli>(t1 - t0).count(),
-               std::chrono::duration<double, std::milli>(t2 - t1).count(), cudnn_workspace_bytes() / 1e6);
-        double flops_fwd = 4.0 * B * NH * T * T * HS / 2.0, flops_bwd = 2.5 * flops_fwd;
-        float ms_fwd = time_median_ms([&] { attention_forward_cudnn(d.out, d.stats, d.qkv, B, T, NH, C); });
-        float ms_bwd = time_median_ms(
-            [&] { attention_backward_cudnn(d.dqkv, d.dout, d.qkv, d.out, d.stats, B, T, NH, C); });
         const double peak = 989e12; // NVIDIA's H100/H200 SXM data sheets, bf16/fp16 dense
-        printf("forward  %8.3f ms %7.1f TFLOP/s %5.1f%%\n", ms_fwd, flops_fwd / (ms_fwd * 1e-3) / 1e12,
-               100.0 * flops_fwd / (ms_fwd * 1e-3) / peak);
-        printf("backward %8.3f ms %7.1f TFLOP/s %5.1f%%\n", ms_bwd, flops_bwd / (ms_bwd * 1e-3) / 1e12,
-               100.0 * flops_bwd / (ms_bwd * 1e-3) / peak);
-        buffers_free(d);
+        // median ms of the forward and the backward at one shape (after its first calls, which
+        // build the graphs: reported at the trainer's shape)
+        auto time_shape = [&](size_t B, size_t T, size_t NH, size_t C, float *ms_fwd, float *ms_bwd, bool first_calls) {
+            std::vector<floatX> qkv(B * T * 3 * C), dout(B * T * C);
+            fill_inputs(qkv, dout);
+            Buffers d = buffers_alloc(B, T, NH, C);
+            cudaCheck(cudaMemcpy(d.qkv, qkv.data(), qkv.size() * sizeof(floatX), cudaMemcpyHostToDevice));
+            cudaCheck(cudaMemcpy(d.dout, dout.data(), dout.size() * sizeof(floatX), cudaMemcpyHostToDevice));
+            auto t0 = std::chrono::steady_clock::now();
+            attention_forward_cudnn(d.out, d.stats, d.qkv, B, T, NH, C);
+            cudaCheck(cudaDeviceSynchronize());
+            auto t1 = std::chrono::steady_clock::now();
+            attention_backward_cudnn(d.dqkv, d.dout, d.qkv, d.out, d.stats, B, T, NH, C);
+            cudaCheck(cudaDeviceSynchronize());
+            auto t2 = std::chrono::steady_clock::now();
+            if (first_calls) {
+                printf("\nB %zu T %zu NH %zu C %zu, %s: first calls (graph build included): forward %.0f ms, backward %.0f ms;\n"
+                       "workspace %.1f MB; median of 20 calls after a warm-up, %% of 989 TFLOP/s (H100/H200 dense 16-bit)\n",
+                       B, T, NH, C, PRECISION_NAME, std::chrono::duration<double, std::milli>(t1 - t0).count(),
+                       std::chrono::duration<double, std::milli>(t2 - t1).count(), cudnn_workspace_bytes() / 1e6);
+            }
+            *ms_fwd = time_median_ms([&] { attention_forward_cudnn(d.out, d.stats, d.qkv, B, T, NH, C); });
+            *ms_bwd = time_median_ms([&] { attention_backward_cudnn(d.dqkv, d.dout, d.qkv, d.out, d.stats, B, T, NH, C); });
+            buffers_free(d);
+        };
+        {
+            const size_t B = 64, T = 1024, NH = 12, C = 768, HS = C / NH;
+            float ms_fwd, ms_bwd;
+            time_shape(B, T, NH, C, &ms_fwd, &ms_bwd, true);
+            double flops_fwd = 4.0 * B * NH * T * T * HS / 2.0, flops_bwd = 2.5 * flops_fwd;
+            printf("forward  %8.3f ms %7.1f TFLOP/s %5.1f%%\n", ms_fwd, flops_fwd / (ms_fwd * 1e-3) / 1e12,
+                   100.0 * flops_fwd / (ms_fwd * 1e-3) / peak);
+            printf("backward %8.3f ms %7.1f TFLOP/s %5.1f%%\n", ms_bwd, flops_bwd / (ms_bwd * 1e-3) / 1e12,
+                   100.0 * flops_bwd / (ms_bwd * 1e-3) / peak);
+        }
+        // flash_attention.cu's shapes: 16 K tokens a batch, NH * HS = 2,048. Its HS = 128 rows
+        // have grouped heads (G = 4), which this fused (B,T,3C) layout cannot express: here
+        // G = 1, the same FLOPs, more K/V to read.
+        printf("\nflash_attention.cu's table (ms: median of up to 20 calls after a warm-up)\n%-16s %6s %4s %4s %4s %10s %8s %10s %8s\n",
+               "variant", "T", "B", "NH", "HS", "fwd ms", "TFLOP/s", "bwd ms", "TFLOP/s");
+        for (size_t HS : {64, 128}) {
+            for (size_t T : {1024, 4096, 16384}) {
+                size_t NH = 2048 / HS, B = 16384 / T;
+                float ms_fwd, ms_bwd;
+                time_shape(B, T, NH, NH * HS, &ms_fwd, &ms_bwd, false);
+                double flops = 2.0 * B * NH * (double)T * T * HS;
+                printf("%-16s %6zu %4zu %4zu %4zu %10.3f %8.1f %10.3f %8.1f\n", "cuDNN (G = 1)", T, B, NH, HS, ms_fwd,
+                       flops / (ms_fwd * 1e-3) / 1e12, ms_bwd, 2.5 * flops / (ms_bwd * 1e-3) / 1e12);
+            }
+        }
     }
     cudnn_destroy();
     printf("%d passed, %d failed\n", num_passed, num_failed);

@@ -54,7 +54,8 @@ sizes 16 to 128 (16 and 80: not multiples of 32), in both layouts (GPT-2's fused
 HS = 64 / 128 with NH*HS = 2,048 and 16 K tokens a batch (B = 16,384 / T), forward and
 backward, and prints ms and TFLOP/s (causal: half of 4*B*NH*T*T*HS for the forward pass,
 2.5x that for the backward). Variant 1 is timed where its (B,NH,T,T) scratch fits in 8 GiB.
-cuDNN's flash attention on the same shapes: ./dev/cuda/attention_cudnn (make USE_CUDNN=1).
+cuDNN's flash attention on the same shapes: ./dev/cuda/attention_cudnn (make USE_CUDNN=1), whose rows
+make gpu-check prints under this table.
 It ends with "N passed, M failed" (a check is one variant on one shape) and exits non-zero
 if one failed.
 TODO: the H200 timings. Written on a machine without a GPU; so far only the emulator has run

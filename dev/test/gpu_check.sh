@@ -421,7 +421,12 @@ echo
 echo "matmul ladder (dev/cuda/matmul):"
 sed -n '/^variant/,$p' "$LOGS/matmul.log" | grep -v 'passed,'
 echo
-[ -f "$LOGS/flash_attention_bench.log" ] && { echo "flash attention ladder (dev/cuda/flash_attention):"; sed -n '/^ms (median/,$p' "$LOGS/flash_attention_bench.log" | grep -v 'passed,'; echo; }
+[ -f "$LOGS/flash_attention_bench.log" ] && {
+    echo "flash attention ladder (dev/cuda/flash_attention), and cuDNN's on the same shapes (dev/cuda/attention_cudnn, where built):"
+    sed -n '/^ms (median/,$p' "$LOGS/flash_attention_bench.log" | grep -v 'passed,'
+    [ -f "$LOGS/attention_cudnn.log" ] && sed -n "/^flash_attention.cu's table/,\$p" "$LOGS/attention_cudnn.log" | grep '^cuDNN'
+    echo
+}
 echo "total: $(($(date +%s) - t0)) s; logs in $LOGS/"
 echo "$total_passed passed, $total_failed failed"
 [ $total_failed = 0 ]
