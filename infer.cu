@@ -900,7 +900,10 @@ void linear_forward(const floatX *inp, Linear w, Epilogue e, float *scratch, int
 // blocks, each walking 256 positions. And no row of S scores is kept: the scratch is
 // (HS + 2) / ATT_PART of it. The parts depend on the row's length only, so a row's result is
 // the same whatever else is in the batch (infer.c's attention_decode cuts its work the same
-// way, for its threads).
+// way, for its threads). Prefill's rows take the same kernels, each row on its own: a row's
+// attention is the same sums in the same order whether it came in a prefill chunk or a decode
+// step, at the price of each row reading its keys itself, where train_gpt2.cu's flash
+// kernels share a tile of keys among 16 queries.
 #define ATT_BLOCK 128
 #define ATT_PART 256 // positions per part
 static int attention_parts(int S) { return (S + ATT_PART - 1) / ATT_PART; }
