@@ -984,8 +984,6 @@ __global__ void __launch_bounds__(FLASH_WARPS * 32) flash_dq_kernel3(floatA *dq,
     }
 }
 
-// GELU, tanh approximation, as train_gpt2.c
-
 // the dynamic shared memory of the two backward kernels: 49 KiB at HS = 128, more than a
 // block gets without asking (cudaFuncSetAttribute, once for each head size)
 template <int HSP>

@@ -684,8 +684,6 @@ __global__ void __launch_bounds__(FLASH_WARPS * 32) flash_dq_kernel3(floatA *dq,
     }
 }
 
-// GELU, tanh approximation, as train_gpt2.c
-
 // the dynamic shared memory of the two backward kernels: 49 KiB at HS = 128, more than a
 // block gets without asking (cudaFuncSetAttribute, once for each head size)
 template <int HSP>
@@ -693,6 +691,8 @@ static size_t flash_backward_smem(void) {
     return (2 * FLASH_BC * (HSP + 1) + 2 * FLASH_BR * HSP) * sizeof(float);
 }
 // --- end shared-copy: flash-attention-kernels ---
+
+// GELU, tanh approximation, as train_gpt2.c
 #define GELU_SCALE 0.7978845608028654f // sqrt(2/pi)
 __global__ void gelu_forward_kernel(floatX *out, const floatX *inp, size_t N) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;

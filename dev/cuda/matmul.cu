@@ -424,7 +424,7 @@ int main(int argc, char **argv) {
     printf("CPU emulation (dev/emu): checks at small sizes; no timing; seed %llu\n", args.seed);
 #else
     const int sizes[][3] = {{128, 128, 128}, {257, 131, 199}, {1000, 1000, 64}};
-    require_gpu("checks variants 1-4: bash dev/emu/emu_build.sh dev/cuda/matmul.cu /tmp/matmul_cpu && "
+    require_gpu("checks every variant: bash dev/emu/emu_build.sh dev/cuda/matmul.cu /tmp/matmul_cpu && "
                 "/tmp/matmul_cpu -c", "", args.seed);
     cublasCheck(cublasCreate(&cublas_handle));
     cublasCheck(cublasSetMathMode(cublas_handle, CUBLAS_DEFAULT_MATH)); // fp32 Sgemm stays fp32: no TF32

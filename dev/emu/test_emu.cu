@@ -295,7 +295,7 @@ __global__ void wmma_tiles(float *out, const float *C, const __nv_bfloat16 *A, c
     for (int e = 0; e < acc.num_elements; e++) { acc.x[e] = scale * acc.x[e] + c.x[e]; } // (same types: same elements)
     nvcuda::wmma::store_matrix_sync(tile[w], acc, 16, nvcuda::wmma::mem_row_major);
     if (sync) { __syncwarp(); }
-    for (int e = lane; e < 256; e += 32) { out[16 * w * 16 + 255 - e] = tile[w][255 - e]; }
+    for (int e = lane; e < 256; e += 32) { out[16 * w * 16 + e] = tile[w][e]; } // (lane 1 reads (0, 1): lane 0's on a GPU)
 }
 // wmma's rules broken: a tile 16 bytes off its 32-byte alignment; half the warp returned
 __global__ void wmma_misaligned(float *C) {

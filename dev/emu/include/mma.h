@@ -8,18 +8,20 @@
 // alike (fill_fragment, or a loop over x[0..num_elements) doing the same to each) means
 // the same on both, and code that assumes which element a lane holds cannot be written.
 //   - load_matrix_sync: each lane reads the whole tile, but the race detector and
-//     AddressSanitizer see lane j read only the elements e = j, j + 32, ... (in row-major
-//     order), the rest read unseen. Those are the elements a lane stores (below): so a
-//     warp may load an accumulator, add to it and store it back with no __syncwarp, as on a
-//     GPU, where a lane stores the very elements it loaded.
+//     AddressSanitizer see each lane read only the 1/32 of it that lane would hold on an
+//     sm_80+ GPU (wmma_owner: the layout PTX documents for mma.sync's 16 x 8 x 16 tiles,
+//     which wmma's 16 x 16 x 16 are two of), the rest read unseen. Those are the elements a
+//     lane stores (below): so a warp may load an accumulator, add to it and store it back
+//     with no __syncwarp, as on a GPU, where a lane stores the very elements it loaded; and a
+//     lane that reads a tile another lane stored, without a __syncwarp between, is a race
+//     here as there (a copy-out loop e = lane, lane + 32, ... crosses lanes).
 //   - mma_sync: each lane computes the whole product d = a b + c, in fp32, from the
 //     inputs' exact values (products of bf16 or fp16 numbers are exact in fp32), summing
 //     over k in order; a tensor core's order of addition is its own, so results match a
 //     GPU's to fp32 rounding, not bit for bit.
-//   - store_matrix_sync: lane j writes the elements e = j, j + 32, ... of the tile (in
-//     row-major order), so the race detector sees the tile written by the whole warp, as on
-//     a GPU: a lane that reads what another stored needs a __syncwarp (or a barrier)
-//     first, there too.
+//   - store_matrix_sync: each lane writes the elements it owns, so the race detector sees the
+//     tile written by the whole warp, as on a GPU: a lane that reads what another stored
+//     needs a __syncwarp (or a barrier) first, there too.
 // All three are collective, as CUDA requires: every lane of the warp must call the same
 // one (a warp operation, checked like a shuffle with a full mask: a warp with fewer than
 // 32 threads, or lanes in different wmma calls, is an error). The pointer must be 32-byte
@@ -72,10 +74,15 @@ template <typename T> inline void wmma_check_tile(const char *what, int line, co
     }
 }
 
-// element e of a tile, as lane `lane` reads it: seen by the race detector and AddressSanitizer
-// if the lane owns it, unseen otherwise
+// the lane that holds element (i, j) of a fragment on an sm_80+ GPU: row i % 8 of a group of
+// four lanes, two columns a lane (matrix_b, k by n: the transpose, column j % 8)
+template <typename Use> inline int wmma_owner(int i, int j) {
+    return std::is_same<Use, matrix_b>::value ? (j % 8) * 4 + (i % 8) / 2 : (i % 8) * 4 + (j % 8) / 2;
+}
+// an element of a tile, as lane `lane` reads it: seen by the race detector and
+// AddressSanitizer if the lane owns it, unseen otherwise
 template <typename T> EMU_INTERNAL __attribute__((noipa)) T wmma_unseen(const T *p) { return *p; } // (opaque: the caller is instrumented)
-template <typename T> inline T wmma_read(const T *p, int e, int lane) { return e % 32 == lane ? *p : wmma_unseen(p); }
+template <typename T> inline T wmma_read(const T *p, bool own) { return own ? *p : wmma_unseen(p); }
 
 template <typename Use, int M, int N, int K, typename T, typename Layout, typename V>
 inline void fill_fragment(fragment<Use, M, N, K, T, Layout> &f, const V &v) {
@@ -93,8 +100,7 @@ inline void load_matrix_sync(fragment<Use, M, N, K, T, Layout> &f, const T *p, u
     int lane = emu::lane_id();
     for (int i = 0; i < f.rows; i++) {
         for (int j = 0; j < f.cols; j++) {
-            int e = i * f.cols + j;
-            f.x[e] = wmma_read(row ? p + (size_t)i * ldm + j : p + i + (size_t)j * ldm, e, lane);
+            f.x[i * f.cols + j] = wmma_read(row ? p + (size_t)i * ldm + j : p + i + (size_t)j * ldm, wmma_owner<Use>(i, j) == lane);
         }
     }
 }
@@ -108,7 +114,8 @@ inline void load_matrix_sync(fragment<accumulator, M, N, K, T> &f, const T *p, u
     int lane = emu::lane_id();
     for (int i = 0; i < M; i++) {
         for (int j = 0; j < N; j++) {
-            f.x[i * N + j] = wmma_read(layout == mem_row_major ? p + (size_t)i * ldm + j : p + i + (size_t)j * ldm, i * N + j, lane);
+            f.x[i * N + j] = wmma_read(layout == mem_row_major ? p + (size_t)i * ldm + j : p + i + (size_t)j * ldm,
+                                       wmma_owner<accumulator>(i, j) == lane);
         }
     }
 }
@@ -118,9 +125,11 @@ inline void store_matrix_sync(T *p, const fragment<accumulator, M, N, K, T> &f, 
     const char *what = "wmma::store_matrix_sync";
     wmma_arrive(what, line);
     wmma_check_tile(what, line, (const T *)p, ldm, layout == mem_row_major ? N : M);
-    for (int e = emu::lane_id(); e < M * N; e += 32) {
-        int i = e / N, j = e % N;
-        (layout == mem_row_major ? p[(size_t)i * ldm + j] : p[i + (size_t)j * ldm]) = f.x[e];
+    int lane = emu::lane_id();
+    for (int i = 0; i < M; i++) {
+        for (int j = 0; j < N; j++) {
+            if (wmma_owner<accumulator>(i, j) == lane) { (layout == mem_row_major ? p[(size_t)i * ldm + j] : p[i + (size_t)j * ldm]) = f.x[i * N + j]; }
+        }
     }
 }
 // d = a b + c, each lane the whole tile (d may be c)
