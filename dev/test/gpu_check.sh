@@ -159,6 +159,12 @@ step matmul "dev/cuda/matmul: 5 kernels + cuBLAS checked, then timed" ./dev/cuda
 for l in $LADDERS; do
     if [ "$l" = flash_attention ]; then # (its timing, a minute or two, comes with the benchmarks below)
         step "$l" "dev/cuda/flash_attention -c: every variant forward and backward vs double, uneven T, GQA (bf16)" ./dev/cuda/$l -c
+        # the tensor-core rung's lanes hand tiles to each other through shared memory, in a
+        # layout only the GPU knows (the emulator models sm_80's): its __syncwarps, checked here
+        command -v compute-sanitizer > /dev/null 2>&1 &&
+            step flash_attention_tc_sanitize "compute-sanitizer racecheck, synccheck: dev/cuda/flash_attention -c -v 4 (tensor cores)" \
+                bash -c "timeout 150 compute-sanitizer --tool racecheck --error-exitcode 1 ./dev/cuda/flash_attention -c -v 4 &&
+                         timeout 150 compute-sanitizer --tool synccheck --error-exitcode 1 ./dev/cuda/flash_attention -c -v 4"
         continue
     fi
     step "$l" "dev/cuda/$l: the trainer's kernel and its rivals checked, then timed (bf16)" "./dev/cuda/$l"
