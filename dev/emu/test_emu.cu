@@ -20,7 +20,8 @@ direction, a race between blocks, writes past a cudaMalloc'd buffer or a __share
 array, reads of shared memory no thread wrote, warp operations whose mask names a lane
 that does not exist, has returned or is not the caller, divergent barriers, deadlocks,
 __launch_bounds__ and dynamic shared memory limits, wmma calls on a misaligned tile, from
-part of a warp or read by other lanes without a __syncwarp, cudaMemcpy in the wrong direction or
+part of a warp or read by other lanes without a __syncwarp, a fragment's x[0] taken for its
+tile's corner, cudaMemcpy in the wrong direction or
 past the end, cudaFree twice, a kernel or a graph using freed memory.
 */
 #include <cstdint>
@@ -303,6 +304,13 @@ __global__ void wmma_misaligned(float *C) {
     nvcuda::wmma::load_matrix_sync(c, C + 4, 16, nvcuda::wmma::mem_row_major);
     nvcuda::wmma::store_matrix_sync(C + 4, c, 16, nvcuda::wmma::mem_row_major);
 }
+// a fragment's x[0] taken for the tile's corner: on a GPU lane 0 holds (0, 0) somewhere in
+// its few elements, in an order CUDA does not promise
+__global__ void wmma_corner(float *out, const float *C) {
+    nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float> c;
+    nvcuda::wmma::load_matrix_sync(c, C, 16, nvcuda::wmma::mem_row_major);
+    if (threadIdx.x == 0) { out[0] = c.x[0]; }
+}
 __global__ void wmma_half_warp(float *C) {
     if (threadIdx.x >= 16) { return; }
     nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float> c;
@@ -363,6 +371,13 @@ static int run_case(const char *name) {
         wmma_tiles<<<1, 32>>>(result, out, dab, dab, 1.0f, 0);
     } else if (strcmp(name, "wmma_misaligned") == 0) {
         wmma_misaligned<<<1, 32>>>(out);
+    } else if (strcmp(name, "wmma_corner") == 0) {
+        std::vector<float> c(256);
+        for (int e = 0; e < 256; e++) { c[e] = (float)e; }
+        float *dc = to_device(c);
+        wmma_corner<<<1, 32>>>(out, dc);
+        float corner = to_host(out, 1)[0];
+        if (corner != 0.0f) { fprintf(stderr, "wrong result: x[0] is element %g, not the corner\n", corner); return 1; }
     } else if (strcmp(name, "wmma_half_warp") == 0) {
         wmma_half_warp<<<1, 32>>>(out);
     } else if (strcmp(name, "host_deref") == 0) {
@@ -454,6 +469,7 @@ static const Case CASES[] = {
     {"wmma_no_syncwarp", "race", "ascending", "a race on shared memory"},
     {"wmma_misaligned", "plain asan race", "ascending", "is not 32-byte aligned"},
     {"wmma_half_warp", "plain asan race", "ascending", "needs all 32 lanes"},
+    {"wmma_corner", "plain", "ascending", "wrong result: x[0] is element"},
     {"host_deref", "race", "ascending", "device memory, which on a GPU machine the host cannot touch"},
     {"capture_default_stream", "plain asan race", "ascending", "issued to the default stream during a capture"},
     {"divergent_barrier", "plain asan race", "random:5", "divergent barrier"},

@@ -3,10 +3,13 @@
 // tensor cores that gives the same results up to the order of the fp32 sums.
 //
 // On a GPU a fragment is spread over the 32 lanes of a warp (num_elements of it in each,
-// in an order CUDA does not document). Here every lane holds the whole tile, rows by
-// columns (num_elements is the tile's size): so code that treats a fragment's elements
-// alike (fill_fragment, or a loop over x[0..num_elements) doing the same to each) means
-// the same on both, and code that assumes which element a lane holds cannot be written.
+// in an order CUDA does not document). Here every lane holds the whole tile (num_elements
+// is the tile's size), in an order of its own: x[] is the tile row by row, rotated by an
+// amount that differs from lane to lane and between matrix_a, matrix_b and accumulator.
+// So code that treats a fragment's elements alike (fill_fragment, or a loop over
+// x[0..num_elements) doing the same to each, or combining two fragments of the same type
+// element by element) means the same on both, and code that assumes where an element is
+// (x[0] as the tile's corner, or a matrix_a's x[i] as an accumulator's) is wrong on both.
 //   - load_matrix_sync: each lane reads the whole tile, but the race detector and
 //     AddressSanitizer see each lane read only the 1/32 of it that lane would hold on an
 //     sm_80+ GPU (wmma_owner: the layout PTX documents for mma.sync's 16 x 8 x 16 tiles,
@@ -51,7 +54,13 @@ template <int M, int N, int K> struct tile_shape<accumulator, M, N, K> { static 
 template <typename Use, int M, int N, int K, typename T, typename Layout = void> struct fragment {
     static const int rows = tile_shape<Use, M, N, K>::rows, cols = tile_shape<Use, M, N, K>::cols;
     enum { num_elements = rows * cols };
-    T x[num_elements]; // element (i, j) at x[i * cols + j]
+    T x[num_elements];
+    // element (i, j): the tile row by row, rotated by the lane and the fragment's use
+    T &at(int i, int j) {
+        int salt = std::is_same<Use, matrix_a>::value ? 3 : std::is_same<Use, matrix_b>::value ? 11 : 5;
+        return x[(i * cols + j + 37 * emu::lane_id() + salt) % num_elements];
+    }
+    const T &at(int i, int j) const { return const_cast<fragment *>(this)->at(i, j); }
 };
 
 // a collective call: every lane of the caller's warp arrives before any goes on
@@ -100,7 +109,7 @@ inline void load_matrix_sync(fragment<Use, M, N, K, T, Layout> &f, const T *p, u
     int lane = emu::lane_id();
     for (int i = 0; i < f.rows; i++) {
         for (int j = 0; j < f.cols; j++) {
-            f.x[i * f.cols + j] = wmma_read(row ? p + (size_t)i * ldm + j : p + i + (size_t)j * ldm, wmma_owner<Use>(i, j) == lane);
+            f.at(i, j) = wmma_read(row ? p + (size_t)i * ldm + j : p + i + (size_t)j * ldm, wmma_owner<Use>(i, j) == lane);
         }
     }
 }
@@ -114,8 +123,8 @@ inline void load_matrix_sync(fragment<accumulator, M, N, K, T> &f, const T *p, u
     int lane = emu::lane_id();
     for (int i = 0; i < M; i++) {
         for (int j = 0; j < N; j++) {
-            f.x[i * N + j] = wmma_read(layout == mem_row_major ? p + (size_t)i * ldm + j : p + i + (size_t)j * ldm,
-                                       wmma_owner<accumulator>(i, j) == lane);
+            f.at(i, j) = wmma_read(layout == mem_row_major ? p + (size_t)i * ldm + j : p + i + (size_t)j * ldm,
+                                   wmma_owner<accumulator>(i, j) == lane);
         }
     }
 }
@@ -128,7 +137,7 @@ inline void store_matrix_sync(T *p, const fragment<accumulator, M, N, K, T> &f, 
     int lane = emu::lane_id();
     for (int i = 0; i < M; i++) {
         for (int j = 0; j < N; j++) {
-            if (wmma_owner<accumulator>(i, j) == lane) { (layout == mem_row_major ? p[(size_t)i * ldm + j] : p[i + (size_t)j * ldm]) = f.x[i * N + j]; }
+            if (wmma_owner<accumulator>(i, j) == lane) { (layout == mem_row_major ? p[(size_t)i * ldm + j] : p[i + (size_t)j * ldm]) = f.at(i, j); }
         }
     }
 }
@@ -141,12 +150,14 @@ inline void mma_sync(fragment<accumulator, M, N, K, Tacc> &d, const fragment<mat
     Tacc r[M * N];
     for (int i = 0; i < M; i++) {
         for (int j = 0; j < N; j++) {
-            float sum = (float)c.x[i * N + j];
-            for (int k = 0; k < K; k++) { sum += (float)a.x[i * K + k] * (float)b.x[k * N + j]; }
+            float sum = (float)c.at(i, j);
+            for (int k = 0; k < K; k++) { sum += (float)a.at(i, k) * (float)b.at(k, j); }
             r[i * N + j] = (Tacc)sum;
         }
     }
-    for (int e = 0; e < M * N; e++) { d.x[e] = r[e]; }
+    for (int i = 0; i < M; i++) {
+        for (int j = 0; j < N; j++) { d.at(i, j) = r[i * N + j]; }
+    }
 }
 } // namespace wmma
 } // namespace nvcuda
